@@ -1,0 +1,5 @@
+"""`python -m kafkaesque` runs the CLI."""
+
+from kafkaesque.cli import main
+
+main()

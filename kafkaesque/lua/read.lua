@@ -1,0 +1,62 @@
+-- Read whole batches of one partition from the batch holding ARGV[2] onwards.
+-- KEYS[1] meta hash, KEYS[2] page index zset
+-- ARGV: key prefix, offset, max_bytes, max_records
+-- Returns {status, log start, log end, leader epoch, batch...}; status 0 = ok,
+-- 1 = offset below the log start, 2 = offset past the log end.
+-- The first batch is returned even when larger than max_bytes (as Kafka does, KIP-74).
+local prefix = ARGV[1]
+local offset, max_bytes, max_records = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local m = redis.call('HMGET', KEYS[1], 'end', 'epoch')
+if not m[1] then
+  return redis.error_reply('UNKNOWN_TOPIC_OR_PARTITION no such topic or partition')
+end
+local log_end, epoch = tonumber(m[1]), tonumber(m[2])
+
+-- The log start is the first indexed page whose data still exists (TTL may have removed
+-- older ones before the next append trims their index entries).
+local start, rank = log_end, 0
+while true do
+  local entry = redis.call('ZRANGE', KEYS[2], rank, rank, 'WITHSCORES')
+  if #entry == 0 then break end
+  if redis.call('EXISTS', page_key(prefix, entry[1])) == 1 then
+    start = tonumber(entry[2])
+    break
+  end
+  rank = rank + 1
+end
+if offset < start then return {1, start, log_end, epoch} end
+if offset > log_end then return {2, start, log_end, epoch} end
+local result = {0, start, log_end, epoch}
+if offset == log_end then return result end
+
+local found = redis.call('ZREVRANGEBYSCORE', KEYS[2], offset, '-inf', 'LIMIT', 0, 1)
+local page = tonumber(found[1])
+-- Binary search the page's batch index for the last batch starting at or before offset.
+local bidx = batch_index_key(prefix, page)
+local lo, hi = 0, redis.call('STRLEN', bidx) / BATCH_INDEX_ENTRY - 1
+while lo < hi do
+  local mid = math.floor((lo + hi + 1) / 2)
+  local base = unpack_uint(redis.call('GETRANGE', bidx, mid * BATCH_INDEX_ENTRY,
+    mid * BATCH_INDEX_ENTRY + 7), 1, 8)
+  if base <= offset then lo = mid else hi = mid - 1 end
+end
+
+local bytes, records, pos, chunk = 0, 0, lo, 64
+while true do
+  local batches = redis.call('LRANGE', page_key(prefix, page), pos, pos + chunk - 1)
+  for _, batch in ipairs(batches) do
+    if #result > 4 and (bytes + #batch > max_bytes or records >= max_records) then
+      return result
+    end
+    result[#result + 1] = batch
+    bytes = bytes + #batch
+    -- lastOffsetDelta sits at byte 23 of the batch header
+    records = records + unpack_uint(batch, 24, 4) + 1
+  end
+  if #batches < chunk then
+    page, pos = page + 1, 0
+    if not redis.call('ZSCORE', KEYS[2], page) then return result end
+  else
+    pos = pos + chunk
+  end
+end

@@ -1,0 +1,165 @@
+"""The CLI through click's runner against a real redis-server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner, Result
+
+from kafkaesque.cli import main
+from kafkaesque.partitioner import partition_for_key
+from tests.servers import free_port
+
+
+@pytest.fixture
+def ks(redis_url: str):
+    """Run a CLI command against the test Redis; returns click's Result."""
+    runner = CliRunner()
+
+    def invoke(*args: str, input: bytes | None = None) -> Result:
+        return runner.invoke(main, ["--redis-url", redis_url, *args], input=input)
+
+    return invoke
+
+
+def ok(result: Result) -> Result:
+    assert result.exit_code == 0, (result.output, result.exception)
+    return result
+
+
+def one_line_error(result: Result, code: int, fragment: str) -> None:
+    """A user mistake: exit code, one readable message, no traceback."""
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output
+    assert fragment in result.output
+
+
+def test_produce_then_consume_keeps_lines_byte_for_byte(ks) -> None:
+    data = b"alpha\n\n  spaced  \r\ncaf\xc3\xa9\n\xff\xfe binary\nlast line without newline"
+    ok(ks("create", "lines"))
+    result = ok(ks("produce", "lines", "--batch-size", "2", input=data))
+    assert "produced 6 records" in result.output
+    out = ok(ks("consume", "lines")).stdout_bytes
+    assert out == data + b"\n"
+
+
+def test_produce_from_file_and_empty_input(ks, tmp_path) -> None:
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"one\ntwo\n")
+    ok(ks("create", "f"))
+    ok(ks("produce", "f", str(path)))
+    ok(ks("produce", "f", input=b""))
+    assert ok(ks("consume", "f")).stdout_bytes == b"one\ntwo\n"
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_compressed_batches_round_trip(ks, codec: str) -> None:
+    lines = [b"record %d " % i + b"z" * (i % 50) for i in range(3000)]
+    ok(ks("create", "z"))
+    ok(ks("produce", "z", "--compression", codec, input=b"\n".join(lines) + b"\n"))
+    assert ok(ks("consume", "z", "--fetch-size", "100")).stdout_bytes.split(b"\n")[:-1] == lines
+
+
+def test_keyed_records_go_to_murmur2_partitions(ks) -> None:
+    ok(ks("create", "keyed", "--partitions", "4"))
+    lines = [b"k%d=v%d" % (i % 10, i) for i in range(200)] + [b"no separator"]
+    ok(ks("produce", "keyed", "--key-separator", "=", input=b"\n".join(lines)))
+    records = [
+        json.loads(x)
+        for x in ok(ks("consume", "keyed", "--format", "json")).stdout_bytes.splitlines()
+    ]
+    assert len(records) == 201
+    for r in records:
+        if r["key"] is None:
+            assert r["value"] == "no separator"
+        else:
+            assert r["partition"] == partition_for_key(r["key"].encode(), 4)
+            assert r["value"].startswith("v")
+    # Per key, order is kept.
+    for key in {r["key"] for r in records if r["key"]}:
+        values = [int(r["value"][1:]) for r in records if r["key"] == key]
+        assert values == sorted(values)
+
+
+def test_keyless_records_round_robin_per_batch(ks) -> None:
+    ok(ks("create", "rr", "--partitions", "3"))
+    ok(ks("produce", "rr", "--batch-size", "10", input=b"\n".join(b"%d" % i for i in range(60))))
+    for p in range(3):
+        out = ok(ks("consume", "rr", "--partition", str(p))).stdout_bytes.split()
+        assert len(out) == 20
+        assert out[:10] == [b"%d" % i for i in range(p * 10, p * 10 + 10)]
+
+
+def test_consume_formats_offsets_and_limits(ks) -> None:
+    ok(ks("create", "fm", "--partitions", "2"))
+    ok(ks("produce", "fm", "--partition", "1", input=b"a\nb\nc\nd\n"))
+    assert (
+        ok(ks("consume", "fm", "--format", "offset")).stdout_bytes
+        == b"1\t0\ta\n1\t1\tb\n1\t2\tc\n1\t3\td\n"
+    )
+    assert ok(ks("consume", "fm", "--partition", "1", "--offset", "2")).stdout_bytes == b"c\nd\n"
+    assert ok(ks("consume", "fm", "--max-records", "3")).stdout_bytes == b"a\nb\nc\n"
+    record = json.loads(
+        ok(ks("consume", "fm", "--format", "json", "--max-records", "1")).stdout_bytes
+    )
+    assert record["partition"] == 1 and record["offset"] == 0 and record["value"] == "a"
+    assert record["key"] is None and record["timestamp"] > 1_600_000_000_000
+
+
+def test_topics_describe_delete(ks) -> None:
+    ok(
+        ks(
+            "create",
+            "d1",
+            "--partitions",
+            "2",
+            "--page-size",
+            "2",
+            "--ttl",
+            "60",
+            "--max-pages",
+            "5",
+        )
+    )
+    ok(ks("create", "d0"))
+    assert ok(ks("topics")).stdout == "d0\nd1\n"
+    ok(ks("produce", "d1", "--partition", "0", "--batch-size", "1", input=b"1\n2\n3\n"))
+    out = ok(ks("describe", "d1")).stdout
+    assert "partitions  2" in out and "page size   2 records" in out and "ttl         60 s" in out
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert rows[0][:4] == ["0", "0", "3", "2"] and rows[1][:4] == ["1", "0", "0", "0"]
+    ok(ks("delete", "d1"))
+    assert ok(ks("topics")).stdout == "d0\n"
+
+
+def test_errors_are_one_line_with_exit_codes(ks, tmp_path) -> None:
+    ok(ks("create", "e", "--partitions", "2"))
+    one_line_error(ks("create", "e"), 1, "already exists")
+    for command in (
+        ["consume", "nope"],
+        ["produce", "nope"],
+        ["describe", "nope"],
+        ["delete", "nope"],
+    ):
+        one_line_error(ks(*command, input=b"x\n"), 1, "no such topic")
+    one_line_error(ks("create", "bad name"), 2, "invalid topic name")
+    one_line_error(ks("create", "x" * 250), 2, "longer than 249")
+    one_line_error(ks("create", "n", "--partitions", "0"), 2, "--partitions")
+    one_line_error(ks("create", "n", "--page-size", "-3"), 2, "--page-size")
+    one_line_error(ks("create", "n", "--ttl", "soon"), 2, "--ttl")
+    one_line_error(ks("produce", "e", str(tmp_path / "missing.txt")), 2, "missing.txt")
+    one_line_error(ks("produce", "e", "--partition", "2", input=b"x\n"), 2, "2 partition(s)")
+    one_line_error(ks("consume", "e", "--partition", "1", "--offset", "5"), 1, "out of range")
+    one_line_error(ks("consume", "e", "--offset", "5"), 2, "--offset needs --partition")
+    one_line_error(ks("produce", "e", "--compression", "brotli", input=b"x\n"), 2, "brotli")
+    # Nothing was left behind by the failures.
+    assert ok(ks("topics")).stdout == "e\n"
+    assert ok(ks("consume", "e")).stdout_bytes == b""
+
+
+def test_unreachable_redis_is_a_clear_error() -> None:
+    result = CliRunner().invoke(
+        main, ["--redis-url", f"redis://127.0.0.1:{free_port()}/0", "topics"]
+    )
+    one_line_error(result, 1, "cannot reach Redis")

@@ -1,0 +1,92 @@
+"""The CLI as users run it: real processes on the embedded default (a private redis-server)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+WORDS = Path("/usr/share/dict/words")
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Path]:
+    """A data directory whose embedded redis-server is stopped after the test."""
+    home = tmp_path / "ks"
+    yield home
+    subprocess.run([sys.executable, "-m", "kafkaesque", "--home", str(home), "stop"], check=False)
+
+
+def run(
+    home: Path, *args: str, input: bytes | None = None, script: bool = False
+) -> subprocess.CompletedProcess:
+    exe = (
+        [str(Path(sys.executable).with_name("kafkaesque"))]
+        if script
+        else [sys.executable, "-m", "kafkaesque"]
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKAESQUE_")}
+    env["KAFKAESQUE_HOME"] = str(home)
+    return subprocess.run([*exe, *args], input=input, capture_output=True, env=env, timeout=120)
+
+
+def test_words_round_trip_on_the_embedded_default(home: Path) -> None:
+    assert WORDS.exists(), "the test setup installs the word list (wamerican)"
+    created = run(home, "create", "words", "--page-size", "4096")
+    assert created.returncode == 0, created.stderr
+    produced = run(home, "produce", "--batch-size", "1024", "words", str(WORDS))
+    assert produced.returncode == 0, produced.stderr
+    assert b"produced 104334 records" in produced.stderr
+    consumed = run(home, "consume", "--fetch-size", "512", "words")
+    assert consumed.returncode == 0, consumed.stderr
+    assert consumed.stdout == WORDS.read_bytes()
+    # The console script is the same program; data survives a stop and restart (AOF).
+    stopped = run(home, "stop", script=True)
+    assert stopped.returncode == 0 and b"stopped" in stopped.stderr
+    again = run(home, "consume", "words", script=True)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == WORDS.read_bytes()
+
+
+def test_follow_waits_for_new_records(home: Path) -> None:
+    assert run(home, "create", "live").returncode == 0
+    assert run(home, "produce", "live", input=b"first\n").returncode == 0
+    env = {**os.environ, "KAFKAESQUE_HOME": str(home)}
+    env.pop("KAFKAESQUE_REDIS_URL", None)
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "kafkaesque", "consume", "live", "--follow"],
+        stdout=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        assert follower.stdout is not None
+        assert follower.stdout.readline() == b"first\n"
+        started = time.monotonic()
+        assert run(home, "produce", "live", input=b"second\nthird\n").returncode == 0
+        assert follower.stdout.readline() == b"second\n"
+        assert follower.stdout.readline() == b"third\n"
+        assert time.monotonic() - started < 5
+        assert follower.poll() is None  # still following
+    finally:
+        follower.terminate()
+        follower.wait(10)
+
+
+def test_broken_pipe_is_quiet(home: Path) -> None:
+    assert run(home, "create", "many").returncode == 0
+    assert run(home, "produce", "many", input=b"x\n" * 200_000).returncode == 0
+    env = {**os.environ, "KAFKAESQUE_HOME": str(home)}
+    pipeline = subprocess.run(
+        f"{sys.executable} -m kafkaesque consume many | head -n 1",
+        shell=True,
+        capture_output=True,
+        env=env,
+        timeout=60,
+    )
+    assert pipeline.stdout == b"x\n"
+    assert b"Traceback" not in pipeline.stderr

@@ -1,0 +1,232 @@
+"""The paged log's behaviour, on fakeredis and on a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+
+from kafkaesque.log import InvalidConfig, InvalidTopic, Log, TopicConfig, TopicExists, UnknownTopic
+from kafkaesque.records import build_batch, check_batch, decode_batch, read_header
+
+
+def batch(values: list[bytes]) -> bytes:
+    return build_batch(values, timestamp=1_700_000_000_000)
+
+
+def words(start: int, count: int) -> list[bytes]:
+    return [b"w%d" % i for i in range(start, start + count)]
+
+
+async def read_all(
+    log: Log, topic: str, partition: int = 0, offset: int = 0
+) -> list[tuple[int, bytes]]:
+    """Every (offset, value) from offset to the end, fetching a few batches at a time."""
+    out: list[tuple[int, bytes]] = []
+    while True:
+        result = await log.read(topic, partition, offset, max_records=7)
+        assert not result.below_start and not result.past_end
+        if not result.batches:
+            return out
+        for b in result.batches:
+            check_batch(b)  # the patched batch is still a valid batch (CRC untouched)
+            out += [(r.offset, r.value) for r in decode_batch(b) if r.offset >= offset]
+        offset = out[-1][0] + 1
+
+
+def test_offsets_across_pages_and_rollover(make_log: Callable[[], Log]) -> None:
+    async def scenario() -> None:
+        log = make_log()
+        await log.create_topic(TopicConfig("t", 1, page_size=10))
+        bases = []
+        for i in range(0, 50, 5):
+            bases += await log.append("t", 0, [batch(words(i, 3)), batch(words(i + 3, 2))])
+        assert bases == [0, 3, 5, 8, 10, 13, 15, 18, 20, 23, 25, 28, 30, 33, 35, 38, 40, 43, 45, 48]
+        state = await log.state("t", 0)
+        assert (state.log_start, state.log_end, state.pages, state.records) == (0, 50, 5, 50)
+        assert await read_all(log, "t") == list(enumerate(words(0, 50)))
+        # Reads start at the batch holding the offset, in any page.
+        for offset in (0, 4, 9, 10, 27, 49):
+            result = await log.read("t", 0, offset, max_records=1)
+            first = read_header(result.batches[0])
+            assert first.base_offset <= offset <= first.base_offset + first.last_offset_delta
+
+    asyncio.run(scenario())
+
+
+def test_batch_larger_than_page_fills_and_closes_it(make_log: Callable[[], Log]) -> None:
+    async def scenario() -> None:
+        log = make_log()
+        await log.create_topic(TopicConfig("big", 1, page_size=4))
+        assert await log.append("big", 0, [batch(words(0, 9))]) == [0]
+        assert await log.append("big", 0, [batch(words(9, 1))]) == [9]
+        state = await log.state("big", 0)
+        assert (state.pages, state.log_end) == (2, 10)
+        result = await log.read("big", 0, 5)
+        assert [read_header(b).base_offset for b in result.batches] == [0, 9]
+
+    asyncio.run(scenario())
+
+
+def test_empty_topic_and_reading_past_the_end(make_log: Callable[[], Log]) -> None:
+    async def scenario() -> None:
+        log = make_log()
+        await log.create_topic(TopicConfig("empty", 3))
+        result = await log.read("empty", 2, 0)
+        assert (result.batches, result.log_start, result.log_end) == ([], 0, 0)
+        assert (await log.read("empty", 2, 1)).past_end
+        await log.append("empty", 1, [batch(words(0, 2))])
+        assert (await log.read("empty", 1, 2)).batches == []
+        assert (await log.read("empty", 1, 3)).past_end
+        with pytest.raises(UnknownTopic):
+            await log.read("empty", 3, 0)
+        with pytest.raises(UnknownTopic):
+            await log.append("empty", 3, [batch(words(0, 1))])
+        with pytest.raises(UnknownTopic):
+            await log.read("nope", 0, 0)
+
+    asyncio.run(scenario())
+
+
+def test_max_bytes_returns_at_least_one_whole_batch(make_log: Callable[[], Log]) -> None:
+    async def scenario() -> None:
+        log = make_log()
+        await log.create_topic(TopicConfig("mb", 1))
+        big = batch([b"x" * 5000])
+        await log.append("mb", 0, [big, big, big])
+        assert len((await log.read("mb", 0, 0, max_bytes=100)).batches) == 1
+        assert len((await log.read("mb", 0, 0, max_bytes=2 * len(big))).batches) == 2
+
+    asyncio.run(scenario())
+
+
+def test_max_pages_drops_oldest_closed_pages_and_index_entries(make_log: Callable[[], Log]) -> None:
+    async def scenario() -> None:
+        log = make_log()
+        await log.create_topic(TopicConfig("mp", 1, page_size=5, max_pages=2))
+        for i in range(0, 32, 4):
+            await log.append("mp", 0, [batch(words(i, 4))])
+        # Pages close at 8, 16, 24, 32 records (batches of 4 never split); 2 closed pages kept.
+        state = await log.state("mp", 0)
+        assert (state.log_start, state.log_end, state.pages) == (16, 32, 2)
+        assert await log.redis.zcard("ks:{mp:0}:index") == 2
+        assert await log.redis.exists("ks:{mp:0}:page:0", "ks:{mp:0}:bidx:1") == 0
+        result = await log.read("mp", 0, 3)
+        assert result.below_start and result.log_start == 16
+        assert await read_all(log, "mp", offset=16) == list(enumerate(words(16, 16), 16))
+
+    asyncio.run(scenario())
+
+
+def test_ttl_applies_to_closed_pages_and_expired_pages_are_trimmed(
+    make_log: Callable[[], Log],
+) -> None:
+    async def scenario() -> None:
+        log = make_log()
+        await log.create_topic(TopicConfig("ttl", 1, page_size=2, ttl=3600))
+        await log.append("ttl", 0, [batch(words(0, 2)), batch(words(2, 2)), batch(words(4, 1))])
+        r = log.redis
+        assert 0 < await r.ttl("ks:{ttl:0}:page:0") <= 3600
+        assert 0 < await r.ttl("ks:{ttl:0}:bidx:1") <= 3600
+        assert await r.ttl("ks:{ttl:0}:page:2") == -1  # the open page never expires
+        # What expiry does: the page's keys vanish while its index entry stays.
+        await r.delete("ks:{ttl:0}:page:0", "ks:{ttl:0}:bidx:0")
+        result = await log.read("ttl", 0, 0)
+        assert result.below_start and result.log_start == 2
+        state = await log.state("ttl", 0)  # applies retention: the index is trimmed
+        assert (state.log_start, state.pages) == (2, 2)
+        assert await r.zrange("ks:{ttl:0}:index", 0, -1) == [b"1", b"2"]
+
+    asyncio.run(scenario())
+
+
+def test_concurrent_appenders_get_contiguous_unique_offsets(make_log: Callable[[], Log]) -> None:
+    async def scenario() -> None:
+        log = make_log()
+        await log.create_topic(TopicConfig("c", 1, page_size=50))
+
+        async def appender(name: int) -> list[tuple[int, bytes]]:
+            assigned = []
+            for i in range(20):
+                values = [b"%d-%d-%d" % (name, i, j) for j in range(1 + (name + i) % 4)]
+                [base] = await log.append("c", 0, [batch(values)])
+                assigned += [(base + j, v) for j, v in enumerate(values)]
+            return assigned
+
+        results = await asyncio.gather(*(appender(n) for n in range(8)))
+        assigned = sorted(pair for r in results for pair in r)
+        assert [o for o, _ in assigned] == list(range(len(assigned)))  # no gap, no duplicate
+        assert await read_all(log, "c") == assigned
+
+    asyncio.run(scenario())
+
+
+def test_global_sequence_follows_produce_order_across_topics(make_log: Callable[[], Log]) -> None:
+    async def scenario() -> None:
+        log = make_log()
+        await log.create_topic(TopicConfig("a", 1))
+        await log.create_topic(TopicConfig("b", 2))
+        await log.append("a", 0, [batch(words(0, 3))])
+        await log.append("b", 1, [batch(words(0, 2))])
+        await log.append("a", 0, [batch(words(3, 1))])
+        raw_a = await log.redis.get("ks:{a:0}:bidx:0")
+        raw_b = await log.redis.get("ks:{b:1}:bidx:0")
+
+        def entries(raw: bytes) -> list[tuple[int, int]]:
+            return [
+                (int.from_bytes(raw[i : i + 8], "big"), int.from_bytes(raw[i + 8 : i + 16], "big"))
+                for i in range(0, len(raw), 16)
+            ]
+
+        assert entries(raw_a) == [(0, 1), (3, 6)]  # (base offset, first global sequence)
+        assert entries(raw_b) == [(0, 4)]
+
+    asyncio.run(scenario())
+
+
+def test_create_validates_and_fails_without_leaving_keys(make_log: Callable[[], Log]) -> None:
+    async def scenario() -> None:
+        log = make_log()
+        for bad in ("", ".", "..", "a b", "x" * 250, "ümlaut", "a/b"):
+            with pytest.raises(InvalidTopic):
+                await log.create_topic(TopicConfig(bad, 1))
+        for config in (
+            TopicConfig("z", 0),
+            TopicConfig("z", 1, page_size=0),
+            TopicConfig("z", 1, ttl=-1),
+        ):
+            with pytest.raises(InvalidConfig):
+                await log.create_topic(config)
+        assert await log.redis.keys("*") == []
+        created = await log.create_topic(
+            TopicConfig("ok.name_-1", 2, page_size=7, ttl=5, max_pages=3)
+        )
+        assert await log.topic("ok.name_-1") == created
+        before = sorted(await log.redis.keys("*"))
+        with pytest.raises(TopicExists):
+            await log.create_topic(TopicConfig("ok.name_-1", 4))
+        assert sorted(await log.redis.keys("*")) == before
+        assert await log.topic("ok.name_-1") == created
+        assert await log.list_topics() == ["ok.name_-1"]
+
+    asyncio.run(scenario())
+
+
+def test_delete_removes_every_key(make_log: Callable[[], Log]) -> None:
+    async def scenario() -> None:
+        log = make_log()
+        await log.create_topic(TopicConfig("keep", 1))
+        await log.append("keep", 0, [batch(words(0, 1))])
+        kept = sorted(await log.redis.keys("*"))
+        await log.create_topic(TopicConfig("gone", 2, page_size=3))
+        for p in (0, 1):
+            await log.append("gone", p, [batch(words(0, 4)), batch(words(4, 1))])
+        await log.delete_topic("gone")
+        assert sorted(await log.redis.keys("*")) == kept
+        with pytest.raises(UnknownTopic):
+            await log.delete_topic("gone")
+        await log.create_topic(TopicConfig("gone", 1))  # the name is free again
+        assert (await log.read("gone", 0, 0)).log_end == 0
+
+    asyncio.run(scenario())
