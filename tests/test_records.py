@@ -1,0 +1,597 @@
+"""Tests for kafkaesque.records (Kafka RecordBatch v2).
+
+Batches are also assembled by hand here (struct + crc32c + a local varint
+encoder) so the module is checked against the spec, not only against itself.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import struct
+import time
+
+import cramjam
+import pytest
+from crc32c import crc32c
+
+from kafkaesque.records import (
+    HEADER_SIZE,
+    BatchHeader,
+    Compression,
+    InvalidRecord,
+    Record,
+    TimestampType,
+    _encode_varint,
+    _read_varint,
+    build_batch,
+    check_batch,
+    decode_batch,
+    decode_values,
+    iter_records,
+    read_header,
+    split_batches,
+    with_base_offset,
+)
+
+TS = 1_700_000_000_000
+ALL_CODECS = list(Compression)
+
+
+# --- independent spec helpers ---------------------------------------------------
+
+
+def zigzag(n: int) -> bytes:
+    """Reference zigzag varint encoder, written straight from the protobuf spec."""
+    v = (n << 1) if n >= 0 else ((-n) << 1) - 1
+    out = b""
+    while True:
+        if v < 0x80:
+            return out + bytes([v])
+        out += bytes([(v & 0x7F) | 0x80])
+        v >>= 7
+
+
+def field(b: bytes | None) -> bytes:
+    return zigzag(-1) if b is None else zigzag(len(b)) + b
+
+
+def record(offset_delta, value, key=None, ts_delta=0, headers=()) -> bytes:
+    body = b"\x00" + zigzag(ts_delta) + zigzag(offset_delta) + field(key) + field(value)
+    body += zigzag(len(headers))
+    for hkey, hvalue in headers:
+        body += field(hkey.encode()) + field(hvalue)
+    return zigzag(len(body)) + body
+
+
+def assemble(
+    records: bytes,
+    count: int,
+    *,
+    attributes: int = 0,
+    base_offset: int = 0,
+    base_ts: int = TS,
+    max_ts: int | None = None,
+    last_offset_delta: int | None = None,
+    magic: int = 2,
+) -> bytes:
+    """A batch from an already encoded (and possibly compressed) records blob."""
+    lod = count - 1 if last_offset_delta is None else last_offset_delta
+    max_ts = base_ts if max_ts is None else max_ts
+    covered = struct.pack(">hiqqqhii", attributes, lod, base_ts, max_ts, -1, -1, -1, count)
+    covered += records
+    prefix = struct.pack(">qiibI", base_offset, len(covered) + 9, -1, magic, crc32c(covered))
+    return prefix + covered
+
+
+def records_blob(batch: bytes) -> bytes:
+    return batch[HEADER_SIZE:]
+
+
+# --- golden batches -------------------------------------------------------------
+
+
+def test_golden_record_with_key_and_header():
+    body = b"\x00" + b"\x00" + b"\x00" + b"\x02k" + b"\x0ahello" + b"\x02" + b"\x02h" + b"\x02v"
+    records = bytes([len(body) * 2]) + body
+    covered = struct.pack(">hiqqqhii", 0, 0, TS, TS, -1, -1, -1, 1) + records
+    expected = struct.pack(">qiibI", 0, 9 + len(covered), -1, 2, crc32c(covered)) + covered
+
+    built = build_batch([b"hello"], [b"k"], timestamp=TS, headers=[[("h", b"v")]])
+    assert built == expected
+    assert len(built) == HEADER_SIZE + len(records)
+
+
+def test_golden_keyless_fast_path():
+    records = (
+        b"\x16" + b"\x00\x00\x00\x01\x0ahello\x00" + b"\x16" + b"\x00\x00\x02\x01\x0aworld\x00"
+    )
+    covered = struct.pack(">hiqqqhii", 0, 1, TS, TS, 7, 3, 42, 2) + records
+    expected = struct.pack(">qiibI", 5, 9 + len(covered), -1, 2, crc32c(covered)) + covered
+
+    built = build_batch(
+        [b"hello", b"world"],
+        timestamp=TS,
+        base_offset=5,
+        producer_id=7,
+        producer_epoch=3,
+        base_sequence=42,
+    )
+    assert built == expected
+
+
+def test_hand_made_batch_decodes():
+    blob = record(0, b"v0", key=b"k0", ts_delta=5) + record(1, None, headers=[("a", None)])
+    batch = assemble(blob, 2, base_offset=100, max_ts=TS + 5)
+    assert decode_batch(batch) == [
+        Record(100, TS + 5, b"k0", b"v0", []),
+        Record(101, TS, None, None, [("a", None)]),
+    ]
+    assert decode_values(batch) == [b"v0", None]
+
+
+# --- round trips ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("codec", ALL_CODECS)
+def test_round_trip_all_fields(codec):
+    values = [b"plain", None, b"", b"x" * 300, b"\x00\xff" * 40, b"last"]
+    keys = [None, b"", b"key", b"k" * 200, None, b"\x80"]
+    headers = [[], [("h", None)], [("h1", b"v1"), ("h2", b"")], [("\u00e9t\u00e9", b"x")], [], []]
+    timestamps = [TS + 10, TS, TS + 5, TS - 3_600_000, TS + 99, TS + 1]
+    batch = build_batch(
+        values, keys, timestamps=timestamps, headers=headers, compression=codec, base_offset=7
+    )
+
+    header = check_batch(batch)
+    assert header.compression == codec
+    assert header.length == len(batch)
+    assert header.record_count == len(values)
+    assert header.last_offset_delta == len(values) - 1
+    assert header.base_timestamp == timestamps[0]
+    assert header.max_timestamp == max(timestamps)
+    assert header.timestamp_type == TimestampType.CREATE_TIME
+    assert not header.is_transactional and not header.is_control
+
+    expected = [
+        Record(7 + i, timestamps[i], keys[i], values[i], headers[i]) for i in range(len(values))
+    ]
+    assert decode_batch(batch) == expected
+    assert decode_values(batch) == values
+
+
+@pytest.mark.parametrize("codec", ALL_CODECS)
+def test_round_trip_keyless(codec):
+    values = [b"line %d" % i for i in range(3000)]
+    batch = build_batch(values, timestamp=TS, compression=codec)
+    assert decode_values(batch) == values
+    records = decode_batch(batch)
+    assert [r.offset for r in records] == list(range(3000))
+    assert {r.timestamp for r in records} == {TS}
+    assert all(r.key is None and r.headers == [] for r in records)
+
+
+def test_null_versus_empty_keys_and_values():
+    batch = build_batch([None, b"", b"v", None], [b"", None, None, b"k"], timestamp=TS)
+    records = decode_batch(batch)
+    assert [(r.key, r.value) for r in records] == [
+        (b"", None),
+        (None, b""),
+        (None, b"v"),
+        (b"k", None),
+    ]
+    assert decode_values(build_batch([None, b""], timestamp=TS)) == [None, b""]
+
+
+def test_default_timestamp_is_now():
+    before = int(time.time() * 1000)
+    header = read_header(build_batch([b"v"]))
+    assert before <= header.base_timestamp <= int(time.time() * 1000)
+
+
+def test_fast_and_general_encoders_agree():
+    values = [b"a" * n for n in (0, 1, 57, 58, 63, 64, 200, 8191, 8192, 9000)] * 20
+    fast = build_batch(values, timestamp=TS)
+    general = build_batch(values, [None] * len(values), timestamp=TS)  # keys force the general path
+    assert fast == general
+    assert fast == assemble(b"".join(record(i, v) for i, v in enumerate(values)), len(values))
+
+
+@pytest.mark.parametrize("codec", [Compression.NONE, Compression.ZSTD, Compression.LZ4])
+def test_large_batch(codec):
+    rng = random.Random(1)
+    sizes = [rng.choice((0, 1, 10, 63, 64, 100, 1000)) for _ in range(10_000)]
+    sizes[::1000] = [100_000] * 10
+    values = [bytes([i % 251]) * n for i, n in enumerate(sizes)]
+    batch = build_batch(values, timestamp=TS, compression=codec)
+    assert check_batch(batch).record_count == 10_000
+    assert decode_values(batch) == values
+    assert [r.value for r in decode_batch(batch)] == values
+
+
+# --- varints --------------------------------------------------------------------
+
+VARINT_CASES = [0, 1, -1, 63, -64, 64, -65, 8191, 8192, -8193, 2**31 - 1, -(2**31), 2**63 - 1]
+
+
+@pytest.mark.parametrize("n", VARINT_CASES)
+def test_varint_matches_reference_and_round_trips(n):
+    encoded = _encode_varint(n)
+    assert encoded == zigzag(n)
+    assert _read_varint(encoded + b"\xff", 0) == (n, len(encoded))
+
+
+def test_varint_known_encodings():
+    assert zigzag(-1) == _encode_varint(-1) == b"\x01"
+    assert _encode_varint(63) == b"\x7e"
+    assert _encode_varint(64) == b"\x80\x01"
+    assert _encode_varint(8191) == b"\xfe\x7f"
+    assert _encode_varint(8192) == b"\x80\x80\x01"
+    assert _encode_varint(2**31 - 1) == b"\xfe\xff\xff\xff\x0f"
+
+
+@pytest.mark.parametrize("size", [0, 63, 64, 8191, 8192, 70_000])
+def test_length_varint_boundaries(size):
+    value = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    for batch in (
+        build_batch([value, b"x", value], timestamp=TS),
+        build_batch([value, b"x"], [value, None], timestamp=TS),
+        build_batch([b"x", value], timestamps=[TS, TS + 2**40], headers=[[(" ", value)], []]),
+    ):
+        records = decode_batch(batch)
+        assert value in [r.value for r in records]
+        assert decode_values(batch) == [r.value for r in records]
+
+
+def test_decode_values_matches_decode_batch_on_odd_shapes():
+    rng = random.Random(7)
+    for _ in range(50):
+        n = rng.randint(1, 200)
+        values = [
+            rng.choice([None, b"", rng.randbytes(rng.choice((1, 60, 70, 9000)))]) for _ in range(n)
+        ]
+        keys = [rng.choice([None, b"", b"k" * rng.choice((1, 70))]) for _ in range(n)]
+        timestamps = [TS + rng.choice((0, 1, -1, 10**6, -(10**9))) for _ in range(n)]
+        headers = [rng.choice([[], [("h", None)]]) for _ in range(n)]
+        batch = build_batch(values, keys, timestamps=timestamps, headers=headers)
+        assert decode_values(batch) == [r.value for r in decode_batch(batch)] == values
+
+
+# --- with_base_offset -----------------------------------------------------------
+
+
+def test_with_base_offset_patches_only_offset_and_epoch():
+    batch = build_batch([b"a", b"b"], timestamp=TS)
+    patched = with_base_offset(batch, 1_000_000)
+    assert patched[8:] == batch[8:]
+    assert struct.unpack_from(">q", patched)[0] == 1_000_000
+    assert check_batch(patched).crc == check_batch(batch).crc
+    assert [r.offset for r in decode_batch(patched)] == [1_000_000, 1_000_001]
+
+    with_epoch = with_base_offset(batch, 5, leader_epoch=9)
+    assert with_epoch[8:12] == batch[8:12] and with_epoch[16:] == batch[16:]
+    header = check_batch(with_epoch)
+    assert (header.base_offset, header.partition_leader_epoch) == (5, 9)
+    assert isinstance(with_epoch, bytes)
+
+
+def test_with_base_offset_rejects_short_buffer():
+    with pytest.raises(InvalidRecord):
+        with_base_offset(b"\x00" * 20, 1)
+
+
+# --- check_batch ----------------------------------------------------------------
+
+
+def test_read_header_fields():
+    batch = build_batch([b"v"] * 3, timestamp=TS, producer_id=11, producer_epoch=2, base_sequence=8)
+    assert read_header(batch) == BatchHeader(
+        base_offset=0,
+        length=len(batch),
+        partition_leader_epoch=-1,
+        magic=2,
+        crc=struct.unpack_from(">I", batch, 17)[0],
+        attributes=0,
+        last_offset_delta=2,
+        base_timestamp=TS,
+        max_timestamp=TS,
+        producer_id=11,
+        producer_epoch=2,
+        base_sequence=8,
+        record_count=3,
+    )
+
+
+def test_check_batch_rejects_flipped_bytes():
+    batch = build_batch([b"hello", b"world"], [b"k", None], timestamp=TS)
+    for pos in range(21, len(batch)):  # everything the CRC covers
+        corrupt = bytearray(batch)
+        corrupt[pos] ^= 0x01
+        with pytest.raises(InvalidRecord):
+            check_batch(bytes(corrupt))
+    corrupt = bytearray(batch)
+    corrupt[17] ^= 0xFF  # the stored CRC itself
+    with pytest.raises(InvalidRecord, match="CRC"):
+        check_batch(bytes(corrupt))
+
+
+def test_check_batch_rejects_wrong_magic():
+    batch = bytearray(build_batch([b"v"], timestamp=TS))
+    batch[16] = 1
+    with pytest.raises(InvalidRecord, match="magic"):
+        check_batch(bytes(batch))
+    with pytest.raises(InvalidRecord, match="magic"):
+        check_batch(assemble(record(0, b"v"), 1, magic=0))
+
+
+def test_check_batch_rejects_truncation():
+    batch = build_batch([b"hello", b"world"], timestamp=TS)
+    for n in range(len(batch)):
+        with pytest.raises(InvalidRecord):
+            check_batch(batch[:n])
+
+
+def test_check_batch_rejects_bad_lengths():
+    batch = build_batch([b"v"], timestamp=TS)
+    too_long = batch[:8] + struct.pack(">i", len(batch)) + batch[12:]
+    with pytest.raises(InvalidRecord, match="truncated"):
+        check_batch(too_long)
+    too_short = batch[:8] + struct.pack(">i", 30) + batch[12:]
+    with pytest.raises(InvalidRecord, match="shorter"):
+        check_batch(too_short)
+    negative = batch[:8] + struct.pack(">i", -5) + batch[12:]
+    with pytest.raises(InvalidRecord):
+        check_batch(negative)
+
+
+def test_check_batch_rejects_inconsistent_counts_and_codec():
+    blob = record(0, b"a") + record(1, b"b")
+    with pytest.raises(InvalidRecord, match="last offset delta"):
+        check_batch(assemble(blob, 2, last_offset_delta=5))
+    with pytest.raises(InvalidRecord, match="last offset delta"):
+        check_batch(assemble(blob, -1))
+    with pytest.raises(InvalidRecord, match="compression"):
+        check_batch(assemble(blob, 2, attributes=6))
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"",
+        b"garbage",
+        b"\x00" * 61,
+        b"\xff" * 100,
+        bytes(range(256)),
+        random.Random(3).randbytes(500),
+    ],
+)
+def test_check_batch_rejects_garbage(garbage):
+    with pytest.raises(InvalidRecord):
+        check_batch(garbage)
+    with pytest.raises(InvalidRecord):
+        decode_batch(garbage)
+    with pytest.raises(InvalidRecord):
+        decode_values(garbage)
+
+
+def test_check_batch_at_position_and_memoryview():
+    first, second = build_batch([b"a"], timestamp=TS), build_batch([b"b", b"c"], timestamp=TS)
+    buf = first + second
+    assert check_batch(buf, len(first)).record_count == 2
+    assert decode_values(memoryview(buf), len(first)) == [b"b", b"c"]
+    assert decode_batch(bytearray(buf), len(first))[1].value == b"c"
+
+
+# --- split_batches / iter_records -----------------------------------------------
+
+
+def test_split_batches():
+    batches = [
+        build_batch([b"a"], timestamp=TS),
+        build_batch([b"b", b"c"], timestamp=TS, compression=Compression.GZIP),
+        build_batch([b"d"], [b"k"], timestamp=TS),
+    ]
+    joined = b"".join(batches)
+    assert split_batches(joined) == batches
+    assert split_batches(memoryview(joined)) == batches
+    assert split_batches(b"") == []
+    assert [r.value for r in iter_records([joined, batches[0]])] == [b"a", b"b", b"c", b"d", b"a"]
+
+
+@pytest.mark.parametrize("tail", [b"x", b"\x00" * 11, b"\x00" * 70])
+def test_split_batches_rejects_trailing_garbage(tail):
+    joined = build_batch([b"a"], timestamp=TS) + build_batch([b"b"], timestamp=TS)
+    with pytest.raises(InvalidRecord):
+        split_batches(joined + tail)
+    with pytest.raises(InvalidRecord):
+        split_batches(joined[:-1])  # partial last batch
+
+
+# --- record-level validation ----------------------------------------------------
+
+
+def test_record_count_disagreeing_with_content():
+    blob = record(0, b"a") + record(1, b"b")
+    for batch in (assemble(blob, 3), assemble(blob, 1), assemble(blob + b"\x00", 2)):
+        with pytest.raises(InvalidRecord):
+            decode_batch(batch)
+        with pytest.raises(InvalidRecord):
+            decode_values(batch)
+
+
+def test_offset_deltas_must_be_within_batch():
+    for delta in (-1, 2):
+        batch = assemble(record(0, b"a") + record(delta, b"b"), 2)
+        with pytest.raises(InvalidRecord, match="offset delta"):
+            decode_batch(batch)
+
+
+def test_bad_record_lengths_and_varints():
+    cases = [
+        zigzag(-5) + record(0, b"a")[1:],  # negative record length
+        zigzag(8) + record(0, b"a")[1:],  # record length disagrees with content
+        record(0, b"a")[:-1] + b"\x02",  # header count beyond the record
+        b"\x0e\x00" + b"\xff" * 11 + b"\x00",  # overlong varint
+        record(0, b"abc")[:5] + zigzag(-2) + b"abc\x00",  # key length -2
+        record(0, None, headers=[("\xff", b"v")]).replace(b"\xc3\xbf", b"\xff\xfe"),
+    ]
+    for blob in cases:
+        batch = assemble(blob, 1)
+        with pytest.raises(InvalidRecord):
+            decode_batch(batch)
+        with pytest.raises(InvalidRecord):
+            decode_values(batch)
+
+
+def test_fuzzed_records_raise_only_invalid_record():
+    rng = random.Random(11)
+    values = [b"value %d" % i for i in range(20)] + [b"v" * 100, None]
+    keys = [None] * 20 + [b"k", b""]
+    blob = records_blob(build_batch(values, keys, timestamp=TS, headers=[[]] * 21 + [[("h", b"")]]))
+    for _ in range(3000):
+        mutated = bytearray(blob)
+        for _ in range(rng.randint(1, 4)):
+            mutated[rng.randrange(len(mutated))] = rng.choice(
+                (0x00, 0x01, 0x7F, 0x80, 0xFF, rng.randrange(256))
+            )
+        if rng.random() < 0.3:
+            del mutated[rng.randrange(len(mutated)) :]
+        batch = assemble(bytes(mutated), len(values))  # valid CRC over corrupt records
+        for decode in (decode_batch, decode_values):
+            try:
+                decode(batch)
+            except InvalidRecord:
+                pass
+
+
+# --- compression specifics ------------------------------------------------------
+
+
+def test_snappy_raw_and_xerial_both_decode():
+    blob = b"".join(record(i, b"value %d" % i) for i in range(100))
+    raw = assemble(bytes(cramjam.snappy.compress_raw(blob)), 100, attributes=2)
+    chunks = [blob[:1000], blob[1000:]]
+    xerial = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
+    for chunk in chunks:
+        block = bytes(cramjam.snappy.compress_raw(chunk))
+        xerial += struct.pack(">i", len(block)) + block
+    xerial_batch = assemble(xerial, 100, attributes=2)
+    expected = [b"value %d" % i for i in range(100)]
+    assert decode_values(raw) == decode_values(xerial_batch) == expected
+    assert decode_batch(raw) == decode_batch(xerial_batch)
+
+
+def test_snappy_builds_xerial_framing():
+    batch = build_batch(
+        [b"x" * 50_000, b"y" * 50_000], timestamp=TS, compression=Compression.SNAPPY
+    )
+    blob = records_blob(batch)
+    assert blob.startswith(b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1))
+    assert decode_values(batch) == [b"x" * 50_000, b"y" * 50_000]
+
+
+def test_lz4_frame_has_independent_blocks():
+    blob = records_blob(build_batch([b"v" * 1000], timestamp=TS, compression=Compression.LZ4))
+    assert blob[:4] == b"\x04\x22\x4d\x18"  # LZ4 frame magic
+    assert blob[4] & 0x20  # the Java client only reads independent blocks
+
+
+@pytest.mark.parametrize("codec", [c for c in ALL_CODECS if c])
+def test_undecompressable_payload(codec):
+    batch = assemble(b"\x00not compressed at all" * 3, 1, attributes=int(codec))
+    with pytest.raises(InvalidRecord):
+        decode_batch(batch)
+    with pytest.raises(InvalidRecord):
+        decode_values(batch)
+
+
+# --- attributes -----------------------------------------------------------------
+
+
+def test_log_append_time_uses_max_timestamp():
+    blob = record(0, b"a", ts_delta=1) + record(1, b"b", ts_delta=2)
+    batch = assemble(blob, 2, attributes=0x08, max_ts=TS + 500)
+    assert read_header(batch).timestamp_type == TimestampType.LOG_APPEND_TIME
+    assert [r.timestamp for r in decode_batch(batch)] == [TS + 500, TS + 500]
+
+
+def test_control_batch():
+    batch = assemble(
+        record(0, b"\x00\x00\x00\x00\x00\x00", key=b"\x00\x00\x00\x00"), 1, attributes=0x30
+    )
+    header = check_batch(batch)
+    assert header.is_control and header.is_transactional
+    assert decode_values(batch) == []  # transaction markers are not data
+    assert len(decode_batch(batch)) == 1
+
+
+def test_compression_parse():
+    assert Compression.parse("zstd") is Compression.ZSTD
+    assert Compression.parse(" LZ4 ") is Compression.LZ4
+    assert Compression.parse("none") is Compression.NONE
+    with pytest.raises(ValueError, match="gzip"):
+        Compression.parse("brotli")
+
+
+def test_build_batch_argument_errors():
+    with pytest.raises(ValueError):
+        build_batch([])
+    with pytest.raises(ValueError, match="keys"):
+        build_batch([b"a", b"b"], [b"k"])
+    with pytest.raises(ValueError, match="headers"):
+        build_batch([b"a"], headers=[[], []])
+    with pytest.raises(ValueError, match="either"):
+        build_batch([b"a"], timestamp=1, timestamps=[1])
+
+
+# --- interoperability with kio's independent implementation -----------------------
+
+
+def test_interop_with_kio():
+    readers = pytest.importorskip("kio.records.readers")
+    writers = pytest.importorskip("kio.records.writers")
+    schema = pytest.importorskip("kio.records.schema")
+
+    ours = build_batch(
+        [b"v1", None, b"v" * 100],
+        [None, b"k", b""],
+        timestamps=[TS, TS + 1000, TS + 2000],
+        headers=[[("a", b"1")], [], [("b", None)]],
+        base_offset=40,
+    )
+    theirs, size = readers.read_batch(ours, 0)
+    assert size == len(ours)
+    assert [(r.offset, r.key, r.value) for r in theirs.records] == [
+        (40, None, b"v1"),
+        (41, b"k", None),
+        (42, b"", b"v" * 100),
+    ]
+    assert [len(r.headers) for r in theirs.records] == [1, 0, 1]
+
+    buf = io.BytesIO()
+    writers.write_new_batch(
+        buf,
+        schema.NewRecordBatch(
+            producer_id=-1,
+            producer_epoch=-1,
+            base_sequence=-1,
+            attributes=0,
+            records=tuple(
+                schema.Record(
+                    attributes=0,
+                    timestamp=r.timestamp,
+                    offset=r.offset,
+                    key=r.key,
+                    value=r.value,
+                    headers=r.headers,
+                )
+                for r in theirs.records
+            ),
+        ),
+    )
+    decoded = decode_batch(buf.getvalue())
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in decoded] == [
+        (40, TS, None, b"v1"),
+        (41, TS + 1000, b"k", None),
+        (42, TS + 2000, b"", b"v" * 100),
+    ]
