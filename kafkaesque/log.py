@@ -13,6 +13,7 @@ Layout per partition (all keys share the hash tag ``{topic:partition}``):
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 import uuid
@@ -23,12 +24,17 @@ import msgpack
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from kafkaesque.records import decode_batch
 from kafkaesque.scripts import Scripts
 
 DEFAULT_PAGE_SIZE = 4096
 MAX_TOPIC_NAME = 249
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
-_LAST_OFFSET_DELTA = slice(23, 27)  # within a RecordBatch v2 header
+# Fields of a RecordBatch v2 header
+_LAST_OFFSET_DELTA = slice(23, 27)
+_PRODUCER_ID = slice(43, 51)
+_PRODUCER_EPOCH = slice(51, 53)
+_BASE_SEQUENCE = slice(53, 57)
 
 
 class LogError(Exception):
@@ -49,6 +55,15 @@ class TopicExists(LogError):
 
 class UnknownTopic(LogError):
     """No such topic, or no such partition of it."""
+
+
+class ProducerFenced(LogError):
+    """An idempotent producer's batch out of sequence or from an old epoch; carries the
+    Kafka error code (OUT_OF_ORDER_SEQUENCE_NUMBER or INVALID_PRODUCER_EPOCH)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"producer sequence check failed (Kafka error {code})")
+        self.code = code
 
 
 def check_topic_name(name: str) -> None:
@@ -125,6 +140,12 @@ class ReadResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Appended:
+    base_offsets: list[int]  # one per batch, in order
+    log_start: int
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionState:
     log_start: int
     log_end: int
@@ -163,7 +184,7 @@ class Log:
 
     def _keys(self, topic: str, partition: int) -> list[str]:
         p = self._prefix(topic, partition)
-        return [p + "meta", p + "index", p + "stats"]
+        return [p + "meta", p + "index", p + "stats", p + "producers"]
 
     def channel(self, topic: str) -> str:
         """Pub/sub channel that carries "partition log_end" after every append."""
@@ -188,6 +209,32 @@ class Log:
             raise UnknownTopic(f"no such topic: {name}")
         return TopicConfig.unpack(name, data)
 
+    async def add_partitions(self, name: str, count: int) -> TopicConfig:
+        """Grow a topic to ``count`` partitions (never shrink, as in Kafka)."""
+        while True:
+            raw = await self.redis.get(self._config_key(name))
+            if raw is None:
+                raise UnknownTopic(f"no such topic: {name}")
+            config = TopicConfig.unpack(name, raw)
+            if count <= config.partitions:
+                raise InvalidConfig(
+                    f"topic {name} has {config.partitions} partitions; the new count must be larger"
+                )
+            grown = dataclasses.replace(config, partitions=count)
+            grown.validate()
+            metas = [self._keys(name, p)[0] for p in range(config.partitions, count)]
+            try:
+                await self.scripts.partitions(
+                    keys=[self._config_key(name), *metas],
+                    args=[raw, grown.pack(), grown.page_size, grown.ttl, grown.max_pages],
+                )
+                return grown
+            except ResponseError as exc:
+                if not str(exc).startswith("CONFLICT"):
+                    _raise_log_error(exc)
+                    raise
+                # Another client changed the topic between our read and write: read again.
+
     async def list_topics(self) -> list[str]:
         return sorted(n.decode() for n in await self.redis.smembers(self._topics_key))
 
@@ -203,18 +250,32 @@ class Log:
             _raise_log_error(exc)
 
     # -- partitions ---------------------------------------------------------------
-    async def append(self, topic: str, partition: int, batches: Sequence[bytes]) -> list[int]:
-        """Append checked RecordBatch v2 batches atomically; returns their base offsets."""
+    async def append(self, topic: str, partition: int, batches: Sequence[bytes]) -> Appended:
+        """Append checked RecordBatch v2 batches atomically; returns their base offsets.
+
+        Batches of idempotent producers (producer id >= 0) are sequence-checked: a retry of
+        one of a producer's last five batches returns its original offset and is not written
+        again; a gap or an old epoch raises ProducerFenced and writes nothing."""
         args: list[object] = [self._prefix(topic, partition), self.channel(topic)]
         for batch in batches:
-            args.append(int.from_bytes(batch[_LAST_OFFSET_DELTA], "big", signed=True) + 1)
-            args.append(batch)
-        keys = [*self._keys(topic, partition), self._gseq_key]
+            args += (
+                int.from_bytes(batch[_LAST_OFFSET_DELTA], "big", signed=True) + 1,
+                int.from_bytes(batch[_PRODUCER_ID], "big", signed=True),
+                int.from_bytes(batch[_PRODUCER_EPOCH], "big", signed=True),
+                int.from_bytes(batch[_BASE_SEQUENCE], "big", signed=True),
+                batch,
+            )
+        meta, index, stats, producers = self._keys(topic, partition)
         try:
-            return await self.scripts.append(keys=keys, args=args)
+            code, *result = await self.scripts.append(
+                keys=[meta, index, stats, self._gseq_key, producers], args=args
+            )
         except ResponseError as exc:
             _raise_log_error(exc)
             raise  # unreachable: keeps type checkers honest
+        if code:
+            raise ProducerFenced(code)
+        return Appended(result[1:], result[0])
 
     async def read(
         self,
@@ -223,13 +284,21 @@ class Log:
         offset: int,
         max_bytes: int = 1 << 20,
         max_records: int = 1 << 31,
+        min_one: bool = True,
     ) -> ReadResult:
-        """Whole batches from the one holding ``offset``, at least one if any exist."""
-        meta, index, _ = self._keys(topic, partition)
+        """Whole batches from the one holding ``offset`` within the limits; with ``min_one``
+        the first batch comes even when it alone exceeds them."""
+        meta, index, *_ = self._keys(topic, partition)
         try:
             status, start, end, epoch, *batches = await self.scripts.read(
                 keys=[meta, index],
-                args=[self._prefix(topic, partition), offset, max_bytes, max_records],
+                args=[
+                    self._prefix(topic, partition),
+                    offset,
+                    max_bytes,
+                    max_records,
+                    1 if min_one else 0,
+                ],
             )
         except ResponseError as exc:
             _raise_log_error(exc)
@@ -246,3 +315,23 @@ class Log:
             _raise_log_error(exc)
             raise
         return PartitionState(*values)
+
+    async def offset_for_timestamp(
+        self, topic: str, partition: int, timestamp: int
+    ) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after ``timestamp`` (ms) still in
+        Redis, or None when there is none (ListOffsets by time)."""
+        await self.state(topic, partition)  # raises UnknownTopic; applies retention
+        batch = await self.scripts.find_time(
+            keys=[self._keys(topic, partition)[1]], args=[self._prefix(topic, partition), timestamp]
+        )
+        if batch is None:
+            return None
+        for record in decode_batch(batch):
+            if record.timestamp >= timestamp:
+                return record.offset, record.timestamp
+        return None
+
+    async def new_producer_id(self) -> int:
+        """A producer id no other producer of this Redis has had."""
+        return await self.redis.incr(f"{self.ns}:producer_ids")

@@ -8,7 +8,7 @@ from importlib.resources import files
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
-SCRIPT_NAMES = ("create", "append", "read", "state", "delete")
+SCRIPT_NAMES = ("create", "append", "read", "state", "delete", "find_time", "partitions")
 
 
 @cache
@@ -30,3 +30,5 @@ class Scripts:
     read: AsyncScript
     state: AsyncScript
     delete: AsyncScript
+    find_time: AsyncScript
+    partitions: AsyncScript

@@ -41,7 +41,9 @@ def test_offsets_across_pages_and_rollover(make_log: Callable[[], Log]) -> None:
         await log.create_topic(TopicConfig("t", 1, page_size=10))
         bases = []
         for i in range(0, 50, 5):
-            bases += await log.append("t", 0, [batch(words(i, 3)), batch(words(i + 3, 2))])
+            bases += (
+                await log.append("t", 0, [batch(words(i, 3)), batch(words(i + 3, 2))])
+            ).base_offsets
         assert bases == [0, 3, 5, 8, 10, 13, 15, 18, 20, 23, 25, 28, 30, 33, 35, 38, 40, 43, 45, 48]
         state = await log.state("t", 0)
         assert (state.log_start, state.log_end, state.pages, state.records) == (0, 50, 5, 50)
@@ -59,8 +61,8 @@ def test_batch_larger_than_page_fills_and_closes_it(make_log: Callable[[], Log])
     async def scenario() -> None:
         log = make_log()
         await log.create_topic(TopicConfig("big", 1, page_size=4))
-        assert await log.append("big", 0, [batch(words(0, 9))]) == [0]
-        assert await log.append("big", 0, [batch(words(9, 1))]) == [9]
+        assert (await log.append("big", 0, [batch(words(0, 9))])).base_offsets == [0]
+        assert (await log.append("big", 0, [batch(words(9, 1))])).base_offsets == [9]
         state = await log.state("big", 0)
         assert (state.pages, state.log_end) == (2, 10)
         result = await log.read("big", 0, 5)
@@ -150,7 +152,7 @@ def test_concurrent_appenders_get_contiguous_unique_offsets(make_log: Callable[[
             assigned = []
             for i in range(20):
                 values = [b"%d-%d-%d" % (name, i, j) for j in range(1 + (name + i) % 4)]
-                [base] = await log.append("c", 0, [batch(values)])
+                [base] = (await log.append("c", 0, [batch(values)])).base_offsets
                 assigned += [(base + j, v) for j, v in enumerate(values)]
             return assigned
 

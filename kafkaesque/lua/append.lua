@@ -1,10 +1,13 @@
--- Append record batches to one partition: assign offsets and global sequence numbers,
--- patch each batch's baseOffset and partitionLeaderEpoch (both outside the CRC), roll
--- pages, apply retention. Returns the base offset of every batch.
--- KEYS[1] meta hash, KEYS[2] page index zset, KEYS[3] page stats hash, KEYS[4] global sequence
--- ARGV[1] key prefix of this partition, ARGV[2] notification channel,
--- then pairs (offset count, batch bytes)
-local meta, index, stats, gseq_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+-- Append record batches to one partition: check idempotent producers' sequence numbers,
+-- assign offsets and global sequence numbers, patch each batch's baseOffset and
+-- partitionLeaderEpoch (both outside the CRC), roll pages, apply retention.
+-- KEYS[1] meta hash, KEYS[2] page index zset, KEYS[3] page stats hash,
+-- KEYS[4] global sequence counter, KEYS[5] producer state hash
+-- ARGV[1] key prefix of this partition, ARGV[2] notification channel, then per batch:
+-- offset count, producer id, producer epoch, base sequence, batch bytes.
+-- Returns {0, log start offset, base offset per batch} or {Kafka error code}; on error
+-- nothing is written.
+local meta, index, stats, gseq_key, producers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local prefix = ARGV[1]
 local m = redis.call('HMGET', meta, 'end', 'page', 'page_records', 'page_bytes',
   'page_size', 'ttl', 'max_pages', 'epoch')
@@ -16,33 +19,109 @@ local page_records, page_bytes = tonumber(m[3]), tonumber(m[4])
 local page_size, ttl, max_pages = tonumber(m[5]), tonumber(m[6]), tonumber(m[7])
 local epoch = pack_uint(tonumber(m[8]), 4)
 
-local total = 0
-for i = 3, #ARGV, 2 do total = total + tonumber(ARGV[i]) end
-local gseq = redis.call('INCRBY', gseq_key, total) - total + 1
-
-local bases, appended_bytes = {}, 0
-for i = 3, #ARGV, 2 do
-  local count, batch = tonumber(ARGV[i]), ARGV[i + 1]
-  if page_records == 0 then
-    redis.call('ZADD', index, next_offset, page)
-  end
-  redis.call('RPUSH', page_key(prefix, page),
-    pack_uint(next_offset, 8) .. string.sub(batch, 9, 12) .. epoch .. string.sub(batch, 17))
-  redis.call('APPEND', batch_index_key(prefix, page), pack_uint(next_offset, 8) .. pack_uint(gseq, 8))
-  bases[#bases + 1] = next_offset
-  next_offset, gseq = next_offset + count, gseq + count
-  page_records, page_bytes = page_records + count, page_bytes + #batch
-  appended_bytes = appended_bytes + #batch
-  if page_records >= page_size then
-    -- Close the page: it is now immutable, gets the TTL, and counts towards max_pages.
-    redis.call('HSET', stats, page, page_records .. ' ' .. page_bytes)
-    if ttl > 0 then
-      redis.call('EXPIRE', page_key(prefix, page), ttl)
-      redis.call('EXPIRE', batch_index_key(prefix, page), ttl)
+-- Idempotent producers: state per producer id is "epoch first:last:offset ..." for its
+-- last 5 batches, as Kafka keeps. A retry of one of them is acknowledged with its original
+-- offset and not written again.
+local OUT_OF_ORDER_SEQUENCE, INVALID_PRODUCER_EPOCH, MAX_SEQ = 45, 47, 2147483648
+local states, bases, fresh = {}, {}, {}
+local function load(pid)
+  if states[pid] == nil then
+    local raw = redis.call('HGET', producers, pid)
+    local state = false
+    if raw then
+      state = {batches = {}}
+      for word in string.gmatch(raw, '%S+') do
+        if not state.epoch then
+          state.epoch = tonumber(word)
+        else
+          local f, l, o = string.match(word, '(%d+):(%d+):(%d+)')
+          state.batches[#state.batches + 1] = {tonumber(f), tonumber(l), tonumber(o)}
+        end
+      end
     end
-    page, page_records, page_bytes = page + 1, 0, 0
+    states[pid] = state
+  end
+  return states[pid]
+end
+
+local n = 0
+for i = 3, #ARGV, 5 do
+  n = n + 1
+  local count, pid = tonumber(ARGV[i]), ARGV[i + 1]
+  fresh[n] = true
+  if pid ~= '-1' then
+    local pepoch, first = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+    local last = (first + count - 1) % MAX_SEQ
+    local state = load(pid)
+    if state and pepoch < state.epoch then return {INVALID_PRODUCER_EPOCH} end
+    if state and pepoch == state.epoch then
+      for _, b in ipairs(state.batches) do
+        if b[1] == first and b[2] == last and b[3] >= 0 then
+          bases[n], fresh[n] = b[3], false
+        end
+      end
+      if fresh[n] then
+        local newest = state.batches[#state.batches]
+        local expected = newest and (newest[2] + 1) % MAX_SEQ or 0
+        if first ~= expected then return {OUT_OF_ORDER_SEQUENCE} end
+      end
+    else
+      -- A new producer, or a new epoch of one, starts at sequence 0.
+      if first ~= 0 then return {OUT_OF_ORDER_SEQUENCE} end
+      state = {epoch = pepoch, batches = {}}
+      states[pid] = state
+    end
+    if fresh[n] then
+      state.batches[#state.batches + 1] = {first, last, -1, n}
+      if #state.batches > 5 then table.remove(state.batches, 1) end
+    end
   end
 end
+
+local total = 0
+for i = 3, #ARGV, 5 do total = total + tonumber(ARGV[i]) end
+local gseq = redis.call('INCRBY', gseq_key, total) - total + 1
+
+local appended_bytes = 0
+n = 0
+for i = 3, #ARGV, 5 do
+  n = n + 1
+  local count, batch = tonumber(ARGV[i]), ARGV[i + 4]
+  if fresh[n] then
+    if page_records == 0 then
+      redis.call('ZADD', index, next_offset, page)
+    end
+    redis.call('RPUSH', page_key(prefix, page),
+      pack_uint(next_offset, 8) .. string.sub(batch, 9, 12) .. epoch .. string.sub(batch, 17))
+    redis.call('APPEND', batch_index_key(prefix, page),
+      pack_uint(next_offset, 8) .. pack_uint(gseq, 8))
+    bases[n] = next_offset
+    next_offset, gseq = next_offset + count, gseq + count
+    page_records, page_bytes = page_records + count, page_bytes + #batch
+    appended_bytes = appended_bytes + #batch
+    if page_records >= page_size then
+      -- Close the page: it is now immutable, gets the TTL, and counts towards max_pages.
+      redis.call('HSET', stats, page, page_records .. ' ' .. page_bytes)
+      if ttl > 0 then
+        redis.call('EXPIRE', page_key(prefix, page), ttl)
+        redis.call('EXPIRE', batch_index_key(prefix, page), ttl)
+      end
+      page, page_records, page_bytes = page + 1, 0, 0
+    end
+  end
+end
+
+for pid, state in pairs(states) do
+  if state then
+    local words = {state.epoch}
+    for _, b in ipairs(state.batches) do
+      local offset = b[3] >= 0 and b[3] or bases[b[4]]
+      words[#words + 1] = b[1] .. ':' .. b[2] .. ':' .. offset
+    end
+    redis.call('HSET', producers, pid, table.concat(words, ' '))
+  end
+end
+
 redis.call('HSET', meta, 'end', next_offset, 'page', page, 'page_records', page_records,
   'page_bytes', page_bytes)
 redis.call('HINCRBY', meta, 'bytes', appended_bytes)
@@ -52,5 +131,7 @@ redis.call('HINCRBY', meta, 'bytes', appended_bytes)
 local closed = redis.call('ZCARD', index) - (page_records > 0 and 1 or 0)
 local start = trim_index(index, stats, prefix, page, closed, max_pages, next_offset)
 redis.call('HSET', meta, 'start', start)
-redis.call('PUBLISH', ARGV[2], next_offset)
+if appended_bytes > 0 then redis.call('PUBLISH', ARGV[2], next_offset) end
+table.insert(bases, 1, start)
+table.insert(bases, 1, 0)
 return bases

@@ -1,11 +1,12 @@
 -- Read whole batches of one partition from the batch holding ARGV[2] onwards.
 -- KEYS[1] meta hash, KEYS[2] page index zset
--- ARGV: key prefix, offset, max_bytes, max_records
+-- ARGV: key prefix, offset, max_bytes, max_records, min_one (1: return the first batch
+-- even when it exceeds the limits, as Kafka does for the first partition of a fetch, KIP-74)
 -- Returns {status, log start, log end, leader epoch, batch...}; status 0 = ok,
 -- 1 = offset below the log start, 2 = offset past the log end.
--- The first batch is returned even when larger than max_bytes (as Kafka does, KIP-74).
 local prefix = ARGV[1]
 local offset, max_bytes, max_records = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local min_one = ARGV[5] == '1'
 local m = redis.call('HMGET', KEYS[1], 'end', 'epoch')
 if not m[1] then
   return redis.error_reply('UNKNOWN_TOPIC_OR_PARTITION no such topic or partition')
@@ -27,7 +28,7 @@ end
 if offset < start then return {1, start, log_end, epoch} end
 if offset > log_end then return {2, start, log_end, epoch} end
 local result = {0, start, log_end, epoch}
-if offset == log_end then return result end
+if offset == log_end or (max_bytes <= 0 and not min_one) then return result end
 
 local found = redis.call('ZREVRANGEBYSCORE', KEYS[2], offset, '-inf', 'LIMIT', 0, 1)
 local page = tonumber(found[1])
@@ -45,7 +46,8 @@ local bytes, records, pos, chunk = 0, 0, lo, 64
 while true do
   local batches = redis.call('LRANGE', page_key(prefix, page), pos, pos + chunk - 1)
   for _, batch in ipairs(batches) do
-    if #result > 4 and (bytes + #batch > max_bytes or records >= max_records) then
+    local must = min_one and #result == 4
+    if not must and (bytes + #batch > max_bytes or records >= max_records) then
       return result
     end
     result[#result + 1] = batch

@@ -1,0 +1,1 @@
+"""Kafka wire-protocol front end for kafkaesque (asyncio)."""

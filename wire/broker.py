@@ -1,0 +1,64 @@
+"""The broker's shared state and the dispatch table of API handlers."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kafkaesque.log import Log
+from wire.notify import AppendNotifier
+from wire.protocol import Request
+
+Handler = Callable[["Broker", Request], Awaitable[Any]]
+
+# api key -> (min version, max version, handler). The ranges are chosen so the clients we
+# test (librdkafka, kafka-python, aiokafka, kafkajs) each land on a version we implement;
+# see README.txt. Handlers register themselves with @api(...).
+HANDLERS: dict[int, tuple[int, int, Handler]] = {}
+
+
+def api(api_key: int, min_version: int, max_version: int) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        HANDLERS[api_key] = (min_version, max_version, fn)
+        return fn
+
+    return register
+
+
+@dataclass(slots=True)
+class BrokerConfig:
+    host: str = "127.0.0.1"  # advertised host: an IPv4 literal, see README
+    port: int = 9092
+    node_id: int = 0
+    auto_create_topics: bool = True
+    default_partitions: int = 1
+    max_message_bytes: int = 1024 * 1024 + 12  # Kafka's message.max.bytes default
+
+
+class Broker:
+    def __init__(self, log: Log, config: BrokerConfig) -> None:
+        self.log = log
+        self.config = config
+        self.notifier = AppendNotifier(log)
+        self.cluster_id = ""
+
+    async def start(self) -> None:
+        self.cluster_id = await self._cluster_id()
+        self.notifier.start()
+
+    async def stop(self) -> None:
+        await self.notifier.stop()
+
+    async def _cluster_id(self) -> str:
+        """One id per Redis, shared by every broker process on it (22 chars, as Kafka's)."""
+        key = f"{self.log.ns}:cluster_id"
+        fresh = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        await self.log.redis.set(key, fresh, nx=True)
+        return (await self.log.redis.get(key)).decode()
+
+    @staticmethod
+    def supported() -> dict[int, tuple[int, int]]:
+        return {key: (lo, hi) for key, (lo, hi, _) in HANDLERS.items()}

@@ -1,0 +1,103 @@
+"""Fetch: whole batches as stored, long-polling until min_bytes arrive or max_wait passes."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kafkaesque.log import UnknownTopic
+from wire.broker import Broker, api
+from wire.handlers.metadata import NO_THROTTLE
+from wire.protocol import Request, build, response_schema, schema_class
+
+
+async def read_partition(
+    broker: Broker, topic: str, part: Any, limit: int, min_one: bool
+) -> tuple[ErrorCode, int, int, list[bytes]]:
+    """(error, high watermark, log start, batches) for one partition of a fetch."""
+    try:
+        result = await broker.log.read(
+            topic, part.partition, part.fetch_offset, limit, min_one=min_one
+        )
+    except UnknownTopic:
+        return ErrorCode.unknown_topic_or_partition, -1, -1, []
+    leader_epoch = getattr(part, "current_leader_epoch", -1)
+    if leader_epoch >= 0 and leader_epoch != result.leader_epoch:
+        error = (
+            ErrorCode.fenced_leader_epoch
+            if leader_epoch < result.leader_epoch
+            else ErrorCode.unknown_leader_epoch
+        )
+        return error, result.log_end, result.log_start, []
+    if result.below_start or result.past_end:
+        return ErrorCode.offset_out_of_range, result.log_end, result.log_start, []
+    return ErrorCode.none, result.log_end, result.log_start, result.batches
+
+
+async def read_all(broker: Broker, body: Any) -> tuple[dict[tuple[str, int], tuple], int, bool]:
+    """Read every requested partition within max_bytes; (results, bytes, any error)."""
+    results: dict[tuple[str, int], tuple] = {}
+    remaining, total, failed = body.max_bytes, 0, False
+    for t in body.topics:
+        for part in t.partitions:
+            limit = min(part.partition_max_bytes, remaining)
+            # KIP-74: the first batch of the response comes even when over the limits.
+            outcome = await read_partition(broker, t.topic, part, limit, min_one=total == 0)
+            size = sum(map(len, outcome[3]))
+            total += size
+            remaining -= size
+            failed = failed or outcome[0] != ErrorCode.none
+            results[t.topic, part.partition] = outcome
+    return results, total, failed
+
+
+@api(1, 4, 11)
+async def fetch(broker: Broker, request: Request) -> Any:
+    body = request.body
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + body.max_wait.total_seconds()
+    topics = {t.topic for t in body.topics}
+    while True:
+        # Registered before reading, so an append racing with the read still wakes us.
+        waiter = broker.notifier.waiter(topics)
+        try:
+            results, total, failed = await read_all(broker, body)
+            timeout = deadline - loop.time()
+            if total >= body.min_bytes or failed or timeout <= 0:
+                break
+            done, _ = await asyncio.wait({waiter}, timeout=timeout)
+            if not done:
+                break  # nothing was appended: what we read is still current
+        finally:
+            broker.notifier.discard(waiter, topics)
+    schema = response_schema(1, request.api_version)
+    topic_class = schema_class(schema, "FetchableTopicResponse")
+    partition_class = schema_class(schema, "PartitionData")
+    responses = []
+    for t in body.topics:
+        partitions = []
+        for part in t.partitions:
+            error, high_watermark, log_start, batches = results[t.topic, part.partition]
+            partitions.append(
+                build(
+                    partition_class,
+                    partition_index=part.partition,
+                    error_code=error,
+                    high_watermark=high_watermark,
+                    last_stable_offset=high_watermark,  # no transactions: all is stable
+                    log_start_offset=log_start,
+                    aborted_transactions=(),
+                    preferred_read_replica=-1,
+                    records=b"".join(batches),
+                )
+            )
+        responses.append(build(topic_class, topic=t.topic, partitions=tuple(partitions)))
+    return build(
+        schema,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        session_id=0,  # no incremental fetch sessions: clients keep sending full fetches
+        responses=tuple(responses),
+    )

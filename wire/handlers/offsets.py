@@ -1,0 +1,81 @@
+"""ListOffsets (earliest, latest, by timestamp) and InitProducerId."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kafkaesque.log import UnknownTopic
+from wire.broker import Broker, api
+from wire.handlers.metadata import NO_THROTTLE
+from wire.protocol import Request, build, response_schema, schema_class
+
+log = logging.getLogger(__name__)
+
+LATEST, EARLIEST = -1, -2
+
+
+async def find_offset(
+    broker: Broker, topic: str, partition: int, timestamp: int
+) -> tuple[ErrorCode, int, int]:
+    """(error, offset, timestamp) for one ListOffsets partition."""
+    try:
+        if timestamp in (LATEST, EARLIEST):
+            state = await broker.log.state(topic, partition)
+            return ErrorCode.none, state.log_end if timestamp == LATEST else state.log_start, -1
+        found = await broker.log.offset_for_timestamp(topic, partition, timestamp)
+    except UnknownTopic:
+        return ErrorCode.unknown_topic_or_partition, -1, -1
+    if found is None:
+        return ErrorCode.none, -1, -1  # no record at or after that time, as Kafka answers
+    return ErrorCode.none, found[0], found[1]
+
+
+@api(2, 1, 2)
+async def list_offsets(broker: Broker, request: Request) -> Any:
+    schema = response_schema(2, request.api_version)
+    topic_class = schema_class(schema, "ListOffsetsTopicResponse")
+    partition_class = schema_class(schema, "ListOffsetsPartitionResponse")
+    topics = []
+    for t in request.body.topics:
+        partitions = []
+        for p in t.partitions:
+            error, offset, timestamp = await find_offset(
+                broker, t.name, p.partition_index, p.timestamp
+            )
+            partitions.append(
+                build(
+                    partition_class,
+                    partition_index=p.partition_index,
+                    error_code=error,
+                    timestamp=timestamp,
+                    offset=offset,
+                )
+            )
+        topics.append(build(topic_class, name=t.name, partitions=tuple(partitions)))
+    return build(schema, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+@api(22, 0, 0)
+async def init_producer_id(broker: Broker, request: Request) -> Any:
+    schema = response_schema(22, request.api_version)
+    if request.body.transactional_id is not None:
+        # Transactions are not implemented (and their APIs are not advertised).
+        log.info("refusing transactional producer %r", request.body.transactional_id)
+        return build(
+            schema,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.invalid_request,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+    producer_id = await broker.log.new_producer_id()
+    return build(
+        schema,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        producer_id=producer_id,
+        producer_epoch=0,
+    )

@@ -1,0 +1,47 @@
+"""Prometheus metrics of the front end: requests and latency per API, bytes, connections."""
+
+from __future__ import annotations
+
+from kio.schema.index import api_key_map
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+
+def api_name(api_key: int) -> str:
+    return api_key_map.get(api_key, str(api_key))
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "kafkaesque_requests", "Requests handled", ["api"], registry=self.registry
+        )
+        self.errors = Counter(
+            "kafkaesque_request_failures",
+            "Requests that closed the connection (malformed, unsupported, failed)",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "kafkaesque_request_seconds",
+            "Time from a request's arrival to its response being queued",
+            ["api"],
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+            registry=self.registry,
+        )
+        self.bytes_in = Counter(
+            "kafkaesque_received_bytes", "Request bytes received", registry=self.registry
+        )
+        self.bytes_out = Counter(
+            "kafkaesque_sent_bytes", "Response bytes sent", registry=self.registry
+        )
+        self.connections = Gauge(
+            "kafkaesque_connections", "Open client connections", registry=self.registry
+        )
+        self.connections_total = Counter(
+            "kafkaesque_accepted_connections", "Client connections accepted", registry=self.registry
+        )
+
+    def serve(self, host: str, port: int) -> None:
+        """Expose /metrics over HTTP from a background thread."""
+        start_http_server(port, addr=host, registry=self.registry)

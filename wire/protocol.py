@@ -1,0 +1,137 @@
+"""Framing and (de)serialisation of Kafka requests and responses, without I/O.
+
+Requests are parsed with kio's compiled readers; responses are kio entities written with
+kio's writers. The header versions come from each schema (``__header_schema__``), which
+encodes the protocol's rules: request header v2 and response header v1 for flexible
+versions, except that ApiVersions responses always use header v0 so a client can read
+them before it knows which versions the broker speaks.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass, fields
+from functools import cache
+from typing import Any
+
+from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import SerialError
+
+# Kafka's socket.request.max.bytes default: larger frames are refused before reading them.
+MAX_REQUEST_SIZE = 100 * 1024 * 1024
+_SIZE = struct.Struct(">i")
+_HEADER_PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id
+
+
+class MalformedRequest(Exception):
+    """A frame that cannot be parsed: the connection is closed, as Kafka does."""
+
+
+class UnsupportedVersion(Exception):
+    def __init__(self, api_key: int, api_version: int, correlation_id: int) -> None:
+        super().__init__(f"api key {api_key} version {api_version} is not supported")
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any  # the kio request entity
+    size: int  # bytes of the frame, for metrics
+
+
+def peek_header(frame: bytes) -> tuple[int, int, int]:
+    """api key, api version and correlation id: the part of every header that never changes."""
+    if len(frame) < _HEADER_PREFIX.size:
+        raise MalformedRequest(f"frame of {len(frame)} bytes is shorter than a request header")
+    return _HEADER_PREFIX.unpack_from(frame)
+
+
+@cache
+def _reader(cls: type) -> Any:
+    return entity_reader(cls)
+
+
+@cache
+def _writer(cls: type) -> Any:
+    return entity_writer(cls)
+
+
+@cache
+def request_schema(api_key: int, api_version: int) -> type | None:
+    try:
+        return load_request_schema(api_key, api_version)
+    except (UnknownEntity, UnknownAPIKey):
+        return None
+
+
+@cache
+def response_schema(api_key: int, api_version: int) -> type:
+    return load_response_schema(api_key, api_version)
+
+
+def parse_request(frame: bytes, supported: dict[int, tuple[int, int]]) -> Request:
+    """Parse one frame (without its size prefix). Raises UnsupportedVersion for an api key or
+    version not in ``supported`` (api key -> (min, max)), MalformedRequest for bad bytes."""
+    api_key, api_version, correlation_id = peek_header(frame)
+    low, high = supported.get(api_key, (0, -1))
+    schema = request_schema(api_key, api_version) if low <= api_version <= high else None
+    if schema is None:
+        raise UnsupportedVersion(api_key, api_version, correlation_id)
+    try:
+        header, used = _reader(schema.__header_schema__)(frame, 0)
+        body, body_size = _reader(schema)(frame, used)
+    except (SerialError, KeyError, ValueError, TypeError) as exc:
+        # kio raises KeyError for an unknown tagged field.
+        raise MalformedRequest(f"cannot parse {schema.__name__}: {exc!r}") from exc
+    if used + body_size != len(frame):
+        raise MalformedRequest(
+            f"{schema.__name__}: {len(frame) - used - body_size} trailing bytes in the frame"
+        )
+    return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame))
+
+
+def encode_response(correlation_id: int, response: Any) -> bytes:
+    """A size-prefixed response frame for a kio response entity."""
+    header_schema = type(response).__header_schema__
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    _writer(header_schema)(buf, header_schema(correlation_id=correlation_id))
+    _writer(type(response))(buf, response)
+    out = buf.getbuffer()
+    _SIZE.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
+
+
+def api_versions_fallback(correlation_id: int, supported: dict[int, tuple[int, int]]) -> bytes:
+    """UNSUPPORTED_VERSION for an ApiVersions version we do not know, as a v0 body with our
+    ranges, so any client can read it and retry with a version we speak (KIP-511)."""
+    body = struct.pack(">ihi", correlation_id, 35, len(supported))
+    body += b"".join(struct.pack(">hhh", k, lo, hi) for k, (lo, hi) in sorted(supported.items()))
+    return _SIZE.pack(len(body)) + body
+
+
+def build(cls: type, **values: Any) -> Any:
+    """A kio entity from the fields this version has; values for other versions are dropped,
+    so one handler serves every version of its API."""
+    names = _field_names(cls)
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+@cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
+
+
+def schema_class(schema: type, name: str) -> type:
+    """A nested entity class (e.g. MetadataResponseTopic) of the same version as ``schema``."""
+    import sys
+
+    return getattr(sys.modules[schema.__module__], name)

@@ -1,0 +1,142 @@
+"""The asyncio server: connections, framing, in-order responses, dispatch by api key."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+
+from wire.broker import HANDLERS, Broker, BrokerConfig
+from wire.metrics import Metrics, api_name
+from wire.protocol import (
+    MAX_REQUEST_SIZE,
+    MalformedRequest,
+    UnsupportedVersion,
+    api_versions_fallback,
+    encode_response,
+    parse_request,
+)
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_GRACE = 10.0  # seconds in-flight requests get to finish on SIGTERM
+API_VERSIONS = 18
+
+
+class Server:
+    def __init__(self, broker: Broker, host: str, port: int, metrics: Metrics | None = None):
+        self.broker = broker
+        self.host = host
+        self.port = port
+        self.metrics = metrics or Metrics()
+        self._server: asyncio.Server | None = None
+        self._idle: dict[asyncio.StreamWriter, bool] = {}  # connection -> waiting for a request
+        self._stopping = False
+
+    async def start(self) -> None:
+        await self.broker.start()
+        self._server = await asyncio.start_server(self._connection, self.host, self.port)
+        if self.port == 0:
+            self.port = self._server.sockets[0].getsockname()[1]
+
+    async def serve(self) -> None:
+        """Serve until SIGTERM or SIGINT, then shut down gracefully."""
+        await self.start()
+        log.info("kafkaesque broker listening on %s:%d", self.host, self.port)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await self.shutdown()
+
+    async def shutdown(self) -> None:
+        """Stop accepting, let in-flight requests finish, close connections."""
+        self._stopping = True
+        if self._server is not None:
+            self._server.close()
+        self.broker.notifier.wake_all()  # long-polling fetches answer now
+        for writer, idle in list(self._idle.items()):
+            if idle:
+                writer.close()
+        deadline = time.monotonic() + SHUTDOWN_GRACE
+        while self._idle and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        for writer in list(self._idle):
+            writer.close()
+        await self.broker.stop()
+        log.info("stopped")
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        self._idle[writer] = True
+        self.metrics.connections.inc()
+        self.metrics.connections_total.inc()
+        supported = self.broker.supported()
+        try:
+            while not self._stopping:
+                self._idle[writer] = True
+                size = int.from_bytes(await reader.readexactly(4), "big", signed=True)
+                self._idle[writer] = False
+                if not 0 < size <= MAX_REQUEST_SIZE:
+                    raise MalformedRequest(f"request size {size} out of range")
+                frame = await reader.readexactly(size)
+                started = time.perf_counter()
+                self.metrics.bytes_in.inc(size + 4)
+                try:
+                    request = parse_request(frame, supported)
+                except UnsupportedVersion as exc:
+                    if exc.api_key != API_VERSIONS:
+                        raise
+                    response_bytes = api_versions_fallback(exc.correlation_id, supported)
+                else:
+                    handler = HANDLERS[request.api_key][2]
+                    response = await handler(self.broker, request)
+                    name = api_name(request.api_key)
+                    self.metrics.requests.labels(name).inc()
+                    self.metrics.latency.labels(name).observe(time.perf_counter() - started)
+                    if response is None:  # acks=0 produce: no response at all
+                        continue
+                    response_bytes = encode_response(request.correlation_id, response)
+                writer.write(response_bytes)
+                self.metrics.bytes_out.inc(len(response_bytes))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the client closed the connection
+        except (MalformedRequest, UnsupportedVersion) as exc:
+            log.warning("closing connection from %s: %s", peer, exc)
+            self.metrics.errors.labels(type(exc).__name__).inc()
+        except Exception:
+            log.exception("closing connection from %s after an internal error", peer)
+            self.metrics.errors.labels("internal").inc()
+        finally:
+            self._idle.pop(writer, None)
+            self.metrics.connections.dec()
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+
+async def run(
+    redis_url: str,
+    host: str,
+    port: int,
+    config: BrokerConfig,
+    metrics_address: tuple[str, int] | None = None,
+) -> None:
+    """Run a broker until SIGTERM/SIGINT: the `kafkaesque serve` command."""
+    import redis.asyncio
+
+    import wire.handlers  # noqa: F401  (registers the API handlers)
+    from kafkaesque.log import Log
+
+    client = redis.asyncio.Redis.from_url(redis_url, socket_connect_timeout=5)
+    await client.ping()
+    metrics = Metrics()
+    if metrics_address is not None:
+        metrics.serve(*metrics_address)
+    server = Server(Broker(Log(client), config), host, port, metrics)
+    await server.serve()
+    await client.aclose()
