@@ -7,7 +7,15 @@ from collections.abc import Callable
 
 import pytest
 
-from kafkaesque.log import InvalidConfig, InvalidTopic, Log, TopicConfig, TopicExists, UnknownTopic
+from kafkaesque.log import (
+    InvalidConfig,
+    InvalidTopic,
+    Log,
+    ProducerFenced,
+    TopicConfig,
+    TopicExists,
+    UnknownTopic,
+)
 from kafkaesque.records import build_batch, check_batch, decode_batch, read_header
 
 
@@ -230,5 +238,88 @@ def test_delete_removes_every_key(make_log: Callable[[], Log]) -> None:
             await log.delete_topic("gone")
         await log.create_topic(TopicConfig("gone", 1))  # the name is free again
         assert (await log.read("gone", 0, 0)).log_end == 0
+
+    asyncio.run(scenario())
+
+
+def producer_batch(values: list[bytes], pid: int, epoch: int, seq: int) -> bytes:
+    return build_batch(
+        values, timestamp=1, producer_id=pid, producer_epoch=epoch, base_sequence=seq
+    )
+
+
+def test_idempotent_producer_retries_are_not_written_twice(make_log: Callable[[], Log]) -> None:
+    async def scenario() -> None:
+        log = make_log()
+        await log.create_topic(TopicConfig("idem", 1))
+        pid = await log.new_producer_id()
+        first = producer_batch(words(0, 3), pid, 0, 0)
+        second = producer_batch(words(3, 2), pid, 0, 3)
+        assert (await log.append("idem", 0, [first])).base_offsets == [0]
+        assert (await log.append("idem", 0, [second])).base_offsets == [3]
+        # A retry of either of the last batches is acknowledged with its original offset.
+        assert (await log.append("idem", 0, [first])).base_offsets == [0]
+        assert (await log.append("idem", 0, [second])).base_offsets == [3]
+        assert (await log.state("idem", 0)).log_end == 5
+        # A gap in the sequence, or an old epoch, is refused and writes nothing.
+        with pytest.raises(ProducerFenced) as gap:
+            await log.append("idem", 0, [producer_batch(words(9, 1), pid, 0, 9)])
+        assert gap.value.code == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert (
+            await log.append("idem", 0, [producer_batch(words(5, 1), pid, 1, 0)])
+        ).base_offsets == [5]
+        with pytest.raises(ProducerFenced) as old:
+            await log.append("idem", 0, [producer_batch(words(6, 1), pid, 0, 5)])
+        assert old.value.code == 47  # INVALID_PRODUCER_EPOCH
+        # A new epoch must start at sequence 0.
+        with pytest.raises(ProducerFenced):
+            await log.append("idem", 0, [producer_batch(words(6, 1), pid, 2, 4)])
+        assert await read_all(log, "idem") == list(enumerate(words(0, 6)))
+        # Plain producers are never sequence-checked.
+        assert (await log.append("idem", 0, [batch(words(0, 1))] * 2)).base_offsets == [6, 7]
+
+    asyncio.run(scenario())
+
+
+def test_add_partitions_grows_and_never_shrinks(make_log: Callable[[], Log]) -> None:
+    async def scenario() -> None:
+        log = make_log()
+        await log.create_topic(TopicConfig("grow", 2, page_size=9))
+        grown = await log.add_partitions("grow", 5)
+        assert (await log.topic("grow")) == grown and grown.partitions == 5 and grown.page_size == 9
+        assert (await log.append("grow", 4, [batch(words(0, 2))])).base_offsets == [0]
+        with pytest.raises(InvalidConfig):
+            await log.add_partitions("grow", 5)
+        with pytest.raises(UnknownTopic):
+            await log.add_partitions("nope", 3)
+
+    asyncio.run(scenario())
+
+
+def test_offset_for_timestamp_finds_first_record_at_or_after(make_log: Callable[[], Log]) -> None:
+    async def scenario() -> None:
+        log = make_log()
+        await log.create_topic(TopicConfig("time", 1, page_size=4))
+        for i in range(5):
+            stamps = [1000 * i + 10 * j for j in range(3)]
+            await log.append("time", 0, [build_batch(words(3 * i, 3), timestamps=stamps)])
+        assert await log.offset_for_timestamp("time", 0, 0) == (0, 0)
+        assert await log.offset_for_timestamp("time", 0, 2015) == (8, 2020)
+        assert await log.offset_for_timestamp("time", 0, 2021) == (9, 3000)
+        assert await log.offset_for_timestamp("time", 0, 4020) == (14, 4020)
+        assert await log.offset_for_timestamp("time", 0, 4021) is None
+
+    asyncio.run(scenario())
+
+
+def test_read_without_min_one_reports_offsets_only(make_log: Callable[[], Log]) -> None:
+    async def scenario() -> None:
+        log = make_log()
+        await log.create_topic(TopicConfig("m1", 1))
+        await log.append("m1", 0, [batch([b"x" * 100])])
+        result = await log.read("m1", 0, 0, max_bytes=0, min_one=False)
+        assert (result.batches, result.log_end) == ([], 1)
+        assert len((await log.read("m1", 0, 0, max_bytes=10, min_one=True)).batches) == 1
+        assert (await log.read("m1", 0, 0, max_bytes=10, min_one=False)).batches == []
 
     asyncio.run(scenario())

@@ -20,6 +20,7 @@ class AppendNotifier:
         self._log = kafkaesque_log
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._task: asyncio.Task[None] | None = None
+        self.closed = False  # shutting down: fetches answer with what they have
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._listen(), name="append-notifier")
@@ -53,7 +54,9 @@ class AppendNotifier:
             if not future.done():
                 future.set_result(None)
 
-    def wake_all(self) -> None:
+    def close(self) -> None:
+        """Wake every waiting fetch for good: the broker is shutting down."""
+        self.closed = True
         for topic in list(self._waiters):
             self.notify(topic)
 

@@ -57,7 +57,7 @@ class Server:
         self._stopping = True
         if self._server is not None:
             self._server.close()
-        self.broker.notifier.wake_all()  # long-polling fetches answer now
+        self.broker.notifier.close()  # long-polling fetches answer now
         for writer, idle in list(self._idle.items()):
             if idle:
                 writer.close()

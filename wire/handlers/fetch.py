@@ -65,7 +65,7 @@ async def fetch(broker: Broker, request: Request) -> Any:
         try:
             results, total, failed = await read_all(broker, body)
             timeout = deadline - loop.time()
-            if total >= body.min_bytes or failed or timeout <= 0:
+            if total >= body.min_bytes or failed or timeout <= 0 or broker.notifier.closed:
                 break
             done, _ = await asyncio.wait({waiter}, timeout=timeout)
             if not done:

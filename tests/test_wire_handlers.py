@@ -1,0 +1,431 @@
+"""The broker's API handlers over a real socket, against a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import time
+
+from kio.schema.errors import ErrorCode
+
+from kafkaesque.records import Compression, build_batch, decode_batch, read_header
+from tests.kafka_wire import WireClient, part, request, run_with_broker
+from wire.broker import HANDLERS
+from wire.server import Server
+
+SECOND = datetime.timedelta(seconds=1)
+
+
+def metadata(*topics: str, auto_create: bool = True):
+    return request(
+        3,
+        4,
+        topics=tuple(part(3, 4, "MetadataRequestTopic", name=t) for t in topics),
+        allow_auto_topic_creation=auto_create,
+    )
+
+
+def produce(topic: str, batches: dict[int, bytes], acks: int = -1):
+    return request(
+        0,
+        7,
+        transactional_id=None,
+        acks=acks,
+        timeout=SECOND,
+        topic_data=(
+            part(
+                0,
+                7,
+                "TopicProduceData",
+                name=topic,
+                partition_data=tuple(
+                    part(0, 7, "PartitionProduceData", index=p, records=r)
+                    for p, r in batches.items()
+                ),
+            ),
+        ),
+    )
+
+
+def fetch(
+    topic: str,
+    offsets: dict[int, int],
+    max_bytes: int = 1 << 20,
+    partition_max: int = 1 << 20,
+    wait_ms: int = 0,
+    min_bytes: int = 1,
+):
+    return request(
+        1,
+        11,
+        replica_id=-1,
+        max_wait=datetime.timedelta(milliseconds=wait_ms),
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=(
+            part(
+                1,
+                11,
+                "FetchTopic",
+                topic=topic,
+                partitions=tuple(
+                    part(
+                        1,
+                        11,
+                        "FetchPartition",
+                        partition=p,
+                        current_leader_epoch=-1,
+                        fetch_offset=o,
+                        log_start_offset=-1,
+                        partition_max_bytes=partition_max,
+                    )
+                    for p, o in offsets.items()
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+
+
+def partitions_of(response):
+    return {p.partition_index: p for t in response.responses for p in t.partitions}
+
+
+def run(redis_url: str, scenario, **config) -> None:
+    asyncio.run(run_with_broker(redis_url, scenario, **config))
+
+
+def test_api_versions_advertises_every_handler(redis_url: str) -> None:
+    async def scenario(server: Server) -> None:
+        client = await WireClient.connect(server.port)
+        for version in (0, 3):
+            response = await client.call(
+                request(18, version, client_software_name="t", client_software_version="1")
+            )
+            assert response.error_code == ErrorCode.none
+            ranges = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+            assert ranges == {key: (lo, hi) for key, (lo, hi, _) in HANDLERS.items()}
+            assert ranges[0] == (0, 7)  # Produce from v0 keeps old librdkafka compressing
+        await client.close()
+
+    run(redis_url, scenario)
+
+
+def test_metadata_auto_create_invalid_names_and_listing(redis_url: str) -> None:
+    async def scenario(server: Server) -> None:
+        client = await WireClient.connect(server.port)
+        response = await client.call(metadata("fresh", "bad name!"))
+        fresh, bad = response.topics
+        assert fresh.error_code == ErrorCode.none and len(fresh.partitions) == 3
+        assert bad.error_code == ErrorCode.invalid_topic_exception
+        assert response.cluster_id and response.controller_id == 0
+        assert [(b.node_id, b.host, b.port) for b in response.brokers] == [
+            (0, "127.0.0.1", server.port)
+        ]
+        # A consumer's metadata (auto-creation off) creates nothing.
+        [missing] = (await client.call(metadata("missing", auto_create=False))).topics
+        assert missing.error_code == ErrorCode.unknown_topic_or_partition
+        everything = await client.call(request(3, 4, topics=None, allow_auto_topic_creation=True))
+        assert [t.name for t in everything.topics] == ["fresh"]
+        # The cluster id belongs to the Redis, so every broker on it agrees.
+        again = await client.call(metadata("fresh"))
+        assert again.cluster_id == response.cluster_id
+        await client.close()
+
+    run(redis_url, scenario, default_partitions=3)
+
+
+def test_produce_and_fetch_keep_batches_as_they_are(redis_url: str) -> None:
+    async def scenario(server: Server) -> None:
+        client = await WireClient.connect(server.port)
+        await client.call(metadata("t"))
+        plain = build_batch(
+            [b"a", None, b""],
+            [None, b"", b"k"],
+            timestamp=1234,
+            headers=[[("h", None)], [], [("x", b"y")]],
+        )
+        zipped = build_batch([b"z" * 1000] * 5, timestamp=99, compression=Compression.ZSTD)
+        response = await client.call(produce("t", {0: plain, 1: zipped}))
+        results = {
+            p.index: (p.error_code, p.base_offset)
+            for p in response.responses[0].partition_responses
+        }
+        assert results == {0: (ErrorCode.none, 0), 1: (ErrorCode.none, 0)}
+        assert (await client.call(produce("t", {0: plain}))).responses[0].partition_responses[
+            0
+        ].base_offset == 3
+        fetched = partitions_of(await client.call(fetch("t", {0: 0, 1: 0})))
+        assert fetched[0].high_watermark == 6 and fetched[1].high_watermark == 5
+        records = decode_batch(fetched[0].records)
+        assert [(r.offset, r.key, r.value, r.timestamp, r.headers) for r in records] == [
+            (0, None, b"a", 1234, [("h", None)]),
+            (1, b"", None, 1234, []),
+            (2, b"k", b"", 1234, [("x", b"y")]),
+        ]
+        # The compressed batch comes back compressed, byte-identical but for the two fields
+        # the broker sets: baseOffset and partitionLeaderEpoch.
+        assert read_header(fetched[1].records).compression == Compression.ZSTD
+        assert fetched[1].records[8:12] == zipped[8:12]
+        assert fetched[1].records[16:] == zipped[16:]
+        await client.close()
+
+    run(redis_url, scenario, default_partitions=2)
+
+
+def test_produce_errors_and_acks_zero(redis_url: str) -> None:
+    async def scenario(server: Server) -> None:
+        client = await WireClient.connect(server.port)
+        await client.call(metadata("e"))
+        good = build_batch([b"v"], timestamp=1)
+        corrupt = bytearray(good)
+        corrupt[-1] ^= 0xFF
+
+        async def error_of(body) -> ErrorCode:
+            return (await client.call(body)).responses[0].partition_responses[0].error_code
+
+        assert await error_of(produce("e", {0: bytes(corrupt)})) == ErrorCode.corrupt_message
+        assert await error_of(produce("e", {0: b"garbage"})) == ErrorCode.corrupt_message
+        assert await error_of(produce("nope", {0: good})) == ErrorCode.unknown_topic_or_partition
+        assert await error_of(produce("e", {7: good})) == ErrorCode.unknown_topic_or_partition
+        assert await error_of(produce("e", {0: good}, acks=2)) == ErrorCode.invalid_required_acks
+        big = build_batch([b"x" * (1 << 20)], timestamp=1)
+        assert await error_of(produce("e", {0: big})) == ErrorCode.message_too_large
+        assert partitions_of(await client.call(fetch("e", {0: 0})))[0].high_watermark == 0
+        # acks=0: appended, and no response at all: the next frame answers the next request.
+        await client.send_frame(client.encode(produce("e", {0: good}, acks=0)))
+        response = await client.call(request(18, 0))
+        assert response.error_code == ErrorCode.none
+        assert partitions_of(await client.call(fetch("e", {0: 0})))[0].high_watermark == 1
+        await client.close()
+
+    run(redis_url, scenario)
+
+
+def test_fetch_limits_long_poll_and_out_of_range(redis_url: str) -> None:
+    async def scenario(server: Server) -> None:
+        client = await WireClient.connect(server.port)
+        await client.call(metadata("f"))
+        big = build_batch([b"b" * 5000], timestamp=1)
+        await client.call(produce("f", {0: big, 1: big}))
+        await client.call(produce("f", {0: big}))
+        # KIP-74: the first batch comes even over max_bytes; the next partition gets only offsets.
+        result = partitions_of(
+            await client.call(fetch("f", {0: 0, 1: 0}, max_bytes=100, partition_max=100))
+        )
+        assert len(result[0].records) == len(big) and result[1].records == b""
+        assert result[1].high_watermark == 1
+        result = partitions_of(await client.call(fetch("f", {0: 0}, partition_max=2 * len(big))))
+        assert len(result[0].records) == 2 * len(big)
+        result = partitions_of(await client.call(fetch("f", {0: 5})))
+        assert result[0].error_code == ErrorCode.offset_out_of_range
+        # Long poll: nothing new, so the fetch waits max_wait...
+        started = time.monotonic()
+        result = partitions_of(await client.call(fetch("f", {1: 1}, wait_ms=300)))
+        assert result[1].records == b"" and time.monotonic() - started >= 0.29
+        # ...unless an append arrives, which answers it at once.
+        producer = await WireClient.connect(server.port)
+        started = time.monotonic()
+        waiting = asyncio.create_task(client.call(fetch("f", {1: 1}, wait_ms=10_000)))
+        await asyncio.sleep(0.2)
+        await producer.call(produce("f", {1: build_batch([b"new"], timestamp=1)}))
+        result = partitions_of(await waiting)
+        assert [r.value for r in decode_batch(result[1].records)] == [b"new"]
+        assert time.monotonic() - started < 2
+        await client.close()
+        await producer.close()
+
+    run(redis_url, scenario, default_partitions=2)
+
+
+def test_list_offsets_earliest_latest_and_by_time(redis_url: str) -> None:
+    async def scenario(server: Server) -> None:
+        client = await WireClient.connect(server.port)
+        await client.call(metadata("lo"))
+        await client.call(
+            produce("lo", {0: build_batch([b"a", b"b", b"c"], timestamps=[100, 200, 300])})
+        )
+
+        async def offset(ts: int) -> tuple[int, int]:
+            body = request(
+                2,
+                2,
+                replica_id=-1,
+                isolation_level=0,
+                topics=(
+                    part(
+                        2,
+                        2,
+                        "ListOffsetsTopic",
+                        name="lo",
+                        partitions=(
+                            part(2, 2, "ListOffsetsPartition", partition_index=0, timestamp=ts),
+                        ),
+                    ),
+                ),
+            )
+            p = (await client.call(body)).topics[0].partitions[0]
+            assert p.error_code == ErrorCode.none
+            return p.offset, p.timestamp
+
+        assert (await offset(-2))[0] == 0 and (await offset(-1))[0] == 3
+        assert await offset(150) == (1, 200)
+        assert await offset(301) == (-1, -1)
+        await client.close()
+
+    run(redis_url, scenario)
+
+
+def test_idempotent_producer_over_the_wire(redis_url: str) -> None:
+    async def scenario(server: Server) -> None:
+        client = await WireClient.connect(server.port)
+        await client.call(metadata("idem"))
+        init = await client.call(request(22, 0, transactional_id=None, transaction_timeout=SECOND))
+        assert init.error_code == ErrorCode.none and init.producer_id >= 0
+        pid = init.producer_id
+
+        def batch(seq: int) -> bytes:
+            return build_batch(
+                [b"r%d" % seq], timestamp=1, producer_id=pid, producer_epoch=0, base_sequence=seq
+            )
+
+        def outcome(response):
+            p = response.responses[0].partition_responses[0]
+            return p.error_code, p.base_offset
+
+        assert outcome(await client.call(produce("idem", {0: batch(0)}))) == (ErrorCode.none, 0)
+        assert outcome(await client.call(produce("idem", {0: batch(0)}))) == (
+            ErrorCode.none,
+            0,
+        )  # a retry
+        assert (
+            outcome(await client.call(produce("idem", {0: batch(5)})))[0]
+            == ErrorCode.out_of_order_sequence_number
+        )
+        assert outcome(await client.call(produce("idem", {0: batch(1)}))) == (ErrorCode.none, 1)
+        assert partitions_of(await client.call(fetch("idem", {0: 0})))[0].high_watermark == 2
+        await client.close()
+
+    run(redis_url, scenario)
+
+
+def test_admin_create_delete_partitions_and_configs(redis_url: str) -> None:
+    def creatable(name: str, partitions: int = 2, rf: int = 1, **configs: str):
+        return part(
+            19,
+            3,
+            "CreatableTopic",
+            name=name,
+            num_partitions=partitions,
+            replication_factor=rf,
+            assignments=(),
+            configs=tuple(
+                part(19, 3, "CreatableTopicConfig", name=k, value=v) for k, v in configs.items()
+            ),
+        )
+
+    async def scenario(server: Server) -> None:
+        client = await WireClient.connect(server.port)
+        body = request(
+            19,
+            3,
+            timeout=SECOND,
+            validate_only=False,
+            topics=(
+                creatable("c1", **{"retention.ms": "60000", "kafkaesque.page.size": "100"}),
+                creatable("c2", rf=3),
+                creatable("c3", **{"segment.bytes": "1"}),
+                creatable("bad name"),
+            ),
+        )
+        errors = [t.error_code for t in (await client.call(body)).topics]
+        assert errors == [
+            ErrorCode.none,
+            ErrorCode.invalid_replication_factor,
+            ErrorCode.invalid_config,
+            ErrorCode.invalid_topic_exception,
+        ]
+        again = request(19, 3, timeout=SECOND, validate_only=False, topics=(creatable("c1"),))
+        assert (await client.call(again)).topics[0].error_code == ErrorCode.topic_already_exists
+        dry = request(19, 3, timeout=SECOND, validate_only=True, topics=(creatable("dry"),))
+        assert (await client.call(dry)).topics[0].error_code == ErrorCode.none
+        assert await server.broker.log.list_topics() == ["c1"]
+        config = await server.broker.log.topic("c1")
+        assert (config.partitions, config.ttl, config.page_size) == (2, 60, 100)
+
+        grow = request(
+            37,
+            1,
+            timeout=SECOND,
+            validate_only=False,
+            topics=(
+                part(37, 1, "CreatePartitionsTopic", name="c1", count=4, assignments=None),
+                part(37, 1, "CreatePartitionsTopic", name="nope", count=4, assignments=None),
+            ),
+        )
+        errors = [r.error_code for r in (await client.call(grow)).results]
+        assert errors == [ErrorCode.none, ErrorCode.unknown_topic_or_partition]
+        assert (await server.broker.log.topic("c1")).partitions == 4
+        assert (await client.call(grow)).results[0].error_code == ErrorCode.invalid_partitions
+
+        describe = request(
+            32,
+            1,
+            include_synonyms=False,
+            resources=(
+                part(
+                    32,
+                    1,
+                    "DescribeConfigsResource",
+                    resource_type=2,
+                    resource_name="c1",
+                    configuration_keys=None,
+                ),
+                part(
+                    32,
+                    1,
+                    "DescribeConfigsResource",
+                    resource_type=4,
+                    resource_name="0",
+                    configuration_keys=("num.partitions",),
+                ),
+            ),
+        )
+        topic_result, broker_result = (await client.call(describe)).results
+        assert {c.name: c.value for c in topic_result.configs}["retention.ms"] == "60000"
+        assert [(c.name, c.value) for c in broker_result.configs] == [("num.partitions", "1")]
+
+        delete = request(20, 1, timeout=SECOND, topic_names=("c1", "nope"))
+        errors = [r.error_code for r in (await client.call(delete)).responses]
+        assert errors == [ErrorCode.none, ErrorCode.unknown_topic_or_partition]
+        assert await server.broker.log.list_topics() == []
+        cluster = await client.call(request(60, 0, include_cluster_authorized_operations=False))
+        assert cluster.error_code == ErrorCode.none and cluster.brokers[0].port == server.port
+        await client.close()
+
+    run(redis_url, scenario)
+
+
+def test_shutdown_answers_in_flight_fetches_and_metrics_count(redis_url: str) -> None:
+    async def scenario(server: Server) -> None:
+        client = await WireClient.connect(server.port)
+        await client.call(metadata("s"))
+        started = time.monotonic()
+        waiting = asyncio.create_task(client.call(fetch("s", {0: 0}, wait_ms=30_000)))
+        await asyncio.sleep(0.2)
+        await server.shutdown()
+        response = await waiting  # answered, not dropped
+        assert partitions_of(response)[0].error_code == ErrorCode.none
+        assert time.monotonic() - started < 5
+        value = server.metrics.registry.get_sample_value
+        assert value("kafkaesque_requests_total", {"api": "metadata"}) == 1
+        assert value("kafkaesque_requests_total", {"api": "fetch"}) == 1
+        assert value("kafkaesque_received_bytes_total") > 0
+        with __import__("pytest").raises((ConnectionError, OSError)):
+            await WireClient.connect(server.port)
+
+    run(redis_url, scenario)
