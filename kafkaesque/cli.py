@@ -339,6 +339,20 @@ def host_port(
 )
 @click.option("--default-partitions", type=click.IntRange(1, 10_000), default=1, show_default=True)
 @click.option("--metrics", callback=host_port, help="Serve Prometheus metrics on HOST:PORT.")
+@click.option(
+    "--group-initial-rebalance-delay-ms",
+    type=click.IntRange(0),
+    default=3000,
+    show_default=True,
+    help="How long a new group waits for more members before its first rebalance.",
+)
+@click.option(
+    "--group-min-session-timeout-ms",
+    type=click.IntRange(1),
+    default=6000,
+    show_default=True,
+    help="Smallest session timeout a consumer may ask for.",
+)
 @pass_context
 def serve(
     ctx: Context,
@@ -347,8 +361,11 @@ def serve(
     auto_create_topics: bool,
     default_partitions: int,
     metrics: tuple[str, int] | None,
+    group_initial_rebalance_delay_ms: int,
+    group_min_session_timeout_ms: int,
 ) -> None:
     """Serve the Kafka protocol: unmodified Kafka clients produce and fetch here."""
+    from kafkaesque.groups import CoordinatorConfig
     from wire.broker import BrokerConfig
     from wire.server import run
 
@@ -362,6 +379,10 @@ def serve(
         port=port,
         auto_create_topics=auto_create_topics,
         default_partitions=default_partitions,
+        groups=CoordinatorConfig(
+            initial_rebalance_delay_ms=group_initial_rebalance_delay_ms,
+            min_session_timeout_ms=group_min_session_timeout_ms,
+        ),
     )
     try:
         url = ctx.url()

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from kafkaesque.groups import CoordinatorConfig, GroupCoordinator
 from kafkaesque.log import Log
-from wire.notify import AppendNotifier
+from kafkaesque.notify import Notifier
 from wire.protocol import Request
 
 Handler = Callable[["Broker", Request], Awaitable[Any]]
@@ -36,21 +40,46 @@ class BrokerConfig:
     auto_create_topics: bool = True
     default_partitions: int = 1
     max_message_bytes: int = 1024 * 1024 + 12  # Kafka's message.max.bytes default
+    groups: CoordinatorConfig = field(default_factory=CoordinatorConfig)
 
 
 class Broker:
     def __init__(self, log: Log, config: BrokerConfig) -> None:
         self.log = log
         self.config = config
-        self.notifier = AppendNotifier(log)
+        self.notifier = Notifier(log.redis, log.channel(""))
+        self.groups = GroupCoordinator(log.redis, config.groups, log.ns)
         self.cluster_id = ""
+        self._reaper: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         self.cluster_id = await self._cluster_id()
         self.notifier.start()
+        self.groups.start()
+        self._reaper = asyncio.create_task(self._expire_members(), name="group reaper")
+
+    def closing(self) -> None:
+        """Shutting down: waiting fetches and group requests answer now."""
+        self.notifier.close()
+        self.groups.notifier.close()
 
     async def stop(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
         await self.notifier.stop()
+        await self.groups.stop()
+
+    async def _expire_members(self) -> None:
+        """Expire group members whose sessions timed out, and close join rounds past their
+        deadline; every broker on the Redis does it, the group lock keeps it single."""
+        while True:
+            await asyncio.sleep(0.5)
+            try:
+                await self.groups.tick_all()
+            except Exception:
+                logging.getLogger(__name__).exception("expiring group members failed")
 
     async def _cluster_id(self) -> str:
         """One id per Redis, shared by every broker process on it (22 chars, as Kafka's)."""

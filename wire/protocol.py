@@ -45,6 +45,7 @@ class Request:
     client_id: str | None
     body: Any  # the kio request entity
     size: int  # bytes of the frame, for metrics
+    client_host: str = ""  # the peer's address, for consumer group member descriptions
 
 
 def peek_header(frame: bytes) -> tuple[int, int, int]:
@@ -77,7 +78,9 @@ def response_schema(api_key: int, api_version: int) -> type:
     return load_response_schema(api_key, api_version)
 
 
-def parse_request(frame: bytes, supported: dict[int, tuple[int, int]]) -> Request:
+def parse_request(
+    frame: bytes, supported: dict[int, tuple[int, int]], client_host: str = ""
+) -> Request:
     """Parse one frame (without its size prefix). Raises UnsupportedVersion for an api key or
     version not in ``supported`` (api key -> (min, max)), MalformedRequest for bad bytes."""
     api_key, api_version, correlation_id = peek_header(frame)
@@ -95,7 +98,9 @@ def parse_request(frame: bytes, supported: dict[int, tuple[int, int]]) -> Reques
         raise MalformedRequest(
             f"{schema.__name__}: {len(frame) - used - body_size} trailing bytes in the frame"
         )
-    return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame))
+    return Request(
+        api_key, api_version, correlation_id, header.client_id, body, len(frame), client_host
+    )
 
 
 def encode_response(correlation_id: int, response: Any) -> bytes:

@@ -57,7 +57,7 @@ class Server:
         self._stopping = True
         if self._server is not None:
             self._server.close()
-        self.broker.notifier.close()  # long-polling fetches answer now
+        self.broker.closing()  # long-polling fetches and group joins answer now
         for writer, idle in list(self._idle.items()):
             if idle:
                 writer.close()
@@ -71,6 +71,7 @@ class Server:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
+        client_host = f"/{peer[0]}" if isinstance(peer, tuple) else ""
         self._idle[writer] = True
         self.metrics.connections.inc()
         self.metrics.connections_total.inc()
@@ -86,7 +87,7 @@ class Server:
                 started = time.perf_counter()
                 self.metrics.bytes_in.inc(size + 4)
                 try:
-                    request = parse_request(frame, supported)
+                    request = parse_request(frame, supported, client_host)
                 except UnsupportedVersion as exc:
                     if exc.api_key != API_VERSIONS:
                         raise

@@ -1,0 +1,94 @@
+"""Wake waiters when something happens to a key, in this process or any other.
+
+Used for appends (long-polling fetches wake when records arrive) and for consumer groups
+(requests waiting at a join barrier wake when the group changes). Events from this process
+wake waiters at once through ``notify``; events from other processes (other brokers, the
+CLI) arrive on Redis pub/sub channels named ``prefix + key``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from redis.asyncio import Redis
+
+log = logging.getLogger(__name__)
+
+
+class Notifier:
+    def __init__(self, redis: Redis, prefix: str) -> None:
+        self._redis = redis
+        self._prefix = prefix
+        self._waiters: dict[str, set[asyncio.Future[None]]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.closed = False  # shutting down: fetches answer with what they have
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._listen(), name=f"notifier {self._prefix}*")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _listen(self) -> None:
+        prefix = self._prefix
+        while True:
+            pubsub = self._redis.pubsub()
+            try:
+                await pubsub.psubscribe(prefix + "*")
+                async for message in pubsub.listen():
+                    if message["type"] == "pmessage":
+                        self.notify(message["channel"].decode()[len(prefix) :])
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Redis went away: retry; waiters fall back to timeouts
+                log.warning("notifications on %s* interrupted: %s", prefix, exc)
+                await asyncio.sleep(1)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+
+    def notify(self, key: str) -> None:
+        for future in self._waiters.pop(key, ()):
+            if not future.done():
+                future.set_result(None)
+
+    def close(self) -> None:
+        """Wake every waiter for good: the broker is shutting down."""
+        self.closed = True
+        for topic in list(self._waiters):
+            self.notify(topic)
+
+    def waiter(self, keys: set[str]) -> asyncio.Future[None]:
+        """A future resolved at the next event on any of ``keys``; register it before
+        reading so an event between the read and the wait is not missed."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.closed:
+            future.set_result(None)
+        for key in keys:
+            self._waiters.setdefault(key, set()).add(future)
+        return future
+
+    def discard(self, future: asyncio.Future[None], keys: set[str]) -> None:
+        for key in keys:
+            waiters = self._waiters.get(key)
+            if waiters is not None:
+                waiters.discard(future)
+                if not waiters:
+                    del self._waiters[key]
+
+    async def wait(
+        self, key: str, timeout: float, future: asyncio.Future[None] | None = None
+    ) -> None:
+        """Wait for an event on ``key`` (or on an already registered ``future``), at most
+        ``timeout`` seconds."""
+        keys = {key}
+        future = future or self.waiter(keys)
+        try:
+            await asyncio.wait({future}, timeout=timeout)
+        finally:
+            self.discard(future, keys)
