@@ -17,6 +17,7 @@ from redis.exceptions import RedisError
 
 from kafkaesque.consume import Consumer
 from kafkaesque.embedded import EmbeddedError, EmbeddedRedis, default_home
+from kafkaesque.groups import GroupCoordinator, GroupError, decode_consumer_assignment
 from kafkaesque.log import DEFAULT_PAGE_SIZE, Log, LogError, TopicConfig, check_topic_name
 from kafkaesque.produce import LineProducer
 from kafkaesque.records import Compression
@@ -41,6 +42,9 @@ class Context:
 
     def log(self) -> Log:
         return Log(redis.asyncio.Redis.from_url(self.url(), socket_connect_timeout=5))
+
+    def groups(self, log: Log) -> GroupCoordinator:
+        return GroupCoordinator(log.redis, namespace=log.ns)
 
 
 def run_async(fn: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., Any]:
@@ -260,6 +264,10 @@ def _file_size(file: Any) -> int | None:
 @click.option("--follow", "-f", is_flag=True, help="Keep waiting for new records.")
 @click.option("--max-records", type=click.IntRange(0), help="Stop after N records.")
 @click.option(
+    "--group",
+    help="Start at GROUP's committed offsets and commit as records are printed.",
+)
+@click.option(
     "--format",
     "fmt",
     type=click.Choice(["value", "offset", "json"]),
@@ -278,6 +286,7 @@ async def consume(
     from_beginning: bool,
     follow: bool,
     max_records: int | None,
+    group: str | None,
     fmt: str,
 ) -> None:
     """Print TOPIC's records, one per line, from the beginning to the end of the log."""
@@ -292,10 +301,31 @@ async def consume(
             f"topic {topic} has {config.partitions} partition(s)", param_hint="--partition"
         )
     partitions = range(config.partitions) if partition is None else [partition]
+    committed = {}
+    commit = None
+    if group is not None:
+        coordinator = ctx.groups(log)
+        existing = await coordinator.load(group)
+        if existing is not None and existing.members:
+            raise click.ClickException(f"group {group} has active members; use another group")
+        committed = {
+            p: c.offset for (t, p), c in (await coordinator.committed(group)).items() if t == topic
+        }
+
+        async def commit(offsets: dict[int, int]) -> None:
+            stored = {(topic, p): (o, "", -1) for p, o in offsets.items()}
+            if await coordinator.commit(group, -1, "", None, stored) != GroupError.NONE:
+                raise click.ClickException(f"group {group} gained members; stopped")
+
     offsets = {}
     for p in partitions:
-        offsets[p] = offset if offset is not None else (await log.state(topic, p)).log_start
-    consumer = Consumer(log, topic, offsets, fetch_size=fetch_size, fmt=fmt)
+        if offset is not None:
+            offsets[p] = offset
+        elif p in committed and not from_beginning:
+            offsets[p] = committed[p]
+        else:
+            offsets[p] = (await log.state(topic, p)).log_start
+    consumer = Consumer(log, topic, offsets, fetch_size=fetch_size, fmt=fmt, commit=commit)
     out = sys.stdout.buffer
     try:
         await consumer.run(out, follow=follow, max_records=max_records)
@@ -397,6 +427,86 @@ def serve(
         ) from None
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+@main.command("groups")
+@pass_context
+@run_async
+async def list_groups(ctx: Context) -> None:
+    """List consumer groups."""
+    for name in await ctx.groups(ctx.log()).list_groups():
+        click.echo(name)
+
+
+@main.command("group")
+@click.argument("group")
+@click.argument("topic", required=False)
+@click.option(
+    "--reset-offsets",
+    metavar="earliest|latest|OFFSET",
+    help="Set GROUP's committed offsets for every partition of TOPIC (the group must have "
+    "no members).",
+)
+@pass_context
+@run_async
+async def describe_group(
+    ctx: Context, group: str, topic: str | None, reset_offsets: str | None
+) -> None:
+    """Show GROUP: state, members, and per partition its committed offset, end offset and lag."""
+    log = ctx.log()
+    coordinator = ctx.groups(log)
+    if reset_offsets is not None:
+        if topic is None:
+            raise click.UsageError("--reset-offsets needs a TOPIC")
+        if reset_offsets not in ("earliest", "latest") and not reset_offsets.isdigit():
+            raise click.BadParameter(
+                "use earliest, latest or an offset", param_hint="--reset-offsets"
+            )
+        config = await log.topic(topic)
+        new = {}
+        for p in range(config.partitions):
+            state = await log.state(topic, p)
+            if reset_offsets == "earliest":
+                new[topic, p] = state.log_start
+            elif reset_offsets == "latest":
+                new[topic, p] = state.log_end
+            else:  # clamped to what the partition holds, as Kafka's tool does
+                new[topic, p] = min(max(int(reset_offsets), state.log_start), state.log_end)
+        await coordinator.reset_offsets(group, new)
+        click.echo(f"reset {len(new)} partition(s) of {topic} for group {group}", err=True)
+    loaded = await coordinator.load(group)
+    if loaded is None:
+        raise click.ClickException(f"no such group: {group}")
+    committed = await coordinator.committed(group)
+    owners: dict[tuple[str, int], str] = {}
+    click.echo(f"group       {group}")
+    click.echo(f"state       {loaded.state}")
+    click.echo(f"protocol    {loaded.protocol_type or '-'}/{loaded.protocol or '-'}")
+    click.echo(f"generation  {loaded.generation}")
+    click.echo(f"members     {len(loaded.members)}")
+    for m in loaded.members.values():
+        assigned = (
+            decode_consumer_assignment(m.assignment) if loaded.protocol_type == "consumer" else None
+        )
+        for t, parts in (assigned or {}).items():
+            owners.update({(t, p): m.member_id for p in parts})
+        shown = ", ".join(f"{t}{sorted(ps)}" for t, ps in (assigned or {}).items()) or "-"
+        click.echo(f"  {m.member_id}  {m.client_host or '-'}  {shown}")
+    rows = sorted(set(committed) | set(owners))
+    if topic is not None:
+        rows = [r for r in rows if r[0] == topic]
+    click.echo("topic  partition  committed  end  lag  member")
+    for t, p in rows:
+        try:
+            end = (await log.state(t, p)).log_end
+        except LogError:
+            end = None
+        c = committed.get((t, p))
+        lag = end - c.offset if c is not None and end is not None else None
+        click.echo(
+            f"{t}  {p}  {c.offset if c else '-'}  {'-' if end is None else end}  "
+            f"{'-' if lag is None else lag}  {owners.get((t, p), '-')}"
+        )
 
 
 @main.command()

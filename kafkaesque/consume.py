@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import BinaryIO
 
 from kafkaesque.log import Log, LogError
@@ -83,8 +83,12 @@ class Consumer:
         *,
         fetch_size: int = 1024,
         fmt: str = "value",
+        commit: Callable[[dict[int, int]], Awaitable[None]] | None = None,
     ) -> None:
+        """``commit`` is called with the partitions' next offsets after records were
+        written and flushed (at-least-once: a crash re-reads at most one fetch)."""
         self.log = log
+        self.commit = commit
         self.topic = topic
         self.offsets = dict(offsets)
         self.fetch_size = fetch_size
@@ -121,17 +125,21 @@ class Consumer:
             while True:
                 got_any = False
                 for p in list(self.offsets):
+                    before = self.offsets[p]
                     lines = await self._poll(p)
                     if not lines:
                         continue
                     got_any = True
                     if max_records is not None and written + len(lines) >= max_records:
                         lines = lines[: max_records - written]
+                        self.offsets[p] = before + len(lines)  # only what was printed
                         _write(out, lines)
+                        await self._commit(out)
                         return written + len(lines)
                     _write(out, lines)
                     written += len(lines)
                 if got_any:
+                    await self._commit(out)
                     continue
                 if pubsub is None:
                     return written
@@ -140,6 +148,11 @@ class Consumer:
         finally:
             if pubsub is not None:
                 await pubsub.aclose()
+
+    async def _commit(self, out: BinaryIO) -> None:
+        if self.commit is not None:
+            out.flush()
+            await self.commit(dict(self.offsets))
 
 
 def _write(out: BinaryIO, lines: Sequence[bytes]) -> None:

@@ -13,6 +13,7 @@ coordinator only runs the rounds (join barrier, generations, session timeouts).
 
 from __future__ import annotations
 
+import struct
 import time
 import uuid
 from collections.abc import Iterable
@@ -498,7 +499,10 @@ class GroupCoordinator:
                 if error:
                     return error
                 assert group is not None
-                if group.state == PREPARING:
+                # As Kafka: commits of the current generation are kept while a rebalance is
+                # being prepared (members learn of it by heartbeat); between the join and
+                # the sync the generation is not settled yet.
+                if group.state == COMPLETING:
                     return GroupError.REBALANCE_IN_PROGRESS
             now = _now_ms()
             values = {
@@ -547,3 +551,23 @@ class GroupCoordinator:
 
 class GroupBusy(LogError):
     """The group has active members, so it cannot be changed from outside."""
+
+
+def decode_consumer_assignment(data: bytes) -> dict[str, list[int]] | None:
+    """Topic -> partitions from a "consumer" protocol assignment (ConsumerProtocolAssignment:
+    version int16, [topic string, [partition int32]], user data), None if it is not one."""
+    try:
+        pos = 2
+        (count,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        out: dict[str, list[int]] = {}
+        for _ in range(max(count, 0)):
+            (length,) = struct.unpack_from(">h", data, pos)
+            topic = data[pos + 2 : pos + 2 + length].decode()
+            pos += 2 + length
+            (n,) = struct.unpack_from(">i", data, pos)
+            out[topic] = list(struct.unpack_from(f">{n}i", data, pos + 4))
+            pos += 4 + 4 * n
+        return out
+    except (struct.error, UnicodeDecodeError, ValueError):
+        return None
