@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up what kafkaesque needs on a fresh Debian machine with Python 3.11:
 # a virtualenv in .venv with the project installed (with the test extras when given --test),
-# and, for the tests, the system packages they use (the word list).
+# and, for the tests, the system packages they use (the word list, kcat) and kafkajs for
+# the wire tests (npm, when Node.js is there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +12,7 @@ want_test=0
 apt_packages=()
 if (( want_test )); then
   [[ -f /usr/share/dict/words ]] || apt_packages+=(wamerican)
+  command -v kcat >/dev/null || apt_packages+=(kcat)
 fi
 if (( ${#apt_packages[@]} )); then
   echo "installing system packages: ${apt_packages[*]}" >&2
@@ -24,6 +26,13 @@ python=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --upgrade pip >&2
 if (( want_test )); then
   .venv/bin/python -m pip install -q -e '.[test]' >&2
+  if command -v node >/dev/null && command -v npm >/dev/null; then
+    if [[ -f tests/wire/js/package-lock.json ]]; then
+      npm ci --prefix tests/wire/js --no-audit --no-fund --loglevel=error >&2
+    else
+      npm install --prefix tests/wire/js --no-audit --no-fund --loglevel=error >&2
+    fi
+  fi
 else
   .venv/bin/python -m pip install -q -e . >&2
 fi

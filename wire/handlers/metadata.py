@@ -113,7 +113,7 @@ async def metadata(broker: Broker, request: Request) -> Any:
     )
 
 
-@api(60, 0, 0)
+@api(60, 0, 1)
 async def describe_cluster(broker: Broker, request: Request) -> Any:
     schema = response_schema(60, request.api_version)
     return build(
@@ -125,4 +125,5 @@ async def describe_cluster(broker: Broker, request: Request) -> Any:
         controller_id=broker.config.node_id,
         brokers=broker_entries(broker, schema_class(schema, "DescribeClusterBroker")),
         cluster_authorized_operations=-2147483648,  # not requested / not supported
+        endpoint_type=1,  # v1+: these are broker endpoints
     )

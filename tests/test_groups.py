@@ -1,0 +1,234 @@
+"""The group coordinator's rounds, errors and persistence, on fakeredis and a real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Callable
+
+import pytest
+
+from kafkaesque.groups import (
+    COMPLETING,
+    EMPTY,
+    PREPARING,
+    STABLE,
+    CoordinatorConfig,
+    GroupBusy,
+    GroupCoordinator,
+    GroupError,
+    decode_consumer_assignment,
+)
+from kafkaesque.log import Log
+
+FAST = CoordinatorConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=100)
+PROTOCOLS = [("range", b"meta-range"), ("roundrobin", b"meta-rr")]
+
+
+@pytest.fixture
+def coordinator(make_log: Callable[[], Log]) -> Callable[..., GroupCoordinator]:
+    """Builds a started coordinator inside the running loop (several may share one Redis)."""
+
+    def build(config: CoordinatorConfig = FAST) -> GroupCoordinator:
+        c = GroupCoordinator(make_log().redis, config)
+        c.start()
+        return c
+
+    return build
+
+
+async def join(
+    c: GroupCoordinator,
+    member_id: str = "",
+    *,
+    instance: str | None = None,
+    session_ms: int = 10_000,
+    protocols=PROTOCOLS,
+    known: bool = False,
+):
+    return await c.join(
+        "g",
+        member_id,
+        instance,
+        "client",
+        "/127.0.0.1",
+        session_ms,
+        10_000,
+        "consumer",
+        protocols,
+        require_known_member=known,
+    )
+
+
+def test_two_members_join_one_round_and_sync(coordinator) -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        first = await join(c)
+        assert first.error == GroupError.NONE and first.generation == 1
+        assert first.leader == first.member_id and first.member_id.startswith("client-")
+        assert first.members == [(first.member_id, None, b"meta-range")]
+        assert await c.sync("g", 1, first.member_id, None, {first.member_id: b"all"}) == (
+            GroupError.NONE,
+            b"all",
+        )
+        # A second member triggers a rebalance; the first learns of it by heartbeat.
+        second_join = asyncio.create_task(join(c))
+        await asyncio.sleep(0.1)
+        assert (await c.load("g")).state == PREPARING
+        assert await c.heartbeat("g", 1, first.member_id, None) == GroupError.REBALANCE_IN_PROGRESS
+        first_again = await join(c, first.member_id)
+        second = await second_join
+        assert first_again.generation == second.generation == 2
+        assert first_again.leader == first.member_id and len(first_again.members) == 2
+        assert second.members == []  # only the leader gets the members
+        assert (await c.load("g")).state == COMPLETING
+        # The follower waits for the leader's assignment.
+        follower = asyncio.create_task(c.sync("g", 2, second.member_id, None, {}))
+        await asyncio.sleep(0.05)
+        assert not follower.done()
+        leader = await c.sync(
+            "g", 2, first.member_id, None, {first.member_id: b"A", second.member_id: b"B"}
+        )
+        assert leader == (GroupError.NONE, b"A")
+        assert await follower == (GroupError.NONE, b"B")
+        assert (await c.load("g")).state == STABLE
+        assert await c.heartbeat("g", 2, second.member_id, None) == GroupError.NONE
+        await c.stop()
+
+    asyncio.run(scenario())
+
+
+def test_member_id_required_and_stale_requests(coordinator) -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        first = await join(c, known=True)
+        assert first.error == GroupError.MEMBER_ID_REQUIRED and first.member_id
+        joined = await join(c, first.member_id, known=True)
+        assert joined.error == GroupError.NONE and joined.member_id == first.member_id
+        assert (await join(c, "who-is-this")).error == GroupError.UNKNOWN_MEMBER_ID
+        assert await c.heartbeat("g", 7, first.member_id, None) == GroupError.ILLEGAL_GENERATION
+        assert await c.heartbeat("g", 1, "ghost", None) == GroupError.UNKNOWN_MEMBER_ID
+        assert (await c.sync("g", 9, first.member_id, None, {}))[0] == GroupError.ILLEGAL_GENERATION
+        other = await c.join("g", "", None, "x", "", 10_000, 10_000, "connect", [("x", b"")], False)
+        assert other.error == GroupError.INCONSISTENT_GROUP_PROTOCOL
+        no_common = await join(c, protocols=[("sticky", b"")])
+        assert no_common.error == GroupError.INCONSISTENT_GROUP_PROTOCOL
+        too_short = await c.join("g", "", None, "x", "", 10, 10, "consumer", PROTOCOLS, False)
+        assert too_short.error == GroupError.INVALID_SESSION_TIMEOUT
+        await c.stop()
+
+    asyncio.run(scenario())
+
+
+def test_expired_session_removes_member_and_rebalances(coordinator) -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        a = await join(c, session_ms=300)
+        await c.sync("g", 1, a.member_id, None, {a.member_id: b"x"})
+        b_join = asyncio.create_task(join(c, session_ms=10_000))
+        await asyncio.sleep(0.1)
+        # a never rejoins nor heartbeats: its session expires, and the round goes on without it.
+        await asyncio.sleep(0.4)
+        await c.tick("g")
+        b = await asyncio.wait_for(b_join, 5)
+        assert b.error == GroupError.NONE and b.leader == b.member_id
+        group = await c.load("g")
+        assert list(group.members) == [b.member_id] and group.generation == 2
+        assert (await join(c, a.member_id)).error == GroupError.UNKNOWN_MEMBER_ID
+        await c.stop()
+
+    asyncio.run(scenario())
+
+
+def test_static_member_rejoins_without_rebalance_and_fences_the_old_id(coordinator) -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        a = await join(c, instance="i-1")
+        await c.sync("g", 1, a.member_id, None, {a.member_id: b"mine"})
+        restarted = await join(c, instance="i-1")  # a new process, same instance id
+        assert restarted.error == GroupError.NONE and restarted.member_id != a.member_id
+        assert restarted.generation == 1 and (await c.load("g")).state == STABLE
+        assert await c.sync("g", 1, restarted.member_id, "i-1", {}) == (GroupError.NONE, b"mine")
+        assert await c.heartbeat("g", 1, a.member_id, "i-1") == GroupError.FENCED_INSTANCE_ID
+        assert (await join(c, a.member_id, instance="i-1")).error == GroupError.FENCED_INSTANCE_ID
+        assert await c.leave("g", [("", "i-1")]) == [GroupError.NONE]
+        assert (await c.load("g")).state == EMPTY
+        await c.stop()
+
+    asyncio.run(scenario())
+
+
+def test_leave_commit_and_delete(coordinator) -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        a = await join(c)
+        await c.sync("g", 1, a.member_id, None, {})
+        offsets = {("t", 0): (42, "meta", -1), ("t", 1): (7, None, -1)}
+        assert await c.commit("g", 1, a.member_id, None, offsets) == GroupError.NONE
+        assert await c.commit("g", 0, a.member_id, None, offsets) == GroupError.ILLEGAL_GENERATION
+        assert await c.commit("g", 1, "ghost", None, offsets) == GroupError.UNKNOWN_MEMBER_ID
+        # Standalone commits (no member) are refused while the group has members.
+        assert await c.commit("g", -1, "", None, offsets) == GroupError.UNKNOWN_MEMBER_ID
+        assert await c.delete("g") == GroupError.NON_EMPTY_GROUP
+        with pytest.raises(GroupBusy):
+            await c.reset_offsets("g", {("t", 0): 0})
+        assert await c.leave("g", [(a.member_id, None)]) == [GroupError.NONE]
+        assert await c.leave("g", [(a.member_id, None)]) == [GroupError.UNKNOWN_MEMBER_ID]
+        committed = await c.committed("g")
+        assert {k: (v.offset, v.metadata) for k, v in committed.items()} == {
+            ("t", 0): (42, "meta"),
+            ("t", 1): (7, ""),
+        }
+        await c.reset_offsets("g", {("t", 0): 5})
+        assert (await c.committed("g"))["t", 0].offset == 5
+        assert await c.list_groups() == ["g"]
+        assert await c.delete("g") == GroupError.NONE
+        assert await c.delete("g") == GroupError.GROUP_ID_NOT_FOUND
+        assert await c.committed("g") == {} and await c.list_groups() == []
+        await c.stop()
+
+    asyncio.run(scenario())
+
+
+def test_state_is_shared_by_coordinators_on_one_redis(coordinator) -> None:
+    """Two brokers (or a restarted one) see the same groups, members and offsets."""
+
+    async def scenario() -> None:
+        one, two = coordinator(), coordinator()
+        a = await join(one)
+        await one.sync("g", 1, a.member_id, None, {a.member_id: b"x"})
+        await one.commit("g", 1, a.member_id, None, {("t", 0): (9, "", -1)})
+        await one.stop()
+        assert await two.heartbeat("g", 1, a.member_id, None) == GroupError.NONE
+        assert (await two.committed("g"))["t", 0].offset == 9
+        # A member joining through the second broker rebalances the group for both.
+        b_join = asyncio.create_task(join(two))
+        await asyncio.sleep(0.1)
+        a_again = await join(two, a.member_id)
+        b = await b_join
+        assert a_again.generation == b.generation == 2
+        await two.stop()
+
+    asyncio.run(scenario())
+
+
+def test_initial_rebalance_delay_gathers_first_members(coordinator) -> None:
+    async def scenario() -> None:
+        c = coordinator(
+            CoordinatorConfig(initial_rebalance_delay_ms=300, min_session_timeout_ms=100)
+        )
+        results = await asyncio.gather(join(c), join(c), join(c))
+        assert {r.generation for r in results} == {1}
+        assert sum(1 for r in results if r.members) == 1  # one leader, knowing all three
+        await c.stop()
+
+    asyncio.run(scenario())
+
+
+def test_decode_consumer_assignment() -> None:
+    data = struct.pack(">hi", 0, 2)
+    data += struct.pack(">h", 1) + b"a" + struct.pack(">iii", 2, 0, 3)
+    data += struct.pack(">h", 2) + b"bc" + struct.pack(">i", 0)
+    data += struct.pack(">i", -1)  # user data
+    assert decode_consumer_assignment(data) == {"a": [0, 3], "bc": []}
+    assert decode_consumer_assignment(b"\x00") is None

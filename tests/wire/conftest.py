@@ -1,0 +1,170 @@
+"""The Kafka wire server as a real subprocess, for tests with real Kafka clients.
+
+``broker`` is one server per test module on a free loopback port, against the session's
+redis-server (flushed when the server starts). Each test gets the same server; after the
+test, the server must still be running and its stderr must not show a Traceback. Tests keep
+their topics unique with ``topic_name``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.servers import RedisServer, free_port, wait_for_port
+from tests.wire.common import Rec, sample
+
+REPO = Path(__file__).resolve().parents[2]
+CLI_TIMEOUT = 120.0  # seconds for one CLI command
+
+
+class Broker:
+    """A ``python -m kafkaesque serve`` process."""
+
+    def __init__(self, redis_url: str, directory: Path, extra_args: Sequence[str] = ()) -> None:
+        self.redis_url = redis_url
+        self.port = free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self.stderr_path = directory / "server.stderr"
+        self.stdout_path = directory / "server.stdout"
+        command = [sys.executable, "-m", "kafkaesque", "--redis-url", redis_url, "serve"]
+        command += ["--listen", self.bootstrap, "--advertised-host", "127.0.0.1", *extra_args]
+        self.command = command
+        with self.stderr_path.open("wb") as err, self.stdout_path.open("wb") as out:
+            self.proc = subprocess.Popen(
+                command, cwd=REPO, stdin=subprocess.DEVNULL, stdout=out, stderr=err
+            )
+        try:
+            wait_for_port(self.port, self.proc, timeout=20.0)
+        except RuntimeError as exc:
+            self.stop()
+            raise RuntimeError(f"{exc}; server stderr:\n{self.stderr()}") from None
+
+    def stderr(self, start: int = 0) -> str:
+        with self.stderr_path.open("rb") as f:
+            f.seek(start)
+            return f.read().decode(errors="replace")
+
+    def stderr_size(self) -> int:
+        return self.stderr_path.stat().st_size
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> int:
+        """SIGTERM, wait; kill if it does not stop. Returns the exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def cli(
+        self,
+        *args: str,
+        input: bytes | None = None,
+        check: bool = True,
+        timeout: float = CLI_TIMEOUT,
+    ) -> subprocess.CompletedProcess[bytes]:
+        """Run ``python -m kafkaesque --redis-url URL ARGS...`` on the broker's Redis."""
+        command = [sys.executable, "-m", "kafkaesque", "--redis-url", self.redis_url, *args]
+        result = subprocess.run(
+            command,
+            cwd=REPO,
+            input=input,
+            capture_output=True,
+            timeout=timeout,
+            stdin=None if input is not None else subprocess.DEVNULL,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"{' '.join(args)} exited with {result.returncode}:\n"
+                f"{result.stderr.decode(errors='replace')}"
+            )
+        return result
+
+
+def check_log(broker: Broker, start: int, what: str) -> None:
+    """Fail if the server died or logged a Traceback since ``start`` (a stderr position)."""
+    text = broker.stderr(start)
+    if "Traceback" in text:
+        pytest.fail(f"the server logged a Traceback during {what}:\n{text}", pytrace=False)
+    if not broker.alive():
+        pytest.fail(
+            f"the server exited with {broker.proc.returncode} during {what}:\n{text}",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(scope="module")
+def broker_factory(
+    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., Broker]]:
+    """Starts servers with extra ``serve`` options; all stopped at the end of the module."""
+    started: list[Broker] = []
+
+    def start(*extra_args: str) -> Broker:
+        server = Broker(redis_server.url, tmp_path_factory.mktemp("broker"), extra_args)
+        started.append(server)
+        return server
+
+    yield start
+    failures = []
+    for server in started:
+        status = server.stop()
+        text = server.stderr()
+        if "Traceback" in text:
+            failures.append(f"{' '.join(server.command)}: Traceback in stderr:\n{text}")
+        elif status not in (0, -signal.SIGTERM):
+            failures.append(f"{' '.join(server.command)}: exit status {status} on SIGTERM")
+    if failures:
+        pytest.fail("\n\n".join(failures), pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def module_broker(redis_server: RedisServer, broker_factory: Callable[..., Broker]) -> Broker:
+    redis.Redis.from_url(redis_server.url).flushall()
+    return broker_factory()
+
+
+@pytest.fixture
+def broker(module_broker: Broker, request: pytest.FixtureRequest) -> Iterator[Broker]:
+    """The module's server; the test fails if the server logs a Traceback or dies."""
+    check_log(module_broker, 0, "an earlier test or start-up")
+    start = module_broker.stderr_size()
+    yield module_broker
+    check_log(module_broker, start, request.node.name)
+
+
+_topic_counter = itertools.count()
+
+
+@pytest.fixture
+def topic_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """Unique, valid topic names derived from the test's name: topic_name("a") etc."""
+    base = re.sub(r"[^a-zA-Z0-9._-]+", "-", request.node.name).strip("-")[:150]
+
+    def make(suffix: str = "") -> str:
+        return f"{base}-{suffix}-{os.getpid()}-{next(_topic_counter)}".replace("--", "-")
+
+    return make
+
+
+@pytest.fixture
+def sample_records() -> list[Rec]:
+    """The records most produce tests send: see tests.wire.common.sample."""
+    return sample()
