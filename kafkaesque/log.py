@@ -17,8 +17,9 @@ import dataclasses
 import re
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import msgpack
 from redis.asyncio import Redis
@@ -64,6 +65,10 @@ class ProducerFenced(LogError):
     def __init__(self, code: int) -> None:
         super().__init__(f"producer sequence check failed (Kafka error {code})")
         self.code = code
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def check_topic_name(name: str) -> None:
@@ -155,6 +160,45 @@ class PartitionState:
     records: int  # records still held in Redis
 
 
+@dataclass(frozen=True, slots=True)
+class ClosedPage:
+    """A closed page as the archiver sees it."""
+
+    page: int
+    first_offset: int
+    next_offset: int  # first offset after this page
+    batches: list[bytes]  # as stored: baseOffset patched
+    sequences: list[int]  # per batch, the global sequence number of its first record
+
+
+@dataclass(frozen=True, slots=True)
+class RestoredPartition:
+    log_end: int  # what the archive holds: the partition continues here
+    leader_epoch: int  # the last epoch known; the restored partition gets a higher one
+
+
+@dataclass(frozen=True, slots=True)
+class RestoredTopic:
+    config: TopicConfig
+    partitions: list[RestoredPartition]
+
+
+class ColdStore(Protocol):
+    """Where records evicted from Redis are still read from (the archive)."""
+
+    async def read(self, topic: str, partition: int, offset: int, max_bytes: int) -> list[bytes]:
+        """Batches from the one holding ``offset`` on; [] if it is not archived."""
+        ...
+
+    async def start_offset(self, topic: str, partition: int) -> int | None:
+        """The lowest archived offset, None if nothing is."""
+        ...
+
+
+class NeedsRecovery(LogError):
+    """Redis has lost its data; appends wait until the archive restored the offsets."""
+
+
 def _raise_log_error(exc: ResponseError) -> None:
     """Turn a Lua error_reply ("CODE message") into the matching LogError."""
     code, _, message = str(exc).partition(" ")
@@ -162,18 +206,38 @@ def _raise_log_error(exc: ResponseError) -> None:
         raise UnknownTopic(message) from None
     if code == "TOPIC_EXISTS":
         raise TopicExists(message) from None
+    if code == "NEEDS_RECOVERY":
+        raise NeedsRecovery(message) from None
     raise exc
 
 
 class Log:
-    """Topics and partitions kept in one Redis database."""
+    """Topics and partitions kept in one Redis database.
 
-    def __init__(self, redis: Redis, namespace: str = "ks") -> None:
+    ``cold`` serves offsets Redis no longer holds (the archive). ``recover`` is called when
+    Redis turns out to have lost its data, before any append; it must restore the offsets
+    from the archive (``restore``). Without one, the log starts afresh.
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        namespace: str = "ks",
+        cold: ColdStore | None = None,
+        recover: Callable[[Log], Awaitable[None]] | None = None,
+    ) -> None:
         self.redis = redis
         self.ns = namespace
+        self.cold = cold
+        self.recover = recover
         self.scripts = Scripts(redis)
         self._topics_key = f"{namespace}:topics"
         self._gseq_key = f"{namespace}:gseq"
+        self._producer_ids_key = f"{namespace}:producer_ids"
+        # Present while Redis holds its data; a flush or a restart without persistence
+        # removes it, and then appends wait for recovery.
+        self._marker_key = f"{namespace}:incarnation"
+        self._archiving_key = f"{namespace}:archiving"
 
     # -- keys ---------------------------------------------------------------------
     def _config_key(self, topic: str) -> str:
@@ -194,14 +258,35 @@ class Log:
     async def create_topic(self, config: TopicConfig) -> TopicConfig:
         config.validate()
         metas = [self._keys(config.name, p)[0] for p in range(config.partitions)]
-        try:
-            await self.scripts.create(
-                keys=[self._topics_key, self._config_key(config.name), *metas],
-                args=[config.name, config.pack(), config.page_size, config.ttl, config.max_pages],
-            )
-        except ResponseError as exc:
-            _raise_log_error(exc)
+        await self._call(
+            self.scripts.create,
+            keys=[self._topics_key, self._config_key(config.name), self._marker_key, *metas],
+            args=[config.name, config.pack(), config.page_size, config.ttl, config.max_pages],
+        )
         return config
+
+    async def _call(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+        """Run a script that refuses to write while Redis has lost its data: recover first
+        (restore from the archive, or start afresh without one), then run it again."""
+        for attempt in range(2):
+            try:
+                return await script(keys=keys, args=args)
+            except ResponseError as exc:
+                if attempt == 0 and str(exc).startswith("NEEDS_RECOVERY"):
+                    await self.ensure_recovered()
+                    continue
+                _raise_log_error(exc)
+        raise AssertionError("unreachable")
+
+    async def needs_recovery(self) -> bool:
+        return not await self.redis.exists(self._marker_key)
+
+    async def ensure_recovered(self) -> None:
+        """If Redis lost its data, restore offsets (through ``recover``) before appends."""
+        if await self.needs_recovery():
+            if self.recover is not None:
+                await self.recover(self)
+            await self.redis.set(self._marker_key, uuid.uuid4().hex, nx=True)
 
     async def topic(self, name: str) -> TopicConfig:
         data = await self.redis.get(self._config_key(name))
@@ -256,7 +341,7 @@ class Log:
         Batches of idempotent producers (producer id >= 0) are sequence-checked: a retry of
         one of a producer's last five batches returns its original offset and is not written
         again; a gap or an old epoch raises ProducerFenced and writes nothing."""
-        args: list[object] = [self._prefix(topic, partition), self.channel(topic)]
+        args: list[object] = [self._prefix(topic, partition), self.channel(topic), _now_ms()]
         for batch in batches:
             args += (
                 int.from_bytes(batch[_LAST_OFFSET_DELTA], "big", signed=True) + 1,
@@ -266,13 +351,16 @@ class Log:
                 batch,
             )
         meta, index, stats, producers = self._keys(topic, partition)
-        try:
-            code, *result = await self.scripts.append(
-                keys=[meta, index, stats, self._gseq_key, producers], args=args
-            )
-        except ResponseError as exc:
-            _raise_log_error(exc)
-            raise  # unreachable: keeps type checkers honest
+        keys = [
+            meta,
+            index,
+            stats,
+            self._gseq_key,
+            producers,
+            self._archiving_key,
+            self._marker_key,
+        ]
+        code, *result = await self._call(self.scripts.append, keys, args)
         if code:
             raise ProducerFenced(code)
         return Appended(result[1:], result[0])
@@ -307,9 +395,11 @@ class Log:
 
     async def state(self, topic: str, partition: int) -> PartitionState:
         """Apply retention, then report offsets, pages and bytes held."""
+        meta, index, stats, _ = self._keys(topic, partition)
         try:
             values = await self.scripts.state(
-                keys=self._keys(topic, partition), args=[self._prefix(topic, partition)]
+                keys=[meta, index, stats, self._archiving_key],
+                args=[self._prefix(topic, partition)],
             )
         except ResponseError as exc:
             _raise_log_error(exc)
@@ -334,4 +424,99 @@ class Log:
 
     async def new_producer_id(self) -> int:
         """A producer id no other producer of this Redis has had."""
-        return await self.redis.incr(f"{self.ns}:producer_ids")
+        return await self.redis.incr(self._producer_ids_key)
+
+    # -- archiving ----------------------------------------------------------------
+    async def enable_archiving(self) -> None:
+        """From now on pages expire (TTL, max pages) only once archived."""
+        await self.redis.set(self._archiving_key, 1)
+
+    async def closed_pages(
+        self, topic: str, partition: int, from_offset: int, max_pages: int = 16
+    ) -> list[ClosedPage]:
+        """Closed pages holding offsets >= from_offset, oldest first, whole."""
+        meta, index, *_ = self._keys(topic, partition)
+        try:
+            flat = await self.scripts.closed_pages(
+                keys=[meta, index], args=[self._prefix(topic, partition), from_offset, max_pages]
+            )
+        except ResponseError as exc:
+            _raise_log_error(exc)
+            raise
+        pages, i = [], 0
+        while i < len(flat):
+            page, first, following, bidx, count = flat[i : i + 5]
+            batches = flat[i + 5 : i + 5 + count]
+            sequences = [
+                int.from_bytes(bidx[j + 8 : j + 16], "big") for j in range(0, len(bidx), 16)
+            ]
+            pages.append(ClosedPage(page, first, following, batches, sequences))
+            i += 5 + count
+        return pages
+
+    async def mark_archived(self, topic: str, partition: int, through: int) -> None:
+        """Offsets below ``through`` are archived: their pages may now expire."""
+        meta, index, stats, _ = self._keys(topic, partition)
+        try:
+            await self.scripts.mark_archived(
+                keys=[meta, index, stats], args=[self._prefix(topic, partition), through]
+            )
+        except ResponseError as exc:
+            _raise_log_error(exc)
+
+    async def close_idle_pages(self, topic: str, partition: int, older_than_ms: int) -> bool:
+        """Close the open page if its first record is older than that (ms), so quiet
+        partitions get archived too."""
+        meta, _, stats, _ = self._keys(topic, partition)
+        try:
+            closed = await self.scripts.close_idle(
+                keys=[meta, stats, self._archiving_key],
+                args=[self._prefix(topic, partition), _now_ms() - older_than_ms],
+            )
+        except ResponseError as exc:
+            _raise_log_error(exc)
+            raise
+        return bool(closed)
+
+    async def first_unarchived_sequence(self, topic: str, partition: int) -> int | None:
+        """The global sequence number of the first record not yet archived, if any."""
+        meta, index, *_ = self._keys(topic, partition)
+        archived, log_end = map(int, await self.redis.hmget(meta, "archived", "end"))
+        if archived >= log_end:
+            return None
+        found = await self.redis.zrevrangebyscore(index, archived, "-inf", start=0, num=1)
+        if not found:
+            found = await self.redis.zrange(index, 0, 0)
+        raw = await self.redis.get(self._prefix(topic, partition) + f"bidx:{int(found[0])}")
+        for j in range(len(raw) - 16, -1, -16):
+            base = int.from_bytes(raw[j : j + 8], "big")
+            if base <= archived or j == 0:
+                return int.from_bytes(raw[j + 8 : j + 16], "big") + max(0, archived - base)
+        return None
+
+    async def sequence_counter(self) -> int:
+        """The highest global sequence number assigned so far."""
+        return int(await self.redis.get(self._gseq_key) or 0)
+
+    async def restore(
+        self, topics: list[RestoredTopic], sequence_floor: int, producer_id_floor: int
+    ) -> None:
+        """Bring Redis back to what the archive holds after it lost data (see restore.lua),
+        raise the counters past every id the archive has seen, and set the marker."""
+        for t in topics:
+            c = t.config
+            keys = [k for p in range(len(t.partitions)) for k in self._keys(c.name, p)[:3]]
+            args: list[Any] = [c.name, c.pack(), c.page_size, c.ttl, c.max_pages]
+            for p in t.partitions:
+                args += (p.log_end, p.leader_epoch)
+            await self.scripts.restore(
+                keys=[self._topics_key, self._config_key(c.name), *keys], args=args
+            )
+        for key, floor in (
+            (self._gseq_key, sequence_floor),
+            (self._producer_ids_key, producer_id_floor),
+        ):
+            current = int(await self.redis.get(key) or 0)
+            if current < floor:
+                await self.redis.incrby(key, floor - current)
+        await self.redis.set(self._marker_key, uuid.uuid4().hex, nx=True)

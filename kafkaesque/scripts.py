@@ -8,7 +8,19 @@ from importlib.resources import files
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
-SCRIPT_NAMES = ("create", "append", "read", "state", "delete", "find_time", "partitions")
+SCRIPT_NAMES = (
+    "create",
+    "append",
+    "read",
+    "state",
+    "delete",
+    "find_time",
+    "partitions",
+    "closed_pages",
+    "mark_archived",
+    "close_idle",
+    "restore",
+)
 
 
 @cache
@@ -32,3 +44,7 @@ class Scripts:
     delete: AsyncScript
     find_time: AsyncScript
     partitions: AsyncScript
+    closed_pages: AsyncScript
+    mark_archived: AsyncScript
+    close_idle: AsyncScript
+    restore: AsyncScript

@@ -12,6 +12,8 @@ from kafkaesque.log import (
     InvalidTopic,
     Log,
     ProducerFenced,
+    RestoredPartition,
+    RestoredTopic,
     TopicConfig,
     TopicExists,
     UnknownTopic,
@@ -321,5 +323,97 @@ def test_read_without_min_one_reports_offsets_only(make_log: Callable[[], Log]) 
         assert (result.batches, result.log_end) == ([], 1)
         assert len((await log.read("m1", 0, 0, max_bytes=10, min_one=True)).batches) == 1
         assert (await log.read("m1", 0, 0, max_bytes=10, min_one=False)).batches == []
+
+    asyncio.run(scenario())
+
+
+def test_archiving_keeps_pages_until_archived_then_applies_retention(
+    make_log: Callable[[], Log],
+) -> None:
+    async def scenario() -> None:
+        log = make_log()
+        await log.enable_archiving()
+        await log.create_topic(TopicConfig("ar", 1, page_size=2, ttl=3600, max_pages=2))
+        for i in range(0, 8, 2):
+            await log.append("ar", 0, [batch(words(i, 2))])
+        r = log.redis
+        # Four closed pages, none archived: max pages and TTL leave them all alone.
+        state = await log.state("ar", 0)
+        assert (state.log_start, state.pages) == (0, 4)
+        assert await r.ttl("ks:{ar:0}:page:0") == -1
+        pages = await log.closed_pages("ar", 0, 0, max_pages=3)
+        assert [(p.page, p.first_offset, p.next_offset) for p in pages] == [
+            (0, 0, 2),
+            (1, 2, 4),
+            (2, 4, 6),
+        ]
+        assert pages[1].sequences == [3]
+        assert [r.value for r in decode_batch(pages[1].batches[0])] == words(2, 2)
+        assert [p.page for p in await log.closed_pages("ar", 0, 5)] == [2, 3]
+        assert await log.first_unarchived_sequence("ar", 0) == 1
+        # Archiving three pages lets retention drop the two oldest; page 2 gets its TTL.
+        await log.mark_archived("ar", 0, 6)
+        state = await log.state("ar", 0)
+        assert (state.log_start, state.pages) == (4, 2)
+        assert 0 < await r.ttl("ks:{ar:0}:page:2") <= 3600
+        assert await r.ttl("ks:{ar:0}:page:3") == -1  # not archived yet
+        assert await log.first_unarchived_sequence("ar", 0) == 7
+        await log.mark_archived("ar", 0, 2)  # never goes back
+        assert await log.first_unarchived_sequence("ar", 0) == 7
+        await log.mark_archived("ar", 0, 8)
+        assert await log.first_unarchived_sequence("ar", 0) is None
+        assert await log.sequence_counter() == 8
+
+    asyncio.run(scenario())
+
+
+def test_close_idle_pages_closes_only_old_open_pages(make_log: Callable[[], Log]) -> None:
+    async def scenario() -> None:
+        log = make_log()
+        await log.create_topic(TopicConfig("idle", 1, page_size=100))
+        assert not await log.close_idle_pages("idle", 0, 0)  # nothing to close
+        await log.append("idle", 0, [batch(words(0, 3))])
+        assert not await log.close_idle_pages("idle", 0, 60_000)  # too young
+        assert await log.close_idle_pages("idle", 0, 0)
+        assert [p.next_offset for p in await log.closed_pages("idle", 0, 0)] == [3]
+        await log.append("idle", 0, [batch(words(3, 1))])
+        assert await read_all(log, "idle") == list(enumerate(words(0, 4)))
+
+    asyncio.run(scenario())
+
+
+def test_lost_redis_waits_for_recovery_and_restores_offsets(make_log: Callable[[], Log]) -> None:
+    async def scenario() -> None:
+        log = make_log()
+        await log.create_topic(TopicConfig("lost", 2, page_size=2))
+        await log.append("lost", 0, [batch(words(0, 5))])
+        config = await log.topic("lost")
+        await log.redis.flushall()  # Redis lost everything; the archive held offsets 0..4
+        assert await log.needs_recovery()
+        calls = []
+
+        async def recover(restoring: Log) -> None:
+            calls.append(1)
+            await restoring.restore(
+                [RestoredTopic(config, [RestoredPartition(5, 0), RestoredPartition(0, 3)])],
+                sequence_floor=5,
+                producer_id_floor=1000,
+            )
+
+        log.recover = recover
+        appended = await log.append("lost", 0, [batch(words(5, 1))])
+        assert appended.base_offsets == [5] and calls == [1]
+        assert await log.topic("lost") == config
+        state = await log.state("lost", 0)
+        assert (state.log_start, state.log_end, state.leader_epoch) == (5, 6, 1)
+        assert (await log.state("lost", 1)).leader_epoch == 4
+        assert await log.sequence_counter() == 6  # ids go on after the archived ones
+        assert await log.new_producer_id() == 1001
+        # A partition that kept less than the archive holds restarts at the archived end.
+        await log.restore([RestoredTopic(config, [RestoredPartition(9, 1)])], 0, 0)
+        state = await log.state("lost", 0)
+        assert (state.log_start, state.log_end, state.leader_epoch, state.pages) == (9, 9, 2, 0)
+        assert (await log.append("lost", 0, [batch(words(0, 1))])).base_offsets == [9]
+        assert calls == [1]
 
     asyncio.run(scenario())

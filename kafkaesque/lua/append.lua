@@ -2,15 +2,21 @@
 -- assign offsets and global sequence numbers, patch each batch's baseOffset and
 -- partitionLeaderEpoch (both outside the CRC), roll pages, apply retention.
 -- KEYS[1] meta hash, KEYS[2] page index zset, KEYS[3] page stats hash,
--- KEYS[4] global sequence counter, KEYS[5] producer state hash
--- ARGV[1] key prefix of this partition, ARGV[2] notification channel, then per batch:
--- offset count, producer id, producer epoch, base sequence, batch bytes.
+-- KEYS[4] global sequence counter, KEYS[5] producer state hash, KEYS[6] archiving flag,
+-- KEYS[7] recovery marker
+-- ARGV[1] key prefix of this partition, ARGV[2] notification channel, ARGV[3] now (ms),
+-- then per batch: offset count, producer id, producer epoch, base sequence, batch bytes.
 -- Returns {0, log start offset, base offset per batch} or {Kafka error code}; on error
 -- nothing is written.
 local meta, index, stats, gseq_key, producers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local prefix = ARGV[1]
+if redis.call('EXISTS', KEYS[7]) == 0 then
+  -- Redis lost its data: appending now could reuse offsets the archive already holds.
+  return redis.error_reply('NEEDS_RECOVERY Redis has lost its data')
+end
+local archiving = redis.call('EXISTS', KEYS[6]) == 1
 local m = redis.call('HMGET', meta, 'end', 'page', 'page_records', 'page_bytes',
-  'page_size', 'ttl', 'max_pages', 'epoch')
+  'page_size', 'ttl', 'max_pages', 'epoch', 'archived')
 if not m[1] then
   return redis.error_reply('UNKNOWN_TOPIC_OR_PARTITION no such topic or partition')
 end
@@ -45,7 +51,7 @@ local function load(pid)
 end
 
 local n = 0
-for i = 3, #ARGV, 5 do
+for i = 4, #ARGV, 5 do
   n = n + 1
   local count, pid = tonumber(ARGV[i]), ARGV[i + 1]
   fresh[n] = true
@@ -79,17 +85,18 @@ for i = 3, #ARGV, 5 do
 end
 
 local total = 0
-for i = 3, #ARGV, 5 do total = total + tonumber(ARGV[i]) end
+for i = 4, #ARGV, 5 do total = total + tonumber(ARGV[i]) end
 local gseq = redis.call('INCRBY', gseq_key, total) - total + 1
 
 local appended_bytes = 0
 n = 0
-for i = 3, #ARGV, 5 do
+for i = 4, #ARGV, 5 do
   n = n + 1
   local count, batch = tonumber(ARGV[i]), ARGV[i + 4]
   if fresh[n] then
     if page_records == 0 then
       redis.call('ZADD', index, next_offset, page)
+      redis.call('HSET', meta, 'page_opened', ARGV[3])
     end
     redis.call('RPUSH', page_key(prefix, page),
       pack_uint(next_offset, 8) .. string.sub(batch, 9, 12) .. epoch .. string.sub(batch, 17))
@@ -100,12 +107,7 @@ for i = 3, #ARGV, 5 do
     page_records, page_bytes = page_records + count, page_bytes + #batch
     appended_bytes = appended_bytes + #batch
     if page_records >= page_size then
-      -- Close the page: it is now immutable, gets the TTL, and counts towards max_pages.
-      redis.call('HSET', stats, page, page_records .. ' ' .. page_bytes)
-      if ttl > 0 then
-        redis.call('EXPIRE', page_key(prefix, page), ttl)
-        redis.call('EXPIRE', batch_index_key(prefix, page), ttl)
-      end
+      close_page(stats, prefix, page, page_records, page_bytes, ttl, archiving)
       page, page_records, page_bytes = page + 1, 0, 0
     end
   end
@@ -129,7 +131,8 @@ redis.call('HINCRBY', meta, 'bytes', appended_bytes)
 -- Retention: drop the oldest closed pages beyond max_pages, and index entries of pages
 -- that expired, so the index never grows without bound.
 local closed = redis.call('ZCARD', index) - (page_records > 0 and 1 or 0)
-local start = trim_index(index, stats, prefix, page, closed, max_pages, next_offset)
+local start = trim_index(index, stats, prefix, page, closed, max_pages, next_offset,
+  tonumber(m[9]), archiving)
 redis.call('HSET', meta, 'start', start)
 if appended_bytes > 0 then redis.call('PUBLISH', ARGV[2], next_offset) end
 table.insert(bases, 1, start)

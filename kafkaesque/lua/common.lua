@@ -25,15 +25,32 @@ local BATCH_INDEX_ENTRY = 16
 local function page_key(prefix, page) return prefix .. 'page:' .. page end
 local function batch_index_key(prefix, page) return prefix .. 'bidx:' .. page end
 
+-- Close the open page: it becomes immutable and counts towards max_pages. It gets the TTL
+-- now, unless pages are archived, in which case it gets it once archived (mark_archived).
+local function close_page(stats, prefix, page, page_records, page_bytes, ttl, archiving)
+  redis.call('HSET', stats, page, page_records .. ' ' .. page_bytes)
+  if ttl > 0 and not archiving then
+    redis.call('EXPIRE', page_key(prefix, page), ttl)
+    redis.call('EXPIRE', batch_index_key(prefix, page), ttl)
+  end
+end
+
 -- Drop index entries (and data) of closed pages beyond max_pages and of pages whose TTL
--- expired, oldest first. Returns the log start offset: the first offset still held.
-local function trim_index(index, stats, prefix, open_page, closed, max_pages, end_offset)
+-- expired, oldest first; with archiving on, only pages wholly below `archived` (the next
+-- offset to archive) may be dropped. Returns the log start offset: the first offset held.
+local function trim_index(index, stats, prefix, open_page, closed, max_pages, end_offset,
+                          archived, archiving)
   while true do
     local oldest = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
     if #oldest == 0 then return end_offset end
     local page = oldest[1]
     if tonumber(page) == open_page then return tonumber(oldest[2]) end
     local over_limit = max_pages > 0 and closed > max_pages
+    if over_limit and archiving then
+      local following = redis.call('ZRANGE', index, 1, 1, 'WITHSCORES')
+      local next_first = #following > 0 and tonumber(following[2]) or end_offset
+      if next_first > archived then over_limit = false end
+    end
     if not over_limit and redis.call('EXISTS', page_key(prefix, page)) == 1 then
       return tonumber(oldest[2])
     end
@@ -42,4 +59,13 @@ local function trim_index(index, stats, prefix, open_page, closed, max_pages, en
     redis.call('HDEL', stats, page)
     closed = closed - 1
   end
+end
+
+-- Fields every partition's meta hash starts with.
+local function init_partition(meta, log_end, epoch, page, page_size, ttl, max_pages)
+  redis.call('HSET', meta,
+    'end', log_end, 'start', log_end, 'epoch', epoch, 'archived', log_end,
+    'page', page, 'page_records', 0, 'page_bytes', 0, 'page_opened', 0, 'bytes', 0,
+    'expiry_page', page,
+    'page_size', page_size, 'ttl', ttl, 'max_pages', max_pages)
 end

@@ -16,9 +16,6 @@ for i = 2, #KEYS do
 end
 redis.call('SET', KEYS[1], ARGV[2])
 for i = 2, #KEYS do
-  redis.call('HSET', KEYS[i],
-    'end', 0, 'start', 0, 'epoch', 0, 'archived', 0,
-    'page', 0, 'page_records', 0, 'page_bytes', 0, 'bytes', 0,
-    'page_size', ARGV[3], 'ttl', ARGV[4], 'max_pages', ARGV[5])
+  init_partition(KEYS[i], 0, 0, 0, ARGV[3], ARGV[4], ARGV[5])
 end
 return #KEYS - 1
