@@ -324,7 +324,7 @@ async def consume(
         elif p in committed and not from_beginning:
             offsets[p] = committed[p]
         else:
-            offsets[p] = (await log.state(topic, p)).log_start
+            offsets[p] = await log.earliest_offset(topic, p)
     consumer = Consumer(log, topic, offsets, fetch_size=fetch_size, fmt=fmt, commit=commit)
     out = sys.stdout.buffer
     try:

@@ -391,7 +391,23 @@ class Log:
         except ResponseError as exc:
             _raise_log_error(exc)
             raise
+        if status == 1 and self.cold is not None:
+            # Tiered storage: offsets Redis no longer holds are read from the archive.
+            cold_start = await self.cold.start_offset(topic, partition)
+            if cold_start is not None and cold_start <= offset:
+                batches = await self.cold.read(topic, partition, offset, max_bytes)
+                if batches:
+                    return ReadResult(batches, cold_start, end, epoch)
         return ReadResult(batches, start, end, epoch, status == 1, status == 2)
+
+    async def earliest_offset(self, topic: str, partition: int) -> int:
+        """The first offset still readable: in the archive if there is one, else in Redis."""
+        start = (await self.state(topic, partition)).log_start
+        if self.cold is not None:
+            cold_start = await self.cold.start_offset(topic, partition)
+            if cold_start is not None:
+                return min(start, cold_start)
+        return start
 
     async def state(self, topic: str, partition: int) -> PartitionState:
         """Apply retention, then report offsets, pages and bytes held."""
@@ -421,6 +437,27 @@ class Log:
             if record.timestamp >= timestamp:
                 return record.offset, record.timestamp
         return None
+
+    async def leader_epochs(self, topic: str, partitions: int) -> list[int]:
+        """The current leader epoch of each partition (one round trip)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for p in range(partitions):
+            pipe.hget(self._keys(topic, p)[0], "epoch")
+        return [int(e or 0) for e in await pipe.execute()]
+
+    async def epoch_end_offset(self, topic: str, partition: int, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: (the largest epoch <= ``epoch`` this partition had, the
+        offset where it ended), or (-1, -1) for an epoch newer than the current one."""
+        state = await self.state(topic, partition)
+        if epoch == state.leader_epoch:
+            return epoch, state.log_end
+        if epoch > state.leader_epoch:
+            return -1, -1
+        raw = await self.redis.hgetall(self._prefix(topic, partition) + "epochs")
+        history = sorted([(0, 0)] + [(int(e), int(start)) for e, start in raw.items()])
+        known = max(e for e, _ in history if e <= epoch)
+        end = min((start for e, start in history if e > epoch), default=state.log_end)
+        return known, end
 
     async def new_producer_id(self) -> int:
         """A producer id no other producer of this Redis has had."""

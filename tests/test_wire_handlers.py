@@ -8,6 +8,7 @@ import time
 
 from kio.schema.errors import ErrorCode
 
+from kafkaesque.log import RestoredPartition, RestoredTopic
 from kafkaesque.records import Compression, build_batch, decode_batch, read_header
 from tests.kafka_wire import WireClient, part, request, run_with_broker
 from wire.broker import HANDLERS
@@ -427,5 +428,107 @@ def test_shutdown_answers_in_flight_fetches_and_metrics_count(redis_url: str) ->
         assert value("kafkaesque_received_bytes_total") > 0
         with __import__("pytest").raises((ConnectionError, OSError)):
             await WireClient.connect(server.port)
+
+    run(redis_url, scenario)
+
+
+def test_leader_epochs_after_a_restore(redis_url: str) -> None:
+    """After Redis lost data and the archive restored a partition, its leader epoch is
+    higher: metadata shows it, fetches with the old epoch are fenced, and
+    OffsetForLeaderEpoch tells where the old epoch ended (KIP-320)."""
+
+    async def scenario(server: Server) -> None:
+        log = server.broker.log
+        client = await WireClient.connect(server.port)
+        await client.call(metadata("ep"))
+        await client.call(produce("ep", {0: build_batch([b"a", b"b", b"c"], timestamp=1)}))
+        config = await log.topic("ep")
+        await log.restore([RestoredTopic(config, [RestoredPartition(10, 0)])], 0, 0)
+        response = await client.call(
+            request(
+                3,
+                7,
+                topics=(part(3, 7, "MetadataRequestTopic", name="ep"),),
+                allow_auto_topic_creation=False,
+            )
+        )
+        assert response.topics[0].partitions[0].leader_epoch == 1
+
+        def epoch_request(current: int, asked: int):
+            return request(
+                23,
+                2,
+                topics=(
+                    part(
+                        23,
+                        2,
+                        "OffsetForLeaderTopic",
+                        topic="ep",
+                        partitions=(
+                            part(
+                                23,
+                                2,
+                                "OffsetForLeaderPartition",
+                                partition=0,
+                                current_leader_epoch=current,
+                                leader_epoch=asked,
+                            ),
+                        ),
+                    ),
+                ),
+            )
+
+        answer = (await client.call(epoch_request(1, 0))).topics[0].partitions[0]
+        assert (answer.error_code, answer.leader_epoch, answer.end_offset) == (
+            ErrorCode.none,
+            0,
+            10,
+        )
+        answer = (await client.call(epoch_request(1, 1))).topics[0].partitions[0]
+        assert (answer.leader_epoch, answer.end_offset) == (1, 10)
+        answer = (await client.call(epoch_request(0, 0))).topics[0].partitions[0]
+        assert answer.error_code == ErrorCode.fenced_leader_epoch
+        stale = request(
+            1,
+            11,
+            replica_id=-1,
+            max_wait=datetime.timedelta(0),
+            min_bytes=1,
+            max_bytes=1 << 20,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            forgotten_topics_data=(),
+            rack_id="",
+            topics=(
+                part(
+                    1,
+                    11,
+                    "FetchTopic",
+                    topic="ep",
+                    partitions=(
+                        part(
+                            1,
+                            11,
+                            "FetchPartition",
+                            partition=0,
+                            current_leader_epoch=0,
+                            fetch_offset=10,
+                            log_start_offset=-1,
+                            partition_max_bytes=1 << 20,
+                        ),
+                    ),
+                ),
+            ),
+        )
+        assert (
+            partitions_of(await client.call(stale))[0].error_code == ErrorCode.fenced_leader_epoch
+        )
+        # Produced batches carry the new epoch.
+        await client.call(produce("ep", {0: build_batch([b"d"], timestamp=1)}))
+        fetched = partitions_of(await client.call(fetch("ep", {0: 10})))[0]
+        assert read_header(fetched.records).partition_leader_epoch == 1
+        assert [r.offset for r in decode_batch(fetched.records)] == [10]
+        await client.close()
 
     run(redis_url, scenario)

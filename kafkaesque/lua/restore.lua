@@ -1,7 +1,8 @@
 -- Restore one topic after Redis lost data, from what the archive holds: a missing topic or
 -- partition is recreated at the archived end, and a partition whose log end is below the
 -- archived end drops what it still holds (all archived) and continues there. Restored
--- partitions get a higher leader epoch so clients can detect the truncation (KIP-320).
+-- partitions get a higher leader epoch so clients can detect the truncation (KIP-320); the
+-- partition's epoch history (epoch -> start offset, for OffsetForLeaderEpoch) records it.
 -- KEYS[1] topic set, KEYS[2] topic config, then per partition: meta, index, stats
 -- ARGV: name, config (msgpack), page_size, ttl, max_pages, then per partition:
 -- archived end offset, last known leader epoch
@@ -18,6 +19,7 @@ for p = 0, (#KEYS - 2) / 3 - 1 do
   local m = redis.call('HMGET', meta, 'end', 'epoch', 'page')
   if not m[1] then
     init_partition(meta, archived_end, epoch + 1, 0, ARGV[3], ARGV[4], ARGV[5])
+    redis.call('HSET', prefix .. 'epochs', epoch + 1, archived_end)
     restored = restored + 1
   elseif tonumber(m[1]) < archived_end then
     for _, page in ipairs(redis.call('ZRANGE', index, 0, -1)) do
@@ -25,8 +27,10 @@ for p = 0, (#KEYS - 2) / 3 - 1 do
     end
     redis.call('DEL', page_key(prefix, m[3]), batch_index_key(prefix, m[3]), index, stats)
     local config = redis.call('HMGET', meta, 'page_size', 'ttl', 'max_pages')
-    init_partition(meta, archived_end, math.max(epoch, tonumber(m[2])) + 1, tonumber(m[3]) + 1,
+    local new_epoch = math.max(epoch, tonumber(m[2])) + 1
+    init_partition(meta, archived_end, new_epoch, tonumber(m[3]) + 1,
       config[1], config[2], config[3])
+    redis.call('HSET', prefix .. 'epochs', new_epoch, archived_end)
     restored = restored + 1
   end
 end

@@ -59,7 +59,7 @@ def broker_entries(broker: Broker, entry_class: type) -> tuple[Any, ...]:
     )
 
 
-@api(3, 0, 4)
+@api(3, 0, 7)
 async def metadata(broker: Broker, request: Request) -> Any:
     body, version = request.body, request.api_version
     schema = response_schema(3, version)
@@ -81,13 +81,14 @@ async def metadata(broker: Broker, request: Request) -> Any:
                 build(topic_class, error_code=config, name=name, is_internal=False, partitions=())
             )
             continue
+        epochs = await broker.log.leader_epochs(name, config.partitions) if version >= 7 else None
         partitions = tuple(
             build(
                 partition_class,
                 error_code=ErrorCode.none,
                 partition_index=p,
                 leader_id=node,
-                leader_epoch=0,
+                leader_epoch=epochs[p] if epochs else 0,
                 replica_nodes=(node,),
                 isr_nodes=(node,),
                 offline_replicas=(),

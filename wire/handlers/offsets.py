@@ -22,9 +22,10 @@ async def find_offset(
 ) -> tuple[ErrorCode, int, int]:
     """(error, offset, timestamp) for one ListOffsets partition."""
     try:
-        if timestamp in (LATEST, EARLIEST):
-            state = await broker.log.state(topic, partition)
-            return ErrorCode.none, state.log_end if timestamp == LATEST else state.log_start, -1
+        if timestamp == LATEST:
+            return ErrorCode.none, (await broker.log.state(topic, partition)).log_end, -1
+        if timestamp == EARLIEST:
+            return ErrorCode.none, await broker.log.earliest_offset(topic, partition), -1
         found = await broker.log.offset_for_timestamp(topic, partition, timestamp)
     except UnknownTopic:
         return ErrorCode.unknown_topic_or_partition, -1, -1
@@ -79,3 +80,41 @@ async def init_producer_id(broker: Broker, request: Request) -> Any:
         producer_id=producer_id,
         producer_epoch=0,
     )
+
+
+@api(23, 2, 3)
+async def offset_for_leader_epoch(broker: Broker, request: Request) -> Any:
+    """Where each asked-for leader epoch ended, so clients detect truncation (KIP-320)."""
+    schema = response_schema(23, request.api_version)
+    topic_class = schema_class(schema, "OffsetForLeaderTopicResult")
+    partition_class = schema_class(schema, "EpochEndOffset")
+    topics = []
+    for t in request.body.topics:
+        partitions = []
+        for p in t.partitions:
+            error, epoch, end = ErrorCode.none, -1, -1
+            try:
+                current = (await broker.log.leader_epochs(t.topic, p.partition + 1))[p.partition]
+                if p.current_leader_epoch >= 0 and p.current_leader_epoch != current:
+                    error = (
+                        ErrorCode.fenced_leader_epoch
+                        if p.current_leader_epoch < current
+                        else ErrorCode.unknown_leader_epoch
+                    )
+                else:
+                    epoch, end = await broker.log.epoch_end_offset(
+                        t.topic, p.partition, p.leader_epoch
+                    )
+            except UnknownTopic:
+                error = ErrorCode.unknown_topic_or_partition
+            partitions.append(
+                build(
+                    partition_class,
+                    error_code=error,
+                    partition=p.partition,
+                    leader_epoch=epoch,
+                    end_offset=end,
+                )
+            )
+        topics.append(build(topic_class, topic=t.topic, partitions=tuple(partitions)))
+    return build(schema, throttle_time=NO_THROTTLE, topics=tuple(topics))
