@@ -1,0 +1,89 @@
+"""Consumer groups from the command line: groups, group."""
+
+from __future__ import annotations
+
+import click
+
+from kafkaesque.cli.base import Context, main, pass_context, run_async
+from kafkaesque.groups import decode_consumer_assignment
+from kafkaesque.log import LogError
+
+
+@main.command("groups")
+@pass_context
+@run_async
+async def list_groups(ctx: Context) -> None:
+    """List consumer groups."""
+    for name in await ctx.groups(ctx.log()).list_groups():
+        click.echo(name)
+
+
+@main.command("group")
+@click.argument("group")
+@click.argument("topic", required=False)
+@click.option(
+    "--reset-offsets",
+    metavar="earliest|latest|OFFSET",
+    help="Set GROUP's committed offsets for every partition of TOPIC (the group must have "
+    "no members).",
+)
+@pass_context
+@run_async
+async def describe_group(
+    ctx: Context, group: str, topic: str | None, reset_offsets: str | None
+) -> None:
+    """Show GROUP: state, members, and per partition its committed offset, end offset and lag."""
+    log = ctx.log()
+    coordinator = ctx.groups(log)
+    if reset_offsets is not None:
+        if topic is None:
+            raise click.UsageError("--reset-offsets needs a TOPIC")
+        if reset_offsets not in ("earliest", "latest") and not reset_offsets.isdigit():
+            raise click.BadParameter(
+                "use earliest, latest or an offset", param_hint="--reset-offsets"
+            )
+        config = await log.topic(topic)
+        new = {}
+        for p in range(config.partitions):
+            state = await log.state(topic, p)
+            if reset_offsets == "earliest":
+                new[topic, p] = state.log_start
+            elif reset_offsets == "latest":
+                new[topic, p] = state.log_end
+            else:  # clamped to what the partition holds, as Kafka's tool does
+                new[topic, p] = min(max(int(reset_offsets), state.log_start), state.log_end)
+        await coordinator.reset_offsets(group, new)
+        click.echo(f"reset {len(new)} partition(s) of {topic} for group {group}", err=True)
+    loaded = await coordinator.load(group)
+    if loaded is None:
+        raise click.ClickException(f"no such group: {group}")
+    committed = await coordinator.committed(group)
+    owners: dict[tuple[str, int], str] = {}
+    click.echo(f"group       {group}")
+    click.echo(f"state       {loaded.state}")
+    click.echo(f"protocol    {loaded.protocol_type or '-'}/{loaded.protocol or '-'}")
+    click.echo(f"generation  {loaded.generation}")
+    click.echo(f"members     {len(loaded.members)}")
+    for m in loaded.members.values():
+        assigned = (
+            decode_consumer_assignment(m.assignment) if loaded.protocol_type == "consumer" else None
+        )
+        for t, parts in (assigned or {}).items():
+            owners.update({(t, p): m.member_id for p in parts})
+        shown = ", ".join(f"{t}{sorted(ps)}" for t, ps in (assigned or {}).items()) or "-"
+        click.echo(f"  {m.member_id}  {m.client_host or '-'}  {shown}")
+    rows = sorted(set(committed) | set(owners))
+    if topic is not None:
+        rows = [r for r in rows if r[0] == topic]
+    click.echo("topic  partition  committed  end  lag  member")
+    for t, p in rows:
+        try:
+            end = (await log.state(t, p)).log_end
+        except LogError:
+            end = None
+        c = committed.get((t, p))
+        lag = end - c.offset if c is not None and end is not None else None
+        click.echo(
+            f"{t}  {p}  {c.offset if c else '-'}  {'-' if end is None else end}  "
+            f"{'-' if lag is None else lag}  {owners.get((t, p), '-')}"
+        )

@@ -1,0 +1,107 @@
+"""`kafkaesque serve`: the Kafka wire-protocol broker."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+
+import click
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from kafkaesque.cli.base import Context, main, pass_context
+from kafkaesque.embedded import EmbeddedError
+
+
+def host_port(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> tuple[str, int] | None:
+    """Parse HOST:PORT (IPv6 hosts in brackets)."""
+    if value is None:
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise click.BadParameter(f"expected HOST:PORT, got {value!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+@main.command()
+@click.option(
+    "--listen",
+    envvar="KAFKAESQUE_LISTEN",
+    default="127.0.0.1:9092",
+    show_default=True,
+    callback=host_port,
+    help="Address to accept Kafka clients on (env KAFKAESQUE_LISTEN).",
+)
+@click.option(
+    "--advertised-host",
+    help="Host given to clients in metadata. Default: the listen host, or 127.0.0.1 "
+    "when listening on all interfaces.",
+)
+@click.option(
+    "--auto-create-topics/--no-auto-create-topics",
+    default=True,
+    show_default=True,
+    help="Create unknown topics when a client's metadata request allows it.",
+)
+@click.option("--default-partitions", type=click.IntRange(1, 10_000), default=1, show_default=True)
+@click.option("--metrics", callback=host_port, help="Serve Prometheus metrics on HOST:PORT.")
+@click.option(
+    "--group-initial-rebalance-delay-ms",
+    type=click.IntRange(0),
+    default=3000,
+    show_default=True,
+    help="How long a new group waits for more members before its first rebalance.",
+)
+@click.option(
+    "--group-min-session-timeout-ms",
+    type=click.IntRange(1),
+    default=6000,
+    show_default=True,
+    help="Smallest session timeout a consumer may ask for.",
+)
+@pass_context
+def serve(
+    ctx: Context,
+    listen: tuple[str, int],
+    advertised_host: str | None,
+    auto_create_topics: bool,
+    default_partitions: int,
+    metrics: tuple[str, int] | None,
+    group_initial_rebalance_delay_ms: int,
+    group_min_session_timeout_ms: int,
+) -> None:
+    """Serve the Kafka protocol: unmodified Kafka clients produce and fetch here."""
+    from kafkaesque.groups import CoordinatorConfig
+    from wire.broker import BrokerConfig
+    from wire.server import run
+
+    host, port = listen
+    if advertised_host is None:
+        advertised_host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+    if logging.getLogger().level > logging.INFO:
+        logging.getLogger().setLevel(logging.INFO)
+    config = BrokerConfig(
+        host=advertised_host,
+        port=port,
+        auto_create_topics=auto_create_topics,
+        default_partitions=default_partitions,
+        groups=CoordinatorConfig(
+            initial_rebalance_delay_ms=group_initial_rebalance_delay_ms,
+            min_session_timeout_ms=group_min_session_timeout_ms,
+        ),
+    )
+    try:
+        url = ctx.url()
+        asyncio.run(run(url, host, port, config, metrics))
+    except EmbeddedError as exc:
+        raise click.ClickException(str(exc)) from None
+    except RedisConnectionError as exc:
+        raise click.ClickException(f"cannot reach Redis: {exc}") from None
+    except OSError as exc:
+        raise click.ClickException(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+        ) from None
+    except KeyboardInterrupt:
+        sys.exit(130)

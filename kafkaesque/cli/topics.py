@@ -1,0 +1,254 @@
+"""Topics and records: create, topics, describe, delete, produce, consume, stop."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from typing import Any
+
+import click
+
+from kafkaesque.cli.base import Context, main, pass_context, run_async, topic_argument
+from kafkaesque.consume import Consumer
+from kafkaesque.embedded import EmbeddedError
+from kafkaesque.groups import GroupError
+from kafkaesque.log import DEFAULT_PAGE_SIZE, TopicConfig
+from kafkaesque.produce import LineProducer
+from kafkaesque.records import Compression
+
+
+@main.command()
+@topic_argument
+@click.option("--partitions", type=click.IntRange(1, 10_000), default=1, show_default=True)
+@click.option(
+    "--page-size",
+    type=click.IntRange(1),
+    default=DEFAULT_PAGE_SIZE,
+    show_default=True,
+    help="Records per page; a full page closes.",
+)
+@click.option(
+    "--ttl",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    help="Seconds a closed page is kept (0: forever).",
+)
+@click.option(
+    "--max-pages",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    help="Closed pages kept per partition; older ones are dropped (0: no limit).",
+)
+@pass_context
+@run_async
+async def create(
+    ctx: Context, topic: str, partitions: int, page_size: int, ttl: int, max_pages: int
+) -> None:
+    """Create TOPIC."""
+    config = TopicConfig(topic, partitions, page_size, ttl, max_pages)
+    await ctx.log().create_topic(config)
+    click.echo(f"created topic {topic} with {partitions} partition(s)", err=True)
+
+
+@main.command()
+@pass_context
+@run_async
+async def topics(ctx: Context) -> None:
+    """List topics."""
+    for name in await ctx.log().list_topics():
+        click.echo(name)
+
+
+@main.command()
+@topic_argument
+@pass_context
+@run_async
+async def describe(ctx: Context, topic: str) -> None:
+    """Show TOPIC's config and, per partition, offsets, pages and bytes held."""
+    log = ctx.log()
+    config = await log.topic(topic)
+    click.echo(f"topic       {config.name}")
+    click.echo(f"partitions  {config.partitions}")
+    click.echo(f"page size   {config.page_size} records")
+    click.echo(f"ttl         {config.ttl or 'none'}{' s' if config.ttl else ''}")
+    click.echo(f"max pages   {config.max_pages or 'no limit'}")
+    click.echo("partition  start_offset  end_offset  pages  bytes")
+    for p in range(config.partitions):
+        s = await log.state(topic, p)
+        click.echo(f"{p:>9}  {s.log_start:>12}  {s.log_end:>10}  {s.pages:>5}  {s.bytes}")
+
+
+@main.command()
+@topic_argument
+@pass_context
+@run_async
+async def delete(ctx: Context, topic: str) -> None:
+    """Delete TOPIC and all its records."""
+    await ctx.log().delete_topic(topic)
+    click.echo(f"deleted topic {topic}", err=True)
+
+
+@main.command()
+@topic_argument
+@click.argument("file", type=click.File("rb"), default="-")
+@click.option("--batch-size", type=click.IntRange(1, 1_000_000), default=1024, show_default=True)
+@click.option("--partition", type=click.IntRange(0), help="Send every record to this partition.")
+@click.option(
+    "--key-separator",
+    help="Split each line at the first SEP into key and value (no SEP: null key).",
+)
+@click.option(
+    "--compression",
+    type=click.Choice([c.name.lower() for c in Compression]),
+    default="none",
+    show_default=True,
+)
+@pass_context
+@run_async
+async def produce(
+    ctx: Context,
+    topic: str,
+    file: Any,
+    batch_size: int,
+    partition: int | None,
+    key_separator: str | None,
+    compression: str,
+) -> None:
+    """Append each line of FILE (default: stdin) to TOPIC as one record."""
+    log = ctx.log()
+    config = await log.topic(topic)
+    if partition is not None and partition >= config.partitions:
+        raise click.BadParameter(
+            f"topic {topic} has {config.partitions} partition(s)", param_hint="--partition"
+        )
+    if key_separator == "":
+        raise click.BadParameter("must not be empty", param_hint="--key-separator")
+    producer = LineProducer(
+        log,
+        config,
+        batch_size=batch_size,
+        partition=partition,
+        key_separator=None if key_separator is None else os.fsencode(key_separator),
+        compression=Compression[compression.upper()],
+    )
+    size = _file_size(file)
+    if size and sys.stderr.isatty():
+        with click.progressbar(length=size, label="producing", file=sys.stderr) as bar:
+            summary = await producer.produce(file, bar.update)
+    else:
+        summary = await producer.produce(file)
+    rate = summary.records / summary.seconds if summary.seconds else 0.0
+    click.echo(
+        f"produced {summary.records} records ({summary.bytes} bytes) to {topic} "
+        f"in {summary.seconds:.2f} s ({rate:,.0f} records/s)",
+        err=True,
+    )
+
+
+def _file_size(file: Any) -> int | None:
+    """The size of a regular file, None for pipes and terminals."""
+    try:
+        st = os.fstat(file.fileno())
+    except (OSError, AttributeError, ValueError):
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
+
+
+@main.command()
+@topic_argument
+@click.option(
+    "--fetch-size",
+    type=click.IntRange(1),
+    default=1024,
+    show_default=True,
+    help="Records per fetch (whole batches: a fetch may return more).",
+)
+@click.option("--partition", type=click.IntRange(0), help="Read only this partition.")
+@click.option("--offset", type=click.IntRange(0), help="Start at this offset (needs --partition).")
+@click.option("--from-beginning", is_flag=True, help="Start at the log start (the default).")
+@click.option("--follow", "-f", is_flag=True, help="Keep waiting for new records.")
+@click.option("--max-records", type=click.IntRange(0), help="Stop after N records.")
+@click.option(
+    "--group",
+    help="Start at GROUP's committed offsets and commit as records are printed.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["value", "offset", "json"]),
+    default="value",
+    show_default=True,
+    help="value: the value; offset: partition TAB offset TAB value; json: all fields.",
+)
+@pass_context
+@run_async
+async def consume(
+    ctx: Context,
+    topic: str,
+    fetch_size: int,
+    partition: int | None,
+    offset: int | None,
+    from_beginning: bool,
+    follow: bool,
+    max_records: int | None,
+    group: str | None,
+    fmt: str,
+) -> None:
+    """Print TOPIC's records, one per line, from the beginning to the end of the log."""
+    if offset is not None and from_beginning:
+        raise click.UsageError("--offset and --from-beginning exclude each other")
+    if offset is not None and partition is None:
+        raise click.UsageError("--offset needs --partition")
+    log = ctx.log()
+    config = await log.topic(topic)
+    if partition is not None and partition >= config.partitions:
+        raise click.BadParameter(
+            f"topic {topic} has {config.partitions} partition(s)", param_hint="--partition"
+        )
+    partitions = range(config.partitions) if partition is None else [partition]
+    committed = {}
+    commit = None
+    if group is not None:
+        coordinator = ctx.groups(log)
+        existing = await coordinator.load(group)
+        if existing is not None and existing.members:
+            raise click.ClickException(f"group {group} has active members; use another group")
+        committed = {
+            p: c.offset for (t, p), c in (await coordinator.committed(group)).items() if t == topic
+        }
+
+        async def commit(offsets: dict[int, int]) -> None:
+            stored = {(topic, p): (o, "", -1) for p, o in offsets.items()}
+            if await coordinator.commit(group, -1, "", None, stored) != GroupError.NONE:
+                raise click.ClickException(f"group {group} gained members; stopped")
+
+    offsets = {}
+    for p in partitions:
+        if offset is not None:
+            offsets[p] = offset
+        elif p in committed and not from_beginning:
+            offsets[p] = committed[p]
+        else:
+            offsets[p] = await log.earliest_offset(topic, p)
+    consumer = Consumer(log, topic, offsets, fetch_size=fetch_size, fmt=fmt, commit=commit)
+    out = sys.stdout.buffer
+    try:
+        await consumer.run(out, follow=follow, max_records=max_records)
+        out.flush()
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, as Unix tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+@main.command()
+@pass_context
+def stop(ctx: Context) -> None:
+    """Stop the embedded servers of the data directory."""
+    try:
+        stopped = ctx.embedded().stop()
+    except EmbeddedError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo("stopped redis-server" if stopped else "nothing was running", err=True)
