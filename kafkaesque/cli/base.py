@@ -100,3 +100,11 @@ def main(ctx: click.Context, redis_url: str | None, home: str | None, verbose: b
 
 
 pass_context = click.make_pass_decorator(Context)
+
+
+def echo_table(headers: list[str], rows: list[list[object]]) -> None:
+    """Print rows as left-aligned columns under their headers."""
+    cells = [headers] + [["-" if v is None else str(v) for v in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for row in cells:
+        click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kafkaesque.cli.base import Context, main, pass_context, run_async
+from kafkaesque.cli.base import Context, echo_table, main, pass_context, run_async
 from kafkaesque.groups import decode_consumer_assignment
 from kafkaesque.log import LogError
 
@@ -75,7 +75,7 @@ async def describe_group(
     rows = sorted(set(committed) | set(owners))
     if topic is not None:
         rows = [r for r in rows if r[0] == topic]
-    click.echo("topic  partition  committed  end  lag  member")
+    table = []
     for t, p in rows:
         try:
             end = (await log.state(t, p)).log_end
@@ -83,7 +83,5 @@ async def describe_group(
             end = None
         c = committed.get((t, p))
         lag = end - c.offset if c is not None and end is not None else None
-        click.echo(
-            f"{t}  {p}  {c.offset if c else '-'}  {'-' if end is None else end}  "
-            f"{'-' if lag is None else lag}  {owners.get((t, p), '-')}"
-        )
+        table.append([t, p, c.offset if c else None, end, lag, owners.get((t, p))])
+    echo_table(["topic", "partition", "committed", "end", "lag", "member"], table)

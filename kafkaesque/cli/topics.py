@@ -9,7 +9,14 @@ from typing import Any
 
 import click
 
-from kafkaesque.cli.base import Context, main, pass_context, run_async, topic_argument
+from kafkaesque.cli.base import (
+    Context,
+    echo_table,
+    main,
+    pass_context,
+    run_async,
+    topic_argument,
+)
 from kafkaesque.consume import Consumer
 from kafkaesque.embedded import EmbeddedError
 from kafkaesque.groups import GroupError
@@ -75,10 +82,11 @@ async def describe(ctx: Context, topic: str) -> None:
     click.echo(f"page size   {config.page_size} records")
     click.echo(f"ttl         {config.ttl or 'none'}{' s' if config.ttl else ''}")
     click.echo(f"max pages   {config.max_pages or 'no limit'}")
-    click.echo("partition  start_offset  end_offset  pages  bytes")
+    rows = []
     for p in range(config.partitions):
         s = await log.state(topic, p)
-        click.echo(f"{p:>9}  {s.log_start:>12}  {s.log_end:>10}  {s.pages:>5}  {s.bytes}")
+        rows.append([p, s.log_start, s.log_end, s.pages, s.bytes])
+    echo_table(["partition", "start_offset", "end_offset", "pages", "bytes"], rows)
 
 
 @main.command()
