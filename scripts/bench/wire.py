@@ -87,14 +87,10 @@ def produce(bootstrap: str, topic: str, n: int) -> float:
 
 
 def consume(bootstrap: str, topic: str, n: int) -> float:
+    # Client defaults: librdkafka's own 1 MiB partition fetches are its fastest here (with
+    # 10 MiB it consumed 3x slower against the same broker).
     consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "bench",
-            "enable.auto.commit": False,
-            "fetch.max.bytes": 52_428_800,
-            "max.partition.fetch.bytes": 10_485_760,
-        }
+        {"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False}
     )
     consumer.assign([TopicPartition(topic, 0, 0)])
     got = 0
