@@ -1,0 +1,1005 @@
+"""Shared helpers of the consumer group tests (tests/wire/test_groups_*.py).
+
+* Group members as subprocesses (``MemberProcess``): confluent-kafka, kafka-python or
+  aiokafka consumers subscribed to one topic, run by this module's ``__main__`` (``python -m
+  tests.wire.groups_common JSON``). A member reports on stdout, one JSON object a line, its
+  ``assignment()`` whenever it changes, its rebalance callbacks and every record it consumed
+  (before committing it); it subscribes when it reads ``go`` on stdin (so several members
+  join one round), and closes the consumer on ``stop`` or SIGTERM. SIGKILL is a member
+  that dies without LeaveGroup.
+* Raw group requests on a socket (kio, like tests/wire/raw.py): JoinGroup, SyncGroup,
+  Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, DescribeGroups, ListGroups,
+  DeleteGroups, and the "consumer" protocol's subscription and assignment bytes.
+* Producing numbered records fast over a raw connection (the client under test is not
+  needed for that): record i of a topic has the value ``r-<i>``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from kio.index import load_response_schema
+from kio.serial import entity_reader
+
+from kafkaesque.records import build_batch
+from tests.wire import raw
+
+REPO = Path(__file__).resolve().parents[2]
+# serve options that make group tests fast: a new group waits 200 ms for more members,
+# and members may ask for session timeouts from 1 s.
+FAST_GROUP_ARGS = (
+    "--group-initial-rebalance-delay-ms",
+    "200",
+    "--group-min-session-timeout-ms",
+    "1000",
+)
+SESSION_MS = 2000  # members' session timeout in most tests
+HEARTBEAT_MS = 250
+TIMEOUT = 30.0
+
+# Kafka error codes of the group APIs.
+NONE = 0
+UNKNOWN_TOPIC_OR_PARTITION = 3
+OFFSET_METADATA_TOO_LARGE = 12
+ILLEGAL_GENERATION = 22
+UNKNOWN_MEMBER_ID = 25
+REBALANCE_IN_PROGRESS = 27
+NON_EMPTY_GROUP = 68
+GROUP_ID_NOT_FOUND = 69
+MEMBER_ID_REQUIRED = 79
+FENCED_INSTANCE_ID = 82
+
+
+def value_of(i: int) -> str:
+    return f"r-{i:08d}"
+
+
+# -- waiting ---------------------------------------------------------------------------------
+
+
+def wait_until(
+    condition: Callable[[], Any],
+    what: str,
+    timeout: float = TIMEOUT,
+    context: Callable[[], str] = lambda: "",
+    interval: float = 0.05,
+) -> Any:
+    """Poll ``condition`` until it returns something true; fail with ``context()``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{context()}")
+        time.sleep(interval)
+
+
+# -- producing -------------------------------------------------------------------------------
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    with raw.Connection(bootstrap) as conn:
+        result = raw.create_topic(conn, topic, partitions)
+        assert result.error_code == NONE, result
+
+
+def produce_numbered(
+    bootstrap: str, topic: str, partitions: int, start: int, count: int, batch: int = 500
+) -> dict[int, int]:
+    """Records ``value_of(i)`` for i in [start, start + count), record i to partition
+    i % partitions, in batches of up to ``batch`` records. Returns partition -> log end."""
+    per_partition: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+    for i in range(start, start + count):
+        per_partition[i % partitions].append(value_of(i).encode())
+    ends = {}
+    with raw.Connection(bootstrap) as conn:
+        for p, values in per_partition.items():
+            for k in range(0, len(values), batch):
+                resp = raw.produce(conn, topic, p, build_batch(values[k : k + batch]))
+                assert resp.error_code == NONE, resp
+            ends[p] = raw.list_offset(conn, topic, p, -1).offset
+    return ends
+
+
+# -- member processes -----------------------------------------------------------------------
+
+
+JS = Path(__file__).resolve().parent / "js"
+
+
+def member_command(options: dict) -> list[str]:
+    """kafkajs members run tests/wire/js/kafkajs_group.js, the others this module."""
+    if options["client"] == "kafkajs":
+        return ["node", str(JS / "kafkajs_group.js"), json.dumps(options)]
+    return [sys.executable, "-m", "tests.wire.groups_common", json.dumps(options)]
+
+
+class MemberProcess:
+    """One consumer of a group in its own process (see the module docstring)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        name: str,
+        client: str,
+        bootstrap: str,
+        topic: str,
+        group: str,
+        *,
+        strategy: str = "range",
+        commit: str = "sync",
+        session_ms: int = SESSION_MS,
+        heartbeat_ms: int = HEARTBEAT_MS,
+        instance_id: str | None = None,
+        max_records: int = 500,
+        wait_go: bool = True,
+        extra: dict | None = None,
+    ) -> None:
+        self.name = name
+        self.options = {
+            "client": client,
+            "bootstrap": bootstrap,
+            "topic": topic,
+            "group": group,
+            "client_id": f"{client}-{name}",
+            "strategy": strategy,
+            "commit": commit,
+            "session_ms": session_ms,
+            "heartbeat_ms": heartbeat_ms,
+            "instance_id": instance_id,
+            "max_records": max_records,
+            "wait_go": wait_go,
+            "extra": extra or {},
+        }
+        directory.mkdir(parents=True, exist_ok=True)
+        self.stderr_path = directory / f"member-{name}.stderr"
+        self.lock = threading.Lock()
+        self.events: list[dict] = []
+        self.records: list[tuple[int, int, str]] = []  # partition, offset, value
+        self.assignment: list[int] | None = None  # the last assignment() reported
+        self.assignments: list[tuple[float, list[int]]] = []  # (time, assignment) changes
+        self.errors: list[str] = []
+        self.ready = threading.Event()
+        self.closed = threading.Event()
+        with self.stderr_path.open("wb") as err:
+            self.proc = subprocess.Popen(
+                member_command(self.options),
+                cwd=REPO,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        self.reader = threading.Thread(target=self._read, daemon=True, name=f"member-{name}")
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:  # a line cut short by SIGKILL
+                continue
+            with self.lock:
+                self.events.append(event)
+                kind = event["ev"]
+                if kind == "records":
+                    self.records.extend((p, o, v) for p, o, v in event["items"])
+                elif kind == "assignment":
+                    self.assignment = event["partitions"]
+                    self.assignments.append((event["t"], event["partitions"]))
+                elif kind == "error":
+                    self.errors.append(event["what"])
+            if kind == "ready":
+                self.ready.set()
+            elif kind == "closed":
+                self.closed.set()
+
+    def send(self, command: str) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(command.encode() + b"\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+
+    def go(self) -> None:
+        self.send("go")
+
+    def wait_ready(self, timeout: float = TIMEOUT) -> None:
+        wait_until(
+            lambda: self.ready.is_set() or self.proc.poll() is not None,
+            f"member {self.name} to start",
+            timeout,
+            self.describe,
+        )
+        assert self.ready.is_set(), f"member {self.name} exited:\n{self.describe()}"
+
+    def stop(self, timeout: float = 20.0) -> int:
+        """Close the consumer (LeaveGroup, unless static) and wait for the process."""
+        if self.proc.poll() is None:
+            self.send("stop")
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.reader.join(5)
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL: the consumer dies without leaving its group."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+        self.reader.join(5)
+
+    def values(self) -> list[str]:
+        with self.lock:
+            return [v for _, _, v in self.records]
+
+    def current(self) -> list[int] | None:
+        with self.lock:
+            return None if self.assignment is None else list(self.assignment)
+
+    def callbacks(self) -> list[tuple[str, list[int]]]:
+        with self.lock:
+            return [
+                (e["ev"], e["partitions"]) for e in self.events if e["ev"] in ("assign", "revoke")
+            ]
+
+    def log(self, tail: int = 60) -> str:
+        try:
+            lines = self.stderr_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(lines[-tail:])
+
+    def describe(self) -> str:
+        with self.lock:
+            assignment, n, errors = self.assignment, len(self.records), self.errors[-10:]
+        status = self.proc.poll()
+        return (
+            f"--- member {self.name} (exit {status}): assignment {assignment}, "
+            f"{n} records, errors {errors}\n{self.log()}"
+        )
+
+
+def describe_members(members: Iterable[MemberProcess]) -> str:
+    return "\n".join(m.describe() for m in members)
+
+
+def start_members(
+    directory: Path, names: Iterable[str], *args: Any, go: bool = True, **options: Any
+) -> list[MemberProcess]:
+    """Start members, wait until each has its consumer built, then let them all subscribe at
+    once (so they usually join one round)."""
+    members = [MemberProcess(directory, name, *args, **options) for name in names]
+    try:
+        for m in members:
+            m.wait_ready()
+        if go:
+            for m in members:
+                m.go()
+    except BaseException:
+        for m in members:
+            m.kill()
+        raise
+    return members
+
+
+def split_ok(assignments: list[list[int] | None], partitions: int, balanced: bool = True) -> bool:
+    """Every member has partitions, none is shared, together they are all of them (and
+    with ``balanced``, the members' counts differ by one at most)."""
+    if any(not a for a in assignments):
+        return False
+    flat = [p for a in assignments for p in a or ()]
+    sizes = [len(a or ()) for a in assignments]
+    return (
+        len(flat) == len(set(flat))
+        and set(flat) == set(range(partitions))
+        and (not balanced or max(sizes) - min(sizes) <= 1)
+    )
+
+
+def wait_for_split(
+    members: list[MemberProcess], partitions: int, timeout: float = TIMEOUT, balanced: bool = True
+) -> list[list[int]]:
+    """Wait until the members' assignments split all partitions; returns them."""
+    wait_until(
+        lambda: split_ok([m.current() for m in members], partitions, balanced),
+        f"{len(members)} members to share {partitions} partitions",
+        timeout,
+        lambda: describe_members(members),
+    )
+    return [sorted(m.current() or ()) for m in members]
+
+
+def stop_all(members: Iterable[MemberProcess]) -> None:
+    members = list(members)
+    for m in members:
+        if m.proc.poll() is None:
+            m.send("stop")
+    for m in members:
+        m.stop()
+
+
+# -- raw group requests ------------------------------------------------------------------------
+
+
+def subscription(topics: list[str], user_data: bytes = b"") -> bytes:
+    """ConsumerProtocolSubscription v0: version, [topic], user data."""
+    out = struct.pack(">hi", 0, len(topics))
+    for t in topics:
+        out += struct.pack(">h", len(t)) + t.encode()
+    return out + struct.pack(">i", len(user_data)) + user_data
+
+
+def assignment_bytes(assigned: dict[str, list[int]]) -> bytes:
+    """ConsumerProtocolAssignment v0: version, [topic, [partition]], user data (none)."""
+    out = struct.pack(">hi", 0, len(assigned))
+    for t, parts in assigned.items():
+        out += struct.pack(">h", len(t)) + t.encode()
+        out += struct.pack(f">i{len(parts)}i", len(parts), *parts)
+    return out + struct.pack(">i", -1)
+
+
+def decode_assignment(data: bytes) -> dict[str, list[int]]:
+    """The topics and partitions of a ConsumerProtocolAssignment (any version)."""
+    (count,) = struct.unpack_from(">i", data, 2)
+    pos, out = 6, {}
+    for _ in range(count):
+        (length,) = struct.unpack_from(">h", data, pos)
+        topic = data[pos + 2 : pos + 2 + length].decode()
+        (n,) = struct.unpack_from(">i", data, pos + 2 + length)
+        out[topic] = list(struct.unpack_from(f">{n}i", data, pos + 6 + length))
+        pos += 6 + length + 4 * n
+    return out
+
+
+def join_request(
+    group: str,
+    member_id: str = "",
+    *,
+    topics: list[str] | None = None,
+    version: int = 5,
+    session_ms: int = 10_000,
+    rebalance_ms: int = 10_000,
+    instance_id: str | None = None,
+) -> Any:
+    """A JoinGroup request of the "consumer" protocol with one assignor, "range"."""
+    req_mod, _ = raw.classes(11, version)
+    fields = {
+        "group_id": group,
+        "session_timeout": datetime.timedelta(milliseconds=session_ms),
+        "member_id": member_id,
+        "protocol_type": "consumer",
+        "protocols": (
+            req_mod.JoinGroupRequestProtocol(name="range", metadata=subscription(topics or [])),
+        ),
+    }
+    if version >= 1:
+        fields["rebalance_timeout"] = datetime.timedelta(milliseconds=rebalance_ms)
+    if version >= 5:
+        fields["group_instance_id"] = instance_id
+    return req_mod.JoinGroupRequest(**fields)
+
+
+def join_group(
+    conn: raw.Connection,
+    group: str,
+    member_id: str = "",
+    *,
+    client_id: str = "wire-tests",
+    **options: Any,
+) -> Any:
+    """JoinGroup (see ``join_request`` for the options); waits for the answer."""
+    return conn.request(join_request(group, member_id, **options), client_id=client_id)
+
+
+def read_response(conn: raw.Connection, request: Any, correlation_id: int) -> Any:
+    """The answer to ``request``, sent earlier with ``raw.encode_request`` (to have a
+    request wait on one connection while others run)."""
+    frame = conn.read_frame()
+    assert frame is not None, "the server closed the connection"
+    resp_cls = load_response_schema(request.__api_key__, request.__version__)
+    header, used = entity_reader(resp_cls.__header_schema__)(frame, 0)
+    assert header.correlation_id == correlation_id, header
+    body, _ = entity_reader(resp_cls)(frame, used)
+    return body
+
+
+def join_new_member(
+    conn: raw.Connection, group: str, topics: list[str], client_id: str = "wire-tests", **kw: Any
+) -> Any:
+    """JoinGroup v5 twice (MEMBER_ID_REQUIRED, then with the id); the second answer."""
+    first = join_group(conn, group, topics=topics, client_id=client_id, **kw)
+    assert first.error_code == MEMBER_ID_REQUIRED, first
+    second = join_group(conn, group, first.member_id, topics=topics, client_id=client_id, **kw)
+    assert second.error_code == NONE, second
+    return second
+
+
+def sync_group(
+    conn: raw.Connection,
+    group: str,
+    generation: int,
+    member_id: str,
+    assignments: dict[str, bytes],
+    instance_id: str | None = None,
+) -> Any:
+    req_mod, _ = raw.classes(14, 3)
+    return conn.request(
+        req_mod.SyncGroupRequest(
+            group_id=group,
+            generation_id=generation,
+            member_id=member_id,
+            group_instance_id=instance_id,
+            assignments=tuple(
+                req_mod.SyncGroupRequestAssignment(member_id=m, assignment=a)
+                for m, a in assignments.items()
+            ),
+        )
+    )
+
+
+def heartbeat(
+    conn: raw.Connection,
+    group: str,
+    generation: int,
+    member_id: str,
+    instance_id: str | None = None,
+) -> int:
+    req_mod, _ = raw.classes(12, 3)
+    resp = conn.request(
+        req_mod.HeartbeatRequest(
+            group_id=group,
+            generation_id=generation,
+            member_id=member_id,
+            group_instance_id=instance_id,
+        )
+    )
+    return int(resp.error_code)
+
+
+def leave_group(
+    conn: raw.Connection, group: str, member_id: str, instance_id: str | None = None
+) -> Any:
+    req_mod, _ = raw.classes(13, 3)
+    return conn.request(
+        req_mod.LeaveGroupRequest(
+            group_id=group,
+            members=(req_mod.MemberIdentity(member_id=member_id, group_instance_id=instance_id),),
+        )
+    )
+
+
+def offset_commit(
+    conn: raw.Connection,
+    group: str,
+    generation: int,
+    member_id: str,
+    offsets: dict[tuple[str, int], tuple[int, str | None]],
+    version: int = 3,
+) -> dict[tuple[str, int], int]:
+    """Commit (topic, partition) -> (offset, metadata); returns the error per partition."""
+    req_mod, _ = raw.classes(8, version)
+    by_topic: dict[str, list[Any]] = {}
+    for (t, p), (offset, metadata) in offsets.items():
+        by_topic.setdefault(t, []).append(
+            req_mod.OffsetCommitRequestPartition(
+                partition_index=p, committed_offset=offset, committed_metadata=metadata
+            )
+        )
+    resp = conn.request(
+        req_mod.OffsetCommitRequest(
+            group_id=group,
+            generation_id_or_member_epoch=generation,
+            member_id=member_id,
+            retention_time=datetime.timedelta(milliseconds=-1),
+            topics=tuple(
+                req_mod.OffsetCommitRequestTopic(name=t, partitions=tuple(ps))
+                for t, ps in by_topic.items()
+            ),
+        )
+    )
+    return {
+        (t.name, p.partition_index): int(p.error_code) for t in resp.topics for p in t.partitions
+    }
+
+
+def offset_fetch(
+    conn: raw.Connection, group: str, wanted: dict[str, list[int]] | None = None
+) -> dict[tuple[str, int], tuple[int, str | None, int]]:
+    """OffsetFetch v3: (topic, partition) -> (offset, metadata, error); None = all."""
+    req_mod, _ = raw.classes(9, 3)
+    resp = conn.request(
+        req_mod.OffsetFetchRequest(
+            group_id=group,
+            topics=None
+            if wanted is None
+            else tuple(
+                req_mod.OffsetFetchRequestTopic(name=t, partition_indexes=tuple(ps))
+                for t, ps in wanted.items()
+            ),
+        )
+    )
+    assert resp.error_code == NONE, resp
+    return {
+        (t.name, p.partition_index): (p.committed_offset, p.metadata, int(p.error_code))
+        for t in resp.topics
+        for p in t.partitions
+    }
+
+
+def describe_group(conn: raw.Connection, group: str) -> Any:
+    req_mod, _ = raw.classes(15, 4)
+    (described,) = conn.request(
+        req_mod.DescribeGroupsRequest(groups=(group,), include_authorized_operations=False)
+    ).groups
+    return described
+
+
+def list_groups(conn: raw.Connection) -> dict[str, str]:
+    req_mod, _ = raw.classes(16, 2)
+    resp = conn.request(req_mod.ListGroupsRequest())
+    assert resp.error_code == NONE, resp
+    return {g.group_id: g.protocol_type for g in resp.groups}
+
+
+def delete_groups(conn: raw.Connection, groups: list[str]) -> dict[str, int]:
+    req_mod, _ = raw.classes(42, 1)
+    resp = conn.request(req_mod.DeleteGroupsRequest(groups_names=tuple(groups)))
+    return {r.group_id: int(r.error_code) for r in resp.results}
+
+
+def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The group's committed offsets of the topic's partitions (-1: none)."""
+    with raw.Connection(bootstrap) as conn:
+        fetched = offset_fetch(conn, group, {topic: list(range(partitions))})
+    return {p: offset for (_, p), (offset, _, _) in fetched.items()}
+
+
+def cli_group(broker: Any, group: str) -> dict:
+    """``kafkaesque group GROUP`` parsed: state, generation, members, and per partition
+    (topic, partition) -> (committed, end, lag) as strings."""
+    text = broker.cli("group", group).stdout.decode()
+    out: dict[str, Any] = {"text": text, "rows": {}, "member_lines": []}
+    lines = text.splitlines()
+    in_rows = False
+    for line in lines:
+        if line.split()[:2] == ["topic", "partition"]:
+            in_rows = True
+            continue
+        if in_rows:
+            t, p, c, end, lag, _member = line.split()
+            out["rows"][t, int(p)] = (c, end, lag)
+        elif line.startswith("  "):
+            out["member_lines"].append(line.strip())
+        else:
+            key, _, value = line.partition(" ")
+            out[key] = value.strip()
+    return out
+
+
+# -- scenarios every client runs ------------------------------------------------------------
+
+
+def check_split_exactly_once(
+    broker: Any,
+    directory: Path,
+    topic: str,
+    group: str,
+    client: str,
+    strategy: str,
+    records: int = 30_000,
+    partitions: int = 6,
+) -> None:
+    """Three members share the partitions without overlap; records produced while the group
+    is stable are each consumed exactly once, by the member owning their partition."""
+    create_topic(broker.bootstrap, topic, partitions)
+    members = start_members(
+        directory, ["a", "b", "c"], client, broker.bootstrap, topic, group, strategy=strategy
+    )
+    try:
+        split = wait_for_split(members, partitions)
+        assert sorted(len(s) for s in split) == [2, 2, 2], split
+        with raw.Connection(broker.bootstrap) as conn:
+            described = describe_group(conn, group)
+        assert described.group_state == "Stable", described
+        assert described.protocol_type == "consumer" and described.protocol_data == strategy
+        assert len(described.members) == 3, described
+        ends = produce_numbered(broker.bootstrap, topic, partitions, 0, records)
+        wait_until(
+            lambda: sum(len(m.records) for m in members) >= records,
+            f"{records} records",
+            context=lambda: describe_members(members),
+        )
+        time.sleep(0.5)  # anything extra (a duplicate) would arrive now
+        for m, parts in zip(members, split, strict=True):
+            assert m.current() == parts, f"{m.name} was reassigned:\n{describe_members(members)}"
+            assert {p for p, _, _ in m.records} <= set(parts), m.name
+            assert not m.errors, m.describe()
+        consumed = [v for m in members for v in m.values()]
+        assert len(consumed) == records, f"{len(consumed) - records} duplicates"
+        assert set(consumed) == {value_of(i) for i in range(records)}
+        # Each member committed what it consumed.
+        wait_until(
+            lambda: committed(broker.bootstrap, group, topic, partitions) == ends,
+            f"committed offsets {ends}",
+            context=lambda: str(committed(broker.bootstrap, group, topic, partitions)),
+        )
+    finally:
+        stop_all(members)
+    assert [m.proc.returncode for m in members] == [0, 0, 0], describe_members(members)
+    # They all left: the group is empty, its offsets stay.
+    with raw.Connection(broker.bootstrap) as conn:
+        described = describe_group(conn, group)
+    assert described.group_state == "Empty" and not described.members, described
+    assert committed(broker.bootstrap, group, topic, partitions) == ends
+
+
+def check_killed_member(
+    broker: Any,
+    directory: Path,
+    topic: str,
+    group: str,
+    client: str,
+    strategy: str = "range",
+    records: int = 6000,
+    partitions: int = 6,
+) -> None:
+    """A member SIGKILLed (no LeaveGroup) is expelled after its session timeout, not
+    before; its partitions move to the survivors, and with commits after every batch each
+    record is consumed at least once."""
+    create_topic(broker.bootstrap, topic, partitions)
+    members = start_members(
+        directory, ["a", "b", "c"], client, broker.bootstrap, topic, group, strategy=strategy
+    )
+    try:
+        wait_for_split(members, partitions)
+        half = records // 2
+        produce_numbered(broker.bootstrap, topic, partitions, 0, half)
+        wait_until(
+            lambda: {v for m in members for v in m.values()} >= {value_of(i) for i in range(half)},
+            "the first half to be consumed",
+            context=lambda: describe_members(members),
+        )
+        victim, survivors = members[0], members[1:]
+        taken = set(victim.current() or ())
+        assert victim.records, victim.describe()  # it was consuming when it died
+        killed = time.monotonic()
+        victim.kill()
+        ends = produce_numbered(broker.bootstrap, topic, partitions, half, records - half)
+        # Until the session times out the group keeps the dead member.
+        time.sleep(0.5)
+        with raw.Connection(broker.bootstrap) as conn:
+            assert len(describe_group(conn, group).members) == 3
+        after = wait_for_split(survivors, partitions, timeout=SESSION_MS / 1000 + TIMEOUT)
+        moved = time.monotonic() - killed
+        assert moved >= SESSION_MS / 1000 - 0.5, f"expelled after {moved:.2f} s"
+        assert taken <= set(after[0]) | set(after[1])
+        with raw.Connection(broker.bootstrap) as conn:
+            described = describe_group(conn, group)
+        assert described.group_state == "Stable" and len(described.members) == 2, described
+        everything = {value_of(i) for i in range(records)}
+        wait_until(
+            lambda: {v for m in members for v in m.values()} >= everything,
+            "every record to be consumed at least once",
+            context=lambda: describe_members(members),
+        )
+        # The survivors read the victim's partitions on from where it had committed.
+        taken_values = {v for m in survivors for p, _, v in m.records if p in taken}
+        assert {value_of(i) for i in range(half, records) if i % partitions in taken} <= (
+            taken_values
+        )
+        wait_until(
+            lambda: committed(broker.bootstrap, group, topic, partitions) == ends,
+            f"committed offsets {ends}",
+            context=lambda: str(committed(broker.bootstrap, group, topic, partitions)),
+        )
+    finally:
+        stop_all(members)
+    assert [m.proc.returncode for m in members[1:]] == [0, 0], describe_members(members)
+
+
+# -- the member process itself --------------------------------------------------------------
+
+
+class _Out:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        line = json.dumps({"ev": kind, "t": time.time(), **fields})
+        with self.lock:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+
+
+class _Control:
+    """stdin commands (go, stop) and SIGTERM."""
+
+    def __init__(self) -> None:
+        self.go = threading.Event()
+        self.stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: self.stop.set())
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in sys.stdin:
+            command = line.strip()
+            if command == "go":
+                self.go.set()
+            elif command == "stop":
+                self.stop.set()
+                self.go.set()
+        self.stop.set()  # the test process is gone
+        self.go.set()
+
+
+def _member_confluent(o: dict, out: _Out, control: _Control) -> None:
+    from confluent_kafka import Consumer, KafkaError, KafkaException
+
+    config = {
+        "bootstrap.servers": o["bootstrap"],
+        "group.id": o["group"],
+        "client.id": o["client_id"],
+        "broker.address.family": "v4",
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": o["commit"] == "auto",
+        "auto.commit.interval.ms": 200,
+        "session.timeout.ms": o["session_ms"],
+        "heartbeat.interval.ms": o["heartbeat_ms"],
+        "partition.assignment.strategy": o["strategy"],
+        "fetch.wait.max.ms": 100,
+        "error_cb": lambda err: out.emit("error", what=f"error_cb: {err}"),
+        **o["extra"],
+    }
+    if o["instance_id"]:
+        config["group.instance.id"] = o["instance_id"]
+    consumer = Consumer(config)
+    out.emit("ready")
+    control.go.wait()
+    if control.stop.is_set():
+        consumer.close()
+        out.emit("closed")
+        return
+    last: list[int] | None = None
+
+    def report() -> None:
+        nonlocal last
+        now = sorted(tp.partition for tp in consumer.assignment())
+        if now != last:
+            last = now
+            out.emit("assignment", partitions=now)
+
+    def commit() -> None:
+        try:
+            consumer.commit(asynchronous=False)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._NO_OFFSET:
+                out.emit("commit_error", what=str(exc))
+
+    def on_assign(c, partitions) -> None:
+        out.emit("assign", partitions=sorted(tp.partition for tp in partitions))
+        report()
+
+    def on_revoke(c, partitions) -> None:
+        out.emit("revoke", partitions=sorted(tp.partition for tp in partitions))
+        if o["commit"] == "sync":
+            commit()
+
+    def on_lost(c, partitions) -> None:
+        out.emit("lost", partitions=sorted(tp.partition for tp in partitions))
+
+    consumer.subscribe([o["topic"]], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
+    out.emit("subscribed")
+    while not control.stop.is_set():
+        items = []
+        for msg in consumer.consume(o["max_records"], 0.1):
+            if msg.error():
+                if msg.error().code() != KafkaError._PARTITION_EOF:
+                    out.emit("error", what=f"message error: {msg.error()}")
+                continue
+            items.append([msg.partition(), msg.offset(), msg.value().decode()])
+        if items:
+            out.emit("records", items=items)
+            if o["commit"] == "sync":
+                commit()
+        report()
+    consumer.close()
+    out.emit("closed")
+
+
+def _member_kafka_python(o: dict, out: _Out, control: _Control) -> None:
+    import logging
+
+    from kafka import ConsumerRebalanceListener, KafkaConsumer
+    from kafka.coordinator.assignors.range import RangePartitionAssignor
+    from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+    from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
+    from kafka.errors import KafkaError
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    strategies = {
+        "range": RangePartitionAssignor,
+        "roundrobin": RoundRobinPartitionAssignor,
+        "sticky": StickyPartitionAssignor,
+    }
+    consumer = KafkaConsumer(
+        bootstrap_servers=o["bootstrap"],
+        group_id=o["group"],
+        client_id=o["client_id"],
+        auto_offset_reset="earliest",
+        enable_auto_commit=o["commit"] == "auto",
+        auto_commit_interval_ms=200,
+        session_timeout_ms=o["session_ms"],
+        heartbeat_interval_ms=o["heartbeat_ms"],
+        partition_assignment_strategy=[strategies[o["strategy"]]],
+        fetch_max_wait_ms=100,
+        request_timeout_ms=30_000,
+        group_instance_id=o["instance_id"],
+        **o["extra"],
+    )
+    out.emit("ready")
+    control.go.wait()
+    if control.stop.is_set():
+        consumer.close()
+        out.emit("closed")
+        return
+    last: list[int] | None = None
+
+    def report() -> None:
+        nonlocal last
+        now = sorted(tp.partition for tp in consumer.assignment())
+        if now != last:
+            last = now
+            out.emit("assignment", partitions=now)
+
+    def commit() -> None:
+        try:
+            consumer.commit()
+        except KafkaError as exc:
+            out.emit("commit_error", what=repr(exc))
+
+    class Listener(ConsumerRebalanceListener):
+        # kafka-python 3 runs listeners on its IO thread, where commit() cannot block;
+        # offsets are committed after every batch anyway.
+        def on_partitions_revoked(self, revoked) -> None:
+            out.emit("revoke", partitions=sorted(tp.partition for tp in revoked))
+
+        def on_partitions_assigned(self, assigned) -> None:
+            out.emit("assign", partitions=sorted(tp.partition for tp in assigned))
+            report()
+
+    consumer.subscribe([o["topic"]], listener=Listener())
+    out.emit("subscribed")
+    while not control.stop.is_set():
+        batch = consumer.poll(timeout_ms=100, max_records=o["max_records"])
+        items = [
+            [msg.partition, msg.offset, msg.value.decode()]
+            for messages in batch.values()
+            for msg in messages
+        ]
+        if items:
+            out.emit("records", items=items)
+            if o["commit"] == "sync":
+                commit()
+        report()
+    consumer.close()
+    out.emit("closed")
+
+
+def _member_aiokafka(o: dict, out: _Out, control: _Control) -> None:
+    import asyncio
+    import logging
+
+    from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
+    from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+    from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+    from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
+    from aiokafka.errors import KafkaError
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    strategies = {
+        "range": RangePartitionAssignor,
+        "roundrobin": RoundRobinPartitionAssignor,
+        "sticky": StickyPartitionAssignor,
+    }
+
+    async def main() -> None:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=o["bootstrap"],
+            group_id=o["group"],
+            client_id=o["client_id"],
+            auto_offset_reset="earliest",
+            enable_auto_commit=o["commit"] == "auto",
+            auto_commit_interval_ms=200,
+            session_timeout_ms=o["session_ms"],
+            heartbeat_interval_ms=o["heartbeat_ms"],
+            partition_assignment_strategy=(strategies[o["strategy"]],),
+            fetch_max_wait_ms=100,
+            request_timeout_ms=30_000,
+            group_instance_id=o["instance_id"],
+            **o["extra"],
+        )
+        out.emit("ready")
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, control.go.wait)
+        last: list[int] | None = None
+
+        def report() -> None:
+            nonlocal last
+            now = sorted(tp.partition for tp in consumer.assignment())
+            if now != last:
+                last = now
+                out.emit("assignment", partitions=now)
+
+        async def commit() -> None:
+            try:
+                await consumer.commit()
+            except KafkaError as exc:
+                out.emit("commit_error", what=repr(exc))
+
+        class Listener(ConsumerRebalanceListener):
+            async def on_partitions_revoked(self, revoked) -> None:
+                out.emit("revoke", partitions=sorted(tp.partition for tp in revoked))
+                if o["commit"] == "sync" and revoked:
+                    await commit()
+
+            async def on_partitions_assigned(self, assigned) -> None:
+                out.emit("assign", partitions=sorted(tp.partition for tp in assigned))
+                report()
+
+        if control.stop.is_set():
+            out.emit("closed")
+            return
+        consumer.subscribe([o["topic"]], listener=Listener())
+        await consumer.start()
+        out.emit("subscribed")
+        try:
+            while not control.stop.is_set():
+                batch = await consumer.getmany(timeout_ms=100, max_records=o["max_records"])
+                items = [
+                    [msg.partition, msg.offset, msg.value.decode()]
+                    for messages in batch.values()
+                    for msg in messages
+                ]
+                if items:
+                    out.emit("records", items=items)
+                    if o["commit"] == "sync":
+                        await commit()
+                report()
+        finally:
+            await consumer.stop()
+        out.emit("closed")
+
+    asyncio.run(main())
+
+
+MEMBERS = {
+    "confluent": _member_confluent,
+    "kafka-python": _member_kafka_python,
+    "aiokafka": _member_aiokafka,
+}
+
+
+if __name__ == "__main__":
+    options = json.loads(sys.argv[1])
+    control = _Control()
+    if not options["wait_go"]:
+        control.go.set()
+    MEMBERS[options["client"]](options, _Out(), control)
