@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up what kafkaesque needs on a fresh Debian machine with Python 3.11:
 # a virtualenv in .venv with the project installed (with the test extras when given --test),
-# and, for the tests, the system packages they use (the word list, kcat) and kafkajs for
+# and, for the tests, the system packages they use (the word list, kcat, the PostgreSQL JDBC
+# driver and a JVM for Spark) and kafkajs for
 # the wire tests (npm, when Node.js is there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +14,9 @@ apt_packages=()
 if (( want_test )); then
   [[ -f /usr/share/dict/words ]] || apt_packages+=(wamerican)
   command -v kcat >/dev/null || apt_packages+=(kcat)
+  # the Spark job's JDBC driver, and a JVM for Spark when the machine has none
+  [[ -f /usr/share/java/postgresql.jar ]] || apt_packages+=(libpostgresql-jdbc-java)
+  command -v java >/dev/null || apt_packages+=(default-jre-headless)
 fi
 if (( ${#apt_packages[@]} )); then
   echo "installing system packages: ${apt_packages[*]}" >&2

