@@ -195,6 +195,10 @@ class ColdStore(Protocol):
         ...
 
 
+class StorageUnavailable(LogError):
+    """A store the request needs (the archive) cannot be reached right now; retry later."""
+
+
 class NeedsRecovery(LogError):
     """Redis has lost its data; appends wait until the archive restored the offsets."""
 

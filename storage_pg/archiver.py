@@ -37,7 +37,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from kafkaesque.log import ClosedPage, Log, TopicConfig, UnknownTopic
 from kafkaesque.records import InvalidRecord, read_header
-from storage_pg.pool import check_pool, ms_to_pg
+from storage_pg.pool import PG_CONNECTION_ERRORS, check_pool, ms_to_pg
 from storage_pg.recovery import recover
 from storage_pg.rows import COLUMNS, Row, batch_rows
 from storage_pg.schema import ensure_schema
@@ -78,15 +78,7 @@ _EPOCH = """
 """
 _WATERMARK = "UPDATE archive_watermark SET id = $1, updated = now() WHERE id < $1"
 
-# Errors that mean "PostgreSQL (or Redis) is not reachable right now": retry later.
-PG_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
-    OSError,  # connection refused, reset, ...
-    asyncio.TimeoutError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.InterfaceError,  # e.g. the connection was closed under a query
-    asyncpg.CannotConnectNowError,  # starting up or shutting down
-    asyncpg.AdminShutdownError,  # "terminating connection due to administrator command"
-)
+# Errors that mean "Redis (or PostgreSQL) is not reachable right now": retry later.
 REDIS_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     RedisConnectionError,
     RedisTimeoutError,

@@ -336,6 +336,10 @@ class EmbeddedPostgres:
     def is_running(self) -> bool:
         return self.running_port() is not None
 
+    def initialised(self) -> bool:
+        """Whether this data directory has a cluster (set up by an earlier start)."""
+        return (self.data / "PG_VERSION").exists()
+
     @contextmanager
     def _lock(self):
         """Serialise start/stop between concurrent processes."""

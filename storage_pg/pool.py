@@ -22,8 +22,38 @@ _END_US = 9_223_371_331_200_000_000
 _PG_EPOCH = datetime.datetime(2000, 1, 1, tzinfo=datetime.UTC)
 
 
+# Errors that mean "PostgreSQL is not reachable right now": retry later.
+PG_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,  # connection refused, reset, ...
+    TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,  # e.g. the connection was closed under a query
+    asyncpg.CannotConnectNowError,  # starting up or shutting down
+    asyncpg.AdminShutdownError,  # "terminating connection due to administrator command"
+)
+
+
 class ArchiveError(RuntimeError):
     """The archive cannot be used as configured; the message is meant for people."""
+
+
+def describe_failure(exc: BaseException) -> str | None:
+    """One line for people about an expected failure of the archive; None otherwise."""
+    from storage_pg.embedded import EmbeddedPostgresError
+
+    if isinstance(exc, ArchiveError | EmbeddedPostgresError):
+        return str(exc)
+    if isinstance(
+        exc, asyncpg.InvalidAuthorizationSpecificationError | asyncpg.InvalidPasswordError
+    ):
+        return f"PostgreSQL refused the login: {exc}"
+    if isinstance(exc, asyncpg.InvalidCatalogNameError):
+        return f"no such PostgreSQL database: {exc}"
+    if isinstance(exc, PG_CONNECTION_ERRORS):
+        return f"cannot reach PostgreSQL: {exc or type(exc).__name__}"
+    if isinstance(exc, asyncpg.PostgresError):
+        return f"PostgreSQL error: {exc}"
+    return None
 
 
 def ms_to_pg(ms: int) -> tuple[int] | None:

@@ -7,7 +7,9 @@ import contextlib
 import logging
 import signal
 import time
+from collections.abc import Awaitable, Callable, Sequence
 
+from kafkaesque.log import Log
 from wire.broker import HANDLERS, Broker, BrokerConfig
 from wire.metrics import Metrics, api_name
 from wire.protocol import (
@@ -120,24 +122,36 @@ class Server:
                 await writer.wait_closed()
 
 
+Companion = Callable[[asyncio.Event], Awaitable[None]]
+
+
 async def run(
-    redis_url: str,
+    log_: Log,
     host: str,
     port: int,
     config: BrokerConfig,
     metrics_address: tuple[str, int] | None = None,
+    companions: Sequence[Companion] = (),
 ) -> None:
-    """Run a broker until SIGTERM/SIGINT: the `kafkaesque serve` command."""
-    import redis.asyncio
+    """Run a broker on ``log_`` until SIGTERM/SIGINT: the `kafkaesque serve` command.
 
+    ``companions`` run beside it (the archiver): each gets an event set at shutdown and is
+    awaited after the last request was answered."""
     import wire.handlers  # noqa: F401  (registers the API handlers)
-    from kafkaesque.log import Log
 
-    client = redis.asyncio.Redis.from_url(redis_url, socket_connect_timeout=5)
-    await client.ping()
+    await log_.redis.ping()
     metrics = Metrics()
     if metrics_address is not None:
         metrics.serve(*metrics_address)
-    server = Server(Broker(Log(client), config), host, port, metrics)
-    await server.serve()
-    await client.aclose()
+    server = Server(Broker(log_, config), host, port, metrics)
+    stopping = asyncio.Event()
+    tasks = [asyncio.create_task(companion(stopping)) for companion in companions]
+    try:
+        await server.serve()
+    finally:
+        stopping.set()
+        for task in tasks:
+            try:
+                await asyncio.wait_for(task, SHUTDOWN_GRACE)
+            except Exception:
+                log.exception("a background task failed while stopping")

@@ -8,7 +8,7 @@ import logging
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import redis.asyncio
@@ -19,13 +19,35 @@ from kafkaesque.embedded import EmbeddedError, EmbeddedRedis, default_home
 from kafkaesque.groups import GroupCoordinator
 from kafkaesque.log import Log, LogError, check_topic_name
 
+if TYPE_CHECKING:
+    from storage_pg.embedded import EmbeddedPostgres
+    from storage_pg.tiered import Archive
+
 
 class Context:
     """What every command needs: where Redis is, started on demand when embedded."""
 
-    def __init__(self, redis_url: str | None, home: str | None) -> None:
+    def __init__(self, redis_url: str | None, home: str | None, pg_dsn: str | None = None) -> None:
         self.redis_url = redis_url
         self.home = default_home() if home is None else click.format_filename(home)
+        self.pg_dsn = pg_dsn
+        self._archives: list[Archive] = []
+
+    def embedded_postgres(self) -> EmbeddedPostgres:
+        from storage_pg.embedded import EmbeddedPostgres
+
+        return EmbeddedPostgres(Path(self.home))
+
+    def archive_dsn(self, start: bool = True) -> str | None:
+        """The archive's DSN: the configured one, else the embedded PostgreSQL's. With
+        ``start`` false the embedded one is used only if it was set up before (by ``serve``
+        or ``archive``): reading or producing does not create an archive, but uses one."""
+        if self.pg_dsn:
+            return self.pg_dsn
+        embedded = self.embedded_postgres()
+        if not start and not embedded.initialised():
+            return None
+        return embedded.ensure_started()
 
     def embedded(self) -> EmbeddedRedis:
 
@@ -34,8 +56,28 @@ class Context:
     def url(self) -> str:
         return self.redis_url or self.embedded().ensure_started()
 
-    def log(self) -> Log:
-        return Log(redis.asyncio.Redis.from_url(self.url(), socket_connect_timeout=5))
+    def log(self, archive: bool = True) -> Log:
+        """The log on Redis; with ``archive``, and an archive configured or set up before,
+        tiered over it: old offsets read from it, offsets restored from it if Redis lost
+        its data."""
+        log = Log(redis.asyncio.Redis.from_url(self.url(), socket_connect_timeout=5))
+        dsn = self.archive_dsn(start=False) if archive else None
+        if dsn is not None:
+            self.attach_archive(log, dsn)
+        return log
+
+    def attach_archive(self, log: Log, dsn: str) -> Archive:
+        from storage_pg.tiered import Archive, attach
+
+        archive = Archive(dsn)
+        self._archives.append(archive)
+        attach(log, archive)
+        return archive
+
+    async def aclose(self) -> None:
+        """Close the archive connections the command opened."""
+        while self._archives:
+            await self._archives.pop().close()
 
     def groups(self, log: Log) -> GroupCoordinator:
         return GroupCoordinator(log.redis, namespace=log.ns)
@@ -44,10 +86,18 @@ class Context:
 def run_async(fn: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., Any]:
     """Run an async command, turning expected failures into one line and exit code 1."""
 
+    async def run_and_close(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await fn(*args, **kwargs)
+        finally:
+            context = click.get_current_context(silent=True)
+            if context is not None and (obj := context.find_object(Context)) is not None:
+                await obj.aclose()
+
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return asyncio.run(fn(*args, **kwargs))
+            return asyncio.run(run_and_close(*args, **kwargs))
         except LogError as exc:
             raise click.ClickException(str(exc)) from None
         except RedisConnectionError as exc:
@@ -58,8 +108,23 @@ def run_async(fn: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., Any]
             raise click.ClickException(str(exc)) from None
         except KeyboardInterrupt:
             sys.exit(130)
+        except Exception as exc:
+            message = archive_failure(exc)
+            if message is None:
+                raise
+            raise click.ClickException(message) from None
 
     return wrapper
+
+
+def archive_failure(exc: BaseException) -> str | None:
+    """One line for an expected failure of the archive (PostgreSQL), None for anything
+    else. The archive's modules are loaded only by commands that use it."""
+    if "storage_pg" not in sys.modules:
+        return None
+    from storage_pg.pool import describe_failure
+
+    return describe_failure(exc)
 
 
 def topic_argument(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -86,17 +151,25 @@ def topic_argument(fn: Callable[..., Any]) -> Callable[..., Any]:
     type=click.Path(file_okay=False),
     help="Data directory of the embedded servers. Default: ./.kafkaesque",
 )
+@click.option(
+    "--pg-dsn",
+    envvar="KAFKAESQUE_PG_DSN",
+    help="PostgreSQL archive (postgresql://user:password@host:port/db). "
+    "Default: a private PostgreSQL under the data directory.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log details to stderr.")
 @click.version_option(package_name="kafkaesque")
 @click.pass_context
-def main(ctx: click.Context, redis_url: str | None, home: str | None, verbose: bool) -> None:
+def main(
+    ctx: click.Context, redis_url: str | None, home: str | None, pg_dsn: str | None, verbose: bool
+) -> None:
     """A Kafka-compatible log service whose hot data lives in Redis."""
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    ctx.obj = Context(redis_url, home)
+    ctx.obj = Context(redis_url, home, pg_dsn)
 
 
 pass_context = click.make_pass_decorator(Context)

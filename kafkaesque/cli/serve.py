@@ -9,7 +9,7 @@ import sys
 import click
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from kafkaesque.cli.base import Context, main, pass_context
+from kafkaesque.cli.base import Context, archive_failure, main, pass_context
 from kafkaesque.embedded import EmbeddedError
 
 
@@ -61,6 +61,20 @@ def host_port(
     show_default=True,
     help="Smallest session timeout a consumer may ask for.",
 )
+@click.option(
+    "--archive/--no-archive",
+    default=True,
+    show_default=True,
+    help="Archive to PostgreSQL (the global --pg-dsn, else a private PostgreSQL under the "
+    "data directory) and serve old offsets from it.",
+)
+@click.option(
+    "--archive-interval",
+    type=click.FloatRange(min=0.1),
+    default=10.0,
+    show_default=True,
+    help="Seconds between archiver passes.",
+)
 @pass_context
 def serve(
     ctx: Context,
@@ -71,11 +85,13 @@ def serve(
     metrics: tuple[str, int] | None,
     group_initial_rebalance_delay_ms: int,
     group_min_session_timeout_ms: int,
+    archive: bool,
+    archive_interval: float,
 ) -> None:
     """Serve the Kafka protocol: unmodified Kafka clients produce and fetch here."""
     from kafkaesque.groups import CoordinatorConfig
     from wire.broker import BrokerConfig
-    from wire.server import run
+    from wire.server import Companion, run
 
     host, port = listen
     if advertised_host is None:
@@ -92,9 +108,28 @@ def serve(
             min_session_timeout_ms=group_min_session_timeout_ms,
         ),
     )
+
+    async def serve_log() -> None:
+        log = ctx.log(archive=False)
+        companions: list[Companion] = []
+        if dsn is not None:
+            tier = ctx.attach_archive(log, dsn)
+
+            async def archive_forever(stop: asyncio.Event) -> None:
+                archiver = await tier.archiver(log)
+                await archiver.run_forever(archive_interval, stop=stop)
+
+            companions.append(archive_forever)
+        try:
+            await run(log, host, port, config, metrics, companions)
+        finally:
+            await ctx.aclose()
+            await log.redis.aclose()
+
     try:
-        url = ctx.url()
-        asyncio.run(run(url, host, port, config, metrics))
+        ctx.url()  # the embedded redis-server first: its errors are the likelier ones
+        dsn = ctx.archive_dsn(start=True) if archive else None
+        asyncio.run(serve_log())
     except EmbeddedError as exc:
         raise click.ClickException(str(exc)) from None
     except RedisConnectionError as exc:
@@ -105,3 +140,8 @@ def serve(
         ) from None
     except KeyboardInterrupt:
         sys.exit(130)
+    except Exception as exc:  # the embedded PostgreSQL would not start
+        message = archive_failure(exc)
+        if message is None:
+            raise
+        raise click.ClickException(message) from None

@@ -56,7 +56,11 @@ async def create(
 ) -> None:
     """Create TOPIC."""
     config = TopicConfig(topic, partitions, page_size, ttl, max_pages)
-    await ctx.log().create_topic(config)
+    log = ctx.log()
+    if log.cold is not None:
+        # There is an archive: retention must wait for it from the first record on.
+        await log.enable_archiving()
+    await log.create_topic(config)
     click.echo(f"created topic {topic} with {partitions} partition(s)", err=True)
 
 
@@ -255,8 +259,14 @@ async def consume(
 @pass_context
 def stop(ctx: Context) -> None:
     """Stop the embedded servers of the data directory."""
+    from storage_pg.embedded import EmbeddedPostgresError
+
+    stopped = []
     try:
-        stopped = ctx.embedded().stop()
-    except EmbeddedError as exc:
+        if ctx.embedded_postgres().stop():
+            stopped.append("PostgreSQL")
+        if ctx.embedded().stop():
+            stopped.append("redis-server")
+    except (EmbeddedError, EmbeddedPostgresError) as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo("stopped redis-server" if stopped else "nothing was running", err=True)
+    click.echo(f"stopped {' and '.join(stopped)}" if stopped else "nothing was running", err=True)

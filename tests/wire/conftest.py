@@ -28,22 +28,34 @@ CLI_TIMEOUT = 120.0  # seconds for one CLI command
 
 
 class Broker:
-    """A ``python -m kafkaesque serve`` process."""
+    """A ``python -m kafkaesque serve`` process; archiving to ``pg_dsn`` when given, else
+    not at all. Its data directory (and its CLI commands') is private to the test."""
 
-    def __init__(self, redis_url: str, directory: Path, extra_args: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        redis_url: str,
+        directory: Path,
+        extra_args: Sequence[str] = (),
+        pg_dsn: str | None = None,
+    ) -> None:
         self.redis_url = redis_url
+        self.global_args = ["--redis-url", redis_url]
+        self.global_args += ["--pg-dsn", pg_dsn] if pg_dsn else []
+        self.env = {**os.environ, "KAFKAESQUE_HOME": str(directory / "home")}
         self.port = free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         self.stderr_path = directory / "server.stderr"
         self.stdout_path = directory / "server.stdout"
-        command = [sys.executable, "-m", "kafkaesque", "--redis-url", redis_url, "serve"]
-        command += ["--listen", self.bootstrap, "--advertised-host", "127.0.0.1", *extra_args]
+        command = [sys.executable, "-m", "kafkaesque", *self.global_args, "serve"]
+        command += ["--listen", self.bootstrap, "--advertised-host", "127.0.0.1"]
+        command += [] if pg_dsn else ["--no-archive"]
+        command += extra_args
         self.command = command
         with self.stderr_path.open("wb") as err, self.stdout_path.open("wb") as out:
             self.proc = subprocess.Popen(
-                command, cwd=REPO, stdin=subprocess.DEVNULL, stdout=out, stderr=err
+                command, cwd=REPO, env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=err
             )
         try:
             wait_for_port(self.port, self.proc, timeout=20.0)
@@ -81,10 +93,11 @@ class Broker:
         timeout: float = CLI_TIMEOUT,
     ) -> subprocess.CompletedProcess[bytes]:
         """Run ``python -m kafkaesque --redis-url URL ARGS...`` on the broker's Redis."""
-        command = [sys.executable, "-m", "kafkaesque", "--redis-url", self.redis_url, *args]
+        command = [sys.executable, "-m", "kafkaesque", *self.global_args, *args]
         result = subprocess.run(
             command,
             cwd=REPO,
+            env=self.env,
             input=input,
             capture_output=True,
             timeout=timeout,

@@ -7,7 +7,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.log import UnknownTopic
+from kafkaesque.log import StorageUnavailable, UnknownTopic
 from wire.broker import Broker, api
 from wire.handlers.metadata import NO_THROTTLE
 from wire.protocol import Request, build, response_schema, schema_class
@@ -23,6 +23,9 @@ async def read_partition(
         )
     except UnknownTopic:
         return ErrorCode.unknown_topic_or_partition, -1, -1, []
+    except StorageUnavailable:
+        # The offset is only in the archive, which is unreachable: clients retry this.
+        return ErrorCode.kafka_storage_error, -1, -1, []
     leader_epoch = getattr(part, "current_leader_epoch", -1)
     if leader_epoch >= 0 and leader_epoch != result.leader_epoch:
         error = (

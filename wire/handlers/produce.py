@@ -8,7 +8,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.log import ProducerFenced, UnknownTopic
+from kafkaesque.log import NeedsRecovery, ProducerFenced, StorageUnavailable, UnknownTopic
 from kafkaesque.records import InvalidRecord, split_batches
 from wire.broker import Broker, api
 from wire.handlers.metadata import NO_THROTTLE
@@ -40,6 +40,10 @@ async def append_partition(
         return ErrorCode.unknown_topic_or_partition, -1, -1
     except ProducerFenced as exc:
         return ErrorCode(exc.code), -1, -1
+    except (StorageUnavailable, NeedsRecovery) as exc:
+        # Redis lost its data and the archive cannot restore the offsets yet: retriable.
+        log.warning("cannot append to %s[%d]: %s", topic, partition, exc)
+        return ErrorCode.kafka_storage_error, -1, -1
     broker.notifier.notify(topic)
     return ErrorCode.none, appended.base_offsets[0], appended.log_start
 

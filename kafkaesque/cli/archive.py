@@ -1,0 +1,125 @@
+"""`kafkaesque archive`: drain closed pages from Redis into the PostgreSQL archive."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import click
+
+from kafkaesque.cli.base import Context, echo_table, main, pass_context, run_async
+
+if TYPE_CHECKING:
+    from storage_pg.archiver import ArchiveSummary
+    from storage_pg.cold import ArchiveStatus
+
+
+@main.command()
+@click.option(
+    "--pg-dsn",
+    envvar="KAFKAESQUE_PG_DSN",
+    help="The archive (env KAFKAESQUE_PG_DSN). Default: the global --pg-dsn, else a private "
+    "PostgreSQL under the data directory.",
+)
+@click.option("--once", "mode", flag_value="once", default=True, help="One pass, then exit.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    help="Keep archiving, a pass every SECONDS, until interrupted.",
+)
+@click.option("--status", "mode", flag_value="status", help="Show the archive's progress.")
+@click.option(
+    "--idle-close",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="Close open pages whose first record is older than SECONDS, so quiet partitions "
+    "are archived too (0: never).",
+)
+@pass_context
+@run_async
+async def archive(
+    ctx: Context, pg_dsn: str | None, mode: str, interval: float | None, idle_close: float
+) -> None:
+    """Archive closed pages into PostgreSQL (run it from cron: scripts/archive_cron.sh)."""
+    from storage_pg.archiver import Archiver
+    from storage_pg.cold import status
+    from storage_pg.pool import create_pool
+
+    dsn = pg_dsn or ctx.archive_dsn(start=True)
+    assert dsn is not None
+    pool = await create_pool(dsn, max_size=4)
+    try:
+        if mode == "status":
+            show_status(await status(pool))
+            return
+        log = ctx.log(archive=False)
+        idle_ms = int(idle_close * 1000) or None
+        archiver = Archiver(log, pool, idle_close_ms=idle_ms)
+        if interval is not None:
+            await archiver.run_forever(interval)
+            return
+        summary = await archiver.run_once(progress=live_progress())
+        report(summary)
+        if summary.problems:
+            raise click.ClickException(f"{len(summary.problems)} partition(s) not archived")
+    finally:
+        await pool.close()
+
+
+def live_progress() -> Callable[[ArchiveSummary], None] | None:
+    """On a terminal, a line on stderr that follows the running totals; else nothing."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(summary: ArchiveSummary) -> None:
+        click.echo(
+            f"\rarchiving: {summary.pages:,} pages, {summary.rows:,} records, "
+            f"{summary.bytes / 1e6:,.1f} MB",
+            err=True,
+            nl=False,
+        )
+
+    return show
+
+
+def report(summary: ArchiveSummary) -> None:
+    if sys.stderr.isatty():
+        click.echo("\r\033[K", err=True, nl=False)
+    rate = summary.rows / summary.seconds if summary.seconds else 0.0
+    click.echo(
+        f"archived {summary.rows:,} records ({summary.pages:,} pages, "
+        f"{summary.bytes / 1e6:,.1f} MB) from {summary.partitions} partition(s) in "
+        f"{summary.seconds:.2f}s ({rate:,.0f} records/s); watermark {summary.watermark}"
+        + (f"; {summary.busy} partition(s) busy with another archiver" if summary.busy else "")
+        + (f"; {summary.rejected} undecodable batch(es) kept raw" if summary.rejected else ""),
+        err=True,
+    )
+    for problem in summary.problems:
+        click.echo(f"not archived: {problem}", err=True)
+
+
+def show_status(state: ArchiveStatus) -> None:
+    if state.schema_version == 0:
+        click.echo("no archive yet: nothing was archived to this database")
+        return
+    updated = state.watermark_updated.isoformat(" ", "seconds") if state.watermark_updated else "-"
+    click.echo(f"watermark: {state.watermark} (every record id up to it is archived; {updated})")
+    click.echo(f"schema version: {state.schema_version}")
+    if state.rejected_batches:
+        click.echo(f"rejected batches (kept raw): {state.rejected_batches}")
+    rows = [
+        [
+            p.topic,
+            p.partition,
+            p.archived_through,
+            p.records,
+            p.leader_epoch,
+            p.updated.isoformat(" ", "seconds") if p.updated else None,
+        ]
+        for p in state.partitions
+    ]
+    if rows:
+        click.echo()
+        echo_table(["TOPIC", "PARTITION", "ARCHIVED-TO", "RECORDS", "EPOCH", "UPDATED"], rows)

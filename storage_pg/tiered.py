@@ -1,0 +1,90 @@
+"""The archive behind a running Log: cold reads, recovery and the archiver on one pool.
+
+``Archive(dsn)`` is what the CLI and the broker attach to a ``kafkaesque.log.Log``:
+
+- as its ``cold`` store: offsets Redis no longer holds are read from PostgreSQL;
+- as its ``recover`` callback: after Redis lost its data, offsets are restored from the
+  archive before any append;
+- as the source of the archiver the broker runs on an interval.
+
+The pool is created on first use, so a command that never reaches below Redis' oldest
+offset never connects. PostgreSQL being unreachable never stops hot traffic: the earliest
+offset falls back to Redis' own, and only a read that needs the archive fails, with
+``StorageUnavailable`` (KAFKA_STORAGE_ERROR on the wire, which clients retry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import asyncpg
+
+from kafkaesque.log import Log, StorageUnavailable
+from storage_pg.archiver import Archiver
+from storage_pg.cold import ArchiveReader
+from storage_pg.pool import PG_CONNECTION_ERRORS, create_pool
+from storage_pg.recovery import recover
+
+log = logging.getLogger(__name__)
+
+
+class Archive:
+    """One archive database, connected lazily; implements kafkaesque.log.ColdStore."""
+
+    def __init__(self, dsn: str, *, max_connections: int = 4) -> None:
+        self.dsn = dsn
+        self.max_connections = max_connections
+        self._pool: asyncpg.Pool | None = None
+        self._lock = asyncio.Lock()
+        self._reader: ArchiveReader | None = None
+
+    async def pool(self) -> asyncpg.Pool:
+        async with self._lock:
+            if self._pool is None:
+                self._pool = await create_pool(self.dsn, max_size=self.max_connections)
+                self._reader = ArchiveReader(self._pool)
+            return self._pool
+
+    async def _cold_reader(self) -> ArchiveReader:
+        await self.pool()
+        assert self._reader is not None
+        return self._reader
+
+    async def start_offset(self, topic: str, partition: int) -> int | None:
+        try:
+            return await (await self._cold_reader()).start_offset(topic, partition)
+        except PG_CONNECTION_ERRORS as exc:
+            log.warning("archive unreachable, earliest offset from Redis only: %s", exc)
+            return None
+
+    async def read(self, topic: str, partition: int, offset: int, max_bytes: int) -> list[bytes]:
+        try:
+            return await (await self._cold_reader()).read(topic, partition, offset, max_bytes)
+        except PG_CONNECTION_ERRORS as exc:
+            raise StorageUnavailable(f"the archive is unreachable: {exc}") from exc
+
+    async def recover(self, log: Log) -> None:
+        """The Log's ``recover`` callback: restore offsets from the archive."""
+        try:
+            await recover(log, await self.pool())
+        except PG_CONNECTION_ERRORS as exc:
+            raise StorageUnavailable(
+                f"Redis lost its data and the archive, needed to restore the offsets, "
+                f"is unreachable: {exc}"
+            ) from exc
+
+    async def archiver(self, log: Log, **options: object) -> Archiver:
+        return Archiver(log, await self.pool(), **options)  # type: ignore[arg-type]
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+
+def attach(log: Log, archive: Archive) -> Log:
+    """``log`` with ``archive`` as its cold store and recovery."""
+    log.cold = archive
+    log.recover = archive.recover
+    return log

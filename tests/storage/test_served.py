@@ -1,0 +1,202 @@
+"""The archive as users meet it: the `kafkaesque archive` command, `consume` and a Kafka
+client (confluent-kafka) reading offsets Redis no longer holds, a Redis flush under a
+running broker, and a broker whose PostgreSQL went away."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.pg import PostgresServer
+from tests.servers import free_port
+from tests.wire.conftest import REPO, Broker
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+WORDS = [b"word-%05d" % i for i in range(3000)]
+
+
+def cli(
+    redis_url: str, home: Path, *args: str, input: bytes | None = None, pg_dsn: str | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    command = [sys.executable, "-m", "kafkaesque", "--redis-url", redis_url]
+    command += ["--pg-dsn", pg_dsn] if pg_dsn else []
+    return subprocess.run(
+        [*command, *args],
+        cwd=REPO,
+        input=input,
+        capture_output=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "KAFKAESQUE_HOME": str(home)},
+    )
+
+
+def ok(result: subprocess.CompletedProcess[bytes]) -> str:
+    assert result.returncode == 0, result.stderr.decode()
+    return result.stdout.decode()
+
+
+def test_archive_command_and_consume_below_redis(
+    redis_url: str, pg_dsn: str, tmp_path: Path
+) -> None:
+    def run(*args: str, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+        return cli(redis_url, tmp_path, *args, input=input, pg_dsn=pg_dsn)
+
+    ok(run("create", "words", "--page-size", "100", "--max-pages", "1"))
+    lines = b"\n".join(WORDS) + b"\n"
+    ok(run("produce", "--batch-size", "100", "words", input=lines))
+    archived = run("archive")
+    # 30 pages of 100 records, each closed as it filled.
+    assert archived.returncode == 0, archived.stderr.decode()
+    assert "archived 3,000 records (30 pages" in archived.stderr.decode()
+    ok(run("produce", "--batch-size", "100", "words", input=b"late\n" * 200))
+    ok(run("archive", "--once"))
+
+    describe = ok(run("describe", "words"))
+    log_start = int(describe.strip().splitlines()[-1].split()[1])
+    assert log_start >= 3000  # max pages dropped what was archived
+    # consume reads the archive below Redis' oldest offset, in order, byte for byte.
+    assert ok(run("consume", "words")).encode() == lines + b"late\n" * 200
+    first = ok(run("consume", "words", "--partition", "0", "--offset", "5", "--max-records", "1"))
+    assert first == "word-00005\n"
+    records = [
+        json.loads(line) for line in ok(run("consume", "words", "--format", "json")).splitlines()
+    ]
+    assert [r["offset"] for r in records] == list(range(3200))
+
+    status = ok(run("archive", "--status"))
+    assert "watermark: 3200" in status
+    assert status.splitlines()[-1].split()[:4] == ["words", "0", "3200", "3200"]
+
+
+def test_archive_command_errors(redis_url: str, tmp_path: Path) -> None:
+    port = free_port()  # nothing listens there
+    result = cli(redis_url, tmp_path, "archive", "--pg-dsn", f"postgresql://u@127.0.0.1:{port}/x")
+    assert result.returncode == 1
+    assert result.stderr.decode().startswith("Error: cannot reach PostgreSQL")
+    assert "Traceback" not in result.stderr.decode()
+    result = cli(redis_url, tmp_path, "archive", "--interval", "0")
+    assert result.returncode == 2 and "--interval" in result.stderr.decode()
+
+
+@pytest.fixture
+def archiving_broker(redis_url: str, pg_dsn: str, tmp_path: Path) -> Iterator[Callable[[], Broker]]:
+    started: list[Broker] = []
+
+    def start_archiving() -> Broker:
+        broker = Broker(
+            redis_url, tmp_path / f"b{len(started)}", ["--archive-interval", "0.2"], pg_dsn
+        )
+        started.append(broker)
+        return broker
+
+    yield start_archiving
+    for broker in started:
+        broker.stop()
+        assert "Traceback" not in broker.stderr(), broker.stderr()
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i, value in enumerate(values):
+        producer.produce(topic, value, key=b"k%d" % i)
+        if i % 500 == 499:
+            producer.flush(30)
+    assert producer.flush(30) == 0
+
+
+def consume_all(bootstrap: str, topic: str, expected: int) -> list[tuple[int, bytes, bytes]]:
+    """(offset, key, value) of every record of partition 0 from offset 0, by a real client."""
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "g", "enable.auto.commit": False}
+    )
+    consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
+    got: list[tuple[int, bytes, bytes]] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(got) < expected and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            assert message.error() is None, message.error()
+            got.append((message.offset(), message.key(), message.value()))
+        low, _ = consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, 0))
+        assert low == 0  # ListOffsets earliest: the archive's first offset
+    finally:
+        consumer.close()
+    return got
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+        time.sleep(0.1)
+
+
+def redis_start(redis_url: str, topic: str) -> int:
+    return int(redis.Redis.from_url(redis_url).hget(f"ks:{{{topic}:0}}:meta", "start") or 0)
+
+
+def test_client_reads_archived_offsets_and_offsets_survive_a_flush(
+    redis_url: str, archiving_broker: Callable[[], Broker]
+) -> None:
+    broker = archiving_broker()
+    ok_result = broker.cli("create", "t", "--page-size", "100", "--max-pages", "1")
+    assert ok_result.returncode == 0
+    produce(broker.bootstrap, "t", WORDS)
+    # The broker's own archiver drains the closed pages; max pages then drops them.
+    wait_until(lambda: redis_start(redis_url, "t") >= 2000, "Redis dropped archived pages")
+
+    got = consume_all(broker.bootstrap, "t", len(WORDS))
+    assert got == [(i, b"k%d" % i, w) for i, w in enumerate(WORDS)]
+
+    # Redis loses everything: the next append restores the offsets from the archive and
+    # continues after the archived ones, at a higher leader epoch; nothing is reused.
+    through = archived_to(broker, "t")
+    redis.Redis.from_url(redis_url).flushall()
+    produce(broker.bootstrap, "t", [b"after"])
+    meta = redis.Redis.from_url(redis_url).hgetall("ks:{t:0}:meta")
+    assert int(meta[b"end"]) == through + 1
+    assert int(meta[b"epoch"]) >= 1
+    lines = broker.cli("consume", "t", "--format", "offset").stdout.decode().splitlines()
+    assert lines[-1] == f"0\t{through}\tafter"
+    assert len(lines) == through + 1  # the archived history, then the new record
+
+
+def test_broker_serves_hot_data_while_postgres_is_down(
+    redis_url: str, pg_server: PostgresServer, archiving_broker: Callable[[], Broker]
+) -> None:
+    broker = archiving_broker()
+    assert broker.cli("create", "hot", "--page-size", "100").returncode == 0
+    produce(broker.bootstrap, "hot", WORDS[:500])
+    pg_server.stop()
+    try:
+        produce(broker.bootstrap, "hot", WORDS[500:1000])
+        got = consume_all(broker.bootstrap, "hot", 1000)
+        assert [value for _, _, value in got] == WORDS[:1000]
+        time.sleep(1)  # a few archiver passes fail meanwhile, and are retried
+        assert broker.alive()
+        assert "cannot reach PostgreSQL" in broker.stderr()
+    finally:
+        pg_server.start()
+    # Back: the archiver catches up with what was produced meanwhile (all but the open
+    # page, which stays in Redis until it fills or idles).
+    wait_until(lambda: archived_to(broker, "hot") >= 900, "the archive caught up")
+
+
+def archived_to(broker: Broker, topic: str) -> int:
+    """The next offset to archive of ``topic``'s partition 0, from `archive --status`."""
+    for line in broker.cli("archive", "--status").stdout.decode().splitlines():
+        cells = line.split()
+        if cells[:2] == [topic, "0"]:
+            return int(cells[2])
+    return 0
