@@ -18,13 +18,12 @@ import argparse
 import multiprocessing
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from broker_process import start_broker
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -40,31 +39,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def start_broker(redis_url: str, port: int) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "kafkaesque",
-            "--redis-url",
-            redis_url,
-            "serve",
-            "--listen",
-            f"127.0.0.1:{port}",
-        ],
-        stderr=subprocess.DEVNULL,
-    )
-    import socket
-
-    for _ in range(500):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-            return proc
-        except OSError:
-            time.sleep(0.02)
-    raise RuntimeError("broker did not start")
 
 
 def create_topic(bootstrap: str, topic: str) -> None:

@@ -14,14 +14,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
 import redis
+from broker_process import start_broker
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from kafkaesque.embedded import EmbeddedRedis
@@ -35,31 +34,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def start_broker(redis_url: str, port: int) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "kafkaesque",
-            "--redis-url",
-            redis_url,
-            "serve",
-            "--listen",
-            f"127.0.0.1:{port}",
-        ],
-        stderr=subprocess.DEVNULL,
-    )
-    import socket
-
-    for _ in range(500):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-            return proc
-        except OSError:
-            time.sleep(0.02)
-    raise RuntimeError("broker did not start")
 
 
 def produce(bootstrap: str, topic: str, n: int) -> float:
