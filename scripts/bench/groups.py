@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from broker_process import start_broker
+from broker_process import free_port, start_broker
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -31,14 +31,6 @@ from kafkaesque.embedded import EmbeddedRedis
 
 VALUE = b"v" * 100
 PARTITIONS = 6
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def create_topic(bootstrap: str, topic: str) -> None:
