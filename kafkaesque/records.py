@@ -392,7 +392,7 @@ def with_base_offset(buf: bytes, base_offset: int, leader_epoch: int | None = No
 # --- decoding ----------------------------------------------------------------
 
 
-def _records_data(buf: bytes | memoryview, pos: int) -> tuple[BatchHeader, bytes, int, int]:
+def records_data(buf: bytes | memoryview, pos: int) -> tuple[BatchHeader, bytes, int, int]:
     """Check the batch; return header, a bytes object holding its records, start and end."""
     header = check_batch(buf, pos)
     end = pos + header.length
@@ -472,7 +472,7 @@ def _parse_records(
 
 
 def _decode(buf: bytes | memoryview, pos: int) -> tuple[BatchHeader, list[Record]]:
-    header, data, start, end = _records_data(buf, pos)
+    header, data, start, end = records_data(buf, pos)
     try:
         records, start = _parse_records(data, start, end, header.record_count, header)
     except (IndexError, UnicodeDecodeError) as exc:
@@ -498,7 +498,7 @@ def decode_values(buf: bytes | memoryview, pos: int = 0) -> list[bytes | None]:
     and offset deltas unvalidated (the CRC vouches for the bytes); any other
     record goes through the general parser.
     """
-    header, data, pos, end = _records_data(buf, pos)
+    header, data, pos, end = records_data(buf, pos)
     if header.is_control:
         return []
     values: list[bytes | None] = []

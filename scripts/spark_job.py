@@ -1,7 +1,7 @@
-"""spark-submit entry point for the archive's Spark jobs (the same as `kafkaesque spark ...`).
+"""spark-submit entry point for the archive's Spark jobs: the same as `kafkaesque spark ...`.
 
-    spark-submit scripts/spark_job.py export --pg-dsn DSN --out DIR [--master URL]
-    spark-submit scripts/spark_job.py report --pg-dsn DSN [--png FILE] [--master URL]
+    spark-submit scripts/spark_job.py export --out DIR [--pg-dsn DSN] [--master URL]
+    spark-submit scripts/spark_job.py report [--pg-dsn DSN] [--png FILE] [--master URL]
 
 The PostgreSQL JDBC driver is found as by the CLI ($KAFKAESQUE_JDBC_JAR, then the usual
 install paths) and shipped to the executors; `spark-submit --jars JAR` works too. Under
@@ -16,10 +16,12 @@ import sys
 from pathlib import Path
 
 try:
-    from storage_pg.spark import main
+    from kafkaesque.cli.base import Context
 except ImportError:  # run from a checkout without kafkaesque installed
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from storage_pg.spark import main
+    from kafkaesque.cli.base import Context
+from kafkaesque.cli.spark import spark
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # The data directory and the archive come from the environment, as for the CLI.
+    spark.main(sys.argv[1:], prog_name="spark_job.py", obj=Context(None, None))

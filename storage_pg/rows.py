@@ -15,13 +15,7 @@ import base64
 import json
 from itertools import repeat
 
-from kafkaesque.records import BatchHeader, InvalidRecord, decode_batch
-
-try:  # the decompressed records area of a checked batch
-    from kafkaesque.records import records_data
-except ImportError:  # until kafkaesque.records makes it public
-    from kafkaesque.records import _records_data as records_data
-
+from kafkaesque.records import BatchHeader, InvalidRecord, decode_batch, records_data
 from storage_pg.pool import ms_to_pg
 
 COLUMNS = (

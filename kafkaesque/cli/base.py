@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ from redis.exceptions import RedisError
 from kafkaesque.embedded import EmbeddedError, EmbeddedRedis, default_home
 from kafkaesque.groups import GroupCoordinator
 from kafkaesque.log import Log, LogError, check_topic_name
+from kafkaesque.tables import format_table
 
 if TYPE_CHECKING:
     from storage_pg.embedded import EmbeddedPostgres
@@ -50,7 +52,6 @@ class Context:
         return embedded.ensure_started()
 
     def embedded(self) -> EmbeddedRedis:
-
         return EmbeddedRedis(Path(self.home))
 
     def url(self) -> str:
@@ -96,25 +97,32 @@ def run_async(fn: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., Any]
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
+        with one_line_errors():
             return asyncio.run(run_and_close(*args, **kwargs))
-        except LogError as exc:
-            raise click.ClickException(str(exc)) from None
-        except RedisConnectionError as exc:
-            raise click.ClickException(f"cannot reach Redis: {exc}") from None
-        except RedisError as exc:
-            raise click.ClickException(f"Redis error: {exc}") from None
-        except EmbeddedError as exc:
-            raise click.ClickException(str(exc)) from None
-        except KeyboardInterrupt:
-            sys.exit(130)
-        except Exception as exc:
-            message = archive_failure(exc)
-            if message is None:
-                raise
-            raise click.ClickException(message) from None
 
     return wrapper
+
+
+@contextlib.contextmanager
+def one_line_errors() -> Iterator[None]:
+    """Turn expected failures into one line on stderr and exit code 1 (130 on Ctrl-C)."""
+    try:
+        yield
+    except LogError as exc:
+        raise click.ClickException(str(exc)) from None
+    except RedisConnectionError as exc:
+        raise click.ClickException(f"cannot reach Redis: {exc}") from None
+    except RedisError as exc:
+        raise click.ClickException(f"Redis error: {exc}") from None
+    except EmbeddedError as exc:
+        raise click.ClickException(str(exc)) from None
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:
+        message = archive_failure(exc)
+        if message is None:
+            raise
+        raise click.ClickException(message) from None
 
 
 def archive_failure(exc: BaseException) -> str | None:
@@ -176,8 +184,6 @@ pass_context = click.make_pass_decorator(Context)
 
 
 def echo_table(headers: list[str], rows: list[list[object]]) -> None:
-    """Print rows as left-aligned columns under their headers."""
-    cells = [headers] + [["-" if v is None else str(v) for v in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    for row in cells:
-        click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+    """Print rows as columns under their headers (numbers right-aligned)."""
+    for line in format_table(headers, rows):
+        click.echo(line)

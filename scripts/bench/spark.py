@@ -32,22 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # a checkout, not 
 
 from storage_pg import EmbeddedPostgres, ensure_schema
 from storage_pg import spark as job
+from storage_pg.rows import COLUMNS as ROW_COLUMNS
 
 TOPICS = ("orders", "payments", "clicks", "logs")
-COLUMNS = [
-    "id",
-    "topic",
-    "partition",
-    "offset",
-    "timestamp",
-    "key",
-    "value",
-    "headers",
-    "producer_id",
-    "producer_epoch",
-    "producer_sequence",
-    "archived_at",
-]
+COLUMNS = (*ROW_COLUMNS, "archived_at")  # archived_at: set by the archiver
 
 
 async def load(dsn: str, n: int) -> float:

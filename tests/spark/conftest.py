@@ -20,6 +20,7 @@ if shutil.which("java") is None:
 import asyncpg
 
 from storage_pg import spark as job
+from storage_pg.rows import COLUMNS as ROW_COLUMNS
 from storage_pg.schema import ensure_schema
 from tests.pg import PostgresServer
 
@@ -29,20 +30,7 @@ except job.JdbcDriverMissing as exc:
     pytest.skip(str(exc), allow_module_level=True)
 
 BASE = datetime.datetime(2024, 3, 9, 21, 30, tzinfo=datetime.UTC)  # the cut crosses midnight
-COLUMNS = [
-    "id",
-    "topic",
-    "partition",
-    "offset",
-    "timestamp",
-    "key",
-    "value",
-    "headers",
-    "producer_id",
-    "producer_epoch",
-    "producer_sequence",
-    "archived_at",
-]
+COLUMNS = (*ROW_COLUMNS, "archived_at")  # archived_at: set by the archiver
 
 
 @pytest.fixture(scope="session")

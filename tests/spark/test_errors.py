@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from storage_pg import spark as job
+from storage_pg.spark import jdbc, session
 from tests.servers import free_port
 from tests.spark.conftest import Archive
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(
@@ -66,7 +63,7 @@ def test_missing_driver_jar(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
     with pytest.raises(job.JdbcDriverMissing, match=r"^KAFKAESQUE_JDBC_JAR=.*nope\.jar: no such"):
         job.find_jdbc_jar()
     monkeypatch.delenv(job.JAR_ENV)
-    monkeypatch.setattr(job, "KNOWN_JARS", (str(tmp_path / "*.jar"),))
+    monkeypatch.setattr(jdbc, "KNOWN_JARS", (str(tmp_path / "*.jar"),))
     with pytest.raises(job.JdbcDriverMissing) as info:
         job.find_jdbc_jar()
     assert str(info.value) == (
@@ -81,31 +78,13 @@ def test_missing_driver_jar_fails_export_and_report_before_spark_starts(
     spark: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv(job.JAR_ENV, str(tmp_path / "nope.jar"))
-    monkeypatch.setattr(job, "_active_session", lambda: None)  # as in a fresh process
+    monkeypatch.setattr(session, "_active_session", lambda: None)  # as in a fresh process
     dsn = "postgresql://u@127.0.0.1:1/db"
     with pytest.raises(job.JdbcDriverMissing):
         job.export(dsn, str(tmp_path / "out"))
     with pytest.raises(job.JdbcDriverMissing):
         job.report(dsn)
     assert not spark.sparkContext._jsc.sc().isStopped()  # nothing started, nothing stopped
-
-
-def test_spark_job_script_prints_one_line(tmp_path: Path) -> None:
-    env = {**os.environ, job.JAR_ENV: str(tmp_path / "nope.jar")}
-    result = subprocess.run(
-        [
-            *(sys.executable, str(ROOT / "scripts" / "spark_job.py"), "export"),
-            *("--pg-dsn", "postgresql://u@127.0.0.1:1/db", "--out", str(tmp_path / "out")),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=120,
-    )
-    assert result.returncode == 1
-    assert result.stdout == ""
-    assert result.stderr == f"error: {job.JAR_ENV}={tmp_path / 'nope.jar'}: no such file\n"
 
 
 @pytest.mark.parametrize("run", ["export", "report"])
@@ -130,14 +109,3 @@ def test_missing_database_and_missing_schema(spark: Any, archive: Archive, tmp_p
     with pytest.raises(job.SparkJobError, match="run the archiver first") as info:
         job.report(no_schema, spark=spark)
     assert "\n" not in str(info.value)
-
-
-def test_main_prints_errors_as_one_line(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    dsn = f"postgresql://u@127.0.0.1:{free_port()}/db"
-    assert job.main(["report", "--pg-dsn", dsn]) == 1
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    assert captured.err.startswith("error: cannot reach the archive at 127.0.0.1:")
-    assert captured.err.count("\n") == 1

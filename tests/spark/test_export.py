@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from storage_pg import spark as job
+from storage_pg.spark import exporter
 from tests.spark.conftest import Archive
 
 
@@ -184,7 +185,7 @@ def test_crash_while_moving_committed_files_into_place(
     archive.add(300)
     archive.set_watermark(300)
     out = tmp_path / "out"
-    real_move = job._move
+    real_move = exporter._move
     moves = []
 
     def move_one_then_crash(fs: Any, src: Any, dst: Any) -> None:
@@ -194,7 +195,7 @@ def test_crash_while_moving_committed_files_into_place(
         real_move(fs, src, dst)
 
     with monkeypatch.context() as m:
-        m.setattr(job, "_move", move_one_then_crash)
+        m.setattr(exporter, "_move", move_one_then_crash)
         with pytest.raises(RuntimeError, match="killed"):
             job.export(archive.dsn, str(out), spark=spark, partitions=2)
     assert len(parquet_files(out)) == 1  # committed, one file published
@@ -232,17 +233,3 @@ def test_default_partitioning_and_the_jdbc_bounds(spark: Any, archive: Archive) 
     assert job.jdbc_partitions(spark, cut) == 1  # 70 ids: too few to split
     big = job.Cut(0, 10**7, 1, 10**7)
     assert job.jdbc_partitions(spark, big) == 5  # > 2 cores: at most 2M ids per partition
-
-
-def test_the_spark_job_script_main(
-    spark: Any, archive: Archive, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    archive.add(30)
-    archive.set_watermark(30)
-    out = tmp_path / "out"
-    argv = ["export", "--pg-dsn", archive.dsn, "--out", str(out), "--master", "local[2]"]
-    assert job.main(argv) == 0  # uses the active session, does not stop it
-    assert capsys.readouterr().out.startswith("exported 30 records (ids 1..30) in ")
-    assert job.main(argv) == 0
-    assert capsys.readouterr().out.startswith("nothing new to export (archive watermark 30)")
-    assert not spark.sparkContext._jsc.sc().isStopped()

@@ -9,6 +9,7 @@ from typing import Any
 from PIL import Image
 
 from storage_pg import spark as job
+from storage_pg.spark.reporter import _show_key as show_key
 from tests.spark.conftest import Archive
 
 UTC = datetime.UTC
@@ -105,7 +106,7 @@ def test_report_of_an_empty_archive(spark: Any, archive: Archive, tmp_path: Path
 
 
 def test_key_display() -> None:
-    assert job._show_key(b"user-1") == "user-1"
-    assert job._show_key(b"\xff\x00") == "0xff00"
-    assert job._show_key(b"") == ""
-    assert job._show_key(b"x" * 100) == "x" * 39 + "…"
+    assert show_key(b"user-1") == "user-1"
+    assert show_key(b"\xff\x00") == "0xff00"
+    assert show_key(b"") == ""
+    assert show_key(b"x" * 100) == "x" * 39 + "…"

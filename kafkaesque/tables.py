@@ -1,0 +1,30 @@
+"""Plain-text tables for people: the CLI's listings and the Spark report."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+_NUMBER = re.compile(r"-?[\d,]+(\.\d+)?")
+MISSING = "-"
+
+
+def format_table(
+    headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str = ""
+) -> list[str]:
+    """Rows as columns under their headers, one string per line. Columns holding only
+    numbers are right-aligned so digits line up; None is shown as "-"."""
+    cells = [[MISSING if v is None else str(v) for v in row] for row in rows]
+    widths = [max(len(row[i]) for row in [list(headers), *cells]) for i in range(len(headers))]
+    right = [
+        bool(cells) and all(_NUMBER.fullmatch(row[i]) or row[i] == MISSING for row in cells)
+        for i in range(len(headers))
+    ]
+
+    def line(row: Sequence[str]) -> str:
+        parts = [
+            c.rjust(w) if r else c.ljust(w) for c, w, r in zip(row, widths, right, strict=True)
+        ]
+        return indent + "  ".join(parts).rstrip()
+
+    return [line(headers), *(line(row) for row in cells)]
