@@ -1,19 +1,27 @@
 #!/usr/bin/env bash
 # Set up what kafkaesque needs on a fresh Debian machine with Python 3.11:
-# a virtualenv in .venv with the project installed (with the test extras when given --test),
-# and, for the tests, the system packages they use (the word list, kcat, the PostgreSQL JDBC
-# driver and a JVM for Spark) and kafkajs for
-# the wire tests (npm, when Node.js is there).
+# a virtualenv in .venv with the project installed. With --spark: also the [spark] extra, the
+# PostgreSQL JDBC driver and a JVM (Debian packages) for `kafkaesque spark`. With --test:
+# everything --spark brings, the test extras, the system packages the tests use (the word
+# list, kcat) and kafkajs for the wire tests (npm, when Node.js is there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_test=0
-[[ "${1:-}" == "--test" ]] && want_test=1
+want_spark=0
+case "${1:-}" in
+  --test) want_test=1; want_spark=1 ;;
+  --spark) want_spark=1 ;;
+  "") ;;
+  *) echo "usage: scripts/setup.sh [--test | --spark]" >&2; exit 2 ;;
+esac
 
 apt_packages=()
 if (( want_test )); then
   [[ -f /usr/share/dict/words ]] || apt_packages+=(wamerican)
   command -v kcat >/dev/null || apt_packages+=(kcat)
+fi
+if (( want_spark )); then
   # the Spark job's JDBC driver, and a JVM for Spark when the machine has none
   [[ -f /usr/share/java/postgresql.jar ]] || apt_packages+=(libpostgresql-jdbc-java)
   command -v java >/dev/null || apt_packages+=(default-jre-headless)
@@ -37,6 +45,8 @@ if (( want_test )); then
       npm install --prefix tests/wire/js --no-audit --no-fund --loglevel=error >&2
     fi
   fi
+elif (( want_spark )); then
+  .venv/bin/python -m pip install -q -e '.[spark]' >&2
 else
   .venv/bin/python -m pip install -q -e . >&2
 fi
