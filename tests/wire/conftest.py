@@ -9,6 +9,7 @@ their topics unique with ``topic_name``.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import re
 import signal
@@ -149,9 +150,15 @@ def broker_factory(
 
 
 @pytest.fixture(scope="module")
-def module_broker(redis_server: RedisServer, broker_factory: Callable[..., Broker]) -> Broker:
+def module_broker(
+    redis_server: RedisServer,
+    broker_factory: Callable[..., Broker],
+    request: pytest.FixtureRequest,
+) -> Broker:
+    """One server per test module, on an empty Redis, started with the module's
+    ``BROKER_ARGS`` (extra ``serve`` options), if it has any."""
     redis.Redis.from_url(redis_server.url).flushall()
-    return broker_factory()
+    return broker_factory(*getattr(request.module, "BROKER_ARGS", ()))
 
 
 @pytest.fixture
@@ -164,6 +171,14 @@ def broker(module_broker: Broker, request: pytest.FixtureRequest) -> Iterator[Br
 
 
 _topic_counter = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def client_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    """The Python clients' warnings and errors, shown by pytest when a test fails."""
+    for logger in ("kafka", "aiokafka"):
+        caplog.set_level(logging.WARNING, logger=logger)
+    return caplog
 
 
 @pytest.fixture

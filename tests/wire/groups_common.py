@@ -17,8 +17,10 @@
 from __future__ import annotations
 
 import datetime
+import importlib.util
 import json
 import os
+import shutil
 import signal
 import struct
 import subprocess
@@ -29,6 +31,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kio.index import load_response_schema
 from kio.serial import entity_reader
 
@@ -117,6 +120,20 @@ def produce_numbered(
 
 
 JS = Path(__file__).resolve().parent / "js"
+# the Python module each client's members import
+CLIENT_MODULES = {"confluent": "confluent_kafka", "kafka-python": "kafka", "aiokafka": "aiokafka"}
+
+
+def needs(client: str) -> list[pytest.MarkDecorator]:
+    """Marks that skip a test whose member client is not installed (none when it is)."""
+    if client == "kafkajs":
+        if shutil.which("node") is None:
+            return [pytest.mark.skip(reason="Node.js is not installed")]
+        if not (JS / "node_modules" / "kafkajs").is_dir():
+            return [pytest.mark.skip(reason="no kafkajs: npm ci --prefix tests/wire/js")]
+    elif importlib.util.find_spec(CLIENT_MODULES[client]) is None:
+        return [pytest.mark.skip(reason=f"{CLIENT_MODULES[client]} is not installed")]
+    return []
 
 
 def member_command(options: dict) -> list[str]:

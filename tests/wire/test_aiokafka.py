@@ -4,7 +4,6 @@ admin, idempotence, and cross-checks with the CLI."""
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Coroutine
 from typing import Any
 
@@ -25,13 +24,6 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa:
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic  # noqa: E402
 
 TIMEOUT = 30.0
-
-
-@pytest.fixture(autouse=True)
-def client_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
-    """aiokafka's warnings and errors, shown by pytest when a test fails."""
-    caplog.set_level(logging.WARNING, logger="aiokafka")
-    return caplog
 
 
 def run(coro: Coroutine[Any, Any, Any], timeout: float = 2 * TIMEOUT) -> Any:

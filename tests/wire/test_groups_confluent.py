@@ -7,14 +7,12 @@ from __future__ import annotations
 import itertools
 import re
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from tests.wire import conftest as wire_conftest
 from tests.wire import groups_common as gc
 from tests.wire import raw
-from tests.wire.conftest import check_log
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import (  # noqa: E402
@@ -29,18 +27,7 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 TIMEOUT = 30.0
 
 
-@pytest.fixture(scope="module")
-def group_broker(broker_factory):
-    return broker_factory(*gc.FAST_GROUP_ARGS)
-
-
-@pytest.fixture
-def broker(group_broker, request) -> Iterator:
-    """The module's server (short group delays); fails the test on a Traceback or exit."""
-    check_log(group_broker, 0, "an earlier test or start-up")
-    start = group_broker.stderr_size()
-    yield group_broker
-    check_log(group_broker, start, request.node.name)
+BROKER_ARGS = gc.FAST_GROUP_ARGS  # the module's server: short group delays
 
 
 class Logs:
@@ -119,26 +106,7 @@ def position_of(messages) -> dict[int, int]:
     return out
 
 
-# -- 1. members share the partitions, records consumed exactly once -----------------------
-
-
-@pytest.mark.parametrize("strategy", ["range", "roundrobin", "cooperative-sticky"])
-def test_three_members_split_and_consume_exactly_once(broker, topic_name, tmp_path, strategy):
-    topic = topic_name()
-    gc.check_split_exactly_once(
-        broker, tmp_path, topic, f"g-{topic}", "confluent", strategy, records=30_000
-    )
-
-
-# -- 2. a member killed without leaving ---------------------------------------------------
-
-
-def test_killed_member_is_expelled_and_its_partitions_move(broker, topic_name, tmp_path):
-    topic = topic_name()
-    gc.check_killed_member(broker, tmp_path, topic, f"g-{topic}", "confluent")
-
-
-# -- 3. a restarted consumer resumes from the committed offsets ----------------------------
+# -- 1. a restarted consumer resumes from the committed offsets ----------------------------
 
 
 def test_restarted_consumer_resumes_from_committed_offsets(broker, topic_name):
@@ -180,7 +148,7 @@ def test_restarted_consumer_resumes_from_committed_offsets(broker, topic_name):
             assert min(offsets) == positions.get(p, 0), (p, positions)
 
 
-# -- 4. a broker restarted under a live group ----------------------------------------------
+# -- 2. a broker restarted under a live group ----------------------------------------------
 
 
 def test_broker_restart_keeps_committed_offsets_and_the_cli(
@@ -272,7 +240,7 @@ def test_broker_restart_keeps_committed_offsets_and_the_cli(
     assert group in second.cli("groups").stdout.decode().split()
 
 
-# -- 5. cooperative-sticky rebalances incrementally -----------------------------------------
+# -- 3. cooperative-sticky rebalances incrementally -----------------------------------------
 
 
 def test_cooperative_sticky_only_revokes(broker, topic_name, tmp_path):
@@ -319,7 +287,7 @@ def test_cooperative_sticky_only_revokes(broker, topic_name, tmp_path):
         gc.stop_all(members)
 
 
-# -- 6. static membership ------------------------------------------------------------------
+# -- 4. static membership ------------------------------------------------------------------
 
 
 def test_static_member_restart_keeps_its_partitions(broker, topic_name, tmp_path):
@@ -376,7 +344,7 @@ def test_static_member_restart_keeps_its_partitions(broker, topic_name, tmp_path
         gc.stop_all(members)
 
 
-# -- 7. bad input over a raw socket ----------------------------------------------------------
+# -- 5. bad input over a raw socket ----------------------------------------------------------
 
 CLIENT_ID = "raw-groups"
 MEMBER_ID = re.compile(
@@ -565,7 +533,7 @@ def test_raw_rebalance_generations(broker, topic_name):
         }
 
 
-# -- 8. the admin client ----------------------------------------------------------------------
+# -- 6. the admin client ----------------------------------------------------------------------
 
 
 def test_admin_list_describe_delete_groups(broker, topic_name, tmp_path):

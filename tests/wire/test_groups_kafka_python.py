@@ -3,14 +3,11 @@ killed, a restart resuming from committed offsets, and the admin client."""
 
 from __future__ import annotations
 
-import logging
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from tests.wire import groups_common as gc
-from tests.wire.conftest import check_log
 
 kafka = pytest.importorskip("kafka")
 from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition  # noqa: E402
@@ -20,35 +17,7 @@ from kafka.errors import NonEmptyGroupError  # noqa: E402
 TIMEOUT = 30.0
 
 
-@pytest.fixture(scope="module")
-def group_broker(broker_factory):
-    return broker_factory(*gc.FAST_GROUP_ARGS)
-
-
-@pytest.fixture
-def broker(group_broker, request) -> Iterator:
-    """The module's server (short group delays); fails the test on a Traceback or exit."""
-    check_log(group_broker, 0, "an earlier test or start-up")
-    start = group_broker.stderr_size()
-    yield group_broker
-    check_log(group_broker, start, request.node.name)
-
-
-@pytest.fixture(autouse=True)
-def client_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
-    caplog.set_level(logging.WARNING, logger="kafka")
-    return caplog
-
-
-@pytest.mark.parametrize("strategy", ["range", "roundrobin", "sticky"])
-def test_three_members_split_and_consume_exactly_once(broker, topic_name, tmp_path, strategy):
-    topic = topic_name()
-    gc.check_split_exactly_once(broker, tmp_path, topic, f"g-{topic}", "kafka-python", strategy)
-
-
-def test_killed_member_is_expelled_and_its_partitions_move(broker, topic_name, tmp_path):
-    topic = topic_name()
-    gc.check_killed_member(broker, tmp_path, topic, f"g-{topic}", "kafka-python")
+BROKER_ARGS = gc.FAST_GROUP_ARGS  # the module's server: short group delays
 
 
 def consumer(bootstrap: str, group: str, **config):

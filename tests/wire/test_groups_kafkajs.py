@@ -1,52 +1,16 @@
 """kafkajs 2.2.4 consumer groups (its Consumer always joins one) against the server, through
-tests/wire/js/kafkajs_group.js: members sharing partitions with its round-robin assigner, a
-member killed, and a restarted member resuming from the committed offsets."""
+tests/wire/js/kafkajs_group.js: a restarted member resumes from the committed offsets
+(sharing partitions and a killed member: test_groups_members.py)."""
 
 from __future__ import annotations
 
-import shutil
 import time
-from collections.abc import Iterator
-
-import pytest
 
 from tests.wire import groups_common as gc
-from tests.wire.conftest import check_log
 
-NODE = shutil.which("node")
 STRATEGY = "RoundRobinAssigner"  # kafkajs' only built-in assigner
-
-pytestmark = [
-    pytest.mark.skipif(NODE is None, reason="Node.js is not installed"),
-    pytest.mark.skipif(
-        not (gc.JS / "node_modules" / "kafkajs").is_dir(),
-        reason="kafkajs is not installed: npm ci --prefix tests/wire/js",
-    ),
-]
-
-
-@pytest.fixture(scope="module")
-def group_broker(broker_factory):
-    return broker_factory(*gc.FAST_GROUP_ARGS)
-
-
-@pytest.fixture
-def broker(group_broker, request) -> Iterator:
-    """The module's server (short group delays); fails the test on a Traceback or exit."""
-    check_log(group_broker, 0, "an earlier test or start-up")
-    start = group_broker.stderr_size()
-    yield group_broker
-    check_log(group_broker, start, request.node.name)
-
-
-def test_three_members_split_and_consume_exactly_once(broker, topic_name, tmp_path):
-    topic = topic_name()
-    gc.check_split_exactly_once(broker, tmp_path, topic, f"g-{topic}", "kafkajs", STRATEGY)
-
-
-def test_killed_member_is_expelled_and_its_partitions_move(broker, topic_name, tmp_path):
-    topic = topic_name()
-    gc.check_killed_member(broker, tmp_path, topic, f"g-{topic}", "kafkajs", STRATEGY)
+pytestmark = gc.needs("kafkajs")
+BROKER_ARGS = gc.FAST_GROUP_ARGS  # the module's server: short group delays
 
 
 def test_restarted_member_resumes_from_committed_offsets(broker, topic_name, tmp_path):

@@ -3,7 +3,6 @@ consume with manual assignment, admin, and cross-checks with the CLI."""
 
 from __future__ import annotations
 
-import logging
 import time
 
 import pytest
@@ -37,13 +36,6 @@ CODEC_PACKAGES = {
 def sample_records() -> list[Rec]:
     """kafka-python refuses null header values."""
     return sample(null_header_values=False)
-
-
-@pytest.fixture
-def client_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
-    """kafka-python's warnings and errors, shown by pytest when a test fails."""
-    caplog.set_level(logging.WARNING, logger="kafka")
-    return caplog
 
 
 def common(broker) -> dict:
@@ -133,7 +125,7 @@ def create_topic(broker, topic: str, partitions: int = PARTITIONS) -> None:
 
 
 @pytest.mark.parametrize("compression", CODECS)
-def test_produce_and_consume(broker, topic_name, sample_records, compression, client_log):
+def test_produce_and_consume(broker, topic_name, sample_records, compression):
     if compression in CODEC_PACKAGES:
         available, package = CODEC_PACKAGES[compression]
         if not available():
@@ -146,7 +138,7 @@ def test_produce_and_consume(broker, topic_name, sample_records, compression, cl
     assert cli_records(broker, topic) == by_position(sample_records)
 
 
-def test_idempotent_by_default(broker, topic_name, sample_records, client_log):
+def test_idempotent_by_default(broker, topic_name, sample_records):
     """kafka-python turns idempotence on for brokers >= 0.11: the batches carry the
     producer id from InitProducerId and sequence numbers from 0."""
     from kafkaesque.records import read_header
@@ -162,14 +154,14 @@ def test_idempotent_by_default(broker, topic_name, sample_records, client_log):
     assert consume(broker, topic, PARTITIONS, len(sample_records)) == by_position(sample_records)
 
 
-def test_not_idempotent(broker, topic_name, sample_records, client_log):
+def test_not_idempotent(broker, topic_name, sample_records):
     topic = topic_name()
     create_topic(broker, topic)
     produce(broker, topic, sample_records, "none", enable_idempotence=False, acks=1)
     assert consume(broker, topic, PARTITIONS, len(sample_records)) == by_position(sample_records)
 
 
-def test_consume_from_an_offset(broker, topic_name, sample_records, client_log):
+def test_consume_from_an_offset(broker, topic_name, sample_records):
     topic = topic_name()
     create_topic(broker, topic)
     produce(broker, topic, sample_records, "none")
@@ -177,7 +169,7 @@ def test_consume_from_an_offset(broker, topic_name, sample_records, client_log):
     assert consume(broker, topic, PARTITIONS, len(wanted), start=3) == wanted
 
 
-def test_offsets_for_times_and_end_offsets(broker, topic_name, sample_records, client_log):
+def test_offsets_for_times_and_end_offsets(broker, topic_name, sample_records):
     topic = topic_name()
     create_topic(broker, topic)
     produce(broker, topic, sample_records, "none")
@@ -199,7 +191,7 @@ def test_offsets_for_times_and_end_offsets(broker, topic_name, sample_records, c
         consumer.close()
 
 
-def test_cli_produce_client_consume(broker, topic_name, client_log):
+def test_cli_produce_client_consume(broker, topic_name):
     topic = topic_name()
     broker.cli("create", topic, "--partitions", str(PARTITIONS))
     lines = cli_lines_input()
@@ -209,7 +201,7 @@ def test_cli_produce_client_consume(broker, topic_name, client_log):
     assert consume(broker, topic, PARTITIONS, len(expected)) == expected
 
 
-def test_admin_create_list_delete(broker, topic_name, client_log):
+def test_admin_create_list_delete(broker, topic_name):
     topic = topic_name()
     client = admin(broker)
     try:
@@ -232,7 +224,7 @@ def test_admin_create_list_delete(broker, topic_name, client_log):
     assert topic not in broker.cli("topics").stdout.decode().split()
 
 
-def test_admin_describe_configs(broker, topic_name, client_log):
+def test_admin_describe_configs(broker, topic_name):
     from kafka.admin import ConfigResource, ConfigResourceType
 
     topic = topic_name()
@@ -246,7 +238,7 @@ def test_admin_describe_configs(broker, topic_name, client_log):
     assert configs["topic"][topic], configs
 
 
-def test_admin_describe_cluster(broker, client_log):
+def test_admin_describe_cluster(broker):
     client = admin(broker)
     try:
         cluster = client.describe_cluster()
