@@ -404,57 +404,59 @@ def records_data(buf: bytes | memoryview, pos: int) -> tuple[BatchHeader, bytes,
     return header, buf, pos + HEADER_SIZE, end
 
 
-def _parse_records(
-    data: bytes, pos: int, end: int, count: int, header: BatchHeader
-) -> tuple[list[Record], int]:
-    """General parser for ``count`` records of any shape; returns them and the end position.
+def parse_record(
+    data: bytes, pos: int, end: int, max_delta: int
+) -> tuple[int, int, int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]:
+    """Parse the record at ``pos`` of a batch's records area (which ends at ``end``):
+    (next position, offset delta, timestamp delta, key, value, headers). The one record
+    parser: decode_batch builds Records from it, the archive builds table rows.
 
-    Single-byte varints, by far the most common, are decoded inline through
-    ``_SMALL`` (None marks a multi-byte varint) to avoid a call per field.
+    Single-byte varints, by far the most common, are decoded inline through ``_SMALL``
+    (None marks a multi-byte varint) to avoid a call per field.
     """
     small, read = _SMALL, _read_varint
-    base_offset, base_ts = header.base_offset, header.base_timestamp
-    max_delta = header.last_offset_delta
-    records: list[Record] = []
-    for _ in range(count):
-        length = small[data[pos]]
-        if length is None:
-            length, pos = read(data, pos)
+    length = small[data[pos]]
+    if length is None:
+        length, pos = read(data, pos)
+    else:
+        pos += 1
+    rec_end = pos + length
+    if length < 6 or rec_end > end:  # 6 bytes is the smallest possible record
+        raise InvalidRecord(f"bad record length {length}")
+    ts_delta = small[data[pos + 1]]  # + 1 skips the record attributes, unused in v2
+    if ts_delta is None:
+        ts_delta, pos = read(data, pos + 1)
+    else:
+        pos += 2
+    delta = small[data[pos]]
+    if delta is None:
+        delta, pos = read(data, pos)
+    else:
+        pos += 1
+    if not 0 <= delta <= max_delta:
+        raise InvalidRecord(f"offset delta {delta} outside 0..{max_delta}")
+    key_value: list[bytes | None] = []
+    for _ in (0, 1):  # the key, then the value: a length (-1: null), then the bytes
+        size = small[data[pos]]
+        if size is None:
+            size, pos = read(data, pos)
         else:
             pos += 1
-        rec_end = pos + length
-        if length < 6 or rec_end > end:  # 6 bytes is the smallest possible record
-            raise InvalidRecord(f"bad record length {length}")
-        ts_delta = small[data[pos + 1]]  # + 1 skips the record attributes, unused in v2
-        if ts_delta is None:
-            ts_delta, pos = read(data, pos + 1)
+        if size >= 0:
+            key_value.append(data[pos : pos + size])
+            pos += size
+        elif size == -1:
+            key_value.append(None)
         else:
-            pos += 2
-        delta = small[data[pos]]
-        if delta is None:
-            delta, pos = read(data, pos)
-        else:
-            pos += 1
-        if not 0 <= delta <= max_delta:
-            raise InvalidRecord(f"offset delta {delta} outside 0..{max_delta}")
-        key_value: list[bytes | None] = []
-        for _ in range(2):
-            size = small[data[pos]]
-            if size is None:
-                size, pos = read(data, pos)
-            else:
-                pos += 1
-            if size < 0:
-                if size != -1:
-                    raise InvalidRecord(f"bad key/value length {size}")
-                key_value.append(None)
-            else:
-                key_value.append(data[pos : pos + size])
-                pos += size
+            raise InvalidRecord(f"bad key/value length {size}")
+    key, value = key_value
+    headers: list[tuple[str, bytes | None]] = []
+    if data[pos] == 0:
+        pos += 1
+    else:
         header_count, pos = read(data, pos)
         if not 0 <= header_count <= rec_end - pos:  # also bounds the loop below
             raise InvalidRecord(f"bad header count {header_count}")
-        headers = []
         for _ in range(header_count):
             size, pos = read(data, pos)
             if size < 0:
@@ -465,9 +467,24 @@ def _parse_records(
                 raise InvalidRecord(f"bad header value length {size}")
             headers.append((header_key, None if size < 0 else data[pos : pos + size]))
             pos += max(size, 0)
-        if pos != rec_end:
-            raise InvalidRecord(f"record length {length} disagrees with its content")
-        records.append(Record(base_offset + delta, base_ts + ts_delta, *key_value, headers))
+    if pos != rec_end:
+        raise InvalidRecord(f"record length {length} disagrees with its content")
+    return pos, delta, ts_delta, key, value, headers
+
+
+def _parse_records(
+    data: bytes, pos: int, end: int, count: int, header: BatchHeader
+) -> tuple[list[Record], int]:
+    """``count`` records from ``pos``; returns them and the end position."""
+    base_offset, base_ts, max_delta = (
+        header.base_offset,
+        header.base_timestamp,
+        header.last_offset_delta,
+    )
+    records: list[Record] = []
+    for _ in range(count):
+        pos, delta, ts_delta, key, value, headers = parse_record(data, pos, end, max_delta)
+        records.append(Record(base_offset + delta, base_ts + ts_delta, key, value, headers))
     return records, pos
 
 

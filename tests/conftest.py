@@ -1,4 +1,5 @@
-"""Shared fixtures: a real redis-server per session, and logs on fakeredis or real Redis."""
+"""Shared fixtures: a real redis-server and a real PostgreSQL per session (each started when a
+test first needs it), and logs on fakeredis or real Redis."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import redis
 import redis.asyncio
 
 from kafkaesque.log import Log
+from tests.pg import PostgresServer
 from tests.servers import RedisServer
 
 
@@ -18,6 +20,14 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     server = RedisServer(tmp_path_factory.mktemp("redis"))
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PostgresServer]:
+    """A throwaway PostgreSQL for the session (started on first use)."""
+    server = PostgresServer()
+    yield server
+    server.destroy()
 
 
 @pytest.fixture

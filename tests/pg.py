@@ -4,13 +4,19 @@ on the same data and port to test an archive that goes away."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+
+import asyncpg
 
 from storage_pg.embedded import initdb, service_account, usable_binaries
 from tests.servers import free_port, wait_for_port
@@ -35,6 +41,31 @@ class PostgresServer:
 
     def dsn(self, database: str = "postgres") -> str:
         return f"postgresql://{USER}@127.0.0.1:{self.port}/{database}"
+
+    def admin(self, sql: str) -> None:
+        """Run ``sql`` on the server's ``postgres`` database (starting the server again if a
+        test stopped it)."""
+        if self.proc is None:
+            self.start()
+
+        async def run() -> None:
+            conn = await asyncpg.connect(self.dsn())
+            try:
+                await conn.execute(sql)
+            finally:
+                await conn.close()
+
+        asyncio.run(run())
+
+    @contextlib.contextmanager
+    def database(self) -> Iterator[str]:
+        """A new, empty database: its DSN; dropped afterwards."""
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        self.admin(f"CREATE DATABASE {name}")
+        try:
+            yield self.dsn(name)
+        finally:
+            self.admin(f"DROP DATABASE {name} WITH (FORCE)")
 
     def start(self) -> None:
         command = [str(self.bin_dir / "postgres"), "-D", str(self.data), "-p", str(self.port)]

@@ -1,4 +1,5 @@
-"""A `kafkaesque serve` subprocess for the benchmarks, and a confluent-kafka consumer."""
+"""A `kafkaesque serve` subprocess for the benchmarks, and a confluent-kafka producer and
+consumer."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 
 def free_port() -> int:
@@ -41,6 +42,33 @@ def start_broker(redis_url: str, port: int, pg_dsn: str | None = None) -> subpro
 # in a tenth of a second then idles for most of a second, whatever the broker (Kafka too).
 # Measured here: 0.37M records/s with the defaults, 1.6M with a 50 ms backoff.
 FAST_CONSUMER = {"fetch.queue.backoff.ms": 50}
+VALUE = b"v" * 100
+
+
+def produce(bootstrap: str, topic: str, n: int, partitions: int = 1) -> float:
+    """Seconds a confluent-kafka producer (acks=1, linger 5 ms, big batches, not idempotent)
+    takes to deliver ``n`` records of 100 bytes, spread round-robin over ``partitions``."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": 1,
+            "linger.ms": 5,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 2_000_000,
+            "enable.idempotence": False,
+        }
+    )
+    started = time.perf_counter()
+    for i in range(n):
+        while True:
+            try:
+                producer.produce(topic, VALUE, partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    remaining = producer.flush(120)
+    assert remaining == 0, f"{remaining} records not delivered"
+    return time.perf_counter() - started
 
 
 def consume(bootstrap: str, topic: str, n: int, config: dict[str, object] | None = None) -> float:

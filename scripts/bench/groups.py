@@ -23,13 +23,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from broker_process import free_port, start_broker
-from confluent_kafka import Consumer, Producer
+from broker_process import VALUE, free_port, produce, start_broker
+from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafkaesque.embedded import EmbeddedRedis
 
-VALUE = b"v" * 100
 PARTITIONS = 6
 
 
@@ -37,30 +36,6 @@ def create_topic(bootstrap: str, topic: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics([NewTopic(topic, PARTITIONS, 1)], request_timeout=30)
     futures[topic].result(30)
-
-
-def produce(bootstrap: str, topic: str, n: int) -> float:
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "acks": 1,
-            "linger.ms": 5,
-            "batch.size": 1_000_000,
-            "queue.buffering.max.messages": 2_000_000,
-            "enable.idempotence": False,
-        }
-    )
-    started = time.perf_counter()
-    for i in range(n):
-        while True:
-            try:
-                producer.produce(topic, VALUE, partition=i % PARTITIONS)
-                break
-            except BufferError:
-                producer.poll(0.01)
-    remaining = producer.flush(120)
-    assert remaining == 0, f"{remaining} records not delivered"
-    return time.perf_counter() - started
 
 
 def member(name: str, bootstrap: str, topic: str, group: str, config: dict, inbox, outbox) -> None:
@@ -248,7 +223,7 @@ def main() -> None:
         bootstrap = f"127.0.0.1:{port}"
         try:
             create_topic(bootstrap, "bench")
-            produce_s = produce(bootstrap, "bench", n)
+            produce_s = produce(bootstrap, "bench", n, PARTITIONS)
             single_s = group_consume(bootstrap, "bench", n, 1)
             three_s = group_consume(bootstrap, "bench", n, 3)
             create_topic(bootstrap, "rebalance")

@@ -20,36 +20,10 @@ import time
 from pathlib import Path
 
 import redis
-from broker_process import FAST_CONSUMER, consume, free_port, start_broker
+from broker_process import FAST_CONSUMER, VALUE, consume, free_port, produce, start_broker
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from kafkaesque.embedded import EmbeddedRedis
-
-VALUE = b"v" * 100
-
-
-def produce(bootstrap: str, topic: str, n: int) -> float:
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "acks": 1,
-            "linger.ms": 5,
-            "batch.size": 1_000_000,
-            "queue.buffering.max.messages": 2_000_000,
-            "enable.idempotence": False,
-        }
-    )
-    started = time.perf_counter()
-    for _ in range(n):
-        while True:
-            try:
-                producer.produce(topic, VALUE, partition=0)
-                break
-            except BufferError:
-                producer.poll(0.01)
-    remaining = producer.flush(60)
-    assert remaining == 0, f"{remaining} records not delivered"
-    return time.perf_counter() - started
 
 
 def latency(bootstrap: str, topic: str, seconds: float, rate: int = 5000) -> list[float]:

@@ -7,7 +7,6 @@ import asyncio
 import datetime
 import json
 import shutil
-import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -39,13 +38,6 @@ def spark() -> Iterator[Any]:
     session.conf.set("spark.sql.shuffle.partitions", "2")
     yield session
     session.stop()
-
-
-@pytest.fixture(scope="session")
-def spark_pg() -> Iterator[PostgresServer]:
-    server = PostgresServer()
-    yield server
-    server.destroy()
 
 
 class Archive:
@@ -103,7 +95,8 @@ class Archive:
             )
         return rows
 
-    def add(self, n: int, **kwargs: Any) -> list[tuple[Any, ...]]:
+    def add(self, n: int, watermark: int | None = None, **kwargs: Any) -> list[tuple[Any, ...]]:
+        """COPY ``n`` more rows in; with ``watermark``, then move the watermark there."""
         rows = self.make_rows(n, **kwargs)
 
         async def run() -> None:
@@ -114,18 +107,12 @@ class Archive:
                 await conn.close()
 
         asyncio.run(run())
+        if watermark is not None:
+            self.set_watermark(watermark)
         return rows
 
     def set_watermark(self, watermark: int) -> None:
         self.sql("UPDATE archive_watermark SET id = $1, updated = now()", watermark)
-
-
-async def _admin(server: PostgresServer, sql: str) -> None:
-    conn = await asyncpg.connect(server.dsn())
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
 
 
 async def _migrate(dsn: str) -> None:
@@ -137,11 +124,8 @@ async def _migrate(dsn: str) -> None:
 
 
 @pytest.fixture
-def archive(spark_pg: PostgresServer) -> Iterator[Archive]:
+def archive(pg_server: PostgresServer) -> Iterator[Archive]:
     """An empty archive (the real schema, watermark 0) in a new database, dropped after."""
-    name = f"s_{uuid.uuid4().hex[:12]}"
-    asyncio.run(_admin(spark_pg, f"CREATE DATABASE {name}"))
-    dsn = spark_pg.dsn(name)
-    asyncio.run(_migrate(dsn))
-    yield Archive(dsn)
-    asyncio.run(_admin(spark_pg, f"DROP DATABASE {name} WITH (FORCE)"))
+    with pg_server.database() as dsn:
+        asyncio.run(_migrate(dsn))
+        yield Archive(dsn)

@@ -29,8 +29,7 @@ def invoke(home: Path, *args: str) -> Result:
 
 
 def test_export_then_rerun(spark: Any, archive: Archive, tmp_path: Path) -> None:
-    archive.add(30)
-    archive.set_watermark(30)
+    archive.add(30, watermark=30)
     out = tmp_path / "out"
     argv = ["spark", "export", "--pg-dsn", archive.dsn, "--out", str(out), "--master", "local[2]"]
     first = invoke(tmp_path, *argv)
@@ -39,8 +38,7 @@ def test_export_then_rerun(spark: Any, archive: Archive, tmp_path: Path) -> None
     assert first.stderr.startswith("exported 30 records (ids 1..30) in ")
     assert job.read_export(spark, str(out)).count() == 30
 
-    archive.add(5)
-    archive.set_watermark(35)
+    archive.add(5, watermark=35)
     # the global --pg-dsn is the default archive, as for every other command
     second = invoke(tmp_path, "--pg-dsn", archive.dsn, "spark", "export", "--out", str(out))
     assert second.exit_code == 0, second.stderr
@@ -54,8 +52,7 @@ def test_export_then_rerun(spark: Any, archive: Archive, tmp_path: Path) -> None
 def test_report_prints_tables_and_draws_the_chart(
     spark: Any, archive: Archive, tmp_path: Path
 ) -> None:
-    archive.add(200)
-    archive.set_watermark(200)
+    archive.add(200, watermark=200)
     png = tmp_path / "hourly.png"
     argv = ["spark", "report", "--pg-dsn", archive.dsn, "--png", str(png), "--top", "2"]
     result = invoke(tmp_path, *argv)

@@ -70,8 +70,7 @@ def parquet_files(out: Path) -> list[Path]:
 def test_counts_per_topic_and_partition_equal_sql_up_to_the_watermark(
     spark: Any, archive: Archive, tmp_path: Path
 ) -> None:
-    archive.add(700)
-    archive.set_watermark(555)  # 556..700 are being archived: not part of the cut
+    archive.add(700, watermark=555)  # 556..700 are being archived: not part of the cut
     out = tmp_path / "out"
 
     summary = job.export(archive.dsn, str(out), spark=spark, partitions=3)
@@ -102,8 +101,7 @@ def test_counts_per_topic_and_partition_equal_sql_up_to_the_watermark(
 def test_parquet_read_back_equals_the_archive_rows(
     spark: Any, archive: Archive, tmp_path: Path
 ) -> None:
-    archive.add(400)
-    archive.set_watermark(400)
+    archive.add(400, watermark=400)
     out = tmp_path / "out"
 
     job.export(archive.dsn, str(out), spark=spark, partitions=4)
@@ -123,12 +121,10 @@ def test_incremental_run_exports_only_new_rows_and_a_rerun_nothing(
     assert (first.rows, first.to_id) == (0, 0)
     assert first.format().startswith("nothing new to export")
 
-    archive.add(300)
-    archive.set_watermark(250)
+    archive.add(300, watermark=250)
     assert job.export(archive.dsn, str(out), spark=spark).rows == 250
 
-    archive.add(200)  # ids 301..500
-    archive.set_watermark(480)
+    archive.add(200, watermark=480)  # ids 301..500
     summary = job.export(archive.dsn, str(out), spark=spark, partitions=2)
     assert (summary.rows, summary.from_id, summary.to_id) == (230, 251, 480)
     assert summary.format().startswith("exported 230 records (ids 251..480)")
@@ -143,8 +139,7 @@ def test_incremental_run_exports_only_new_rows_and_a_rerun_nothing(
 def test_watermark_past_ids_without_records_moves_on(
     spark: Any, archive: Archive, tmp_path: Path
 ) -> None:
-    archive.add(10)
-    archive.set_watermark(15)  # 11..15: e.g. rejected batches, no record rows
+    archive.add(10, watermark=15)  # 11..15: e.g. rejected batches, no record rows
     out = tmp_path / "out"
     assert job.export(archive.dsn, str(out), spark=spark).to_id == 15
     archive.sql("DELETE FROM record WHERE id > 0")
@@ -157,8 +152,7 @@ def test_watermark_past_ids_without_records_moves_on(
 def test_crash_between_parquet_write_and_state_update(
     spark: Any, archive: Archive, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    archive.add(300)
-    archive.set_watermark(200)
+    archive.add(300, watermark=200)
     out = tmp_path / "out"
     job.export(archive.dsn, str(out), spark=spark)
     archive.set_watermark(300)
@@ -182,8 +176,7 @@ def test_crash_between_parquet_write_and_state_update(
 def test_crash_while_moving_committed_files_into_place(
     spark: Any, archive: Archive, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    archive.add(300)
-    archive.set_watermark(300)
+    archive.add(300, watermark=300)
     out = tmp_path / "out"
     real_move = exporter._move
     moves = []
@@ -210,8 +203,7 @@ def test_crash_while_moving_committed_files_into_place(
 def test_a_watermark_below_the_last_export_is_refused(
     spark: Any, archive: Archive, tmp_path: Path
 ) -> None:
-    archive.add(50)
-    archive.set_watermark(50)
+    archive.add(50, watermark=50)
     out = tmp_path / "out"
     job.export(archive.dsn, str(out), spark=spark)
     archive.set_watermark(40)
@@ -220,8 +212,7 @@ def test_a_watermark_below_the_last_export_is_refused(
 
 
 def test_default_partitioning_and_the_jdbc_bounds(spark: Any, archive: Archive) -> None:
-    archive.add(120)
-    archive.set_watermark(100)
+    archive.add(120, watermark=100)
     target = job.jdbc_target(archive.dsn)
     cut = job.archive_cut(spark, target, after=30)
     assert cut == job.Cut(after=30, watermark=100, first=31, last=100)

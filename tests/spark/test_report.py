@@ -16,8 +16,7 @@ UTC = datetime.UTC
 
 
 def test_report_values_equal_sql(spark: Any, archive: Archive) -> None:
-    archive.add(600)
-    archive.set_watermark(520)  # rows 521..600 must not count
+    archive.add(600, watermark=520)  # rows 521..600 must not count
     up_to = 520
 
     report = job.report(archive.dsn, spark=spark, partitions=3, top=4)
