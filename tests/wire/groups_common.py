@@ -12,11 +12,15 @@
   DeleteGroups, and the "consumer" protocol's subscription and assignment bytes.
 * Producing numbered records fast over a raw connection (the client under test is not
   needed for that): record i of a topic has the value ``r-<i>``.
+* The tests' own consumers: their records as (partition, offset, value), and the scenarios
+  every client runs (``check_*``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import importlib
 import importlib.util
 import json
 import os
@@ -27,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +118,72 @@ def produce_numbered(
                 assert resp.error_code == NONE, resp
             ends[p] = raw.list_offset(conn, topic, p, -1).offset
     return ends
+
+
+# -- consuming -------------------------------------------------------------------------------
+
+Record = tuple[int, int, str]  # a consumed record: partition, offset, value
+
+
+def records_of(batch: dict[Any, list[Any]]) -> list[Record]:
+    """The records of a kafka-python or aiokafka poll (topic partition -> messages)."""
+    return [(m.partition, m.offset, m.value.decode()) for ms in batch.values() for m in ms]
+
+
+def positions_after(records: Iterable[Record]) -> dict[int, int]:
+    """partition -> offset after the last of ``records`` on it."""
+    out: dict[int, int] = {}
+    for p, offset, _ in records:
+        out[p] = max(out.get(p, 0), offset + 1)
+    return out
+
+
+class Collector:
+    """Records consumed a poll at a time, until ``count`` came or ``timeout`` passed."""
+
+    def __init__(self, count: int, timeout: float = TIMEOUT) -> None:
+        self.count = count
+        self.records: list[Record] = []
+        self.deadline = time.monotonic() + timeout
+
+    def wanted(self) -> int:
+        """How many records the next poll may return (500 at most); 0 when done."""
+        left = self.count - len(self.records)
+        if left <= 0 or time.monotonic() >= self.deadline:
+            return 0
+        return min(500, left)
+
+    def result(self, context: str = "") -> list[Record]:
+        """The records; fails unless exactly ``count`` came."""
+        got = len(self.records)
+        assert got == self.count, f"got {got} of {self.count} records{context}"
+        return self.records
+
+
+def kafka_python_options(
+    bootstrap: str,
+    group: str,
+    client_id: str,
+    *,
+    session_ms: int = SESSION_MS,
+    heartbeat_ms: int = HEARTBEAT_MS,
+    **options: Any,
+) -> dict[str, Any]:
+    """Keyword arguments of kafka-python's KafkaConsumer and aiokafka's AIOKafkaConsumer
+    (their names are the same): from the earliest offset, no auto commit, short fetch waits;
+    ``options`` add to them or replace them."""
+    return {
+        "bootstrap_servers": bootstrap,
+        "group_id": group,
+        "client_id": client_id,
+        "auto_offset_reset": "earliest",
+        "enable_auto_commit": False,
+        "session_timeout_ms": session_ms,
+        "heartbeat_interval_ms": heartbeat_ms,
+        "fetch_max_wait_ms": 100,
+        "request_timeout_ms": int(TIMEOUT * 1000),
+        **options,
+    }
 
 
 # -- member processes -----------------------------------------------------------------------
@@ -589,6 +659,17 @@ def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[i
     return {p: offset for (_, p), (offset, _, _) in fetched.items()}
 
 
+def wait_committed(
+    bootstrap: str, group: str, topic: str, partitions: int, ends: dict[int, int]
+) -> None:
+    """Wait until the group's committed offsets of the topic's partitions are ``ends``."""
+    wait_until(
+        lambda: committed(bootstrap, group, topic, partitions) == ends,
+        f"committed offsets {ends}",
+        context=lambda: str(committed(bootstrap, group, topic, partitions)),
+    )
+
+
 def cli_group(broker: Any, group: str) -> dict:
     """``kafkaesque group GROUP`` parsed: state, generation, members, and per partition
     (topic, partition) -> (committed, end, lag) as strings."""
@@ -653,11 +734,7 @@ def check_split_exactly_once(
         assert len(consumed) == records, f"{len(consumed) - records} duplicates"
         assert set(consumed) == {value_of(i) for i in range(records)}
         # Each member committed what it consumed.
-        wait_until(
-            lambda: committed(broker.bootstrap, group, topic, partitions) == ends,
-            f"committed offsets {ends}",
-            context=lambda: str(committed(broker.bootstrap, group, topic, partitions)),
-        )
+        wait_committed(broker.bootstrap, group, topic, partitions, ends)
     finally:
         stop_all(members)
     assert [m.proc.returncode for m in members] == [0, 0, 0], describe_members(members)
@@ -722,14 +799,66 @@ def check_killed_member(
         assert {value_of(i) for i in range(half, records) if i % partitions in taken} <= (
             taken_values
         )
-        wait_until(
-            lambda: committed(broker.bootstrap, group, topic, partitions) == ends,
-            f"committed offsets {ends}",
-            context=lambda: str(committed(broker.bootstrap, group, topic, partitions)),
-        )
+        wait_committed(broker.bootstrap, group, topic, partitions, ends)
     finally:
         stop_all(members)
     assert [m.proc.returncode for m in members[1:]] == [0, 0], describe_members(members)
+
+
+def check_restart_resumes(
+    bootstrap: str,
+    topic: str,
+    consume_and_commit: Callable[[int], tuple[list[Record], dict[int, int]]],
+    consume_rest: Callable[[int], list[Record]],
+    partitions: int = 3,
+    total: int = 3000,
+) -> None:
+    """A consumer reads half of ``total`` records and commits the positions after them;
+    another of its group, started after it closed, reads exactly the rest, each partition
+    from its committed offset.
+
+    ``consume_and_commit(count)`` returns the records and the committed offsets as it reads
+    them back; ``consume_rest(count)`` returns the records and checks that no more come."""
+    create_topic(bootstrap, topic, partitions)
+    produce_numbered(bootstrap, topic, partitions, 0, total)
+    half, stored = consume_and_commit(total // 2)
+    positions = positions_after(half)
+    assert stored == positions, (stored, positions)
+    rest = consume_rest(total - len(half))
+    before = {v for _, _, v in half}
+    after = [v for _, _, v in rest]
+    assert not before & set(after), "records consumed again after the restart"
+    assert before | set(after) == {value_of(i) for i in range(total)}
+    assert len(after) == len(set(after))
+    # Each partition resumed exactly at its committed offset.
+    for p in range(partitions):
+        offsets = [offset for q, offset, _ in rest if q == p]
+        if offsets:
+            assert min(offsets) == positions.get(p, 0), (p, positions)
+
+
+@contextlib.contextmanager
+def two_committed_members(
+    broker: Any,
+    directory: Path,
+    topic: str,
+    group: str,
+    client: str,
+    partitions: int = 3,
+    records: int = 300,
+) -> Iterator[tuple[list[list[int]], dict[int, int]]]:
+    """Members "a" and "b" of ``client`` sharing a new topic of ``records`` records, once
+    they have committed all of them: yields their split and the partitions' log ends, and
+    stops the members on leaving."""
+    create_topic(broker.bootstrap, topic, partitions)
+    ends = produce_numbered(broker.bootstrap, topic, partitions, 0, records)
+    members = start_members(directory, ["a", "b"], client, broker.bootstrap, topic, group)
+    try:
+        split = wait_for_split(members, partitions)
+        wait_committed(broker.bootstrap, group, topic, partitions, ends)
+        yield split, ends
+    finally:
+        stop_all(members)
 
 
 # -- the member process itself --------------------------------------------------------------
@@ -766,6 +895,41 @@ class _Control:
         self.stop.set()  # the test process is gone
         self.go.set()
 
+    def started(self, out: _Out) -> bool:
+        """Report the consumer built, wait for go; False when told to stop before."""
+        out.emit("ready")
+        self.go.wait()
+        return not self.stop.is_set()
+
+
+class _Reporter:
+    """What a member reports of its consumer: rebalance callbacks, assignment() changes and
+    consumed records."""
+
+    def __init__(self, out: _Out, consumer: Any, commit: str) -> None:
+        self.out = out
+        self.consumer = consumer
+        self.sync_commit = commit == "sync"
+        self.last: list[int] | None = None
+
+    def callback(self, kind: str, partitions: Iterable[Any]) -> None:
+        """A rebalance callback (assign, revoke, lost) with its topic partitions."""
+        self.out.emit(kind, partitions=sorted(tp.partition for tp in partitions))
+
+    def assignment(self) -> None:
+        """The consumer's assignment(), when it changed since the last report."""
+        now = sorted(tp.partition for tp in self.consumer.assignment())
+        if now != self.last:
+            self.last = now
+            self.out.emit("assignment", partitions=now)
+
+    def records(self, items: list[Record]) -> bool:
+        """Consumed records, if any; True when they are to be committed now."""
+        if not items:
+            return False
+        self.out.emit("records", items=items)
+        return self.sync_commit
+
 
 def _member_confluent(o: dict, out: _Out, control: _Control) -> None:
     from confluent_kafka import Consumer, KafkaError, KafkaException
@@ -788,134 +952,106 @@ def _member_confluent(o: dict, out: _Out, control: _Control) -> None:
     if o["instance_id"]:
         config["group.instance.id"] = o["instance_id"]
     consumer = Consumer(config)
-    out.emit("ready")
-    control.go.wait()
-    if control.stop.is_set():
-        consumer.close()
-        out.emit("closed")
-        return
-    last: list[int] | None = None
+    if control.started(out):
+        reporter = _Reporter(out, consumer, o["commit"])
 
-    def report() -> None:
-        nonlocal last
-        now = sorted(tp.partition for tp in consumer.assignment())
-        if now != last:
-            last = now
-            out.emit("assignment", partitions=now)
+        def commit() -> None:
+            try:
+                consumer.commit(asynchronous=False)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError._NO_OFFSET:
+                    out.emit("commit_error", what=str(exc))
 
-    def commit() -> None:
-        try:
-            consumer.commit(asynchronous=False)
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError._NO_OFFSET:
-                out.emit("commit_error", what=str(exc))
+        def on_assign(c, partitions) -> None:
+            reporter.callback("assign", partitions)
+            reporter.assignment()
 
-    def on_assign(c, partitions) -> None:
-        out.emit("assign", partitions=sorted(tp.partition for tp in partitions))
-        report()
-
-    def on_revoke(c, partitions) -> None:
-        out.emit("revoke", partitions=sorted(tp.partition for tp in partitions))
-        if o["commit"] == "sync":
-            commit()
-
-    def on_lost(c, partitions) -> None:
-        out.emit("lost", partitions=sorted(tp.partition for tp in partitions))
-
-    consumer.subscribe([o["topic"]], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
-    out.emit("subscribed")
-    while not control.stop.is_set():
-        items = []
-        for msg in consumer.consume(o["max_records"], 0.1):
-            if msg.error():
-                if msg.error().code() != KafkaError._PARTITION_EOF:
-                    out.emit("error", what=f"message error: {msg.error()}")
-                continue
-            items.append([msg.partition(), msg.offset(), msg.value().decode()])
-        if items:
-            out.emit("records", items=items)
-            if o["commit"] == "sync":
+        def on_revoke(c, partitions) -> None:
+            reporter.callback("revoke", partitions)
+            if reporter.sync_commit:
                 commit()
-        report()
+
+        def on_lost(c, partitions) -> None:
+            reporter.callback("lost", partitions)
+
+        consumer.subscribe([o["topic"]], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
+        out.emit("subscribed")
+        while not control.stop.is_set():
+            items = []
+            for msg in consumer.consume(o["max_records"], 0.1):
+                if msg.error():
+                    if msg.error().code() != KafkaError._PARTITION_EOF:
+                        out.emit("error", what=f"message error: {msg.error()}")
+                    continue
+                items.append((msg.partition(), msg.offset(), msg.value().decode()))
+            if reporter.records(items):
+                commit()
+            reporter.assignment()
     consumer.close()
     out.emit("closed")
+
+
+# the assignors of kafka-python and aiokafka: strategy -> (module in
+# <package>.coordinator.assignors, class)
+_ASSIGNORS = {
+    "range": ("range", "RangePartitionAssignor"),
+    "roundrobin": ("roundrobin", "RoundRobinPartitionAssignor"),
+    "sticky": ("sticky.sticky_assignor", "StickyPartitionAssignor"),
+}
+
+
+def _kafka_python_member_options(o: dict, package: str) -> dict[str, Any]:
+    """A member's KafkaConsumer (``package`` kafka) or AIOKafkaConsumer (aiokafka) options."""
+    module, name = _ASSIGNORS[o["strategy"]]
+    assignor = getattr(importlib.import_module(f"{package}.coordinator.assignors.{module}"), name)
+    return kafka_python_options(
+        o["bootstrap"],
+        o["group"],
+        o["client_id"],
+        session_ms=o["session_ms"],
+        heartbeat_ms=o["heartbeat_ms"],
+        enable_auto_commit=o["commit"] == "auto",
+        auto_commit_interval_ms=200,
+        partition_assignment_strategy=(assignor,),
+        group_instance_id=o["instance_id"],
+        **o["extra"],
+    )
 
 
 def _member_kafka_python(o: dict, out: _Out, control: _Control) -> None:
     import logging
 
     from kafka import ConsumerRebalanceListener, KafkaConsumer
-    from kafka.coordinator.assignors.range import RangePartitionAssignor
-    from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
-    from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
     from kafka.errors import KafkaError
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    strategies = {
-        "range": RangePartitionAssignor,
-        "roundrobin": RoundRobinPartitionAssignor,
-        "sticky": StickyPartitionAssignor,
-    }
-    consumer = KafkaConsumer(
-        bootstrap_servers=o["bootstrap"],
-        group_id=o["group"],
-        client_id=o["client_id"],
-        auto_offset_reset="earliest",
-        enable_auto_commit=o["commit"] == "auto",
-        auto_commit_interval_ms=200,
-        session_timeout_ms=o["session_ms"],
-        heartbeat_interval_ms=o["heartbeat_ms"],
-        partition_assignment_strategy=[strategies[o["strategy"]]],
-        fetch_max_wait_ms=100,
-        request_timeout_ms=30_000,
-        group_instance_id=o["instance_id"],
-        **o["extra"],
-    )
-    out.emit("ready")
-    control.go.wait()
-    if control.stop.is_set():
-        consumer.close()
-        out.emit("closed")
-        return
-    last: list[int] | None = None
+    consumer = KafkaConsumer(**_kafka_python_member_options(o, "kafka"))
+    if control.started(out):
+        reporter = _Reporter(out, consumer, o["commit"])
 
-    def report() -> None:
-        nonlocal last
-        now = sorted(tp.partition for tp in consumer.assignment())
-        if now != last:
-            last = now
-            out.emit("assignment", partitions=now)
+        def commit() -> None:
+            try:
+                consumer.commit()
+            except KafkaError as exc:
+                out.emit("commit_error", what=repr(exc))
 
-    def commit() -> None:
-        try:
-            consumer.commit()
-        except KafkaError as exc:
-            out.emit("commit_error", what=repr(exc))
+        class Listener(ConsumerRebalanceListener):
+            # kafka-python 3 runs listeners on its IO thread, where commit() cannot block;
+            # offsets are committed after every batch anyway.
+            def on_partitions_revoked(self, revoked) -> None:
+                reporter.callback("revoke", revoked)
 
-    class Listener(ConsumerRebalanceListener):
-        # kafka-python 3 runs listeners on its IO thread, where commit() cannot block;
-        # offsets are committed after every batch anyway.
-        def on_partitions_revoked(self, revoked) -> None:
-            out.emit("revoke", partitions=sorted(tp.partition for tp in revoked))
+            def on_partitions_assigned(self, assigned) -> None:
+                reporter.callback("assign", assigned)
+                reporter.assignment()
 
-        def on_partitions_assigned(self, assigned) -> None:
-            out.emit("assign", partitions=sorted(tp.partition for tp in assigned))
-            report()
-
-    consumer.subscribe([o["topic"]], listener=Listener())
-    out.emit("subscribed")
-    while not control.stop.is_set():
-        batch = consumer.poll(timeout_ms=100, max_records=o["max_records"])
-        items = [
-            [msg.partition, msg.offset, msg.value.decode()]
-            for messages in batch.values()
-            for msg in messages
-        ]
-        if items:
-            out.emit("records", items=items)
-            if o["commit"] == "sync":
+        consumer.subscribe([o["topic"]], listener=Listener())
+        out.emit("subscribed")
+        while not control.stop.is_set():
+            batch = consumer.poll(timeout_ms=100, max_records=o["max_records"])
+            if reporter.records(records_of(batch)):
                 commit()
-        report()
+            reporter.assignment()
     consumer.close()
     out.emit("closed")
 
@@ -925,45 +1061,13 @@ def _member_aiokafka(o: dict, out: _Out, control: _Control) -> None:
     import logging
 
     from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
-    from aiokafka.coordinator.assignors.range import RangePartitionAssignor
-    from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
-    from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
     from aiokafka.errors import KafkaError
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    strategies = {
-        "range": RangePartitionAssignor,
-        "roundrobin": RoundRobinPartitionAssignor,
-        "sticky": StickyPartitionAssignor,
-    }
 
     async def main() -> None:
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=o["bootstrap"],
-            group_id=o["group"],
-            client_id=o["client_id"],
-            auto_offset_reset="earliest",
-            enable_auto_commit=o["commit"] == "auto",
-            auto_commit_interval_ms=200,
-            session_timeout_ms=o["session_ms"],
-            heartbeat_interval_ms=o["heartbeat_ms"],
-            partition_assignment_strategy=(strategies[o["strategy"]],),
-            fetch_max_wait_ms=100,
-            request_timeout_ms=30_000,
-            group_instance_id=o["instance_id"],
-            **o["extra"],
-        )
-        out.emit("ready")
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, control.go.wait)
-        last: list[int] | None = None
-
-        def report() -> None:
-            nonlocal last
-            now = sorted(tp.partition for tp in consumer.assignment())
-            if now != last:
-                last = now
-                out.emit("assignment", partitions=now)
+        consumer = AIOKafkaConsumer(**_kafka_python_member_options(o, "aiokafka"))
+        reporter = _Reporter(out, consumer, o["commit"])
 
         async def commit() -> None:
             try:
@@ -973,15 +1077,15 @@ def _member_aiokafka(o: dict, out: _Out, control: _Control) -> None:
 
         class Listener(ConsumerRebalanceListener):
             async def on_partitions_revoked(self, revoked) -> None:
-                out.emit("revoke", partitions=sorted(tp.partition for tp in revoked))
-                if o["commit"] == "sync" and revoked:
+                reporter.callback("revoke", revoked)
+                if reporter.sync_commit and revoked:
                     await commit()
 
             async def on_partitions_assigned(self, assigned) -> None:
-                out.emit("assign", partitions=sorted(tp.partition for tp in assigned))
-                report()
+                reporter.callback("assign", assigned)
+                reporter.assignment()
 
-        if control.stop.is_set():
+        if not await asyncio.get_running_loop().run_in_executor(None, control.started, out):
             out.emit("closed")
             return
         consumer.subscribe([o["topic"]], listener=Listener())
@@ -990,16 +1094,9 @@ def _member_aiokafka(o: dict, out: _Out, control: _Control) -> None:
         try:
             while not control.stop.is_set():
                 batch = await consumer.getmany(timeout_ms=100, max_records=o["max_records"])
-                items = [
-                    [msg.partition, msg.offset, msg.value.decode()]
-                    for messages in batch.values()
-                    for msg in messages
-                ]
-                if items:
-                    out.emit("records", items=items)
-                    if o["commit"] == "sync":
-                        await commit()
-                report()
+                if reporter.records(records_of(batch)):
+                    await commit()
+                reporter.assignment()
         finally:
             await consumer.stop()
         out.emit("closed")

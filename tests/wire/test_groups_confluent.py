@@ -76,19 +76,17 @@ def admin(bootstrap: str) -> tuple[AdminClient, Logs]:
     return client, logs
 
 
-def consume_values(c: Consumer, count: int, logs: Logs, timeout: float = TIMEOUT) -> list:
-    """Poll until ``count`` records came; returns the messages (fails on an error)."""
-    out = []
-    deadline = time.monotonic() + timeout
-    while len(out) < count and time.monotonic() < deadline:
-        for msg in c.consume(min(500, count - len(out)), 0.2):
+def consume_values(c: Consumer, count: int, logs: Logs) -> list[gc.Record]:
+    """Poll until ``count`` records came; returns them (fails on an error)."""
+    got = gc.Collector(count)
+    while wanted := got.wanted():
+        for msg in c.consume(wanted, 0.2):
             if msg.error():
                 if msg.error().code() == KafkaError._PARTITION_EOF:
                     continue
                 pytest.fail(f"consume error {msg.error()}; librdkafka log:\n{logs}")
-            out.append(msg)
-    assert len(out) == count, f"got {len(out)} of {count} records; log:\n{logs}"
-    return out
+            got.records.append((msg.partition(), msg.offset(), msg.value().decode()))
+    return got.result(f"; log:\n{logs}")
 
 
 def nothing_more(c: Consumer, seconds: float = 0.5) -> None:
@@ -98,54 +96,49 @@ def nothing_more(c: Consumer, seconds: float = 0.5) -> None:
             assert msg.error() is not None, f"unexpected record {msg.value()!r}"
 
 
-def position_of(messages) -> dict[int, int]:
-    """partition -> offset after the last of ``messages`` on it."""
-    out: dict[int, int] = {}
-    for m in messages:
-        out[m.partition()] = max(out.get(m.partition(), 0), m.offset() + 1)
-    return out
+def consume_and_commit(
+    c: Consumer, topic: str, count: int, logs: Logs
+) -> tuple[list[gc.Record], dict[int, int]]:
+    """Subscribe, consume ``count`` records and commit (synchronously) the positions after
+    them; returns the records and those positions."""
+    c.subscribe([topic])
+    got = consume_values(c, count, logs)
+    positions = gc.positions_after(got)
+    c.commit(
+        offsets=[TopicPartition(topic, p, o) for p, o in positions.items()], asynchronous=False
+    )
+    return got, positions
 
 
 # -- 1. a restarted consumer resumes from the committed offsets ----------------------------
 
 
 def test_restarted_consumer_resumes_from_committed_offsets(broker, topic_name):
-    topic, partitions, total = topic_name(), 3, 3000
+    topic = topic_name()
     group = f"g-{topic}"
-    gc.create_topic(broker.bootstrap, topic, partitions)
-    gc.produce_numbered(broker.bootstrap, topic, partitions, 0, total)
-    logs = Logs()
-    first = consumer(broker.bootstrap, group, logs)
-    try:
-        first.subscribe([topic])
-        half = consume_values(first, total // 2, logs)
-        positions = position_of(half)
-        first.commit(
-            offsets=[TopicPartition(topic, p, o) for p, o in positions.items()],
-            asynchronous=False,
-        )
-        stored = first.committed([TopicPartition(topic, p) for p in positions], timeout=TIMEOUT)
-        assert {tp.partition: tp.offset for tp in stored} == positions
-    finally:
-        first.close()
-    logs2 = Logs()
-    second = consumer(broker.bootstrap, group, logs2)
-    try:
-        second.subscribe([topic])
-        rest = consume_values(second, total - len(half), logs2)
-        nothing_more(second)
-    finally:
-        second.close()
-    before = {m.value().decode() for m in half}
-    after = [m.value().decode() for m in rest]
-    assert not before & set(after), "records consumed again after the restart"
-    assert before | set(after) == {gc.value_of(i) for i in range(total)}
-    assert len(after) == len(set(after))
-    # Each partition resumed exactly at its committed offset.
-    for p in range(partitions):
-        offsets = [m.offset() for m in rest if m.partition() == p]
-        if offsets:
-            assert min(offsets) == positions.get(p, 0), (p, positions)
+
+    def first_consumer(count: int) -> tuple[list[gc.Record], dict[int, int]]:
+        logs = Logs()
+        c = consumer(broker.bootstrap, group, logs)
+        try:
+            half, positions = consume_and_commit(c, topic, count, logs)
+            stored = c.committed([TopicPartition(topic, p) for p in positions], timeout=TIMEOUT)
+            return half, {tp.partition: tp.offset for tp in stored}
+        finally:
+            c.close()
+
+    def second_consumer(count: int) -> list[gc.Record]:
+        logs = Logs()
+        c = consumer(broker.bootstrap, group, logs)
+        try:
+            c.subscribe([topic])
+            rest = consume_values(c, count, logs)
+            nothing_more(c)
+            return rest
+        finally:
+            c.close()
+
+    gc.check_restart_resumes(broker.bootstrap, topic, first_consumer, second_consumer)
 
 
 # -- 2. a broker restarted under a live group ----------------------------------------------
@@ -163,13 +156,7 @@ def test_broker_restart_keeps_committed_offsets_and_the_cli(
     live = consumer(first.bootstrap, group, logs, **{"session.timeout.ms": 15_000})
     second = None
     try:
-        live.subscribe([topic])
-        got = consume_values(live, total // 2, logs)
-        positions = position_of(got)
-        live.commit(
-            offsets=[TopicPartition(topic, p, o) for p, o in positions.items()],
-            asynchronous=False,
-        )
+        got, positions = consume_and_commit(live, topic, total // 2, logs)
         expected = {p: positions.get(p, -1) for p in range(partitions)}
         assert gc.committed(first.bootstrap, group, topic, partitions) == expected
         before = gc.cli_group(first, group)
@@ -205,8 +192,8 @@ def test_broker_restart_keeps_committed_offsets_and_the_cli(
         resumed.subscribe([topic])
         rest = consume_values(resumed, total - len(got), logs2)
         nothing_more(resumed, 0.3)
-        assert {m.value().decode() for m in rest} == {gc.value_of(i) for i in range(total)} - {
-            m.value().decode() for m in got
+        assert {v for _, _, v in rest} == {gc.value_of(i) for i in range(total)} - {
+            v for _, _, v in got
         }
 
         # The CLI shows the committed offsets and the lag; it will not reset an active group.
@@ -541,16 +528,9 @@ def test_admin_list_describe_delete_groups(broker, topic_name, tmp_path):
 
     topic, partitions = topic_name(), 3
     group = f"g-{topic}"
-    gc.create_topic(broker.bootstrap, topic, partitions)
-    ends = gc.produce_numbered(broker.bootstrap, topic, partitions, 0, 300)
-    members = gc.start_members(tmp_path, ["a", "b"], "confluent", broker.bootstrap, topic, group)
     client, logs = admin(broker.bootstrap)
-    try:
-        split = gc.wait_for_split(members, partitions)
-        gc.wait_until(
-            lambda: gc.committed(broker.bootstrap, group, topic, partitions) == ends,
-            "the members to commit everything",
-        )
+    members = gc.two_committed_members(broker, tmp_path, topic, group, "confluent", partitions)
+    with members as (split, ends):
         listed = client.list_consumer_groups(request_timeout=TIMEOUT).result(timeout=TIMEOUT)
         assert not listed.errors, listed.errors
         found = [g for g in listed.valid if g.group_id == group]
@@ -580,8 +560,6 @@ def test_admin_list_describe_delete_groups(broker, topic_name, tmp_path):
         with pytest.raises(KafkaException) as exc:
             refused.result(timeout=TIMEOUT)
         assert exc.value.args[0].code() == KafkaError.NON_EMPTY_GROUP, exc.value
-    finally:
-        gc.stop_all(members)
     desc = client.describe_consumer_groups([group], request_timeout=TIMEOUT)[group].result(
         timeout=TIMEOUT
     )
