@@ -23,7 +23,7 @@ from pathlib import Path
 
 import asyncpg
 import redis.asyncio
-from broker_process import FAST_CONSUMER, consume, free_port, start_broker
+from broker_process import FAST_CONSUMER, consume, running_broker
 
 from kafkaesque.embedded import EmbeddedRedis
 from kafkaesque.log import Log, TopicConfig
@@ -134,15 +134,8 @@ async def bench(redis_url: str, dsn: str, records: int, rounds: int) -> None:
     await log.redis.aclose()
     # The last round's topic through the front end: a confluent-kafka consumer from offset 0,
     # all but the newest page read from the archive.
-    port = free_port()
-    broker = start_broker(redis_url, port, dsn)
-    try:
-        seconds = await asyncio.to_thread(
-            consume, f"127.0.0.1:{port}", topic, records, FAST_CONSUMER
-        )
-    finally:
-        broker.terminate()
-        broker.wait()
+    with running_broker(redis_url, dsn) as bootstrap:
+        seconds = await asyncio.to_thread(consume, bootstrap, topic, records, FAST_CONSUMER)
     print(
         f"  cold fetch through the broker    {records / seconds:>10,.0f} records/s"
         f"   (goal >= 150,000; confluent-kafka from offset 0, {state.log_start:,} of the"

@@ -3,12 +3,18 @@ consumer."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+
+from kafkaesque.embedded import EmbeddedRedis
 
 
 def free_port() -> int:
@@ -35,6 +41,32 @@ def start_broker(redis_url: str, port: int, pg_dsn: str | None = None) -> subpro
             time.sleep(0.02)
     proc.kill()
     raise RuntimeError("broker did not start")
+
+
+@contextlib.contextmanager
+def running_broker(redis_url: str, pg_dsn: str | None = None) -> Iterator[str]:
+    """A broker (see `start_broker`) on a free port for the block; yields its bootstrap."""
+    port = free_port()
+    broker = start_broker(redis_url, port, pg_dsn)
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        broker.terminate()
+        broker.wait(10)
+
+
+@contextlib.contextmanager
+def broker_on_embedded_redis() -> Iterator[tuple[str, str]]:
+    """A fresh redis-server in a temporary directory and a broker on it for the block;
+    yields (bootstrap, redis_url)."""
+    with tempfile.TemporaryDirectory(prefix="ks-bench-") as home:
+        server = EmbeddedRedis(Path(home))
+        try:
+            url = server.ensure_started()
+            with running_broker(url) as bootstrap:
+                yield bootstrap, url
+        finally:
+            server.stop()
 
 
 # librdkafka stops fetching for fetch.queue.backoff.ms (default 1000) whenever its prefetch

@@ -18,16 +18,12 @@ import argparse
 import multiprocessing
 import os
 import statistics
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-from broker_process import VALUE, free_port, produce, start_broker
+from broker_process import VALUE, broker_on_embedded_redis, produce
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
-
-from kafkaesque.embedded import EmbeddedRedis
 
 PARTITIONS = 6
 
@@ -215,29 +211,19 @@ def main() -> None:
             "heartbeat.interval.ms": 100,
         },
     }
-    with tempfile.TemporaryDirectory(prefix="ks-bench-") as home:
-        server = EmbeddedRedis(Path(home))
-        url = server.ensure_started()
-        port = free_port()
-        broker = start_broker(url, port)
-        bootstrap = f"127.0.0.1:{port}"
-        try:
-            create_topic(bootstrap, "bench")
-            produce_s = produce(bootstrap, "bench", n, PARTITIONS)
-            single_s = group_consume(bootstrap, "bench", n, 1)
-            three_s = group_consume(bootstrap, "bench", n, 3)
-            create_topic(bootstrap, "rebalance")
-            times = {
-                case: [
-                    rebalance(bootstrap, "rebalance", f"rebalance-{i}-{k}", config)
-                    for k in range(args.trials)
-                ]
-                for i, (case, config) in enumerate(cases.items())
-            }
-        finally:
-            broker.terminate()
-            broker.wait(10)
-            server.stop()
+    with broker_on_embedded_redis() as (bootstrap, _):
+        create_topic(bootstrap, "bench")
+        produce_s = produce(bootstrap, "bench", n, PARTITIONS)
+        single_s = group_consume(bootstrap, "bench", n, 1)
+        three_s = group_consume(bootstrap, "bench", n, 3)
+        create_topic(bootstrap, "rebalance")
+        times = {
+            case: [
+                rebalance(bootstrap, "rebalance", f"rebalance-{i}-{k}", config)
+                for k in range(args.trials)
+            ]
+            for i, (case, config) in enumerate(cases.items())
+        }
     mb = n * len(VALUE) / 1e6
     print(
         f"{n} records of {len(VALUE)} bytes in {PARTITIONS} partitions, confluent-kafka group "

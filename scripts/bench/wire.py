@@ -14,16 +14,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 import redis
-from broker_process import FAST_CONSUMER, VALUE, consume, free_port, produce, start_broker
+from broker_process import FAST_CONSUMER, VALUE, broker_on_embedded_redis, consume, produce
 from confluent_kafka import Consumer, Producer, TopicPartition
-
-from kafkaesque.embedded import EmbeddedRedis
 
 
 def latency(bootstrap: str, topic: str, seconds: float, rate: int = 5000) -> list[float]:
@@ -97,22 +93,12 @@ def main() -> None:
     parser.add_argument("--latency-seconds", type=float, default=5.0)
     args = parser.parse_args()
     n = args.records
-    with tempfile.TemporaryDirectory(prefix="ks-bench-") as home:
-        server = EmbeddedRedis(Path(home))
-        url = server.ensure_started()
-        port = free_port()
-        broker = start_broker(url, port)
-        bootstrap = f"127.0.0.1:{port}"
-        try:
-            produce_s = produce(bootstrap, "bench", n)
-            consume_s = consume(bootstrap, "bench", n)
-            fast_consume_s = consume(bootstrap, "bench", n, FAST_CONSUMER)
-            samples = latency(bootstrap, "latency", args.latency_seconds)
-            raw_produce_s, raw_consume_s = baseline(url, n)
-        finally:
-            broker.terminate()
-            broker.wait(10)
-            server.stop()
+    with broker_on_embedded_redis() as (bootstrap, url):
+        produce_s = produce(bootstrap, "bench", n)
+        consume_s = consume(bootstrap, "bench", n)
+        fast_consume_s = consume(bootstrap, "bench", n, FAST_CONSUMER)
+        samples = latency(bootstrap, "latency", args.latency_seconds)
+        raw_produce_s, raw_consume_s = baseline(url, n)
     mb = n * len(VALUE) / 1e6
     print(
         f"{n} records of {len(VALUE)} bytes, confluent-kafka <-> kafkaesque serve <-> redis-server"
