@@ -133,6 +133,21 @@ def test_topics_describe_delete(ks) -> None:
     assert ok(ks("topics")).stdout == "d0\n"
 
 
+def test_alter_grows_partitions_and_keyed_records_use_them(ks) -> None:
+    ok(ks("create", "g", "--partitions", "2"))
+    ok(ks("alter", "g", "--partitions", "4"))
+    assert "partitions  4" in ok(ks("describe", "g")).stdout
+    keys = [f"k{i}".encode() for i in range(40)]
+    ok(ks("produce", "g", "--key-separator", ":", input=b"".join(k + b":v\n" for k in keys)))
+    for p in range(4):
+        out = ok(ks("consume", "g", "--partition", str(p))).stdout_bytes
+        assert out.count(b"v\n") == sum(partition_for_key(k, 4) == p for k in keys)
+    one_line_error(ks("alter", "g", "--partitions", "3"), 1, "must be larger")
+    one_line_error(ks("alter", "nope", "--partitions", "3"), 1, "no such topic")
+    one_line_error(ks("alter", "g", "--partitions", "0"), 2, "--partitions")
+    assert "partitions  4" in ok(ks("describe", "g")).stdout
+
+
 def test_errors_are_one_line_with_exit_codes(ks, tmp_path) -> None:
     ok(ks("create", "e", "--partitions", "2"))
     one_line_error(ks("create", "e"), 1, "already exists")

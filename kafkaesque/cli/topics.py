@@ -105,6 +105,23 @@ async def delete(ctx: Context, topic: str) -> None:
 
 @main.command()
 @topic_argument
+@click.option(
+    "--partitions",
+    type=click.IntRange(1, 10_000),
+    required=True,
+    help="The new partition count: larger than the current one (partitions only grow).",
+)
+@pass_context
+@run_async
+async def alter(ctx: Context, topic: str, partitions: int) -> None:
+    """Grow TOPIC to more partitions (as kafka-topics --alter --partitions)."""
+    before = (await ctx.log().topic(topic)).partitions
+    await ctx.log().add_partitions(topic, partitions)
+    click.echo(f"topic {topic}: {before} -> {partitions} partitions", err=True)
+
+
+@main.command()
+@topic_argument
 @click.argument("file", type=click.File("rb"), default="-")
 @click.option("--batch-size", type=click.IntRange(1, 1_000_000), default=1024, show_default=True)
 @click.option("--partition", type=click.IntRange(0), help="Send every record to this partition.")
