@@ -451,11 +451,12 @@ class Log:
 
     async def epoch_end_offset(self, topic: str, partition: int, epoch: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch: (the largest epoch <= ``epoch`` this partition had, the
-        offset where it ended), or (-1, -1) for an epoch newer than the current one."""
+        offset where it ended), or (-1, -1) for an epoch newer than the current one or an
+        undefined (negative) one."""
         state = await self.state(topic, partition)
         if epoch == state.leader_epoch:
             return epoch, state.log_end
-        if epoch > state.leader_epoch:
+        if epoch > state.leader_epoch or epoch < 0:
             return -1, -1
         raw = await self.redis.hgetall(self._prefix(topic, partition) + "epochs")
         history = sorted([(0, 0)] + [(int(e), int(start)) for e, start in raw.items()])

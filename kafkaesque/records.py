@@ -73,7 +73,13 @@ class TimestampType(enum.IntEnum):
 
 
 class InvalidRecord(ValueError):
-    """A batch that fails a check (maps to Kafka CORRUPT_MESSAGE / INVALID_RECORD)."""
+    """A batch whose content breaks the format's rules (Kafka's INVALID_RECORD: a client
+    sending the same bytes again gets the same answer)."""
+
+
+class CorruptBatch(InvalidRecord):
+    """A batch whose bytes were damaged: lengths or CRC do not match (Kafka's
+    CORRUPT_MESSAGE, which clients retry)."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -329,7 +335,7 @@ def _encode_general(
 def read_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
     """Decode the header at ``pos`` without validating it (no CRC check)."""
     if len(buf) - pos < HEADER_SIZE or pos < 0:
-        raise InvalidRecord(
+        raise CorruptBatch(
             f"truncated batch header: {max(len(buf) - pos, 0)} of {HEADER_SIZE} bytes"
         )
     fields = _HEADER.unpack_from(buf, pos)
@@ -345,11 +351,11 @@ def check_batch(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
         )
     header = read_header(buf, pos)
     if header.length < HEADER_SIZE:
-        raise InvalidRecord(
+        raise CorruptBatch(
             f"batch length {header.length - _LOG_OVERHEAD} is shorter than the header"
         )
     if header.length > available:
-        raise InvalidRecord(
+        raise CorruptBatch(
             f"truncated batch: {header.length} bytes declared, {available} available"
         )
     # Kafka requires lastOffsetDelta == count - 1 for batches sent by clients.
@@ -362,18 +368,42 @@ def check_batch(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
         raise InvalidRecord(f"unknown compression codec {header.attributes & 0x07}")
     crc = crc32c(memoryview(buf)[pos + _CRC_START : pos + header.length])
     if crc != header.crc:
-        raise InvalidRecord(f"CRC mismatch: stored {header.crc:#010x}, computed {crc:#010x}")
+        raise CorruptBatch(f"CRC mismatch: stored {header.crc:#010x}, computed {crc:#010x}")
     return header
 
 
 def split_batches(buf: bytes | memoryview) -> list[bytes]:
-    """Split concatenated batches (a produce request's records), checking each."""
+    """Split concatenated batches (a produce request's records), checking each as
+    `check_client_batch` does."""
     batches, pos = [], 0
     while pos < len(buf):
-        header = check_batch(buf, pos)
+        header = check_client_batch(buf, pos)
         batches.append(bytes(buf[pos : pos + header.length]))
         pos += header.length
     return batches
+
+
+def check_client_batch(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
+    """`check_batch`, then what Kafka demands of a batch a client produces: at least one
+    record, no control batch (only the broker writes transaction markers), and records
+    that parse, with offset deltas 0, 1, ... in order. A batch the log accepts therefore
+    decodes for every consumer and for the archive."""
+    header, data, pos, end = records_data(buf, pos)
+    if header.is_control:
+        raise InvalidRecord("clients may not write control batches")
+    if header.record_count < 1:
+        raise InvalidRecord("a batch must hold at least one record")
+    max_delta = header.last_offset_delta
+    try:
+        for expected in range(header.record_count):
+            pos, delta, *_ = parse_record(data, pos, end, max_delta)
+            if delta != expected:
+                raise InvalidRecord(f"record {expected} has offset delta {delta}")
+    except (IndexError, UnicodeDecodeError) as exc:
+        raise InvalidRecord(f"malformed record: {exc}") from exc
+    if pos != end:
+        raise InvalidRecord(f"batch holds more data than its {header.record_count} records")
+    return header
 
 
 def with_base_offset(buf: bytes, base_offset: int, leader_epoch: int | None = None) -> bytes:

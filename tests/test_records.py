@@ -19,6 +19,7 @@ from kafkaesque.records import (
     HEADER_SIZE,
     BatchHeader,
     Compression,
+    CorruptBatch,
     InvalidRecord,
     Record,
     TimestampType,
@@ -26,6 +27,7 @@ from kafkaesque.records import (
     _read_varint,
     build_batch,
     check_batch,
+    check_client_batch,
     decode_batch,
     decode_values,
     iter_records,
@@ -352,6 +354,48 @@ def test_check_batch_rejects_inconsistent_counts_and_codec():
         check_batch(assemble(blob, -1))
     with pytest.raises(InvalidRecord, match="compression"):
         check_batch(assemble(blob, 2, attributes=6))
+
+
+# --- check_client_batch: what a producer may send -------------------------------
+
+
+@pytest.mark.parametrize("codec", ALL_CODECS)
+def test_client_batches_of_every_codec_pass(codec):
+    batch = build_batch([b"a", b"", None], [None, b"k", b"k"], timestamp=TS, compression=codec)
+    assert check_client_batch(batch).record_count == 3
+    assert split_batches(batch + batch) == [batch, batch]
+
+
+@pytest.mark.parametrize(
+    ("blob", "count", "attributes", "message"),
+    [
+        (record(0, b"a"), 1, 0x20, "control"),  # only the broker writes markers
+        (b"", 0, 0, "at least one record"),
+        (record(0, b"a"), 5, 0, "record"),  # 5 announced, 1 present: an offset gap
+        (record(0, b"a") + record(1, b"b"), 1, 0, "more data"),
+        (record(0, b"a") + record(0, b"b"), 2, 0, "offset delta 0"),  # duplicate offset
+        (record(1, b"a") + record(0, b"b"), 2, 0, "offset delta 1"),
+        (b"\x7f" * 40, 2, 0, "bad record length"),  # garbage under a valid CRC
+        # a header key that is not UTF-8
+        (record(0, b"a", headers=[("h", b"v")]).replace(b"\x02h", b"\x02\xff"), 1, 0, "utf-8"),
+    ],
+)
+def test_client_batch_rejects_what_kafka_rejects(blob, count, attributes, message):
+    batch = assemble(blob, count, attributes=attributes)
+    check_batch(batch)  # the bytes are intact: the content is wrong
+    with pytest.raises(InvalidRecord, match=message) as caught:
+        check_client_batch(batch)
+    assert not isinstance(caught.value, CorruptBatch)
+    with pytest.raises(InvalidRecord):
+        split_batches(build_batch([b"ok"], timestamp=TS) + batch)
+
+
+def test_damaged_bytes_are_corrupt_batches():
+    batch = build_batch([b"hello"], timestamp=TS)
+    flipped = batch[:-1] + bytes([batch[-1] ^ 1])
+    for damaged in (flipped, batch[:-1], batch[:30]):
+        with pytest.raises(CorruptBatch):
+            check_client_batch(damaged)
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ import asyncio
 import datetime
 import time
 
+from crc32c import crc32c
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.log import RestoredPartition, RestoredTopic
@@ -191,6 +192,11 @@ def test_produce_errors_and_acks_zero(redis_url: str) -> None:
 
         assert await error_of(produce("e", {0: bytes(corrupt)})) == ErrorCode.corrupt_message
         assert await error_of(produce("e", {0: b"garbage"})) == ErrorCode.corrupt_message
+        # Intact bytes, content Kafka refuses from a client: a control batch (attributes
+        # bit 5; only the broker writes transaction markers). Not retriable.
+        header = b"\x00\x20" + good[23:]
+        control = good[:17] + crc32c(header).to_bytes(4, "big") + header
+        assert await error_of(produce("e", {0: control})) == ErrorCode.invalid_record
         assert await error_of(produce("nope", {0: good})) == ErrorCode.unknown_topic_or_partition
         assert await error_of(produce("e", {7: good})) == ErrorCode.unknown_topic_or_partition
         assert await error_of(produce("e", {0: good}, acks=2)) == ErrorCode.invalid_required_acks
@@ -202,9 +208,33 @@ def test_produce_errors_and_acks_zero(redis_url: str) -> None:
         response = await client.call(request(18, 0))
         assert response.error_code == ErrorCode.none
         assert partitions_of(await client.call(fetch("e", {0: 0})))[0].high_watermark == 1
+        # A failed acks=0 produce has no response to carry its error: the connection
+        # closes, so the client notices; nothing was appended.
+        await client.send_frame(client.encode(produce("e", {5: good}, acks=0)))
+        assert await asyncio.wait_for(client.reader.read(), 5) == b""
+        await client.close()
+        client = await WireClient.connect(server.port)
+        assert partitions_of(await client.call(fetch("e", {0: 0})))[0].high_watermark == 1
         await client.close()
 
     run(redis_url, scenario)
+
+
+def test_idle_and_half_sent_connections_close(redis_url: str) -> None:
+    async def scenario(server: Server) -> None:
+        idle = await WireClient.connect(server.port)
+        half = await WireClient.connect(server.port)
+        half.writer.write(b"\x00\x00\x00\x64abc")  # 100 bytes announced, 3 sent
+        busy = await WireClient.connect(server.port)
+        for _ in range(4):  # a connection in use stays open
+            await asyncio.sleep(0.1)
+            assert (await busy.call(request(18, 0))).error_code == ErrorCode.none
+        for client in (idle, half):
+            assert await asyncio.wait_for(client.reader.read(), 5) == b""
+            await client.close()
+        await busy.close()
+
+    run(redis_url, scenario, connections_max_idle_ms=250)
 
 
 def test_fetch_limits_long_poll_and_out_of_range(redis_url: str) -> None:
@@ -394,10 +424,19 @@ def test_admin_create_delete_partitions_and_configs(redis_url: str) -> None:
                     resource_name="0",
                     configuration_keys=("num.partitions",),
                 ),
+                part(
+                    32,
+                    1,
+                    "DescribeConfigsResource",
+                    resource_type=2,
+                    resource_name="c1",
+                    configuration_keys=(),
+                ),
             ),
         )
-        topic_result, broker_result = (await client.call(describe)).results
+        topic_result, broker_result, empty_keys = (await client.call(describe)).results
         assert {c.name: c.value for c in topic_result.configs}["retention.ms"] == "60000"
+        assert empty_keys.configs == topic_result.configs  # an empty key list means all
         assert [(c.name, c.value) for c in broker_result.configs] == [("num.partitions", "1")]
 
         delete = request(20, 1, timeout=SECOND, topic_names=("c1", "nope"))
@@ -454,7 +493,7 @@ def test_leader_epochs_after_a_restore(redis_url: str) -> None:
         )
         assert response.topics[0].partitions[0].leader_epoch == 1
 
-        def epoch_request(current: int, asked: int):
+        def epoch_request(current: int, asked: int, topic: str = "ep", partition: int = 0):
             return request(
                 23,
                 2,
@@ -463,13 +502,13 @@ def test_leader_epochs_after_a_restore(redis_url: str) -> None:
                         23,
                         2,
                         "OffsetForLeaderTopic",
-                        topic="ep",
+                        topic=topic,
                         partitions=(
                             part(
                                 23,
                                 2,
                                 "OffsetForLeaderPartition",
-                                partition=0,
+                                partition=partition,
                                 current_leader_epoch=current,
                                 leader_epoch=asked,
                             ),
@@ -488,6 +527,12 @@ def test_leader_epochs_after_a_restore(redis_url: str) -> None:
         assert (answer.leader_epoch, answer.end_offset) == (1, 10)
         answer = (await client.call(epoch_request(0, 0))).topics[0].partitions[0]
         assert answer.error_code == ErrorCode.fenced_leader_epoch
+        # An undefined epoch has no end offset; unknown partitions and topics are errors.
+        answer = (await client.call(epoch_request(-1, -1))).topics[0].partitions[0]
+        assert (answer.error_code, answer.leader_epoch, answer.end_offset) == (0, -1, -1)
+        for topic, partition in (("ep", -1), ("ep", 1), ("nope", 0)):
+            answer = (await client.call(epoch_request(-1, 0, topic, partition))).topics[0]
+            assert answer.partitions[0].error_code == ErrorCode.unknown_topic_or_partition
         stale = request(
             1,
             11,

@@ -40,6 +40,7 @@ class BrokerConfig:
     auto_create_topics: bool = True
     default_partitions: int = 1
     max_message_bytes: int = 1024 * 1024 + 12  # Kafka's message.max.bytes default
+    connections_max_idle_ms: int = 600_000  # Kafka's default: idle connections close
     groups: CoordinatorConfig = field(default_factory=CoordinatorConfig)
 
 

@@ -29,6 +29,11 @@ class MalformedRequest(Exception):
     """A frame that cannot be parsed: the connection is closed, as Kafka does."""
 
 
+class DropConnection(Exception):
+    """A request that failed with no response to carry the error (a produce with acks=0):
+    the connection is closed so the client notices, refreshes metadata and retries."""
+
+
 class UnsupportedVersion(Exception):
     def __init__(self, api_key: int, api_version: int, correlation_id: int) -> None:
         super().__init__(f"api key {api_key} version {api_version} is not supported")

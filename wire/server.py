@@ -14,6 +14,7 @@ from wire.broker import HANDLERS, Broker, BrokerConfig
 from wire.metrics import Metrics, api_name
 from wire.protocol import (
     MAX_REQUEST_SIZE,
+    DropConnection,
     MalformedRequest,
     UnsupportedVersion,
     api_versions_fallback,
@@ -78,14 +79,20 @@ class Server:
         self.metrics.connections.inc()
         self.metrics.connections_total.inc()
         supported = self.broker.supported()
+        max_idle = self.broker.config.connections_max_idle_ms / 1000
         try:
             while not self._stopping:
                 self._idle[writer] = True
-                size = int.from_bytes(await reader.readexactly(4), "big", signed=True)
-                self._idle[writer] = False
-                if not 0 < size <= MAX_REQUEST_SIZE:
-                    raise MalformedRequest(f"request size {size} out of range")
-                frame = await reader.readexactly(size)
+                try:
+                    async with asyncio.timeout(max_idle):
+                        size = int.from_bytes(await reader.readexactly(4), "big", signed=True)
+                        self._idle[writer] = False
+                        if not 0 < size <= MAX_REQUEST_SIZE:
+                            raise MalformedRequest(f"request size {size} out of range")
+                        frame = await reader.readexactly(size)
+                except TimeoutError:
+                    log.info("closing connection from %s: idle for %.0f s", peer, max_idle)
+                    break
                 started = time.perf_counter()
                 self.metrics.bytes_in.inc(size + 4)
                 try:
@@ -108,7 +115,7 @@ class Server:
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the client closed the connection
-        except (MalformedRequest, UnsupportedVersion) as exc:
+        except (MalformedRequest, UnsupportedVersion, DropConnection) as exc:
             log.warning("closing connection from %s: %s", peer, exc)
             self.metrics.errors.labels(type(exc).__name__).inc()
         except Exception:

@@ -62,6 +62,13 @@ def host_port(
     help="Smallest session timeout a consumer may ask for.",
 )
 @click.option(
+    "--connections-max-idle-ms",
+    type=click.IntRange(1),
+    default=600_000,
+    show_default=True,
+    help="Close a connection that sent no request (or half of one) for this long.",
+)
+@click.option(
     "--archive/--no-archive",
     default=True,
     show_default=True,
@@ -85,6 +92,7 @@ def serve(
     metrics: tuple[str, int] | None,
     group_initial_rebalance_delay_ms: int,
     group_min_session_timeout_ms: int,
+    connections_max_idle_ms: int,
     archive: bool,
     archive_interval: float,
 ) -> None:
@@ -103,6 +111,7 @@ def serve(
         port=port,
         auto_create_topics=auto_create_topics,
         default_partitions=default_partitions,
+        connections_max_idle_ms=connections_max_idle_ms,
         groups=CoordinatorConfig(
             initial_rebalance_delay_ms=group_initial_rebalance_delay_ms,
             min_session_timeout_ms=group_min_session_timeout_ms,

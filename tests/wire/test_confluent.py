@@ -187,6 +187,16 @@ def test_idempotent_producer(broker, topic_name, sample_records):
         assert {h.producer_id for h in headers} == {headers[0].producer_id}
 
 
+def test_transactions_fail_at_once_with_a_clear_error(broker):
+    """No transactions here: init_transactions() fails at once (a fatal error), rather
+    than retrying a coordinator lookup until its timeout."""
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx"})
+    started = time.monotonic()
+    with pytest.raises(confluent_kafka.KafkaException, match="transactions are not supported"):
+        producer.init_transactions(TIMEOUT)
+    assert time.monotonic() - started < TIMEOUT / 2
+
+
 def test_auto_created_topic(broker, topic_name):
     """Producing to an unknown topic creates it (one partition) through Metadata."""
     topic = topic_name()

@@ -22,7 +22,10 @@ kafka = pytest.importorskip("kafka")
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
 from kafka import codec as kafka_codec  # noqa: E402
 from kafka.admin import KafkaAdminClient, NewPartitions, NewTopic  # noqa: E402
-from kafka.errors import TopicAlreadyExistsError  # noqa: E402
+from kafka.errors import (  # noqa: E402
+    TopicAlreadyExistsError,
+    TransactionalIdAuthorizationFailedError,
+)
 
 TIMEOUT = 30.0
 CODEC_PACKAGES = {
@@ -152,6 +155,15 @@ def test_idempotent_by_default(broker, topic_name, sample_records):
         assert headers[0].producer_id >= 0, "the producer was not idempotent"
         assert headers[0].base_sequence == 0
     assert consume(broker, topic, PARTITIONS, len(sample_records)) == by_position(sample_records)
+
+
+def test_transactional_producer_is_refused(broker):
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="tx")
+    try:
+        with pytest.raises(TransactionalIdAuthorizationFailedError):
+            producer.init_transactions()
+    finally:
+        producer.close(timeout=5)
 
 
 def test_not_idempotent(broker, topic_name, sample_records):

@@ -198,7 +198,7 @@ async def describe_configs(broker: Broker, request: Request) -> Any:
                 synonyms=(),
             )
             for name, value, source in entries
-            if wanted is None or name in wanted
+            if not wanted or name in wanted  # as Kafka, an empty list asks for all
         )
         results.append(
             build(

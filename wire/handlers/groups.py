@@ -24,12 +24,15 @@ def code(error: GroupError) -> ErrorCode:
 async def find_coordinator(broker: Broker, request: Request) -> Any:
     schema = response_schema(10, request.api_version)
     c = broker.config
-    if getattr(request.body, "key_type", GROUP_KEY) != GROUP_KEY:  # transactions: none here
+    if getattr(request.body, "key_type", GROUP_KEY) != GROUP_KEY:
+        # No transactions here. COORDINATOR_NOT_AVAILABLE would be retried until the
+        # client's timeout; this error is fatal in every client, so init_transactions()
+        # fails at once with the message.
         return build(
             schema,
             throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.coordinator_not_available,
-            error_message="transactions are not supported",
+            error_code=ErrorCode.transactional_id_authorization_failed,
+            error_message="transactions are not supported by this broker",
             node_id=-1,
             host="",
             port=-1,

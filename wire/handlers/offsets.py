@@ -94,6 +94,8 @@ async def offset_for_leader_epoch(broker: Broker, request: Request) -> Any:
         for p in t.partitions:
             error, epoch, end = ErrorCode.none, -1, -1
             try:
+                if not 0 <= p.partition < (await broker.log.topic(t.topic)).partitions:
+                    raise UnknownTopic(f"no partition {p.partition} in {t.topic}")
                 current = (await broker.log.leader_epochs(t.topic, p.partition + 1))[p.partition]
                 if p.current_leader_epoch >= 0 and p.current_leader_epoch != current:
                     error = (

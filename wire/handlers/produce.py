@@ -9,10 +9,10 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.log import NeedsRecovery, ProducerFenced, StorageUnavailable, UnknownTopic
-from kafkaesque.records import InvalidRecord, split_batches
+from kafkaesque.records import CorruptBatch, InvalidRecord, split_batches
 from wire.broker import Broker, api
 from wire.handlers.metadata import NO_THROTTLE
-from wire.protocol import Request, build, response_schema, schema_class
+from wire.protocol import DropConnection, Request, build, response_schema, schema_class
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,8 @@ async def append_partition(
         batches = split_batches(records)
     except InvalidRecord as exc:
         log.info("rejected batch for %s[%d]: %s", topic, partition, exc)
-        return ErrorCode.corrupt_message, -1, -1
+        damaged = isinstance(exc, CorruptBatch)  # retriable; bad content is not
+        return ErrorCode.corrupt_message if damaged else ErrorCode.invalid_record, -1, -1
     if any(len(b) > broker.config.max_message_bytes for b in batches):
         return ErrorCode.message_too_large, -1, -1
     try:
@@ -67,7 +68,12 @@ async def produce(broker: Broker, request: Request) -> Any:
         )
         results = dict(zip(keys, outcomes, strict=True))
     if body.acks == 0:
-        return None  # the client expects no response at all
+        # The client expects no response at all, so an error can only be told by closing
+        # the connection, as Kafka does.
+        failed = [f"{t}[{p}]: {e[0].name}" for (t, p), e in results.items() if e[0]]
+        if failed:
+            raise DropConnection(f"acks=0 produce failed: {', '.join(failed)}")
+        return None
     schema = response_schema(0, request.api_version)
     topic_class = schema_class(schema, "TopicProduceResponse")
     partition_class = schema_class(schema, "PartitionProduceResponse")
