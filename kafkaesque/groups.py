@@ -529,6 +529,20 @@ class GroupCoordinator:
         if error:
             raise GroupBusy(f"group {group_id} has active members; stop them first")
 
+    async def forget_topic(self, topic: str) -> int:
+        """Drop every group's committed offsets of a deleted topic, as Kafka does, so a
+        topic created again under the name starts where auto.offset.reset says rather
+        than at the old topic's offsets. Returns how many offsets were dropped."""
+        dropped = 0
+        prefix = f"{topic}\0".encode()
+        for group_id in await self.list_groups():
+            key = self._key(group_id, ":offsets")
+            # Topic names have no NUL, so the prefix names exactly this topic.
+            stale = [k for k in await self.redis.hkeys(key) if k.startswith(prefix)]
+            if stale:
+                dropped += await self.redis.hdel(key, *stale)
+        return dropped
+
     # -- listing --------------------------------------------------------------------
     async def list_groups(self) -> list[str]:
         return sorted(g.decode() for g in await self.redis.smembers(f"{self.ns}:groups"))

@@ -8,7 +8,7 @@ Layout per partition (all keys share the hash tag ``{topic:partition}``):
 - ``page:N``: list, one Kafka RecordBatch v2 per entry, baseOffset already patched;
 - ``bidx:N``: string, 16 bytes per batch of page N (base offset, global sequence number),
   which the read script binary-searches and the archiver uses for the total order;
-- ``stats``: hash, closed page number -> "records bytes".
+- ``stats``: hash, closed page number -> "records bytes max_timestamp".
 """
 
 from __future__ import annotations
@@ -432,8 +432,9 @@ class Log:
         """(offset, timestamp) of the first record at or after ``timestamp`` (ms) still in
         Redis, or None when there is none (ListOffsets by time)."""
         await self.state(topic, partition)  # raises UnknownTopic; applies retention
+        meta, index, stats, _ = self._keys(topic, partition)
         batch = await self.scripts.find_time(
-            keys=[self._keys(topic, partition)[1]], args=[self._prefix(topic, partition), timestamp]
+            keys=[index, meta, stats], args=[self._prefix(topic, partition), timestamp]
         )
         if batch is None:
             return None

@@ -148,6 +148,16 @@ def test_alter_grows_partitions_and_keyed_records_use_them(ks) -> None:
     assert "partitions  4" in ok(ks("describe", "g")).stdout
 
 
+def test_a_topic_created_again_is_consumed_from_its_start_by_old_groups(ks) -> None:
+    ok(ks("create", "again"))
+    ok(ks("produce", "again", input=b"1\n2\n3\n"))
+    assert ok(ks("consume", "again", "--group", "g")).stdout == "1\n2\n3\n"
+    ok(ks("delete", "again"))
+    ok(ks("create", "again"))
+    ok(ks("produce", "again", input=b"x\ny\n"))
+    assert ok(ks("consume", "again", "--group", "g")).stdout == "x\ny\n"
+
+
 def test_errors_are_one_line_with_exit_codes(ks, tmp_path) -> None:
     ok(ks("create", "e", "--partitions", "2"))
     one_line_error(ks("create", "e"), 1, "already exists")

@@ -190,6 +190,21 @@ def test_leave_commit_and_delete(coordinator) -> None:
     asyncio.run(scenario())
 
 
+def test_forget_topic_drops_its_offsets_in_every_group(coordinator) -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        both = {("t", 0): (4, "", -1), ("t", 1): (5, "", -1), ("t.other", 0): (6, "", -1)}
+        for group in ("g1", "g2"):
+            assert await c.commit(group, -1, "", None, both) == GroupError.NONE
+        assert await c.forget_topic("t") == 4
+        for group in ("g1", "g2"):
+            assert list(await c.committed(group)) == [("t.other", 0)]
+        assert await c.forget_topic("t") == 0
+        await c.stop()
+
+    asyncio.run(scenario())
+
+
 def test_state_is_shared_by_coordinators_on_one_redis(coordinator) -> None:
     """Two brokers (or a restarted one) see the same groups, members and offsets."""
 

@@ -314,6 +314,26 @@ def test_offset_for_timestamp_finds_first_record_at_or_after(make_log: Callable[
     asyncio.run(scenario())
 
 
+def test_offset_for_timestamp_with_timestamps_out_of_order(make_log: Callable[[], Log]) -> None:
+    """As Kafka: the first batch whose max timestamp reaches the target, then its first
+    record that does, even when a later batch (ending its page) is older."""
+
+    async def scenario() -> None:
+        log = make_log()
+        await log.create_topic(TopicConfig("skew", 1, page_size=4))
+        for stamps in ([5000, 5001], [1000, 1001], [2000, 2001], [500, 501], [7000, 100]):
+            await log.append("skew", 0, [build_batch([b"a", b"b"], timestamps=stamps)])
+        assert (await log.state("skew", 0)).pages == 3  # two closed pages, one open
+        assert await log.offset_for_timestamp("skew", 0, 1500) == (0, 5000)
+        assert await log.offset_for_timestamp("skew", 0, 5001) == (1, 5001)
+        assert await log.offset_for_timestamp("skew", 0, 5002) == (8, 7000)
+        assert await log.offset_for_timestamp("skew", 0, 7001) is None
+        await log.close_idle_pages("skew", 0, older_than_ms=2**62)  # the open page closes
+        assert await log.offset_for_timestamp("skew", 0, 5002) == (8, 7000)
+
+    asyncio.run(scenario())
+
+
 def test_read_without_min_one_reports_offsets_only(make_log: Callable[[], Log]) -> None:
     async def scenario() -> None:
         log = make_log()

@@ -99,7 +99,9 @@ async def describe(ctx: Context, topic: str) -> None:
 @run_async
 async def delete(ctx: Context, topic: str) -> None:
     """Delete TOPIC and all its records."""
-    await ctx.log().delete_topic(topic)
+    log = ctx.log()
+    await log.delete_topic(topic)
+    await ctx.groups(log).forget_topic(topic)
     click.echo(f"deleted topic {topic}", err=True)
 
 

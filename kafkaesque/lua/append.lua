@@ -16,7 +16,7 @@ if redis.call('EXISTS', KEYS[7]) == 0 then
 end
 local archiving = redis.call('EXISTS', KEYS[6]) == 1
 local m = redis.call('HMGET', meta, 'end', 'page', 'page_records', 'page_bytes',
-  'page_size', 'ttl', 'max_pages', 'epoch', 'archived')
+  'page_size', 'ttl', 'max_pages', 'epoch', 'archived', 'page_max_ts')
 if not m[1] then
   return redis.error_reply('UNKNOWN_TOPIC_OR_PARTITION no such topic or partition')
 end
@@ -24,6 +24,8 @@ local next_offset, page = tonumber(m[1]), tonumber(m[2])
 local page_records, page_bytes = tonumber(m[3]), tonumber(m[4])
 local page_size, ttl, max_pages = tonumber(m[5]), tonumber(m[6]), tonumber(m[7])
 local epoch = pack_uint(tonumber(m[8]), 4)
+-- The open page's largest maxTimestamp (nil: unknown, for a page opened before it was kept).
+local page_max_ts = tonumber(m[10])
 
 -- Idempotent producers: state per producer id is "epoch first:last:offset ..." for its
 -- last 5 batches, as Kafka keeps. A retry of one of them is acknowledged with its original
@@ -94,9 +96,13 @@ for i = 4, #ARGV, 5 do
   n = n + 1
   local count, batch = tonumber(ARGV[i]), ARGV[i + 4]
   if fresh[n] then
+    local batch_max_ts = max_timestamp(batch)
     if page_records == 0 then
       redis.call('ZADD', index, next_offset, page)
       redis.call('HSET', meta, 'page_opened', ARGV[3])
+      page_max_ts = batch_max_ts
+    elseif page_max_ts and batch_max_ts > page_max_ts then
+      page_max_ts = batch_max_ts
     end
     redis.call('RPUSH', page_key(prefix, page),
       pack_uint(next_offset, 8) .. string.sub(batch, 9, 12) .. epoch .. string.sub(batch, 17))
@@ -107,7 +113,7 @@ for i = 4, #ARGV, 5 do
     page_records, page_bytes = page_records + count, page_bytes + #batch
     appended_bytes = appended_bytes + #batch
     if page_records >= page_size then
-      close_page(stats, prefix, page, page_records, page_bytes, ttl, archiving)
+      close_page(stats, prefix, page, page_records, page_bytes, ttl, archiving, page_max_ts)
       page, page_records, page_bytes = page + 1, 0, 0
     end
   end
@@ -126,6 +132,9 @@ end
 
 redis.call('HSET', meta, 'end', next_offset, 'page', page, 'page_records', page_records,
   'page_bytes', page_bytes)
+if page_max_ts and page_records > 0 then
+  redis.call('HSET', meta, 'page_max_ts', string.format('%.0f', page_max_ts))
+end
 redis.call('HINCRBY', meta, 'bytes', appended_bytes)
 
 -- Retention: drop the oldest closed pages beyond max_pages, and index entries of pages

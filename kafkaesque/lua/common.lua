@@ -25,10 +25,22 @@ local BATCH_INDEX_ENTRY = 16
 local function page_key(prefix, page) return prefix .. 'page:' .. page end
 local function batch_index_key(prefix, page) return prefix .. 'bidx:' .. page end
 
+-- A batch's maxTimestamp: the int64 at bytes 35..42 of its header.
+local function max_timestamp(batch)
+  local n = unpack_uint(batch, 36, 8)
+  if n >= 2 ^ 63 then n = n - 2 ^ 64 end
+  return n
+end
+
 -- Close the open page: it becomes immutable and counts towards max_pages. It gets the TTL
 -- now, unless pages are archived, in which case it gets it once archived (mark_archived).
-local function close_page(stats, prefix, page, page_records, page_bytes, ttl, archiving)
-  redis.call('HSET', stats, page, page_records .. ' ' .. page_bytes)
+-- Its stats are "records bytes max_timestamp" (the largest maxTimestamp of its batches,
+-- for ListOffsets by time; absent when unknown, and the page is then scanned).
+local function close_page(stats, prefix, page, page_records, page_bytes, ttl, archiving,
+                          page_max_ts)
+  local stat = page_records .. ' ' .. page_bytes
+  if page_max_ts then stat = stat .. ' ' .. string.format('%.0f', page_max_ts) end
+  redis.call('HSET', stats, page, stat)
   if ttl > 0 and not archiving then
     redis.call('EXPIRE', page_key(prefix, page), ttl)
     redis.call('EXPIRE', batch_index_key(prefix, page), ttl)

@@ -1,18 +1,21 @@
--- Find the first batch whose max timestamp is at or after ARGV[2] (Kafka's time index
--- works on max timestamps too); the caller decodes it to find the record.
--- KEYS[1] page index zset; ARGV[1] key prefix, ARGV[2] timestamp (ms)
+-- Find the first batch whose max timestamp is at or after ARGV[2], as Kafka's time index
+-- does (timestamps need not grow with offsets); the caller decodes it to find the record.
+-- Pages whose largest max timestamp (stats, or the meta hash for the open page) is older
+-- are skipped unread.
+-- KEYS[1] page index zset, KEYS[2] meta hash, KEYS[3] page stats hash
+-- ARGV[1] key prefix, ARGV[2] timestamp (ms)
 -- Returns the batch, or nothing when every record is older.
 local prefix, target = ARGV[1], tonumber(ARGV[2])
--- maxTimestamp sits at bytes 35..42 of a batch header; an int64.
-local function max_timestamp(batch)
-  local n = unpack_uint(batch, 36, 8)
-  if n >= 2 ^ 63 then n = n - 2 ^ 64 end
-  return n
+local open = redis.call('HMGET', KEYS[2], 'page', 'page_max_ts')
+local function page_max_ts(page)
+  if page == open[1] then return tonumber(open[2]) end
+  local stat = redis.call('HGET', KEYS[3], page)
+  return stat and tonumber(string.match(stat, '^%d+ %d+ (%-?%d+)$'))
 end
 for _, page in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-  local key = page_key(prefix, page)
-  local last = redis.call('LINDEX', key, -1)
-  if last and max_timestamp(last) >= target then
+  local known = page_max_ts(page)
+  if known == nil or known >= target then  -- nil: unknown, read the page
+    local key = page_key(prefix, page)
     local pos, chunk = 0, 64
     while true do
       local batches = redis.call('LRANGE', key, pos, pos + chunk - 1)

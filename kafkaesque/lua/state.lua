@@ -15,8 +15,8 @@ local start = trim_index(KEYS[2], KEYS[3], ARGV[1], open_page, closed, tonumber(
 redis.call('HSET', KEYS[1], 'start', start)
 local bytes, records = page_bytes, page_records
 for _, value in ipairs(redis.call('HVALS', KEYS[3])) do
-  local sep = string.find(value, ' ')
-  records = records + tonumber(string.sub(value, 1, sep - 1))
-  bytes = bytes + tonumber(string.sub(value, sep + 1))
+  local page_records, page_bytes = string.match(value, '^(%d+) (%d+)')
+  records = records + tonumber(page_records)
+  bytes = bytes + tonumber(page_bytes)
 end
 return {start, log_end, tonumber(m[6]), redis.call('ZCARD', KEYS[2]), bytes, records}

@@ -110,6 +110,7 @@ async def delete_topics(broker: Broker, request: Request) -> Any:
         error = ErrorCode.none
         try:
             await broker.log.delete_topic(name)
+            await broker.groups.forget_topic(name)
         except LogError as exc:
             error = error_for(exc)
         results.append(build(result_class, name=name, error_code=error))
