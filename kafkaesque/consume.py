@@ -38,10 +38,11 @@ def format_json(partition: int, batch: bytes, skip_below: int) -> list[bytes]:
         _text(r.key, "key", obj)
         _text(r.value, "value", obj)
         if r.headers:
-            obj["headers"] = [
-                {"key": k, **({} if v is None else {"value": v.decode(errors="replace")})}
-                for k, v in r.headers
-            ]
+            obj["headers"] = []
+            for k, v in r.headers:
+                header: dict = {"key": k}
+                _text(v, "value", header)
+                obj["headers"].append(header)
         lines.append(json.dumps(obj, ensure_ascii=False).encode())
     return lines
 

@@ -83,6 +83,12 @@ def check_topic_name(name: str) -> None:
         )
 
 
+MAX_PARTITIONS = 10_000
+# Page size, TTL (seconds, about 68 years) and max pages fit a 32-bit integer: the archive
+# stores them as such, and Redis' EXPIRE takes any of them.
+MAX_SETTING = 2**31 - 1
+
+
 @dataclass(frozen=True, slots=True)
 class TopicConfig:
     name: str
@@ -95,16 +101,14 @@ class TopicConfig:
 
     def validate(self) -> None:
         check_topic_name(self.name)
-        for name, value, low in (
-            ("partitions", self.partitions, 1),
-            ("page size", self.page_size, 1),
-            ("ttl", self.ttl, 0),
-            ("max pages", self.max_pages, 0),
+        for name, value, low, high in (
+            ("partitions", self.partitions, 1, MAX_PARTITIONS),
+            ("page size", self.page_size, 1, MAX_SETTING),
+            ("ttl", self.ttl, 0, MAX_SETTING),
+            ("max pages", self.max_pages, 0, MAX_SETTING),
         ):
-            if value < low:
-                raise InvalidConfig(f"{name} must be at least {low}, got {value}")
-        if self.partitions > 10_000:
-            raise InvalidConfig("at most 10000 partitions per topic")
+            if not low <= value <= high:
+                raise InvalidConfig(f"{name} must be in {low}..{high}, got {value}")
 
     def pack(self) -> bytes:
         return msgpack.packb(

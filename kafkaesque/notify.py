@@ -23,12 +23,14 @@ class Notifier:
         self._prefix = prefix
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self.closed = False  # shutting down: fetches answer with what they have
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._listen(), name=f"notifier {self._prefix}*")
 
     async def stop(self) -> None:
+        self._stopping = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -46,6 +48,10 @@ class Notifier:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # Redis went away: retry; waiters fall back to timeouts
+                if self._stopping:
+                    # redis-py turns a cancel during connect into ConnectionError: the
+                    # cancel must still end the task, or stop() waits forever.
+                    return
                 log.warning("notifications on %s* interrupted: %s", prefix, exc)
                 await asyncio.sleep(1)
             finally:

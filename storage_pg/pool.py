@@ -11,6 +11,8 @@ pool the archive uses must therefore come from ``create_pool`` (or pass
 from __future__ import annotations
 
 import datetime
+import errno
+import socket
 from typing import Any
 
 import asyncpg
@@ -49,11 +51,26 @@ def describe_failure(exc: BaseException) -> str | None:
         return f"PostgreSQL refused the login: {exc}"
     if isinstance(exc, asyncpg.InvalidCatalogNameError):
         return f"no such PostgreSQL database: {exc}"
+    if isinstance(exc, OSError) and not _network_error(exc):
+        return None  # a local file or pipe, not PostgreSQL
     if isinstance(exc, PG_CONNECTION_ERRORS):
         return f"cannot reach PostgreSQL: {exc or type(exc).__name__}"
     if isinstance(exc, asyncpg.PostgresError):
         return f"PostgreSQL error: {exc}"
     return None
+
+
+def _network_error(exc: OSError) -> bool:
+    """Whether an OSError is about a network connection (not a file or a pipe)."""
+    if isinstance(exc, BrokenPipeError):
+        return False
+    return isinstance(exc, ConnectionError | TimeoutError | socket.gaierror) or exc.errno in (
+        errno.EHOSTUNREACH,
+        errno.ENETUNREACH,
+        errno.EADDRNOTAVAIL,
+        errno.ETIMEDOUT,
+        None,  # asyncpg's own "connect call failed" errors may carry none
+    )
 
 
 def ms_to_pg(ms: int) -> tuple[int] | None:

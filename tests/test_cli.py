@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from kafkaesque.cli import main
+from kafkaesque.log import TopicConfig
 from kafkaesque.partitioner import partition_for_key
 from tests.servers import free_port
 
@@ -33,6 +34,7 @@ def one_line_error(result: Result, code: int, fragment: str) -> None:
     assert result.exit_code == code, result.output
     assert "Traceback" not in result.output
     assert fragment in result.output
+    assert len(result.stderr.splitlines()) == 1, result.stderr
 
 
 def test_produce_then_consume_keeps_lines_byte_for_byte(ks) -> None:
@@ -181,6 +183,50 @@ def test_errors_are_one_line_with_exit_codes(ks, tmp_path) -> None:
     # Nothing was left behind by the failures.
     assert ok(ks("topics")).stdout == "e\n"
     assert ok(ks("consume", "e")).stdout_bytes == b""
+
+
+def test_more_mistakes_are_one_line_errors(ks, redis_url) -> None:
+    ok(ks("create", "m"))
+    one_line_error(ks("create", "big", "--ttl", str(2**31)), 2, "--ttl")
+    one_line_error(ks("create", "big", "--page-size", str(2**64)), 2, "--page-size")
+    one_line_error(ks("create", "big", "--max-pages", str(2**31)), 2, "--max-pages")
+    one_line_error(ks("nosuch"), 2, "No such command")
+    one_line_error(ks("create", "m2", "--bogus"), 2, "--bogus")
+    one_line_error(ks("consume", "m", "--max-records", "0"), 2, "--max-records")
+    one_line_error(ks("consume", "m", "--group", ""), 2, "must not be empty")
+    one_line_error(ks("group", "", "m", "--reset-offsets", "earliest"), 2, "must not be empty")
+    one_line_error(ks("group", "g", "m", "--reset-offsets", "\u00b2"), 2, "--reset-offsets")
+    runner = CliRunner()
+    for url in ("bogus", "redis://127.0.0.1:99999/0", "http://127.0.0.1/"):
+        one_line_error(runner.invoke(main, ["--redis-url", url, "topics"]), 2, "--redis-url")
+    for dsn in ("bogus", "postgresql://u:p@127.0.0.1:99999/db"):
+        args = ["--redis-url", redis_url, "--pg-dsn", dsn, "topics"]
+        one_line_error(runner.invoke(main, args), 2, "--pg-dsn")
+    assert ok(ks("topics")).stdout == "m\n"  # nothing was created by the failures
+
+
+def test_json_headers_that_are_not_text_come_as_base64(ks, redis_url) -> None:
+    import asyncio
+
+    import redis.asyncio
+
+    from kafkaesque.log import Log
+    from kafkaesque.records import build_batch
+
+    async def produce() -> None:
+        log = Log(redis.asyncio.Redis.from_url(redis_url))
+        await log.create_topic(TopicConfig("hdr", 1))
+        headers = [[("bin", b"\xff\x00ok"), ("text", b"caf\xc3\xa9"), ("none", None)]]
+        await log.append("hdr", 0, [build_batch([b"v"], headers=headers, timestamp=1)])
+        await log.redis.aclose()
+
+    asyncio.run(produce())
+    record = json.loads(ok(ks("consume", "hdr", "--format", "json")).stdout)
+    assert record["headers"] == [
+        {"key": "bin", "value_base64": "/wBvaw=="},
+        {"key": "text", "value": "caf\u00e9"},
+        {"key": "none", "value": None},
+    ]
 
 
 def test_unreachable_redis_is_a_clear_error() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -90,3 +91,17 @@ def test_broken_pipe_is_quiet(home: Path) -> None:
     )
     assert pipeline.stdout == b"x\n"
     assert b"Traceback" not in pipeline.stderr
+    assert b"Error" not in pipeline.stderr
+
+
+def test_serve_on_a_taken_address_fails_at_once(home: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        started = time.monotonic()
+        result = run(home, "serve", "--no-archive", "--listen", f"127.0.0.1:{port}")
+    assert result.returncode == 1
+    assert b"cannot listen on 127.0.0.1" in result.stderr and b"in use" in result.stderr
+    assert b"Traceback" not in result.stderr
+    assert time.monotonic() - started < 60

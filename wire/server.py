@@ -40,7 +40,11 @@ class Server:
 
     async def start(self) -> None:
         await self.broker.start()
-        self._server = await asyncio.start_server(self._connection, self.host, self.port)
+        try:
+            self._server = await asyncio.start_server(self._connection, self.host, self.port)
+        except BaseException:  # the address is taken or not ours: stop what started
+            await self.broker.stop()
+            raise
         if self.port == 0:
             self.port = self._server.sockets[0].getsockname()[1]
 

@@ -7,6 +7,7 @@ import contextlib
 import functools
 import logging
 import sys
+import urllib.parse
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -118,8 +119,12 @@ def one_line_errors() -> Iterator[None]:
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:
         sys.exit(130)
+    except BrokenPipeError:
+        raise  # the reader went away (`| head`): click exits quietly
     except Exception as exc:
         message = archive_failure(exc)
+        if message is None and isinstance(exc, OSError):
+            message = str(exc)  # reading the input, the data directory, ...
         if message is None:
             raise
         raise click.ClickException(message) from None
@@ -135,6 +140,14 @@ def archive_failure(exc: BaseException) -> str | None:
     return describe_failure(exc)
 
 
+def group_id_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A consumer group id: any non-empty string, as Kafka (which answers an empty one
+    with INVALID_GROUP_ID)."""
+    if value == "":
+        raise click.BadParameter("a group id must not be empty")
+    return value
+
+
 def topic_argument(fn: Callable[..., Any]) -> Callable[..., Any]:
     def check(ctx: click.Context, param: click.Parameter, value: str) -> str:
         try:
@@ -146,10 +159,58 @@ def topic_argument(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.argument("topic", callback=check)(fn)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class OneLineUsageError(click.ClickException):
+    """A usage mistake told in one line (click's own takes four), exit code 2."""
+
+    exit_code = 2
+
+    def __init__(self, error: click.UsageError) -> None:
+        hint = f" (see '{error.ctx.command_path} --help')" if error.ctx is not None else ""
+        super().__init__(error.format_message() + hint)
+
+
+class Commands(click.Group):
+    """The top-level group: usage errors of every command come out as one line."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.UsageError as exc:
+            raise OneLineUsageError(exc) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            raise OneLineUsageError(exc) from None
+
+
+def url_option(*schemes: str, form: str) -> Callable[..., str | None]:
+    """An option callback checking a URL's scheme and port now, so a typo is a usage
+    error rather than a traceback when the command connects."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        if value is None:
+            return None
+        url = urllib.parse.urlsplit(value)
+        try:
+            port_ok = url.port is None or url.port >= 0
+        except ValueError:  # not a number, or out of 0..65535
+            port_ok = False
+        if url.scheme not in schemes or not port_ok:
+            raise click.BadParameter(f"expected {form}, got {value!r}")
+        return value
+
+    return check
+
+
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--redis-url",
     envvar="KAFKAESQUE_REDIS_URL",
+    callback=url_option(
+        "redis", "rediss", "unix", form="redis://host:port/db, rediss://... or unix:///path"
+    ),
     help="Redis to use (redis://host:port/db or unix:///path). "
     "Default: a private redis-server under the data directory.",
 )
@@ -162,8 +223,10 @@ def topic_argument(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option(
     "--pg-dsn",
     envvar="KAFKAESQUE_PG_DSN",
-    help="PostgreSQL archive (postgresql://user:password@host:port/db). "
-    "Default: a private PostgreSQL under the data directory.",
+    callback=url_option("postgresql", "postgres", form="postgresql://user:password@host:port/db"),
+    help="PostgreSQL archive (postgresql://user:password@host:port/db). Default: the "
+    "private PostgreSQL under the data directory (serve and archive start it; other "
+    "commands use it once it exists).",
 )
 @click.option("-v", "--verbose", is_flag=True, help="Log details to stderr.")
 @click.version_option(package_name="kafkaesque")

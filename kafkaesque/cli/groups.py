@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import re
+
 import click
 
-from kafkaesque.cli.base import Context, echo_table, main, pass_context, run_async
+from kafkaesque.cli.base import (
+    Context,
+    echo_table,
+    group_id_option,
+    main,
+    pass_context,
+    run_async,
+)
 from kafkaesque.groups import decode_consumer_assignment
 from kafkaesque.log import LogError
 
@@ -19,7 +28,7 @@ async def list_groups(ctx: Context) -> None:
 
 
 @main.command("group")
-@click.argument("group")
+@click.argument("group", callback=group_id_option)
 @click.argument("topic", required=False)
 @click.option(
     "--reset-offsets",
@@ -38,7 +47,9 @@ async def describe_group(
     if reset_offsets is not None:
         if topic is None:
             raise click.UsageError("--reset-offsets needs a TOPIC")
-        if reset_offsets not in ("earliest", "latest") and not reset_offsets.isdigit():
+        if reset_offsets not in ("earliest", "latest") and not re.fullmatch(
+            "[0-9]+", reset_offsets
+        ):
             raise click.BadParameter(
                 "use earliest, latest or an offset", param_hint="--reset-offsets"
             )

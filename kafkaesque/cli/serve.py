@@ -11,6 +11,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from kafkaesque.cli.base import Context, archive_failure, main, pass_context
 from kafkaesque.embedded import EmbeddedError
+from kafkaesque.log import MAX_PARTITIONS
 
 
 def host_port(
@@ -45,7 +46,9 @@ def host_port(
     show_default=True,
     help="Create unknown topics when a client's metadata request allows it.",
 )
-@click.option("--default-partitions", type=click.IntRange(1, 10_000), default=1, show_default=True)
+@click.option(
+    "--default-partitions", type=click.IntRange(1, MAX_PARTITIONS), default=1, show_default=True
+)
 @click.option("--metrics", callback=host_port, help="Serve Prometheus metrics on HOST:PORT.")
 @click.option(
     "--group-initial-rebalance-delay-ms",

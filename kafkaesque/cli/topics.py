@@ -12,6 +12,7 @@ import click
 from kafkaesque.cli.base import (
     Context,
     echo_table,
+    group_id_option,
     main,
     pass_context,
     run_async,
@@ -20,31 +21,31 @@ from kafkaesque.cli.base import (
 from kafkaesque.consume import Consumer
 from kafkaesque.embedded import EmbeddedError
 from kafkaesque.groups import GroupError
-from kafkaesque.log import DEFAULT_PAGE_SIZE, TopicConfig
+from kafkaesque.log import DEFAULT_PAGE_SIZE, MAX_PARTITIONS, MAX_SETTING, TopicConfig
 from kafkaesque.produce import LineProducer
 from kafkaesque.records import Compression
 
 
 @main.command()
 @topic_argument
-@click.option("--partitions", type=click.IntRange(1, 10_000), default=1, show_default=True)
+@click.option("--partitions", type=click.IntRange(1, MAX_PARTITIONS), default=1, show_default=True)
 @click.option(
     "--page-size",
-    type=click.IntRange(1),
+    type=click.IntRange(1, MAX_SETTING),
     default=DEFAULT_PAGE_SIZE,
     show_default=True,
     help="Records per page; a full page closes.",
 )
 @click.option(
     "--ttl",
-    type=click.IntRange(0),
+    type=click.IntRange(0, MAX_SETTING),
     default=0,
     show_default=True,
     help="Seconds a closed page is kept (0: forever).",
 )
 @click.option(
     "--max-pages",
-    type=click.IntRange(0),
+    type=click.IntRange(0, MAX_SETTING),
     default=0,
     show_default=True,
     help="Closed pages kept per partition; older ones are dropped (0: no limit).",
@@ -109,7 +110,7 @@ async def delete(ctx: Context, topic: str) -> None:
 @topic_argument
 @click.option(
     "--partitions",
-    type=click.IntRange(1, 10_000),
+    type=click.IntRange(1, MAX_PARTITIONS),
     required=True,
     help="The new partition count: larger than the current one (partitions only grow).",
 )
@@ -201,9 +202,10 @@ def _file_size(file: Any) -> int | None:
 @click.option("--offset", type=click.IntRange(0), help="Start at this offset (needs --partition).")
 @click.option("--from-beginning", is_flag=True, help="Start at the log start (the default).")
 @click.option("--follow", "-f", is_flag=True, help="Keep waiting for new records.")
-@click.option("--max-records", type=click.IntRange(0), help="Stop after N records.")
+@click.option("--max-records", type=click.IntRange(1), help="Stop after N records.")
 @click.option(
     "--group",
+    callback=group_id_option,
     help="Start at GROUP's committed offsets and commit as records are printed.",
 )
 @click.option(
