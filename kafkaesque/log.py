@@ -298,6 +298,10 @@ class Log:
 
     async def topic(self, name: str) -> TopicConfig:
         data = await self.redis.get(self._config_key(name))
+        if data is None and self.recover is not None and await self.needs_recovery():
+            # Redis lost its data: the archive may know the topic (restored here).
+            await self.ensure_recovered()
+            data = await self.redis.get(self._config_key(name))
         if data is None:
             raise UnknownTopic(f"no such topic: {name}")
         return TopicConfig.unpack(name, data)
@@ -329,6 +333,8 @@ class Log:
                 # Another client changed the topic between our read and write: read again.
 
     async def list_topics(self) -> list[str]:
+        if self.recover is not None:
+            await self.ensure_recovered()  # after a loss of Redis' data, list what is restored
         return sorted(n.decode() for n in await self.redis.smembers(self._topics_key))
 
     async def delete_topic(self, name: str) -> None:

@@ -32,9 +32,13 @@ log = logging.getLogger(__name__)
 class Archive:
     """One archive database, connected lazily; implements kafkaesque.log.ColdStore."""
 
-    def __init__(self, dsn: str, *, max_connections: int = 4) -> None:
+    def __init__(self, dsn: str, *, max_connections: int = 4, strict: bool = False) -> None:
+        """``strict``: an unreachable archive fails every request that asks about old
+        offsets (the CLI: a `consume` from the start must not quietly skip them); else
+        the earliest offset falls back to Redis' own (the broker keeps serving)."""
         self.dsn = dsn
         self.max_connections = max_connections
+        self.strict = strict
         self._pool: asyncpg.Pool | None = None
         self._lock = asyncio.Lock()
         self._reader: ArchiveReader | None = None
@@ -55,6 +59,8 @@ class Archive:
         try:
             return await (await self._cold_reader()).start_offset(topic, partition)
         except PG_CONNECTION_ERRORS as exc:
+            if self.strict:
+                raise StorageUnavailable(f"the archive is unreachable: {exc}") from exc
             log.warning("archive unreachable, earliest offset from Redis only: %s", exc)
             return None
 

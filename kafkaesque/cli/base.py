@@ -65,13 +65,15 @@ class Context:
         log = Log(redis.asyncio.Redis.from_url(self.url(), socket_connect_timeout=5))
         dsn = self.archive_dsn(start=False) if archive else None
         if dsn is not None:
-            self.attach_archive(log, dsn)
+            self.attach_archive(log, dsn, strict=True)
         return log
 
-    def attach_archive(self, log: Log, dsn: str) -> Archive:
+    def attach_archive(self, log: Log, dsn: str, strict: bool = False) -> Archive:
+        """Attach the archive at ``dsn``; ``strict``: fail, rather than fall back to
+        Redis alone, when it is unreachable (see storage_pg.tiered.Archive)."""
         from storage_pg.tiered import Archive, attach
 
-        archive = Archive(dsn)
+        archive = Archive(dsn, strict=strict)
         self._archives.append(archive)
         attach(log, archive)
         return archive

@@ -75,6 +75,20 @@ def test_archive_command_and_consume_below_redis(
     assert "watermark: 3200" in status
     assert status.splitlines()[-1].split()[:4] == ["words", "0", "3200", "3200"]
 
+    # An unreachable archive is an error, not a consume that quietly starts at Redis' start.
+    unreachable = f"postgresql://kafkaesque@127.0.0.1:{free_port()}/kafkaesque"
+    failed = cli(redis_url, tmp_path, "consume", "words", pg_dsn=unreachable)
+    assert failed.returncode == 1 and failed.stdout == b""
+    (message,) = failed.stderr.decode().strip().splitlines()  # one line, no warnings
+    assert "the archive is unreachable" in message
+
+    # Redis loses its data: every command restores the topics from the archive first.
+    redis.Redis.from_url(redis_url).flushall()
+    assert ok(run("topics")) == "words\n"
+    assert "end_offset" in ok(run("describe", "words"))
+    ok(run("produce", "words", input=b"after\n"))
+    assert ok(run("consume", "words")).encode() == lines + b"late\n" * 200 + b"after\n"
+
 
 def test_archive_command_errors(redis_url: str, tmp_path: Path) -> None:
     port = free_port()  # nothing listens there
