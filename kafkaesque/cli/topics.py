@@ -59,7 +59,9 @@ async def create(
     config = TopicConfig(topic, partitions, page_size, ttl, max_pages)
     log = ctx.log()
     if log.cold is not None:
-        # There is an archive: retention must wait for it from the first record on.
+        # There is an archive: retention must wait for it from the first record on. It
+        # must answer first (a wrong --pg-dsn would hold every page back for good).
+        await log.cold.start_offset(topic, 0)
         await log.enable_archiving()
     await log.create_topic(config)
     click.echo(f"created topic {topic} with {partitions} partition(s)", err=True)

@@ -81,6 +81,9 @@ def test_archive_command_and_consume_below_redis(
     assert failed.returncode == 1 and failed.stdout == b""
     (message,) = failed.stderr.decode().strip().splitlines()  # one line, no warnings
     assert "the archive is unreachable" in message
+    failed = cli(redis_url, tmp_path, "create", "typo", pg_dsn=unreachable)
+    assert failed.returncode == 1 and b"unreachable" in failed.stderr
+    assert ok(run("topics")) == "words\n"  # nothing was created
 
     # Redis loses its data: every command restores the topics from the archive first.
     redis.Redis.from_url(redis_url).flushall()
