@@ -298,6 +298,25 @@ def test_add_partitions_grows_and_never_shrinks(make_log: Callable[[], Log]) -> 
     asyncio.run(scenario())
 
 
+def test_idle_producer_ids_expire_after_a_day(make_log: Callable[[], Log], monkeypatch) -> None:
+    import kafkaesque.log
+
+    async def scenario() -> None:
+        log = make_log()
+        await log.create_topic(TopicConfig("exp", 1))
+        producers = log._keys("exp", 0)[3]
+        day = 86_400_000
+        for pid, now in ((1, 0), (2, day // 2), (3, day + 1)):
+            monkeypatch.setattr(kafkaesque.log, "_now_ms", lambda now=now: now)
+            await log.append("exp", 0, [producer_batch(words(0, 1), pid, 0, 0)])
+        # Producer 1 was last seen more than a day before producer 3's append.
+        assert sorted(await log.redis.hkeys(producers)) == [b"2", b"3"]
+        await log.delete_topic("exp")
+        assert await log.redis.keys("*exp*") == []
+
+    asyncio.run(scenario())
+
+
 def test_offset_for_timestamp_finds_first_record_at_or_after(make_log: Callable[[], Log]) -> None:
     async def scenario() -> None:
         log = make_log()

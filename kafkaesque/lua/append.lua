@@ -119,6 +119,11 @@ for i = 4, #ARGV, 5 do
   end
 end
 
+-- Producer ids unused for a day are forgotten (Kafka's producer.id.expiration.ms), so the
+-- producer state stays bounded however many short-lived producers come and go; a few are
+-- dropped per append, oldest first, tracked in a sorted set by last use.
+local PRODUCER_EXPIRY_MS = 86400000
+local seen, now, touched = prefix .. 'producers_seen', tonumber(ARGV[3]), false
 for pid, state in pairs(states) do
   if state then
     local words = {state.epoch}
@@ -127,6 +132,16 @@ for pid, state in pairs(states) do
       words[#words + 1] = b[1] .. ':' .. b[2] .. ':' .. offset
     end
     redis.call('HSET', producers, pid, table.concat(words, ' '))
+    redis.call('ZADD', seen, now, pid)
+    touched = true
+  end
+end
+if touched then
+  local expired = redis.call('ZRANGEBYSCORE', seen, '-inf', now - PRODUCER_EXPIRY_MS,
+    'LIMIT', 0, 16)
+  if #expired > 0 then
+    redis.call('HDEL', producers, unpack(expired))
+    redis.call('ZREM', seen, unpack(expired))
   end
 end
 
