@@ -384,6 +384,16 @@ def test_admin_create_delete_partitions_and_configs(redis_url: str) -> None:
         assert (await client.call(again)).topics[0].error_code == ErrorCode.topic_already_exists
         dry = request(19, 3, timeout=SECOND, validate_only=True, topics=(creatable("dry"),))
         assert (await client.call(dry)).topics[0].error_code == ErrorCode.none
+        # Kafka configs asking for what this broker does anyway pass; others do not.
+        same = {"min.insync.replicas": "1", "compression.type": "producer"}
+        refused = {"min.insync.replicas": "2"}
+        for configs, error in ((same, ErrorCode.none), (refused, ErrorCode.invalid_config)):
+            answer = await client.call(
+                request(
+                    19, 3, timeout=SECOND, validate_only=True, topics=(creatable("d", **configs),)
+                )
+            )
+            assert answer.topics[0].error_code == error
         assert await server.broker.log.list_topics() == ["c1"]
         config = await server.broker.log.topic("c1")
         assert (config.partitions, config.ttl, config.page_size) == (2, 60, 100)

@@ -24,11 +24,22 @@ TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 
 
+# Kafka topic configs accepted when they ask for what this broker does anyway (one broker,
+# batches stored as sent, the producer's timestamps): tools that set them keep working.
+FIXED_CONFIGS = {
+    "cleanup.policy": ("delete",),
+    "compression.type": ("producer",),
+    "message.timestamp.type": ("CreateTime",),
+    "min.insync.replicas": ("1",),
+    "unclean.leader.election.enable": ("true", "false"),
+}
+
+
 def config_from_request(broker: Broker, topic: Any) -> TopicConfig:
     """A TopicConfig from a CreateTopics entry; raises LogError subclasses for bad input.
 
     Topic configs understood: retention.ms (how long a closed page is kept; -1 forever),
-    kafkaesque.page.size, kafkaesque.max.pages, and cleanup.policy=delete."""
+    kafkaesque.page.size, kafkaesque.max.pages, and FIXED_CONFIGS."""
     partitions = topic.num_partitions
     if topic.assignments:
         if partitions not in (-1, len(topic.assignments)):
@@ -53,9 +64,10 @@ def config_from_request(broker: Broker, topic: Any) -> TopicConfig:
                 settings["page_size"] = int(value)
             elif name == "kafkaesque.max.pages":
                 settings["max_pages"] = int(value)
-            elif name == "cleanup.policy":
-                if value != "delete":
-                    raise InvalidConfig("only cleanup.policy=delete is supported")
+            elif name in FIXED_CONFIGS:
+                if value not in FIXED_CONFIGS[name]:
+                    allowed = " or ".join(FIXED_CONFIGS[name])
+                    raise InvalidConfig(f"{name} can only be {allowed} here")
             else:
                 raise InvalidConfig(f"unknown topic config {name!r}")
         except (TypeError, ValueError):
