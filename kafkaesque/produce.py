@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import random
+import select
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,32 +26,72 @@ class ProduceSummary:
     seconds: float = 0.0
 
 
+def _would_not_block(stream: BinaryIO) -> Callable[[], bool]:
+    """A check that the stream's next read returns at once: always for regular files and
+    in-memory streams, else whether the descriptor (pipe, terminal, socket) is readable now."""
+    try:
+        fd = stream.fileno()
+        mode = os.fstat(fd).st_mode
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+        return lambda: True
+    if stat.S_ISREG(mode) or stat.S_ISBLK(mode):
+        return lambda: True
+
+    def readable() -> bool:
+        try:
+            return bool(select.select([fd], [], [], 0)[0])
+        except (OSError, ValueError):  # cannot poll it: send what has been read
+            return False
+
+    return readable
+
+
 def iter_line_chunks(stream: BinaryIO, chunk_size: int = READ_CHUNK):
     """Yield (lines, bytes consumed) per chunk. Only the b"\\n" terminator is removed; a
-    last line without one is still a record; nothing is decoded."""
+    last line without one is still a record; nothing is decoded.
+
+    Reads take what is available (read1, else read: a raw stream's read returns what is
+    there), so lines trickling in through a pipe or a terminal are yielded as soon as the
+    next read would block, a partial last line waiting for its end or EOF. Input that is
+    ready (a file, a fast pipe) is gathered into chunks of about chunk_size bytes, each held
+    back until the next read has returned data, so a final unterminated line joins its chunk."""
+    read = getattr(stream, "read1", None) or stream.read
+    ready = _would_not_block(stream)
     leftover = b""
-    pending: tuple[list[bytes], int] | None = None
+    lines: list[bytes] = []
+    consumed = 0
     while True:
-        data = stream.read(chunk_size)
+        data = read(chunk_size)
         if not data:
             break
-        # Hold each chunk back one read, so a final unterminated line joins its batch.
-        if pending is not None:
-            yield pending
-        lines = (leftover + data).split(b"\n")
-        leftover = lines.pop()
-        pending = (lines, len(data))
-    if pending is None:
-        pending = ([], 0)
+        if consumed >= chunk_size:
+            yield lines, consumed
+            lines, consumed = [], 0
+        chunk = (leftover + data).split(b"\n")
+        leftover = chunk.pop()
+        if lines:
+            lines.extend(chunk)
+        else:
+            lines = chunk
+        consumed += len(data)
+        if not ready():
+            # Nothing more yet: send what has arrived rather than wait for more.
+            yield lines, consumed
+            lines, consumed = [], 0
     if leftover:
-        pending[0].append(leftover)
-    if pending[0] or pending[1]:
-        yield pending
+        lines.append(leftover)
+    if lines or consumed:
+        yield lines, consumed
 
 
 class LineProducer:
     """Batches lines per partition and appends them: keyed records by murmur2 of the key,
-    keyless ones round-robin per batch, or all to one fixed partition."""
+    keyless ones round-robin per batch, or all to one fixed partition.
+
+    The round-robin starts at a random partition (from rng, default the random module), as
+    the sticky partitioner of Kafka's producers does, so short runs spread over the
+    partitions. With a key separator, each batch_size keyless records of a chunk go to one
+    partition, the next ones to the next partition."""
 
     def __init__(
         self,
@@ -58,6 +102,7 @@ class LineProducer:
         partition: int | None = None,
         key_separator: bytes | None = None,
         compression: Compression = Compression.NONE,
+        rng: random.Random | None = None,
     ) -> None:
         self.log = log
         self.config = config
@@ -65,7 +110,7 @@ class LineProducer:
         self.partition = partition
         self.key_separator = key_separator
         self.compression = compression
-        self._next_partition = 0
+        self._next_partition = (rng or random).randrange(config.partitions)
 
     def _round_robin(self) -> int:
         p = self._next_partition
@@ -87,6 +132,7 @@ class LineProducer:
         # Keyed: a line without the separator is a record with a null key.
         per_partition: dict[int, tuple[list[bytes | None], list[bytes]]] = {}
         sep, n = self.key_separator, self.config.partitions
+        keyless, keyless_partition = 0, 0
         for line in lines:
             key, found, value = line.partition(sep)
             if not found:
@@ -94,7 +140,11 @@ class LineProducer:
             if self.partition is not None:
                 p = self.partition
             elif key is None:
-                p = self._round_robin()
+                # A batch of keyless records to one partition, the next batch to the next.
+                if keyless % size == 0:
+                    keyless_partition = self._round_robin()
+                keyless += 1
+                p = keyless_partition
             else:
                 p = partition_for_key(key, n)
             keys, values = per_partition.setdefault(p, ([], []))
