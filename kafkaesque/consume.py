@@ -85,9 +85,13 @@ class Consumer:
         fetch_size: int = 1024,
         fmt: str = "value",
         commit: Callable[[dict[int, int]], Awaitable[None]] | None = None,
+        whole_topic: bool = False,
     ) -> None:
         """``commit`` is called with the partitions' next offsets after records were
-        written and flushed (at-least-once: a crash re-reads at most one fetch)."""
+        written and flushed (at-least-once: a crash re-reads at most one fetch).
+        ``whole_topic``: when following, partitions added meanwhile are read too, from
+        their start."""
+        self.whole_topic = whole_topic
         self.log = log
         self.commit = commit
         self.topic = topic
@@ -146,9 +150,17 @@ class Consumer:
                     return written
                 out.flush()
                 await _wait_for_append(pubsub)
+                if self.whole_topic:
+                    await self._add_new_partitions()
         finally:
             if pubsub is not None:
                 await pubsub.aclose()
+
+    async def _add_new_partitions(self) -> None:
+        """Follow partitions added to the topic (`alter`, CreatePartitions) since."""
+        partitions = (await self.log.topic(self.topic)).partitions
+        for p in range(len(self.offsets), partitions):
+            self.offsets[p] = await self.log.earliest_offset(self.topic, p)
 
     async def _commit(self, out: BinaryIO) -> None:
         if self.commit is not None:

@@ -72,6 +72,11 @@ def test_follow_waits_for_new_records(home: Path) -> None:
         assert follower.stdout.readline() == b"second\n"
         assert follower.stdout.readline() == b"third\n"
         assert time.monotonic() - started < 5
+        # A partition added while following is followed too.
+        assert run(home, "alter", "live", "--partitions", "2").returncode == 0
+        added = run(home, "produce", "live", "--partition", "1", input=b"in-new\n")
+        assert added.returncode == 0
+        assert follower.stdout.readline() == b"in-new\n"
         assert follower.poll() is None  # still following
     finally:
         follower.terminate()

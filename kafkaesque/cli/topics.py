@@ -268,7 +268,15 @@ async def consume(
             offsets[p] = committed[p]
         else:
             offsets[p] = await log.earliest_offset(topic, p)
-    consumer = Consumer(log, topic, offsets, fetch_size=fetch_size, fmt=fmt, commit=commit)
+    consumer = Consumer(
+        log,
+        topic,
+        offsets,
+        fetch_size=fetch_size,
+        fmt=fmt,
+        commit=commit,
+        whole_topic=partition is None,
+    )
     out = sys.stdout.buffer
     try:
         await consumer.run(out, follow=follow, max_records=max_records)
