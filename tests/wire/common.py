@@ -92,9 +92,7 @@ def _field(obj: dict, name: str) -> bytes | None:
 
 
 def from_json(obj: dict) -> Rec:
-    headers = tuple(
-        (h["key"], h["value"].encode() if "value" in h else None) for h in obj.get("headers", [])
-    )
+    headers = tuple((h["key"], _field(h, "value")) for h in obj.get("headers", []))
     return Rec(
         partition=obj["partition"],
         offset=obj["offset"],
