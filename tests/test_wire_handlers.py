@@ -234,7 +234,7 @@ def test_idle_and_half_sent_connections_close(redis_url: str) -> None:
             await client.close()
         await busy.close()
 
-    run(redis_url, scenario, connections_max_idle_ms=250)
+    run(redis_url, scenario, connections_max_idle_ms=500)
 
 
 def test_fetch_limits_long_poll_and_out_of_range(redis_url: str) -> None:
