@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from kafkaesque.cli.base import Context, echo_table, main, pass_context, run_async
+from kafkaesque.cli.base import (
+    Context,
+    check_pg_dsn,
+    echo_table,
+    main,
+    pass_context,
+    run_async,
+)
 
 if TYPE_CHECKING:
     from storage_pg.archiver import ArchiveSummary
@@ -19,6 +26,7 @@ if TYPE_CHECKING:
 @click.option(
     "--pg-dsn",
     envvar="KAFKAESQUE_PG_DSN",
+    callback=check_pg_dsn,
     help="The archive (env KAFKAESQUE_PG_DSN). Default: the global --pg-dsn, else a private "
     "PostgreSQL under the data directory.",
 )

@@ -196,7 +196,8 @@ def url_option(*schemes: str, form: str) -> Callable[..., str | None]:
             return None
         url = urllib.parse.urlsplit(value)
         try:
-            port_ok = url.port is None or url.port >= 0
+            # several host:port pairs (libpq's failover form) are left to the driver
+            port_ok = "," in url.netloc or url.port is None or url.port >= 0
         except ValueError:  # not a number, or out of 0..65535
             port_ok = False
         if url.scheme not in schemes or not port_ok:
@@ -204,6 +205,10 @@ def url_option(*schemes: str, form: str) -> Callable[..., str | None]:
         return value
 
     return check
+
+
+# The check every --pg-dsn option (global, archive, spark) runs.
+check_pg_dsn = url_option("postgresql", "postgres", form="postgresql://user:password@host:port/db")
 
 
 @click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
@@ -225,7 +230,7 @@ def url_option(*schemes: str, form: str) -> Callable[..., str | None]:
 @click.option(
     "--pg-dsn",
     envvar="KAFKAESQUE_PG_DSN",
-    callback=url_option("postgresql", "postgres", form="postgresql://user:password@host:port/db"),
+    callback=check_pg_dsn,
     help="PostgreSQL archive (postgresql://user:password@host:port/db). Default: the "
     "private PostgreSQL under the data directory (serve and archive start it; other "
     "commands use it once it exists).",

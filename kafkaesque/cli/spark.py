@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from kafkaesque.cli.base import Context, main, one_line_errors, pass_context
+from kafkaesque.cli.base import Context, check_pg_dsn, main, one_line_errors, pass_context
 
 
 @main.group()
@@ -38,6 +38,7 @@ def job_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--pg-dsn",
         envvar="KAFKAESQUE_PG_DSN",
+        callback=check_pg_dsn,
         help="The archive (env KAFKAESQUE_PG_DSN). Default: the global --pg-dsn, else the "
         "private PostgreSQL under the data directory (reachable over TCP: JDBC needs it).",
     )(fn)
