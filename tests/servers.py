@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 import time
@@ -10,10 +11,28 @@ from pathlib import Path
 from kafkaesque.embedded import redis_server_binary
 
 
+def _ephemeral_floor() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port below the ephemeral range. A port the kernel hands out
+    (bind to 0) may meanwhile become the local port of an outgoing connection, or of a
+    connect that wait_for_port makes to it (TCP can connect a socket to itself), and the
+    server that should listen there then finds it taken."""
+    high = _ephemeral_floor()
+    for _ in range(100):
+        port = random.randrange(max(1024, high - 12000), high)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port found")
 
 
 def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 10.0) -> None:
