@@ -129,7 +129,7 @@ class Consumer:
         try:
             while True:
                 got_any = False
-                for p in list(self.offsets):
+                for p in await self._to_poll(following=pubsub is not None):
                     before = self.offsets[p]
                     lines = await self._poll(p)
                     if not lines:
@@ -155,6 +155,16 @@ class Consumer:
         finally:
             if pubsub is not None:
                 await pubsub.aclose()
+
+    async def _to_poll(self, following: bool) -> list[int]:
+        """The partitions to read now. Following, only those whose log end moved from
+        our offset (one round trip for all), so an idle follow of many partitions costs
+        Redis next to nothing; otherwise all (a read also reports what is out of range)."""
+        partitions = list(self.offsets)
+        if not following:
+            return partitions
+        ends = await self.log.log_ends(self.topic, partitions)
+        return [p for p, end in zip(partitions, ends, strict=True) if end != self.offsets[p]]
 
     async def _add_new_partitions(self) -> None:
         """Follow partitions added to the topic (`alter`, CreatePartitions) since."""

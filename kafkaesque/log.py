@@ -17,7 +17,7 @@ import dataclasses
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -455,10 +455,17 @@ class Log:
 
     async def leader_epochs(self, topic: str, partitions: int) -> list[int]:
         """The current leader epoch of each partition (one round trip)."""
+        return await self._meta_values(topic, range(partitions), "epoch")
+
+    async def log_ends(self, topic: str, partitions: Iterable[int]) -> list[int]:
+        """The log end offset of each of ``partitions`` (one round trip, no retention)."""
+        return await self._meta_values(topic, partitions, "end")
+
+    async def _meta_values(self, topic: str, partitions: Iterable[int], name: str) -> list[int]:
         pipe = self.redis.pipeline(transaction=False)
-        for p in range(partitions):
-            pipe.hget(self._keys(topic, p)[0], "epoch")
-        return [int(e or 0) for e in await pipe.execute()]
+        for p in partitions:
+            pipe.hget(self._keys(topic, p)[0], name)
+        return [int(v or 0) for v in await pipe.execute()]
 
     async def epoch_end_offset(self, topic: str, partition: int, epoch: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch: (the largest epoch <= ``epoch`` this partition had, the
