@@ -90,13 +90,18 @@ async def offset_for_leader_epoch(broker: Broker, request: Request) -> Any:
     partition_class = schema_class(schema, "EpochEndOffset")
     topics = []
     for t in request.body.topics:
+        try:  # the topic's current epochs, one round trip for all its partitions
+            config = await broker.log.topic(t.topic)
+            epochs = await broker.log.leader_epochs(t.topic, config.partitions)
+        except UnknownTopic:
+            epochs = []
         partitions = []
         for p in t.partitions:
             error, epoch, end = ErrorCode.none, -1, -1
             try:
-                if not 0 <= p.partition < (await broker.log.topic(t.topic)).partitions:
+                if not 0 <= p.partition < len(epochs):
                     raise UnknownTopic(f"no partition {p.partition} in {t.topic}")
-                current = (await broker.log.leader_epochs(t.topic, p.partition + 1))[p.partition]
+                current = epochs[p.partition]
                 if p.current_leader_epoch >= 0 and p.current_leader_epoch != current:
                     error = (
                         ErrorCode.fenced_leader_epoch
