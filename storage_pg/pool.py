@@ -32,6 +32,10 @@ PG_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.InterfaceError,  # e.g. the connection was closed under a query
     asyncpg.CannotConnectNowError,  # starting up or shutting down
     asyncpg.AdminShutdownError,  # "terminating connection due to administrator command"
+    # A connection lost in the middle of an operation can leave asyncpg's protocol state
+    # behind ("cannot switch to state ...; another operation is in progress"); the pool
+    # drops that connection, and the next attempt takes a new one.
+    asyncpg.InternalClientError,
 )
 
 
