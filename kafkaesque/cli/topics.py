@@ -120,8 +120,9 @@ async def delete(ctx: Context, topic: str) -> None:
 @run_async
 async def alter(ctx: Context, topic: str, partitions: int) -> None:
     """Grow TOPIC to more partitions (as kafka-topics --alter --partitions)."""
-    before = (await ctx.log().topic(topic)).partitions
-    await ctx.log().add_partitions(topic, partitions)
+    log = ctx.log()
+    before = (await log.topic(topic)).partitions
+    await log.add_partitions(topic, partitions)
     click.echo(f"topic {topic}: {before} -> {partitions} partitions", err=True)
 
 
