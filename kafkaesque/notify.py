@@ -14,6 +14,8 @@ import logging
 
 from redis.asyncio import Redis
 
+from kafkaesque.tasks import cancel_and_wait
+
 log = logging.getLogger(__name__)
 
 
@@ -32,13 +34,11 @@ class Notifier:
     async def stop(self) -> None:
         self._stopping = True
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
 
     async def _listen(self) -> None:
         prefix = self._prefix
-        while True:
+        while not self._stopping:
             pubsub = self._redis.pubsub()
             try:
                 await pubsub.psubscribe(prefix + "*")
@@ -48,9 +48,7 @@ class Notifier:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # Redis went away: retry; waiters fall back to timeouts
-                if self._stopping:
-                    # redis-py turns a cancel during connect into ConnectionError: the
-                    # cancel must still end the task, or stop() waits forever.
+                if self._stopping:  # a cancel redis-py turned into a ConnectionError
                     return
                 log.warning("notifications on %s* interrupted: %s", prefix, exc)
                 await asyncio.sleep(1)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -14,6 +13,7 @@ from typing import Any
 from kafkaesque.groups import CoordinatorConfig, GroupCoordinator
 from kafkaesque.log import Log
 from kafkaesque.notify import Notifier
+from kafkaesque.tasks import cancel_and_wait
 from wire.protocol import Request
 
 Handler = Callable[["Broker", Request], Awaitable[Any]]
@@ -66,9 +66,7 @@ class Broker:
 
     async def stop(self) -> None:
         if self._reaper is not None:
-            self._reaper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reaper
+            await cancel_and_wait(self._reaper)
         await self.notifier.stop()
         await self.groups.stop()
 
