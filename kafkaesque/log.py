@@ -198,6 +198,11 @@ class ColdStore(Protocol):
         """The lowest archived offset, None if nothing is."""
         ...
 
+    async def delete_topic(self, topic: str, topic_id: bytes | None, partitions: int) -> bool:
+        """Delete the topic's records (of the incarnation ``topic_id`` too, and keep it from
+        being archived again); True if the store had the topic."""
+        ...
+
 
 class StorageUnavailable(LogError):
     """A store the request needs (the archive) cannot be reached right now; retry later."""
@@ -338,7 +343,17 @@ class Log:
         return sorted(n.decode() for n in await self.redis.smembers(self._topics_key))
 
     async def delete_topic(self, name: str) -> None:
-        config = await self.topic(name)
+        """Delete the topic and its records, the archived ones first: if the archive cannot
+        be reached, nothing is deleted. A topic only the archive still has (deleted while
+        no archive was attached) is deleted from it."""
+        try:
+            config = await self.topic(name)
+        except UnknownTopic:
+            if self.cold is None or not await self.cold.delete_topic(name, None, 0):
+                raise
+            return
+        if self.cold is not None:
+            await self.cold.delete_topic(name, config.topic_id, config.partitions)
         keys = [k for p in range(config.partitions) for k in self._keys(name, p)]
         prefixes = [self._prefix(name, p) for p in range(config.partitions)]
         try:

@@ -35,8 +35,9 @@ import asyncpg
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from kafkaesque.log import ClosedPage, Log, TopicConfig, UnknownTopic
+from kafkaesque.log import ClosedPage, Log, UnknownTopic
 from kafkaesque.records import InvalidRecord, read_header
+from storage_pg.deletion import delete_topic
 from storage_pg.pool import PG_CONNECTION_ERRORS, check_pool, ms_to_pg
 from storage_pg.recovery import recover
 from storage_pg.rows import COLUMNS, Row, batch_rows
@@ -63,13 +64,16 @@ _REJECT = """
 """
 _TOPIC = """
     INSERT INTO topic AS t (name, topic_id, partitions, page_size, ttl, max_pages, created)
-    VALUES ($1, $2, $3, $4, $5, $6, $7)
+    SELECT $1, $2, $3, $4, $5, $6, $7
+    WHERE NOT EXISTS (SELECT FROM deleted_topic WHERE topic_id = $2)
     ON CONFLICT (name) DO UPDATE SET
         partitions = GREATEST(t.partitions, EXCLUDED.partitions),
         page_size = EXCLUDED.page_size, ttl = EXCLUDED.ttl, max_pages = EXCLUDED.max_pages
     WHERE t.topic_id = EXCLUDED.topic_id
     RETURNING topic_id
 """
+_DELETED = "SELECT EXISTS (SELECT FROM deleted_topic WHERE topic_id = $1)"
+_TOPIC_ID = "SELECT topic_id FROM topic WHERE name = $1"
 _EPOCH = """
     INSERT INTO partition_state AS s (topic, partition, leader_epoch) VALUES ($1, $2, $3)
     ON CONFLICT (topic, partition) DO UPDATE
@@ -138,9 +142,10 @@ class Archiver:
         self.recover_first = recover_first
         self._ready = False
         # archived_through per partition as last read from PostgreSQL: a partition whose
-        # log end equals it has nothing new, and needs no transaction
-        self._through: dict[tuple[str, int], int] = {}
-        self._epochs: dict[tuple[str, int], int] = {}
+        # log end equals it has nothing new, and needs no transaction. Keyed by topic id:
+        # a name deleted and created again is another log.
+        self._through: dict[tuple[uuid.UUID, int], int] = {}
+        self._epochs: dict[tuple[uuid.UUID, int], int] = {}
 
     # -- one run ----------------------------------------------------------------------
     async def run_once(
@@ -164,14 +169,14 @@ class Archiver:
         partitions = await self._sync_topics(summary)
         limit = asyncio.Semaphore(self.concurrency)
 
-        async def one(topic: str, partition: int) -> None:
+        async def one(topic: str, topic_id: uuid.UUID, partition: int) -> None:
             async with limit:
-                await self._archive_partition(topic, partition, summary, progress)
+                await self._archive_partition(topic, topic_id, partition, summary, progress)
 
         try:
             async with asyncio.TaskGroup() as group:
-                for topic, partition in partitions:
-                    group.create_task(one(topic, partition))
+                for topic, topic_id, partition in partitions:
+                    group.create_task(one(topic, topic_id, partition))
         except BaseExceptionGroup as group_error:
             # One partition failed (the others were cancelled): raise its error itself, so
             # callers see e.g. a lost connection as such.
@@ -192,10 +197,11 @@ class Archiver:
                     cluster_id.decode(),
                 )
 
-    async def _sync_topics(self, summary: ArchiveSummary) -> list[tuple[str, int]]:
-        """Upsert the topic rows; return the partitions to archive. A topic whose Redis id
-        differs from the archived one (deleted and created again under the same name) is
-        left alone: its offsets start over and would collide with the archived ones."""
+    async def _sync_topics(self, summary: ArchiveSummary) -> list[tuple[str, uuid.UUID, int]]:
+        """Upsert the topic rows; return the partitions to archive. A topic deleted from
+        the archive (deleted while this run started) is skipped. A topic whose Redis id
+        differs from the archived one was deleted and created again under the same name
+        while no archive was attached: the deleted one's records go, as the delete meant."""
         partitions = []
         async with self.pool.acquire() as conn:
             for name in await self.log.list_topics():
@@ -203,30 +209,39 @@ class Archiver:
                     config = await self.log.topic(name)
                 except UnknownTopic:
                     continue  # deleted meanwhile
-                archived_id = await conn.fetchval(
-                    _TOPIC,
+                topic_id = uuid.UUID(bytes=config.topic_id)
+                row = (
                     name,
-                    uuid.UUID(bytes=config.topic_id),
+                    topic_id,
                     config.partitions,
                     config.page_size,
                     config.ttl,
                     config.max_pages,
                     ms_to_pg(config.created_ms),
                 )
-                if archived_id is None:
-                    summary.problems.append(_recreated(name, config))
-                    continue
-                partitions += [(name, p) for p in range(config.partitions)]
+                if await conn.fetchval(_TOPIC, *row) is None:
+                    if await conn.fetchval(_DELETED, topic_id):
+                        continue  # being deleted
+                    log.warning(
+                        "archive: topic %s was deleted and created again; deleting the "
+                        "archived records of the deleted one",
+                        name,
+                    )
+                    await delete_topic(conn, name, None)
+                    if await conn.fetchval(_TOPIC, *row) is None:
+                        continue  # deleted again meanwhile
+                partitions += [(name, topic_id, p) for p in range(config.partitions)]
         return partitions
 
     async def _archive_partition(
         self,
         topic: str,
+        topic_id: uuid.UUID,
         partition: int,
         summary: ArchiveSummary,
         progress: Callable[[ArchiveSummary], None] | None,
     ) -> None:
-        key = (topic, partition)
+        key = (topic_id, partition)
         try:
             state = await self.log.state(topic, partition)
             if self.idle_close_ms is not None:
@@ -247,6 +262,8 @@ class Archiver:
                 if not await conn.fetchval(_LOCK, topic, partition):
                     summary.busy += 1
                     return
+                if await conn.fetchval(_TOPIC_ID, topic) != topic_id:
+                    return  # deleted from the archive since the run began
                 through = await conn.fetchval(_PROGRESS, topic, partition) or 0
                 if through > state.log_end:
                     state = await self.log.state(topic, partition)  # it may have grown
@@ -422,11 +439,3 @@ def _reject(chunk: _Chunk, batch: bytes, first_id: int, exc: Exception) -> None:
         base_offset, count = -1, 0
     chunk.rejected.append((base_offset, first_id, count, batch, str(exc)))
     chunk.bytes += len(batch)
-
-
-def _recreated(name: str, config: TopicConfig) -> str:
-    return (
-        f"topic {name}: its id in Redis ({config.topic_id.hex()}) differs from the archived "
-        "one; it was deleted and created again, and its offsets would collide with the "
-        "archived ones. Not archiving it (rename the archived rows to archive it)"
-    )

@@ -71,12 +71,15 @@ async def recover(log: Log, pool: asyncpg.Pool) -> bool:
         topics = await restored_topics(conn)
         # Ids up to the watermark may have been handed out even where no row shows them
         # (records of a topic deleted before they were archived): never hand them out again.
+        # Nor the ids of deleted topics' records and producers.
         sequence_floor = await conn.fetchval(
             "SELECT GREATEST((SELECT coalesce(max(id), 0) FROM record),"
-            " (SELECT id FROM archive_watermark))"
+            " (SELECT id FROM archive_watermark),"
+            " (SELECT coalesce(max(max_id), 0) FROM deleted_topic))"
         )
         producer_id_floor = await conn.fetchval(
-            "SELECT coalesce(max(max_producer_id), 0) FROM archive_progress"
+            "SELECT GREATEST((SELECT coalesce(max(max_producer_id), 0) FROM archive_progress),"
+            " (SELECT coalesce(max(max_producer_id), 0) FROM deleted_topic))"
         )
         cluster_id = await conn.fetchval("SELECT id FROM cluster")
     if cluster_id is not None:

@@ -24,6 +24,11 @@ Design notes for the tables (migration 1):
   never scan ``record``.
 - ``rejected_batch`` keeps batches whose records cannot be decoded (their CRC was fine, so
   the log accepted them): they are stored raw instead of blocking their partition forever.
+
+Migration 2: ``deleted_topic`` remembers each deleted topic incarnation (by topic id), so
+an archiver that listed the topic before the delete does not archive it again, and a
+restore after Redis lost its data never hands out a record or producer id the deleted
+records used.
 """
 
 from __future__ import annotations
@@ -110,6 +115,20 @@ MIGRATIONS: list[str] = [
         archived_at timestamptz NOT NULL DEFAULT now(),
         PRIMARY KEY (topic, partition, base_offset)
     );
+    """,
+    # 2: deleted topics
+    """
+    CREATE TABLE deleted_topic (
+        topic_id uuid PRIMARY KEY,
+        name text COLLATE "C" NOT NULL,
+        records bigint NOT NULL,
+        max_id bigint NOT NULL,
+        max_producer_id bigint,
+        deleted timestamptz NOT NULL DEFAULT now()
+    );
+    COMMENT ON TABLE deleted_topic IS
+        'topics deleted with their records: never archived again; their highest record '
+        'and producer ids stay floors for a restore of Redis';
     """,
 ]
 

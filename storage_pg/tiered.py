@@ -3,6 +3,7 @@
 ``Archive(dsn)`` is what the CLI and the broker attach to a ``kafkaesque.log.Log``:
 
 - as its ``cold`` store: offsets Redis no longer holds are read from PostgreSQL;
+- as where a deleted topic's records are deleted from too;
 - as its ``recover`` callback: after Redis lost its data, offsets are restored from the
   archive before any append;
 - as the source of the archiver the broker runs on an interval.
@@ -17,12 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 
 import asyncpg
 
 from kafkaesque.log import Log, StorageUnavailable
 from storage_pg.archiver import Archiver
 from storage_pg.cold import ArchiveReader
+from storage_pg.deletion import delete_topic
 from storage_pg.pool import PG_CONNECTION_ERRORS, create_pool
 from storage_pg.recovery import recover
 
@@ -69,6 +72,18 @@ class Archive:
             return await (await self._cold_reader()).read(topic, partition, offset, max_bytes)
         except PG_CONNECTION_ERRORS as exc:
             raise StorageUnavailable(f"the archive is unreachable: {exc}") from exc
+
+    async def delete_topic(self, topic: str, topic_id: bytes | None, partitions: int) -> bool:
+        """Delete the topic's records from the archive (whatever ``strict`` says: a delete
+        that cannot reach the archive must fail, not leave the records behind)."""
+        try:
+            async with (await self.pool()).acquire() as conn:
+                incarnation = None if topic_id is None else uuid.UUID(bytes=topic_id)
+                return await delete_topic(conn, topic, incarnation, partitions)
+        except PG_CONNECTION_ERRORS as exc:
+            raise StorageUnavailable(
+                f"the archive is unreachable, so topic {topic} was not deleted: {exc}"
+            ) from exc
 
     async def recover(self, log: Log) -> None:
         """The Log's ``recover`` callback: restore offsets from the archive."""

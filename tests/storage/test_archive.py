@@ -214,24 +214,6 @@ def test_undecodable_batch_is_kept_raw_and_skipped(redis_url: str, pg_dsn: str) 
     asyncio.run(scenario())
 
 
-def test_recreated_topic_is_not_archived_over_the_old_one(redis_url: str, pg_dsn: str) -> None:
-    async def scenario() -> None:
-        log = make_log(redis_url)
-        await log.create_topic(TopicConfig("t", 1, page_size=2))
-        old = await produce(log, "t", 0, [b"old"] * 4)
-        pool = await create_pool(pg_dsn)
-        await Archiver(log, pool, idle_close_ms=0).run_once()
-        await log.delete_topic("t")
-        await log.create_topic(TopicConfig("t", 1, page_size=2))
-        await produce(log, "t", 0, [b"new"] * 4)
-        summary = await Archiver(log, pool, idle_close_ms=0).run_once()
-        assert summary.rows == 0 and "deleted and created again" in summary.problems[0]
-        assert await archived_rows(pg_dsn) == old
-        await pool.close()
-
-    asyncio.run(scenario())
-
-
 def test_out_of_range_timestamps(redis_url: str, pg_dsn: str) -> None:
     async def scenario() -> None:
         log = make_log(redis_url)

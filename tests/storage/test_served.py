@@ -19,6 +19,7 @@ from tests.servers import free_port
 from tests.wire.conftest import REPO, Broker
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
+AdminClient = pytest.importorskip("confluent_kafka.admin").AdminClient
 
 WORDS = [b"word-%05d" % i for i in range(3000)]
 
@@ -91,6 +92,15 @@ def test_archive_command_and_consume_below_redis(
     assert "end_offset" in ok(run("describe", "words"))
     ok(run("produce", "words", input=b"after\n"))
     assert ok(run("consume", "words")).encode() == lines + b"late\n" * 200 + b"after\n"
+
+    # Deleting a topic deletes its archived records too; not at all if the archive is away.
+    failed = cli(redis_url, tmp_path, "delete", "words", pg_dsn=unreachable)
+    assert failed.returncode == 1 and b"words was not deleted" in failed.stderr
+    assert ok(run("topics")) == "words\n"
+    ok(run("delete", "words"))
+    assert "words" not in ok(run("archive", "--status"))
+    ok(run("create", "words"))
+    assert ok(run("consume", "words")) == ""
 
 
 def test_archive_command_errors(redis_url: str, tmp_path: Path) -> None:
@@ -203,6 +213,13 @@ def test_broker_serves_hot_data_while_postgres_is_down(
         time.sleep(1)  # a few archiver passes fail meanwhile, and are retried
         assert broker.alive()
         assert "cannot reach PostgreSQL" in broker.stderr()
+        # A topic cannot be deleted meanwhile: its archived records would stay behind.
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        future = admin.delete_topics(["hot"], request_timeout=10)["hot"]
+        with pytest.raises(confluent_kafka.KafkaException) as failed:
+            future.result(timeout=30)
+        assert failed.value.args[0].code() == confluent_kafka.KafkaError.KAFKA_STORAGE_ERROR
+        assert b"hot" in broker.cli("topics").stdout
     finally:
         pg_server.start()
     # Back: the archiver catches up with what was produced meanwhile (all but the open

@@ -11,6 +11,7 @@ from kafkaesque.log import (
     InvalidConfig,
     InvalidTopic,
     LogError,
+    StorageUnavailable,
     TopicConfig,
     TopicExists,
     UnknownTopic,
@@ -87,6 +88,7 @@ def error_for(exc: LogError) -> ErrorCode:
         TopicExists: ErrorCode.topic_already_exists,
         UnknownTopic: ErrorCode.unknown_topic_or_partition,
         InvalidReplication: ErrorCode.invalid_replication_factor,
+        StorageUnavailable: ErrorCode.kafka_storage_error,  # the archive: retry later
     }.get(type(exc), ErrorCode.invalid_config)
 
 

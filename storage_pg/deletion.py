@@ -1,0 +1,68 @@
+"""Deleting a topic from the archive, as Kafka deletes a topic's data with the topic.
+
+One transaction per delete. It first takes the archiver's per-partition advisory locks
+(waiting for a chunk being archived to commit), then removes the topic's records, rejected
+batches, progress, epochs and topic row, and leaves a ``deleted_topic`` row per deleted
+incarnation (topic id): an archiver that listed the topic before the delete skips it, and
+a restore of Redis keeps its ids as floors.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+import asyncpg
+
+from storage_pg.schema import ensure_schema
+
+log = logging.getLogger(__name__)
+
+_ARCHIVED = "SELECT topic_id, partitions FROM topic WHERE name = $1"
+_LOCK_PARTITION = "SELECT pg_advisory_xact_lock(hashtext($1), $2)"
+_DROP_RECORDS = """
+    WITH gone AS (DELETE FROM record WHERE topic = $1 RETURNING id)
+    SELECT count(*) AS records, coalesce(max(id), 0) AS max_id FROM gone
+"""
+_DROP_REJECTED = """
+    WITH gone AS (DELETE FROM rejected_batch WHERE topic = $1
+                  RETURNING first_id + record_count - 1 AS last_id)
+    SELECT coalesce(max(last_id), 0) FROM gone
+"""
+_DROP_PROGRESS = """
+    WITH gone AS (DELETE FROM archive_progress WHERE topic = $1 RETURNING max_producer_id)
+    SELECT max(max_producer_id) FROM gone
+"""
+_TOMBSTONE = """
+    INSERT INTO deleted_topic (topic_id, name, records, max_id, max_producer_id)
+    VALUES ($1, $2, $3, $4, $5) ON CONFLICT (topic_id) DO NOTHING
+"""
+
+
+async def delete_topic(
+    conn: asyncpg.Connection, name: str, topic_id: uuid.UUID | None, partitions: int = 0
+) -> bool:
+    """Delete topic ``name`` from the archive: the incarnation archived under that name and,
+    if given, ``topic_id`` (the one in Redis, with ``partitions``), which is then never
+    archived. Returns whether the archive had the topic."""
+    await ensure_schema(conn)
+    async with conn.transaction():
+        archived = await conn.fetchrow(_ARCHIVED, name)
+        if archived is not None:
+            partitions = max(partitions, archived["partitions"])
+        for partition in range(partitions):
+            await conn.execute(_LOCK_PARTITION, name, partition)
+        archived = await conn.fetchrow(_ARCHIVED + " FOR UPDATE", name)
+        records, max_id = await conn.fetchrow(_DROP_RECORDS, name)
+        max_id = max(max_id, await conn.fetchval(_DROP_REJECTED, name))
+        max_producer_id = await conn.fetchval(_DROP_PROGRESS, name)
+        await conn.execute("DELETE FROM partition_state WHERE topic = $1", name)
+        await conn.execute("DELETE FROM topic WHERE name = $1", name)
+        if archived is not None:
+            archived_id = uuid.UUID(str(archived["topic_id"]))
+            await conn.execute(_TOMBSTONE, archived_id, name, records, max_id, max_producer_id)
+        if topic_id is not None and (archived is None or topic_id != archived_id):
+            await conn.execute(_TOMBSTONE, topic_id, name, 0, max_id, max_producer_id)
+    if records:
+        log.info("deleted %d archived records of topic %s", records, name)
+    return archived is not None
