@@ -556,13 +556,20 @@ class Log:
     async def first_unarchived_sequence(self, topic: str, partition: int) -> int | None:
         """The global sequence number of the first record not yet archived, if any."""
         meta, index, *_ = self._keys(topic, partition)
-        archived, log_end = map(int, await self.redis.hmget(meta, "archived", "end"))
-        if archived >= log_end:
+        archived, log_end = await self.redis.hmget(meta, "archived", "end")
+        if log_end is None:
+            raise UnknownTopic(f"unknown topic or partition: {topic}[{partition}]")
+        archived = int(archived or 0)
+        if archived >= int(log_end):
             return None
         found = await self.redis.zrevrangebyscore(index, archived, "-inf", start=0, num=1)
         if not found:
             found = await self.redis.zrange(index, 0, 0)
-        raw = await self.redis.get(self._prefix(topic, partition) + f"bidx:{int(found[0])}")
+        raw = found and await self.redis.get(
+            self._prefix(topic, partition) + f"bidx:{int(found[0])}"
+        )
+        if not raw:  # the reads are not atomic: the topic went in between
+            raise UnknownTopic(f"unknown topic or partition: {topic}[{partition}]")
         for j in range(len(raw) - 16, -1, -16):
             base = int.from_bytes(raw[j : j + 8], "big")
             if base <= archived or j == 0:

@@ -171,7 +171,8 @@ class Archiver:
 
         async def one(topic: str, topic_id: uuid.UUID, partition: int) -> None:
             async with limit:
-                await self._archive_partition(topic, topic_id, partition, summary, progress)
+                with contextlib.suppress(UnknownTopic):  # deleted meanwhile
+                    await self._archive_partition(topic, topic_id, partition, summary, progress)
 
         try:
             async with asyncio.TaskGroup() as group:
@@ -242,15 +243,15 @@ class Archiver:
         progress: Callable[[ArchiveSummary], None] | None,
     ) -> None:
         key = (topic_id, partition)
-        try:
-            state = await self.log.state(topic, partition)
-            if self.idle_close_ms is not None:
-                await self.log.close_idle_pages(topic, partition, self.idle_close_ms)
-        except UnknownTopic:
-            return  # deleted meanwhile
+        state = await self.log.state(topic, partition)
+        if self.idle_close_ms is not None:
+            await self.log.close_idle_pages(topic, partition, self.idle_close_ms)
         if self._epochs.get(key) != state.leader_epoch:
-            async with self.pool.acquire() as conn:
-                await conn.execute(_EPOCH, topic, partition, state.leader_epoch)
+            try:
+                async with self.pool.acquire() as conn:
+                    await conn.execute(_EPOCH, topic, partition, state.leader_epoch)
+            except asyncpg.ForeignKeyViolationError:
+                return  # the topic was deleted from the archive meanwhile
             self._epochs[key] = state.leader_epoch
         if self._through.get(key) == state.log_end:
             await self.log.mark_archived(topic, partition, state.log_end)  # Redis may lag

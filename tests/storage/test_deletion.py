@@ -136,3 +136,30 @@ def test_a_restore_never_reuses_a_deleted_topics_ids(redis_url: str, pg_dsn: str
         await archive.close()
 
     asyncio.run(scenario())
+
+
+def test_deletes_racing_an_archiver_leave_nothing_behind(redis_url: str, pg_dsn: str) -> None:
+    async def scenario() -> None:
+        archive = Archive(pg_dsn)
+        log = attach(make_log(redis_url), archive)
+        archiver = await archive.archiver(make_log(redis_url), idle_close_ms=0)
+        kept = []
+        await log.create_topic(TopicConfig("keep", 1, page_size=1))
+        for round_ in range(15):
+            await log.create_topic(TopicConfig("t", 2, page_size=1))
+            for partition in (0, 1):
+                await produce(log, "t", partition, [b"x"] * (1 + round_ % 3))
+            kept += await produce(log, "keep", 0, [b"%d" % round_])
+            delay = round_ % 5 * 0.002  # the delete lands at different points of the run
+
+            async def delete_later(delay: float = delay) -> None:
+                await asyncio.sleep(delay)
+                await log.delete_topic("t")
+
+            await asyncio.gather(archiver.run_once(), delete_later())
+            await archiver.run_once()
+            assert await archived_rows(pg_dsn) == kept, f"round {round_}"
+        assert await fetchval(pg_dsn, "SELECT count(*) FROM deleted_topic") == 15
+        await archive.close()
+
+    asyncio.run(scenario())
