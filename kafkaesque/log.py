@@ -198,6 +198,13 @@ class ColdStore(Protocol):
         """The lowest archived offset, None if nothing is."""
         ...
 
+    async def find_time(
+        self, topic: str, partition: int, timestamp: int, below: int
+    ) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record below offset ``below`` whose timestamp
+        is at or after ``timestamp``; None if there is none."""
+        ...
+
     async def delete_topic(self, topic: str, topic_id: bytes | None, partitions: int) -> bool:
         """Delete the topic's records (of the incarnation ``topic_id`` too, and keep it from
         being archived again); True if the store had the topic."""
@@ -454,9 +461,16 @@ class Log:
     async def offset_for_timestamp(
         self, topic: str, partition: int, timestamp: int
     ) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record at or after ``timestamp`` (ms) still in
-        Redis, or None when there is none (ListOffsets by time)."""
-        await self.state(topic, partition)  # raises UnknownTopic; applies retention
+        """(offset, timestamp) of the first record at or after ``timestamp`` (ms), in the
+        archive below Redis' oldest offset first; None when there is none (ListOffsets by
+        time)."""
+        state = await self.state(topic, partition)  # raises UnknownTopic; applies retention
+        if self.cold is not None:
+            cold_start = await self.cold.start_offset(topic, partition)
+            if cold_start is not None and cold_start < state.log_start:
+                found = await self.cold.find_time(topic, partition, timestamp, state.log_start)
+                if found is not None:
+                    return found
         meta, index, stats, _ = self._keys(topic, partition)
         batch = await self.scripts.find_time(
             keys=[index, meta, stats], args=[self._prefix(topic, partition), timestamp]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from kafkaesque.records import build_batch
-from storage_pg.pool import PG_EPOCH_MS, pg_to_datetime
+from storage_pg.pool import PG_EPOCH_MS, ms_to_pg, pg_to_datetime, pg_to_ms
 from storage_pg.rows import NO_HEADERS
 
 _SELECT = """
@@ -33,6 +33,14 @@ _SELECT = """
     LIMIT $4
 """
 _START = 'SELECT min("offset") FROM record WHERE topic = $1 AND partition = $2'
+# No index on timestamp (it would cost on every COPY): the partition's offset index range
+# is scanned in order and the scan stops at the first match.
+_FIND_TIME = """
+    SELECT "offset", "timestamp" FROM record
+    WHERE topic = $1 AND partition = $2 AND "offset" < $3 AND "timestamp" >= $4
+    ORDER BY "offset"
+    LIMIT 1
+"""
 _SEQUENCE_MASK = 0x7FFFFFFF
 _BATCH_OVERHEAD = 61  # the batch header
 _RECORD_OVERHEAD = 12  # a record's length, attributes, deltas and sizes, roughly, at most
@@ -58,6 +66,21 @@ class ArchiveReader:
                 return await conn.fetchval(_START, topic, partition)
             except asyncpg.UndefinedTableError:
                 return None  # no archive yet
+
+    async def find_time(
+        self, topic: str, partition: int, timestamp: int, below: int
+    ) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first archived record below offset ``below`` whose
+        timestamp is at or after ``timestamp`` (ms), None if there is none."""
+        target = ms_to_pg(timestamp)
+        if target is None:
+            return None  # beyond every timestamp the archive can hold
+        async with self.pool.acquire() as conn:
+            try:
+                row = await conn.fetchrow(_FIND_TIME, topic, partition, below, target)
+            except asyncpg.UndefinedTableError:
+                return None  # no archive yet
+        return None if row is None else (row["offset"], pg_to_ms(row["timestamp"]))
 
     async def read(self, topic: str, partition: int, offset: int, max_bytes: int) -> list[bytes]:
         """Batches from ``offset`` on (the next archived offset if that one is missing):

@@ -67,6 +67,14 @@ class Archive:
             log.warning("archive unreachable, earliest offset from Redis only: %s", exc)
             return None
 
+    async def find_time(
+        self, topic: str, partition: int, timestamp: int, below: int
+    ) -> tuple[int, int] | None:
+        try:
+            return await (await self._cold_reader()).find_time(topic, partition, timestamp, below)
+        except PG_CONNECTION_ERRORS as exc:
+            raise StorageUnavailable(f"the archive is unreachable: {exc}") from exc
+
     async def read(self, topic: str, partition: int, offset: int, max_bytes: int) -> list[bytes]:
         try:
             return await (await self._cold_reader()).read(topic, partition, offset, max_bytes)

@@ -281,7 +281,7 @@ def test_list_offsets_earliest_latest_and_by_time(redis_url: str) -> None:
             produce("lo", {0: build_batch([b"a", b"b", b"c"], timestamps=[100, 200, 300])})
         )
 
-        async def offset(ts: int) -> tuple[int, int]:
+        async def offset(ts: int, error: ErrorCode = ErrorCode.none) -> tuple[int, int]:
             body = request(
                 2,
                 2,
@@ -300,12 +300,15 @@ def test_list_offsets_earliest_latest_and_by_time(redis_url: str) -> None:
                 ),
             )
             p = (await client.call(body)).topics[0].partitions[0]
-            assert p.error_code == ErrorCode.none
+            assert p.error_code == error
             return p.offset, p.timestamp
 
         assert (await offset(-2))[0] == 0 and (await offset(-1))[0] == 3
         assert await offset(150) == (1, 200)
         assert await offset(301) == (-1, -1)
+        # Later versions' special lookups (-3 max timestamp, ...): an error, not offset 0.
+        for special in (-3, -4, -5):
+            assert await offset(special, ErrorCode.unsupported_version) == (-1, -1)
         await client.close()
 
     run(redis_url, scenario)

@@ -107,6 +107,30 @@ def test_cold_reads_return_what_redis_dropped(redis_url: str, pg_dsn: str) -> No
     asyncio.run(scenario())
 
 
+def test_offsets_by_time_below_redis_come_from_the_archive(redis_url: str, pg_dsn: str) -> None:
+    async def scenario() -> None:
+        pool = await create_pool(pg_dsn)
+        log = make_log(redis_url, cold=ArchiveReader(pool))
+        await log.enable_archiving()
+        await log.create_topic(TopicConfig("t", 1, page_size=10, max_pages=1))
+        # Timestamps 1000, 1010, ... with one out of order: at offset 5 a late 900.
+        stamps = [1000 + 10 * i for i in range(100)]
+        stamps[5] = 900
+        for first in range(0, 100, 10):
+            await produce(log, "t", 0, [b"v"] * 10, timestamps=stamps[first : first + 10])
+        await Archiver(log, pool, idle_close_ms=0).run_once()
+        start = (await log.state("t", 0)).log_start
+        assert start >= 80  # the rest is only in the archive
+        assert await log.offset_for_timestamp("t", 0, 0) == (0, 1000)
+        assert await log.offset_for_timestamp("t", 0, 1041) == (6, 1060)
+        assert await log.offset_for_timestamp("t", 0, 1500) == (50, 1500)
+        assert await log.offset_for_timestamp("t", 0, 1000 + 10 * start) == (start, stamps[start])
+        assert await log.offset_for_timestamp("t", 0, 1991) is None
+        await pool.close()
+
+    asyncio.run(scenario())
+
+
 def test_cold_read_skips_a_gap(redis_url: str, pg_dsn: str) -> None:
     async def scenario() -> None:
         pool = await create_pool(pg_dsn)

@@ -248,8 +248,17 @@ def test_admin_create_list_delete(broker, topic_name):
     meta = client.list_topics(topic, timeout=TIMEOUT)
     assert sorted(meta.topics[topic].partitions) == list(range(6)), f"log:\n{logs}"
 
-    deleted = client.delete_topics([topic], request_timeout=TIMEOUT)
+    # The broker's defaults (CreateTopics v4): its --default-partitions, replication 1.
+    defaulted = topic_name()
+    client.create_topics([NewTopic(defaulted)], request_timeout=TIMEOUT)[defaulted].result(
+        timeout=TIMEOUT
+    )
+    meta = client.list_topics(defaulted, timeout=TIMEOUT)
+    assert len(meta.topics[defaulted].partitions) == 1, f"log:\n{logs}"
+
+    deleted = client.delete_topics([topic, defaulted], request_timeout=TIMEOUT)
     deleted[topic].result(timeout=TIMEOUT)
+    deleted[defaulted].result(timeout=TIMEOUT)
     assert topic not in broker.cli("topics").stdout.decode().split()
     meta = client.list_topics(timeout=TIMEOUT)
     assert topic not in meta.topics

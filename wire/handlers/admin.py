@@ -92,7 +92,7 @@ def error_for(exc: LogError) -> ErrorCode:
     }.get(type(exc), ErrorCode.invalid_config)
 
 
-@api(19, 2, 3)
+@api(19, 2, 4)
 async def create_topics(broker: Broker, request: Request) -> Any:
     schema = response_schema(19, request.api_version)
     result_class = schema_class(schema, "CreatableTopicResult")

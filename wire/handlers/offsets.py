@@ -7,7 +7,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.log import UnknownTopic
+from kafkaesque.log import StorageUnavailable, UnknownTopic
 from wire.broker import Broker, api
 from wire.handlers.metadata import NO_THROTTLE
 from wire.protocol import Request, build, response_schema, schema_class
@@ -26,9 +26,15 @@ async def find_offset(
             return ErrorCode.none, (await broker.log.state(topic, partition)).log_end, -1
         if timestamp == EARLIEST:
             return ErrorCode.none, await broker.log.earliest_offset(topic, partition), -1
+        if timestamp < 0:
+            # Later versions' special lookups (-3 max timestamp, -4 earliest local, ...),
+            # which the advertised versions do not have: an error, not a wrong answer.
+            return ErrorCode.unsupported_version, -1, -1
         found = await broker.log.offset_for_timestamp(topic, partition, timestamp)
     except UnknownTopic:
         return ErrorCode.unknown_topic_or_partition, -1, -1
+    except StorageUnavailable:  # the lookup needs the archive: clients retry this
+        return ErrorCode.kafka_storage_error, -1, -1
     if found is None:
         return ErrorCode.none, -1, -1  # no record at or after that time, as Kafka answers
     return ErrorCode.none, found[0], found[1]
