@@ -164,10 +164,20 @@ class GroupCoordinator:
         data = await self.redis.get(self._key(group_id))
         return None if data is None else Group.unpack(data)
 
+    @property
+    def _active_key(self) -> str:
+        """The groups with members: the only ones the periodic tick has work in."""
+        return f"{self.ns}:groups:active"
+
     async def _save(self, group: Group) -> None:
         pipe = self.redis.pipeline(transaction=True)
         pipe.set(self._key(group.group_id), group.pack())
         pipe.sadd(f"{self.ns}:groups", group.group_id)
+        if group.members:
+            pipe.sadd(self._active_key, group.group_id)
+        else:
+            pipe.srem(self._active_key, group.group_id)
+            pipe.delete(self._key(group.group_id, ":heartbeats"))
         pipe.publish(self.channel(group.group_id), group.generation)
         await pipe.execute()
         self.notifier.notify(group.group_id)
@@ -447,8 +457,10 @@ class GroupCoordinator:
         elif self._barrier_complete(group, _now_ms()):
             self._complete_join(group)
 
-    async def tick(self, group_id: str) -> None:
-        """Expire members whose session timed out; close a join round past its deadline."""
+    async def tick(self, group_id: str, sweep: bool = False) -> None:
+        """Expire members whose session timed out; close a join round past its deadline.
+        ``sweep``: also list the group as active if it has members (heals the set after
+        an upgrade or a process that died between the writes)."""
         now = _now_ms()
         heartbeats = {
             k.decode(): int(v)
@@ -458,6 +470,8 @@ class GroupCoordinator:
             group = await self.load(group_id)
             if group is None:
                 return
+            if sweep and group.members:
+                await self.redis.sadd(self._active_key, group_id)
             changed = False
             for m in list(group.members.values()):
                 if now - heartbeats.get(m.member_id, now) > m.session_timeout_ms:
@@ -470,9 +484,15 @@ class GroupCoordinator:
             if changed:
                 await self._save(group)
 
-    async def tick_all(self) -> None:
-        for group_id in await self.list_groups():
-            await self.tick(group_id)
+    async def tick_all(self, sweep: bool = False) -> None:
+        """Tick every group with members; with ``sweep``, every group there is (empty
+        groups, which can be thousands of short-lived ids, cost nothing otherwise)."""
+        if sweep:
+            group_ids = await self.list_groups()
+        else:
+            group_ids = sorted(g.decode() for g in await self.redis.smembers(self._active_key))
+        for group_id in group_ids:
+            await self.tick(group_id, sweep)
 
     # -- offsets --------------------------------------------------------------------
     async def commit(
@@ -560,6 +580,7 @@ class GroupCoordinator:
                 self._key(group_id, ":heartbeats"),
             )
             await self.redis.srem(f"{self.ns}:groups", group_id)
+            await self.redis.srem(self._active_key, group_id)
         return GroupError.NONE
 
 

@@ -98,6 +98,35 @@ def test_two_members_join_one_round_and_sync(coordinator) -> None:
     asyncio.run(scenario())
 
 
+def test_only_groups_with_members_are_ticked(coordinator) -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        active = f"{c.ns}:groups:active"
+        a = await join(c, session_ms=300)
+        await c.sync("g", 1, a.member_id, None, {a.member_id: b"x"})
+        assert await c.redis.smembers(active) == {b"g"}
+        # A member that stops heartbeating is expired by the regular tick...
+        await asyncio.sleep(0.4)
+        await c.tick_all()
+        assert not (await c.load("g")).members
+        # ...and the empty group, its heartbeats gone, is not ticked again.
+        assert await c.redis.smembers(active) == set()
+        assert not await c.redis.exists(c._key("g", ":heartbeats"))
+        # A group with members missing from the set (written by an older version) is
+        # found by the sweep, which lists it again.
+        b = await join(c, session_ms=300)
+        await c.sync("g", 3, b.member_id, None, {b.member_id: b"x"})
+        await c.redis.srem(active, "g")
+        await asyncio.sleep(0.4)
+        await c.tick_all()
+        assert b.member_id in (await c.load("g")).members
+        await c.tick_all(sweep=True)
+        assert not (await c.load("g")).members
+        await c.stop()
+
+    asyncio.run(scenario())
+
+
 def test_member_id_required_and_stale_requests(coordinator) -> None:
     async def scenario() -> None:
         c = coordinator()

@@ -73,10 +73,13 @@ class Broker:
     async def _expire_members(self) -> None:
         """Expire group members whose sessions timed out, and close join rounds past their
         deadline; every broker on the Redis does it, the group lock keeps it single."""
+        ticks = 0
         while True:
             await asyncio.sleep(0.5)
             try:
-                await self.groups.tick_all()
+                # Every group at the start and once a minute, else those with members.
+                await self.groups.tick_all(sweep=ticks % 120 == 0)
+                ticks += 1
             except Exception:
                 logging.getLogger(__name__).exception("expiring group members failed")
 
