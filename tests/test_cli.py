@@ -201,6 +201,9 @@ def test_more_mistakes_are_one_line_errors(ks, redis_url) -> None:
     one_line_error(ks("consume", "m", "--group", ""), 2, "must not be empty")
     one_line_error(ks("group", "", "m", "--reset-offsets", "earliest"), 2, "must not be empty")
     one_line_error(ks("group", "g", "m", "--reset-offsets", "\u00b2"), 2, "--reset-offsets")
+    one_line_error(ks("group", "g", "nosuchtopic"), 1, "nosuchtopic")
+    one_line_error(ks("archive", "--once", "--interval", "5"), 2, "alternatives")
+    one_line_error(ks("archive", "--status", "--interval", "5"), 2, "alternatives")
     runner = CliRunner()
     for url in ("bogus", "redis://127.0.0.1:99999/0", "http://127.0.0.1/"):
         one_line_error(runner.invoke(main, ["--redis-url", url, "topics"]), 2, "--redis-url")
@@ -239,3 +242,12 @@ def test_unreachable_redis_is_a_clear_error() -> None:
         main, ["--redis-url", f"redis://127.0.0.1:{free_port()}/0", "topics"]
     )
     one_line_error(result, 1, "cannot reach Redis")
+
+
+def test_archive_status_creates_no_archive(redis_url: str, tmp_path) -> None:
+    home = tmp_path / "home"
+    result = CliRunner().invoke(
+        main, ["--redis-url", redis_url, "--home", str(home), "archive", "--status"]
+    )
+    assert result.exit_code == 0 and "no archive yet" in result.stdout
+    assert not (home / "pg").exists()  # no PostgreSQL set up, so retention still applies

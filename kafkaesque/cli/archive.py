@@ -55,6 +55,13 @@ async def archive(
     from storage_pg.cold import status
     from storage_pg.pool import create_pool
 
+    given = click.get_current_context().get_parameter_source("mode")
+    if interval is not None and given == click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError("--once, --interval and --status are alternatives: give one")
+    if mode == "status" and not pg_dsn and not ctx.pg_dsn:
+        if not ctx.embedded_postgres().initialised():  # a status query creates nothing
+            click.echo(NO_ARCHIVE)
+            return
     dsn = pg_dsn or ctx.archive_dsn(start=True)
     assert dsn is not None
     pool = await create_pool(dsn, max_size=4)
@@ -108,9 +115,12 @@ def report(summary: ArchiveSummary) -> None:
         click.echo(f"not archived: {problem}", err=True)
 
 
+NO_ARCHIVE = "no archive yet: nothing was archived to this database"
+
+
 def show_status(state: ArchiveStatus) -> None:
     if state.schema_version == 0:
-        click.echo("no archive yet: nothing was archived to this database")
+        click.echo(NO_ARCHIVE)
         return
     updated = state.watermark_updated.isoformat(" ", "seconds") if state.watermark_updated else "-"
     click.echo(f"watermark: {state.watermark} (every record id up to it is archived; {updated})")

@@ -57,14 +57,17 @@ async def describe_group(
         new = {}
         for p in range(config.partitions):
             state = await log.state(topic, p)
+            earliest = await log.earliest_offset(topic, p)  # the archive's, if it has one
             if reset_offsets == "earliest":
-                new[topic, p] = state.log_start
+                new[topic, p] = earliest
             elif reset_offsets == "latest":
                 new[topic, p] = state.log_end
             else:  # clamped to what the partition holds, as Kafka's tool does
-                new[topic, p] = min(max(int(reset_offsets), state.log_start), state.log_end)
+                new[topic, p] = min(max(int(reset_offsets), earliest), state.log_end)
         await coordinator.reset_offsets(group, new)
         click.echo(f"reset {len(new)} partition(s) of {topic} for group {group}", err=True)
+    if topic is not None and reset_offsets is None:
+        await log.topic(topic)  # an unknown topic is an error, not an empty table
     loaded = await coordinator.load(group)
     if loaded is None:
         raise click.ClickException(f"no such group: {group}")
