@@ -205,11 +205,19 @@ def test_more_mistakes_are_one_line_errors(ks, redis_url) -> None:
     one_line_error(ks("archive", "--once", "--interval", "5"), 2, "alternatives")
     one_line_error(ks("archive", "--status", "--interval", "5"), 2, "alternatives")
     runner = CliRunner()
-    for url in ("bogus", "redis://127.0.0.1:99999/0", "http://127.0.0.1/"):
+    for url in (
+        "bogus",
+        "redis://127.0.0.1:99999/0",
+        "http://127.0.0.1/",
+        "redis://[::1",
+        "redis://127.0.0.1:0/0",
+        "redis://127.0.0.1/0?socket_timeout=abc",
+    ):
         one_line_error(runner.invoke(main, ["--redis-url", url, "topics"]), 2, "--redis-url")
-    for dsn in ("bogus", "postgresql://u:p@127.0.0.1:99999/db"):
+    for dsn in ("bogus", "postgresql://u:secret@127.0.0.1:99999/db", "postgresql://[::1"):
         args = ["--redis-url", redis_url, "--pg-dsn", dsn, "topics"]
-        one_line_error(runner.invoke(main, args), 2, "--pg-dsn")
+        one_line_error(result := runner.invoke(main, args), 2, "--pg-dsn")
+        assert "secret" not in result.output  # a password is never echoed
     assert ok(ks("topics")).stdout == "m\n"  # nothing was created by the failures
 
 

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import re
 import sys
 import urllib.parse
 from collections.abc import Callable, Coroutine, Iterator
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 import redis.asyncio
+import redis.connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
@@ -194,14 +196,18 @@ def url_option(*schemes: str, form: str) -> Callable[..., str | None]:
     def check(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
         if value is None:
             return None
-        url = urllib.parse.urlsplit(value)
         try:
+            url = urllib.parse.urlsplit(value)  # ValueError: a broken [IPv6] host
             # several host:port pairs (libpq's failover form) are left to the driver
-            port_ok = "," in url.netloc or url.port is None or url.port >= 0
-        except ValueError:  # not a number, or out of 0..65535
-            port_ok = False
-        if url.scheme not in schemes or not port_ok:
-            raise click.BadParameter(f"expected {form}, got {value!r}")
+            port = None if "," in url.netloc else url.port  # ValueError: not a port number
+            valid = url.scheme in schemes and port != 0
+            if url.scheme.startswith("redis") or url.scheme == "unix":
+                redis.connection.parse_url(value)  # ValueError: a bad db or option
+        except ValueError:  # also a port that is not a number, or out of 0..65535
+            valid = False
+        if not valid:
+            shown = re.sub(r"(//[^:/@]*:)[^@/]*@", r"\1***@", value)  # never echo a password
+            raise click.BadParameter(f"expected {form}, got {shown!r}")
         return value
 
     return check
