@@ -166,7 +166,7 @@ class Archiver:
             self._epochs.clear()
         await self.log.enable_archiving()
         await self._record_cluster()
-        partitions = await self._sync_topics(summary)
+        partitions = await self._sync_topics()
         limit = asyncio.Semaphore(self.concurrency)
 
         async def one(topic: str, topic_id: uuid.UUID, partition: int) -> None:
@@ -198,7 +198,7 @@ class Archiver:
                     cluster_id.decode(),
                 )
 
-    async def _sync_topics(self, summary: ArchiveSummary) -> list[tuple[str, uuid.UUID, int]]:
+    async def _sync_topics(self) -> list[tuple[str, uuid.UUID, int]]:
         """Upsert the topic rows; return the partitions to archive. A topic deleted from
         the archive (deleted while this run started) is skipped. A topic whose Redis id
         differs from the archived one was deleted and created again under the same name
