@@ -8,11 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
+from kafkaesque.group_state import GroupState, JoinRequest
 from kafkaesque.groups import (
-    COMPLETING,
-    EMPTY,
-    PREPARING,
-    STABLE,
     CoordinatorConfig,
     GroupBusy,
     GroupCoordinator,
@@ -46,8 +43,7 @@ async def join(
     protocols=PROTOCOLS,
     known: bool = False,
 ):
-    return await c.join(
-        "g",
+    request = JoinRequest(
         member_id,
         instance,
         "client",
@@ -56,8 +52,9 @@ async def join(
         10_000,
         "consumer",
         protocols,
-        require_known_member=known,
+        known,
     )
+    return await c.join("g", request)
 
 
 def test_two_members_join_one_round_and_sync(coordinator) -> None:
@@ -74,14 +71,14 @@ def test_two_members_join_one_round_and_sync(coordinator) -> None:
         # A second member triggers a rebalance; the first learns of it by heartbeat.
         second_join = asyncio.create_task(join(c))
         await asyncio.sleep(0.1)
-        assert (await c.load("g")).state == PREPARING
+        assert (await c.load("g")).state == GroupState.PREPARING
         assert await c.heartbeat("g", 1, first.member_id, None) == GroupError.REBALANCE_IN_PROGRESS
         first_again = await join(c, first.member_id)
         second = await second_join
         assert first_again.generation == second.generation == 2
         assert first_again.leader == first.member_id and len(first_again.members) == 2
         assert second.members == []  # only the leader gets the members
-        assert (await c.load("g")).state == COMPLETING
+        assert (await c.load("g")).state == GroupState.COMPLETING
         # The follower waits for the leader's assignment.
         follower = asyncio.create_task(c.sync("g", 2, second.member_id, None, {}))
         await asyncio.sleep(0.05)
@@ -91,7 +88,7 @@ def test_two_members_join_one_round_and_sync(coordinator) -> None:
         )
         assert leader == (GroupError.NONE, b"A")
         assert await follower == (GroupError.NONE, b"B")
-        assert (await c.load("g")).state == STABLE
+        assert (await c.load("g")).state == GroupState.STABLE
         assert await c.heartbeat("g", 2, second.member_id, None) == GroupError.NONE
         await c.stop()
 
@@ -101,7 +98,7 @@ def test_two_members_join_one_round_and_sync(coordinator) -> None:
 def test_only_groups_with_members_are_ticked(coordinator) -> None:
     async def scenario() -> None:
         c = coordinator()
-        active = f"{c.ns}:groups:active"
+        active = c.keys.groups_active
         a = await join(c, session_ms=300)
         await c.sync("g", 1, a.member_id, None, {a.member_id: b"x"})
         assert await c.redis.smembers(active) == {b"g"}
@@ -111,7 +108,7 @@ def test_only_groups_with_members_are_ticked(coordinator) -> None:
         assert not (await c.load("g")).members
         # ...and the empty group, its heartbeats gone, is not ticked again.
         assert await c.redis.smembers(active) == set()
-        assert not await c.redis.exists(c._key("g", ":heartbeats"))
+        assert not await c.redis.exists(c.keys.group("g", ":heartbeats"))
         # A group with members missing from the set (written by an older version) is
         # found by the sweep, which lists it again.
         b = await join(c, session_ms=300)
@@ -138,11 +135,15 @@ def test_member_id_required_and_stale_requests(coordinator) -> None:
         assert await c.heartbeat("g", 7, first.member_id, None) == GroupError.ILLEGAL_GENERATION
         assert await c.heartbeat("g", 1, "ghost", None) == GroupError.UNKNOWN_MEMBER_ID
         assert (await c.sync("g", 9, first.member_id, None, {}))[0] == GroupError.ILLEGAL_GENERATION
-        other = await c.join("g", "", None, "x", "", 10_000, 10_000, "connect", [("x", b"")], False)
+        other = await c.join(
+            "g", JoinRequest("", None, "x", "", 10_000, 10_000, "connect", [("x", b"")], False)
+        )
         assert other.error == GroupError.INCONSISTENT_GROUP_PROTOCOL
         no_common = await join(c, protocols=[("sticky", b"")])
         assert no_common.error == GroupError.INCONSISTENT_GROUP_PROTOCOL
-        too_short = await c.join("g", "", None, "x", "", 10, 10, "consumer", PROTOCOLS, False)
+        too_short = await c.join(
+            "g", JoinRequest("", None, "x", "", 10, 10, "consumer", PROTOCOLS, False)
+        )
         assert too_short.error == GroupError.INVALID_SESSION_TIMEOUT
         await c.stop()
 
@@ -176,12 +177,12 @@ def test_static_member_rejoins_without_rebalance_and_fences_the_old_id(coordinat
         await c.sync("g", 1, a.member_id, None, {a.member_id: b"mine"})
         restarted = await join(c, instance="i-1")  # a new process, same instance id
         assert restarted.error == GroupError.NONE and restarted.member_id != a.member_id
-        assert restarted.generation == 1 and (await c.load("g")).state == STABLE
+        assert restarted.generation == 1 and (await c.load("g")).state == GroupState.STABLE
         assert await c.sync("g", 1, restarted.member_id, "i-1", {}) == (GroupError.NONE, b"mine")
         assert await c.heartbeat("g", 1, a.member_id, "i-1") == GroupError.FENCED_INSTANCE_ID
         assert (await join(c, a.member_id, instance="i-1")).error == GroupError.FENCED_INSTANCE_ID
         assert await c.leave("g", [("", "i-1")]) == [GroupError.NONE]
-        assert (await c.load("g")).state == EMPTY
+        assert (await c.load("g")).state == GroupState.EMPTY
         await c.stop()
 
     asyncio.run(scenario())
@@ -259,7 +260,7 @@ def test_state_is_shared_by_coordinators_on_one_redis(coordinator) -> None:
 def test_initial_rebalance_delay_gathers_first_members(coordinator) -> None:
     async def scenario() -> None:
         c = coordinator(
-            CoordinatorConfig(initial_rebalance_delay_ms=300, min_session_timeout_ms=100)
+            CoordinatorConfig(initial_rebalance_delay_ms=1500, min_session_timeout_ms=100)
         )
         results = await asyncio.gather(join(c), join(c), join(c))
         assert {r.generation for r in results} == {1}

@@ -7,7 +7,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.groups import MAX_METADATA, GroupError
+from kafkaesque.group_state import MAX_METADATA, GroupError, GroupState, JoinRequest
 from kafkaesque.log import UnknownTopic
 from wire.broker import Broker, api
 from wire.handlers.metadata import NO_THROTTLE
@@ -52,19 +52,21 @@ async def find_coordinator(broker: Broker, request: Request) -> Any:
 async def join_group(broker: Broker, request: Request) -> Any:
     body = request.body
     result = await broker.groups.join(
-        group_id=body.group_id,
-        member_id=body.member_id,
-        instance_id=getattr(body, "group_instance_id", None),
-        client_id=request.client_id or "",
-        client_host=request.client_host,
-        session_timeout_ms=int(body.session_timeout.total_seconds() * 1000),
-        rebalance_timeout_ms=int(body.rebalance_timeout.total_seconds() * 1000)
-        if hasattr(body, "rebalance_timeout")
-        else -1,
-        protocol_type=body.protocol_type,
-        protocols=[(p.name, p.metadata) for p in body.protocols],
-        # v4+: a new member first gets MEMBER_ID_REQUIRED and its id (KIP-394).
-        require_known_member=request.api_version >= 4,
+        body.group_id,
+        JoinRequest(
+            member_id=body.member_id,
+            instance_id=getattr(body, "group_instance_id", None),
+            client_id=request.client_id or "",
+            client_host=request.client_host,
+            session_timeout_ms=int(body.session_timeout.total_seconds() * 1000),
+            rebalance_timeout_ms=int(body.rebalance_timeout.total_seconds() * 1000)
+            if hasattr(body, "rebalance_timeout")
+            else -1,
+            protocol_type=body.protocol_type,
+            protocols=[(p.name, p.metadata) for p in body.protocols],
+            # v4+: a new member first gets MEMBER_ID_REQUIRED and its id (KIP-394).
+            require_known_member=request.api_version >= 4,
+        ),
     )
     schema = response_schema(11, request.api_version)
     member_class = schema_class(schema, "JoinGroupResponseMember")
@@ -230,7 +232,7 @@ async def describe_groups(broker: Broker, request: Request) -> Any:
                     group_class,
                     error_code=ErrorCode.none,
                     group_id=group_id,
-                    group_state="Dead",
+                    group_state=GroupState.DEAD,
                     protocol_type="",
                     protocol_data="",
                     members=(),

@@ -1,0 +1,419 @@
+"""The classic consumer-group protocol as a pure state machine: no I/O, time passed in.
+
+A ``Group`` holds members, generation, chosen protocol, leader and assignments; each
+transition (join, sync, heartbeat, leave, expiry, commit check) is a method or function
+that takes ``now`` in milliseconds and changes only the group it is given. The coordinator
+(kafkaesque/groups.py) loads a group from Redis, applies one transition under the group's
+lock and saves it; so every rebalancing rule here can be tested without Redis.
+
+Kafka's rounds: a member's JoinGroup starts a round (PreparingRebalance); the round closes
+when every member has joined again, or at the deadline (the largest rebalance timeout;
+for the first members of an empty group, group.initial.rebalance.delay.ms). Closing it
+drops members that did not join, bumps the generation, picks the protocol by vote and a
+leader (CompletingRebalance); the leader's SyncGroup carries the assignment (Stable).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
+
+import msgpack
+
+MAX_METADATA = 4096  # Kafka's offset.metadata.max.bytes
+
+
+class GroupState(StrEnum):
+    """Kafka's group states, by the names DescribeGroups reports."""
+
+    EMPTY = "Empty"
+    PREPARING = "PreparingRebalance"
+    COMPLETING = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"  # a group that does not exist (DescribeGroups of an unknown id)
+
+
+class GroupError(IntEnum):
+    """The Kafka error codes the coordinator answers with."""
+
+    NONE = 0
+    OFFSET_METADATA_TOO_LARGE = 12
+    COORDINATOR_NOT_AVAILABLE = 15
+    ILLEGAL_GENERATION = 22
+    INCONSISTENT_GROUP_PROTOCOL = 23
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26
+    REBALANCE_IN_PROGRESS = 27
+    NON_EMPTY_GROUP = 68
+    GROUP_ID_NOT_FOUND = 69
+    MEMBER_ID_REQUIRED = 79
+    FENCED_INSTANCE_ID = 82
+
+
+@dataclass(slots=True)
+class CoordinatorConfig:
+    initial_rebalance_delay_ms: int = 3000  # Kafka's group.initial.rebalance.delay.ms
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1_800_000
+
+
+@dataclass(slots=True)
+class Member:
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocols: list[tuple[str, bytes]]
+    generation: int = -1  # the generation whose join round included this member
+    joined: bool = False  # has joined the round in progress
+    assignment: bytes = b""
+
+    def metadata_for(self, protocol: str | None) -> bytes:
+        return next((m for name, m in self.protocols if name == protocol), b"")
+
+
+@dataclass(frozen=True, slots=True)
+class JoinRequest:
+    """A JoinGroup's fields the state machine needs."""
+
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    require_known_member: bool
+
+
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    error: GroupError
+    member_id: str
+    generation: int = -1
+    protocol: str | None = None
+    leader: str = ""
+    members: list[tuple[str, str | None, bytes]] = field(default_factory=list)  # leader only
+
+
+@dataclass(frozen=True, slots=True)
+class JoinStep:
+    """What a JoinGroup did: an answer now (``result``), or a member at the barrier that
+    waits for a generation past ``generation``. ``changed``: the group must be saved."""
+
+    member_id: str
+    result: JoinResult | None
+    generation: int
+    changed: bool
+
+    @property
+    def heartbeat(self) -> bool:
+        """Whether the join counts as the member's heartbeat (it is one unless refused)."""
+        return self.result is None or self.result.error == GroupError.NONE
+
+
+@dataclass(slots=True)
+class Group:
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    generation: int = 0
+    protocol_type: str = ""
+    protocol: str | None = None
+    leader: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    pending: dict[str, int] = field(default_factory=dict)  # member id -> expiry (ms)
+    deadline_ms: int = 0  # when the join round in progress completes anyway
+    initial: bool = False  # the round started from an empty group: wait out the delay
+
+    # -- persistence format -----------------------------------------------------------
+    def pack(self) -> bytes:
+        d = {k: getattr(self, k) for k in self.__slots__ if k != "members"}
+        d["state"] = str(self.state)
+        d["members"] = [[getattr(m, k) for k in Member.__slots__] for m in self.members.values()]
+        return msgpack.packb(d)
+
+    @classmethod
+    def unpack(cls, data: bytes) -> Group:
+        d = msgpack.unpackb(data)
+        members = [Member(*values) for values in d.pop("members")]
+        for m in members:
+            m.protocols = [tuple(p) for p in m.protocols]
+        d["state"] = GroupState(d["state"])
+        return cls(**d, members={m.member_id: m for m in members})
+
+    def instance_owner(self, instance_id: str | None) -> str | None:
+        if instance_id is None:
+            return None
+        return next(
+            (m.member_id for m in self.members.values() if m.instance_id == instance_id), None
+        )
+
+    # -- join ---------------------------------------------------------------------------
+    def join(self, req: JoinRequest, now: int, config: CoordinatorConfig) -> JoinStep:
+        """A member (re)joins: starts or joins the round in progress."""
+        member_id = req.member_id
+
+        def refuse(error: GroupError, changed: bool = False) -> JoinStep:
+            return JoinStep(member_id, JoinResult(error, member_id), -1, changed)
+
+        if not self.group_id:
+            return refuse(GroupError.INVALID_GROUP_ID)
+        if not (
+            config.min_session_timeout_ms <= req.session_timeout_ms <= config.max_session_timeout_ms
+        ):
+            return refuse(GroupError.INVALID_SESSION_TIMEOUT)
+        if self.members and (
+            req.protocol_type != self.protocol_type or not self._common_protocols(req.protocols)
+        ):
+            return refuse(GroupError.INCONSISTENT_GROUP_PROTOCOL)
+        self.pending = {m: t for m, t in self.pending.items() if t > now}
+        owner = self.instance_owner(req.instance_id)
+        static_rejoin = False
+        if not member_id:
+            member_id = f"{req.client_id}-{uuid.uuid4()}"
+            if owner is not None:
+                # A static member restarted: it takes its old place under a new id, and if
+                # nothing else changed the group keeps its assignment (no rebalance).
+                old = self.members.pop(owner)
+                static_rejoin = self.state == GroupState.STABLE and old.protocols == req.protocols
+                old.member_id = member_id
+                self.members[member_id] = old
+                if self.leader == owner:
+                    self.leader = member_id
+            elif req.require_known_member:
+                self.pending[member_id] = now + req.session_timeout_ms
+                return refuse(GroupError.MEMBER_ID_REQUIRED, changed=True)
+        elif member_id in self.pending:
+            del self.pending[member_id]
+        elif member_id not in self.members:
+            return refuse(GroupError.FENCED_INSTANCE_ID if owner else GroupError.UNKNOWN_MEMBER_ID)
+        elif owner is not None and owner != member_id:
+            return refuse(GroupError.FENCED_INSTANCE_ID)
+        member = self.members.get(member_id)
+        if member is None:
+            member = Member(member_id, req.instance_id, req.client_id, req.client_host, 0, 0, [])
+            self.members[member_id] = member
+        member.session_timeout_ms = req.session_timeout_ms
+        # JoinGroup v0 has no rebalance timeout: Kafka uses the session timeout.
+        member.rebalance_timeout_ms = (
+            req.rebalance_timeout_ms if req.rebalance_timeout_ms >= 0 else req.session_timeout_ms
+        )
+        member.protocols = req.protocols
+        member.client_id, member.client_host = req.client_id, req.client_host
+        self.protocol_type = req.protocol_type
+        generation = self.generation
+        if static_rejoin:
+            return JoinStep(member_id, self.join_result(member_id), generation, True)
+        if self.state != GroupState.PREPARING:
+            self._prepare_rebalance(now, config)
+        member.joined = True
+        self.close_round_if_due(now)
+        return JoinStep(member_id, None, generation, True)
+
+    def join_outcome(self, member_id: str, generation: int) -> JoinResult | None:
+        """The answer for a member waiting at the barrier, or None while it must wait."""
+        member = self.members.get(member_id)
+        if member is None:
+            return JoinResult(GroupError.UNKNOWN_MEMBER_ID, member_id)
+        if member.generation > generation:
+            return self.join_result(member_id)
+        return None
+
+    def join_result(self, member_id: str) -> JoinResult:
+        """A JoinGroup answer: the leader also gets every member's metadata."""
+        members = []
+        if member_id == self.leader:
+            members = [
+                (m.member_id, m.instance_id, m.metadata_for(self.protocol))
+                for m in self.members.values()
+            ]
+        return JoinResult(
+            GroupError.NONE, member_id, self.generation, self.protocol, self.leader or "", members
+        )
+
+    def _prepare_rebalance(self, now: int, config: CoordinatorConfig) -> None:
+        """Start a join round: every member must join again before the deadline."""
+        timeout = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+        # Kafka waits a little for the first members of an empty group to arrive together.
+        self.initial = self.state == GroupState.EMPTY and config.initial_rebalance_delay_ms > 0
+        if self.initial:
+            timeout = min(timeout, config.initial_rebalance_delay_ms)
+        self.deadline_ms = now + timeout
+        self.state = GroupState.PREPARING
+        for m in self.members.values():
+            m.joined = False
+            m.assignment = b""
+
+    def round_due(self, now: int) -> bool:
+        """Whether the round in progress can close: all joined, or past its deadline."""
+        if self.state != GroupState.PREPARING:
+            return False
+        if now >= self.deadline_ms:
+            return True
+        return (
+            not self.initial and not self.pending and all(m.joined for m in self.members.values())
+        )
+
+    def close_round_if_due(self, now: int) -> bool:
+        if not self.round_due(now):
+            return False
+        self._complete_join()
+        return True
+
+    def _common_protocols(self, protocols: Iterable[tuple[str, bytes]]) -> set[str]:
+        names = {name for name, _ in protocols}
+        for m in self.members.values():
+            names &= {name for name, _ in m.protocols}
+        return names
+
+    def _complete_join(self) -> None:
+        """Close the round: drop members that did not join, start the next generation."""
+        self.members = {k: m for k, m in self.members.items() if m.joined}
+        self.generation += 1
+        if not self.members:
+            self.state, self.protocol, self.leader = GroupState.EMPTY, None, None
+            return
+        candidates = self._common_protocols(next(iter(self.members.values())).protocols)
+        # Each member votes for its most preferred protocol among the common ones.
+        votes: dict[str, int] = {}
+        for m in self.members.values():
+            choice = next(name for name, _ in m.protocols if name in candidates)
+            votes[choice] = votes.get(choice, 0) + 1
+        self.protocol = max(votes, key=lambda name: votes[name])
+        if self.leader not in self.members:
+            self.leader = next(iter(self.members))
+        self.state = GroupState.COMPLETING
+        for m in self.members.values():
+            m.generation = self.generation
+            m.joined = False
+
+    # -- sync, leave, expiry ------------------------------------------------------------
+    def sync(
+        self, member_id: str, instance_id: str | None, generation: int, assignments: dict
+    ) -> tuple[GroupError, bool]:
+        """A SyncGroup arrives: the leader's settles the round. Returns (error, changed)."""
+        error = check_member(self, member_id, instance_id, generation)
+        if error:
+            return error, False
+        if self.state == GroupState.PREPARING:
+            return GroupError.REBALANCE_IN_PROGRESS, False
+        if self.state == GroupState.COMPLETING and member_id == self.leader:
+            for m in self.members.values():
+                m.assignment = assignments.get(m.member_id, b"")
+            self.state = GroupState.STABLE
+            return GroupError.NONE, True
+        return GroupError.NONE, False
+
+    def leave(
+        self, leaving: list[tuple[str, str | None]], now: int, config: CoordinatorConfig
+    ) -> list[GroupError]:
+        """Members leave (member id, or instance id for static members)."""
+        errors = []
+        for member_id, instance_id in leaving:
+            owner = self.instance_owner(instance_id)
+            if instance_id is not None and owner is None:
+                errors.append(GroupError.UNKNOWN_MEMBER_ID)
+            elif owner is not None and member_id and owner != member_id:
+                errors.append(GroupError.FENCED_INSTANCE_ID)
+            elif (owner or member_id) not in self.members:
+                errors.append(GroupError.UNKNOWN_MEMBER_ID)
+            else:
+                self._remove(owner or member_id, now, config)
+                errors.append(GroupError.NONE)
+        return errors
+
+    def expire(self, heartbeats: dict[str, int], now: int, config: CoordinatorConfig) -> list[str]:
+        """Remove members whose last heartbeat is older than their session timeout, then
+        close a round past its deadline; returns the removed member ids."""
+        expired = [
+            m.member_id
+            for m in self.members.values()
+            if now - heartbeats.get(m.member_id, now) > m.session_timeout_ms
+        ]
+        for member_id in expired:
+            self._remove(member_id, now, config)
+        return expired
+
+    def _remove(self, member_id: str, now: int, config: CoordinatorConfig) -> None:
+        self.members.pop(member_id, None)
+        if self.leader == member_id:
+            self.leader = None
+        if not self.members:
+            self.state, self.protocol, self.leader = GroupState.EMPTY, None, None
+            self.generation += 1
+        elif self.state in (GroupState.STABLE, GroupState.COMPLETING):
+            self._prepare_rebalance(now, config)
+        else:
+            self.close_round_if_due(now)
+
+
+def check_member(
+    group: Group | None, member_id: str, instance_id: str | None, generation: int
+) -> GroupError:
+    """Whether a request of this member and generation may act on the group."""
+    if group is None or member_id not in group.members:
+        if group is not None and group.instance_owner(instance_id):
+            return GroupError.FENCED_INSTANCE_ID
+        return GroupError.UNKNOWN_MEMBER_ID
+    owner = group.instance_owner(instance_id)
+    if owner is not None and owner != member_id:
+        return GroupError.FENCED_INSTANCE_ID
+    if generation != group.generation:
+        return GroupError.ILLEGAL_GENERATION
+    return GroupError.NONE
+
+
+def sync_outcome(
+    group: Group | None, member_id: str, instance_id: str | None, generation: int, late: bool
+) -> GroupError | None:
+    """A follower waiting for the leader's assignment: its answer, or None to wait on.
+    ``late``: the member's session timeout passed while it waited."""
+    error = check_member(group, member_id, instance_id, generation)
+    if error:
+        return error
+    assert group is not None
+    if group.state == GroupState.STABLE:
+        return GroupError.NONE
+    if group.state != GroupState.COMPLETING or late:
+        return GroupError.REBALANCE_IN_PROGRESS
+    return None
+
+
+def heartbeat_error(
+    group: Group | None, member_id: str, instance_id: str | None, generation: int
+) -> GroupError:
+    """A Heartbeat's answer: REBALANCE_IN_PROGRESS tells the member to join again."""
+    error = check_member(group, member_id, instance_id, generation)
+    if error:
+        return error
+    assert group is not None
+    return (
+        GroupError.REBALANCE_IN_PROGRESS if group.state == GroupState.PREPARING else GroupError.NONE
+    )
+
+
+def commit_error(
+    group: Group | None, member_id: str, instance_id: str | None, generation: int
+) -> GroupError:
+    """Whether an OffsetCommit may store its offsets. Generation -1 and no member id is a
+    standalone commit (admin tools, the CLI), allowed while the group has no members."""
+    if generation < 0 and not member_id:
+        if group is not None and group.members:
+            return GroupError.UNKNOWN_MEMBER_ID
+        return GroupError.NONE
+    error = check_member(group, member_id, instance_id, generation)
+    if error:
+        return error
+    assert group is not None
+    # As Kafka: commits of the current generation are kept while a rebalance is being
+    # prepared (members learn of it by heartbeat); between the join and the sync the
+    # generation is not settled yet.
+    if group.state == GroupState.COMPLETING:
+        return GroupError.REBALANCE_IN_PROGRESS
+    return GroupError.NONE

@@ -1,0 +1,111 @@
+"""The Redis layout: every key, channel and hash tag kafkaesque uses, named in one place.
+
+Python builds keys only through ``Keys``; the Lua scripts get them through KEYS, or get a
+partition's prefix (``Keys.partition``) and append the suffixes listed in ``PARTITION``.
+``PATTERNS`` describes every key that may exist, and a test checks a real Redis after a
+full scenario against it, so the layout cannot drift undocumented (docs/redis-layout.md).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Suffixes after a partition's prefix "NS:{TOPIC:P}:" (the hash tag keeps a partition's keys
+# in one slot, so each script touches one slot). Lua's common.lua appends the same ones.
+PARTITION = {
+    "meta": "hash: log end/start offsets, leader epoch, the open page's counters, settings",
+    "index": "sorted set: page number by its first offset",
+    "page:N": "list: page N's RecordBatch v2 batches",
+    "bidx:N": "string: 16 bytes per batch of page N (base offset, first global sequence)",
+    "stats": "hash: closed page -> 'records bytes max_timestamp'",
+    "producers": "hash: producer id -> epoch and its last 5 batches' sequences and offsets",
+    "producers_seen": "sorted set: producer id by last use (ms)",
+    "epochs": "hash: leader epoch -> the offset it starts at",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """Key names under one namespace (``ks`` by default)."""
+
+    ns: str = "ks"
+
+    # -- cluster-wide ---------------------------------------------------------------
+    @property
+    def topics(self) -> str:
+        return f"{self.ns}:topics"
+
+    def topic(self, name: str) -> str:
+        return f"{self.ns}:topic:{name}"
+
+    @property
+    def gseq(self) -> str:
+        return f"{self.ns}:gseq"
+
+    @property
+    def producer_ids(self) -> str:
+        return f"{self.ns}:producer_ids"
+
+    @property
+    def incarnation(self) -> str:
+        """Present while Redis holds its data: a flush or a restart without persistence
+        removes it, and appends then wait for recovery from the archive."""
+        return f"{self.ns}:incarnation"
+
+    @property
+    def archiving(self) -> str:
+        return f"{self.ns}:archiving"
+
+    @property
+    def cluster_id(self) -> str:
+        return f"{self.ns}:cluster_id"
+
+    def appended(self, topic: str) -> str:
+        """Pub/sub channel: "partition log_end" after every append to the topic."""
+        return f"{self.ns}:appended:{topic}"
+
+    # -- partitions -------------------------------------------------------------------
+    def partition(self, topic: str, partition: int) -> str:
+        """The prefix of a partition's keys, hash tag included (see ``PARTITION``)."""
+        return f"{self.ns}:{{{topic}:{partition}}}:"
+
+    # -- consumer groups ----------------------------------------------------------------
+    @property
+    def groups(self) -> str:
+        return f"{self.ns}:groups"
+
+    @property
+    def groups_active(self) -> str:
+        """The groups with members: the only ones the periodic expiry tick visits."""
+        return f"{self.ns}:groups:active"
+
+    def group(self, group_id: str, part: str = "") -> str:
+        """A group's state (``part`` ""), or its ":heartbeats", ":offsets", ":lock"."""
+        return f"{self.ns}:group:{{{group_id}}}{part}"
+
+    def group_events(self, group_id: str) -> str:
+        """Pub/sub channel announcing the group's state changes."""
+        return f"{self.ns}:groupevents:{group_id}"
+
+    # -- the layout, for checking --------------------------------------------------------
+    def patterns(self) -> dict[str, re.Pattern[str]]:
+        """Every key that may exist, by name: what a full SCAN must match."""
+        ns = re.escape(self.ns)
+        suffix = "|".join(re.escape(s).replace("N", r"\d+") for s in PARTITION)
+        return {
+            name: re.compile(rf"{ns}:{pattern}\Z", re.S)
+            for name, pattern in {
+                "topics": "topics",
+                "topic": r"topic:.+",
+                "gseq": "gseq",
+                "producer_ids": "producer_ids",
+                "incarnation": "incarnation",
+                "archiving": "archiving",
+                "cluster_id": "cluster_id",
+                "partition": rf"\{{.+:\d+\}}:(?:{suffix})",
+                "groups": "groups",
+                "groups_active": r"groups:active",
+                "group": r"group:\{.*\}(?::heartbeats|:offsets|:lock)?",
+            }.items()
+        }

@@ -1,0 +1,165 @@
+"""The group state machine's rules, with time passed in: no Redis, no waiting."""
+
+from __future__ import annotations
+
+from kafkaesque.group_state import (
+    CoordinatorConfig,
+    Group,
+    GroupError,
+    GroupState,
+    JoinRequest,
+    commit_error,
+    heartbeat_error,
+    sync_outcome,
+)
+
+CONFIG = CoordinatorConfig(initial_rebalance_delay_ms=3000, min_session_timeout_ms=100)
+PROTOCOLS = [("range", b"meta-range"), ("roundrobin", b"meta-rr")]
+
+
+def request(member_id: str = "", instance: str | None = None, **kw) -> JoinRequest:
+    fields = dict(
+        member_id=member_id,
+        instance_id=instance,
+        client_id="client",
+        client_host="/127.0.0.1",
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=5_000,
+        protocol_type="consumer",
+        protocols=PROTOCOLS,
+        require_known_member=False,
+    )
+    fields.update(kw)
+    return JoinRequest(**fields)
+
+
+def stable_group_of_two(now: int = 0) -> tuple[Group, str, str]:
+    """Two members that joined one round and synced: generation 1, Stable."""
+    g = Group("g")
+    a = g.join(request(), now, CONFIG)
+    b = g.join(request(), now + 10, CONFIG)
+    assert a.result is None and b.result is None and g.state == GroupState.PREPARING
+    assert g.close_round_if_due(now + CONFIG.initial_rebalance_delay_ms)
+    assert g.sync(g.leader, None, 1, {a.member_id: b"A", b.member_id: b"B"}) == (
+        GroupError.NONE,
+        True,
+    )
+    return g, a.member_id, b.member_id
+
+
+def test_first_members_wait_out_the_initial_delay_then_one_round() -> None:
+    g = Group("g")
+    steps = [g.join(request(), t, CONFIG) for t in (0, 100, 2999)]
+    assert not g.round_due(2999)  # all joined, but the initial delay is not over
+    assert g.join_outcome(steps[0].member_id, steps[0].generation) is None
+    assert g.round_due(3000) and g.close_round_if_due(3000)
+    results = [g.join_outcome(s.member_id, s.generation) for s in steps]
+    assert {r.generation for r in results} == {1}
+    leaders = [r for r in results if r.members]
+    assert len(leaders) == 1 and len(leaders[0].members) == 3
+    assert g.state == GroupState.COMPLETING and g.protocol == "range"
+
+
+def test_later_round_closes_as_soon_as_every_member_rejoined() -> None:
+    g, a, b = stable_group_of_two()
+    c = g.join(request(), 5000, CONFIG)  # a third member starts a round
+    assert g.state == GroupState.PREPARING and not g.round_due(5001)
+    assert heartbeat_error(g, a, None, 1) == GroupError.REBALANCE_IN_PROGRESS
+    g.join(request(a), 5002, CONFIG)
+    g.join(request(b), 5003, CONFIG)  # the last one closes it at once, no delay
+    assert g.state == GroupState.COMPLETING and g.generation == 2
+    assert g.join_outcome(c.member_id, c.generation).generation == 2
+
+
+def test_round_deadline_drops_members_that_did_not_rejoin() -> None:
+    g, a, b = stable_group_of_two()
+    g.join(request(a), 5000, CONFIG)
+    assert not g.close_round_if_due(5000 + 4999)
+    assert g.close_round_if_due(5000 + 5000)  # the rebalance timeout
+    assert list(g.members) == [a] and g.leader == a and g.generation == 2
+    assert g.join_outcome(b, 1).error == GroupError.UNKNOWN_MEMBER_ID
+
+
+def test_member_id_required_then_pending_expires() -> None:
+    g = Group("g")
+    step = g.join(request(require_known_member=True), 0, CONFIG)
+    assert step.result.error == GroupError.MEMBER_ID_REQUIRED and step.changed
+    assert step.member_id.startswith("client-") and step.member_id in g.pending
+    assert not step.heartbeat
+    # Coming back with the id is a proper join.
+    assert g.join(request(step.member_id), 10, CONFIG).result is None
+    # An id never handed out is refused.
+    assert g.join(request("made-up"), 20, CONFIG).result.error == GroupError.UNKNOWN_MEMBER_ID
+
+
+def test_refusals_leave_the_group_unchanged() -> None:
+    g, _, _ = stable_group_of_two()
+    before = g.pack()
+    bad = [
+        request(protocol_type="connect"),
+        request(protocols=[("other", b"")]),
+        request(session_timeout_ms=10),
+    ]
+    errors = [g.join(r, 9000, CONFIG).result.error for r in bad]
+    assert errors == [
+        GroupError.INCONSISTENT_GROUP_PROTOCOL,
+        GroupError.INCONSISTENT_GROUP_PROTOCOL,
+        GroupError.INVALID_SESSION_TIMEOUT,
+    ]
+    assert Group("").join(request(), 0, CONFIG).result.error == GroupError.INVALID_GROUP_ID
+    assert g.pack() == before
+
+
+def test_static_member_restart_keeps_assignment_and_fences_old_id() -> None:
+    g = Group("g")
+    first = g.join(request(instance="i1"), 0, CONFIG)
+    g.close_round_if_due(3000)
+    g.sync(first.member_id, "i1", 1, {first.member_id: b"A"})
+    restart = g.join(request(instance="i1"), 4000, CONFIG)
+    assert restart.result.error == GroupError.NONE and restart.result.generation == 1
+    assert g.state == GroupState.STABLE and g.members[restart.member_id].assignment == b"A"
+    assert heartbeat_error(g, first.member_id, "i1", 1) == GroupError.FENCED_INSTANCE_ID
+    assert g.leave([("", "i1")], 5000, CONFIG) == [GroupError.NONE]
+    assert g.state == GroupState.EMPTY and g.generation == 2
+
+
+def test_expired_member_starts_a_round_for_the_rest() -> None:
+    g, a, b = stable_group_of_two()
+    heartbeats = {a: 20_000, b: 5_000}
+    assert g.expire(heartbeats, 15_001, CONFIG) == [b]
+    assert list(g.members) == [a] and g.state == GroupState.PREPARING
+    assert g.expire({a: 15_000}, 15_002, CONFIG) == []
+
+
+def test_sync_follower_waits_for_the_leader_and_times_out() -> None:
+    g = Group("g")
+    a = g.join(request(), 0, CONFIG).member_id
+    b = g.join(request(), 1, CONFIG).member_id
+    g.close_round_if_due(3000)
+    follower = b if g.leader == a else a
+    assert g.sync(follower, None, 1, {}) == (GroupError.NONE, False)
+    assert sync_outcome(g, follower, None, 1, late=False) is None  # keeps waiting
+    assert sync_outcome(g, follower, None, 1, late=True) == GroupError.REBALANCE_IN_PROGRESS
+    g.sync(g.leader, None, 1, {follower: b"F"})
+    assert sync_outcome(g, follower, None, 1, late=False) == GroupError.NONE
+    assert sync_outcome(g, follower, None, 0, late=False) == GroupError.ILLEGAL_GENERATION
+    assert sync_outcome(None, follower, None, 1, late=False) == GroupError.UNKNOWN_MEMBER_ID
+
+
+def test_commit_rules() -> None:
+    g, a, _ = stable_group_of_two()
+    assert commit_error(g, a, None, 1) == GroupError.NONE
+    assert commit_error(g, a, None, 0) == GroupError.ILLEGAL_GENERATION
+    assert commit_error(g, "", None, -1) == GroupError.UNKNOWN_MEMBER_ID  # members present
+    assert commit_error(None, "", None, -1) == GroupError.NONE  # standalone, no group yet
+    g.join(request(), 9000, CONFIG)
+    g.join(request(a), 9001, CONFIG)
+    g.expire({}, 9002, CONFIG)
+    assert g.close_round_if_due(20_000) and g.state == GroupState.COMPLETING
+    assert commit_error(g, a, None, g.generation) == GroupError.REBALANCE_IN_PROGRESS
+
+
+def test_pack_round_trip_keeps_state_enum() -> None:
+    g, _, _ = stable_group_of_two()
+    back = Group.unpack(g.pack())
+    assert back == g and back.state is GroupState.STABLE
