@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import struct
 import time
-from dataclasses import dataclass
 from typing import Any
 
-import msgpack
 from redis.asyncio import Redis
 
+from kafkaesque.group_offsets import CommittedOffset, OffsetStore
 from kafkaesque.group_state import (
     MAX_METADATA,
     CoordinatorConfig,
@@ -52,14 +51,6 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class CommittedOffset:
-    offset: int
-    metadata: str
-    commit_ms: int
-    leader_epoch: int = -1
-
-
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -73,6 +64,7 @@ class GroupCoordinator:
         self.redis = redis
         self.config = config or CoordinatorConfig()
         self.keys = Keys(namespace)
+        self.offsets = OffsetStore(redis, self.keys)
         self.notifier = Notifier(redis, self.keys.group_events(""))
 
     def start(self) -> None:
@@ -250,21 +242,17 @@ class GroupCoordinator:
             if group is None:
                 await self._save(Group(group_id))
             now = _now_ms()
-            values = {
-                f"{topic}\0{partition}": msgpack.packb([offset, metadata or "", now, epoch])
-                for (topic, partition), (offset, metadata, epoch) in offsets.items()
-            }
-            if values:
-                await self.redis.hset(self.keys.group(group_id, ":offsets"), mapping=values)
+            await self.offsets.write(
+                group_id,
+                {
+                    tp: CommittedOffset(offset, metadata or "", now, epoch)
+                    for tp, (offset, metadata, epoch) in offsets.items()
+                },
+            )
         return GroupError.NONE
 
     async def committed(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
-        raw = await self.redis.hgetall(self.keys.group(group_id, ":offsets"))
-        out = {}
-        for k, v in raw.items():
-            topic, _, partition = k.decode().rpartition("\0")
-            out[topic, int(partition)] = CommittedOffset(*msgpack.unpackb(v))
-        return out
+        return await self.offsets.read(group_id)
 
     async def reset_offsets(self, group_id: str, offsets: dict[tuple[str, int], int]) -> None:
         """Set committed offsets from outside the group (the CLI); refused with members."""
@@ -278,15 +266,7 @@ class GroupCoordinator:
         """Drop every group's committed offsets of a deleted topic, as Kafka does, so a
         topic created again under the name starts where auto.offset.reset says rather
         than at the old topic's offsets. Returns how many offsets were dropped."""
-        dropped = 0
-        prefix = f"{topic}\0".encode()
-        for group_id in await self.list_groups():
-            key = self.keys.group(group_id, ":offsets")
-            # Topic names have no NUL, so the prefix names exactly this topic.
-            stale = [k for k in await self.redis.hkeys(key) if k.startswith(prefix)]
-            if stale:
-                dropped += await self.redis.hdel(key, *stale)
-        return dropped
+        return await self.offsets.forget_topic(topic, await self.list_groups())
 
     # -- listing --------------------------------------------------------------------
     async def list_groups(self) -> list[str]:

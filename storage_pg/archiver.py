@@ -35,8 +35,11 @@ import asyncpg
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from kafkaesque.group_offsets import OffsetStore
+from kafkaesque.keys import Keys
 from kafkaesque.log import ClosedPage, Log, UnknownTopic
 from kafkaesque.records import InvalidRecord, read_header
+from storage_pg import group_offsets
 from storage_pg.deletion import delete_topic
 from storage_pg.pool import PG_CONNECTION_ERRORS, check_pool, ms_to_pg
 from storage_pg.recovery import recover
@@ -183,10 +186,18 @@ class Archiver:
             # callers see e.g. a lost connection as such.
             raise group_error.exceptions[0] from None
         summary.watermark = await self.advance_watermark()
+        await self._archive_group_offsets()
         summary.seconds = time.perf_counter() - started
         for problem in summary.problems:
             log.error("archive: %s", problem)
         return summary
+
+    async def _archive_group_offsets(self) -> None:
+        """Copy every group's committed offsets, so they survive Redis losing its data."""
+        snapshot = await OffsetStore(self.log.redis, Keys(self.log.ns)).snapshot()
+        if snapshot is not None:  # None: Redis lost its data; keep what the archive has
+            async with self.pool.acquire() as conn:
+                await group_offsets.save(conn, snapshot)
 
     async def _record_cluster(self) -> None:
         """Keep the cluster id Kafka clients see, so recovery can give it back."""

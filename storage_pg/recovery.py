@@ -5,17 +5,24 @@ partition the archive knows is recreated at the offset where the archive ends, w
 higher leader epoch so Kafka clients see the truncation (KIP-320) instead of reusing
 offsets silently; the global sequence and producer id counters are raised past everything
 the archive holds, so new records get fresh ids and idempotent producers fresh ids.
+Consumer groups get their archived committed offsets back.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 import asyncpg
 
+from kafkaesque.group_offsets import OffsetStore
+from kafkaesque.keys import Keys
 from kafkaesque.log import Log, RestoredPartition, RestoredTopic, TopicConfig
+from storage_pg import group_offsets
 from storage_pg.pool import PG_EPOCH_MS, check_pool
 from storage_pg.schema import ensure_schema
+
+logger = logging.getLogger(__name__)
 
 _EPOCH = """
     INSERT INTO partition_state AS s (topic, partition, leader_epoch) VALUES ($1, $2, $3)
@@ -82,10 +89,26 @@ async def recover(log: Log, pool: asyncpg.Pool) -> bool:
             " (SELECT coalesce(max(max_producer_id), 0) FROM deleted_topic))"
         )
         cluster_id = await conn.fetchval("SELECT id FROM cluster")
+        committed = await group_offsets.load(conn)
     if cluster_id is not None:
         # Kafka clients notice a changed cluster id; keep the one they knew.
         await log.redis.set(f"{log.ns}:cluster_id", cluster_id, nx=True)
     await log.restore(topics, sequence_floor, producer_id_floor)
+    log_ends = {
+        (topic.config.name, p): restored.log_end
+        for topic in topics
+        for p, restored in enumerate(topic.partitions)
+    }
+    for c in await OffsetStore(log.redis, Keys(log.ns)).restore(committed, log_ends):
+        logger.warning(
+            "group %s: committed offset %d of %s[%d] is past the restored log end; set to %d"
+            " (the offsets from there were lost with Redis and go to new records)",
+            c.group_id,
+            c.committed,
+            c.topic,
+            c.partition,
+            c.restored,
+        )
     # Record the epochs the restore gave the partitions, so a second loss bumps past them.
     async with pool.acquire() as conn:
         for topic in topics:

@@ -29,12 +29,16 @@ Migration 2: ``deleted_topic`` remembers each deleted topic incarnation (by topi
 an archiver that listed the topic before the delete does not archive it again, and a
 restore after Redis lost its data never hands out a record or producer id the deleted
 records used.
+
+Migration 3: ``group_offset`` keeps every consumer group's committed offsets as of the last
+archiver pass, so they survive Redis losing its data (storage_pg/group_offsets.py).
 """
 
 from __future__ import annotations
 
 import asyncpg
 
+from storage_pg import group_offsets
 from storage_pg.pool import ArchiveError
 
 # Key of the advisory lock serialising migrations (any constant; "kafkaesq" in ASCII).
@@ -130,6 +134,8 @@ MIGRATIONS: list[str] = [
         'topics deleted with their records: never archived again; their highest record '
         'and producer ids stay floors for a restore of Redis';
     """,
+    # 3: committed group offsets (storage_pg/group_offsets.py)
+    group_offsets.MIGRATION,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,146 @@
+"""Consumer groups' committed offsets in Redis: one hash per group, "topic\\0partition" ->
+msgpack [offset, metadata, commit time (ms), leader epoch].
+
+Besides reads and writes, this is where the offsets cross to the archive: ``snapshot``
+takes every group's offsets as one consistent picture (or refuses while Redis has lost its
+data, so an empty Redis is never mistaken for "every group deleted"), and ``restore``
+gives them back to a Redis that lost its data, clamped to the restored log ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import msgpack
+from redis.asyncio import Redis
+
+from kafkaesque.group_state import Group
+from kafkaesque.keys import Keys
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    offset: int
+    metadata: str
+    commit_ms: int
+    leader_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsSnapshot:
+    """Every group's committed offsets at one moment (``as_of_ms``, Redis' clock)."""
+
+    as_of_ms: int
+    groups: dict[str, dict[TopicPartition, CommittedOffset]]
+
+
+@dataclass(frozen=True, slots=True)
+class ClampedOffset:
+    """A restored offset past its partition's restored log end, set back to that end."""
+
+    group_id: str
+    topic: str
+    partition: int
+    committed: int
+    restored: int
+
+
+def _field(topic: str, partition: int) -> str:
+    return f"{topic}\0{partition}"  # topic names have no NUL
+
+
+def _pack(offset: CommittedOffset) -> bytes:
+    return msgpack.packb([offset.offset, offset.metadata, offset.commit_ms, offset.leader_epoch])
+
+
+def _parse(raw: Mapping[bytes, bytes]) -> dict[TopicPartition, CommittedOffset]:
+    out = {}
+    for k, v in raw.items():
+        topic, _, partition = k.decode().rpartition("\0")
+        out[topic, int(partition)] = CommittedOffset(*msgpack.unpackb(v))
+    return out
+
+
+class OffsetStore:
+    def __init__(self, redis: Redis, keys: Keys) -> None:
+        self.redis = redis
+        self.keys = keys
+
+    async def write(self, group_id: str, offsets: Mapping[TopicPartition, CommittedOffset]) -> None:
+        values = {_field(t, p): _pack(o) for (t, p), o in offsets.items()}
+        if values:
+            await self.redis.hset(self.keys.group(group_id, ":offsets"), mapping=values)
+
+    async def read(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
+        return _parse(await self.redis.hgetall(self.keys.group(group_id, ":offsets")))
+
+    async def forget_topic(self, topic: str, group_ids: list[str]) -> int:
+        """Drop the groups' offsets of a topic; returns how many were dropped."""
+        dropped = 0
+        prefix = f"{topic}\0".encode()
+        for group_id in group_ids:
+            key = self.keys.group(group_id, ":offsets")
+            stale = [k for k in await self.redis.hkeys(key) if k.startswith(prefix)]
+            if stale:
+                dropped += await self.redis.hdel(key, *stale)
+        return dropped
+
+    async def snapshot(self) -> OffsetsSnapshot | None:
+        """Every group's offsets, read in one MULTI with the incarnation marker checked on
+        both sides; None while Redis has lost its data (recovery has not run yet)."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.get(self.keys.incarnation)
+        pipe.smembers(self.keys.groups)
+        marker, members = await pipe.execute()
+        if marker is None:
+            return None
+        group_ids = sorted(g.decode() for g in members)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.get(self.keys.incarnation)
+        pipe.time()
+        pipe.smembers(self.keys.groups)
+        for group_id in group_ids:
+            pipe.hgetall(self.keys.group(group_id, ":offsets"))
+        again, (seconds, micros), now_members, *hashes = await pipe.execute()
+        if again != marker:
+            return None
+        # A group created between the two reads is taken at the next snapshot; one deleted
+        # between them is left out now.
+        present = {g.decode() for g in now_members}
+        groups = {
+            group_id: _parse(raw)
+            for group_id, raw in zip(group_ids, hashes, strict=True)
+            if group_id in present
+        }
+        return OffsetsSnapshot(seconds * 1000 + micros // 1000, groups)
+
+    async def restore(
+        self,
+        groups: Mapping[str, Mapping[TopicPartition, CommittedOffset]],
+        log_ends: Mapping[TopicPartition, int],
+    ) -> list[ClampedOffset]:
+        """Give groups back their offsets after Redis lost its data. An offset Redis already
+        has (a member committed since) wins; one past its partition's restored log end is
+        set back to that end, since the offsets beyond were lost and are given out again
+        to new records; offsets of partitions that no longer exist are dropped. A group
+        Redis does not know comes back empty (no members), as after a broker restart."""
+        clamped = []
+        pipe = self.redis.pipeline(transaction=True)
+        for group_id, offsets in groups.items():
+            for (topic, partition), o in sorted(offsets.items()):
+                end = log_ends.get((topic, partition))
+                if end is None:
+                    continue
+                if o.offset > end:
+                    clamped.append(ClampedOffset(group_id, topic, partition, o.offset, end))
+                    o = CommittedOffset(end, o.metadata, o.commit_ms, o.leader_epoch)
+                pipe.hsetnx(
+                    self.keys.group(group_id, ":offsets"), _field(topic, partition), _pack(o)
+                )
+            pipe.set(self.keys.group(group_id), Group(group_id).pack(), nx=True)
+            pipe.sadd(self.keys.groups, group_id)
+        await pipe.execute()
+        return clamped

@@ -1,0 +1,67 @@
+"""Consumer groups' committed offsets kept in the archive, so they survive Redis losing its
+data: the archiver copies every group's offsets on each pass (``save``), and recovery gives
+them back to Redis with the topics (``load``, then ``OffsetStore.restore``).
+
+The table mirrors Redis as of one snapshot: a pass replaces its contents in one
+transaction, so groups deleted and topics forgotten in Redis leave the archive too. Each
+snapshot carries Redis' clock; an older snapshot (a slower archiver running at the same
+time) never overwrites a newer one.
+"""
+
+from __future__ import annotations
+
+import asyncpg
+
+from kafkaesque.group_offsets import CommittedOffset, OffsetsSnapshot, TopicPartition
+
+MIGRATION = """
+    CREATE TABLE group_offset (
+        group_id text COLLATE "C" NOT NULL,
+        topic text COLLATE "C" NOT NULL,
+        partition int NOT NULL,
+        "offset" bigint NOT NULL,
+        metadata text NOT NULL,
+        commit_ms bigint NOT NULL,
+        leader_epoch int NOT NULL,
+        PRIMARY KEY (group_id, topic, partition)
+    );
+    CREATE TABLE group_offset_snapshot (
+        as_of_ms bigint NOT NULL
+    );
+    CREATE UNIQUE INDEX group_offset_snapshot_single_row ON group_offset_snapshot ((true));
+    INSERT INTO group_offset_snapshot (as_of_ms) VALUES (0);
+    COMMENT ON TABLE group_offset IS
+        'committed consumer group offsets as of group_offset_snapshot.as_of_ms (Redis clock)';
+"""
+
+_COLUMNS = ("group_id", "topic", "partition", "offset", "metadata", "commit_ms", "leader_epoch")
+
+
+async def save(conn: asyncpg.Connection, snapshot: OffsetsSnapshot) -> bool:
+    """Replace the archived offsets with ``snapshot``; False if a newer one is archived."""
+    rows = [
+        (group_id, topic, partition, o.offset, o.metadata, o.commit_ms, o.leader_epoch)
+        for group_id, offsets in snapshot.groups.items()
+        for (topic, partition), o in offsets.items()
+    ]
+    async with conn.transaction():
+        # The row lock serialises archivers; the comparison keeps the newest snapshot.
+        as_of = await conn.fetchval("SELECT as_of_ms FROM group_offset_snapshot FOR UPDATE")
+        if as_of >= snapshot.as_of_ms:
+            return False
+        await conn.execute("DELETE FROM group_offset")
+        if rows:
+            await conn.copy_records_to_table("group_offset", records=rows, columns=_COLUMNS)
+        await conn.execute("UPDATE group_offset_snapshot SET as_of_ms = $1", snapshot.as_of_ms)
+    return True
+
+
+async def load(conn: asyncpg.Connection) -> dict[str, dict[TopicPartition, CommittedOffset]]:
+    groups: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+    for r in await conn.fetch(
+        "SELECT " + ", ".join(f'"{c}"' for c in _COLUMNS) + " FROM group_offset"
+    ):
+        groups.setdefault(r["group_id"], {})[r["topic"], r["partition"]] = CommittedOffset(
+            r["offset"], r["metadata"], r["commit_ms"], r["leader_epoch"]
+        )
+    return groups
