@@ -1,9 +1,8 @@
 """The Redis layout: every key, channel and hash tag kafkaesque uses, named in one place.
 
-Python builds keys only through ``Keys``; the Lua scripts get them through KEYS, or get a
+Python builds keys through ``Keys``; the Lua scripts get them through KEYS, or get a
 partition's prefix (``Keys.partition``) and append the suffixes listed in ``PARTITION``.
-``PATTERNS`` describes every key that may exist, and a test checks a real Redis after a
-full scenario against it, so the layout cannot drift undocumented (docs/redis-layout.md).
+``Keys.patterns`` describes every key that may exist (docs/redis-layout.md).
 """
 
 from __future__ import annotations
@@ -62,7 +61,7 @@ class Keys:
         return f"{self.ns}:cluster_id"
 
     def appended(self, topic: str) -> str:
-        """Pub/sub channel: "partition log_end" after every append to the topic."""
+        """Pub/sub channel: the appended partition's new log end after every append."""
         return f"{self.ns}:appended:{topic}"
 
     # -- partitions -------------------------------------------------------------------
