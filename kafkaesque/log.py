@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import msgpack
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
+from redis.exceptions import ResponseError, WatchError
 
 from kafkaesque.records import decode_batch
 from kafkaesque.scripts import Scripts
@@ -82,6 +82,10 @@ def check_topic_name(name: str) -> None:
             f"invalid topic name {name!r}: use only letters, digits, '.', '_' and '-'"
         )
 
+
+# The archiving flag's value once the TTLs of unarchived pages were taken back (older
+# versions set "1" without doing so: the step is redone then).
+_ARCHIVING_ON = b"2"
 
 MAX_PARTITIONS = 10_000
 # Page size, TTL (seconds, about 68 years) and max pages fit a 32-bit integer: the archive
@@ -517,8 +521,39 @@ class Log:
 
     # -- archiving ----------------------------------------------------------------
     async def enable_archiving(self) -> None:
-        """From now on pages expire (TTL, max pages) only once archived."""
-        await self.redis.set(self._archiving_key, 1)
+        """From now on pages expire (TTL, max pages) only once archived: in one atomic step,
+        set the archiving flag and take back the TTL of every closed page not archived yet
+        (archive_on.lua per partition, all in one MULTI/EXEC, which WATCH restarts if a
+        topic or partition appears meanwhile). Does nothing once done."""
+        if await self.redis.get(self._archiving_key) == _ARCHIVING_ON:
+            return
+        while True:
+            async with self.redis.pipeline(transaction=True) as pipe:
+                await pipe.watch(self._topics_key)
+                names = sorted(n.decode() for n in await pipe.smembers(self._topics_key))
+                config_keys = [self._config_key(name) for name in names]
+                if config_keys:
+                    await pipe.watch(*config_keys)
+                    raws = await pipe.mget(config_keys)
+                else:
+                    raws = []
+                pipe.multi()
+                for name, raw in zip(names, raws, strict=True):
+                    if raw is None:
+                        continue  # being deleted
+                    for p in range(TopicConfig.unpack(name, raw).partitions):
+                        meta, index, *_ = self._keys(name, p)
+                        await self.scripts.archive_on(
+                            keys=[meta, index, self._archiving_key],
+                            args=[self._prefix(name, p), _ARCHIVING_ON],
+                            client=pipe,
+                        )
+                pipe.set(self._archiving_key, _ARCHIVING_ON)
+                try:
+                    await pipe.execute()
+                    return
+                except WatchError:
+                    continue  # a topic was created, grown or deleted: list them again
 
     async def closed_pages(
         self, topic: str, partition: int, from_offset: int, max_pages: int = 16
