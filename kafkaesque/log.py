@@ -148,8 +148,11 @@ class ReadResult:
     log_start: int
     log_end: int
     leader_epoch: int
-    below_start: bool = False  # the offset was removed by retention
+    below_start: bool = False  # the offset was removed by retention (no archive)
     past_end: bool = False
+    # The offset lies in a gap (dropped by retention before archiving): the batches start
+    # at this later offset, the first one that exists.
+    skipped_to: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +212,11 @@ class ColdStore(Protocol):
         is at or after ``timestamp``; None if there is none."""
         ...
 
+    async def dropped_ranges(self, topic: str) -> list[tuple[int, int, int]]:
+        """(partition, first offset, last offset) of each gap in the topic: offsets
+        retention dropped before archiving, which no store holds."""
+        ...
+
     async def delete_topic(self, topic: str, topic_id: bytes | None, partitions: int) -> bool:
         """Delete the topic's records (of the incarnation ``topic_id`` too, and keep it from
         being archived again); True if the store had the topic."""
@@ -221,6 +229,11 @@ class StorageUnavailable(LogError):
 
 class NeedsRecovery(LogError):
     """Redis has lost its data; appends wait until the archive restored the offsets."""
+
+
+def _after(offset: int, first: int) -> int | None:
+    """``first`` when the data resumes after a gap beginning at ``offset``, else None."""
+    return first if first > offset else None
 
 
 def _raise_log_error(exc: ResponseError) -> None:
@@ -415,7 +428,45 @@ class Log:
         min_one: bool = True,
     ) -> ReadResult:
         """Whole batches from the one holding ``offset`` within the limits; with ``min_one``
-        the first batch comes even when it alone exceeds them."""
+        the first batch comes even when it alone exceeds them.
+
+        Below Redis' oldest offset the archive (``cold``) answers; an offset no store holds
+        lies in a gap (dropped by retention before archiving) and the read goes on from the
+        next offset that exists, as Kafka's readers do across a compacted log's gaps.
+        Without an archive such an offset is ``below_start`` (Kafka's retention)."""
+        status, start, end, epoch, batches = await self._read_redis(
+            topic, partition, offset, max_bytes, max_records, min_one
+        )
+        if status != 1 or self.cold is None:
+            return ReadResult(batches, start, end, epoch, status == 1, status == 2)
+        # Tiered storage: offsets Redis no longer holds are read from the archive.
+        cold_start = await self.cold.start_offset(topic, partition)
+        earliest = start if cold_start is None else min(start, cold_start)
+        batches = await self.cold.read(topic, partition, offset, max_bytes)
+        if batches:
+            first = int.from_bytes(batches[0][:8], "big")
+            return ReadResult(batches, earliest, end, epoch, skipped_to=_after(offset, first))
+        # Nothing at or after the offset is archived: the gap runs up to Redis' oldest.
+        for _ in range(8):  # retention may move the start between two calls
+            status, start, end, epoch, batches = await self._read_redis(
+                topic, partition, start, max_bytes, max_records, min_one
+            )
+            if status != 1:
+                break
+        return ReadResult(
+            batches, min(earliest, start), end, epoch, status == 1, status == 2, start
+        )
+
+    async def _read_redis(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int,
+        max_records: int,
+        min_one: bool,
+    ) -> tuple[int, int, int, int, list[bytes]]:
+        """read.lua: (status, log start, log end, leader epoch, batches)."""
         meta, index, *_ = self._keys(topic, partition)
         try:
             status, start, end, epoch, *batches = await self.scripts.read(
@@ -431,14 +482,7 @@ class Log:
         except ResponseError as exc:
             _raise_log_error(exc)
             raise
-        if status == 1 and self.cold is not None:
-            # Tiered storage: offsets Redis no longer holds are read from the archive.
-            cold_start = await self.cold.start_offset(topic, partition)
-            if cold_start is not None and cold_start <= offset:
-                batches = await self.cold.read(topic, partition, offset, max_bytes)
-                if batches:
-                    return ReadResult(batches, cold_start, end, epoch)
-        return ReadResult(batches, start, end, epoch, status == 1, status == 2)
+        return status, start, end, epoch, batches
 
     async def earliest_offset(self, topic: str, partition: int) -> int:
         """The first offset still readable: in the archive if there is one, else in Redis."""
@@ -603,26 +647,35 @@ class Log:
         return bool(closed)
 
     async def first_unarchived_sequence(self, topic: str, partition: int) -> int | None:
-        """The global sequence number of the first record not yet archived, if any."""
-        meta, index, *_ = self._keys(topic, partition)
+        """The global sequence number of the first record not yet archived, if any; 1 when
+        Redis no longer holds that record (retention dropped it before archiving, and the
+        archiver has not recorded the gap yet), which holds the watermark back."""
+        meta = self._keys(topic, partition)[0]
         archived, log_end = await self.redis.hmget(meta, "archived", "end")
         if log_end is None:
             raise UnknownTopic(f"unknown topic or partition: {topic}[{partition}]")
         archived = int(archived or 0)
         if archived >= int(log_end):
             return None
-        found = await self.redis.zrevrangebyscore(index, archived, "-inf", start=0, num=1)
-        if not found:
-            found = await self.redis.zrange(index, 0, 0)
+        found = await self.sequence_at(topic, partition, archived)
+        if found is None and not await self.redis.exists(meta):
+            raise UnknownTopic(f"unknown topic or partition: {topic}[{partition}]")
+        return 1 if found is None else found
+
+    async def sequence_at(self, topic: str, partition: int, offset: int) -> int | None:
+        """The global sequence number of the record at ``offset`` (below the log end); None
+        if Redis does not hold it."""
+        index = self._keys(topic, partition)[1]
+        found = await self.redis.zrevrangebyscore(index, offset, "-inf", start=0, num=1)
         raw = found and await self.redis.get(
             self._prefix(topic, partition) + f"bidx:{int(found[0])}"
         )
-        if not raw:  # the reads are not atomic: the topic went in between
-            raise UnknownTopic(f"unknown topic or partition: {topic}[{partition}]")
+        if not raw:
+            return None
         for j in range(len(raw) - 16, -1, -16):
             base = int.from_bytes(raw[j : j + 8], "big")
-            if base <= archived or j == 0:
-                return int.from_bytes(raw[j + 8 : j + 16], "big") + max(0, archived - base)
+            if base <= offset:
+                return int.from_bytes(raw[j + 8 : j + 16], "big") + offset - base
         return None
 
     async def sequence_counter(self) -> int:

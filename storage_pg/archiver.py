@@ -35,7 +35,7 @@ import asyncpg
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from kafkaesque.log import ClosedPage, Log, UnknownTopic
+from kafkaesque.log import ClosedPage, Log, PartitionState, UnknownTopic
 from kafkaesque.records import InvalidRecord, read_header
 from storage_pg.deletion import delete_topic
 from storage_pg.pool import PG_CONNECTION_ERRORS, check_pool, ms_to_pg
@@ -81,6 +81,20 @@ _EPOCH = """
         WHERE s.leader_epoch < EXCLUDED.leader_epoch
 """
 _WATERMARK = "UPDATE archive_watermark SET id = $1, updated = now() WHERE id < $1"
+# The id of the partition's last record before an offset that the archive accounts for
+# (archived, kept raw, or in an earlier dropped range): ids grow with offsets.
+_ID_BEFORE = """
+    SELECT GREATEST(
+        (SELECT id FROM record WHERE topic = $1 AND partition = $2 AND "offset" < $3
+         ORDER BY "offset" DESC LIMIT 1),
+        (SELECT max(first_id + record_count - 1) FROM rejected_batch
+         WHERE topic = $1 AND partition = $2 AND base_offset < $3),
+        (SELECT max(last_id) FROM dropped_range WHERE topic = $1 AND partition = $2))
+"""
+_DROPPED = """
+    INSERT INTO dropped_range (topic, partition, first_offset, last_offset, first_id, last_id)
+    VALUES ($1, $2, $3, $4, $5, $6)
+"""
 
 # Errors that mean "Redis (or PostgreSQL) is not reachable right now": retry later.
 REDIS_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
@@ -102,6 +116,8 @@ class ArchiveSummary:
     busy: int = 0  # partitions skipped because another archiver held them
     rejected: int = 0  # batches that could not be decoded, kept raw in rejected_batch
     watermark: int | None = None  # after the run: every record id <= this is archived
+    # (or was dropped by retention before archiving, in a recorded gap)
+    gaps: list[str] = field(default_factory=list)  # gaps found (and recorded) by this run
     problems: list[str] = field(default_factory=list)  # partitions left alone, and why
 
 
@@ -186,6 +202,8 @@ class Archiver:
         summary.seconds = time.perf_counter() - started
         for problem in summary.problems:
             log.error("archive: %s", problem)
+        for gap in summary.gaps:
+            log.warning("archive: %s", gap)
         return summary
 
     async def _record_cluster(self) -> None:
@@ -243,6 +261,7 @@ class Archiver:
         progress: Callable[[ArchiveSummary], None] | None,
     ) -> None:
         key = (topic_id, partition)
+        counter = await self.log.sequence_counter()  # before the state: see _record_gap
         state = await self.log.state(topic, partition)
         if self.idle_close_ms is not None:
             await self.log.close_idle_pages(topic, partition, self.idle_close_ms)
@@ -275,6 +294,15 @@ class Archiver:
                             "recovery?); not archiving it"
                         )
                         return
+                if through < state.log_start:
+                    # Retention dropped these before archiving was switched on (it keeps
+                    # every unarchived page since): record the gap and go on after it.
+                    if not await self._record_gap(
+                        conn, topic, partition, through, state, counter, summary
+                    ):
+                        return  # the topic went meanwhile
+                    through = state.log_start
+                    await conn.execute(_ADVANCE, topic, partition, through, 0, None)
                 pages = await self.log.closed_pages(
                     topic, partition, through, self.pages_per_transaction
                 )
@@ -300,6 +328,37 @@ class Archiver:
                 break
         if archived_anything:
             summary.partitions += 1
+
+    async def _record_gap(
+        self,
+        conn: asyncpg.Connection,
+        topic: str,
+        partition: int,
+        through: int,
+        state: PartitionState,
+        counter: int,
+        summary: ArchiveSummary,
+    ) -> bool:
+        """Record offsets ``through`` .. log start - 1 as dropped, with the range their ids
+        lie in: after the partition's last accounted-for id, before the id of the first
+        record Redis holds (or up to ``counter``, read before ``state``, when Redis holds
+        none: the dropped records had their ids by then). False if the partition is gone."""
+        if state.log_start < state.log_end:
+            following = await self.log.sequence_at(topic, partition, state.log_start)
+            if following is None:
+                return False
+            last_id = following - 1
+        else:
+            last_id = counter
+        before = await conn.fetchval(_ID_BEFORE, topic, partition, through)
+        first_id = min(last_id, (before or 0) + 1)
+        last_offset = state.log_start - 1
+        await conn.execute(_DROPPED, topic, partition, through, last_offset, first_id, last_id)
+        summary.gaps.append(
+            f"{topic}[{partition}]: offsets {through}..{last_offset} were dropped by retention "
+            f"before archiving (ids within {first_id}..{last_id}); recorded as a gap"
+        )
+        return True
 
     async def _copy(
         self,

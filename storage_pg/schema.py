@@ -25,6 +25,11 @@ Design notes for the tables (migration 1):
 - ``rejected_batch`` keeps batches whose records cannot be decoded (their CRC was fine, so
   the log accepted them): they are stored raw instead of blocking their partition forever.
 
+Migration 3: ``dropped_range`` records each gap: offsets of a partition that retention
+dropped from Redis before an archive held them (archiving was not on yet), with the range
+their record ids lie in. The watermark's promise is that every id up to it is archived,
+lies in such a range, or belonged to a deleted topic.
+
 Migration 2: ``deleted_topic`` remembers each deleted topic incarnation (by topic id), so
 an archiver that listed the topic before the delete does not archive it again, and a
 restore after Redis lost its data never hands out a record or producer id the deleted
@@ -129,6 +134,23 @@ MIGRATIONS: list[str] = [
     COMMENT ON TABLE deleted_topic IS
         'topics deleted with their records: never archived again; their highest record '
         'and producer ids stay floors for a restore of Redis';
+    """,
+    # 3: ranges retention dropped before they could be archived
+    """
+    CREATE TABLE dropped_range (
+        topic text COLLATE "C" NOT NULL,
+        partition int NOT NULL,
+        first_offset bigint NOT NULL,
+        last_offset bigint NOT NULL CHECK (last_offset >= first_offset),
+        first_id bigint NOT NULL,
+        last_id bigint NOT NULL CHECK (last_id >= first_id),
+        recorded timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (topic, partition, first_offset)
+    );
+    COMMENT ON TABLE dropped_range IS
+        'offsets retention dropped from Redis before any archive held them: a gap in the '
+        'partition; their record ids all lie in first_id..last_id (which other partitions '
+        'records may share)';
     """,
 ]
 

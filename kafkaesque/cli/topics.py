@@ -94,6 +94,12 @@ async def describe(ctx: Context, topic: str) -> None:
         s = await log.state(topic, p)
         rows.append([p, s.log_start, s.log_end, s.pages, s.bytes])
     echo_table(["partition", "start_offset", "end_offset", "pages", "bytes"], rows)
+    if log.cold is not None:
+        for p, first, last in await log.cold.dropped_ranges(topic):
+            click.echo(
+                f"gap: partition {p} offsets {first}..{last} "
+                "(dropped by retention before archiving)"
+            )
 
 
 @main.command()
@@ -277,6 +283,11 @@ async def consume(
         fmt=fmt,
         commit=commit,
         whole_topic=partition is None,
+        on_gap=lambda p, first, last: click.echo(
+            f"offsets {first}..{last} of {topic}[{p}] were dropped by retention before "
+            "archiving: not in the log",
+            err=True,
+        ),
     )
     out = sys.stdout.buffer
     try:
