@@ -273,6 +273,10 @@ async def consume(
             offsets[p] = offset
         elif p in committed and not from_beginning:
             offsets[p] = committed[p]
+        elif log.cold is not None:
+            # From offset 0: a gap at the start (records retention dropped before
+            # archiving) is read across and reported like any other.
+            offsets[p] = 0
         else:
             offsets[p] = await log.earliest_offset(topic, p)
     consumer = Consumer(

@@ -5,17 +5,26 @@ existed are a gap every reader agrees on."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from kafkaesque.log import Log, TopicConfig
+from kafkaesque.records import decode_batch
 from storage_pg import Archiver, create_pool, status
+from storage_pg.cold import ArchiveReader
 from tests.storage.common import Row, archived_rows, make_log, produce
 from tests.storage.test_crash import REPO
+from tests.storage.test_served import cli, ok
+from tests.wire.conftest import Broker
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 
 PAGE = 1000
 TTL = 1  # second
@@ -123,3 +132,102 @@ def test_first_archive_run_slower_than_the_ttl_loses_nothing_closed(
         await finish_and_check(redis_url, pg_dsn, produced, first, end)
 
     asyncio.run(scenario())
+
+
+def test_a_gap_is_read_across_by_every_reader(redis_url: str, pg_dsn: str, tmp_path: Path) -> None:
+    """Offsets 0..299 dropped by max pages before any archive existed, 500..799 dropped
+    while archiving was off again: clients from offset 0, the CLI, describe and archive
+    --status agree on the two gaps and read everything that exists."""
+    values = [b"g%04d" % i for i in range(1250)]
+    exists = list(range(300, 500)) + list(range(800, 1250))
+
+    async def setup() -> None:
+        log = make_log(redis_url)
+        await log.create_topic(TopicConfig("g", 1, page_size=100, max_pages=2))
+        for start in range(0, 500, 100):
+            await produce(log, "g", 0, values[start : start + 100])
+        assert (await log.state("g", 0)).log_start == 300  # no archive: retention dropped
+        pool = await create_pool(pg_dsn)
+        await Archiver(log, pool, idle_close_ms=None).run_once()
+        await log.redis.delete("ks:archiving")  # a window with archiving off again
+        for start in range(500, 1000, 100):
+            await produce(log, "g", 0, values[start : start + 100])
+        # A reader across the second gap before the archiver has seen it: on to Redis.
+        cold = make_log(redis_url, cold=ArchiveReader(pool))
+        result = await cold.read("g", 0, 500)
+        assert (result.skipped_to, result.batches[0][:8]) == (800, (800).to_bytes(8, "big"))
+        await Archiver(log, pool, idle_close_ms=None).run_once()
+        for start in range(1000, 1250, 50):
+            await produce(log, "g", 0, values[start : start + 50])
+        # Across the first gap, from the archive; ListOffsets earliest: the first that exists.
+        result = await cold.read("g", 0, 0, max_bytes=100)
+        assert result.skipped_to == 300 and not result.below_start
+        assert decode_batch(result.batches[0])[0].offset == 300
+        assert await cold.earliest_offset("g", 0) == 300
+        # The watermark's promise: every id up to it is archived or in a dropped range.
+        st = await status(pool)
+        assert [(g.first_offset, g.last_offset) for g in st.dropped] == [(0, 299), (500, 799)]
+        ids = {r.id for r in await archived_rows(pg_dsn)}
+        assert st.watermark >= 1000
+        for i in range(1, st.watermark + 1):
+            assert i in ids or any(g.first_id <= i <= g.last_id for g in st.dropped), i
+        await pool.close()
+
+    asyncio.run(setup())
+
+    def run(*args: str) -> subprocess.CompletedProcess[bytes]:
+        return cli(redis_url, tmp_path, *args, pg_dsn=pg_dsn)
+
+    consumed = run("consume", "g")
+    assert consumed.returncode == 0, consumed.stderr.decode()
+    assert consumed.stdout == b"".join(values[i] + b"\n" for i in exists)
+    assert consumed.stderr.decode().splitlines() == [
+        "offsets 0..299 of g[0] were dropped by retention before archiving: not in the log",
+        "offsets 500..799 of g[0] were dropped by retention before archiving: not in the log",
+    ]
+    some = run("consume", "g", "--partition", "0", "--offset", "450", "--max-records", "60")
+    assert some.stdout == b"".join(values[i] + b"\n" for i in exists[150:210])
+    assert "offsets 500..799" in some.stderr.decode()
+    described = ok(run("describe", "g"))
+    assert "gap: partition 0 offsets 0..299 (dropped by retention before archiving)" in described
+    assert "gap: partition 0 offsets 500..799" in described
+    shown = ok(run("archive", "--status"))
+    assert "or lies in a gap below (dropped by retention before archiving)" in shown
+    assert [line.split()[:3] for line in shown.splitlines() if "..2" in line or "..7" in line] == [
+        ["g", "0", "0..299"],
+        ["g", "0", "500..799"],
+    ]
+
+    broker = Broker(redis_url, tmp_path / "broker", ["--archive-interval", "3600"], pg_dsn)
+    try:
+        consumer = confluent_kafka.Consumer(
+            {"bootstrap.servers": broker.bootstrap, "group.id": "g", "enable.auto.commit": False}
+        )
+        consumer.assign([confluent_kafka.TopicPartition("g", 0, 0)])
+        got: list[tuple[int, bytes]] = []
+        deadline = time.monotonic() + 60
+        while len(got) < len(exists) and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None:
+                assert message.error() is None, message.error()
+                got.append((message.offset(), message.value()))
+        low, high = consumer.get_watermark_offsets(confluent_kafka.TopicPartition("g", 0))
+        consumer.close()
+        assert got == [(i, values[i]) for i in exists]
+        assert (low, high) == (300, 1250)
+        if KCAT is not None:
+            for start in ("0", "beginning", "600"):
+                command = [KCAT, "-b", broker.bootstrap, "-X", "broker.address.family=v4"]
+                read = subprocess.run(
+                    [*command, "-C", "-t", "g", "-o", start, "-e", "-q", "-f", "%o %s\n"],
+                    capture_output=True,
+                    timeout=120,
+                )
+                assert read.returncode == 0, read.stderr.decode()
+                lines = read.stdout.decode().splitlines()
+                from_offset = 800 if start == "600" else 0
+                expected = [f"{i} {values[i].decode()}" for i in exists if i >= from_offset]
+                assert lines == expected and b"reset" not in read.stderr.lower()
+    finally:
+        broker.stop()
+    assert "Traceback" not in broker.stderr(), broker.stderr()
