@@ -23,8 +23,10 @@ from typing import Any, Protocol
 
 import msgpack
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError, WatchError
+from redis.exceptions import ResponseError
 
+from kafkaesque.archiving import ArchivingLog
+from kafkaesque.archiving import ClosedPage as ClosedPage  # re-exported: the archiver's view
 from kafkaesque.records import decode_batch
 from kafkaesque.scripts import Scripts
 
@@ -82,10 +84,6 @@ def check_topic_name(name: str) -> None:
             f"invalid topic name {name!r}: use only letters, digits, '.', '_' and '-'"
         )
 
-
-# The archiving flag's value once the TTLs of unarchived pages were taken back (older
-# versions set "1" without doing so: the step is redone then).
-_ARCHIVING_ON = b"2"
 
 MAX_PARTITIONS = 10_000
 # Page size, TTL (seconds, about 68 years) and max pages fit a 32-bit integer: the archive
@@ -172,17 +170,6 @@ class PartitionState:
 
 
 @dataclass(frozen=True, slots=True)
-class ClosedPage:
-    """A closed page as the archiver sees it."""
-
-    page: int
-    first_offset: int
-    next_offset: int  # first offset after this page
-    batches: list[bytes]  # as stored: baseOffset patched
-    sequences: list[int]  # per batch, the global sequence number of its first record
-
-
-@dataclass(frozen=True, slots=True)
 class RestoredPartition:
     log_end: int  # what the archive holds: the partition continues here
     leader_epoch: int  # the last epoch known; the restored partition gets a higher one
@@ -248,8 +235,9 @@ def _raise_log_error(exc: ResponseError) -> None:
     raise exc
 
 
-class Log:
-    """Topics and partitions kept in one Redis database.
+class Log(ArchivingLog):
+    """Topics and partitions kept in one Redis database (the archiver's side of it, in
+    kafkaesque.archiving, is mixed in).
 
     ``cold`` serves offsets Redis no longer holds (the archive). ``recover`` is called when
     Redis turns out to have lost its data, before any append; it must restore the offsets
@@ -563,120 +551,14 @@ class Log:
         """A producer id no other producer of this Redis has had."""
         return await self.redis.incr(self._producer_ids_key)
 
-    # -- archiving ----------------------------------------------------------------
-    async def enable_archiving(self) -> None:
-        """From now on pages expire (TTL, max pages) only once archived: in one atomic step,
-        set the archiving flag and take back the TTL of every closed page not archived yet
-        (archive_on.lua per partition, all in one MULTI/EXEC, which WATCH restarts if a
-        topic or partition appears meanwhile). Does nothing once done."""
-        if await self.redis.get(self._archiving_key) == _ARCHIVING_ON:
-            return
-        while True:
-            async with self.redis.pipeline(transaction=True) as pipe:
-                await pipe.watch(self._topics_key)
-                names = sorted(n.decode() for n in await pipe.smembers(self._topics_key))
-                config_keys = [self._config_key(name) for name in names]
-                if config_keys:
-                    await pipe.watch(*config_keys)
-                    raws = await pipe.mget(config_keys)
-                else:
-                    raws = []
-                pipe.multi()
-                for name, raw in zip(names, raws, strict=True):
-                    if raw is None:
-                        continue  # being deleted
-                    for p in range(TopicConfig.unpack(name, raw).partitions):
-                        meta, index, *_ = self._keys(name, p)
-                        await self.scripts.archive_on(
-                            keys=[meta, index, self._archiving_key],
-                            args=[self._prefix(name, p), _ARCHIVING_ON],
-                            client=pipe,
-                        )
-                pipe.set(self._archiving_key, _ARCHIVING_ON)
-                try:
-                    await pipe.execute()
-                    return
-                except WatchError:
-                    continue  # a topic was created, grown or deleted: list them again
+    def _fail(self, exc: ResponseError) -> None:
+        _raise_log_error(exc)
 
-    async def closed_pages(
-        self, topic: str, partition: int, from_offset: int, max_pages: int = 16
-    ) -> list[ClosedPage]:
-        """Closed pages holding offsets >= from_offset, oldest first, whole."""
-        meta, index, *_ = self._keys(topic, partition)
-        try:
-            flat = await self.scripts.closed_pages(
-                keys=[meta, index], args=[self._prefix(topic, partition), from_offset, max_pages]
-            )
-        except ResponseError as exc:
-            _raise_log_error(exc)
-            raise
-        pages, i = [], 0
-        while i < len(flat):
-            page, first, following, bidx, count = flat[i : i + 5]
-            batches = flat[i + 5 : i + 5 + count]
-            sequences = [
-                int.from_bytes(bidx[j + 8 : j + 16], "big") for j in range(0, len(bidx), 16)
-            ]
-            pages.append(ClosedPage(page, first, following, batches, sequences))
-            i += 5 + count
-        return pages
+    def _unknown(self, topic: str, partition: int) -> UnknownTopic:
+        return UnknownTopic(f"unknown topic or partition: {topic}[{partition}]")
 
-    async def mark_archived(self, topic: str, partition: int, through: int) -> None:
-        """Offsets below ``through`` are archived: their pages may now expire."""
-        meta, index, stats, _ = self._keys(topic, partition)
-        try:
-            await self.scripts.mark_archived(
-                keys=[meta, index, stats], args=[self._prefix(topic, partition), through]
-            )
-        except ResponseError as exc:
-            _raise_log_error(exc)
-
-    async def close_idle_pages(self, topic: str, partition: int, older_than_ms: int) -> bool:
-        """Close the open page if its first record is older than that (ms), so quiet
-        partitions get archived too."""
-        meta, _, stats, _ = self._keys(topic, partition)
-        try:
-            closed = await self.scripts.close_idle(
-                keys=[meta, stats, self._archiving_key],
-                args=[self._prefix(topic, partition), _now_ms() - older_than_ms],
-            )
-        except ResponseError as exc:
-            _raise_log_error(exc)
-            raise
-        return bool(closed)
-
-    async def first_unarchived_sequence(self, topic: str, partition: int) -> int | None:
-        """The global sequence number of the first record not yet archived, if any; 1 when
-        Redis no longer holds that record (retention dropped it before archiving, and the
-        archiver has not recorded the gap yet), which holds the watermark back."""
-        meta = self._keys(topic, partition)[0]
-        archived, log_end = await self.redis.hmget(meta, "archived", "end")
-        if log_end is None:
-            raise UnknownTopic(f"unknown topic or partition: {topic}[{partition}]")
-        archived = int(archived or 0)
-        if archived >= int(log_end):
-            return None
-        found = await self.sequence_at(topic, partition, archived)
-        if found is None and not await self.redis.exists(meta):
-            raise UnknownTopic(f"unknown topic or partition: {topic}[{partition}]")
-        return 1 if found is None else found
-
-    async def sequence_at(self, topic: str, partition: int, offset: int) -> int | None:
-        """The global sequence number of the record at ``offset`` (below the log end); None
-        if Redis does not hold it."""
-        index = self._keys(topic, partition)[1]
-        found = await self.redis.zrevrangebyscore(index, offset, "-inf", start=0, num=1)
-        raw = found and await self.redis.get(
-            self._prefix(topic, partition) + f"bidx:{int(found[0])}"
-        )
-        if not raw:
-            return None
-        for j in range(len(raw) - 16, -1, -16):
-            base = int.from_bytes(raw[j : j + 8], "big")
-            if base <= offset:
-                return int.from_bytes(raw[j + 8 : j + 16], "big") + offset - base
-        return None
+    def _partitions_of(self, name: str, raw: bytes) -> int:
+        return TopicConfig.unpack(name, raw).partitions
 
     async def sequence_counter(self) -> int:
         """The highest global sequence number assigned so far."""
