@@ -5,7 +5,9 @@ Per partition, in one transaction per chunk of pages:
 1. ``pg_try_advisory_xact_lock(hashtext(topic), partition)``: another archiver working on
    the partition makes us skip it (it is archiving it right now);
 2. read ``archive_progress.archived_through`` (the next offset to archive). PostgreSQL is
-   the source of truth: Redis' own archived marker only ever lags it;
+   the source of truth: Redis' own archived marker only ever lags it. If Redis' oldest
+   offset is past it, retention dropped those records before archiving was switched on:
+   the gap is recorded (storage_pg.gaps.record_gap) and archiving goes on after it;
 3. fetch the closed pages holding offsets >= that from Redis, decode their batches (every
    compression) into rows and stream them with binary COPY (decoding overlaps with the
    server's inserting: rows are produced lazily while asyncpg sends them);
@@ -17,7 +19,11 @@ marker behind, and the next run re-reads the progress from PostgreSQL and contin
 it (and tells Redis again). So nothing is lost and nothing archived twice; the unique
 (topic, partition, offset) constraint would turn any slip into an error, not a duplicate.
 
-After the partitions, the watermark advances: every record id <= watermark is archived.
+Before anything, archiving is switched on in Redis (Log.enable_archiving): from then on no
+closed page expires or is dropped by max pages before it is archived.
+
+After the partitions, the watermark advances: every record id <= watermark is archived (or
+lies in a recorded gap).
 """
 
 from __future__ import annotations
@@ -35,9 +41,10 @@ import asyncpg
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from kafkaesque.log import ClosedPage, Log, PartitionState, UnknownTopic
+from kafkaesque.log import ClosedPage, Log, UnknownTopic
 from kafkaesque.records import InvalidRecord, read_header
 from storage_pg.deletion import delete_topic
+from storage_pg.gaps import advance_watermark, record_gap
 from storage_pg.pool import PG_CONNECTION_ERRORS, check_pool, ms_to_pg
 from storage_pg.recovery import recover
 from storage_pg.rows import COLUMNS, Row, batch_rows
@@ -80,22 +87,6 @@ _EPOCH = """
         SET leader_epoch = EXCLUDED.leader_epoch, updated = now()
         WHERE s.leader_epoch < EXCLUDED.leader_epoch
 """
-_WATERMARK = "UPDATE archive_watermark SET id = $1, updated = now() WHERE id < $1"
-# The id of the partition's last record before an offset that the archive accounts for
-# (archived, kept raw, or in an earlier dropped range): ids grow with offsets.
-_ID_BEFORE = """
-    SELECT GREATEST(
-        (SELECT id FROM record WHERE topic = $1 AND partition = $2 AND "offset" < $3
-         ORDER BY "offset" DESC LIMIT 1),
-        (SELECT max(first_id + record_count - 1) FROM rejected_batch
-         WHERE topic = $1 AND partition = $2 AND base_offset < $3),
-        (SELECT max(last_id) FROM dropped_range WHERE topic = $1 AND partition = $2))
-"""
-_DROPPED = """
-    INSERT INTO dropped_range (topic, partition, first_offset, last_offset, first_id, last_id)
-    VALUES ($1, $2, $3, $4, $5, $6)
-"""
-
 # Errors that mean "Redis (or PostgreSQL) is not reachable right now": retry later.
 REDIS_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     RedisConnectionError,
@@ -297,10 +288,12 @@ class Archiver:
                 if through < state.log_start:
                     # Retention dropped these before archiving was switched on (it keeps
                     # every unarchived page since): record the gap and go on after it.
-                    if not await self._record_gap(
-                        conn, topic, partition, through, state, counter, summary
-                    ):
+                    gap = await record_gap(
+                        conn, self.log, topic, partition, through, state, counter
+                    )
+                    if gap is None:
                         return  # the topic went meanwhile
+                    summary.gaps.append(gap)
                     through = state.log_start
                     await conn.execute(_ADVANCE, topic, partition, through, 0, None)
                 pages = await self.log.closed_pages(
@@ -328,37 +321,6 @@ class Archiver:
                 break
         if archived_anything:
             summary.partitions += 1
-
-    async def _record_gap(
-        self,
-        conn: asyncpg.Connection,
-        topic: str,
-        partition: int,
-        through: int,
-        state: PartitionState,
-        counter: int,
-        summary: ArchiveSummary,
-    ) -> bool:
-        """Record offsets ``through`` .. log start - 1 as dropped, with the range their ids
-        lie in: after the partition's last accounted-for id, before the id of the first
-        record Redis holds (or up to ``counter``, read before ``state``, when Redis holds
-        none: the dropped records had their ids by then). False if the partition is gone."""
-        if state.log_start < state.log_end:
-            following = await self.log.sequence_at(topic, partition, state.log_start)
-            if following is None:
-                return False
-            last_id = following - 1
-        else:
-            last_id = counter
-        before = await conn.fetchval(_ID_BEFORE, topic, partition, through)
-        first_id = min(last_id, (before or 0) + 1)
-        last_offset = state.log_start - 1
-        await conn.execute(_DROPPED, topic, partition, through, last_offset, first_id, last_id)
-        summary.gaps.append(
-            f"{topic}[{partition}]: offsets {through}..{last_offset} were dropped by retention "
-            f"before archiving (ids within {first_id}..{last_id}); recorded as a gap"
-        )
-        return True
 
     async def _copy(
         self,
@@ -413,36 +375,8 @@ class Archiver:
 
     # -- watermark --------------------------------------------------------------------
     async def advance_watermark(self) -> int:
-        """Raise the watermark to the highest id below which nothing is unarchived.
-
-        The sequence counter is read first: every id up to it was assigned by an append
-        that had finished, into a partition that exists now (or was deleted, taking its
-        records along). Then the first unarchived id of each partition, from Redis' markers,
-        which only lag the archive (so the result errs low, never high)."""
-        counter = await self.log.sequence_counter()
-        lowest = counter + 1
-        limit = asyncio.Semaphore(16)
-
-        async def first_unarchived(topic: str, partition: int) -> int | None:
-            async with limit:
-                try:
-                    return await self.log.first_unarchived_sequence(topic, partition)
-                except UnknownTopic:
-                    return None
-
-        tasks = []
-        for name in await self.log.list_topics():
-            try:
-                config = await self.log.topic(name)
-            except UnknownTopic:
-                continue
-            tasks += [first_unarchived(name, p) for p in range(config.partitions)]
-        for first in await asyncio.gather(*tasks):
-            if first is not None and first < lowest:
-                lowest = first
-        async with self.pool.acquire() as conn:
-            await conn.execute(_WATERMARK, lowest - 1)
-            return await conn.fetchval("SELECT id FROM archive_watermark")
+        """Raise the watermark as far as the archive is complete (see storage_pg.gaps)."""
+        return await advance_watermark(self.log, self.pool)
 
     # -- forever ----------------------------------------------------------------------
     async def run_forever(
