@@ -568,7 +568,8 @@ class Log(ArchivingLog):
         self, topics: list[RestoredTopic], sequence_floor: int, producer_id_floor: int
     ) -> None:
         """Bring Redis back to what the archive holds after it lost data (see restore.lua),
-        raise the counters past every id the archive has seen, and set the marker."""
+        raise the counters past every id the archive has seen, switch archiving on, and set
+        the marker."""
         for t in topics:
             c = t.config
             keys = [k for p in range(len(t.partitions)) for k in self._keys(c.name, p)[:3]]
@@ -585,4 +586,6 @@ class Log(ArchivingLog):
             current = int(await self.redis.get(key) or 0)
             if current < floor:
                 await self.redis.incrby(key, floor - current)
+        # Restored from an archive: archiving is on before the first append can close a page.
+        await self.enable_archiving()
         await self.redis.set(self._marker_key, uuid.uuid4().hex, nx=True)

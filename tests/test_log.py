@@ -491,3 +491,14 @@ def test_switching_archiving_on_takes_back_the_ttl_of_unarchived_pages(
         assert 0 < await r.ttl("ks:{sw:1}:page:3") <= 3600
 
     asyncio.run(scenario())
+
+
+def test_a_restore_switches_archiving_on_before_appends(make_log: Callable[[], Log]) -> None:
+    async def scenario() -> None:
+        log = make_log()
+        config = TopicConfig("rs", 1, page_size=2, ttl=3600)
+        await log.restore([RestoredTopic(config, [RestoredPartition(10, 0)])], 0, 0)
+        await log.append("rs", 0, [batch(words(0, 2))])  # closes a page
+        assert await log.redis.ttl("ks:{rs:0}:page:0") == -1  # kept until archived
+
+    asyncio.run(scenario())
