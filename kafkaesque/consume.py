@@ -86,11 +86,14 @@ class Consumer:
         fmt: str = "value",
         commit: Callable[[dict[int, int]], Awaitable[None]] | None = None,
         whole_topic: bool = False,
+        on_gap: Callable[[int, int, int], None] | None = None,
     ) -> None:
         """``commit`` is called with the partitions' next offsets after records were
         written and flushed (at-least-once: a crash re-reads at most one fetch).
         ``whole_topic``: when following, partitions added meanwhile are read too, from
-        their start."""
+        their start. ``on_gap(partition, first, last)`` is told of each gap read across:
+        offsets retention dropped before archiving."""
+        self.on_gap = on_gap
         self.whole_topic = whole_topic
         self.log = log
         self.commit = commit
@@ -99,8 +102,10 @@ class Consumer:
         self.fetch_size = fetch_size
         self.format = FORMATS[fmt]
 
-    async def _poll(self, partition: int) -> list[bytes]:
-        """One fetch from a partition: its formatted lines, offset advanced."""
+    async def _poll(self, partition: int) -> tuple[list[bytes], list[tuple[int, int]]]:
+        """One fetch from a partition: its formatted lines, and per batch (lines, offset of
+        its first line); the partition's offset advanced. Gaps (offsets retention dropped
+        before archiving) are read across and reported to ``on_gap``."""
         offset = self.offsets[partition]
         result = await self.log.read(self.topic, partition, offset, max_records=self.fetch_size)
         if result.below_start or result.past_end:
@@ -109,12 +114,27 @@ class Consumer:
                 f"(offsets {result.log_start}..{result.log_end})"
             )
         lines: list[bytes] = []
+        segments: list[tuple[int, int]] = []
         for batch in result.batches:
-            lines += self.format(partition, batch, offset)
-            last = int.from_bytes(batch[:8], "big") + int.from_bytes(batch[23:27], "big") + 1
-            offset = max(offset, last)
+            base = int.from_bytes(batch[:8], "big")
+            offset = self._skip_gap(partition, offset, base)
+            formatted = self.format(partition, batch, offset)
+            lines += formatted
+            segments.append((len(formatted), max(offset, base)))
+            offset = max(offset, base + int.from_bytes(batch[23:27], "big") + 1)
+        if not result.batches and result.skipped_to is not None:
+            offset = self._skip_gap(partition, offset, result.skipped_to)
         self.offsets[partition] = offset
-        return lines
+        return lines, segments
+
+    def _skip_gap(self, partition: int, offset: int, following: int) -> int:
+        """The offset to go on from: ``following`` if offsets from ``offset`` on are
+        missing (reported once), else ``offset``."""
+        if following <= offset:
+            return offset
+        if self.on_gap is not None:
+            self.on_gap(partition, offset, following - 1)
+        return following
 
     async def run(
         self, out: BinaryIO, *, follow: bool = False, max_records: int | None = None
@@ -130,14 +150,13 @@ class Consumer:
             while True:
                 got_any = False
                 for p in await self._to_poll(following=pubsub is not None):
-                    before = self.offsets[p]
-                    lines = await self._poll(p)
+                    lines, segments = await self._poll(p)
                     if not lines:
                         continue
                     got_any = True
                     if max_records is not None and written + len(lines) >= max_records:
                         lines = lines[: max_records - written]
-                        self.offsets[p] = before + len(lines)  # only what was printed
+                        self.offsets[p] = _offset_after(segments, len(lines))  # printed
                         _write(out, lines)
                         await self._commit(out)
                         return written + len(lines)
@@ -176,6 +195,16 @@ class Consumer:
         if self.commit is not None:
             out.flush()
             await self.commit(dict(self.offsets))
+
+
+def _offset_after(segments: list[tuple[int, int]], printed: int) -> int:
+    """The offset after the first ``printed`` lines of a poll's (lines, first offset)
+    segments (offsets are contiguous within a batch)."""
+    for count, first in segments:
+        if printed <= count:
+            return first + printed
+        printed -= count
+    raise AssertionError("more lines printed than polled")
 
 
 def _write(out: BinaryIO, lines: Sequence[bytes]) -> None:

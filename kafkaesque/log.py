@@ -25,6 +25,8 @@ import msgpack
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from kafkaesque.archiving import ArchivingLog
+from kafkaesque.archiving import ClosedPage as ClosedPage  # re-exported: the archiver's view
 from kafkaesque.records import decode_batch
 from kafkaesque.scripts import Scripts
 
@@ -144,8 +146,11 @@ class ReadResult:
     log_start: int
     log_end: int
     leader_epoch: int
-    below_start: bool = False  # the offset was removed by retention
+    below_start: bool = False  # the offset was removed by retention (no archive)
     past_end: bool = False
+    # The offset lies in a gap (dropped by retention before archiving): the batches start
+    # at this later offset, the first one that exists.
+    skipped_to: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,17 +167,6 @@ class PartitionState:
     pages: int
     bytes: int
     records: int  # records still held in Redis
-
-
-@dataclass(frozen=True, slots=True)
-class ClosedPage:
-    """A closed page as the archiver sees it."""
-
-    page: int
-    first_offset: int
-    next_offset: int  # first offset after this page
-    batches: list[bytes]  # as stored: baseOffset patched
-    sequences: list[int]  # per batch, the global sequence number of its first record
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +199,11 @@ class ColdStore(Protocol):
         is at or after ``timestamp``; None if there is none."""
         ...
 
+    async def dropped_ranges(self, topic: str) -> list[tuple[int, int, int]]:
+        """(partition, first offset, last offset) of each gap in the topic: offsets
+        retention dropped before archiving, which no store holds."""
+        ...
+
     async def delete_topic(self, topic: str, topic_id: bytes | None, partitions: int) -> bool:
         """Delete the topic's records (of the incarnation ``topic_id`` too, and keep it from
         being archived again); True if the store had the topic."""
@@ -219,6 +218,11 @@ class NeedsRecovery(LogError):
     """Redis has lost its data; appends wait until the archive restored the offsets."""
 
 
+def _after(offset: int, first: int) -> int | None:
+    """``first`` when the data resumes after a gap beginning at ``offset``, else None."""
+    return first if first > offset else None
+
+
 def _raise_log_error(exc: ResponseError) -> None:
     """Turn a Lua error_reply ("CODE message") into the matching LogError."""
     code, _, message = str(exc).partition(" ")
@@ -231,8 +235,9 @@ def _raise_log_error(exc: ResponseError) -> None:
     raise exc
 
 
-class Log:
-    """Topics and partitions kept in one Redis database.
+class Log(ArchivingLog):
+    """Topics and partitions kept in one Redis database (the archiver's side of it, in
+    kafkaesque.archiving, is mixed in).
 
     ``cold`` serves offsets Redis no longer holds (the archive). ``recover`` is called when
     Redis turns out to have lost its data, before any append; it must restore the offsets
@@ -411,7 +416,45 @@ class Log:
         min_one: bool = True,
     ) -> ReadResult:
         """Whole batches from the one holding ``offset`` within the limits; with ``min_one``
-        the first batch comes even when it alone exceeds them."""
+        the first batch comes even when it alone exceeds them.
+
+        Below Redis' oldest offset the archive (``cold``) answers; an offset no store holds
+        lies in a gap (dropped by retention before archiving) and the read goes on from the
+        next offset that exists, as Kafka's readers do across a compacted log's gaps.
+        Without an archive such an offset is ``below_start`` (Kafka's retention)."""
+        status, start, end, epoch, batches = await self._read_redis(
+            topic, partition, offset, max_bytes, max_records, min_one
+        )
+        if status != 1 or self.cold is None:
+            return ReadResult(batches, start, end, epoch, status == 1, status == 2)
+        # Tiered storage: offsets Redis no longer holds are read from the archive.
+        cold_start = await self.cold.start_offset(topic, partition)
+        earliest = start if cold_start is None else min(start, cold_start)
+        batches = await self.cold.read(topic, partition, offset, max_bytes)
+        if batches:
+            first = int.from_bytes(batches[0][:8], "big")
+            return ReadResult(batches, earliest, end, epoch, skipped_to=_after(offset, first))
+        # Nothing at or after the offset is archived: the gap runs up to Redis' oldest.
+        for _ in range(8):  # retention may move the start between two calls
+            status, start, end, epoch, batches = await self._read_redis(
+                topic, partition, start, max_bytes, max_records, min_one
+            )
+            if status != 1:
+                break
+        return ReadResult(
+            batches, min(earliest, start), end, epoch, status == 1, status == 2, start
+        )
+
+    async def _read_redis(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int,
+        max_records: int,
+        min_one: bool,
+    ) -> tuple[int, int, int, int, list[bytes]]:
+        """read.lua: (status, log start, log end, leader epoch, batches)."""
         meta, index, *_ = self._keys(topic, partition)
         try:
             status, start, end, epoch, *batches = await self.scripts.read(
@@ -427,14 +470,7 @@ class Log:
         except ResponseError as exc:
             _raise_log_error(exc)
             raise
-        if status == 1 and self.cold is not None:
-            # Tiered storage: offsets Redis no longer holds are read from the archive.
-            cold_start = await self.cold.start_offset(topic, partition)
-            if cold_start is not None and cold_start <= offset:
-                batches = await self.cold.read(topic, partition, offset, max_bytes)
-                if batches:
-                    return ReadResult(batches, cold_start, end, epoch)
-        return ReadResult(batches, start, end, epoch, status == 1, status == 2)
+        return status, start, end, epoch, batches
 
     async def earliest_offset(self, topic: str, partition: int) -> int:
         """The first offset still readable: in the archive if there is one, else in Redis."""
@@ -515,80 +551,14 @@ class Log:
         """A producer id no other producer of this Redis has had."""
         return await self.redis.incr(self._producer_ids_key)
 
-    # -- archiving ----------------------------------------------------------------
-    async def enable_archiving(self) -> None:
-        """From now on pages expire (TTL, max pages) only once archived."""
-        await self.redis.set(self._archiving_key, 1)
+    def _fail(self, exc: ResponseError) -> None:
+        _raise_log_error(exc)
 
-    async def closed_pages(
-        self, topic: str, partition: int, from_offset: int, max_pages: int = 16
-    ) -> list[ClosedPage]:
-        """Closed pages holding offsets >= from_offset, oldest first, whole."""
-        meta, index, *_ = self._keys(topic, partition)
-        try:
-            flat = await self.scripts.closed_pages(
-                keys=[meta, index], args=[self._prefix(topic, partition), from_offset, max_pages]
-            )
-        except ResponseError as exc:
-            _raise_log_error(exc)
-            raise
-        pages, i = [], 0
-        while i < len(flat):
-            page, first, following, bidx, count = flat[i : i + 5]
-            batches = flat[i + 5 : i + 5 + count]
-            sequences = [
-                int.from_bytes(bidx[j + 8 : j + 16], "big") for j in range(0, len(bidx), 16)
-            ]
-            pages.append(ClosedPage(page, first, following, batches, sequences))
-            i += 5 + count
-        return pages
+    def _unknown(self, topic: str, partition: int) -> UnknownTopic:
+        return UnknownTopic(f"unknown topic or partition: {topic}[{partition}]")
 
-    async def mark_archived(self, topic: str, partition: int, through: int) -> None:
-        """Offsets below ``through`` are archived: their pages may now expire."""
-        meta, index, stats, _ = self._keys(topic, partition)
-        try:
-            await self.scripts.mark_archived(
-                keys=[meta, index, stats], args=[self._prefix(topic, partition), through]
-            )
-        except ResponseError as exc:
-            _raise_log_error(exc)
-
-    async def close_idle_pages(self, topic: str, partition: int, older_than_ms: int) -> bool:
-        """Close the open page if its first record is older than that (ms), so quiet
-        partitions get archived too."""
-        meta, _, stats, _ = self._keys(topic, partition)
-        try:
-            closed = await self.scripts.close_idle(
-                keys=[meta, stats, self._archiving_key],
-                args=[self._prefix(topic, partition), _now_ms() - older_than_ms],
-            )
-        except ResponseError as exc:
-            _raise_log_error(exc)
-            raise
-        return bool(closed)
-
-    async def first_unarchived_sequence(self, topic: str, partition: int) -> int | None:
-        """The global sequence number of the first record not yet archived, if any."""
-        meta, index, *_ = self._keys(topic, partition)
-        archived, log_end = await self.redis.hmget(meta, "archived", "end")
-        if log_end is None:
-            raise UnknownTopic(f"unknown topic or partition: {topic}[{partition}]")
-        archived = int(archived or 0)
-        if archived >= int(log_end):
-            return None
-        found = await self.redis.zrevrangebyscore(index, archived, "-inf", start=0, num=1)
-        if not found:
-            found = await self.redis.zrange(index, 0, 0)
-        raw = found and await self.redis.get(
-            self._prefix(topic, partition) + f"bidx:{int(found[0])}"
-        )
-        if not raw:  # the reads are not atomic: the topic went in between
-            raise UnknownTopic(f"unknown topic or partition: {topic}[{partition}]")
-        for j in range(len(raw) - 16, -1, -16):
-            base = int.from_bytes(raw[j : j + 8], "big")
-            if base <= archived or j == 0:
-                return int.from_bytes(raw[j + 8 : j + 16], "big") + max(0, archived - base)
-        return None
+    def _partitions_of(self, name: str, raw: bytes) -> int:
+        return TopicConfig.unpack(name, raw).partitions
 
     async def sequence_counter(self) -> int:
         """The highest global sequence number assigned so far."""
@@ -598,7 +568,8 @@ class Log:
         self, topics: list[RestoredTopic], sequence_floor: int, producer_id_floor: int
     ) -> None:
         """Bring Redis back to what the archive holds after it lost data (see restore.lua),
-        raise the counters past every id the archive has seen, and set the marker."""
+        raise the counters past every id the archive has seen, switch archiving on, and set
+        the marker."""
         for t in topics:
             c = t.config
             keys = [k for p in range(len(t.partitions)) for k in self._keys(c.name, p)[:3]]
@@ -615,4 +586,6 @@ class Log:
             current = int(await self.redis.get(key) or 0)
             if current < floor:
                 await self.redis.incrby(key, floor - current)
+        # Restored from an archive: archiving is on before the first append can close a page.
+        await self.enable_archiving()
         await self.redis.set(self._marker_key, uuid.uuid4().hex, nx=True)

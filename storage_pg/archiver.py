@@ -5,7 +5,9 @@ Per partition, in one transaction per chunk of pages:
 1. ``pg_try_advisory_xact_lock(hashtext(topic), partition)``: another archiver working on
    the partition makes us skip it (it is archiving it right now);
 2. read ``archive_progress.archived_through`` (the next offset to archive). PostgreSQL is
-   the source of truth: Redis' own archived marker only ever lags it;
+   the source of truth: Redis' own archived marker only ever lags it. If Redis' oldest
+   offset is past it, retention dropped those records before archiving was switched on:
+   the gap is recorded (storage_pg.gaps.record_gap) and archiving goes on after it;
 3. fetch the closed pages holding offsets >= that from Redis, decode their batches (every
    compression) into rows and stream them with binary COPY (decoding overlaps with the
    server's inserting: rows are produced lazily while asyncpg sends them);
@@ -17,7 +19,11 @@ marker behind, and the next run re-reads the progress from PostgreSQL and contin
 it (and tells Redis again). So nothing is lost and nothing archived twice; the unique
 (topic, partition, offset) constraint would turn any slip into an error, not a duplicate.
 
-After the partitions, the watermark advances: every record id <= watermark is archived.
+Before anything, archiving is switched on in Redis (Log.enable_archiving): from then on no
+closed page expires or is dropped by max pages before it is archived.
+
+After the partitions, the watermark advances: every record id <= watermark is archived (or
+lies in a recorded gap).
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from kafkaesque.log import ClosedPage, Log, UnknownTopic
 from kafkaesque.records import InvalidRecord, read_header
 from storage_pg import group_offsets
 from storage_pg.deletion import delete_topic
+from storage_pg.gaps import advance_watermark, record_gap
 from storage_pg.pool import PG_CONNECTION_ERRORS, check_pool, ms_to_pg
 from storage_pg.recovery import recover
 from storage_pg.rows import COLUMNS, Row, batch_rows
@@ -83,8 +90,6 @@ _EPOCH = """
         SET leader_epoch = EXCLUDED.leader_epoch, updated = now()
         WHERE s.leader_epoch < EXCLUDED.leader_epoch
 """
-_WATERMARK = "UPDATE archive_watermark SET id = $1, updated = now() WHERE id < $1"
-
 # Errors that mean "Redis (or PostgreSQL) is not reachable right now": retry later.
 REDIS_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     RedisConnectionError,
@@ -105,6 +110,8 @@ class ArchiveSummary:
     busy: int = 0  # partitions skipped because another archiver held them
     rejected: int = 0  # batches that could not be decoded, kept raw in rejected_batch
     watermark: int | None = None  # after the run: every record id <= this is archived
+    # (or was dropped by retention before archiving, in a recorded gap)
+    gaps: list[str] = field(default_factory=list)  # gaps found (and recorded) by this run
     problems: list[str] = field(default_factory=list)  # partitions left alone, and why
 
 
@@ -190,6 +197,8 @@ class Archiver:
         summary.seconds = time.perf_counter() - started
         for problem in summary.problems:
             log.error("archive: %s", problem)
+        for gap in summary.gaps:
+            log.warning("archive: %s", gap)
         return summary
 
     async def _archive_group_offsets(self) -> None:
@@ -254,6 +263,7 @@ class Archiver:
         progress: Callable[[ArchiveSummary], None] | None,
     ) -> None:
         key = (topic_id, partition)
+        counter = await self.log.sequence_counter()  # before the state: see _record_gap
         state = await self.log.state(topic, partition)
         if self.idle_close_ms is not None:
             await self.log.close_idle_pages(topic, partition, self.idle_close_ms)
@@ -286,6 +296,17 @@ class Archiver:
                             "recovery?); not archiving it"
                         )
                         return
+                if through < state.log_start:
+                    # Retention dropped these before archiving was switched on (it keeps
+                    # every unarchived page since): record the gap and go on after it.
+                    gap = await record_gap(
+                        conn, self.log, topic, partition, through, state, counter
+                    )
+                    if gap is None:
+                        return  # the topic went meanwhile
+                    summary.gaps.append(gap)
+                    through = state.log_start
+                    await conn.execute(_ADVANCE, topic, partition, through, 0, None)
                 pages = await self.log.closed_pages(
                     topic, partition, through, self.pages_per_transaction
                 )
@@ -365,36 +386,8 @@ class Archiver:
 
     # -- watermark --------------------------------------------------------------------
     async def advance_watermark(self) -> int:
-        """Raise the watermark to the highest id below which nothing is unarchived.
-
-        The sequence counter is read first: every id up to it was assigned by an append
-        that had finished, into a partition that exists now (or was deleted, taking its
-        records along). Then the first unarchived id of each partition, from Redis' markers,
-        which only lag the archive (so the result errs low, never high)."""
-        counter = await self.log.sequence_counter()
-        lowest = counter + 1
-        limit = asyncio.Semaphore(16)
-
-        async def first_unarchived(topic: str, partition: int) -> int | None:
-            async with limit:
-                try:
-                    return await self.log.first_unarchived_sequence(topic, partition)
-                except UnknownTopic:
-                    return None
-
-        tasks = []
-        for name in await self.log.list_topics():
-            try:
-                config = await self.log.topic(name)
-            except UnknownTopic:
-                continue
-            tasks += [first_unarchived(name, p) for p in range(config.partitions)]
-        for first in await asyncio.gather(*tasks):
-            if first is not None and first < lowest:
-                lowest = first
-        async with self.pool.acquire() as conn:
-            await conn.execute(_WATERMARK, lowest - 1)
-            return await conn.fetchval("SELECT id FROM archive_watermark")
+        """Raise the watermark as far as the archive is complete (see storage_pg.gaps)."""
+        return await advance_watermark(self.log, self.pool)
 
     # -- forever ----------------------------------------------------------------------
     async def run_forever(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import datetime
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import asyncpg
 
@@ -66,6 +66,16 @@ class ArchiveReader:
                 return await conn.fetchval(_START, topic, partition)
             except asyncpg.UndefinedTableError:
                 return None  # no archive yet
+
+    async def dropped_ranges(self, topic: str) -> list[tuple[int, int, int]]:
+        """(partition, first offset, last offset) of the topic's gaps: offsets retention
+        dropped before archiving."""
+        async with self.pool.acquire() as conn:
+            try:
+                gaps = await dropped_ranges(conn, topic)
+            except asyncpg.UndefinedTableError:
+                return []  # no archive (or one from before gaps were recorded)
+        return [(g.partition, g.first_offset, g.last_offset) for g in gaps]
 
     async def find_time(
         self, topic: str, partition: int, timestamp: int, below: int
@@ -204,12 +214,25 @@ class PartitionStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class DroppedRange:
+    """A gap: offsets retention dropped from Redis before an archive held them."""
+
+    topic: str
+    partition: int
+    first_offset: int
+    last_offset: int
+    first_id: int  # the dropped records' ids all lie in first_id..last_id
+    last_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class ArchiveStatus:
     schema_version: int  # 0: the database holds no archive yet
-    watermark: int  # every record id <= this is archived
+    watermark: int  # every record id <= this is archived, or lies in a dropped range
     watermark_updated: datetime.datetime | None
     partitions: list[PartitionStatus]
     rejected_batches: int  # batches kept raw because they could not be decoded
+    dropped: list[DroppedRange] = field(default_factory=list)
 
 
 async def watermark(pool: asyncpg.Pool) -> int:
@@ -237,6 +260,7 @@ async def status(pool: asyncpg.Pool) -> ArchiveStatus:
                ORDER BY topic, partition"""
         )
         rejected = await conn.fetchval("SELECT count(*) FROM rejected_batch")
+        dropped = await dropped_ranges(conn) if version >= 3 else []
     partitions = [
         PartitionStatus(
             r["topic"],
@@ -248,7 +272,27 @@ async def status(pool: asyncpg.Pool) -> ArchiveStatus:
         )
         for r in rows
     ]
-    return ArchiveStatus(version, mark["id"], _datetime(mark["updated"]), partitions, rejected)
+    return ArchiveStatus(
+        version, mark["id"], _datetime(mark["updated"]), partitions, rejected, dropped
+    )
+
+
+async def dropped_ranges(
+    conn: asyncpg.Connection, topic: str | None = None, ids: tuple[int, int] | None = None
+) -> list[DroppedRange]:
+    """The gaps, of ``topic`` or of every topic, by topic, partition and offset; with
+    ``ids`` (low, high), only those whose id range meets low..high."""
+    rows = await conn.fetch(
+        """SELECT topic, partition, first_offset, last_offset, first_id, last_id
+           FROM dropped_range
+           WHERE ($1::text IS NULL OR topic = $1)
+             AND ($2::bigint IS NULL OR (last_id >= $2 AND first_id <= $3))
+           ORDER BY topic, partition, first_offset""",
+        topic,
+        None if ids is None else ids[0],
+        None if ids is None else ids[1],
+    )
+    return [DroppedRange(*r) for r in rows]
 
 
 def _datetime(value: object) -> datetime.datetime | None:

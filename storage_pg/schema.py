@@ -30,7 +30,12 @@ an archiver that listed the topic before the delete does not archive it again, a
 restore after Redis lost its data never hands out a record or producer id the deleted
 records used.
 
-Migration 3: ``group_offset`` keeps every consumer group's committed offsets as of the last
+Migration 3: ``dropped_range`` records each gap: offsets of a partition that retention
+dropped from Redis before an archive held them (archiving was not on yet), with the range
+their record ids lie in. The watermark's promise is that every id up to it is archived,
+lies in such a range, or belonged to a deleted topic.
+
+Migration 4: ``group_offset`` keeps every consumer group's committed offsets as of the last
 archiver pass, so they survive Redis losing its data (storage_pg/group_offsets.py).
 """
 
@@ -134,7 +139,24 @@ MIGRATIONS: list[str] = [
         'topics deleted with their records: never archived again; their highest record '
         'and producer ids stay floors for a restore of Redis';
     """,
-    # 3: committed group offsets (storage_pg/group_offsets.py)
+    # 3: ranges retention dropped before they could be archived
+    """
+    CREATE TABLE dropped_range (
+        topic text COLLATE "C" NOT NULL,
+        partition int NOT NULL,
+        first_offset bigint NOT NULL,
+        last_offset bigint NOT NULL CHECK (last_offset >= first_offset),
+        first_id bigint NOT NULL,
+        last_id bigint NOT NULL CHECK (last_id >= first_id),
+        recorded timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (topic, partition, first_offset)
+    );
+    COMMENT ON TABLE dropped_range IS
+        'offsets retention dropped from Redis before any archive held them: a gap in the '
+        'partition; their record ids all lie in first_id..last_id (which other partitions '
+        'records may share)';
+    """,
+    # 4: committed group offsets (storage_pg/group_offsets.py)
     group_offsets.MIGRATION,
 ]
 

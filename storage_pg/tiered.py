@@ -67,6 +67,14 @@ class Archive:
             log.warning("archive unreachable, earliest offset from Redis only: %s", exc)
             return None
 
+    async def dropped_ranges(self, topic: str) -> list[tuple[int, int, int]]:
+        """(partition, first offset, last offset) of each of the topic's gaps: offsets
+        retention dropped before an archive held them."""
+        try:
+            return await (await self._cold_reader()).dropped_ranges(topic)
+        except PG_CONNECTION_ERRORS as exc:
+            raise StorageUnavailable(f"the archive is unreachable: {exc}") from exc
+
     async def find_time(
         self, topic: str, partition: int, timestamp: int, below: int
     ) -> tuple[int, int] | None:

@@ -456,3 +456,49 @@ def test_lost_redis_waits_for_recovery_and_restores_offsets(make_log: Callable[[
         assert calls == [1]
 
     asyncio.run(scenario())
+
+
+def test_switching_archiving_on_takes_back_the_ttl_of_unarchived_pages(
+    make_log: Callable[[], Log],
+) -> None:
+    async def scenario() -> None:
+        log = make_log()
+        r = log.redis
+        await log.create_topic(TopicConfig("sw", 2, page_size=2, ttl=3600, max_pages=4))
+        for i in range(0, 6, 2):
+            await log.append("sw", 1, [batch(words(i, 2))])
+        # Closed before any archive: every closed page has its TTL, the open one none.
+        for n in range(3):
+            assert 0 < await r.ttl(f"ks:{{sw:1}}:page:{n}") <= 3600
+        await r.set("ks:archiving", 1)  # as older versions switched on: TTLs left in place
+        await log.enable_archiving()
+        for n in range(3):
+            assert await r.ttl(f"ks:{{sw:1}}:page:{n}") == -1
+            assert await r.ttl(f"ks:{{sw:1}}:bidx:{n}") == -1
+        # Pages closing from now on get no TTL, and max pages drops none until archived.
+        for i in range(6, 12, 2):
+            await log.append("sw", 1, [batch(words(i, 2))])
+        assert await r.ttl("ks:{sw:1}:page:4") == -1
+        state = await log.state("sw", 1)
+        assert (state.log_start, state.pages) == (0, 6)
+        assert [p.page for p in await log.closed_pages("sw", 1, 0)] == list(range(6))
+        # Once archived they get the TTL again and retention applies.
+        await log.mark_archived("sw", 1, 8)
+        assert 0 < await r.ttl("ks:{sw:1}:page:3") <= 3600
+        assert (await log.state("sw", 1)).log_start == 4
+        # Already done: a second call changes nothing (archived pages keep their TTL).
+        await log.enable_archiving()
+        assert 0 < await r.ttl("ks:{sw:1}:page:3") <= 3600
+
+    asyncio.run(scenario())
+
+
+def test_a_restore_switches_archiving_on_before_appends(make_log: Callable[[], Log]) -> None:
+    async def scenario() -> None:
+        log = make_log()
+        config = TopicConfig("rs", 1, page_size=2, ttl=3600)
+        await log.restore([RestoredTopic(config, [RestoredPartition(10, 0)])], 0, 0)
+        await log.append("rs", 0, [batch(words(0, 2))])  # closes a page
+        assert await log.redis.ttl("ks:{rs:0}:page:0") == -1  # kept until archived
+
+    asyncio.run(scenario())

@@ -111,6 +111,8 @@ def report(summary: ArchiveSummary) -> None:
         + (f"; {summary.rejected} undecodable batch(es) kept raw" if summary.rejected else ""),
         err=True,
     )
+    for gap in summary.gaps:
+        click.echo(f"gap: {gap}", err=True)
     for problem in summary.problems:
         click.echo(f"not archived: {problem}", err=True)
 
@@ -123,7 +125,10 @@ def show_status(state: ArchiveStatus) -> None:
         click.echo(NO_ARCHIVE)
         return
     updated = state.watermark_updated.isoformat(" ", "seconds") if state.watermark_updated else "-"
-    click.echo(f"watermark: {state.watermark} (every record id up to it is archived; {updated})")
+    promise = "every record id up to it is archived"
+    if state.dropped:
+        promise += " or lies in a gap below (dropped by retention before archiving)"
+    click.echo(f"watermark: {state.watermark} ({promise}; {updated})")
     click.echo(f"schema version: {state.schema_version}")
     if state.rejected_batches:
         click.echo(f"rejected batches (kept raw): {state.rejected_batches}")
@@ -141,3 +146,18 @@ def show_status(state: ArchiveStatus) -> None:
     if rows:
         click.echo()
         echo_table(["TOPIC", "PARTITION", "ARCHIVED-TO", "RECORDS", "EPOCH", "UPDATED"], rows)
+    if state.dropped:
+        click.echo()
+        click.echo("gaps (offsets dropped by retention before archiving; their ids lie in IDS):")
+        echo_table(
+            ["TOPIC", "PARTITION", "OFFSETS", "IDS"],
+            [
+                [
+                    g.topic,
+                    g.partition,
+                    f"{g.first_offset}..{g.last_offset}",
+                    f"{g.first_id}..{g.last_id}",
+                ]
+                for g in state.dropped
+            ],
+        )

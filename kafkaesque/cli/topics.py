@@ -94,6 +94,12 @@ async def describe(ctx: Context, topic: str) -> None:
         s = await log.state(topic, p)
         rows.append([p, s.log_start, s.log_end, s.pages, s.bytes])
     echo_table(["partition", "start_offset", "end_offset", "pages", "bytes"], rows)
+    if log.cold is not None:
+        for p, first, last in await log.cold.dropped_ranges(topic):
+            click.echo(
+                f"gap: partition {p} offsets {first}..{last} "
+                "(dropped by retention before archiving)"
+            )
 
 
 @main.command()
@@ -267,6 +273,10 @@ async def consume(
             offsets[p] = offset
         elif p in committed and not from_beginning:
             offsets[p] = committed[p]
+        elif log.cold is not None:
+            # From offset 0: a gap at the start (records retention dropped before
+            # archiving) is read across and reported like any other.
+            offsets[p] = 0
         else:
             offsets[p] = await log.earliest_offset(topic, p)
     consumer = Consumer(
@@ -277,6 +287,11 @@ async def consume(
         fmt=fmt,
         commit=commit,
         whole_topic=partition is None,
+        on_gap=lambda p, first, last: click.echo(
+            f"offsets {first}..{last} of {topic}[{p}] were dropped by retention before "
+            "archiving: not in the log",
+            err=True,
+        ),
     )
     out = sys.stdout.buffer
     try:

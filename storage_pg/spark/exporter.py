@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from storage_pg.spark.cut import archive_cut, read_cut
+from storage_pg.spark.cut import Gap, archive_cut, gaps_in_cut, read_cut
 from storage_pg.spark.errors import SparkJobError
 from storage_pg.spark.jdbc import jdbc_target, spark_errors
 from storage_pg.spark.session import session_for
@@ -56,14 +56,20 @@ class ExportSummary:
     from_id: int  # the run covered from_id <= id <= to_id (empty when to_id < from_id)
     to_id: int
     seconds: float
+    gaps: list[Gap] = field(default_factory=list)  # dropped ranges whose ids meet the run's
 
     def format(self) -> str:
         if self.to_id < self.from_id:
             return f"nothing new to export (archive watermark {self.to_id:,})"
-        return (
+        lines = [
             f"exported {self.rows:,} records (ids {self.from_id:,}..{self.to_id:,}) "
             f"in {self.seconds:.1f}s"
-        )
+        ]
+        lines += [
+            f"gap: {gap.format()} dropped by retention before archiving: not exported"
+            for gap in self.gaps
+        ]
+        return "\n".join(lines)
 
 
 class _Fs:
@@ -248,10 +254,11 @@ def export(
             with spark_errors(target):
                 writer.partitionBy("topic", "date").parquet(staging)
             rows = int(observation.get["rows"])
+        gaps = gaps_in_cut(session, target, cut)
         state.commit(from_id, to_id, rows)
         state.publish(from_id, to_id)
         state.recover()  # prunes the older commit records
-        return ExportSummary(rows, from_id, to_id, time.perf_counter() - started)
+        return ExportSummary(rows, from_id, to_id, time.perf_counter() - started, gaps)
 
 
 def export_schema() -> Any:

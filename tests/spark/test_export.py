@@ -224,3 +224,26 @@ def test_default_partitioning_and_the_jdbc_bounds(spark: Any, archive: Archive) 
     assert job.jdbc_partitions(spark, cut) == 1  # 70 ids: too few to split
     big = job.Cut(0, 10**7, 1, 10**7)
     assert job.jdbc_partitions(spark, big) == 5  # > 2 cores: at most 2M ids per partition
+
+
+def test_a_run_reports_the_dropped_ranges_it_spans(
+    spark: Any, archive: Archive, tmp_path: Path
+) -> None:
+    archive.add(10, watermark=30)  # ids 11..30: dropped by retention before archiving
+    archive.sql(
+        "INSERT INTO dropped_range (topic, partition, first_offset, last_offset, first_id,"
+        " last_id) VALUES ('t', 1, 5, 24, 11, 30), ('u', 0, 0, 9, 41, 50)"
+    )
+    out = tmp_path / "out"
+    summary = job.export(archive.dsn, str(out), spark=spark)
+    assert (summary.rows, summary.to_id) == (10, 30)
+    assert [(g.topic, g.partition, g.first_offset, g.last_offset) for g in summary.gaps] == [
+        ("t", 1, 5, 24)
+    ]
+    assert summary.format().splitlines()[1] == (
+        "gap: t[1] offsets 5..24 (ids within 11..30) dropped by retention before archiving:"
+        " not exported"
+    )
+    archive.set_watermark(60)
+    later = job.export(archive.dsn, str(out), spark=spark)
+    assert [(g.topic, g.first_id, g.last_id) for g in later.gaps] == [("u", 41, 50)]
