@@ -1,18 +1,69 @@
 """Shared fixtures: a real redis-server and a real PostgreSQL per session (each started when a
-test first needs it), and logs on fakeredis or real Redis."""
+test first needs it), and logs on fakeredis or real Redis.
+
+Every test runs with a data directory of its own (``KAFKAESQUE_HOME``) and none of the
+user's KAFKAESQUE_* settings: nothing in the suite may read or start the embedded servers of
+the checkout's ``./.kafkaesque``, or reach a Redis or PostgreSQL the user configured."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import fakeredis
 import pytest
 import redis
 import redis.asyncio
 
+from kafkaesque.embedded import EmbeddedRedis
 from kafkaesque.log import Log
 from tests.pg import PostgresServer
 from tests.servers import RedisServer
+
+# The user's settings that choose where data lives; the others (KAFKAESQUE_PG_USER,
+# KAFKAESQUE_PG_BIN, KAFKAESQUE_JDBC_JAR) only say how to run things and may stay.
+USER_SETTINGS = (
+    "KAFKAESQUE_HOME",
+    "KAFKAESQUE_REDIS_URL",
+    "KAFKAESQUE_PG_DSN",
+    "KAFKAESQUE_LISTEN",
+)
+
+
+def _private_environment(mp: pytest.MonkeyPatch, home: Path) -> None:
+    for name in USER_SETTINGS:
+        mp.delenv(name, raising=False)
+    mp.setenv("KAFKAESQUE_HOME", str(home))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A data directory for session fixtures (servers started before any test's own)."""
+    home = tmp_path_factory.mktemp("home")
+    with pytest.MonkeyPatch.context() as mp:
+        _private_environment(mp, home)
+        yield home
+    _stop_embedded(home)
+
+
+@pytest.fixture(autouse=True)
+def private_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """This test's own data directory (a short path: the embedded redis-server's unix
+    socket lives in it); embedded servers a test started in it are stopped afterwards."""
+    home = tmp_path_factory.mktemp("home")
+    with pytest.MonkeyPatch.context() as mp:
+        _private_environment(mp, home)
+        yield home
+    _stop_embedded(home)
+
+
+def _stop_embedded(home: Path) -> None:
+    if (home / "pg").exists():
+        from storage_pg.embedded import EmbeddedPostgres
+
+        EmbeddedPostgres(home).stop()
+    if (home / "redis.pid").exists():
+        EmbeddedRedis(home).stop()
 
 
 @pytest.fixture(scope="session")
