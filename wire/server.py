@@ -10,6 +10,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from kafkaesque.log import Log
+from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
 from wire.broker import HANDLERS, Broker, BrokerConfig
 from wire.metrics import Metrics, api_name
 from wire.protocol import (
@@ -122,6 +123,9 @@ class Server:
         except (MalformedRequest, UnsupportedVersion, DropConnection) as exc:
             log.warning("closing connection from %s: %s", peer, exc)
             self.metrics.errors.labels(type(exc).__name__).inc()
+        except REDIS_CONNECTION_ERRORS as exc:  # the client reconnects and retries
+            REDIS.failed(exc)  # logged once per outage
+            self.metrics.errors.labels("redis").inc()
         except Exception:
             log.exception("closing connection from %s after an internal error", peer)
             self.metrics.errors.labels("internal").inc()
