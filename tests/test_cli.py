@@ -181,7 +181,7 @@ def test_errors_are_one_line_with_exit_codes(ks, tmp_path) -> None:
     one_line_error(ks("create", "n", "--page-size", "-3"), 2, "--page-size")
     one_line_error(ks("create", "n", "--ttl", "soon"), 2, "--ttl")
     one_line_error(ks("produce", "e", str(tmp_path / "missing.txt")), 2, "missing.txt")
-    one_line_error(ks("produce", "e", "--partition", "2", input=b"x\n"), 2, "2 partition(s)")
+    one_line_error(ks("produce", "e", "--partition", "2", input=b"x\n"), 2, "has 2 partitions")
     one_line_error(ks("consume", "e", "--partition", "1", "--offset", "5"), 1, "out of range")
     one_line_error(ks("consume", "e", "--offset", "5"), 2, "--offset needs --partition")
     one_line_error(ks("produce", "e", "--compression", "brotli", input=b"x\n"), 2, "brotli")

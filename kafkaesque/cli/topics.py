@@ -24,6 +24,7 @@ from kafkaesque.groups import GroupError
 from kafkaesque.log import DEFAULT_PAGE_SIZE, MAX_PARTITIONS, MAX_SETTING, TopicConfig
 from kafkaesque.produce import LineProducer
 from kafkaesque.records import Compression
+from kafkaesque.tables import plural
 
 
 @main.command()
@@ -64,7 +65,7 @@ async def create(
         await log.cold.start_offset(topic, 0)
         await log.enable_archiving()
     await log.create_topic(config)
-    click.echo(f"created topic {topic} with {partitions} partition(s)", err=True)
+    click.echo(f"created topic {topic} with {plural(partitions, 'partition')}", err=True)
 
 
 @main.command()
@@ -123,7 +124,7 @@ async def alter(ctx: Context, topic: str, partitions: int) -> None:
     log = ctx.log()
     before = (await log.topic(topic)).partitions
     await log.add_partitions(topic, partitions)
-    click.echo(f"topic {topic}: {before} -> {partitions} partitions", err=True)
+    click.echo(f"topic {topic}: {before} -> {plural(partitions, 'partition')}", err=True)
 
 
 @main.command()
@@ -157,7 +158,7 @@ async def produce(
     config = await log.topic(topic)
     if partition is not None and partition >= config.partitions:
         raise click.BadParameter(
-            f"topic {topic} has {config.partitions} partition(s)", param_hint="--partition"
+            f"topic {topic} has {plural(config.partitions, 'partition')}", param_hint="--partition"
         )
     if key_separator == "":
         raise click.BadParameter("must not be empty", param_hint="--key-separator")
@@ -177,7 +178,8 @@ async def produce(
         summary = await producer.produce(file)
     rate = summary.records / summary.seconds if summary.seconds else 0.0
     click.echo(
-        f"produced {summary.records} records ({summary.bytes} bytes) to {topic} "
+        f"produced {plural(summary.records, 'record')} ({plural(summary.bytes, 'byte')}) "
+        f"to {topic} "
         f"in {summary.seconds:.2f} s ({rate:,.0f} records/s)",
         err=True,
     )
@@ -242,7 +244,7 @@ async def consume(
     config = await log.topic(topic)
     if partition is not None and partition >= config.partitions:
         raise click.BadParameter(
-            f"topic {topic} has {config.partitions} partition(s)", param_hint="--partition"
+            f"topic {topic} has {plural(config.partitions, 'partition')}", param_hint="--partition"
         )
     partitions = range(config.partitions) if partition is None else [partition]
     committed = {}
