@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
+from pathlib import Path
 
 import click
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from kafkaesque.cli.base import Context, archive_failure, main, pass_context
-from kafkaesque.embedded import EmbeddedError
+from kafkaesque.embedded import EmbeddedError, serving
 from kafkaesque.log import MAX_PARTITIONS
 from kafkaesque.outage import describe_redis_error
 
@@ -141,9 +143,12 @@ def serve(
             await log.redis.aclose()
 
     try:
-        ctx.url()  # the embedded redis-server first: its errors are the likelier ones
-        dsn = ctx.required_archive_dsn() if archive else None
-        asyncio.run(serve_log())
+        with contextlib.ExitStack() as using:
+            if ctx.embedded_redis():  # `kafkaesque stop` refuses while this runs
+                using.enter_context(serving(Path(ctx.home)))
+            ctx.url()  # the embedded redis-server first: its errors are the likelier ones
+            dsn = ctx.required_archive_dsn() if archive else None
+            asyncio.run(serve_log())
     except EmbeddedError as exc:
         raise click.ClickException(str(exc)) from None
     except RedisConnectionError as exc:

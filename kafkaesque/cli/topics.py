@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -19,7 +20,7 @@ from kafkaesque.cli.base import (
     topic_argument,
 )
 from kafkaesque.consume import Consumer
-from kafkaesque.embedded import EmbeddedError
+from kafkaesque.embedded import EmbeddedError, in_use
 from kafkaesque.groups import GroupError
 from kafkaesque.log import DEFAULT_PAGE_SIZE, MAX_PARTITIONS, MAX_SETTING, TopicConfig
 from kafkaesque.produce import LineProducer
@@ -290,11 +291,21 @@ async def consume(
 
 
 @main.command()
+@click.option("--force", is_flag=True, help="Stop them even while a broker uses them.")
 @pass_context
-def stop(ctx: Context) -> None:
+def stop(ctx: Context, force: bool) -> None:
     """Stop the embedded servers of the data directory."""
     from storage_pg.embedded import EmbeddedPostgresError
 
+    home = Path(ctx.home)
+    if not home.is_dir():
+        click.echo("nothing was running", err=True)
+        return
+    if in_use(home) and not force:
+        raise click.ClickException(
+            f"a broker (kafkaesque serve) is using the servers of {click.format_filename(home)}: "
+            "stop it first (they stop with it under scripts/run.sh), or use stop --force"
+        )
     stopped = []
     try:
         if ctx.embedded_postgres().stop():
