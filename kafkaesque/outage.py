@@ -17,21 +17,21 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 # What Redis going away looks like to redis-py's callers.
 REDIS_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError)
-_CONNECT_ERROR = re.compile(r"Error -?\d+ connecting to (?P<address>.+?)\. ")
+_CONNECT_ERROR = re.compile(
+    r"Error (?P<errno>-?\d+) connecting to (?P<address>.+?)\. (?P<rest>.*?)\.?$"
+)
 
 
 def describe_redis_error(exc: BaseException) -> str:
     """redis-py's connection error in one plain sentence: "Error 111 connecting to
-    127.0.0.1:1. Connect call failed ('127.0.0.1', 1)." says where twice, and not why."""
+    127.0.0.1:1. Connect call failed ('127.0.0.1', 1)." says where twice, and not why.
+    (The message is all there is: redis-py's retries drop the OSError behind it.)"""
     text = str(exc) or type(exc).__name__
     match = _CONNECT_ERROR.match(text)
-    cause = exc.__cause__ or exc.__context__
-    if match is None or not isinstance(cause, OSError):
+    if match is None:
         return text
-    if cause.errno and cause.errno > 0:
-        reason = os.strerror(cause.errno)
-    else:  # a name lookup (gaierror) or a timeout
-        reason = cause.strerror or str(cause) or type(cause).__name__
+    errno = int(match["errno"])
+    reason = os.strerror(errno) if errno > 0 else match["rest"]  # < 0: a name lookup's
     return f"{match['address']} ({reason[:1].lower()}{reason[1:]})"
 
 

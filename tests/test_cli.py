@@ -246,10 +246,11 @@ def test_json_headers_that_are_not_text_come_as_base64(ks, redis_url) -> None:
 
 
 def test_unreachable_redis_is_a_clear_error() -> None:
-    result = CliRunner().invoke(
-        main, ["--redis-url", f"redis://127.0.0.1:{free_port()}/0", "topics"]
-    )
-    one_line_error(result, 1, "cannot reach Redis")
+    port = free_port()
+    result = CliRunner().invoke(main, ["--redis-url", f"redis://127.0.0.1:{port}/0", "topics"])
+    one_line_error(result, 1, f"cannot reach Redis: 127.0.0.1:{port} (connection refused)")
+    result = CliRunner().invoke(main, ["--redis-url", "unix:///nonexistent.sock", "topics"])
+    one_line_error(result, 1, "Redis: /nonexistent.sock (no such file or directory)")
 
 
 def test_archive_status_creates_no_archive(redis_url: str, tmp_path) -> None:
