@@ -114,6 +114,21 @@ def test_consume_formats_offsets_and_limits(ks) -> None:
     assert record["key"] is None and record["timestamp"] > 1_600_000_000_000
 
 
+def test_empty_listings_say_so_on_stderr(ks) -> None:
+    for command, message in (("topics", "no topics\n"), ("groups", "no consumer groups\n")):
+        result = ok(ks(command))
+        assert result.stdout == "" and result.stderr == message
+
+
+def test_counts_of_one_are_singular(ks) -> None:
+    assert ok(ks("create", "one")).stderr == "created topic one with 1 partition\n"
+    assert ok(ks("produce", "one", input=b"x")).stderr.startswith("produced 1 record (1 byte) ")
+    assert ok(ks("alter", "one", "--partitions", "2")).stderr == "topic one: 1 -> 2 partitions\n"
+    reset = ok(ks("group", "g", "one", "--reset-offsets", "earliest")).stderr
+    assert reset == "reset 2 partitions of one for group g\n"
+    one_line_error(ks("produce", "one", "--partition", "5", input=b"x"), 2, "has 2 partitions")
+
+
 def test_topics_describe_delete(ks) -> None:
     ok(
         ks(

@@ -128,14 +128,25 @@ def report(summary: ArchiveSummary) -> None:
 
 
 NO_ARCHIVE = "no archive yet: nothing was archived to this database"
+NOTHING_YET = (
+    "nothing archived yet: a running `kafkaesque serve` archives every 10 s, "
+    "`kafkaesque archive` once; only closed pages are archived"
+)
 
 
 def show_status(state: ArchiveStatus) -> None:
     if state.schema_version == 0:
         click.echo(NO_ARCHIVE)
         return
-    updated = state.watermark_updated.isoformat(" ", "seconds") if state.watermark_updated else "-"
-    click.echo(f"watermark: {state.watermark} (every record id up to it is archived; {updated})")
+    if state.watermark or any(p.records for p in state.partitions):
+        updated = (
+            state.watermark_updated.isoformat(" ", "seconds") if state.watermark_updated else "-"
+        )
+        click.echo(
+            f"watermark: {state.watermark} (every record id up to it is archived; {updated})"
+        )
+    else:
+        click.echo(f"watermark: 0 ({NOTHING_YET})")
     click.echo(f"schema version: {state.schema_version}")
     if state.rejected_batches:
         click.echo(f"rejected batches (kept raw): {state.rejected_batches}")

@@ -24,8 +24,11 @@ from kafkaesque.tables import plural
 @run_async
 async def list_groups(ctx: Context) -> None:
     """List consumer groups."""
-    for name in await ctx.groups(ctx.log()).list_groups():
+    names = await ctx.groups(ctx.log()).list_groups()
+    for name in names:
         click.echo(name)
+    if not names:  # on stderr: stdout stays a list, empty
+        click.echo("no consumer groups", err=True)
 
 
 @main.command("group")

@@ -74,8 +74,11 @@ async def create(
 @run_async
 async def topics(ctx: Context) -> None:
     """List topics."""
-    for name in await ctx.log().list_topics():
+    names = await ctx.log().list_topics()
+    for name in names:
         click.echo(name)
+    if not names:  # on stderr: stdout stays a list, empty
+        click.echo("no topics", err=True)
 
 
 @main.command()
