@@ -7,6 +7,9 @@ the checkout's ``./.kafkaesque``, or reach a Redis or PostgreSQL the user config
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -37,24 +40,36 @@ def _private_environment(mp: pytest.MonkeyPatch, home: Path) -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def session_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def session_home() -> Iterator[Path]:
     """A data directory for session fixtures (servers started before any test's own)."""
-    home = tmp_path_factory.mktemp("home")
-    with pytest.MonkeyPatch.context() as mp:
+    with data_directory() as home, pytest.MonkeyPatch.context() as mp:
         _private_environment(mp, home)
         yield home
-    _stop_embedded(home)
 
 
 @pytest.fixture(autouse=True)
-def private_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """This test's own data directory (a short path: the embedded redis-server's unix
-    socket lives in it); embedded servers a test started in it are stopped afterwards."""
-    home = tmp_path_factory.mktemp("home")
-    with pytest.MonkeyPatch.context() as mp:
+def private_home() -> Iterator[Path]:
+    """This test's own data directory; embedded servers a test started in it are stopped
+    afterwards."""
+    with data_directory() as home, pytest.MonkeyPatch.context() as mp:
         _private_environment(mp, home)
         yield home
-    _stop_embedded(home)
+
+
+@contextlib.contextmanager
+def data_directory() -> Iterator[Path]:
+    """A fresh data directory, removed afterwards with what ran in it stopped. Short (the
+    embedded redis-server's socket lives in it) and directly under /tmp, traversable: as
+    root the embedded PostgreSQL runs as another user, who must reach it (pytest's own
+    directories are mode 700, which would move the cluster to /var/lib/kafkaesque)."""
+    parent = Path(tempfile.mkdtemp(prefix="ks-home-"))
+    parent.chmod(0o755)
+    home = parent / "home"
+    try:
+        yield home
+    finally:
+        _stop_embedded(home)
+        shutil.rmtree(parent, ignore_errors=True)
 
 
 def _stop_embedded(home: Path) -> None:
