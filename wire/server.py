@@ -51,12 +51,12 @@ class Server:
 
     async def serve(self) -> None:
         """Serve until SIGTERM or SIGINT, then shut down gracefully."""
-        await self.start()
-        log.info("kafkaesque broker listening on %s:%d", self.host, self.port)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+        for sig in (signal.SIGTERM, signal.SIGINT):  # before listening: no window where
+            loop.add_signal_handler(sig, stop.set)  # a signal kills a listening broker
+        await self.start()
+        log.info("kafkaesque broker listening on %s:%d", self.host, self.port)
         await stop.wait()
         await self.shutdown()
 
