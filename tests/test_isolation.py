@@ -21,7 +21,7 @@ INNER_TESTS = [
     "tests/test_cli.py::test_errors_are_one_line_with_exit_codes",
     "tests/test_cli.py::test_more_mistakes_are_one_line_errors",
     "tests/test_cli.py::test_archive_status_creates_no_archive",
-    "tests/test_cli_process.py::test_follow_waits_for_new_records",
+    "tests/test_cli_process.py::test_words_round_trip_on_the_embedded_default",
 ]
 
 
