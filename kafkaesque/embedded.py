@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -125,6 +126,31 @@ class EmbeddedRedis:
                     raise EmbeddedError(f"redis-server (pid {pid}) did not stop")
                 time.sleep(0.02)
             return True
+
+
+@contextmanager
+def serving(home: Path) -> Iterator[None]:
+    """Held by a broker while it runs on the data directory's servers (a shared lock, so
+    several brokers may): ``kafkaesque stop`` refuses meanwhile (see ``in_use``)."""
+    home.mkdir(exist_ok=True)
+    with open(home / "serve.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_SH)
+        yield
+
+
+def in_use(home: Path) -> bool:
+    """Whether a broker runs on the data directory's servers. The lock goes with the
+    process, so a killed broker never leaves the servers marked in use."""
+    try:
+        fh = open(home / "serve.lock")
+    except FileNotFoundError:
+        return False
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        return False
 
 
 def _alive(pid: int) -> bool:

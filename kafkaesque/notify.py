@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 
 from redis.asyncio import Redis
 
+from kafkaesque.outage import REDIS
 from kafkaesque.tasks import cancel_and_wait
-
-log = logging.getLogger(__name__)
 
 
 class Notifier:
@@ -42,6 +40,7 @@ class Notifier:
             pubsub = self._redis.pubsub()
             try:
                 await pubsub.psubscribe(prefix + "*")
+                REDIS.recovered()
                 async for message in pubsub.listen():
                     if message["type"] == "pmessage":
                         self.notify(message["channel"].decode()[len(prefix) :])
@@ -50,7 +49,7 @@ class Notifier:
             except Exception as exc:  # Redis went away: retry; waiters fall back to timeouts
                 if self._stopping:  # a cancel redis-py turned into a ConnectionError
                     return
-                log.warning("notifications on %s* interrupted: %s", prefix, exc)
+                REDIS.failed(exc)  # logged once per outage
                 await asyncio.sleep(1)
             finally:
                 with contextlib.suppress(Exception):

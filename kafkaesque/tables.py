@@ -28,3 +28,11 @@ def format_table(
         return indent + "  ".join(parts).rstrip()
 
     return [line(headers), *(line(row) for row in cells)]
+
+
+def plural(count: int, noun: str, plural_form: str | None = None) -> str:
+    """``count`` and ``noun``, plural unless it is one: "1 record", "2 records",
+    "3 batches" (``plural_form`` for nouns that take more than an "s")."""
+    if count == 1:
+        return f"{count} {noun}"
+    return f"{count} {plural_form or noun + 's'}"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Set up kafkaesque and run it on the embedded default (a private redis-server under
-# ./.kafkaesque). Without arguments: the Kafka broker on 127.0.0.1:9092. With arguments:
-# that CLI command (scripts/run.sh topics, scripts/run.sh consume words, ...); `spark`
+# Set up kafkaesque and run it on the embedded default (a private redis-server and
+# PostgreSQL under ./.kafkaesque, or $KAFKAESQUE_HOME). Without arguments: the Kafka broker
+# on 127.0.0.1:9092 until Ctrl-C (or SIGTERM), which then stops the embedded servers too
+# (their data stays in .kafkaesque for the next start). With arguments: that CLI command
+# (scripts/run.sh topics, scripts/run.sh consume words, scripts/run.sh stop, ...); `spark`
 # commands also get the [spark] extra, the JDBC driver and a JVM set up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,4 +15,17 @@ fi
 if (( $# )); then
   exec .venv/bin/python -m kafkaesque "$@"
 fi
-exec .venv/bin/python -m kafkaesque serve
+# The broker runs as a child so that this script outlives it: Ctrl-C reaches both (one
+# process group), SIGTERM to this script is passed on; either way the broker answers what
+# is in flight and exits, then the servers stop (unless another broker still uses them:
+# `stop` refuses then, and says so).
+.venv/bin/python -m kafkaesque serve &
+broker=$!
+trap 'kill -TERM "$broker" 2>/dev/null || true' INT TERM
+status=0
+while kill -0 "$broker" 2>/dev/null; do
+  wait "$broker" && status=0 || status=$?  # a trapped signal ends the wait early
+done
+trap - INT TERM
+.venv/bin/python -m kafkaesque stop || true
+exit "$status"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Set up what kafkaesque needs on a fresh Debian machine with Python 3.11:
-# a virtualenv in .venv with the project installed. With --spark: also the [spark] extra, the
-# PostgreSQL JDBC driver and a JVM (Debian packages) for `kafkaesque spark`. With --test:
-# everything --spark brings, the test extras, the system packages the tests use (the word
-# list, kcat, Node.js) and kafkajs for the wire tests (npm).
+# a virtualenv in .venv with the project installed, and what the README's quick start uses
+# when it is missing (Debian's kcat and wamerican, the word list /usr/share/dict/words).
+# With --spark: also the [spark] extra, the PostgreSQL JDBC driver and a JVM (Debian
+# packages) for `kafkaesque spark`. With --test: everything --spark brings, the test extras,
+# Node.js and kafkajs for the wire tests (npm).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,9 +18,10 @@ case "${1:-}" in
 esac
 
 apt_packages=()
+# the quick start's Kafka client and word list (the tests use them too)
+[[ -f /usr/share/dict/words ]] || apt_packages+=(wamerican)
+command -v kcat >/dev/null || apt_packages+=(kcat)
 if (( want_test )); then
-  [[ -f /usr/share/dict/words ]] || apt_packages+=(wamerican)
-  command -v kcat >/dev/null || apt_packages+=(kcat)
   command -v npm >/dev/null || apt_packages+=(nodejs npm)  # kafkajs for the wire tests
 fi
 if (( want_spark )); then
@@ -28,10 +30,18 @@ if (( want_spark )); then
   command -v java >/dev/null || apt_packages+=(default-jre-headless)
 fi
 if (( ${#apt_packages[@]} )); then
-  echo "installing system packages: ${apt_packages[*]}" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >&2
-  apt-get install -y -qq "${apt_packages[@]}" >&2
+  if (( EUID == 0 )) && command -v apt-get >/dev/null; then
+    echo "installing system packages: ${apt_packages[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >&2
+    apt-get install -y -qq "${apt_packages[@]}" >&2
+  elif (( want_test || want_spark )); then
+    echo "missing system packages: ${apt_packages[*]} (sudo apt-get install ${apt_packages[*]})" >&2
+    exit 1
+  else  # the broker and the CLI work without them; the quick start's examples do not
+    echo "note: the quick start's examples use Debian's ${apt_packages[*]}, not installed" \
+      "(sudo apt-get install ${apt_packages[*]})" >&2
+  fi
 fi
 
 python=${PYTHON:-python3}
@@ -44,6 +54,8 @@ mode=base
 stamp=".venv/.installed-$mode"
 digest=$(cat setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)
 if [[ "$(cat "$stamp" 2>/dev/null)" != "$digest" ]]; then
+  # UserWarning off: setuptools' "Editable installation" banner, which pip -q still shows
+  export PYTHONWARNINGS=ignore::UserWarning
   .venv/bin/python -m pip install -q --upgrade pip >&2
   case $mode in
     test) .venv/bin/python -m pip install -q -e '.[test]' >&2 ;;

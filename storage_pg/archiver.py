@@ -38,18 +38,17 @@ from dataclasses import dataclass, field
 from itertools import chain
 
 import asyncpg
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from kafkaesque.group_offsets import OffsetStore
 from kafkaesque.keys import Keys
 from kafkaesque.log import ClosedPage, Log, UnknownTopic
+from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
 from kafkaesque.records import InvalidRecord, read_header
 from storage_pg import group_offsets
 from storage_pg.deletion import delete_topic
 from storage_pg.gaps import advance_watermark, record_gap
 from storage_pg.pool import PG_CONNECTION_ERRORS, check_pool, ms_to_pg
-from storage_pg.recovery import recover
+from storage_pg.recovery import bind_cluster, recover
 from storage_pg.rows import COLUMNS, Row, batch_rows
 from storage_pg.schema import ensure_schema
 
@@ -91,10 +90,6 @@ _EPOCH = """
         WHERE s.leader_epoch < EXCLUDED.leader_epoch
 """
 # Errors that mean "Redis (or PostgreSQL) is not reachable right now": retry later.
-REDIS_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
-    RedisConnectionError,
-    RedisTimeoutError,
-)
 CONNECTION_ERRORS = REDIS_CONNECTION_ERRORS + PG_CONNECTION_ERRORS
 
 
@@ -174,8 +169,9 @@ class Archiver:
             await recover(self.log, self.pool)
             self._through.clear()
             self._epochs.clear()
+        async with self.pool.acquire() as conn:
+            await bind_cluster(self.log, conn)  # never archive one cluster into another's
         await self.log.enable_archiving()
-        await self._record_cluster()
         partitions = await self._sync_topics()
         limit = asyncio.Semaphore(self.concurrency)
 
@@ -207,16 +203,6 @@ class Archiver:
         if snapshot is not None:  # None: Redis lost its data; keep what the archive has
             async with self.pool.acquire() as conn:
                 await group_offsets.save(conn, snapshot)
-
-    async def _record_cluster(self) -> None:
-        """Keep the cluster id Kafka clients see, so recovery can give it back."""
-        cluster_id = await self.log.redis.get(f"{self.log.ns}:cluster_id")
-        if cluster_id:
-            async with self.pool.acquire() as conn:
-                await conn.execute(
-                    "INSERT INTO cluster (id) VALUES ($1) ON CONFLICT DO NOTHING",
-                    cluster_id.decode(),
-                )
 
     async def _sync_topics(self) -> list[tuple[str, uuid.UUID, int]]:
         """Upsert the topic rows; return the partitions to archive. A topic deleted from
@@ -405,12 +391,13 @@ class Archiver:
         while stop is None or not stop.is_set():
             try:
                 summary = await self.run_once()
-            except CONNECTION_ERRORS as exc:
+            except REDIS_CONNECTION_ERRORS as exc:
                 delay, backoff = backoff, min(backoff * 2, max_backoff)
-                server = "Redis" if isinstance(exc, REDIS_CONNECTION_ERRORS) else "PostgreSQL"
+                REDIS.failed(exc)  # once per outage, shared with the broker's other loops
+            except PG_CONNECTION_ERRORS as exc:
+                delay, backoff = backoff, min(backoff * 2, max_backoff)
                 log.warning(
-                    "archive: cannot reach %s (%s: %s); retrying in %.1fs",
-                    server,
+                    "archive: cannot reach PostgreSQL (%s: %s); retrying in %.1fs",
                     type(exc).__name__,
                     exc,
                     delay,
@@ -419,6 +406,7 @@ class Archiver:
                 delay, backoff = backoff, min(backoff * 2, max_backoff)
                 log.exception("archive run failed; retrying in %.1fs", delay)
             else:
+                REDIS.recovered()
                 delay, backoff = interval, min(1.0, max_backoff)
                 if summary.rows:
                     log.info(

@@ -15,14 +15,48 @@ import uuid
 
 import asyncpg
 
+from kafkaesque.cluster import cluster_id, cluster_key
 from kafkaesque.group_offsets import OffsetStore
 from kafkaesque.keys import Keys
 from kafkaesque.log import Log, RestoredPartition, RestoredTopic, TopicConfig
 from storage_pg import group_offsets
-from storage_pg.pool import PG_EPOCH_MS, check_pool
+from storage_pg.pool import PG_EPOCH_MS, ArchiveError, check_pool
 from storage_pg.schema import ensure_schema
 
 logger = logging.getLogger(__name__)
+
+
+class ClusterMismatch(ArchiveError):
+    """A Redis and an archive of different clusters: joining them would mix two logs."""
+
+
+async def bind_cluster(log: Log, conn: asyncpg.Connection) -> None:
+    """Check that Redis and the archive belong to one cluster, and record the pairing.
+
+    Redis holding no data yet (new, or it lost its data) becomes the archive's: it takes
+    the archive's cluster id now, and recovery gives it the archive's topics. Otherwise
+    both must carry the same id (an archive that has none, or was never written to, takes
+    Redis' id); a mismatch raises ClusterMismatch rather than restore one log into the
+    other or archive one into the other."""
+    if await conn.fetchval("SELECT to_regclass('cluster')") is None:
+        return  # not an archive yet: the archiver's first run creates it, then binds
+    archived = await conn.fetchval("SELECT id FROM cluster")
+    key = cluster_key(log.ns)
+    if await log.needs_recovery():
+        if archived is not None:
+            await log.redis.set(key, archived)
+        return
+    current = await cluster_id(log.redis, log.ns)
+    if archived is None:
+        await conn.execute("INSERT INTO cluster (id) VALUES ($1) ON CONFLICT DO NOTHING", current)
+        archived = await conn.fetchval("SELECT id FROM cluster")
+    if archived != current:
+        raise ClusterMismatch(
+            f"Redis (cluster {current}) and the archive (cluster {archived}) belong to "
+            "different clusters; refusing to join them: give the --pg-dsn of this Redis' "
+            "archive, or the --redis-url of this archive's Redis"
+        )
+
 
 _EPOCH = """
     INSERT INTO partition_state AS s (topic, partition, leader_epoch) VALUES ($1, $2, $3)
@@ -88,11 +122,12 @@ async def recover(log: Log, pool: asyncpg.Pool) -> bool:
             "SELECT GREATEST((SELECT coalesce(max(max_producer_id), 0) FROM archive_progress),"
             " (SELECT coalesce(max(max_producer_id), 0) FROM deleted_topic))"
         )
-        cluster_id = await conn.fetchval("SELECT id FROM cluster")
+        archived_id = await conn.fetchval("SELECT id FROM cluster")
         committed = await group_offsets.load(conn)
-    if cluster_id is not None:
-        # Kafka clients notice a changed cluster id; keep the one they knew.
-        await log.redis.set(f"{log.ns}:cluster_id", cluster_id, nx=True)
+    if archived_id is not None:
+        # Kafka clients notice a changed cluster id; keep the one they knew. Redis lost its
+        # data, so an id it got since (a broker started on it) is the archive's again.
+        await log.redis.set(cluster_key(log.ns), archived_id)
     await log.restore(topics, sequence_floor, producer_id_floor)
     log_ends = {
         (topic.config.name, p): restored.log_end

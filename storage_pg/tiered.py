@@ -27,7 +27,7 @@ from storage_pg.archiver import Archiver
 from storage_pg.cold import ArchiveReader
 from storage_pg.deletion import delete_topic
 from storage_pg.pool import PG_CONNECTION_ERRORS, create_pool
-from storage_pg.recovery import recover
+from storage_pg.recovery import bind_cluster, recover
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +45,29 @@ class Archive:
         self._pool: asyncpg.Pool | None = None
         self._lock = asyncio.Lock()
         self._reader: ArchiveReader | None = None
+        self._log: Log | None = None  # the log it is attached to, checked on first use
 
     async def pool(self) -> asyncpg.Pool:
+        """The connection pool; created on first use, after checking that the archive
+        belongs to the attached log's Redis (ClusterMismatch if it does not)."""
         async with self._lock:
             if self._pool is None:
-                self._pool = await create_pool(self.dsn, max_size=self.max_connections)
-                self._reader = ArchiveReader(self._pool)
+                pool = await create_pool(self.dsn, max_size=self.max_connections)
+                try:
+                    if self._log is not None:
+                        async with pool.acquire() as conn:
+                            await bind_cluster(self._log, conn)
+                except BaseException:
+                    await pool.close()
+                    raise
+                self._pool = pool
+                self._reader = ArchiveReader(pool)
             return self._pool
+
+    async def bind(self) -> None:
+        """Check now that the archive belongs to the attached log's Redis (a broker does,
+        before it starts)."""
+        await self.pool()
 
     async def _cold_reader(self) -> ArchiveReader:
         await self.pool()
@@ -124,4 +140,5 @@ def attach(log: Log, archive: Archive) -> Log:
     """``log`` with ``archive`` as its cold store and recovery."""
     log.cold = archive
     log.recover = archive.recover
+    archive._log = log
     return log

@@ -1,18 +1,84 @@
 """Shared fixtures: a real redis-server and a real PostgreSQL per session (each started when a
-test first needs it), and logs on fakeredis or real Redis."""
+test first needs it), and logs on fakeredis or real Redis.
+
+Every test runs with a data directory of its own (``KAFKAESQUE_HOME``) and none of the
+user's KAFKAESQUE_* settings: nothing in the suite may read or start the embedded servers of
+the checkout's ``./.kafkaesque``, or reach a Redis or PostgreSQL the user configured."""
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import fakeredis
 import pytest
 import redis
 import redis.asyncio
 
+from kafkaesque.embedded import EmbeddedRedis
 from kafkaesque.log import Log
 from tests.pg import PostgresServer
 from tests.servers import RedisServer
+
+# The user's settings that choose where data lives; the others (KAFKAESQUE_PG_USER,
+# KAFKAESQUE_PG_BIN, KAFKAESQUE_JDBC_JAR) only say how to run things and may stay.
+USER_SETTINGS = (
+    "KAFKAESQUE_HOME",
+    "KAFKAESQUE_REDIS_URL",
+    "KAFKAESQUE_PG_DSN",
+    "KAFKAESQUE_LISTEN",
+)
+
+
+def _private_environment(mp: pytest.MonkeyPatch, home: Path) -> None:
+    for name in USER_SETTINGS:
+        mp.delenv(name, raising=False)
+    mp.setenv("KAFKAESQUE_HOME", str(home))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_home() -> Iterator[Path]:
+    """A data directory for session fixtures (servers started before any test's own)."""
+    with data_directory() as home, pytest.MonkeyPatch.context() as mp:
+        _private_environment(mp, home)
+        yield home
+
+
+@pytest.fixture(autouse=True)
+def private_home() -> Iterator[Path]:
+    """This test's own data directory; embedded servers a test started in it are stopped
+    afterwards."""
+    with data_directory() as home, pytest.MonkeyPatch.context() as mp:
+        _private_environment(mp, home)
+        yield home
+
+
+@contextlib.contextmanager
+def data_directory() -> Iterator[Path]:
+    """A fresh data directory, removed afterwards with what ran in it stopped. Short (the
+    embedded redis-server's socket lives in it) and directly under /tmp, traversable: as
+    root the embedded PostgreSQL runs as another user, who must reach it (pytest's own
+    directories are mode 700, which would move the cluster to /var/lib/kafkaesque)."""
+    parent = Path(tempfile.mkdtemp(prefix="ks-home-"))
+    parent.chmod(0o755)
+    home = parent / "home"
+    try:
+        yield home
+    finally:
+        _stop_embedded(home)
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+def _stop_embedded(home: Path) -> None:
+    if (home / "pg").exists():
+        from storage_pg.embedded import EmbeddedPostgres
+
+        EmbeddedPostgres(home).stop()
+    if (home / "redis.pid").exists():
+        EmbeddedRedis(home).stop()
 
 
 @pytest.fixture(scope="session")

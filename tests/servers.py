@@ -54,10 +54,15 @@ class RedisServer:
     def __init__(self, directory: Path, appendonly: bool = False) -> None:
         self.port = free_port()
         self.directory = directory
+        self.appendonly = appendonly
         directory.mkdir(parents=True, exist_ok=True)
+        self.start()
+
+    def start(self) -> None:
+        """Start the server (again, after ``stop``: same port and directory)."""
         command = [redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1"]
-        command += ["--dir", str(directory), "--save", ""]
-        command += ["--appendonly", "yes" if appendonly else "no"]
+        command += ["--dir", str(self.directory), "--save", ""]
+        command += ["--appendonly", "yes" if self.appendonly else "no"]
         self.proc = subprocess.Popen(
             command,
             stdout=subprocess.DEVNULL,

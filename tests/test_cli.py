@@ -114,6 +114,21 @@ def test_consume_formats_offsets_and_limits(ks) -> None:
     assert record["key"] is None and record["timestamp"] > 1_600_000_000_000
 
 
+def test_empty_listings_say_so_on_stderr(ks) -> None:
+    for command, message in (("topics", "no topics\n"), ("groups", "no consumer groups\n")):
+        result = ok(ks(command))
+        assert result.stdout == "" and result.stderr == message
+
+
+def test_counts_of_one_are_singular(ks) -> None:
+    assert ok(ks("create", "one")).stderr == "created topic one with 1 partition\n"
+    assert ok(ks("produce", "one", input=b"x")).stderr.startswith("produced 1 record (1 byte) ")
+    assert ok(ks("alter", "one", "--partitions", "2")).stderr == "topic one: 1 -> 2 partitions\n"
+    reset = ok(ks("group", "g", "one", "--reset-offsets", "earliest")).stderr
+    assert reset == "reset 2 partitions of one for group g\n"
+    one_line_error(ks("produce", "one", "--partition", "5", input=b"x"), 2, "has 2 partitions")
+
+
 def test_topics_describe_delete(ks) -> None:
     ok(
         ks(
@@ -181,7 +196,7 @@ def test_errors_are_one_line_with_exit_codes(ks, tmp_path) -> None:
     one_line_error(ks("create", "n", "--page-size", "-3"), 2, "--page-size")
     one_line_error(ks("create", "n", "--ttl", "soon"), 2, "--ttl")
     one_line_error(ks("produce", "e", str(tmp_path / "missing.txt")), 2, "missing.txt")
-    one_line_error(ks("produce", "e", "--partition", "2", input=b"x\n"), 2, "2 partition(s)")
+    one_line_error(ks("produce", "e", "--partition", "2", input=b"x\n"), 2, "has 2 partitions")
     one_line_error(ks("consume", "e", "--partition", "1", "--offset", "5"), 1, "out of range")
     one_line_error(ks("consume", "e", "--offset", "5"), 2, "--offset needs --partition")
     one_line_error(ks("produce", "e", "--compression", "brotli", input=b"x\n"), 2, "brotli")
@@ -246,10 +261,11 @@ def test_json_headers_that_are_not_text_come_as_base64(ks, redis_url) -> None:
 
 
 def test_unreachable_redis_is_a_clear_error() -> None:
-    result = CliRunner().invoke(
-        main, ["--redis-url", f"redis://127.0.0.1:{free_port()}/0", "topics"]
-    )
-    one_line_error(result, 1, "cannot reach Redis")
+    port = free_port()
+    result = CliRunner().invoke(main, ["--redis-url", f"redis://127.0.0.1:{port}/0", "topics"])
+    one_line_error(result, 1, f"cannot reach Redis: 127.0.0.1:{port} (connection refused)")
+    result = CliRunner().invoke(main, ["--redis-url", "unix:///nonexistent.sock", "topics"])
+    one_line_error(result, 1, "Redis: /nonexistent.sock (no such file or directory)")
 
 
 def test_archive_status_creates_no_archive(redis_url: str, tmp_path) -> None:

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from kafkaesque.embedded import EmbeddedRedis
+from tests.servers import free_port, wait_for_port
+
 WORDS = Path("/usr/share/dict/words")
 
 
@@ -110,3 +113,86 @@ def test_serve_on_a_taken_address_fails_at_once(home: Path) -> None:
     assert b"cannot listen on 127.0.0.1" in result.stderr and b"in use" in result.stderr
     assert b"Traceback" not in result.stderr
     assert time.monotonic() - started < 60
+
+
+def test_stop_refuses_while_a_broker_uses_the_servers(home: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKAESQUE_")}
+    env["KAFKAESQUE_HOME"] = str(home)
+    broker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kafkaesque",
+            "serve",
+            "--no-archive",
+            "--listen",
+            f"127.0.0.1:{port}",
+        ],
+        env=env,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for_port(port, broker, timeout=60)
+        refused = run(home, "stop")
+        assert refused.returncode == 1
+        assert refused.stderr.decode().splitlines() == [
+            f"Error: a broker (kafkaesque serve) is using the servers of {home}: stop it "
+            "first (they stop with it under scripts/run.sh), or use stop --force"
+        ]
+        assert run(home, "topics").returncode == 0  # the servers still run
+        assert EmbeddedRedis(home).is_running()
+    finally:
+        broker.terminate()
+        broker.wait(30)
+    # Once the broker is gone, stop stops.
+    stopped = run(home, "stop")
+    assert stopped.returncode == 0 and b"stopped redis-server" in stopped.stderr
+    assert not EmbeddedRedis(home).is_running()
+
+
+def test_stop_force_stops_under_a_broker(home: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKAESQUE_")}
+    env["KAFKAESQUE_HOME"] = str(home)
+    broker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kafkaesque",
+            "serve",
+            "--no-archive",
+            "--listen",
+            f"127.0.0.1:{port}",
+        ],
+        env=env,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port, broker, timeout=60)
+        forced = run(home, "stop", "--force")
+        assert forced.returncode == 0 and b"stopped redis-server" in forced.stderr
+        assert not EmbeddedRedis(home).is_running()
+    finally:
+        broker.terminate()
+        broker.wait(30)
+
+
+def test_a_missing_parent_of_home_is_one_error_and_starts_nothing(tmp_path: Path) -> None:
+    home = tmp_path / "missing" / "dir"
+    for args, env_home in ((["--home", str(home)], None), ([], str(home))):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKAESQUE_")}
+        if env_home is not None:
+            env["KAFKAESQUE_HOME"] = env_home
+        result = subprocess.run(
+            [sys.executable, "-m", "kafkaesque", *args, "topics"],
+            capture_output=True,
+            env=env,
+            timeout=60,
+        )
+        assert result.returncode == 2
+        assert result.stderr.decode().splitlines() == [
+            f"Error: Invalid value for '--home': {tmp_path / 'missing'} does not exist; the data "
+            "directory goes in an existing one (see 'python -m kafkaesque --help')"
+        ]
+        assert not (tmp_path / "missing").exists()  # no directory, so no server either

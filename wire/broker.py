@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kafkaesque.cluster import cluster_id
 from kafkaesque.groups import CoordinatorConfig, GroupCoordinator
 from kafkaesque.log import Log
 from kafkaesque.notify import Notifier
+from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
 from kafkaesque.tasks import cancel_and_wait
 from wire.protocol import Request
 
@@ -54,7 +54,7 @@ class Broker:
         self._reaper: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        self.cluster_id = await self._cluster_id()
+        self.cluster_id = await cluster_id(self.log.redis, self.log.ns)
         self.notifier.start()
         self.groups.start()
         self._reaper = asyncio.create_task(self._expire_members(), name="group reaper")
@@ -80,15 +80,12 @@ class Broker:
                 # Every group at the start and once a minute, else those with members.
                 await self.groups.tick_all(sweep=ticks % 120 == 0)
                 ticks += 1
+            except REDIS_CONNECTION_ERRORS as exc:
+                REDIS.failed(exc)  # logged once per outage; the next tick retries
             except Exception:
                 logging.getLogger(__name__).exception("expiring group members failed")
-
-    async def _cluster_id(self) -> str:
-        """One id per Redis, shared by every broker process on it (22 chars, as Kafka's)."""
-        key = f"{self.log.ns}:cluster_id"
-        fresh = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-        await self.log.redis.set(key, fresh, nx=True)
-        return (await self.log.redis.get(key)).decode()
+            else:
+                REDIS.recovered()
 
     @staticmethod
     def supported() -> dict[int, tuple[int, int]]:

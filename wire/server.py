@@ -10,6 +10,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from kafkaesque.log import Log
+from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
 from wire.broker import HANDLERS, Broker, BrokerConfig
 from wire.metrics import Metrics, api_name
 from wire.protocol import (
@@ -50,12 +51,12 @@ class Server:
 
     async def serve(self) -> None:
         """Serve until SIGTERM or SIGINT, then shut down gracefully."""
-        await self.start()
-        log.info("kafkaesque broker listening on %s:%d", self.host, self.port)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+        for sig in (signal.SIGTERM, signal.SIGINT):  # before listening: no window where
+            loop.add_signal_handler(sig, stop.set)  # a signal kills a listening broker
+        await self.start()
+        log.info("kafkaesque broker listening on %s:%d", self.host, self.port)
         await stop.wait()
         await self.shutdown()
 
@@ -122,6 +123,9 @@ class Server:
         except (MalformedRequest, UnsupportedVersion, DropConnection) as exc:
             log.warning("closing connection from %s: %s", peer, exc)
             self.metrics.errors.labels(type(exc).__name__).inc()
+        except REDIS_CONNECTION_ERRORS as exc:  # the client reconnects and retries
+            REDIS.failed(exc)  # logged once per outage
+            self.metrics.errors.labels("redis").inc()
         except Exception:
             log.exception("closing connection from %s after an internal error", peer)
             self.metrics.errors.labels("internal").inc()

@@ -16,6 +16,7 @@ from kafkaesque.cli.base import (
     pass_context,
     run_async,
 )
+from kafkaesque.tables import plural
 
 if TYPE_CHECKING:
     from storage_pg.archiver import ArchiveSummary
@@ -62,7 +63,10 @@ async def archive(
         if not ctx.embedded_postgres().initialised():  # a status query creates nothing
             click.echo(NO_ARCHIVE)
             return
-    dsn = pg_dsn or ctx.archive_dsn(start=True)
+    if mode == "status":  # reads the archive alone, whichever Redis it belongs to
+        dsn = pg_dsn or ctx.pg_dsn or ctx.embedded_archive_dsn(start=True)
+    else:
+        dsn = pg_dsn or ctx.required_archive_dsn()
     assert dsn is not None
     pool = await create_pool(dsn, max_size=4)
     try:
@@ -78,7 +82,7 @@ async def archive(
         summary = await archiver.run_once(progress=live_progress())
         report(summary)
         if summary.problems:
-            raise click.ClickException(f"{len(summary.problems)} partition(s) not archived")
+            raise click.ClickException(f"{plural(len(summary.problems), 'partition')} not archived")
     finally:
         await pool.close()
 
@@ -104,11 +108,19 @@ def report(summary: ArchiveSummary) -> None:
         click.echo("\r\033[K", err=True, nl=False)
     rate = summary.rows / summary.seconds if summary.seconds else 0.0
     click.echo(
-        f"archived {summary.rows:,} records ({summary.pages:,} pages, "
-        f"{summary.bytes / 1e6:,.1f} MB) from {summary.partitions} partition(s) in "
+        f"archived {plural(summary.rows, 'record')} ({plural(summary.pages, 'page')}, "
+        f"{summary.bytes / 1e6:,.1f} MB) from {plural(summary.partitions, 'partition')} in "
         f"{summary.seconds:.2f}s ({rate:,.0f} records/s); watermark {summary.watermark}"
-        + (f"; {summary.busy} partition(s) busy with another archiver" if summary.busy else "")
-        + (f"; {summary.rejected} undecodable batch(es) kept raw" if summary.rejected else ""),
+        + (
+            f"; {plural(summary.busy, 'partition')} busy with another archiver"
+            if summary.busy
+            else ""
+        )
+        + (
+            f"; {plural(summary.rejected, 'undecodable batch', 'undecodable batches')} kept raw"
+            if summary.rejected
+            else ""
+        ),
         err=True,
     )
     for gap in summary.gaps:
@@ -118,17 +130,26 @@ def report(summary: ArchiveSummary) -> None:
 
 
 NO_ARCHIVE = "no archive yet: nothing was archived to this database"
+NOTHING_YET = (
+    "nothing archived yet: a running `kafkaesque serve` archives every 10 s, "
+    "`kafkaesque archive` once; only closed pages are archived"
+)
 
 
 def show_status(state: ArchiveStatus) -> None:
     if state.schema_version == 0:
         click.echo(NO_ARCHIVE)
         return
-    updated = state.watermark_updated.isoformat(" ", "seconds") if state.watermark_updated else "-"
-    promise = "every record id up to it is archived"
-    if state.dropped:
-        promise += " or lies in a gap below (dropped by retention before archiving)"
-    click.echo(f"watermark: {state.watermark} ({promise}; {updated})")
+    if state.watermark or any(p.records for p in state.partitions):
+        updated = (
+            state.watermark_updated.isoformat(" ", "seconds") if state.watermark_updated else "-"
+        )
+        promise = "every record id up to it is archived"
+        if state.dropped:
+            promise += " or lies in a gap below (dropped by retention before archiving)"
+        click.echo(f"watermark: {state.watermark} ({promise}; {updated})")
+    else:
+        click.echo(f"watermark: 0 ({NOTHING_YET})")
     click.echo(f"schema version: {state.schema_version}")
     if state.rejected_batches:
         click.echo(f"rejected batches (kept raw): {state.rejected_batches}")

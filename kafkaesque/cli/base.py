@@ -22,6 +22,7 @@ from redis.exceptions import RedisError
 from kafkaesque.embedded import EmbeddedError, EmbeddedRedis, default_home
 from kafkaesque.groups import GroupCoordinator
 from kafkaesque.log import Log, LogError, check_topic_name
+from kafkaesque.outage import describe_redis_error
 from kafkaesque.tables import format_table
 
 if TYPE_CHECKING:
@@ -44,15 +45,44 @@ class Context:
         return EmbeddedPostgres(Path(self.home))
 
     def archive_dsn(self, start: bool = True) -> str | None:
-        """The archive's DSN: the configured one, else the embedded PostgreSQL's. With
-        ``start`` false the embedded one is used only if it was set up before (by ``serve``
-        or ``archive``): reading or producing does not create an archive, but uses one."""
+        """The archive of this command's Redis: the configured DSN, else, only with the
+        embedded Redis, the embedded PostgreSQL's (an explicit --redis-url never gets the
+        archive of the data directory, which belongs to the embedded Redis). With ``start``
+        false the embedded one is used only if it was set up before (by ``serve`` or
+        ``archive``): reading or producing does not create an archive, but uses one."""
         if self.pg_dsn:
             return self.pg_dsn
+        if not self.embedded_redis():
+            return None
+        return self.embedded_archive_dsn(start)
+
+    def required_archive_dsn(self) -> str:
+        """The archive for ``serve`` and ``archive``: configured, or embedded with the
+        embedded Redis (started, and set up on first use)."""
+        dsn = self.archive_dsn(start=True)
+        if dsn is None:
+            raise click.UsageError(
+                "with --redis-url the archive must be given too (--pg-dsn or "
+                "KAFKAESQUE_PG_DSN): the embedded one belongs to the embedded Redis"
+            )
+        return dsn
+
+    def embedded_archive_dsn(self, start: bool) -> str | None:
+        """The embedded PostgreSQL's DSN; None when ``start`` is false and it was never
+        set up."""
         embedded = self.embedded_postgres()
         if not start and not embedded.initialised():
             return None
         return embedded.ensure_started()
+
+    def embedded_redis(self) -> bool:
+        """Whether the Redis is the data directory's own (no URL, or its socket's)."""
+        if self.redis_url is None:
+            return True
+        try:
+            return self.redis_url == self.embedded().url
+        except EmbeddedError:  # a data directory too deep for a socket has none
+            return False
 
     def embedded(self) -> EmbeddedRedis:
         return EmbeddedRedis(Path(self.home))
@@ -116,7 +146,7 @@ def one_line_errors() -> Iterator[None]:
     except LogError as exc:
         raise click.ClickException(str(exc)) from None
     except RedisConnectionError as exc:
-        raise click.ClickException(f"cannot reach Redis: {exc}") from None
+        raise click.ClickException(f"cannot reach Redis: {describe_redis_error(exc)}") from None
     except RedisError as exc:
         raise click.ClickException(f"Redis error: {exc}") from None
     except EmbeddedError as exc:
@@ -213,6 +243,18 @@ def url_option(*schemes: str, form: str) -> Callable[..., str | None]:
     return check
 
 
+def home_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """The data directory may be created, but only in a directory that exists: a typo in
+    its parent is an error, not a new tree with a server running in it."""
+    if value is not None:
+        parent = Path(value).absolute().parent
+        if not parent.is_dir():
+            shown = click.format_filename(parent)
+            what = "is not a directory" if parent.exists() else "does not exist"
+            raise click.BadParameter(f"{shown} {what}; the data directory goes in an existing one")
+    return value
+
+
 # The check every --pg-dsn option (global, archive, spark) runs.
 check_pg_dsn = url_option("postgresql", "postgres", form="postgresql://user:password@host:port/db")
 
@@ -231,7 +273,9 @@ check_pg_dsn = url_option("postgresql", "postgres", form="postgresql://user:pass
     "--home",
     envvar="KAFKAESQUE_HOME",
     type=click.Path(file_okay=False),
-    help="Data directory of the embedded servers. Default: ./.kafkaesque",
+    callback=home_option,
+    help="Data directory of the embedded servers (created if missing, in an existing "
+    "directory). Default: ./.kafkaesque",
 )
 @click.option(
     "--pg-dsn",

@@ -16,6 +16,7 @@ from kafkaesque.cli.base import (
 )
 from kafkaesque.groups import decode_consumer_assignment
 from kafkaesque.log import LogError
+from kafkaesque.tables import plural
 
 
 @main.command("groups")
@@ -23,8 +24,11 @@ from kafkaesque.log import LogError
 @run_async
 async def list_groups(ctx: Context) -> None:
     """List consumer groups."""
-    for name in await ctx.groups(ctx.log()).list_groups():
+    names = await ctx.groups(ctx.log()).list_groups()
+    for name in names:
         click.echo(name)
+    if not names:  # on stderr: stdout stays a list, empty
+        click.echo("no consumer groups", err=True)
 
 
 @main.command("group")
@@ -65,7 +69,7 @@ async def describe_group(
             else:  # clamped to what the partition holds, as Kafka's tool does
                 new[topic, p] = min(max(int(reset_offsets), earliest), state.log_end)
         await coordinator.reset_offsets(group, new)
-        click.echo(f"reset {len(new)} partition(s) of {topic} for group {group}", err=True)
+        click.echo(f"reset {plural(len(new), 'partition')} of {topic} for group {group}", err=True)
     if topic is not None and reset_offsets is None:
         await log.topic(topic)  # an unknown topic is an error, not an empty table
     loaded = await coordinator.load(group)

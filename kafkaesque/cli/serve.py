@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
+from pathlib import Path
 
 import click
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from kafkaesque.cli.base import Context, archive_failure, main, pass_context
-from kafkaesque.embedded import EmbeddedError
+from kafkaesque.embedded import EmbeddedError, serving
 from kafkaesque.log import MAX_PARTITIONS
+from kafkaesque.outage import describe_redis_error
 
 
 def host_port(
@@ -126,6 +129,7 @@ def serve(
         companions: list[Companion] = []
         if dsn is not None:
             tier = ctx.attach_archive(log, dsn)
+            await tier.bind()  # a Redis and an archive of two clusters: refuse to start
 
             async def archive_forever(stop: asyncio.Event) -> None:
                 archiver = await tier.archiver(log)
@@ -139,13 +143,16 @@ def serve(
             await log.redis.aclose()
 
     try:
-        ctx.url()  # the embedded redis-server first: its errors are the likelier ones
-        dsn = ctx.archive_dsn(start=True) if archive else None
-        asyncio.run(serve_log())
+        with contextlib.ExitStack() as using:
+            if ctx.embedded_redis():  # `kafkaesque stop` refuses while this runs
+                using.enter_context(serving(Path(ctx.home)))
+            ctx.url()  # the embedded redis-server first: its errors are the likelier ones
+            dsn = ctx.required_archive_dsn() if archive else None
+            asyncio.run(serve_log())
     except EmbeddedError as exc:
         raise click.ClickException(str(exc)) from None
     except RedisConnectionError as exc:
-        raise click.ClickException(f"cannot reach Redis: {exc}") from None
+        raise click.ClickException(f"cannot reach Redis: {describe_redis_error(exc)}") from None
     except OSError as exc:
         raise click.ClickException(
             f"cannot listen on {host}:{port}: {exc.strerror or exc}"

@@ -49,7 +49,8 @@ def archive_dsn(ctx: Context, pg_dsn: str | None) -> str:
     if pg_dsn:
         return pg_dsn
     with one_line_errors():
-        dsn = ctx.archive_dsn(start=False)
+        # Spark reads the archive alone, whichever Redis it belongs to.
+        dsn = ctx.pg_dsn or ctx.embedded_archive_dsn(start=False)
     if dsn is None:
         raise click.ClickException(
             "no archive: give --pg-dsn, or archive into the embedded PostgreSQL first "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -19,11 +20,12 @@ from kafkaesque.cli.base import (
     topic_argument,
 )
 from kafkaesque.consume import Consumer
-from kafkaesque.embedded import EmbeddedError
+from kafkaesque.embedded import EmbeddedError, in_use
 from kafkaesque.groups import GroupError
 from kafkaesque.log import DEFAULT_PAGE_SIZE, MAX_PARTITIONS, MAX_SETTING, TopicConfig
 from kafkaesque.produce import LineProducer
 from kafkaesque.records import Compression
+from kafkaesque.tables import plural
 
 
 @main.command()
@@ -64,7 +66,7 @@ async def create(
         await log.cold.start_offset(topic, 0)
         await log.enable_archiving()
     await log.create_topic(config)
-    click.echo(f"created topic {topic} with {partitions} partition(s)", err=True)
+    click.echo(f"created topic {topic} with {plural(partitions, 'partition')}", err=True)
 
 
 @main.command()
@@ -72,8 +74,11 @@ async def create(
 @run_async
 async def topics(ctx: Context) -> None:
     """List topics."""
-    for name in await ctx.log().list_topics():
+    names = await ctx.log().list_topics()
+    for name in names:
         click.echo(name)
+    if not names:  # on stderr: stdout stays a list, empty
+        click.echo("no topics", err=True)
 
 
 @main.command()
@@ -129,7 +134,7 @@ async def alter(ctx: Context, topic: str, partitions: int) -> None:
     log = ctx.log()
     before = (await log.topic(topic)).partitions
     await log.add_partitions(topic, partitions)
-    click.echo(f"topic {topic}: {before} -> {partitions} partitions", err=True)
+    click.echo(f"topic {topic}: {before} -> {plural(partitions, 'partition')}", err=True)
 
 
 @main.command()
@@ -163,7 +168,7 @@ async def produce(
     config = await log.topic(topic)
     if partition is not None and partition >= config.partitions:
         raise click.BadParameter(
-            f"topic {topic} has {config.partitions} partition(s)", param_hint="--partition"
+            f"topic {topic} has {plural(config.partitions, 'partition')}", param_hint="--partition"
         )
     if key_separator == "":
         raise click.BadParameter("must not be empty", param_hint="--key-separator")
@@ -183,7 +188,8 @@ async def produce(
         summary = await producer.produce(file)
     rate = summary.records / summary.seconds if summary.seconds else 0.0
     click.echo(
-        f"produced {summary.records} records ({summary.bytes} bytes) to {topic} "
+        f"produced {plural(summary.records, 'record')} ({plural(summary.bytes, 'byte')}) "
+        f"to {topic} "
         f"in {summary.seconds:.2f} s ({rate:,.0f} records/s)",
         err=True,
     )
@@ -248,7 +254,7 @@ async def consume(
     config = await log.topic(topic)
     if partition is not None and partition >= config.partitions:
         raise click.BadParameter(
-            f"topic {topic} has {config.partitions} partition(s)", param_hint="--partition"
+            f"topic {topic} has {plural(config.partitions, 'partition')}", param_hint="--partition"
         )
     partitions = range(config.partitions) if partition is None else [partition]
     committed = {}
@@ -303,11 +309,21 @@ async def consume(
 
 
 @main.command()
+@click.option("--force", is_flag=True, help="Stop them even while a broker uses them.")
 @pass_context
-def stop(ctx: Context) -> None:
+def stop(ctx: Context, force: bool) -> None:
     """Stop the embedded servers of the data directory."""
     from storage_pg.embedded import EmbeddedPostgresError
 
+    home = Path(ctx.home)
+    if not home.is_dir():
+        click.echo("nothing was running", err=True)
+        return
+    if in_use(home) and not force:
+        raise click.ClickException(
+            f"a broker (kafkaesque serve) is using the servers of {click.format_filename(home)}: "
+            "stop it first (they stop with it under scripts/run.sh), or use stop --force"
+        )
     stopped = []
     try:
         if ctx.embedded_postgres().stop():

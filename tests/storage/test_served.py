@@ -56,7 +56,7 @@ def test_archive_command_and_consume_below_redis(
     archived = run("archive")
     # 30 pages of 100 records, each closed as it filled.
     assert archived.returncode == 0, archived.stderr.decode()
-    assert "archived 3,000 records (30 pages" in archived.stderr.decode()
+    assert "archived 3000 records (30 pages" in archived.stderr.decode()
     ok(run("produce", "--batch-size", "100", "words", input=b"late\n" * 200))
     ok(run("archive", "--once"))
 
@@ -116,6 +116,24 @@ def test_archive_command_errors(redis_url: str, tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr.decode()
     result = cli(redis_url, tmp_path, "archive", "--interval", "0")
     assert result.returncode == 2 and "--interval" in result.stderr.decode()
+
+
+def test_archive_status_before_the_first_pass_explains_itself(
+    redis_url: str, pg_dsn: str, tmp_path: Path
+) -> None:
+    status = ok(cli(redis_url, tmp_path, "archive", "--status", pg_dsn=pg_dsn))
+    assert status == "no archive yet: nothing was archived to this database\n"
+    ok(cli(redis_url, tmp_path, "create", "quiet", pg_dsn=pg_dsn))
+    archived = cli(redis_url, tmp_path, "archive", pg_dsn=pg_dsn)
+    assert archived.returncode == 0
+    assert archived.stderr.decode().startswith(
+        "archived 0 records (0 pages, 0.0 MB) from 0 partitions in "
+    )
+    status = ok(cli(redis_url, tmp_path, "archive", "--status", pg_dsn=pg_dsn))
+    assert status.splitlines()[0] == (
+        "watermark: 0 (nothing archived yet: a running `kafkaesque serve` archives every "
+        "10 s, `kafkaesque archive` once; only closed pages are archived)"
+    )
 
 
 @pytest.fixture

@@ -1,0 +1,25 @@
+"""The cluster id: one per Redis, reported to Kafka clients and recorded by its archive.
+
+A Redis and an archive belong together when they carry the same id; the archive side of the
+check is storage_pg.recovery.bind_cluster.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+
+from redis.asyncio import Redis
+
+
+def cluster_key(namespace: str) -> str:
+    return f"{namespace}:cluster_id"
+
+
+async def cluster_id(redis: Redis, namespace: str) -> str:
+    """The Redis' cluster id, created on first use (22 characters, as Kafka's), shared by
+    every broker process and command on it."""
+    key = cluster_key(namespace)
+    fresh = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    await redis.set(key, fresh, nx=True)
+    return (await redis.get(key)).decode()
