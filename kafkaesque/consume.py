@@ -18,6 +18,11 @@ class OffsetOutOfRange(LogError):
     pass
 
 
+class LogTruncated(LogError):
+    """The partition's log was truncated below our position (Redis lost records it had
+    not archived): offsets we already read now hold other records."""
+
+
 def _text(data: bytes | None, name: str, out: dict) -> None:
     """JSON carries text: UTF-8 as a string, anything else base64 under NAME_base64."""
     if data is None:
@@ -84,16 +89,26 @@ class Consumer:
         *,
         fetch_size: int = 1024,
         fmt: str = "value",
-        commit: Callable[[dict[int, int]], Awaitable[None]] | None = None,
+        commit: Callable[[dict[int, int], dict[int, int]], Awaitable[None]] | None = None,
         whole_topic: bool = False,
         on_gap: Callable[[int, int, int], None] | None = None,
+        epochs: dict[int, int] | None = None,
+        on_truncation: Callable[[int, int, int], None] | None = None,
     ) -> None:
-        """``commit`` is called with the partitions' next offsets after records were
-        written and flushed (at-least-once: a crash re-reads at most one fetch).
+        """``commit`` is called with the partitions' next offsets (and their epochs) after
+        records were written and flushed (at-least-once: a crash re-reads at most one fetch).
         ``whole_topic``: when following, partitions added meanwhile are read too, from
         their start. ``on_gap(partition, first, last)`` is told of each gap read across:
-        offsets retention dropped before archiving."""
+        offsets retention dropped before archiving.
+
+        ``epochs``: the leader epoch each partition's offset was read (or committed) under;
+        missing ones are taken at the first read. When a partition's epoch moves on and
+        its new log ends that epoch below our offset (KIP-320's check), the records we
+        read there are gone: ``on_truncation(partition, truncated_at, offset)`` is told and
+        reading goes on from the truncation point; without it, LogTruncated is raised."""
         self.on_gap = on_gap
+        self.epochs = dict(epochs or {})
+        self.on_truncation = on_truncation
         self.whole_topic = whole_topic
         self.log = log
         self.commit = commit
@@ -108,6 +123,13 @@ class Consumer:
         before archiving) are read across and reported to ``on_gap``."""
         offset = self.offsets[partition]
         result = await self.log.read(self.topic, partition, offset, max_records=self.fetch_size)
+        known = self.epochs.setdefault(partition, result.leader_epoch)
+        if result.leader_epoch != known:
+            truncated_at = await self._diverged(partition, offset, known)
+            self.epochs[partition] = result.leader_epoch
+            if truncated_at is not None:
+                self.offsets[partition] = truncated_at
+                return await self._poll(partition)
         if result.below_start or result.past_end:
             raise OffsetOutOfRange(
                 f"offset {offset} is out of range for {self.topic}[{partition}] "
@@ -126,6 +148,21 @@ class Consumer:
             offset = self._skip_gap(partition, offset, result.skipped_to)
         self.offsets[partition] = offset
         return lines, segments
+
+    async def _diverged(self, partition: int, offset: int, epoch: int) -> int | None:
+        """Where the log was truncated below ``offset`` since ``epoch``, or None if the
+        records up to ``offset`` are the ones read (a new epoch, nothing lost)."""
+        _, end = await self.log.epoch_end_offset(self.topic, partition, epoch)
+        if end < 0 or offset <= end:
+            return None
+        if self.on_truncation is None:
+            raise LogTruncated(
+                f"{self.topic}[{partition}] was truncated at offset {end} (Redis lost "
+                f"records it had not archived): offsets {end}..{offset - 1}, read before, "
+                "now hold other records; --on-truncation rewind reads on from there"
+            )
+        self.on_truncation(partition, end, offset)
+        return end
 
     def _skip_gap(self, partition: int, offset: int, following: int) -> int:
         """The offset to go on from: ``following`` if offsets from ``offset`` on are
@@ -194,7 +231,7 @@ class Consumer:
     async def _commit(self, out: BinaryIO) -> None:
         if self.commit is not None:
             out.flush()
-            await self.commit(dict(self.offsets))
+            await self.commit(dict(self.offsets), dict(self.epochs))
 
 
 def _offset_after(segments: list[tuple[int, int]], printed: int) -> int:

@@ -110,6 +110,12 @@ class Context:
         attach(log, archive)
         return archive
 
+    async def bind_archives(self) -> None:
+        """Check now that each attached archive belongs to this Redis (ClusterMismatch
+        otherwise), rather than at its first use, which a read may never reach."""
+        for archive in self._archives:
+            await archive.bind()
+
     async def aclose(self) -> None:
         """Close the archive connections the command opened."""
         while self._archives:

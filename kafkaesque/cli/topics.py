@@ -165,6 +165,7 @@ async def produce(
 ) -> None:
     """Append each line of FILE (default: stdin) to TOPIC as one record."""
     log = ctx.log()
+    await ctx.bind_archives()  # a read from offset 0 may never touch the archive
     config = await log.topic(topic)
     if partition is not None and partition >= config.partitions:
         raise click.BadParameter(
@@ -219,6 +220,14 @@ def _file_size(file: Any) -> int | None:
 @click.option("--follow", "-f", is_flag=True, help="Keep waiting for new records.")
 @click.option("--max-records", type=click.IntRange(1), help="Stop after N records.")
 @click.option(
+    "--on-truncation",
+    type=click.Choice(["error", "rewind"]),
+    default="error",
+    show_default=True,
+    help="When Redis lost records already read (the log was truncated below the position): "
+    "stop with an error, or rewind to the truncation point and read the new records there.",
+)
+@click.option(
     "--group",
     callback=group_id_option,
     help="Start at GROUP's committed offsets and commit as records are printed.",
@@ -242,6 +251,7 @@ async def consume(
     from_beginning: bool,
     follow: bool,
     max_records: int | None,
+    on_truncation: str,
     group: str | None,
     fmt: str,
 ) -> None:
@@ -251,6 +261,7 @@ async def consume(
     if offset is not None and partition is None:
         raise click.UsageError("--offset needs --partition")
     log = ctx.log()
+    await ctx.bind_archives()  # a read from offset 0 may never touch the archive
     config = await log.topic(topic)
     if partition is not None and partition >= config.partitions:
         raise click.BadParameter(
@@ -258,18 +269,21 @@ async def consume(
         )
     partitions = range(config.partitions) if partition is None else [partition]
     committed = {}
+    epochs: dict[int, int] = {}
     commit = None
     if group is not None:
         coordinator = ctx.groups(log)
         existing = await coordinator.load(group)
         if existing is not None and existing.members:
             raise click.ClickException(f"group {group} has active members; use another group")
-        committed = {
-            p: c.offset for (t, p), c in (await coordinator.committed(group)).items() if t == topic
-        }
+        for (t, p), c in (await coordinator.committed(group)).items():
+            if t == topic:
+                committed[p] = c.offset
+                if c.leader_epoch >= 0:  # checked at the first read, as Kafka's clients do
+                    epochs[p] = c.leader_epoch
 
-        async def commit(offsets: dict[int, int]) -> None:
-            stored = {(topic, p): (o, "", -1) for p, o in offsets.items()}
+        async def commit(offsets: dict[int, int], read_epochs: dict[int, int]) -> None:
+            stored = {(topic, p): (o, "", read_epochs.get(p, -1)) for p, o in offsets.items()}
             if await coordinator.commit(group, -1, "", None, stored) != GroupError.NONE:
                 raise click.ClickException(f"group {group} gained members; stopped")
 
@@ -296,6 +310,15 @@ async def consume(
         on_gap=lambda p, first, last: click.echo(
             f"offsets {first}..{last} of {topic}[{p}] were dropped by retention before "
             "archiving: not in the log",
+            err=True,
+        ),
+        epochs={p: e for p, e in epochs.items() if p in offsets},
+        on_truncation=None
+        if on_truncation == "error"
+        else lambda p, at, was: click.echo(
+            f"{topic}[{p}] was truncated at offset {at} (Redis lost records it had not "
+            f"archived): reading again from {at}, where {was - at} offsets read before now "
+            "hold other records",
             err=True,
         ),
     )
