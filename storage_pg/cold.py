@@ -226,13 +226,23 @@ class DroppedRange:
 
 
 @dataclass(frozen=True, slots=True)
+class LostRange:
+    """Ids above the watermark when Redis lost its data: those not archived were lost."""
+
+    first_id: int
+    last_id: int
+    recovered: datetime.datetime | None
+
+
+@dataclass(frozen=True, slots=True)
 class ArchiveStatus:
     schema_version: int  # 0: the database holds no archive yet
-    watermark: int  # every record id <= this is archived, or lies in a dropped range
+    watermark: int  # every record id <= this is archived, or in a dropped or lost range
     watermark_updated: datetime.datetime | None
     partitions: list[PartitionStatus]
     rejected_batches: int  # batches kept raw because they could not be decoded
     dropped: list[DroppedRange] = field(default_factory=list)
+    lost: list[LostRange] = field(default_factory=list)
 
 
 async def watermark(pool: asyncpg.Pool) -> int:
@@ -261,6 +271,16 @@ async def status(pool: asyncpg.Pool) -> ArchiveStatus:
         )
         rejected = await conn.fetchval("SELECT count(*) FROM rejected_batch")
         dropped = await dropped_ranges(conn) if version >= 3 else []
+        lost = (
+            [
+                LostRange(r[0], r[1], _datetime(r[2]))
+                for r in await conn.fetch(
+                    "SELECT first_id, last_id, recovered FROM lost_range ORDER BY first_id"
+                )
+            ]
+            if version >= 5
+            else []
+        )
     partitions = [
         PartitionStatus(
             r["topic"],
@@ -273,7 +293,7 @@ async def status(pool: asyncpg.Pool) -> ArchiveStatus:
         for r in rows
     ]
     return ArchiveStatus(
-        version, mark["id"], _datetime(mark["updated"]), partitions, rejected, dropped
+        version, mark["id"], _datetime(mark["updated"]), partitions, rejected, dropped, lost
     )
 
 

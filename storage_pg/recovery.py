@@ -113,11 +113,23 @@ async def recover(log: Log, pool: asyncpg.Pool) -> bool:
         # Ids up to the watermark may have been handed out even where no row shows them
         # (records of a topic deleted before they were archived): never hand them out again.
         # Nor the ids of deleted topics' records and producers.
+        watermark = await conn.fetchval("SELECT id FROM archive_watermark")
         sequence_floor = await conn.fetchval(
             "SELECT GREATEST((SELECT coalesce(max(id), 0) FROM record),"
             " (SELECT id FROM archive_watermark),"
+            " (SELECT coalesce(max(last_id), 0) FROM dropped_range),"
             " (SELECT coalesce(max(max_id), 0) FROM deleted_topic))"
         )
+        if sequence_floor > watermark:
+            # Redis held the records above the watermark that are not archived: they are
+            # lost. Say so, so the watermark may pass their ids and readers report them.
+            await conn.execute(
+                "INSERT INTO lost_range (first_id, last_id) VALUES ($1, $2)"
+                " ON CONFLICT (first_id) DO UPDATE SET last_id = GREATEST("
+                "lost_range.last_id, EXCLUDED.last_id)",
+                watermark + 1,
+                sequence_floor,
+            )
         producer_id_floor = await conn.fetchval(
             "SELECT GREATEST((SELECT coalesce(max(max_producer_id), 0) FROM archive_progress),"
             " (SELECT coalesce(max(max_producer_id), 0) FROM deleted_topic))"

@@ -37,6 +37,10 @@ lies in such a range, or belonged to a deleted topic.
 
 Migration 4: ``group_offset`` keeps every consumer group's committed offsets as of the last
 archiver pass, so they survive Redis losing its data (storage_pg/group_offsets.py).
+
+Migration 5: ``lost_range`` records, at each recovery after Redis lost its data, the ids
+above the watermark up to the highest the archive knows: those not archived were lost
+with Redis, so the watermark may pass them and readers can report them.
 """
 
 from __future__ import annotations
@@ -158,6 +162,17 @@ MIGRATIONS: list[str] = [
     """,
     # 4: committed group offsets (storage_pg/group_offsets.py)
     group_offsets.MIGRATION,
+    # 5: ids of records Redis lost before they were archived
+    """
+    CREATE TABLE lost_range (
+        first_id bigint PRIMARY KEY,
+        last_id bigint NOT NULL CHECK (last_id >= first_id),
+        recovered timestamptz NOT NULL DEFAULT now()
+    );
+    COMMENT ON TABLE lost_range IS
+        'record ids above the watermark when Redis lost its data: those not archived were '
+        'lost with Redis (recovery gives out the offsets again, never the archived ids)';
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -147,6 +147,8 @@ def show_status(state: ArchiveStatus) -> None:
         promise = "every record id up to it is archived"
         if state.dropped:
             promise += " or lies in a gap below (dropped by retention before archiving)"
+        if state.lost:
+            promise += " or was lost with Redis (below)"
         click.echo(f"watermark: {state.watermark} ({promise}; {updated})")
     else:
         click.echo(f"watermark: 0 ({NOTHING_YET})")
@@ -180,5 +182,19 @@ def show_status(state: ArchiveStatus) -> None:
                     f"{g.first_id}..{g.last_id}",
                 ]
                 for g in state.dropped
+            ],
+        )
+    if state.lost:
+        click.echo()
+        click.echo("lost with Redis (ids above the watermark when Redis lost its data; those")
+        click.echo("not archived were lost, and their offsets given out again):")
+        echo_table(
+            ["IDS", "RECOVERED"],
+            [
+                [
+                    f"{r.first_id}..{r.last_id}",
+                    r.recovered.isoformat(" ", "seconds") if r.recovered else None,
+                ]
+                for r in state.lost
             ],
         )

@@ -103,19 +103,45 @@ class Gap:
         )
 
 
-def gaps_in_cut(spark: SparkSession, target: JdbcTarget, cut: Cut) -> list[Gap]:
-    """The gaps (dropped_range, schema version 3) whose ids meet the cut: records the cut
-    lacks not because they are late but because retention dropped them."""
-    known = "SELECT to_regclass('dropped_range') IS NOT NULL AS known"
+@dataclass(frozen=True)
+class Lost:
+    """Ids above the watermark when Redis lost its data: those not archived were lost."""
+
+    first_id: int
+    last_id: int
+
+    def format(self) -> str:
+        return f"ids {self.first_id:,}..{self.last_id:,}"
+
+
+def _ranges_in_cut(
+    spark: SparkSession, target: JdbcTarget, cut: Cut, table: str, columns: str, order: str
+) -> list[tuple]:
+    """Rows of ``table`` whose id range (first_id..last_id) meets the cut; none where the
+    archive predates the table."""
+    known = f"SELECT to_regclass('{table}') IS NOT NULL AS known"
     query = f"""
-        SELECT topic, partition, first_offset, last_offset, first_id, last_id
-        FROM dropped_range
+        SELECT {columns} FROM {table}
         WHERE last_id > {int(cut.after)} AND first_id <= {int(cut.watermark)}
-        ORDER BY topic, partition, first_offset
+        ORDER BY {order}
     """
     with spark_errors(target):
         read = spark.read.format("jdbc").options(**target.options())
         if not read.option("query", known).load().collect()[0][0]:
-            return []  # an archive from before gaps were recorded
+            return []
         rows = spark.read.format("jdbc").options(**target.options(), query=query).load()
-        return [Gap(*row) for row in rows.collect()]
+        return [tuple(row) for row in rows.collect()]
+
+
+def gaps_in_cut(spark: SparkSession, target: JdbcTarget, cut: Cut) -> list[Gap]:
+    """The gaps (dropped_range, schema version 3) whose ids meet the cut: records the cut
+    lacks not because they are late but because retention dropped them."""
+    columns = "topic, partition, first_offset, last_offset, first_id, last_id"
+    rows = _ranges_in_cut(spark, target, cut, "dropped_range", columns, "1, 2, 3")
+    return [Gap(*row) for row in rows]
+
+
+def lost_in_cut(spark: SparkSession, target: JdbcTarget, cut: Cut) -> list[Lost]:
+    """The ids lost with Redis (lost_range, schema version 5) that meet the cut."""
+    rows = _ranges_in_cut(spark, target, cut, "lost_range", "first_id, last_id", "1")
+    return [Lost(*row) for row in rows]

@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from storage_pg.spark.cut import Gap, archive_cut, gaps_in_cut, read_cut
+from storage_pg.spark.cut import Gap, Lost, archive_cut, gaps_in_cut, lost_in_cut, read_cut
 from storage_pg.spark.errors import SparkJobError
 from storage_pg.spark.jdbc import jdbc_target, spark_errors
 from storage_pg.spark.session import session_for
@@ -57,6 +57,7 @@ class ExportSummary:
     to_id: int
     seconds: float
     gaps: list[Gap] = field(default_factory=list)  # dropped ranges whose ids meet the run's
+    lost: list[Lost] = field(default_factory=list)  # ids lost with Redis that meet it
 
     def format(self) -> str:
         if self.to_id < self.from_id:
@@ -68,6 +69,11 @@ class ExportSummary:
         lines += [
             f"gap: {gap.format()} dropped by retention before archiving: not exported"
             for gap in self.gaps
+        ]
+        lines += [
+            f"lost: {lost.format()} were above the watermark when Redis lost its data: "
+            "those not archived were lost, not exported"
+            for lost in self.lost
         ]
         return "\n".join(lines)
 
@@ -255,10 +261,11 @@ def export(
                 writer.partitionBy("topic", "date").parquet(staging)
             rows = int(observation.get["rows"])
         gaps = gaps_in_cut(session, target, cut)
+        lost = lost_in_cut(session, target, cut)
         state.commit(from_id, to_id, rows)
         state.publish(from_id, to_id)
         state.recover()  # prunes the older commit records
-        return ExportSummary(rows, from_id, to_id, time.perf_counter() - started, gaps)
+        return ExportSummary(rows, from_id, to_id, time.perf_counter() - started, gaps, lost)
 
 
 def export_schema() -> Any:

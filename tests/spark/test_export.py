@@ -247,3 +247,16 @@ def test_a_run_reports_the_dropped_ranges_it_spans(
     archive.set_watermark(60)
     later = job.export(archive.dsn, str(out), spark=spark)
     assert [(g.topic, g.first_id, g.last_id) for g in later.gaps] == [("u", 41, 50)]
+
+
+def test_a_run_reports_the_ids_lost_with_redis_it_spans(
+    spark: Any, archive: Archive, tmp_path: Path
+) -> None:
+    archive.add(10, watermark=25)  # ids 11..25: above the watermark when Redis lost its data
+    archive.sql("INSERT INTO lost_range (first_id, last_id) VALUES (11, 25), (90, 95)")
+    summary = job.export(archive.dsn, str(tmp_path / "out"), spark=spark)
+    assert [(x.first_id, x.last_id) for x in summary.lost] == [(11, 25)]
+    assert summary.format().splitlines()[1] == (
+        "lost: ids 11..25 were above the watermark when Redis lost its data: those not"
+        " archived were lost, not exported"
+    )

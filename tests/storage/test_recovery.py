@@ -8,6 +8,7 @@ import redis.asyncio
 
 from kafkaesque.log import TopicConfig
 from storage_pg import Archiver, ArchiveReader, create_pool, recover
+from storage_pg.cold import status
 from storage_pg.recovery import restored_topics
 from tests.storage.common import archived_rows, make_log, produce
 
@@ -116,6 +117,41 @@ def test_archiver_recovers_first(redis_url: str, pg_dsn: str) -> None:
             (2, 1),
             (0, 1),
         ]
+        await pool.close()
+
+    asyncio.run(scenario())
+
+
+def test_ids_lost_with_redis_are_recorded_and_the_watermark_promise_holds(
+    redis_url: str, pg_dsn: str
+) -> None:
+    async def scenario() -> None:
+        pool = await create_pool(pg_dsn)
+        log = make_log(redis_url)
+        await log.enable_archiving()
+        await log.create_topic(TopicConfig("a", 1, page_size=5))
+        await log.create_topic(TopicConfig("b", 1, page_size=5))
+        await produce(log, "a", 0, [b"x"] * 10)  # ids 1-10: two closed pages
+        await produce(log, "a", 0, [b"open"] * 3)  # ids 11-13: the open page, lost
+        await produce(log, "b", 0, [b"y"] * 5)  # ids 14-18: a closed page
+        await Archiver(log, pool, idle_close_ms=None).run_once()
+        assert (await status(pool)).watermark == 10  # a[0]'s open page holds it back
+
+        await log.redis.flushall()
+        assert await recover(log, pool)
+        after = await status(pool)
+        assert [(r.first_id, r.last_id) for r in after.lost] == [(11, 18)]
+        new = await produce(log, "a", 0, [b"new"] * 5)
+        assert new[0].offset == 10 and new[0].id == 19
+        await Archiver(log, pool, idle_close_ms=None).run_once()
+        mark = (await status(pool)).watermark
+        assert mark == 23
+        async with pool.acquire() as conn:
+            archived = {r[0] for r in await conn.fetch("SELECT id FROM record")}
+        lost = set(range(11, 19)) - archived
+        assert lost == {11, 12, 13}
+        # Every id up to the watermark is archived or in a lost range: nothing unexplained.
+        assert set(range(1, mark + 1)) - archived <= set(range(11, 19))
         await pool.close()
 
     asyncio.run(scenario())
