@@ -67,7 +67,10 @@ class Archive:
     async def bind(self) -> None:
         """Check now that the archive belongs to the attached log's Redis (a broker does,
         before it starts)."""
-        await self.pool()
+        try:
+            await self.pool()
+        except PG_CONNECTION_ERRORS as exc:
+            raise StorageUnavailable(f"the archive is unreachable: {exc}") from exc
 
     async def _cold_reader(self) -> ArchiveReader:
         await self.pool()
