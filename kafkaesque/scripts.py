@@ -20,6 +20,7 @@ SCRIPT_NAMES = (
     "mark_archived",
     "close_idle",
     "restore",
+    "producer_id",
 )
 
 
@@ -48,3 +49,4 @@ class Scripts:
     mark_archived: AsyncScript
     close_idle: AsyncScript
     restore: AsyncScript
+    producer_id: AsyncScript

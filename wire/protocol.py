@@ -23,6 +23,11 @@ from kio.serial.errors import SerialError
 MAX_REQUEST_SIZE = 100 * 1024 * 1024
 _SIZE = struct.Struct(">i")
 _HEADER_PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id
+# Api keys whose requests may carry bytes past their last field, which Kafka ignores:
+# librdkafka writes the null topic array of a flexible Metadata request ("all topics") as
+# 4 bytes, not one varint (librdkafka issue 5049); the first byte reads as null, as Kafka
+# reads it, and the three zero bytes as the fields after it.
+_TRAILING_BYTES_IGNORED = frozenset({3})
 
 
 class MalformedRequest(Exception):
@@ -99,7 +104,7 @@ def parse_request(
     except (SerialError, KeyError, ValueError, TypeError) as exc:
         # kio raises KeyError for an unknown tagged field.
         raise MalformedRequest(f"cannot parse {schema.__name__}: {exc!r}") from exc
-    if used + body_size != len(frame):
+    if used + body_size != len(frame) and api_key not in _TRAILING_BYTES_IGNORED:
         raise MalformedRequest(
             f"{schema.__name__}: {len(frame) - used - body_size} trailing bytes in the frame"
         )

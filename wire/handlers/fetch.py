@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 from kafkaesque.log import StorageUnavailable, UnknownTopic
 from wire.broker import Broker, api
 from wire.handlers.metadata import NO_THROTTLE
+from wire.handlers.offsets import epoch_error
 from wire.protocol import Request, build, response_schema, schema_class
 
 
@@ -26,13 +27,8 @@ async def read_partition(
     except StorageUnavailable:
         # The offset is only in the archive, which is unreachable: clients retry this.
         return ErrorCode.kafka_storage_error, -1, -1, []
-    leader_epoch = getattr(part, "current_leader_epoch", -1)
-    if leader_epoch >= 0 and leader_epoch != result.leader_epoch:
-        error = (
-            ErrorCode.fenced_leader_epoch
-            if leader_epoch < result.leader_epoch
-            else ErrorCode.unknown_leader_epoch
-        )
+    error = epoch_error(getattr(part, "current_leader_epoch", -1), result.leader_epoch)
+    if error != ErrorCode.none:
         return error, result.log_end, result.log_start, []
     if result.below_start or result.past_end:
         return ErrorCode.offset_out_of_range, result.log_end, result.log_start, []
