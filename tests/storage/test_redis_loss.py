@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ import pytest
 import redis
 
 from kafkaesque.records import decode_batch, read_header, split_batches
-from tests.storage.test_served import archived_to, archiving_broker  # noqa: F401
+from tests.storage.test_served import archived_to, archiving_broker, wait_until  # noqa: F401
 from tests.wire import raw
 from tests.wire.conftest import Broker
 
@@ -263,3 +264,77 @@ EXPECTED = {
     ("aiokafka", "error"): None,
 }
 ERROR_TEXT = ("Partition log truncation detected", "LogTruncationError", "OffsetOutOfRangeError")
+
+
+def test_idempotent_producer_goes_on_across_the_loss(
+    redis_url: str,
+    archiving_broker: Callable[[], Broker],  # noqa: F811 (the fixture imported above)
+) -> None:
+    """An idempotent producer producing all along while Redis is flushed: the partition's
+    producer state is gone, its next batches get UNKNOWN_PRODUCER_ID, and librdkafka
+    recovers by itself (KIP-360): no fatal error, and every record it reports delivered is in
+    the log exactly once, at the offset reported, except those delivered before the loss and
+    not yet archived (Redis lost them; the report counts them)."""
+    broker = archiving_broker()
+    topic = "idem"
+    broker.cli("create", topic, "--page-size", "200")
+    delivered: dict[bytes, int] = {}
+    failed: list[str] = []
+    errors: list[Any] = []
+
+    def on_delivery(error: Any, message: Any) -> None:
+        if error is not None:
+            failed.append(str(error))
+        else:
+            delivered[message.value()] = message.offset()
+
+    producer = confluent_kafka.Producer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "error_cb": errors.append,
+        }
+    )
+    stop = threading.Event()
+
+    def produce_all_along() -> None:
+        i = 0
+        while not stop.is_set():
+            try:
+                producer.produce(topic, b"r-%07d" % i, partition=0, on_delivery=on_delivery)
+                i += 1
+            except BufferError:  # the local queue is full: wait for deliveries
+                pass
+            producer.poll(0 if i % 100 else 0.01)
+
+    thread = threading.Thread(target=produce_all_along)
+    thread.start()
+    try:
+        # Some of it archived, some not: the loss takes those not archived yet.
+        wait_until(lambda: archived_to(broker, topic) >= 2000, "2,000 archived", TIMEOUT)
+        redis.Redis.from_url(redis_url).flushall()
+        count_at_flush = len(delivered)
+        wait_until(lambda: len(delivered) >= count_at_flush + 3000, "3,000 more", TIMEOUT)
+    finally:
+        stop.set()
+        thread.join()
+    assert producer.flush(TIMEOUT) == 0
+    assert not [e for e in errors if e.fatal()], errors
+    assert failed == []
+
+    restored_at = int(redis.Redis.from_url(redis_url).hget(f"ks:{{{topic}:0}}:epochs", 1))
+    records = [
+        (r.offset, r.value)
+        for b in raw.stored_batches(broker.bootstrap, topic, 0)
+        for r in decode_batch(b)
+    ]
+    assert [o for o, _ in records] == list(range(len(records)))  # each offset once, no gap
+    log = {value: offset for offset, value in records}
+    assert len(log) == len(records)  # no record twice
+    lost = {v: o for v, o in delivered.items() if log.get(v) != o}
+    # Only records delivered before the loss at or past the archived end were lost.
+    assert all(o >= restored_at for o in lost.values()), sorted(lost.values())[:5]
+    assert all(v not in log for v in lost)
+    assert set(log) <= set(delivered)  # nothing in the log the producer did not see delivered
+    print(f"delivered {len(delivered)}, restored at {restored_at}, lost {len(lost)}")
