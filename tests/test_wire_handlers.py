@@ -663,3 +663,41 @@ def test_leader_epochs_after_a_restore(redis_url: str) -> None:
         await client.close()
 
     run(redis_url, scenario)
+
+
+def test_epochless_fetch_past_a_restore_is_out_of_range_once(redis_url: str) -> None:
+    """A client that sends no leader epoch (current_leader_epoch -1) and fetched a partition
+    before Redis lost data is told once, by OFFSET_OUT_OF_RANGE, when it fetches past where
+    the archive restored the partition: its position came from lost records."""
+
+    async def scenario(server: Server) -> None:
+        log = server.broker.log
+        lagging, reader, fresh = [await WireClient.connect(server.port) for _ in range(3)]
+        await lagging.call(metadata("el"))
+        await lagging.call(
+            produce("el", {0: build_batch(words := [b"a", b"b", b"c", b"d", b"e"], timestamp=1)})
+        )
+        for client in (lagging, reader):
+            fetched = partitions_of(await client.call(fetch("el", {0: 0})))[0]
+            assert [r.value for r in decode_batch(fetched.records)] == words
+        # Redis loses everything; the archive held offsets 0-2; new records take 3 on.
+        config = await log.topic("el")
+        await log.redis.flushall()
+        await log.restore([RestoredTopic(config, [RestoredPartition(3, 0)])], 0, 0)
+        await lagging.call(produce("el", {0: build_batch([b"x", b"y", b"z", b"w"], timestamp=1)}))
+
+        def error(response) -> ErrorCode:
+            return partitions_of(response)[0].error_code
+
+        # At 5 (after reading 0-4), past the restore point 3: told once, then served.
+        assert error(await lagging.call(fetch("el", {0: 5}))) == ErrorCode.offset_out_of_range
+        again = partitions_of(await lagging.call(fetch("el", {0: 5})))[0]
+        assert again.error_code == ErrorCode.none and again.high_watermark == 7
+        # A position at or below the restore point lost nothing; a new connection is not
+        # known to have read anything.
+        assert error(await reader.call(fetch("el", {0: 3}))) == ErrorCode.none
+        assert error(await fresh.call(fetch("el", {0: 5}))) == ErrorCode.none
+        for client in (lagging, reader, fresh):
+            await client.close()
+
+    run(redis_url, scenario)
