@@ -62,7 +62,8 @@ class UnknownTopic(LogError):
 
 class ProducerFenced(LogError):
     """An idempotent producer's batch out of sequence or from an old epoch; carries the
-    Kafka error code (OUT_OF_ORDER_SEQUENCE_NUMBER or INVALID_PRODUCER_EPOCH)."""
+    Kafka error code (OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, or
+    UNKNOWN_PRODUCER_ID for a producer in mid-sequence this partition has no state for)."""
 
     def __init__(self, code: int) -> None:
         super().__init__(f"producer sequence check failed (Kafka error {code})")
@@ -381,7 +382,8 @@ class Log(ArchivingLog):
 
         Batches of idempotent producers (producer id >= 0) are sequence-checked: a retry of
         one of a producer's last five batches returns its original offset and is not written
-        again; a gap or an old epoch raises ProducerFenced and writes nothing."""
+        again; a gap, an old epoch or an unknown producer in mid-sequence (its state was
+        lost) raises ProducerFenced and writes nothing."""
         args: list[object] = [self._prefix(topic, partition), self.channel(topic), _now_ms()]
         for batch in batches:
             args += (
@@ -548,8 +550,10 @@ class Log(ArchivingLog):
         return known, end
 
     async def new_producer_id(self) -> int:
-        """A producer id no other producer of this Redis has had."""
-        return await self.redis.incr(self._producer_ids_key)
+        """A producer id no other producer of this Redis has had, before or after a loss of
+        its data: ids follow the clock (1,024 per millisecond, more when asked faster)."""
+        floor = _now_ms() << 10
+        return await self.scripts.producer_id(keys=[self._producer_ids_key], args=[floor])
 
     def _fail(self, exc: ResponseError) -> None:
         _raise_log_error(exc)

@@ -21,6 +21,7 @@ SCRIPT_NAMES = (
     "close_idle",
     "restore",
     "archive_on",
+    "producer_id",
 )
 
 
@@ -50,3 +51,4 @@ class Scripts:
     close_idle: AsyncScript
     restore: AsyncScript
     archive_on: AsyncScript
+    producer_id: AsyncScript

@@ -274,11 +274,50 @@ def test_idempotent_producer_retries_are_not_written_twice(make_log: Callable[[]
             await log.append("idem", 0, [producer_batch(words(6, 1), pid, 0, 5)])
         assert old.value.code == 47  # INVALID_PRODUCER_EPOCH
         # A new epoch must start at sequence 0.
-        with pytest.raises(ProducerFenced):
+        with pytest.raises(ProducerFenced) as new_epoch:
             await log.append("idem", 0, [producer_batch(words(6, 1), pid, 2, 4)])
+        assert new_epoch.value.code == 45
         assert await read_all(log, "idem") == list(enumerate(words(0, 6)))
         # Plain producers are never sequence-checked.
         assert (await log.append("idem", 0, [batch(words(0, 1))] * 2)).base_offsets == [6, 7]
+
+    asyncio.run(scenario())
+
+
+def test_lost_producer_state_is_unknown_producer_id(
+    make_log: Callable[[], Log], monkeypatch
+) -> None:
+    """A producer in mid-sequence the partition has no state for (Redis lost it) gets
+    UNKNOWN_PRODUCER_ID, which clients recover from (KIP-360), and writes nothing; producer
+    ids handed out after the loss are above those handed out before it."""
+
+    import kafkaesque.log
+
+    async def scenario() -> None:
+        log = make_log()
+        await log.create_topic(TopicConfig("lost", 1))
+        now = 1_800_000_000_000
+        monkeypatch.setattr(kafkaesque.log, "_now_ms", lambda: now)
+        pid = await log.new_producer_id()
+        assert await log.new_producer_id() == pid + 1  # within a millisecond: the counter
+        assert (
+            await log.append("lost", 0, [producer_batch(words(0, 2), pid, 0, 0)])
+        ).log_start == 0
+        await log.redis.flushall()
+        config = TopicConfig("lost", 1)
+        await log.restore([RestoredTopic(config, [RestoredPartition(0, 0)])], 0, 0)
+        with pytest.raises(ProducerFenced) as unknown:
+            await log.append("lost", 0, [producer_batch(words(2, 1), pid, 0, 2)])
+        assert unknown.value.code == 59  # UNKNOWN_PRODUCER_ID
+        assert (await log.state("lost", 0)).log_end == 0
+        # The archive knew no producer id (floor 0): a millisecond later, the next id is
+        # still above every id handed out before the loss.
+        monkeypatch.setattr(kafkaesque.log, "_now_ms", lambda: now + 1)
+        fresh = await log.new_producer_id()
+        assert fresh > pid + 1
+        assert (
+            await log.append("lost", 0, [producer_batch(words(2, 1), fresh, 0, 0)])
+        ).base_offsets == [0]
 
     asyncio.run(scenario())
 
@@ -447,7 +486,7 @@ def test_lost_redis_waits_for_recovery_and_restores_offsets(make_log: Callable[[
         assert (state.log_start, state.log_end, state.leader_epoch) == (5, 6, 1)
         assert (await log.state("lost", 1)).leader_epoch == 4
         assert await log.sequence_counter() == 6  # ids go on after the archived ones
-        assert await log.new_producer_id() == 1001
+        assert await log.new_producer_id() > 1000
         # A partition that kept less than the archive holds restarts at the archived end.
         await log.restore([RestoredTopic(config, [RestoredPartition(9, 1)])], 0, 0)
         state = await log.state("lost", 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import time
+import uuid
 
 from crc32c import crc32c
 from kio.schema.errors import ErrorCode
@@ -487,6 +488,16 @@ def test_shutdown_answers_in_flight_fetches_and_metrics_count(redis_url: str) ->
     run(redis_url, scenario)
 
 
+def metadata_v12(*topics):
+    return request(
+        3,
+        12,
+        topics=topics,
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+
+
 def test_leader_epochs_after_a_restore(redis_url: str) -> None:
     """After Redis lost data and the archive restored a partition, its leader epoch is
     higher: metadata shows it, fetches with the old epoch are fenced, and
@@ -508,6 +519,65 @@ def test_leader_epochs_after_a_restore(redis_url: str) -> None:
             )
         )
         assert response.topics[0].partitions[0].leader_epoch == 1
+        # v12 (flexible): topic ids, and a topic asked for by id alone; an unknown id is
+        # UNKNOWN_TOPIC_ID, an unknown name is not created when auto-creation is off.
+        by_name = await client.call(
+            metadata_v12(part(3, 12, "MetadataRequestTopic", topic_id=None, name="ep"))
+        )
+        (topic,) = by_name.topics
+        assert topic.topic_id == uuid.UUID(bytes=config.topic_id)
+        assert [(p.partition_index, p.leader_epoch) for p in topic.partitions] == [(0, 1)]
+        assert by_name.cluster_id == server.broker.cluster_id
+        by_id = await client.call(
+            metadata_v12(part(3, 12, "MetadataRequestTopic", topic_id=topic.topic_id, name=None))
+        )
+        assert (by_id.topics[0].name, by_id.topics[0].topic_id) == ("ep", topic.topic_id)
+        assert by_id.topics[0].partitions[0].leader_epoch == 1
+        unknown = await client.call(
+            metadata_v12(
+                part(3, 12, "MetadataRequestTopic", topic_id=uuid.uuid4(), name=None),
+                part(3, 12, "MetadataRequestTopic", topic_id=None, name="nope-v12"),
+            )
+        )
+        assert [(t.error_code, t.name, t.partitions) for t in unknown.topics] == [
+            (ErrorCode.unknown_topic_id, None, ()),
+            (ErrorCode.unknown_topic_or_partition, "nope-v12", ()),
+        ]
+        assert "nope-v12" not in await log.list_topics()
+
+        # ListOffsets v4+ carries the partition's epoch and checks the client's.
+        async def list_offsets(current: int, timestamp: int = -1):
+            body = request(
+                2,
+                6,
+                replica_id=-1,
+                isolation_level=0,
+                topics=(
+                    part(
+                        2,
+                        6,
+                        "ListOffsetsTopic",
+                        name="ep",
+                        partitions=(
+                            part(
+                                2,
+                                6,
+                                "ListOffsetsPartition",
+                                partition_index=0,
+                                current_leader_epoch=current,
+                                timestamp=timestamp,
+                            ),
+                        ),
+                    ),
+                ),
+            )
+            p = (await client.call(body)).topics[0].partitions[0]
+            return p.error_code, p.offset, p.leader_epoch
+
+        assert await list_offsets(1) == (ErrorCode.none, 10, 1)
+        assert await list_offsets(-1, -2) == (ErrorCode.none, 10, 1)
+        assert await list_offsets(0) == (ErrorCode.fenced_leader_epoch, -1, -1)
+        assert await list_offsets(2) == (ErrorCode.unknown_leader_epoch, -1, -1)
 
         def epoch_request(current: int, asked: int, topic: str = "ep", partition: int = 0):
             return request(
@@ -591,5 +661,43 @@ def test_leader_epochs_after_a_restore(redis_url: str) -> None:
         assert read_header(fetched.records).partition_leader_epoch == 1
         assert [r.offset for r in decode_batch(fetched.records)] == [10]
         await client.close()
+
+    run(redis_url, scenario)
+
+
+def test_epochless_fetch_past_a_restore_is_out_of_range_once(redis_url: str) -> None:
+    """A client that sends no leader epoch (current_leader_epoch -1) and fetched a partition
+    before Redis lost data is told once, by OFFSET_OUT_OF_RANGE, when it fetches past where
+    the archive restored the partition: its position came from lost records."""
+
+    async def scenario(server: Server) -> None:
+        log = server.broker.log
+        lagging, reader, fresh = [await WireClient.connect(server.port) for _ in range(3)]
+        await lagging.call(metadata("el"))
+        await lagging.call(
+            produce("el", {0: build_batch(words := [b"a", b"b", b"c", b"d", b"e"], timestamp=1)})
+        )
+        for client in (lagging, reader):
+            fetched = partitions_of(await client.call(fetch("el", {0: 0})))[0]
+            assert [r.value for r in decode_batch(fetched.records)] == words
+        # Redis loses everything; the archive held offsets 0-2; new records take 3 on.
+        config = await log.topic("el")
+        await log.redis.flushall()
+        await log.restore([RestoredTopic(config, [RestoredPartition(3, 0)])], 0, 0)
+        await lagging.call(produce("el", {0: build_batch([b"x", b"y", b"z", b"w"], timestamp=1)}))
+
+        def error(response) -> ErrorCode:
+            return partitions_of(response)[0].error_code
+
+        # At 5 (after reading 0-4), past the restore point 3: told once, then served.
+        assert error(await lagging.call(fetch("el", {0: 5}))) == ErrorCode.offset_out_of_range
+        again = partitions_of(await lagging.call(fetch("el", {0: 5})))[0]
+        assert again.error_code == ErrorCode.none and again.high_watermark == 7
+        # A position at or below the restore point lost nothing; a new connection is not
+        # known to have read anything.
+        assert error(await reader.call(fetch("el", {0: 3}))) == ErrorCode.none
+        assert error(await fresh.call(fetch("el", {0: 5}))) == ErrorCode.none
+        for client in (lagging, reader, fresh):
+            await client.close()
 
     run(redis_url, scenario)

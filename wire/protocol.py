@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 import struct
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from functools import cache
 from typing import Any
 
@@ -23,6 +23,11 @@ from kio.serial.errors import SerialError
 MAX_REQUEST_SIZE = 100 * 1024 * 1024
 _SIZE = struct.Struct(">i")
 _HEADER_PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id
+# Api keys whose requests may carry bytes past their last field, which Kafka ignores:
+# librdkafka writes the null topic array of a flexible Metadata request ("all topics") as
+# 4 bytes, not one varint (librdkafka issue 5049); the first byte reads as null, as Kafka
+# reads it, and the three zero bytes as the fields after it.
+_TRAILING_BYTES_IGNORED = frozenset({3})
 
 
 class MalformedRequest(Exception):
@@ -42,6 +47,15 @@ class UnsupportedVersion(Exception):
         self.correlation_id = correlation_id
 
 
+@dataclass(slots=True)
+class ConnectionState:
+    """What the broker remembers about one client connection."""
+
+    # (topic, partition) -> the leader epoch of the partition at this connection's last
+    # fetch of it, for clients that do not send theirs (see wire/handlers/fetch.py).
+    fetch_epochs: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
     api_key: int
@@ -51,6 +65,7 @@ class Request:
     body: Any  # the kio request entity
     size: int  # bytes of the frame, for metrics
     client_host: str = ""  # the peer's address, for consumer group member descriptions
+    connection: ConnectionState = field(default_factory=ConnectionState)
 
 
 def peek_header(frame: bytes) -> tuple[int, int, int]:
@@ -84,7 +99,10 @@ def response_schema(api_key: int, api_version: int) -> type:
 
 
 def parse_request(
-    frame: bytes, supported: dict[int, tuple[int, int]], client_host: str = ""
+    frame: bytes,
+    supported: dict[int, tuple[int, int]],
+    client_host: str = "",
+    connection: ConnectionState | None = None,
 ) -> Request:
     """Parse one frame (without its size prefix). Raises UnsupportedVersion for an api key or
     version not in ``supported`` (api key -> (min, max)), MalformedRequest for bad bytes."""
@@ -99,12 +117,19 @@ def parse_request(
     except (SerialError, KeyError, ValueError, TypeError) as exc:
         # kio raises KeyError for an unknown tagged field.
         raise MalformedRequest(f"cannot parse {schema.__name__}: {exc!r}") from exc
-    if used + body_size != len(frame):
+    if used + body_size != len(frame) and api_key not in _TRAILING_BYTES_IGNORED:
         raise MalformedRequest(
             f"{schema.__name__}: {len(frame) - used - body_size} trailing bytes in the frame"
         )
     return Request(
-        api_key, api_version, correlation_id, header.client_id, body, len(frame), client_host
+        api_key,
+        api_version,
+        correlation_id,
+        header.client_id,
+        body,
+        len(frame),
+        client_host,
+        connection or ConnectionState(),
     )
 
 

@@ -15,6 +15,7 @@ from wire.broker import HANDLERS, Broker, BrokerConfig
 from wire.metrics import Metrics, api_name
 from wire.protocol import (
     MAX_REQUEST_SIZE,
+    ConnectionState,
     DropConnection,
     MalformedRequest,
     UnsupportedVersion,
@@ -80,6 +81,7 @@ class Server:
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         client_host = f"/{peer[0]}" if isinstance(peer, tuple) else ""
+        connection = ConnectionState()
         self._idle[writer] = True
         self.metrics.connections.inc()
         self.metrics.connections_total.inc()
@@ -101,7 +103,7 @@ class Server:
                 started = time.perf_counter()
                 self.metrics.bytes_in.inc(size + 4)
                 try:
-                    request = parse_request(frame, supported, client_host)
+                    request = parse_request(frame, supported, client_host, connection)
                 except UnsupportedVersion as exc:
                     if exc.api_key != API_VERSIONS:
                         raise

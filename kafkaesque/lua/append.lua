@@ -31,6 +31,10 @@ local page_max_ts = tonumber(m[10])
 -- last 5 batches, as Kafka keeps. A retry of one of them is acknowledged with its original
 -- offset and not written again.
 local OUT_OF_ORDER_SEQUENCE, INVALID_PRODUCER_EPOCH, MAX_SEQ = 45, 47, 2147483648
+-- A producer in mid-sequence that this partition has no state for (Redis lost it, or the
+-- id expired): UNKNOWN_PRODUCER_ID makes clients bump their epoch and go on (KIP-360),
+-- where OUT_OF_ORDER_SEQUENCE would be fatal to them.
+local UNKNOWN_PRODUCER_ID = 59
 local states, bases, fresh = {}, {}, {}
 local function load(pid)
   if states[pid] == nil then
@@ -75,7 +79,7 @@ for i = 4, #ARGV, 5 do
       end
     else
       -- A new producer, or a new epoch of one, starts at sequence 0.
-      if first ~= 0 then return {OUT_OF_ORDER_SEQUENCE} end
+      if first ~= 0 then return {state and OUT_OF_ORDER_SEQUENCE or UNKNOWN_PRODUCER_ID} end
       state = {epoch = pepoch, batches = {}}
       states[pid] = state
     end

@@ -99,16 +99,28 @@ def test_out_of_order_sequence_is_refused(broker, topic_name):
         assert ok.base_offset == 2
 
 
-def test_first_batch_of_a_producer_must_start_at_zero(broker, topic_name):
-    """Kafka refuses a new producer's first batch with a sequence other than 0."""
+def test_producer_without_state_in_mid_sequence_is_unknown(broker, topic_name):
+    """A producer id the partition has no state for that sends a sequence other than 0 (its
+    state was lost with Redis' data, or expired) gets UNKNOWN_PRODUCER_ID, which clients
+    recover from by bumping their epoch (KIP-360); a new epoch must start at 0."""
     topic = topic_name()
     with raw.Connection(broker.bootstrap) as conn:
         assert raw.create_topic(conn, topic, 1).error_code == raw.NONE
         producer_id, _ = raw.init_producer_id(conn)
         late = build_batch(values(0, 1), producer_id=producer_id, producer_epoch=0, base_sequence=7)
         refused = raw.produce(conn, topic, 0, late)
-        assert refused.error_code == raw.OUT_OF_ORDER_SEQUENCE_NUMBER, refused
+        assert refused.error_code == raw.UNKNOWN_PRODUCER_ID, refused
         assert raw.list_offset(conn, topic, 0, -1).offset == 0
+        first = build_batch(
+            values(0, 1), producer_id=producer_id, producer_epoch=0, base_sequence=0
+        )
+        assert raw.produce(conn, topic, 0, first).error_code == raw.NONE
+        bumped = build_batch(
+            values(1, 1), producer_id=producer_id, producer_epoch=1, base_sequence=3
+        )
+        refused = raw.produce(conn, topic, 0, bumped)
+        assert refused.error_code == raw.OUT_OF_ORDER_SEQUENCE_NUMBER, refused
+        assert raw.list_offset(conn, topic, 0, -1).offset == 1
 
 
 def test_producers_keep_separate_sequences(broker, topic_name):

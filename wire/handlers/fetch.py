@@ -10,11 +10,28 @@ from kio.schema.errors import ErrorCode
 from kafkaesque.log import StorageUnavailable, UnknownTopic
 from wire.broker import Broker, api
 from wire.handlers.metadata import NO_THROTTLE
-from wire.protocol import Request, build, response_schema, schema_class
+from wire.handlers.offsets import epoch_error
+from wire.protocol import ConnectionState, Request, build, response_schema, schema_class
+
+
+async def lost_position(
+    broker: Broker, connection: ConnectionState, topic: str, part: Any, epoch: int
+) -> bool:
+    """For a client that sends no leader epoch (aiokafka, older versions): True when this
+    connection last fetched the partition at an older epoch and now fetches past where that
+    epoch's records survive, i.e. its position was taken from records Redis lost and new
+    ones may have reused those offsets (KIP-320 cannot tell it: it does not check)."""
+    key = topic, part.partition
+    seen = connection.fetch_epochs.get(key)
+    connection.fetch_epochs[key] = epoch
+    if seen is None or seen >= epoch:
+        return False
+    _, end = await broker.log.epoch_end_offset(topic, part.partition, seen)
+    return part.fetch_offset > end
 
 
 async def read_partition(
-    broker: Broker, topic: str, part: Any, limit: int, min_one: bool
+    broker: Broker, connection: ConnectionState, topic: str, part: Any, limit: int, min_one: bool
 ) -> tuple[ErrorCode, int, int, list[bytes]]:
     """(error, high watermark, log start, batches) for one partition of a fetch."""
     try:
@@ -26,20 +43,24 @@ async def read_partition(
     except StorageUnavailable:
         # The offset is only in the archive, which is unreachable: clients retry this.
         return ErrorCode.kafka_storage_error, -1, -1, []
-    leader_epoch = getattr(part, "current_leader_epoch", -1)
-    if leader_epoch >= 0 and leader_epoch != result.leader_epoch:
-        error = (
-            ErrorCode.fenced_leader_epoch
-            if leader_epoch < result.leader_epoch
-            else ErrorCode.unknown_leader_epoch
-        )
+    current_leader_epoch = getattr(part, "current_leader_epoch", -1)
+    error = epoch_error(current_leader_epoch, result.leader_epoch)
+    if error != ErrorCode.none:
         return error, result.log_end, result.log_start, []
+    if current_leader_epoch < 0 and await lost_position(
+        broker, connection, topic, part, result.leader_epoch
+    ):
+        # Out of range makes the client reset by its auto.offset.reset (or raise) instead
+        # of going on silently over offsets that now hold other records.
+        return ErrorCode.offset_out_of_range, result.log_end, result.log_start, []
     if result.below_start or result.past_end:
         return ErrorCode.offset_out_of_range, result.log_end, result.log_start, []
     return ErrorCode.none, result.log_end, result.log_start, result.batches
 
 
-async def read_all(broker: Broker, body: Any) -> tuple[dict[tuple[str, int], tuple], int, bool]:
+async def read_all(
+    broker: Broker, connection: ConnectionState, body: Any
+) -> tuple[dict[tuple[str, int], tuple], int, bool]:
     """Read every requested partition within max_bytes; (results, bytes, any error)."""
     results: dict[tuple[str, int], tuple] = {}
     remaining, total, failed = body.max_bytes, 0, False
@@ -47,7 +68,9 @@ async def read_all(broker: Broker, body: Any) -> tuple[dict[tuple[str, int], tup
         for part in t.partitions:
             limit = min(part.partition_max_bytes, remaining)
             # KIP-74: the first batch of the response comes even when over the limits.
-            outcome = await read_partition(broker, t.topic, part, limit, min_one=total == 0)
+            outcome = await read_partition(
+                broker, connection, t.topic, part, limit, min_one=total == 0
+            )
             size = sum(map(len, outcome[3]))
             total += size
             remaining -= size
@@ -66,7 +89,7 @@ async def fetch(broker: Broker, request: Request) -> Any:
         # Registered before reading, so an append racing with the read still wakes us.
         waiter = broker.notifier.waiter(topics)
         try:
-            results, total, failed = await read_all(broker, body)
+            results, total, failed = await read_all(broker, request.connection, body)
             timeout = deadline - loop.time()
             if total >= body.min_bytes or failed or timeout <= 0 or broker.notifier.closed:
                 break

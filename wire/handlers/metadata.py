@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -19,6 +20,8 @@ from wire.broker import Broker, api
 from wire.protocol import Request, build, response_schema, schema_class
 
 NO_THROTTLE = datetime.timedelta(0)
+NO_TOPIC_ID = uuid.UUID(int=0)  # Kafka's "no id", for topics in error
+NO_OPERATIONS = -2147483648  # authorized operations: not requested / not supported
 
 
 @api(18, 0, 4)
@@ -59,7 +62,33 @@ def broker_entries(broker: Broker, entry_class: type) -> tuple[Any, ...]:
     )
 
 
-@api(3, 0, 7)
+async def topic_by_id(broker: Broker, topic_id: uuid.UUID) -> TopicConfig | None:
+    """The topic with this id (Metadata v12 may name topics by id only); rare, so a scan."""
+    for name in await broker.log.list_topics():
+        try:
+            config = await broker.log.topic(name)
+        except UnknownTopic:  # deleted meanwhile
+            continue
+        if config.topic_id == topic_id.bytes:
+            return config
+    return None
+
+
+async def requested_topic(
+    broker: Broker, entry: Any, auto_create: bool
+) -> tuple[str | None, TopicConfig | ErrorCode]:
+    """(name, config or error) for one topic of a Metadata request: by name, or by id."""
+    if entry.name is None:  # v12: by topic id; never auto-created
+        config = await topic_by_id(broker, entry.topic_id or NO_TOPIC_ID)
+        if config is None:
+            return None, ErrorCode.unknown_topic_id
+        return config.name, config
+    return entry.name, await topic_config(broker, entry.name, auto_create)
+
+
+# v9+ is what makes librdkafka trust the leader epochs (rd_kafka_has_reliable_leader_epochs),
+# so it sends them in Fetch and validates its position after an epoch change (KIP-320).
+@api(3, 0, 12)
 async def metadata(broker: Broker, request: Request) -> Any:
     body, version = request.body, request.api_version
     schema = response_schema(3, version)
@@ -67,28 +96,37 @@ async def metadata(broker: Broker, request: Request) -> Any:
     partition_class = schema_class(schema, "MetadataResponsePartition")
     # Null means all topics; so does an empty list in v0.
     if body.topics is None or (version == 0 and not body.topics):
-        names = await broker.log.list_topics()
-        auto_create = False
+        entries = [
+            (name, await topic_config(broker, name, False))
+            for name in await broker.log.list_topics()
+        ]
     else:
-        names = [t.name for t in body.topics]
         auto_create = body.allow_auto_topic_creation if version >= 4 else True
+        entries = [await requested_topic(broker, t, auto_create) for t in body.topics]
     node = broker.config.node_id
     topics = []
-    for name in names:
-        config = await topic_config(broker, name, auto_create)
+    for name, config in entries:
         if isinstance(config, ErrorCode):
             topics.append(
-                build(topic_class, error_code=config, name=name, is_internal=False, partitions=())
+                build(
+                    topic_class,
+                    error_code=config,
+                    name=name,
+                    topic_id=NO_TOPIC_ID,
+                    is_internal=False,
+                    partitions=(),
+                    topic_authorized_operations=NO_OPERATIONS,
+                )
             )
             continue
-        epochs = await broker.log.leader_epochs(name, config.partitions) if version >= 7 else None
+        epochs = await broker.log.leader_epochs(config.name, config.partitions)
         partitions = tuple(
             build(
                 partition_class,
                 error_code=ErrorCode.none,
                 partition_index=p,
                 leader_id=node,
-                leader_epoch=epochs[p] if epochs else 0,
+                leader_epoch=epochs[p],
                 replica_nodes=(node,),
                 isr_nodes=(node,),
                 offline_replicas=(),
@@ -99,9 +137,11 @@ async def metadata(broker: Broker, request: Request) -> Any:
             build(
                 topic_class,
                 error_code=ErrorCode.none,
-                name=name,
+                name=config.name,
+                topic_id=uuid.UUID(bytes=config.topic_id),
                 is_internal=False,
                 partitions=partitions,
+                topic_authorized_operations=NO_OPERATIONS,
             )
         )
     return build(
@@ -111,6 +151,7 @@ async def metadata(broker: Broker, request: Request) -> Any:
         cluster_id=broker.cluster_id,
         controller_id=node,
         topics=tuple(topics),
+        cluster_authorized_operations=NO_OPERATIONS,
     )
 
 
@@ -125,6 +166,6 @@ async def describe_cluster(broker: Broker, request: Request) -> Any:
         cluster_id=broker.cluster_id,
         controller_id=broker.config.node_id,
         brokers=broker_entries(broker, schema_class(schema, "DescribeClusterBroker")),
-        cluster_authorized_operations=-2147483648,  # not requested / not supported
+        cluster_authorized_operations=NO_OPERATIONS,
         endpoint_type=1,  # v1+: these are broker endpoints
     )

@@ -40,18 +40,49 @@ async def find_offset(
     return ErrorCode.none, found[0], found[1]
 
 
-@api(2, 1, 2)
+def epoch_error(requested: int, current: int) -> ErrorCode:
+    """A client's current_leader_epoch against the partition's (KIP-320): older is fenced,
+    newer is one this broker does not know yet; -1 (not sent) is never checked."""
+    if requested < 0 or requested == current:
+        return ErrorCode.none
+    return ErrorCode.fenced_leader_epoch if requested < current else ErrorCode.unknown_leader_epoch
+
+
+async def topic_epochs(broker: Broker, topic: str) -> list[int]:
+    """The topic's current leader epochs (one round trip); empty for an unknown topic."""
+    try:
+        config = await broker.log.topic(topic)
+    except UnknownTopic:
+        return []
+    return await broker.log.leader_epochs(topic, config.partitions)
+
+
+# v4+ carries leader epochs (KIP-320), v6 is flexible; v7+ adds lookups not implemented here.
+@api(2, 1, 6)
 async def list_offsets(broker: Broker, request: Request) -> Any:
     schema = response_schema(2, request.api_version)
     topic_class = schema_class(schema, "ListOffsetsTopicResponse")
     partition_class = schema_class(schema, "ListOffsetsPartitionResponse")
     topics = []
     for t in request.body.topics:
+        # Read before the lookups: an offset found after a restore raised the epoch is then
+        # labelled with the older epoch, which makes a client validate it (a re-read at
+        # worst), never with a newer one that would hide a truncation.
+        epochs = await topic_epochs(broker, t.name)
         partitions = []
         for p in t.partitions:
-            error, offset, timestamp = await find_offset(
-                broker, t.name, p.partition_index, p.timestamp
+            epoch = epochs[p.partition_index] if 0 <= p.partition_index < len(epochs) else -1
+            # An unknown partition (epoch -1) is find_offset's to report.
+            error = (
+                epoch_error(getattr(p, "current_leader_epoch", -1), epoch)
+                if epoch >= 0
+                else ErrorCode.none
             )
+            offset, timestamp = -1, -1
+            if error == ErrorCode.none:
+                error, offset, timestamp = await find_offset(
+                    broker, t.name, p.partition_index, p.timestamp
+                )
             partitions.append(
                 build(
                     partition_class,
@@ -59,6 +90,7 @@ async def list_offsets(broker: Broker, request: Request) -> Any:
                     error_code=error,
                     timestamp=timestamp,
                     offset=offset,
+                    leader_epoch=epoch if error == ErrorCode.none and offset >= 0 else -1,
                 )
             )
         topics.append(build(topic_class, name=t.name, partitions=tuple(partitions)))
@@ -96,25 +128,15 @@ async def offset_for_leader_epoch(broker: Broker, request: Request) -> Any:
     partition_class = schema_class(schema, "EpochEndOffset")
     topics = []
     for t in request.body.topics:
-        try:  # the topic's current epochs, one round trip for all its partitions
-            config = await broker.log.topic(t.topic)
-            epochs = await broker.log.leader_epochs(t.topic, config.partitions)
-        except UnknownTopic:
-            epochs = []
+        epochs = await topic_epochs(broker, t.topic)
         partitions = []
         for p in t.partitions:
             error, epoch, end = ErrorCode.none, -1, -1
             try:
                 if not 0 <= p.partition < len(epochs):
                     raise UnknownTopic(f"no partition {p.partition} in {t.topic}")
-                current = epochs[p.partition]
-                if p.current_leader_epoch >= 0 and p.current_leader_epoch != current:
-                    error = (
-                        ErrorCode.fenced_leader_epoch
-                        if p.current_leader_epoch < current
-                        else ErrorCode.unknown_leader_epoch
-                    )
-                else:
+                error = epoch_error(p.current_leader_epoch, epochs[p.partition])
+                if error == ErrorCode.none:
                     epoch, end = await broker.log.epoch_end_offset(
                         t.topic, p.partition, p.leader_epoch
                     )
