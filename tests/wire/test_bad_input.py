@@ -259,3 +259,23 @@ def test_pipelined_requests_answer_in_order(broker, topic_name):
         conn.send(frames)
         ids = [struct.unpack_from(">i", conn.read_frame())[0] for _ in range(20)]
         assert ids == list(range(1000, 1020))
+
+
+def test_trailing_bytes_after_a_request(broker, topic_name):
+    """Bytes past a request's last field close the connection, except in Metadata: librdkafka
+    writes the null topic array of its flexible "all topics" request as 4 bytes (the frame
+    below, as librdkafka 2.x sends it), which Kafka reads as null and answers."""
+    topic = topic_name()
+    with raw.Connection(broker.bootstrap) as conn:
+        assert raw.create_topic(conn, topic, 1).error_code == raw.NONE
+        header = struct.pack(">hhih", 3, 12, 9, 7) + b"rdkafka" + b"\x00"
+        conn.send(struct.pack(">i", len(header) + 7) + header + b"\x00\x00\x00\x00\x01\x00\x00")
+        reply = conn.read_frame()
+    assert reply is not None, "the server closed the connection instead of answering"
+    _, module = raw.classes(3, 12)
+    response, _ = raw.entity_reader(module.MetadataResponse)(reply, 5)  # id, no tags
+    assert topic in {t.name for t in response.topics}
+    with raw.Connection(broker.bootstrap, timeout=5) as conn:
+        conn.send(frame(18, 0, 8, b"\x00\x00\x00"))  # ApiVersions v0 has no body at all
+        assert conn.closed_by_server()
+    assert_still_serving(broker)
