@@ -115,25 +115,27 @@ def test_serve_on_a_taken_address_fails_at_once(home: Path) -> None:
     assert time.monotonic() - started < 60
 
 
-def test_stop_refuses_while_a_broker_uses_the_servers(home: Path) -> None:
+def start_broker(home: Path) -> subprocess.Popen[bytes]:
+    """`serve` on the embedded servers of ``home``, listening once this returns."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKAESQUE_")}
     env["KAFKAESQUE_HOME"] = str(home)
+    command = [sys.executable, "-m", "kafkaesque", "serve", "--no-archive"]
     broker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "kafkaesque",
-            "serve",
-            "--no-archive",
-            "--listen",
-            f"127.0.0.1:{port}",
-        ],
-        env=env,
-        stderr=subprocess.PIPE,
+        [*command, "--listen", f"127.0.0.1:{port}"], env=env, stderr=subprocess.DEVNULL
     )
     try:
         wait_for_port(port, broker, timeout=60)
+    except BaseException:
+        broker.kill()
+        broker.wait(10)
+        raise
+    return broker
+
+
+def test_stop_refuses_while_a_broker_uses_the_servers(home: Path) -> None:
+    broker = start_broker(home)
+    try:
         refused = run(home, "stop")
         assert refused.returncode == 1
         assert refused.stderr.decode().splitlines() == [
@@ -152,24 +154,8 @@ def test_stop_refuses_while_a_broker_uses_the_servers(home: Path) -> None:
 
 
 def test_stop_force_stops_under_a_broker(home: Path) -> None:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKAESQUE_")}
-    env["KAFKAESQUE_HOME"] = str(home)
-    broker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "kafkaesque",
-            "serve",
-            "--no-archive",
-            "--listen",
-            f"127.0.0.1:{port}",
-        ],
-        env=env,
-        stderr=subprocess.DEVNULL,
-    )
+    broker = start_broker(home)
     try:
-        wait_for_port(port, broker, timeout=60)
         forced = run(home, "stop", "--force")
         assert forced.returncode == 0 and b"stopped redis-server" in forced.stderr
         assert not EmbeddedRedis(home).is_running()
