@@ -11,9 +11,11 @@ import uuid
 
 from redis.asyncio import Redis
 
+from kafkaesque.keys import Keys
+
 
 def cluster_key(namespace: str) -> str:
-    return f"{namespace}:cluster_id"
+    return Keys(namespace).cluster_id
 
 
 async def cluster_id(redis: Redis, namespace: str) -> str:
@@ -21,5 +23,9 @@ async def cluster_id(redis: Redis, namespace: str) -> str:
     every broker process and command on it."""
     key = cluster_key(namespace)
     fresh = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-    await redis.set(key, fresh, nx=True)
-    return (await redis.get(key)).decode()
+    # One MULTI: a flush between the SET and the GET would otherwise leave nothing to read.
+    pipe = redis.pipeline(transaction=True)
+    pipe.set(key, fresh, nx=True)
+    pipe.get(key)
+    _, value = await pipe.execute()
+    return value.decode()
