@@ -8,19 +8,11 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import BinaryIO
 
-from kafkaesque.log import Log, LogError
+from kafkaesque.errors import LogTruncated, OffsetOutOfRange
+from kafkaesque.log import Log
 from kafkaesque.records import decode_batch, decode_values
 
 FOLLOW_WAKEUP = 1.0  # seconds; a safety net should a notification be missed
-
-
-class OffsetOutOfRange(LogError):
-    pass
-
-
-class LogTruncated(LogError):
-    """The partition's log was truncated below our position (Redis lost records it had
-    not archived): offsets we already read now hold other records."""
 
 
 def _text(data: bytes | None, name: str, out: dict) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from kafkaesque.errors import GroupBusy
 from kafkaesque.group_offsets import CommittedOffset, OffsetStore
 from kafkaesque.group_state import (
     MAX_METADATA,
@@ -34,7 +35,6 @@ from kafkaesque.group_state import (
     sync_outcome,
 )
 from kafkaesque.keys import Keys
-from kafkaesque.log import LogError
 from kafkaesque.notify import Notifier
 
 __all__ = [
@@ -287,10 +287,6 @@ class GroupCoordinator:
             await self.redis.srem(self.keys.groups, group_id)
             await self.redis.srem(self.keys.groups_active, group_id)
         return GroupError.NONE
-
-
-class GroupBusy(LogError):
-    """The group has active members, so it cannot be changed from outside."""
 
 
 def decode_consumer_assignment(data: bytes) -> dict[str, list[int]] | None:

@@ -25,6 +25,39 @@ PARTITION = {
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionKeys:
+    """One partition's keys: its prefix (hash tag included) and the suffixes of PARTITION."""
+
+    prefix: str
+
+    @property
+    def meta(self) -> str:
+        return self.prefix + "meta"
+
+    @property
+    def index(self) -> str:
+        return self.prefix + "index"
+
+    @property
+    def stats(self) -> str:
+        return self.prefix + "stats"
+
+    @property
+    def producers(self) -> str:
+        return self.prefix + "producers"
+
+    @property
+    def epochs(self) -> str:
+        return self.prefix + "epochs"
+
+    def page(self, number: int) -> str:
+        return f"{self.prefix}page:{number}"
+
+    def batch_index(self, number: int) -> str:
+        return f"{self.prefix}bidx:{number}"
+
+
+@dataclass(frozen=True, slots=True)
 class Keys:
     """Key names under one namespace (``ks`` by default)."""
 
@@ -65,9 +98,9 @@ class Keys:
         return f"{self.ns}:appended:{topic}"
 
     # -- partitions -------------------------------------------------------------------
-    def partition(self, topic: str, partition: int) -> str:
-        """The prefix of a partition's keys, hash tag included (see ``PARTITION``)."""
-        return f"{self.ns}:{{{topic}:{partition}}}:"
+    def partition(self, topic: str, partition: int) -> PartitionKeys:
+        """A partition's keys; Lua scripts get its ``prefix`` (see ``PARTITION``)."""
+        return PartitionKeys(f"{self.ns}:{{{topic}:{partition}}}:")
 
     # -- consumer groups ----------------------------------------------------------------
     @property

@@ -1,142 +1,45 @@
 """Topics, partitions and pages: the Python face of the Lua scripts.
 
-Layout per partition (all keys share the hash tag ``{topic:partition}``):
-
-- ``meta``: hash with log end/start offsets, leader epoch, the open page and its fill,
-  and the topic's page size, TTL and max pages (Lua cannot read the msgpack config);
-- ``index``: sorted set, member = page number, score = first offset of the page;
-- ``page:N``: list, one Kafka RecordBatch v2 per entry, baseOffset already patched;
-- ``bidx:N``: string, 16 bytes per batch of page N (base offset, global sequence number),
-  which the read script binary-searches and the archiver uses for the total order;
-- ``stats``: hash, closed page number -> "records bytes max_timestamp".
+The keys are named in kafkaesque/keys.py and described in docs/redis-layout.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-import msgpack
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
 
 from kafkaesque.archiving import ArchivingLog
-from kafkaesque.archiving import ClosedPage as ClosedPage  # re-exported: the archiver's view
+from kafkaesque.errors import Conflict, InvalidPartitions, NeedsRecovery, UnknownTopic
+from kafkaesque.keys import Keys
 from kafkaesque.records import decode_batch
 from kafkaesque.scripts import Scripts
-
-DEFAULT_PAGE_SIZE = 4096
-MAX_TOPIC_NAME = 249
-_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
-# Fields of a RecordBatch v2 header
-_LAST_OFFSET_DELTA = slice(23, 27)
-_PRODUCER_ID = slice(43, 51)
-_PRODUCER_EPOCH = slice(51, 53)
-_BASE_SEQUENCE = slice(53, 57)
+from kafkaesque.topic_config import TopicConfig
 
 
-class LogError(Exception):
-    """A request the log refuses; the message is meant for people."""
+def base_offset(batch: bytes) -> int:
+    return int.from_bytes(batch[:8], "big")
 
 
-class InvalidTopic(LogError):
-    pass
+def record_count(batch: bytes) -> int:
+    return int.from_bytes(batch[23:27], "big", signed=True) + 1
 
 
-class InvalidConfig(LogError):
-    pass
-
-
-class TopicExists(LogError):
-    pass
-
-
-class UnknownTopic(LogError):
-    """No such topic, or no such partition of it."""
-
-
-class ProducerFenced(LogError):
-    """An idempotent producer's batch out of sequence or from an old epoch; carries the
-    Kafka error code (OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, or
-    UNKNOWN_PRODUCER_ID for a producer in mid-sequence this partition has no state for)."""
-
-    def __init__(self, code: int) -> None:
-        super().__init__(f"producer sequence check failed (Kafka error {code})")
-        self.code = code
+def producer_fields(batch: bytes) -> tuple[int, int, int]:
+    return (
+        int.from_bytes(batch[43:51], "big", signed=True),
+        int.from_bytes(batch[51:53], "big", signed=True),
+        int.from_bytes(batch[53:57], "big", signed=True),
+    )
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def check_topic_name(name: str) -> None:
-    """Kafka's rules: 1-249 of [a-zA-Z0-9._-], and not "." or ".."."""
-    if not name or name in (".", ".."):
-        raise InvalidTopic(f"invalid topic name {name!r}")
-    if len(name) > MAX_TOPIC_NAME:
-        raise InvalidTopic(f"topic name longer than {MAX_TOPIC_NAME} characters")
-    if not _TOPIC_NAME.fullmatch(name):
-        raise InvalidTopic(
-            f"invalid topic name {name!r}: use only letters, digits, '.', '_' and '-'"
-        )
-
-
-MAX_PARTITIONS = 10_000
-# Page size, TTL (seconds, about 68 years) and max pages fit a 32-bit integer: the archive
-# stores them as such, and Redis' EXPIRE takes any of them.
-MAX_SETTING = 2**31 - 1
-
-
-@dataclass(frozen=True, slots=True)
-class TopicConfig:
-    name: str
-    partitions: int
-    page_size: int = DEFAULT_PAGE_SIZE
-    ttl: int = 0  # seconds a closed page is kept; 0 = no expiry
-    max_pages: int = 0  # closed pages kept per partition; 0 = no limit
-    created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
-    topic_id: bytes = field(default_factory=lambda: uuid.uuid4().bytes)
-
-    def validate(self) -> None:
-        check_topic_name(self.name)
-        for name, value, low, high in (
-            ("partitions", self.partitions, 1, MAX_PARTITIONS),
-            ("page size", self.page_size, 1, MAX_SETTING),
-            ("ttl", self.ttl, 0, MAX_SETTING),
-            ("max pages", self.max_pages, 0, MAX_SETTING),
-        ):
-            if not low <= value <= high:
-                raise InvalidConfig(f"{name} must be in {low}..{high}, got {value}")
-
-    def pack(self) -> bytes:
-        return msgpack.packb(
-            {
-                "partitions": self.partitions,
-                "page_size": self.page_size,
-                "ttl": self.ttl,
-                "max_pages": self.max_pages,
-                "created": self.created_ms,
-                "id": self.topic_id,
-            }
-        )
-
-    @classmethod
-    def unpack(cls, name: str, data: bytes) -> TopicConfig:
-        m = msgpack.unpackb(data)
-        return cls(
-            name=name,
-            partitions=m["partitions"],
-            page_size=m["page_size"],
-            ttl=m["ttl"],
-            max_pages=m["max_pages"],
-            created_ms=m["created"],
-            topic_id=m["id"],
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,34 +114,14 @@ class ColdStore(Protocol):
         ...
 
 
-class StorageUnavailable(LogError):
-    """A store the request needs (the archive) cannot be reached right now; retry later."""
-
-
-class NeedsRecovery(LogError):
-    """Redis has lost its data; appends wait until the archive restored the offsets."""
-
-
 def _after(offset: int, first: int) -> int | None:
     """``first`` when the data resumes after a gap beginning at ``offset``, else None."""
     return first if first > offset else None
 
 
-def _raise_log_error(exc: ResponseError) -> None:
-    """Turn a Lua error_reply ("CODE message") into the matching LogError."""
-    code, _, message = str(exc).partition(" ")
-    if code == "UNKNOWN_TOPIC_OR_PARTITION":
-        raise UnknownTopic(message) from None
-    if code == "TOPIC_EXISTS":
-        raise TopicExists(message) from None
-    if code == "NEEDS_RECOVERY":
-        raise NeedsRecovery(message) from None
-    raise exc
-
-
 class Log(ArchivingLog):
     """Topics and partitions kept in one Redis database (the archiver's side of it, in
-    kafkaesque.archiving, is mixed in).
+    kafkaesque.archiving, is inherited).
 
     ``cold`` serves offsets Redis no longer holds (the archive). ``recover`` is called when
     Redis turns out to have lost its data, before any append; it must restore the offsets
@@ -254,39 +137,23 @@ class Log(ArchivingLog):
     ) -> None:
         self.redis = redis
         self.ns = namespace
+        self.keys = Keys(namespace)
         self.cold = cold
         self.recover = recover
         self.scripts = Scripts(redis)
-        self._topics_key = f"{namespace}:topics"
-        self._gseq_key = f"{namespace}:gseq"
-        self._producer_ids_key = f"{namespace}:producer_ids"
-        # Present while Redis holds its data; a flush or a restart without persistence
-        # removes it, and then appends wait for recovery.
-        self._marker_key = f"{namespace}:incarnation"
-        self._archiving_key = f"{namespace}:archiving"
-
-    # -- keys ---------------------------------------------------------------------
-    def _config_key(self, topic: str) -> str:
-        return f"{self.ns}:topic:{topic}"
-
-    def _prefix(self, topic: str, partition: int) -> str:
-        return f"{self.ns}:{{{topic}:{partition}}}:"
-
-    def _keys(self, topic: str, partition: int) -> list[str]:
-        p = self._prefix(topic, partition)
-        return [p + "meta", p + "index", p + "stats", p + "producers"]
 
     def channel(self, topic: str) -> str:
-        """Pub/sub channel that carries "partition log_end" after every append."""
-        return f"{self.ns}:appended:{topic}"
+        """Pub/sub channel that carries the new log end after every append."""
+        return self.keys.appended(topic)
 
     # -- topics -------------------------------------------------------------------
     async def create_topic(self, config: TopicConfig) -> TopicConfig:
         config.validate()
-        metas = [self._keys(config.name, p)[0] for p in range(config.partitions)]
+        k = self.keys
+        metas = [k.partition(config.name, p).meta for p in range(config.partitions)]
         await self._call(
             self.scripts.create,
-            keys=[self._topics_key, self._config_key(config.name), self._marker_key, *metas],
+            keys=[k.topics, k.topic(config.name), k.incarnation, *metas],
             args=[config.name, config.pack(), config.page_size, config.ttl, config.max_pages],
         )
         return config
@@ -294,32 +161,28 @@ class Log(ArchivingLog):
     async def _call(self, script: Any, keys: list[str], args: list[Any]) -> Any:
         """Run a script that refuses to write while Redis has lost its data: recover first
         (restore from the archive, or start afresh without one), then run it again."""
-        for attempt in range(2):
-            try:
-                return await script(keys=keys, args=args)
-            except ResponseError as exc:
-                if attempt == 0 and str(exc).startswith("NEEDS_RECOVERY"):
-                    await self.ensure_recovered()
-                    continue
-                _raise_log_error(exc)
-        raise AssertionError("unreachable")
+        try:
+            return await script(keys=keys, args=args)
+        except NeedsRecovery:
+            await self.ensure_recovered()
+        return await script(keys=keys, args=args)
 
     async def needs_recovery(self) -> bool:
-        return not await self.redis.exists(self._marker_key)
+        return not await self.redis.exists(self.keys.incarnation)
 
     async def ensure_recovered(self) -> None:
         """If Redis lost its data, restore offsets (through ``recover``) before appends."""
         if await self.needs_recovery():
             if self.recover is not None:
                 await self.recover(self)
-            await self.redis.set(self._marker_key, uuid.uuid4().hex, nx=True)
+            await self.redis.set(self.keys.incarnation, uuid.uuid4().hex, nx=True)
 
     async def topic(self, name: str) -> TopicConfig:
-        data = await self.redis.get(self._config_key(name))
+        data = await self.redis.get(self.keys.topic(name))
         if data is None and self.recover is not None and await self.needs_recovery():
             # Redis lost its data: the archive may know the topic (restored here).
             await self.ensure_recovered()
-            data = await self.redis.get(self._config_key(name))
+            data = await self.redis.get(self.keys.topic(name))
         if data is None:
             raise UnknownTopic(f"no such topic: {name}")
         return TopicConfig.unpack(name, data)
@@ -327,33 +190,30 @@ class Log(ArchivingLog):
     async def add_partitions(self, name: str, count: int) -> TopicConfig:
         """Grow a topic to ``count`` partitions (never shrink, as in Kafka)."""
         while True:
-            raw = await self.redis.get(self._config_key(name))
+            raw = await self.redis.get(self.keys.topic(name))
             if raw is None:
                 raise UnknownTopic(f"no such topic: {name}")
             config = TopicConfig.unpack(name, raw)
             if count <= config.partitions:
-                raise InvalidConfig(
+                raise InvalidPartitions(
                     f"topic {name} has {config.partitions} partitions; the new count must be larger"
                 )
             grown = dataclasses.replace(config, partitions=count)
             grown.validate()
-            metas = [self._keys(name, p)[0] for p in range(config.partitions, count)]
+            metas = [self.keys.partition(name, p).meta for p in range(config.partitions, count)]
             try:
                 await self.scripts.partitions(
-                    keys=[self._config_key(name), *metas],
+                    keys=[self.keys.topic(name), *metas],
                     args=[raw, grown.pack(), grown.page_size, grown.ttl, grown.max_pages],
                 )
                 return grown
-            except ResponseError as exc:
-                if not str(exc).startswith("CONFLICT"):
-                    _raise_log_error(exc)
-                    raise
-                # Another client changed the topic between our read and write: read again.
+            except Conflict:
+                continue  # another client changed the topic between our read and write
 
     async def list_topics(self) -> list[str]:
         if self.recover is not None:
             await self.ensure_recovered()  # after a loss of Redis' data, list what is restored
-        return sorted(n.decode() for n in await self.redis.smembers(self._topics_key))
+        return sorted(n.decode() for n in await self.redis.smembers(self.keys.topics))
 
     async def delete_topic(self, name: str) -> None:
         """Delete the topic and its records, the archived ones first: if the archive cannot
@@ -367,14 +227,15 @@ class Log(ArchivingLog):
             return
         if self.cold is not None:
             await self.cold.delete_topic(name, config.topic_id, config.partitions)
-        keys = [k for p in range(config.partitions) for k in self._keys(name, p)]
-        prefixes = [self._prefix(name, p) for p in range(config.partitions)]
-        try:
-            await self.scripts.delete(
-                keys=[self._topics_key, self._config_key(name), *keys], args=[name, *prefixes]
-            )
-        except ResponseError as exc:
-            _raise_log_error(exc)
+        parts = [self.keys.partition(name, p) for p in range(config.partitions)]
+        await self.scripts.delete(
+            keys=[
+                self.keys.topics,
+                self.keys.topic(name),
+                *(k for p in parts for k in (p.meta, p.index, p.stats, p.producers)),
+            ],
+            args=[name, *(p.prefix for p in parts)],
+        )
 
     # -- partitions ---------------------------------------------------------------
     async def append(self, topic: str, partition: int, batches: Sequence[bytes]) -> Appended:
@@ -383,30 +244,15 @@ class Log(ArchivingLog):
         Batches of idempotent producers (producer id >= 0) are sequence-checked: a retry of
         one of a producer's last five batches returns its original offset and is not written
         again; a gap, an old epoch or an unknown producer in mid-sequence (its state was
-        lost) raises ProducerFenced and writes nothing."""
-        args: list[object] = [self._prefix(topic, partition), self.channel(topic), _now_ms()]
+        lost) raises a ProducerFenced subclass and writes nothing."""
+        k = self.keys
+        p = k.partition(topic, partition)
+        args: list[object] = [p.prefix, k.appended(topic), _now_ms()]
         for batch in batches:
-            args += (
-                int.from_bytes(batch[_LAST_OFFSET_DELTA], "big", signed=True) + 1,
-                int.from_bytes(batch[_PRODUCER_ID], "big", signed=True),
-                int.from_bytes(batch[_PRODUCER_EPOCH], "big", signed=True),
-                int.from_bytes(batch[_BASE_SEQUENCE], "big", signed=True),
-                batch,
-            )
-        meta, index, stats, producers = self._keys(topic, partition)
-        keys = [
-            meta,
-            index,
-            stats,
-            self._gseq_key,
-            producers,
-            self._archiving_key,
-            self._marker_key,
-        ]
-        code, *result = await self._call(self.scripts.append, keys, args)
-        if code:
-            raise ProducerFenced(code)
-        return Appended(result[1:], result[0])
+            args += (record_count(batch), *producer_fields(batch), batch)
+        keys = [p.meta, p.index, p.stats, k.gseq, p.producers, k.archiving, k.incarnation]
+        start, *bases = await self._call(self.scripts.append, keys, args)
+        return Appended(bases, start)
 
     async def read(
         self,
@@ -434,7 +280,7 @@ class Log(ArchivingLog):
         earliest = start if cold_start is None else min(start, cold_start)
         batches = await self.cold.read(topic, partition, offset, max_bytes)
         if batches:
-            first = int.from_bytes(batches[0][:8], "big")
+            first = base_offset(batches[0])
             return ReadResult(batches, earliest, end, epoch, skipped_to=_after(offset, first))
         # Nothing at or after the offset is archived: the gap runs up to Redis' oldest.
         for _ in range(8):  # retention may move the start between two calls
@@ -457,21 +303,11 @@ class Log(ArchivingLog):
         min_one: bool,
     ) -> tuple[int, int, int, int, list[bytes]]:
         """read.lua: (status, log start, log end, leader epoch, batches)."""
-        meta, index, *_ = self._keys(topic, partition)
-        try:
-            status, start, end, epoch, *batches = await self.scripts.read(
-                keys=[meta, index],
-                args=[
-                    self._prefix(topic, partition),
-                    offset,
-                    max_bytes,
-                    max_records,
-                    1 if min_one else 0,
-                ],
-            )
-        except ResponseError as exc:
-            _raise_log_error(exc)
-            raise
+        p = self.keys.partition(topic, partition)
+        status, start, end, epoch, *batches = await self.scripts.read(
+            keys=[p.meta, p.index],
+            args=[p.prefix, offset, max_bytes, max_records, 1 if min_one else 0],
+        )
         return status, start, end, epoch, batches
 
     async def earliest_offset(self, topic: str, partition: int) -> int:
@@ -485,15 +321,10 @@ class Log(ArchivingLog):
 
     async def state(self, topic: str, partition: int) -> PartitionState:
         """Apply retention, then report offsets, pages and bytes held."""
-        meta, index, stats, _ = self._keys(topic, partition)
-        try:
-            values = await self.scripts.state(
-                keys=[meta, index, stats, self._archiving_key],
-                args=[self._prefix(topic, partition)],
-            )
-        except ResponseError as exc:
-            _raise_log_error(exc)
-            raise
+        p = self.keys.partition(topic, partition)
+        values = await self.scripts.state(
+            keys=[p.meta, p.index, p.stats, self.keys.archiving], args=[p.prefix]
+        )
         return PartitionState(*values)
 
     async def offset_for_timestamp(
@@ -509,9 +340,9 @@ class Log(ArchivingLog):
                 found = await self.cold.find_time(topic, partition, timestamp, state.log_start)
                 if found is not None:
                     return found
-        meta, index, stats, _ = self._keys(topic, partition)
+        p = self.keys.partition(topic, partition)
         batch = await self.scripts.find_time(
-            keys=[index, meta, stats], args=[self._prefix(topic, partition), timestamp]
+            keys=[p.index, p.meta, p.stats], args=[p.prefix, timestamp]
         )
         if batch is None:
             return None
@@ -520,9 +351,9 @@ class Log(ArchivingLog):
                 return record.offset, record.timestamp
         return None
 
-    async def leader_epochs(self, topic: str, partitions: int) -> list[int]:
-        """The current leader epoch of each partition (one round trip)."""
-        return await self._meta_values(topic, range(partitions), "epoch")
+    async def leader_epochs(self, topic: str, partitions: Iterable[int]) -> list[int]:
+        """The current leader epoch of each of ``partitions`` (one round trip)."""
+        return await self._meta_values(topic, partitions, "epoch")
 
     async def log_ends(self, topic: str, partitions: Iterable[int]) -> list[int]:
         """The log end offset of each of ``partitions`` (one round trip, no retention)."""
@@ -531,7 +362,7 @@ class Log(ArchivingLog):
     async def _meta_values(self, topic: str, partitions: Iterable[int], name: str) -> list[int]:
         pipe = self.redis.pipeline(transaction=False)
         for p in partitions:
-            pipe.hget(self._keys(topic, p)[0], name)
+            pipe.hget(self.keys.partition(topic, p).meta, name)
         return [int(v or 0) for v in await pipe.execute()]
 
     async def epoch_end_offset(self, topic: str, partition: int, epoch: int) -> tuple[int, int]:
@@ -543,7 +374,7 @@ class Log(ArchivingLog):
             return epoch, state.log_end
         if epoch > state.leader_epoch or epoch < 0:
             return -1, -1
-        raw = await self.redis.hgetall(self._prefix(topic, partition) + "epochs")
+        raw = await self.redis.hgetall(self.keys.partition(topic, partition).epochs)
         history = sorted([(0, 0)] + [(int(e), int(start)) for e, start in raw.items()])
         known = max(e for e, _ in history if e <= epoch)
         end = min((start for e, start in history if e > epoch), default=state.log_end)
@@ -553,20 +384,11 @@ class Log(ArchivingLog):
         """A producer id no other producer of this Redis has had, before or after a loss of
         its data: ids follow the clock (1,024 per millisecond, more when asked faster)."""
         floor = _now_ms() << 10
-        return await self.scripts.producer_id(keys=[self._producer_ids_key], args=[floor])
-
-    def _fail(self, exc: ResponseError) -> None:
-        _raise_log_error(exc)
-
-    def _unknown(self, topic: str, partition: int) -> UnknownTopic:
-        return UnknownTopic(f"unknown topic or partition: {topic}[{partition}]")
-
-    def _partitions_of(self, name: str, raw: bytes) -> int:
-        return TopicConfig.unpack(name, raw).partitions
+        return await self.scripts.producer_id(keys=[self.keys.producer_ids], args=[floor])
 
     async def sequence_counter(self) -> int:
         """The highest global sequence number assigned so far."""
-        return int(await self.redis.get(self._gseq_key) or 0)
+        return int(await self.redis.get(self.keys.gseq) or 0)
 
     async def restore(
         self, topics: list[RestoredTopic], sequence_floor: int, producer_id_floor: int
@@ -574,22 +396,25 @@ class Log(ArchivingLog):
         """Bring Redis back to what the archive holds after it lost data (see restore.lua),
         raise the counters past every id the archive has seen, switch archiving on, and set
         the marker."""
+        k = self.keys
         for t in topics:
             c = t.config
-            keys = [k for p in range(len(t.partitions)) for k in self._keys(c.name, p)[:3]]
+            parts = [k.partition(c.name, p) for p in range(len(t.partitions))]
             args: list[Any] = [c.name, c.pack(), c.page_size, c.ttl, c.max_pages]
             for p in t.partitions:
                 args += (p.log_end, p.leader_epoch)
             await self.scripts.restore(
-                keys=[self._topics_key, self._config_key(c.name), *keys], args=args
+                keys=[
+                    k.topics,
+                    k.topic(c.name),
+                    *(key for p in parts for key in (p.meta, p.index, p.stats)),
+                ],
+                args=args,
             )
-        for key, floor in (
-            (self._gseq_key, sequence_floor),
-            (self._producer_ids_key, producer_id_floor),
-        ):
+        for key, floor in ((k.gseq, sequence_floor), (k.producer_ids, producer_id_floor)):
             current = int(await self.redis.get(key) or 0)
             if current < floor:
                 await self.redis.incrby(key, floor - current)
         # Restored from an archive: archiving is on before the first append can close a page.
         await self.enable_archiving()
-        await self.redis.set(self._marker_key, uuid.uuid4().hex, nx=True)
+        await self.redis.set(k.incarnation, uuid.uuid4().hex, nx=True)

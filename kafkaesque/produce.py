@@ -11,9 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from kafkaesque.log import Log, TopicConfig
+from kafkaesque.log import Log
 from kafkaesque.partitioner import partition_for_key
 from kafkaesque.records import Compression, build_batch
+from kafkaesque.topic_config import TopicConfig
 
 READ_CHUNK = 4 << 20  # input bytes split into lines at a time
 APPEND_BYTES = 8 << 20  # batch bytes per append script call: bounds how long Redis is busy

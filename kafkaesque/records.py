@@ -31,6 +31,8 @@ from operator import add
 import cramjam
 from crc32c import crc32c
 
+from kafkaesque.errors import CorruptBatch, InvalidRecord
+
 HEADER_SIZE = 61
 MAGIC = 2
 _LOG_OVERHEAD = 12  # baseOffset + batchLength: the part batchLength does not count
@@ -70,16 +72,6 @@ class TimestampType(enum.IntEnum):
 
     CREATE_TIME = 0
     LOG_APPEND_TIME = 1
-
-
-class InvalidRecord(ValueError):
-    """A batch whose content breaks the format's rules (Kafka's INVALID_RECORD: a client
-    sending the same bytes again gets the same answer)."""
-
-
-class CorruptBatch(InvalidRecord):
-    """A batch whose bytes were damaged: lengths or CRC do not match (Kafka's
-    CORRUPT_MESSAGE, which clients retry)."""
 
 
 @dataclass(slots=True, frozen=True)

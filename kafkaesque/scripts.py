@@ -1,12 +1,20 @@
-"""The Lua scripts, each one atomic operation on the log, registered once and called by SHA."""
+"""The Lua scripts, each one atomic operation on the log, registered once and called by SHA.
+
+Every call goes through ``Script``, the one place a script's error reply becomes the core
+exception it names (kafkaesque.errors.from_lua).
+"""
 
 from __future__ import annotations
 
 from functools import cache
 from importlib.resources import files
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
+from redis.exceptions import ResponseError
+
+from kafkaesque.errors import from_lua
 
 SCRIPT_NAMES = (
     "create",
@@ -32,23 +40,38 @@ def source(name: str) -> str:
     return (lua / "common.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
 
 
+class Script:
+    """A registered script; its error replies are raised as core exceptions."""
+
+    __slots__ = ("_script",)
+
+    def __init__(self, script: AsyncScript) -> None:
+        self._script = script
+
+    async def __call__(self, keys: list[Any], args: list[Any], client: Any = None) -> Any:
+        try:
+            return await self._script(keys=keys, args=args, client=client)
+        except ResponseError as exc:
+            raise from_lua(exc) from None
+
+
 class Scripts:
     """One registered script per operation; redis-py sends EVALSHA and loads on NOSCRIPT."""
 
     def __init__(self, redis: Redis) -> None:
         for name in SCRIPT_NAMES:
-            setattr(self, name, redis.register_script(source(name)))
+            setattr(self, name, Script(redis.register_script(source(name))))
 
-    create: AsyncScript
-    append: AsyncScript
-    read: AsyncScript
-    state: AsyncScript
-    delete: AsyncScript
-    find_time: AsyncScript
-    partitions: AsyncScript
-    closed_pages: AsyncScript
-    mark_archived: AsyncScript
-    close_idle: AsyncScript
-    restore: AsyncScript
-    archive_on: AsyncScript
-    producer_id: AsyncScript
+    create: Script
+    append: Script
+    read: Script
+    state: Script
+    delete: Script
+    find_time: Script
+    partitions: Script
+    closed_pages: Script
+    mark_archived: Script
+    close_idle: Script
+    restore: Script
+    archive_on: Script
+    producer_id: Script

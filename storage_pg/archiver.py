@@ -39,9 +39,11 @@ from itertools import chain
 
 import asyncpg
 
+from kafkaesque.archiving import ClosedPage
+from kafkaesque.errors import UnknownTopic
 from kafkaesque.group_offsets import OffsetStore
 from kafkaesque.keys import Keys
-from kafkaesque.log import ClosedPage, Log, UnknownTopic
+from kafkaesque.log import Log
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
 from kafkaesque.records import InvalidRecord, read_header
 from storage_pg import group_offsets

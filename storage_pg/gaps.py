@@ -8,7 +8,8 @@ import asyncio
 
 import asyncpg
 
-from kafkaesque.log import Log, PartitionState, UnknownTopic
+from kafkaesque.errors import UnknownTopic
+from kafkaesque.log import Log, PartitionState
 
 _WATERMARK = "UPDATE archive_watermark SET id = $1, updated = now() WHERE id < $1"
 # The id of the partition's last record before an offset that the archive accounts for

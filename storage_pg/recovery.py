@@ -18,7 +18,8 @@ import asyncpg
 from kafkaesque.cluster import cluster_id, cluster_key
 from kafkaesque.group_offsets import OffsetStore
 from kafkaesque.keys import Keys
-from kafkaesque.log import Log, RestoredPartition, RestoredTopic, TopicConfig
+from kafkaesque.log import Log, RestoredPartition, RestoredTopic
+from kafkaesque.topic_config import TopicConfig
 from storage_pg import group_offsets
 from storage_pg.pool import PG_EPOCH_MS, ArchiveError, check_pool
 from storage_pg.schema import ensure_schema
@@ -160,7 +161,7 @@ async def recover(log: Log, pool: asyncpg.Pool) -> bool:
     async with pool.acquire() as conn:
         for topic in topics:
             name = topic.config.name
-            epochs = await log.leader_epochs(name, topic.config.partitions)
+            epochs = await log.leader_epochs(name, range(topic.config.partitions))
             for partition, epoch in enumerate(epochs):
                 await conn.execute(_EPOCH, name, partition, epoch)
     return True

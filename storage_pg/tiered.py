@@ -22,7 +22,8 @@ import uuid
 
 import asyncpg
 
-from kafkaesque.log import Log, StorageUnavailable
+from kafkaesque.errors import StorageUnavailable
+from kafkaesque.log import Log
 from storage_pg.archiver import Archiver
 from storage_pg.cold import ArchiveReader
 from storage_pg.deletion import delete_topic

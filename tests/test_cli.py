@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from kafkaesque.cli import main
-from kafkaesque.log import TopicConfig
 from kafkaesque.partitioner import partition_for_key
+from kafkaesque.topic_config import TopicConfig
 from tests.servers import free_port
 
 

@@ -8,8 +8,9 @@ from collections.abc import Callable
 
 import kafkaesque.consume
 from kafkaesque.consume import Consumer
-from kafkaesque.log import Log, TopicConfig
+from kafkaesque.log import Log
 from kafkaesque.records import build_batch
+from kafkaesque.topic_config import TopicConfig
 
 
 def test_idle_follow_reads_only_partitions_that_moved(

@@ -8,10 +8,10 @@ from collections.abc import Callable
 
 import pytest
 
+from kafkaesque.errors import GroupBusy
 from kafkaesque.group_state import GroupState, JoinRequest
 from kafkaesque.groups import (
     CoordinatorConfig,
-    GroupBusy,
     GroupCoordinator,
     GroupError,
     decode_consumer_assignment,

@@ -19,9 +19,10 @@ import redis.asyncio
 from click.testing import CliRunner, Result
 
 from kafkaesque.cli import main
-from kafkaesque.log import Log, TopicConfig
+from kafkaesque.log import Log
 from kafkaesque.partitioner import partition_for_key
 from kafkaesque.produce import LineProducer, iter_line_chunks
+from kafkaesque.topic_config import TopicConfig
 
 
 @pytest.fixture

@@ -1,35 +1,18 @@
-"""The broker's shared state and the dispatch table of API handlers."""
+"""The broker's shared state: the log, its partition layer, the group coordinator."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from kafkaesque.cluster import cluster_id
 from kafkaesque.groups import CoordinatorConfig, GroupCoordinator
 from kafkaesque.log import Log
 from kafkaesque.notify import Notifier
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
+from kafkaesque.partitions import MAX_MESSAGE_BYTES, Partitions
 from kafkaesque.tasks import cancel_and_wait
-from wire.protocol import Request
-
-Handler = Callable[["Broker", Request], Awaitable[Any]]
-
-# api key -> (min version, max version, handler). The ranges are chosen so the clients we
-# test (librdkafka, kafka-python, aiokafka, kafkajs) each land on a version we implement;
-# see README.txt. Handlers register themselves with @api(...).
-HANDLERS: dict[int, tuple[int, int, Handler]] = {}
-
-
-def api(api_key: int, min_version: int, max_version: int) -> Callable[[Handler], Handler]:
-    def register(fn: Handler) -> Handler:
-        HANDLERS[api_key] = (min_version, max_version, fn)
-        return fn
-
-    return register
 
 
 @dataclass(slots=True)
@@ -39,7 +22,7 @@ class BrokerConfig:
     node_id: int = 0
     auto_create_topics: bool = True
     default_partitions: int = 1
-    max_message_bytes: int = 1024 * 1024 + 12  # Kafka's message.max.bytes default
+    max_message_bytes: int = MAX_MESSAGE_BYTES
     connections_max_idle_ms: int = 600_000  # Kafka's default: idle connections close
     groups: CoordinatorConfig = field(default_factory=CoordinatorConfig)
 
@@ -49,6 +32,7 @@ class Broker:
         self.log = log
         self.config = config
         self.notifier = Notifier(log.redis, log.channel(""))
+        self.partitions = Partitions(log, self.notifier, config.max_message_bytes)
         self.groups = GroupCoordinator(log.redis, config.groups, log.ns)
         self.cluster_id = ""
         self._reaper: asyncio.Task[None] | None = None
@@ -86,7 +70,3 @@ class Broker:
                 logging.getLogger(__name__).exception("expiring group members failed")
             else:
                 REDIS.recovered()
-
-    @staticmethod
-    def supported() -> dict[int, tuple[int, int]]:
-        return {key: (lo, hi) for key, (lo, hi, _) in HANDLERS.items()}

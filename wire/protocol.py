@@ -9,6 +9,7 @@ them before it knows which versions the broker speaks.
 
 from __future__ import annotations
 
+import datetime
 import io
 import struct
 from dataclasses import dataclass, field, fields
@@ -19,6 +20,7 @@ from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_re
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 
+NO_THROTTLE = datetime.timedelta(0)  # every response's throttle_time: no quotas here
 # Kafka's socket.request.max.bytes default: larger frames are refused before reading them.
 MAX_REQUEST_SIZE = 100 * 1024 * 1024
 _SIZE = struct.Struct(">i")
@@ -66,6 +68,11 @@ class Request:
     size: int  # bytes of the frame, for metrics
     client_host: str = ""  # the peer's address, for consumer group member descriptions
     connection: ConnectionState = field(default_factory=ConnectionState)
+
+    @property
+    def response_class(self) -> type:
+        """The kio response entity of this request's api key and version."""
+        return response_schema(self.api_key, self.api_version)
 
 
 def peek_header(frame: bytes) -> tuple[int, int, int]:

@@ -11,7 +11,8 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from kafkaesque.log import Log
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
-from wire.broker import HANDLERS, Broker, BrokerConfig
+from wire.broker import Broker, BrokerConfig
+from wire.handlers import HANDLERS, supported
 from wire.metrics import Metrics, api_name
 from wire.protocol import (
     MAX_REQUEST_SIZE,
@@ -44,7 +45,13 @@ class Server:
         await self.broker.start()
         try:
             self._server = await asyncio.start_server(self._connection, self.host, self.port)
-        except BaseException:  # the address is taken or not ours: stop what started
+        except OSError as exc:  # the address is taken or not ours: stop what started
+            await self.broker.stop()
+            reason = exc.strerror or str(exc)
+            raise OSError(
+                exc.errno, f"cannot listen on {self.host}:{self.port}: {reason}"
+            ) from None
+        except BaseException:
             await self.broker.stop()
             raise
         if self.port == 0:
@@ -85,7 +92,7 @@ class Server:
         self._idle[writer] = True
         self.metrics.connections.inc()
         self.metrics.connections_total.inc()
-        supported = self.broker.supported()
+        supported_apis = supported()
         max_idle = self.broker.config.connections_max_idle_ms / 1000
         try:
             while not self._stopping:
@@ -103,14 +110,13 @@ class Server:
                 started = time.perf_counter()
                 self.metrics.bytes_in.inc(size + 4)
                 try:
-                    request = parse_request(frame, supported, client_host, connection)
+                    request = parse_request(frame, supported_apis, client_host, connection)
                 except UnsupportedVersion as exc:
                     if exc.api_key != API_VERSIONS:
                         raise
-                    response_bytes = api_versions_fallback(exc.correlation_id, supported)
+                    response_bytes = api_versions_fallback(exc.correlation_id, supported_apis)
                 else:
-                    handler = HANDLERS[request.api_key][2]
-                    response = await handler(self.broker, request)
+                    response = await HANDLERS[request.api_key].handler(self.broker, request)
                     name = api_name(request.api_key)
                     self.metrics.requests.labels(name).inc()
                     self.metrics.latency.labels(name).observe(time.perf_counter() - started)
@@ -154,8 +160,6 @@ async def run(
 
     ``companions`` run beside it (the archiver): each gets an event set at shutdown and is
     awaited after the last request was answered."""
-    import wire.handlers  # noqa: F401  (registers the API handlers)
-
     await log_.redis.ping()
     metrics = Metrics()
     if metrics_address is not None:

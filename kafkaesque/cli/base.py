@@ -20,10 +20,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from kafkaesque.embedded import EmbeddedError, EmbeddedRedis, default_home
+from kafkaesque.errors import KafkaesqueError
 from kafkaesque.groups import GroupCoordinator
-from kafkaesque.log import Log, LogError, check_topic_name
+from kafkaesque.log import Log
 from kafkaesque.outage import describe_redis_error
 from kafkaesque.tables import format_table
+from kafkaesque.topic_config import check_topic_name
 
 if TYPE_CHECKING:
     from storage_pg.embedded import EmbeddedPostgres
@@ -146,38 +148,47 @@ def run_async(fn: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., Any]
 
 @contextlib.contextmanager
 def one_line_errors() -> Iterator[None]:
-    """Turn expected failures into one line on stderr and exit code 1 (130 on Ctrl-C)."""
+    """The one place the CLI turns expected failures into one line on stderr and exit
+    code 1 (130 on Ctrl-C); anything else is a bug and keeps its traceback."""
     try:
         yield
-    except LogError as exc:
-        raise click.ClickException(str(exc)) from None
-    except RedisConnectionError as exc:
-        raise click.ClickException(f"cannot reach Redis: {describe_redis_error(exc)}") from None
-    except RedisError as exc:
-        raise click.ClickException(f"Redis error: {exc}") from None
-    except EmbeddedError as exc:
-        raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:
         sys.exit(130)
     except BrokenPipeError:
         raise  # the reader went away (`| head`): click exits quietly
+    except click.ClickException:
+        raise
     except Exception as exc:
-        message = archive_failure(exc)
-        if message is None and isinstance(exc, OSError):
-            message = str(exc)  # reading the input, the data directory, ...
+        message = failure_message(exc)
         if message is None:
             raise
         raise click.ClickException(message) from None
 
 
-def archive_failure(exc: BaseException) -> str | None:
-    """One line for an expected failure of the archive (PostgreSQL), None for anything
-    else. The archive's modules are loaded only by commands that use it."""
-    if "storage_pg" not in sys.modules:
-        return None
-    from storage_pg.pool import describe_failure
+def failure_message(exc: BaseException) -> str | None:
+    """One line for people about an expected failure; None for anything else."""
+    if isinstance(exc, KafkaesqueError | EmbeddedError):
+        return str(exc)
+    if isinstance(exc, RedisConnectionError):
+        return f"cannot reach Redis: {describe_redis_error(exc)}"
+    if isinstance(exc, RedisError):
+        return f"Redis error: {exc}"
+    # The archive's and Spark's modules are loaded only by the commands that use them.
+    if "storage_pg" in sys.modules:
+        from storage_pg.pool import describe_failure
 
-    return describe_failure(exc)
+        message = describe_failure(exc)
+        if message is not None:
+            return message
+    if "storage_pg.spark" in sys.modules:
+        from storage_pg.spark import SparkJobError
+
+        if isinstance(exc, SparkJobError):
+            return str(exc)
+    if isinstance(exc, OSError):
+        # Reading the input, the data directory, listening on a port, ...
+        return exc.strerror if exc.filename is None and exc.strerror else str(exc)
+    return None
 
 
 def group_id_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -192,7 +203,7 @@ def topic_argument(fn: Callable[..., Any]) -> Callable[..., Any]:
     def check(ctx: click.Context, param: click.Parameter, value: str) -> str:
         try:
             check_topic_name(value)
-        except LogError as exc:
+        except KafkaesqueError as exc:
             raise click.BadParameter(str(exc)) from None
         return value
 

@@ -14,8 +14,8 @@ from kafkaesque.cli.base import (
     pass_context,
     run_async,
 )
+from kafkaesque.errors import KafkaesqueError
 from kafkaesque.groups import decode_consumer_assignment
-from kafkaesque.log import LogError
 from kafkaesque.tables import plural
 
 
@@ -97,7 +97,7 @@ async def describe_group(
     for t, p in rows:
         try:
             end = (await log.state(t, p)).log_end
-        except LogError:
+        except KafkaesqueError:
             end = None
         c = committed.get((t, p))
         lag = end - c.offset if c is not None and end is not None else None

@@ -5,16 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sys
 from pathlib import Path
 
 import click
-from redis.exceptions import ConnectionError as RedisConnectionError
 
-from kafkaesque.cli.base import Context, archive_failure, main, pass_context
-from kafkaesque.embedded import EmbeddedError, serving
-from kafkaesque.log import MAX_PARTITIONS
-from kafkaesque.outage import describe_redis_error
+from kafkaesque.cli.base import Context, main, one_line_errors, pass_context
+from kafkaesque.embedded import serving
+from kafkaesque.topic_config import MAX_PARTITIONS
 
 
 def host_port(
@@ -142,25 +139,9 @@ def serve(
             await ctx.aclose()
             await log.redis.aclose()
 
-    try:
-        with contextlib.ExitStack() as using:
-            if ctx.embedded_redis():  # `kafkaesque stop` refuses while this runs
-                using.enter_context(serving(Path(ctx.home)))
-            ctx.url()  # the embedded redis-server first: its errors are the likelier ones
-            dsn = ctx.required_archive_dsn() if archive else None
-            asyncio.run(serve_log())
-    except EmbeddedError as exc:
-        raise click.ClickException(str(exc)) from None
-    except RedisConnectionError as exc:
-        raise click.ClickException(f"cannot reach Redis: {describe_redis_error(exc)}") from None
-    except OSError as exc:
-        raise click.ClickException(
-            f"cannot listen on {host}:{port}: {exc.strerror or exc}"
-        ) from None
-    except KeyboardInterrupt:
-        sys.exit(130)
-    except Exception as exc:  # the embedded PostgreSQL would not start
-        message = archive_failure(exc)
-        if message is None:
-            raise
-        raise click.ClickException(message) from None
+    with one_line_errors(), contextlib.ExitStack() as using:
+        if ctx.embedded_redis():  # `kafkaesque stop` refuses while this runs
+            using.enter_context(serving(Path(ctx.home)))
+        ctx.url()  # the embedded redis-server first: its errors are the likelier ones
+        dsn = ctx.required_archive_dsn() if archive else None
+        asyncio.run(serve_log())

@@ -6,8 +6,7 @@ arguments. PySpark is imported only when a job runs: the rest of the CLI needs n
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -59,19 +58,6 @@ def archive_dsn(ctx: Context, pg_dsn: str | None) -> str:
     return dsn
 
 
-@contextlib.contextmanager
-def job_errors() -> Iterator[None]:
-    """A failed job is one line and exit code 1 (130 on Ctrl-C)."""
-    from storage_pg.spark import SparkJobError
-
-    try:
-        yield
-    except SparkJobError as exc:
-        raise click.ClickException(str(exc)) from None
-    except KeyboardInterrupt:
-        raise SystemExit(130) from None
-
-
 @spark.command()
 @job_options
 @click.option(
@@ -87,7 +73,7 @@ def export(ctx: Context, pg_dsn: str | None, master: str, partitions: int | None
     Reads up to the archive watermark, so every run sees a gapless cut; reruns neither
     skip nor duplicate, also after a crash. Run it from cron after the archiver."""
     dsn = archive_dsn(ctx, pg_dsn)
-    with job_errors():
+    with one_line_errors():
         from storage_pg.spark import export as run_export
 
         summary = run_export(dsn, out, master, partitions=partitions)
@@ -119,7 +105,7 @@ def report(
 ) -> None:
     """Print records and bytes per topic per hour, top keys and produce-to-archive lag."""
     dsn = archive_dsn(ctx, pg_dsn)
-    with job_errors():
+    with one_line_errors():
         from storage_pg.spark import report as run_report
 
         result = run_report(dsn, png, master, top=top, partitions=partitions)

@@ -15,17 +15,18 @@ from kafkaesque.cli.base import (
     echo_table,
     group_id_option,
     main,
+    one_line_errors,
     pass_context,
     run_async,
     topic_argument,
 )
 from kafkaesque.consume import Consumer
-from kafkaesque.embedded import EmbeddedError, in_use
+from kafkaesque.embedded import in_use
 from kafkaesque.groups import GroupError
-from kafkaesque.log import DEFAULT_PAGE_SIZE, MAX_PARTITIONS, MAX_SETTING, TopicConfig
 from kafkaesque.produce import LineProducer
 from kafkaesque.records import Compression
 from kafkaesque.tables import plural
+from kafkaesque.topic_config import DEFAULT_PAGE_SIZE, MAX_PARTITIONS, MAX_SETTING, TopicConfig
 
 
 @main.command()
@@ -336,8 +337,6 @@ async def consume(
 @pass_context
 def stop(ctx: Context, force: bool) -> None:
     """Stop the embedded servers of the data directory."""
-    from storage_pg.embedded import EmbeddedPostgresError
-
     home = Path(ctx.home)
     if not home.is_dir():
         click.echo("nothing was running", err=True)
@@ -348,11 +347,9 @@ def stop(ctx: Context, force: bool) -> None:
             "stop it first (they stop with it under scripts/run.sh), or use stop --force"
         )
     stopped = []
-    try:
+    with one_line_errors():
         if ctx.embedded_postgres().stop():
             stopped.append("PostgreSQL")
         if ctx.embedded().stop():
             stopped.append("redis-server")
-    except (EmbeddedError, EmbeddedPostgresError) as exc:
-        raise click.ClickException(str(exc)) from None
     click.echo(f"stopped {' and '.join(stopped)}" if stopped else "nothing was running", err=True)

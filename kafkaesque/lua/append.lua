@@ -6,8 +6,8 @@
 -- KEYS[7] recovery marker
 -- ARGV[1] key prefix of this partition, ARGV[2] notification channel, ARGV[3] now (ms),
 -- then per batch: offset count, producer id, producer epoch, base sequence, batch bytes.
--- Returns {0, log start offset, base offset per batch} or {Kafka error code}; on error
--- nothing is written.
+-- Returns {log start offset, base offset per batch}, or an error reply naming the Kafka
+-- error (kafkaesque/errors.py); on error nothing is written.
 local meta, index, stats, gseq_key, producers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local prefix = ARGV[1]
 if redis.call('EXISTS', KEYS[7]) == 0 then
@@ -30,11 +30,11 @@ local page_max_ts = tonumber(m[10])
 -- Idempotent producers: state per producer id is "epoch first:last:offset ..." for its
 -- last 5 batches, as Kafka keeps. A retry of one of them is acknowledged with its original
 -- offset and not written again.
-local OUT_OF_ORDER_SEQUENCE, INVALID_PRODUCER_EPOCH, MAX_SEQ = 45, 47, 2147483648
+local MAX_SEQ = 2147483648
+local function refuse(name) return redis.error_reply(name .. ' producer sequence check failed') end
 -- A producer in mid-sequence that this partition has no state for (Redis lost it, or the
--- id expired): UNKNOWN_PRODUCER_ID makes clients bump their epoch and go on (KIP-360),
--- where OUT_OF_ORDER_SEQUENCE would be fatal to them.
-local UNKNOWN_PRODUCER_ID = 59
+-- id expired) is UNKNOWN_PRODUCER_ID: clients bump their epoch and go on (KIP-360), where
+-- OUT_OF_ORDER_SEQUENCE_NUMBER would be fatal to them.
 local states, bases, fresh = {}, {}, {}
 local function load(pid)
   if states[pid] == nil then
@@ -65,7 +65,7 @@ for i = 4, #ARGV, 5 do
     local pepoch, first = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
     local last = (first + count - 1) % MAX_SEQ
     local state = load(pid)
-    if state and pepoch < state.epoch then return {INVALID_PRODUCER_EPOCH} end
+    if state and pepoch < state.epoch then return refuse('INVALID_PRODUCER_EPOCH') end
     if state and pepoch == state.epoch then
       for _, b in ipairs(state.batches) do
         if b[1] == first and b[2] == last and b[3] >= 0 then
@@ -75,11 +75,11 @@ for i = 4, #ARGV, 5 do
       if fresh[n] then
         local newest = state.batches[#state.batches]
         local expected = newest and (newest[2] + 1) % MAX_SEQ or 0
-        if first ~= expected then return {OUT_OF_ORDER_SEQUENCE} end
+        if first ~= expected then return refuse('OUT_OF_ORDER_SEQUENCE_NUMBER') end
       end
     else
       -- A new producer, or a new epoch of one, starts at sequence 0.
-      if first ~= 0 then return {state and OUT_OF_ORDER_SEQUENCE or UNKNOWN_PRODUCER_ID} end
+      if first ~= 0 then return refuse(state and 'OUT_OF_ORDER_SEQUENCE_NUMBER' or 'UNKNOWN_PRODUCER_ID') end
       state = {epoch = pepoch, batches = {}}
       states[pid] = state
     end
@@ -108,8 +108,7 @@ for i = 4, #ARGV, 5 do
     elseif page_max_ts and batch_max_ts > page_max_ts then
       page_max_ts = batch_max_ts
     end
-    redis.call('RPUSH', page_key(prefix, page),
-      pack_uint(next_offset, 8) .. string.sub(batch, 9, 12) .. epoch .. string.sub(batch, 17))
+    redis.call('RPUSH', page_key(prefix, page), with_offset_and_epoch(batch, next_offset, epoch))
     redis.call('APPEND', batch_index_key(prefix, page),
       pack_uint(next_offset, 8) .. pack_uint(gseq, 8))
     bases[n] = next_offset
@@ -127,7 +126,7 @@ end
 -- producer state stays bounded however many short-lived producers come and go; a few are
 -- dropped per append, oldest first, tracked in a sorted set by last use.
 local PRODUCER_EXPIRY_MS = 86400000
-local seen, now, touched = prefix .. 'producers_seen', tonumber(ARGV[3]), false
+local seen, now, touched = producers_seen_key(prefix), tonumber(ARGV[3]), false
 for pid, state in pairs(states) do
   if state then
     local words = {state.epoch}
@@ -164,5 +163,4 @@ local start = trim_index(index, stats, prefix, page, closed, max_pages, next_off
 redis.call('HSET', meta, 'start', start)
 if appended_bytes > 0 then redis.call('PUBLISH', ARGV[2], next_offset) end
 table.insert(bases, 1, start)
-table.insert(bases, 1, 0)
 return bases

@@ -22,12 +22,29 @@ end
 -- Each page has a companion string of 16 bytes per batch: base offset, global sequence.
 local BATCH_INDEX_ENTRY = 16
 
+-- A partition's keys are its prefix "NS:{TOPIC:P}:" (kafkaesque/keys.py, Keys.partition)
+-- and these suffixes (keys.py's PARTITION lists every one); the prefix comes in ARGV.
 local function page_key(prefix, page) return prefix .. 'page:' .. page end
 local function batch_index_key(prefix, page) return prefix .. 'bidx:' .. page end
+local function producers_seen_key(prefix) return prefix .. 'producers_seen' end
+local function epochs_key(prefix) return prefix .. 'epochs' end
 
--- A batch's maxTimestamp: the int64 at bytes 35..42 of its header.
+-- RecordBatch v2 header fields (1-based first byte, width), as kafkaesque/records.py has
+-- them: the base offset and partition leader epoch are rewritten on append.
+local BASE_OFFSET, BASE_OFFSET_WIDTH = 1, 8
+local LEADER_EPOCH, LEADER_EPOCH_WIDTH = 13, 4
+local MAX_TIMESTAMP, MAX_TIMESTAMP_WIDTH = 36, 8
+
+-- A batch with its base offset and partition leader epoch (4 packed bytes) replaced.
+local function with_offset_and_epoch(batch, base_offset, epoch_bytes)
+  return pack_uint(base_offset, BASE_OFFSET_WIDTH)
+    .. string.sub(batch, BASE_OFFSET + BASE_OFFSET_WIDTH, LEADER_EPOCH - 1)
+    .. epoch_bytes .. string.sub(batch, LEADER_EPOCH + LEADER_EPOCH_WIDTH)
+end
+
+-- A batch's maxTimestamp (int64).
 local function max_timestamp(batch)
-  local n = unpack_uint(batch, 36, 8)
+  local n = unpack_uint(batch, MAX_TIMESTAMP, MAX_TIMESTAMP_WIDTH)
   if n >= 2 ^ 63 then n = n - 2 ^ 64 end
   return n
 end

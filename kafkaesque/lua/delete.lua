@@ -16,7 +16,7 @@ for p = 0, (#KEYS - 2) / 4 - 1 do
   if open_page then
     redis.call('DEL', page_key(prefix, open_page), batch_index_key(prefix, open_page))
   end
-  redis.call('DEL', meta, index, stats, producers, prefix .. 'producers_seen',
-    prefix .. 'epochs')
+  redis.call('DEL', meta, index, stats, producers, producers_seen_key(prefix),
+    epochs_key(prefix))
 end
 return 1

@@ -19,7 +19,7 @@ for p = 0, (#KEYS - 2) / 3 - 1 do
   local m = redis.call('HMGET', meta, 'end', 'epoch', 'page')
   if not m[1] then
     init_partition(meta, archived_end, epoch + 1, 0, ARGV[3], ARGV[4], ARGV[5])
-    redis.call('HSET', prefix .. 'epochs', epoch + 1, archived_end)
+    redis.call('HSET', epochs_key(prefix), epoch + 1, archived_end)
     restored = restored + 1
   elseif tonumber(m[1]) < archived_end then
     for _, page in ipairs(redis.call('ZRANGE', index, 0, -1)) do
@@ -30,7 +30,7 @@ for p = 0, (#KEYS - 2) / 3 - 1 do
     local new_epoch = math.max(epoch, tonumber(m[2])) + 1
     init_partition(meta, archived_end, new_epoch, tonumber(m[3]) + 1,
       config[1], config[2], config[3])
-    redis.call('HSET', prefix .. 'epochs', new_epoch, archived_end)
+    redis.call('HSET', epochs_key(prefix), new_epoch, archived_end)
     restored = restored + 1
   end
 end

@@ -26,8 +26,9 @@ import redis.asyncio
 from broker_process import FAST_CONSUMER, consume, running_broker
 
 from kafkaesque.embedded import EmbeddedRedis
-from kafkaesque.log import Log, TopicConfig
+from kafkaesque.log import Log
 from kafkaesque.records import build_batch, read_header
+from kafkaesque.topic_config import TopicConfig
 from storage_pg import Archiver, ArchiveReader, EmbeddedPostgres, create_pool, ensure_schema
 from storage_pg.rows import COLUMNS, batch_rows
 

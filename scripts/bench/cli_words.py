@@ -21,8 +21,9 @@ import redis.asyncio
 
 from kafkaesque.consume import Consumer
 from kafkaesque.embedded import EmbeddedRedis
-from kafkaesque.log import Log, TopicConfig
+from kafkaesque.log import Log
 from kafkaesque.produce import LineProducer
+from kafkaesque.topic_config import TopicConfig
 
 
 class Sink(io.RawIOBase):

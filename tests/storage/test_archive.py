@@ -8,8 +8,8 @@ import random
 import asyncpg
 import pytest
 
-from kafkaesque.log import TopicConfig
 from kafkaesque.records import Compression, build_batch
+from kafkaesque.topic_config import TopicConfig
 from storage_pg import Archiver, ArchiveReader, create_pool, ensure_schema, status, watermark
 from storage_pg.pool import ArchiveError
 from storage_pg.schema import SCHEMA_VERSION

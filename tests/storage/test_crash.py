@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from kafkaesque.log import TopicConfig
+from kafkaesque.topic_config import TopicConfig
 from storage_pg import Archiver, create_pool, status
 from tests.storage.common import Row, archived_rows, make_log, produce
 

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from kafkaesque.log import Log, TopicConfig
+from kafkaesque.log import Log
 from kafkaesque.records import decode_batch
+from kafkaesque.topic_config import TopicConfig
 from storage_pg import Archiver, create_pool, status
 from storage_pg.cold import ArchiveReader
 from tests.storage.common import Row, archived_rows, make_log, produce

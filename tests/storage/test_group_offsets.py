@@ -11,7 +11,7 @@ import pytest
 from kafkaesque.group_offsets import CommittedOffset, OffsetsSnapshot
 from kafkaesque.group_state import GroupState
 from kafkaesque.groups import GroupCoordinator
-from kafkaesque.log import TopicConfig
+from kafkaesque.topic_config import TopicConfig
 from storage_pg import Archiver, create_pool, recover
 from storage_pg import group_offsets as archived
 from storage_pg.schema import ensure_schema

@@ -6,7 +6,7 @@ import asyncio
 
 import redis.asyncio
 
-from kafkaesque.log import TopicConfig
+from kafkaesque.topic_config import TopicConfig
 from storage_pg import Archiver, ArchiveReader, create_pool, recover
 from storage_pg.cold import status
 from storage_pg.recovery import restored_topics

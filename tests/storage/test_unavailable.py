@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from kafkaesque.log import TopicConfig
+from kafkaesque.topic_config import TopicConfig
 from storage_pg import Archiver, ArchiveSummary, create_pool
 from storage_pg.archiver import CONNECTION_ERRORS
 from tests.pg import PostgresServer

@@ -6,20 +6,17 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.log import (
-    DEFAULT_PAGE_SIZE,
+from kafkaesque.errors import (
     InvalidConfig,
-    InvalidTopic,
-    LogError,
-    StorageUnavailable,
-    TopicConfig,
+    InvalidPartitions,
+    InvalidReplication,
+    KafkaesqueError,
     TopicExists,
-    UnknownTopic,
-    check_topic_name,
 )
-from wire.broker import Broker, api
-from wire.handlers.metadata import NO_THROTTLE
-from wire.protocol import Request, build, response_schema, schema_class
+from kafkaesque.topic_config import DEFAULT_PAGE_SIZE, TopicConfig, check_topic_name
+from wire.broker import Broker
+from wire.errors import error_code
+from wire.protocol import NO_THROTTLE, Request, build, schema_class
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
@@ -37,7 +34,7 @@ FIXED_CONFIGS = {
 
 
 def config_from_request(broker: Broker, topic: Any) -> TopicConfig:
-    """A TopicConfig from a CreateTopics entry; raises LogError subclasses for bad input.
+    """A TopicConfig from a CreateTopics entry; raises KafkaesqueError for bad input.
 
     Topic configs understood: retention.ms (how long a closed page is kept; -1 forever),
     kafkaesque.page.size, kafkaesque.max.pages, and FIXED_CONFIGS."""
@@ -78,23 +75,8 @@ def config_from_request(broker: Broker, topic: Any) -> TopicConfig:
     return config
 
 
-class InvalidReplication(LogError):
-    pass
-
-
-def error_for(exc: LogError) -> ErrorCode:
-    return {
-        InvalidTopic: ErrorCode.invalid_topic_exception,
-        TopicExists: ErrorCode.topic_already_exists,
-        UnknownTopic: ErrorCode.unknown_topic_or_partition,
-        InvalidReplication: ErrorCode.invalid_replication_factor,
-        StorageUnavailable: ErrorCode.kafka_storage_error,  # the archive: retry later
-    }.get(type(exc), ErrorCode.invalid_config)
-
-
-@api(19, 2, 4)
 async def create_topics(broker: Broker, request: Request) -> Any:
-    schema = response_schema(19, request.api_version)
+    schema = request.response_class
     result_class = schema_class(schema, "CreatableTopicResult")
     results = []
     for topic in request.body.topics:
@@ -107,17 +89,16 @@ async def create_topics(broker: Broker, request: Request) -> Any:
                     raise TopicExists(f"topic already exists: {topic.name}")
             else:
                 await broker.log.create_topic(config)
-        except LogError as exc:
-            error, message = error_for(exc), str(exc)
+        except KafkaesqueError as exc:
+            error, message = error_code(exc), str(exc)
         results.append(
             build(result_class, name=topic.name, error_code=error, error_message=message)
         )
     return build(schema, throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
-@api(20, 1, 1)
 async def delete_topics(broker: Broker, request: Request) -> Any:
-    schema = response_schema(20, request.api_version)
+    schema = request.response_class
     result_class = schema_class(schema, "DeletableTopicResult")
     results = []
     for name in request.body.topic_names:
@@ -125,15 +106,14 @@ async def delete_topics(broker: Broker, request: Request) -> Any:
         try:
             await broker.log.delete_topic(name)
             await broker.groups.forget_topic(name)
-        except LogError as exc:
-            error = error_for(exc)
+        except KafkaesqueError as exc:
+            error = error_code(exc)
         results.append(build(result_class, name=name, error_code=error))
     return build(schema, throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
-@api(37, 0, 1)
 async def create_partitions(broker: Broker, request: Request) -> Any:
-    schema = response_schema(37, request.api_version)
+    schema = request.response_class
     result_class = schema_class(schema, "CreatePartitionsTopicResult")
     results = []
     for topic in request.body.topics:
@@ -141,14 +121,13 @@ async def create_partitions(broker: Broker, request: Request) -> Any:
         try:
             current = await broker.log.topic(topic.name)
             if topic.count <= current.partitions:
-                error = ErrorCode.invalid_partitions
-                message = f"topic has {current.partitions} partitions; the new count must be larger"
-            elif not request.body.validate_only:
+                raise InvalidPartitions(
+                    f"topic has {current.partitions} partitions; the new count must be larger"
+                )
+            if not request.body.validate_only:
                 await broker.log.add_partitions(topic.name, topic.count)
-        except InvalidConfig as exc:
-            error, message = ErrorCode.invalid_partitions, str(exc)
-        except LogError as exc:
-            error, message = error_for(exc), str(exc)
+        except KafkaesqueError as exc:
+            error, message = error_code(exc), str(exc)
         results.append(
             build(result_class, name=topic.name, error_code=error, error_message=message)
         )
@@ -177,9 +156,8 @@ def broker_configs(broker: Broker) -> list[tuple[str, str, int]]:
     ]
 
 
-@api(32, 1, 1)
 async def describe_configs(broker: Broker, request: Request) -> Any:
-    schema = response_schema(32, request.api_version)
+    schema = request.response_class
     result_class = schema_class(schema, "DescribeConfigsResult")
     entry_class = schema_class(schema, "DescribeConfigsResourceResult")
     results = []
@@ -188,8 +166,8 @@ async def describe_configs(broker: Broker, request: Request) -> Any:
         if resource.resource_type == TOPIC_RESOURCE:
             try:
                 entries = topic_configs(await broker.log.topic(resource.resource_name))
-            except LogError as exc:
-                error, message = error_for(exc), str(exc)
+            except KafkaesqueError as exc:
+                error, message = error_code(exc), str(exc)
         elif resource.resource_type == BROKER_RESOURCE:
             if resource.resource_name not in ("", str(broker.config.node_id)):
                 error, message = ErrorCode.invalid_request, f"no broker {resource.resource_name}"

@@ -7,22 +7,17 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.group_state import MAX_METADATA, GroupError, GroupState, JoinRequest
-from kafkaesque.log import UnknownTopic
-from wire.broker import Broker, api
-from wire.handlers.metadata import NO_THROTTLE
-from wire.protocol import Request, build, response_schema, schema_class
+from kafkaesque.errors import UnknownTopic
+from kafkaesque.group_state import MAX_METADATA, GroupState, JoinRequest
+from wire.broker import Broker
+from wire.errors import error_code
+from wire.protocol import NO_THROTTLE, Request, build, schema_class
 
 GROUP_KEY = 0
 
 
-def code(error: GroupError) -> ErrorCode:
-    return ErrorCode(int(error))
-
-
-@api(10, 0, 1)
 async def find_coordinator(broker: Broker, request: Request) -> Any:
-    schema = response_schema(10, request.api_version)
+    schema = request.response_class
     c = broker.config
     if getattr(request.body, "key_type", GROUP_KEY) != GROUP_KEY:
         # No transactions here. COORDINATOR_NOT_AVAILABLE would be retried until the
@@ -48,7 +43,6 @@ async def find_coordinator(broker: Broker, request: Request) -> Any:
     )
 
 
-@api(11, 0, 5)
 async def join_group(broker: Broker, request: Request) -> Any:
     body = request.body
     result = await broker.groups.join(
@@ -68,12 +62,12 @@ async def join_group(broker: Broker, request: Request) -> Any:
             require_known_member=request.api_version >= 4,
         ),
     )
-    schema = response_schema(11, request.api_version)
+    schema = request.response_class
     member_class = schema_class(schema, "JoinGroupResponseMember")
     return build(
         schema,
         throttle_time=NO_THROTTLE,
-        error_code=code(result.error),
+        error_code=error_code(result.error),
         generation_id=result.generation,
         protocol_name=result.protocol or "",
         leader=result.leader,
@@ -85,7 +79,6 @@ async def join_group(broker: Broker, request: Request) -> Any:
     )
 
 
-@api(14, 0, 3)
 async def sync_group(broker: Broker, request: Request) -> Any:
     body = request.body
     error, assignment = await broker.groups.sync(
@@ -95,28 +88,26 @@ async def sync_group(broker: Broker, request: Request) -> Any:
         getattr(body, "group_instance_id", None),
         {a.member_id: a.assignment for a in body.assignments},
     )
-    schema = response_schema(14, request.api_version)
-    return build(schema, throttle_time=NO_THROTTLE, error_code=code(error), assignment=assignment)
+    schema = request.response_class
+    return build(
+        schema, throttle_time=NO_THROTTLE, error_code=error_code(error), assignment=assignment
+    )
 
 
-@api(12, 0, 3)
 async def heartbeat(broker: Broker, request: Request) -> Any:
     body = request.body
     error = await broker.groups.heartbeat(
         body.group_id, body.generation_id, body.member_id, getattr(body, "group_instance_id", None)
     )
-    return build(
-        response_schema(12, request.api_version), throttle_time=NO_THROTTLE, error_code=code(error)
-    )
+    return build(request.response_class, throttle_time=NO_THROTTLE, error_code=error_code(error))
 
 
-@api(13, 0, 3)
 async def leave_group(broker: Broker, request: Request) -> Any:
     body = request.body
-    schema = response_schema(13, request.api_version)
+    schema = request.response_class
     if request.api_version < 3:
         [error] = await broker.groups.leave(body.group_id, [(body.member_id, None)])
-        return build(schema, throttle_time=NO_THROTTLE, error_code=code(error))
+        return build(schema, throttle_time=NO_THROTTLE, error_code=error_code(error))
     leaving = [(m.member_id, m.group_instance_id) for m in body.members]
     errors = await broker.groups.leave(body.group_id, leaving)
     member_class = schema_class(schema, "MemberResponse")
@@ -125,13 +116,12 @@ async def leave_group(broker: Broker, request: Request) -> Any:
         throttle_time=NO_THROTTLE,
         error_code=ErrorCode.none,
         members=tuple(
-            build(member_class, member_id=m, group_instance_id=i, error_code=code(e))
+            build(member_class, member_id=m, group_instance_id=i, error_code=error_code(e))
             for (m, i), e in zip(leaving, errors, strict=True)
         ),
     )
 
 
-@api(8, 2, 3)
 async def offset_commit(broker: Broker, request: Request) -> Any:
     body = request.body
     errors: dict[tuple[str, int], ErrorCode] = {}
@@ -162,8 +152,8 @@ async def offset_commit(broker: Broker, request: Request) -> Any:
         offsets,
     )
     for key in offsets:
-        errors[key] = code(group_error)
-    schema = response_schema(8, request.api_version)
+        errors[key] = error_code(group_error)
+    schema = request.response_class
     topic_class = schema_class(schema, "OffsetCommitResponseTopic")
     partition_class = schema_class(schema, "OffsetCommitResponsePartition")
     return build(
@@ -187,7 +177,6 @@ async def offset_commit(broker: Broker, request: Request) -> Any:
     )
 
 
-@api(9, 1, 3)
 async def offset_fetch(broker: Broker, request: Request) -> Any:
     body = request.body
     committed = await broker.groups.committed(body.group_id)
@@ -197,7 +186,7 @@ async def offset_fetch(broker: Broker, request: Request) -> Any:
             wanted.setdefault(topic, []).append(partition)
     else:
         wanted = {t.name: list(t.partition_indexes) for t in body.topics}
-    schema = response_schema(9, request.api_version)
+    schema = request.response_class
     topic_class = schema_class(schema, "OffsetFetchResponseTopic")
     partition_class = schema_class(schema, "OffsetFetchResponsePartition")
     topics = []
@@ -218,9 +207,8 @@ async def offset_fetch(broker: Broker, request: Request) -> Any:
     return build(schema, throttle_time=NO_THROTTLE, topics=tuple(topics), error_code=ErrorCode.none)
 
 
-@api(15, 0, 4)
 async def describe_groups(broker: Broker, request: Request) -> Any:
-    schema = response_schema(15, request.api_version)
+    schema = request.response_class
     group_class = schema_class(schema, "DescribedGroup")
     member_class = schema_class(schema, "DescribedGroupMember")
     described = []
@@ -267,9 +255,8 @@ async def describe_groups(broker: Broker, request: Request) -> Any:
     return build(schema, throttle_time=NO_THROTTLE, groups=tuple(described))
 
 
-@api(16, 0, 2)
 async def list_groups(broker: Broker, request: Request) -> Any:
-    schema = response_schema(16, request.api_version)
+    schema = request.response_class
     listed_class = schema_class(schema, "ListedGroup")
     listed = []
     for group_id in await broker.groups.list_groups():
@@ -279,12 +266,11 @@ async def list_groups(broker: Broker, request: Request) -> Any:
     return build(schema, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=tuple(listed))
 
 
-@api(42, 0, 1)
 async def delete_groups(broker: Broker, request: Request) -> Any:
-    schema = response_schema(42, request.api_version)
+    schema = request.response_class
     result_class = schema_class(schema, "DeletableGroupResult")
     results = []
     for group_id in request.body.groups_names:
         error = await broker.groups.delete(group_id)
-        results.append(build(result_class, group_id=group_id, error_code=code(error)))
+        results.append(build(result_class, group_id=group_id, error_code=error_code(error)))
     return build(schema, throttle_time=NO_THROTTLE, results=tuple(results))

@@ -2,37 +2,19 @@
 
 from __future__ import annotations
 
-import datetime
 import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.log import (
-    InvalidTopic,
-    LogError,
-    TopicConfig,
-    TopicExists,
-    UnknownTopic,
-    check_topic_name,
-)
-from wire.broker import Broker, api
-from wire.protocol import Request, build, response_schema, schema_class
+from kafkaesque.errors import KafkaesqueError, TopicExists, UnknownTopic
+from kafkaesque.topic_config import TopicConfig, check_topic_name
+from wire.broker import Broker
+from wire.errors import error_code
+from wire.protocol import NO_THROTTLE, Request, build, schema_class
 
-NO_THROTTLE = datetime.timedelta(0)
 NO_TOPIC_ID = uuid.UUID(int=0)  # Kafka's "no id", for topics in error
 NO_OPERATIONS = -2147483648  # authorized operations: not requested / not supported
-
-
-@api(18, 0, 4)
-async def api_versions(broker: Broker, request: Request) -> Any:
-    schema = response_schema(18, request.api_version)
-    version = schema_class(schema, "ApiVersion")
-    keys = tuple(
-        build(version, api_key=key, min_version=lo, max_version=hi)
-        for key, (lo, hi) in sorted(broker.supported().items())
-    )
-    return build(schema, error_code=ErrorCode.none, api_keys=keys, throttle_time=NO_THROTTLE)
 
 
 async def topic_config(broker: Broker, name: str, auto_create: bool) -> TopicConfig | ErrorCode:
@@ -40,17 +22,17 @@ async def topic_config(broker: Broker, name: str, auto_create: bool) -> TopicCon
     try:
         check_topic_name(name)
         return await broker.log.topic(name)
-    except InvalidTopic:
-        return ErrorCode.invalid_topic_exception
-    except UnknownTopic:
+    except UnknownTopic as exc:
         if not (auto_create and broker.config.auto_create_topics):
-            return ErrorCode.unknown_topic_or_partition
+            return error_code(exc)
+    except KafkaesqueError as exc:  # also the archive a restore needs being unreachable
+        return error_code(exc)
     try:
         return await broker.log.create_topic(TopicConfig(name, broker.config.default_partitions))
     except TopicExists:  # another client created it meanwhile
         return await broker.log.topic(name)
-    except LogError:
-        return ErrorCode.invalid_topic_exception
+    except KafkaesqueError as exc:
+        return error_code(exc)
 
 
 def broker_entries(broker: Broker, entry_class: type) -> tuple[Any, ...]:
@@ -86,12 +68,9 @@ async def requested_topic(
     return entry.name, await topic_config(broker, entry.name, auto_create)
 
 
-# v9+ is what makes librdkafka trust the leader epochs (rd_kafka_has_reliable_leader_epochs),
-# so it sends them in Fetch and validates its position after an epoch change (KIP-320).
-@api(3, 0, 12)
 async def metadata(broker: Broker, request: Request) -> Any:
     body, version = request.body, request.api_version
-    schema = response_schema(3, version)
+    schema = request.response_class
     topic_class = schema_class(schema, "MetadataResponseTopic")
     partition_class = schema_class(schema, "MetadataResponsePartition")
     # Null means all topics; so does an empty list in v0.
@@ -119,7 +98,7 @@ async def metadata(broker: Broker, request: Request) -> Any:
                 )
             )
             continue
-        epochs = await broker.log.leader_epochs(config.name, config.partitions)
+        epochs = await broker.log.leader_epochs(config.name, range(config.partitions))
         partitions = tuple(
             build(
                 partition_class,
@@ -155,9 +134,8 @@ async def metadata(broker: Broker, request: Request) -> Any:
     )
 
 
-@api(60, 0, 1)
 async def describe_cluster(broker: Broker, request: Request) -> Any:
-    schema = response_schema(60, request.api_version)
+    schema = request.response_class
     return build(
         schema,
         throttle_time=NO_THROTTLE,

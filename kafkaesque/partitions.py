@@ -1,0 +1,316 @@
+"""The partition layer between front ends and the log (the role of Kafka's ReplicaManager).
+
+Front ends (the wire handlers, the CLI) ask it to append validated batches to partitions,
+to read many partitions within a byte budget and wait for records (long-poll), and to
+look offsets up. Refusals are core exceptions (kafkaesque.errors); the multi-partition
+calls return one per partition instead of raising, so one bad partition does not fail
+the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from kafkaesque.errors import (
+    CorruptBatch,
+    FencedLeaderEpoch,
+    InvalidRecord,
+    KafkaesqueError,
+    NeedsRecovery,
+    OffsetOutOfRange,
+    RecordTooLarge,
+    StorageUnavailable,
+    UnknownLeaderEpoch,
+    UnknownTopic,
+    UnsupportedLookup,
+)
+from kafkaesque.log import Log, ReadResult
+from kafkaesque.notify import Notifier
+from kafkaesque.records import split_batches
+
+log = logging.getLogger(__name__)
+
+LATEST, EARLIEST = -1, -2  # ListOffsets' special timestamps
+MAX_MESSAGE_BYTES = 1024 * 1024 + 12  # Kafka's message.max.bytes default
+NO_EPOCH = -1  # a client that does not send its leader epoch
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """One partition's outcome of a multi-partition append."""
+
+    error: KafkaesqueError | None = None
+    base_offset: int = -1
+    log_start: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequest:
+    """One partition of a multi-partition read."""
+
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+    current_leader_epoch: int = NO_EPOCH
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """One partition's outcome of a multi-partition read."""
+
+    error: KafkaesqueError | None = None
+    high_watermark: int = -1
+    log_start: int = -1
+    batches: list[bytes] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class FoundOffset:
+    offset: int
+    timestamp: int  # -1 unless looked up by time
+    leader_epoch: int
+
+
+def check_leader_epoch(requested: int, current: int) -> None:
+    """A client's current leader epoch against the partition's (KIP-320): older is fenced,
+    newer is one this broker does not know yet; -1 (not sent) is never checked."""
+    if requested < 0 or requested == current:
+        return
+    if requested < current:
+        raise FencedLeaderEpoch(f"leader epoch {requested} is older than {current}")
+    raise UnknownLeaderEpoch(f"leader epoch {requested} is newer than {current}")
+
+
+class Partitions:
+    """Validated appends, budgeted reads with a long-poll wait, and offset lookups.
+
+    ``notifier`` wakes waiting reads when records are appended, by this process or any
+    other; without one, a read waits its whole ``max_wait``."""
+
+    def __init__(
+        self,
+        log: Log,
+        notifier: Notifier | None = None,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+    ) -> None:
+        self.log = log
+        self.notifier = notifier
+        self.max_message_bytes = max_message_bytes
+
+    # -- appends ----------------------------------------------------------------------
+    async def append(self, topic: str, partition: int, batches: Sequence[bytes]) -> Appended:
+        """Append whole, checked batches atomically; raises a KafkaesqueError."""
+        if any(len(b) > self.max_message_bytes for b in batches):
+            raise RecordTooLarge(f"a batch is larger than {self.max_message_bytes} bytes")
+        appended = await self.log.append(topic, partition, batches)
+        if self.notifier is not None:
+            self.notifier.notify(topic)
+        return Appended(None, appended.base_offsets[0], appended.log_start)
+
+    async def append_records(self, topic: str, partition: int, records: bytes | None) -> Appended:
+        """Check a client's records (one or more batches as sent) and append them; the
+        refusal, if any, is in the result."""
+        try:
+            if not records:
+                raise CorruptBatch("no record batch")
+            return await self.append(topic, partition, split_batches(records))
+        except InvalidRecord as exc:
+            log.info("rejected batch for %s[%d]: %s", topic, partition, exc)
+            return Appended(exc)
+        except (StorageUnavailable, NeedsRecovery) as exc:
+            # Redis lost its data and the archive cannot restore the offsets yet: retriable.
+            log.warning("cannot append to %s[%d]: %s", topic, partition, exc)
+            return Appended(exc)
+        except KafkaesqueError as exc:
+            return Appended(exc)
+
+    async def append_many(
+        self, records: dict[TopicPartition, bytes | None]
+    ) -> dict[TopicPartition, Appended]:
+        """Append to many partitions at once; one outcome per partition."""
+        outcomes = await asyncio.gather(
+            *(self.append_records(t, p, data) for (t, p), data in records.items())
+        )
+        return dict(zip(records, outcomes, strict=True))
+
+    # -- reads ------------------------------------------------------------------------
+    async def read(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int = 1 << 20,
+        max_records: int = 1 << 31,
+        min_one: bool = True,
+    ) -> ReadResult:
+        """Whole batches from the one holding ``offset`` (see Log.read)."""
+        return await self.log.read(topic, partition, offset, max_bytes, max_records, min_one)
+
+    async def fetch(
+        self,
+        requests: Sequence[FetchRequest],
+        max_bytes: int,
+        min_bytes: int = 1,
+        max_wait: float = 0.0,
+        seen_epochs: dict[TopicPartition, int] | None = None,
+    ) -> dict[TopicPartition, Fetched]:
+        """Read every partition within ``max_bytes`` in all; unless an error came or
+        ``min_bytes`` arrived, wait up to ``max_wait`` seconds for appends and read again.
+
+        ``seen_epochs`` remembers, for a client that sends no leader epoch, the epoch of
+        its last read of each partition (see ``_lost_position``)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait
+        topics = {r.topic for r in requests}
+        while True:
+            async with self.appends(topics) as appended:
+                results, total, failed = await self._read_all(requests, max_bytes, seen_epochs)
+                timeout = deadline - loop.time()
+                if total >= min_bytes or failed or timeout <= 0 or self.closed:
+                    return results
+                if not await appended.wait(timeout):
+                    return results  # nothing was appended: what we read is still current
+
+    @property
+    def closed(self) -> bool:
+        """Shutting down: waiting reads answer now with what they have."""
+        return self.notifier is not None and self.notifier.closed
+
+    @contextlib.asynccontextmanager
+    async def appends(self, topics: Iterable[str]) -> AsyncIterator[AppendWait]:
+        """Watch for appends to ``topics``; entered before reading, so an append racing
+        with the read still wakes the wait."""
+        wait = AppendWait(self.notifier, set(topics))
+        try:
+            yield wait
+        finally:
+            wait.discard()
+
+    async def _read_all(
+        self,
+        requests: Sequence[FetchRequest],
+        max_bytes: int,
+        seen_epochs: dict[TopicPartition, int] | None,
+    ) -> tuple[dict[TopicPartition, Fetched], int, bool]:
+        """Read every partition within the budget; (results, bytes, any error)."""
+        results: dict[TopicPartition, Fetched] = {}
+        remaining, total, failed = max_bytes, 0, False
+        for r in requests:
+            limit = min(r.max_bytes, remaining)
+            # KIP-74: the first batch of the response comes even when over the limits.
+            outcome = await self._read_one(r, limit, total == 0, seen_epochs)
+            size = sum(map(len, outcome.batches))
+            total += size
+            remaining -= size
+            failed = failed or outcome.error is not None
+            results[r.topic, r.partition] = outcome
+        return results, total, failed
+
+    async def _read_one(
+        self,
+        r: FetchRequest,
+        limit: int,
+        min_one: bool,
+        seen_epochs: dict[TopicPartition, int] | None,
+    ) -> Fetched:
+        try:
+            result = await self.log.read(r.topic, r.partition, r.offset, limit, min_one=min_one)
+        except (UnknownTopic, StorageUnavailable) as exc:
+            # StorageUnavailable: the offset is only in the archive, which is unreachable.
+            return Fetched(exc)
+        end, start = result.log_end, result.log_start
+        try:
+            check_leader_epoch(r.current_leader_epoch, result.leader_epoch)
+            if r.current_leader_epoch < 0 and await self._lost_position(
+                r, result.leader_epoch, seen_epochs
+            ):
+                # Out of range makes the client reset by its auto.offset.reset (or raise)
+                # instead of going on silently over offsets that now hold other records.
+                raise OffsetOutOfRange(f"{r.topic}[{r.partition}] was truncated")
+            if result.below_start or result.past_end:
+                raise OffsetOutOfRange(
+                    f"offset {r.offset} is out of range for {r.topic}[{r.partition}] "
+                    f"(offsets {start}..{end})"
+                )
+        except KafkaesqueError as exc:
+            return Fetched(exc, end, start)
+        return Fetched(None, end, start, result.batches)
+
+    async def _lost_position(
+        self, r: FetchRequest, epoch: int, seen_epochs: dict[TopicPartition, int] | None
+    ) -> bool:
+        """For a client that sends no leader epoch (aiokafka, older versions): True when it
+        last read the partition at an older epoch and now reads past where that epoch's
+        records survive, i.e. its position was taken from records Redis lost and new ones
+        may have reused those offsets (KIP-320 cannot tell it: it does not check)."""
+        if seen_epochs is None:
+            return False
+        key = r.topic, r.partition
+        seen = seen_epochs.get(key)
+        seen_epochs[key] = epoch
+        if seen is None or seen >= epoch:
+            return False
+        _, end = await self.log.epoch_end_offset(r.topic, r.partition, seen)
+        return r.offset > end
+
+    # -- offsets ----------------------------------------------------------------------
+    async def list_offset(
+        self, topic: str, partition: int, timestamp: int, current_leader_epoch: int = NO_EPOCH
+    ) -> FoundOffset | None:
+        """The offset for ``timestamp`` (LATEST, EARLIEST, or ms: the first record at or
+        after it; None when there is none, as Kafka answers -1)."""
+        config = await self.log.topic(topic)
+        if not 0 <= partition < config.partitions:
+            raise UnknownTopic(f"unknown topic or partition: {topic}[{partition}]")
+        # The epoch is read before the lookup: an offset found after a restore raised it
+        # is then labelled with the older epoch, which makes a client validate it (a
+        # re-read at worst), never with a newer one that would hide a truncation.
+        [epoch] = await self.log.leader_epochs(topic, [partition])
+        check_leader_epoch(current_leader_epoch, epoch)
+        if timestamp == LATEST:
+            return FoundOffset((await self.log.state(topic, partition)).log_end, -1, epoch)
+        if timestamp == EARLIEST:
+            return FoundOffset(await self.log.earliest_offset(topic, partition), -1, epoch)
+        if timestamp < 0:
+            raise UnsupportedLookup(f"offset lookup {timestamp} is not supported")
+        found = await self.log.offset_for_timestamp(topic, partition, timestamp)
+        return None if found is None else FoundOffset(found[0], found[1], epoch)
+
+    async def epoch_end_offset(
+        self, topic: str, partition: int, epoch: int, current_leader_epoch: int = NO_EPOCH
+    ) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: (epoch, end offset), see Log.epoch_end_offset."""
+        config = await self.log.topic(topic)
+        if not 0 <= partition < config.partitions:
+            raise UnknownTopic(f"no partition {partition} in {topic}")
+        [current] = await self.log.leader_epochs(topic, [partition])
+        check_leader_epoch(current_leader_epoch, current)
+        return await self.log.epoch_end_offset(topic, partition, epoch)
+
+
+class AppendWait:
+    """A registered wait for appends to some topics (see ``Partitions.appends``)."""
+
+    def __init__(self, notifier: Notifier | None, topics: set[str]) -> None:
+        self._notifier = notifier
+        self._topics = topics
+        self._waiter = notifier.waiter(topics) if notifier is not None else None
+
+    async def wait(self, timeout: float) -> bool:
+        """True once an append arrived, False after ``timeout`` seconds without one."""
+        if self._waiter is None:
+            await asyncio.sleep(timeout)
+            return False
+        done, _ = await asyncio.wait({self._waiter}, timeout=timeout)
+        return bool(done)
+
+    def discard(self) -> None:
+        if self._notifier is not None and self._waiter is not None:
+            self._notifier.discard(self._waiter, self._topics)

@@ -1,0 +1,76 @@
+"""The Redis layout cannot drift undocumented: after a scenario that touches every part of
+the log (topics, appends, idempotent producers, groups, the archive, a restore, deletion),
+every key in a real redis-server matches kafkaesque/keys.py's patterns."""
+
+from __future__ import annotations
+
+import asyncio
+
+from kafkaesque.cluster import cluster_id
+from kafkaesque.group_state import JoinRequest
+from kafkaesque.groups import CoordinatorConfig, GroupCoordinator
+from kafkaesque.keys import PARTITION, Keys
+from kafkaesque.log import RestoredPartition, RestoredTopic
+from kafkaesque.topic_config import TopicConfig
+from storage_pg import Archiver, create_pool, ensure_schema
+from tests.storage.common import make_log, produce
+
+
+async def all_keys(redis) -> list[str]:
+    return sorted([k.decode() async for k in redis.scan_iter(count=1000)])
+
+
+def unmatched(keys: list[str], patterns: dict) -> list[str]:
+    return [k for k in keys if not any(p.match(k) for p in patterns.values())]
+
+
+def test_every_key_matches_the_documented_layout(redis_url: str, pg_dsn: str) -> None:
+    async def scenario() -> None:
+        log = make_log(redis_url, namespace="lay")
+        keys = Keys("lay")
+        await cluster_id(log.redis, "lay")
+        await log.create_topic(TopicConfig("t.1", 2, page_size=3, ttl=3600))
+        await log.create_topic(TopicConfig("gone", 1, page_size=2))
+        for p in (0, 1):
+            await produce(log, "t.1", p, [b"v%d" % i for i in range(4)])
+        await produce(log, "t.1", 0, [b"a", b"b"], producer=(await log.new_producer_id(), 0, 0))
+        await produce(log, "gone", 0, [b"x"] * 5, producer=(7, 0, 0))
+
+        groups = GroupCoordinator(log.redis, CoordinatorConfig(initial_rebalance_delay_ms=0), "lay")
+        groups.start()
+        joined = await groups.join(
+            "g{1}",  # a brace in a group id must not break the hash tag
+            JoinRequest("", None, "c", "/h", 10_000, 10_000, "consumer", [("r", b"")], False),
+        )
+        await groups.sync("g{1}", joined.generation, joined.member_id, None, {})
+        await groups.commit(
+            "g{1}", joined.generation, joined.member_id, None, {("t.1", 0): (2, None, -1)}
+        )
+        await groups.stop()
+
+        pool = await create_pool(pg_dsn)
+        await ensure_schema(pool)
+        await Archiver(log, pool, idle_close_ms=0).run_once()
+        await pool.close()
+        # A restore writes a partition's epoch history.
+        restored = TopicConfig("back", 1)
+        await log.restore([RestoredTopic(restored, [RestoredPartition(10, 0)])], 0, 0)
+
+        patterns = keys.patterns()
+        present = await all_keys(log.redis)
+        assert unmatched(present, patterns) == []
+        # The scenario reaches every kind of key, so a new one cannot hide behind it.
+        for name, pattern in patterns.items():
+            assert any(pattern.match(k) for k in present), name
+        suffixes = {
+            k.rsplit("}:", 1)[1].split(":")[0] for k in present if patterns["partition"].match(k)
+        }
+        assert suffixes == {s.split(":")[0] for s in PARTITION}
+
+        await log.delete_topic("gone")
+        left = await all_keys(log.redis)
+        assert [k for k in left if "gone" in k] == []
+        assert unmatched(left, patterns) == []
+        await log.redis.aclose()
+
+    asyncio.run(scenario())

@@ -1,0 +1,65 @@
+"""One exception hierarchy, one table to Kafka error codes, one parser of Lua replies."""
+
+from __future__ import annotations
+
+import re
+from importlib.resources import files
+
+import pytest
+from kio.schema.errors import ErrorCode
+from redis.exceptions import ResponseError
+
+from kafkaesque import errors
+from kafkaesque.group_state import GroupError
+from wire.errors import ERROR_CODES, error_code
+
+
+@pytest.mark.parametrize("cls", errors.all_errors(), ids=lambda c: c.__name__)
+def test_every_core_exception_has_its_own_kafka_code(cls: type[errors.KafkaesqueError]) -> None:
+    assert cls in ERROR_CODES, f"{cls.__name__} has no entry in wire/errors.py"
+    assert error_code(cls("x")) is ERROR_CODES[cls]
+
+
+def test_the_core_exceptions_are_all_found() -> None:
+    """all_errors walks the hierarchy: the table test above sees every class."""
+    defined = {
+        obj
+        for obj in vars(errors).values()
+        if isinstance(obj, type) and issubclass(obj, errors.KafkaesqueError)
+    }
+    assert defined <= set(errors.all_errors())
+    assert len(defined) > 20
+
+
+def test_refusals_only_the_client_can_fix_are_not_internal_errors() -> None:
+    assert error_code(errors.UnknownTopic("t")) == ErrorCode.unknown_topic_or_partition
+    assert error_code(errors.CorruptBatch("crc")) == ErrorCode.corrupt_message
+    assert error_code(errors.NeedsRecovery("lost")) == ErrorCode.kafka_storage_error
+    assert error_code(errors.GroupBusy("busy")) == ErrorCode.non_empty_group
+    assert error_code(None) == ErrorCode.none
+
+
+def test_an_exception_outside_the_core_has_no_code() -> None:
+    with pytest.raises(TypeError):
+        error_code(RuntimeError("bug"))
+
+
+@pytest.mark.parametrize("error", list(GroupError), ids=lambda e: e.name)
+def test_group_outcomes_are_the_kafka_codes_of_their_names(error: GroupError) -> None:
+    assert error_code(error).name == error.name.lower()
+
+
+def test_every_lua_error_reply_parses_to_its_exception() -> None:
+    """Each "NAME message" a script can reply with is in the parser's table."""
+    lua = files("kafkaesque") / "lua"
+    names = set()
+    for script in lua.iterdir():
+        for line in script.read_text().splitlines():
+            if "error_reply(" in line or "refuse(" in line:
+                names |= set(re.findall(r"'([A-Z][A-Z_]{3,})[' ]", line))
+    assert names and names <= set(errors.LUA_ERRORS), names - set(errors.LUA_ERRORS)
+    for name, cls in errors.LUA_ERRORS.items():
+        parsed = errors.from_lua(ResponseError(f"{name} what happened"))
+        assert type(parsed) is cls and str(parsed) == "what happened"
+    other = ResponseError("OOM command not allowed when used memory > 'maxmemory'.")
+    assert errors.from_lua(other) is other

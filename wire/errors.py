@@ -1,0 +1,57 @@
+"""The one table from core exceptions to Kafka error codes, used by every handler."""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from kafkaesque import errors as core
+from kafkaesque.group_state import GroupError
+
+# Most specific class first is not needed: ``error_code`` walks each exception's MRO, so
+# a subclass without its own entry gets its parent's code.
+ERROR_CODES: dict[type[core.KafkaesqueError], ErrorCode] = {
+    core.KafkaesqueError: ErrorCode.unknown_server_error,
+    core.InvalidTopic: ErrorCode.invalid_topic_exception,
+    core.InvalidConfig: ErrorCode.invalid_config,
+    core.InvalidPartitions: ErrorCode.invalid_partitions,
+    core.InvalidReplication: ErrorCode.invalid_replication_factor,
+    core.TopicExists: ErrorCode.topic_already_exists,
+    core.UnknownTopic: ErrorCode.unknown_topic_or_partition,
+    # Only seen when a retry loop gives up; clients retry a storage error.
+    core.Conflict: ErrorCode.kafka_storage_error,
+    core.InvalidRecord: ErrorCode.invalid_record,
+    core.CorruptBatch: ErrorCode.corrupt_message,  # damaged in transit: clients retry
+    core.RecordTooLarge: ErrorCode.message_too_large,
+    core.ProducerFenced: ErrorCode.out_of_order_sequence_number,
+    core.OutOfOrderSequence: ErrorCode.out_of_order_sequence_number,
+    core.InvalidProducerEpoch: ErrorCode.invalid_producer_epoch,
+    core.UnknownProducerId: ErrorCode.unknown_producer_id,
+    core.OffsetOutOfRange: ErrorCode.offset_out_of_range,
+    core.LogTruncated: ErrorCode.offset_out_of_range,
+    core.FencedLeaderEpoch: ErrorCode.fenced_leader_epoch,
+    core.UnknownLeaderEpoch: ErrorCode.unknown_leader_epoch,
+    core.UnsupportedLookup: ErrorCode.unsupported_version,
+    # Redis lost its data and the archive cannot restore the offsets yet, or the archive
+    # an old offset lives in cannot be reached: retriable.
+    core.StorageUnavailable: ErrorCode.kafka_storage_error,
+    core.NeedsRecovery: ErrorCode.kafka_storage_error,
+    core.GroupBusy: ErrorCode.non_empty_group,
+}
+
+
+def error_code(error: BaseException | GroupError | None) -> ErrorCode:
+    """The Kafka error code for a core exception (or a group outcome, or none)."""
+    if error is None:
+        return ErrorCode.none
+    if isinstance(error, GroupError):
+        return ErrorCode(int(error))  # the group state machine speaks Kafka's codes
+    for cls in type(error).__mro__:
+        code = ERROR_CODES.get(cls)  # type: ignore[call-overload]
+        if code is not None:
+            return code
+    raise TypeError(f"no Kafka error code for {type(error).__name__}") from error
+
+
+def error_message(error: BaseException | None) -> str | None:
+    """The human message a response's error_message field carries."""
+    return None if error is None else str(error)
