@@ -9,7 +9,8 @@ batches, Redis stores them verbatim and readers decode them.  Layout of the
     lastOffsetDelta int32 | baseTimestamp int64 | maxTimestamp int64
     producerId int64 | producerEpoch int16 | baseSequence int32 | recordCount int32
 
-followed by the records (compressed as one blob when attributes say so).  Each
+followed by the records (compressed as one blob when attributes say so, by
+kafkaesque.compression, whose Compression this module re-exports).  Each
 record is ``length attributes timestampDelta offsetDelta keyLen key valueLen
 value headerCount headers`` with zigzag varints.
 
@@ -28,8 +29,9 @@ from dataclasses import dataclass
 from itertools import repeat
 from operator import add
 
-import cramjam
 from crc32c import crc32c
+
+from kafkaesque.compression import Compression, DecompressionError, compress, decompress
 
 HEADER_SIZE = 61
 MAGIC = 2
@@ -40,29 +42,6 @@ _PREFIX = struct.Struct(">qiibI")  # baseOffset .. crc
 _CRC_COVERED = struct.Struct(">hiqqqhii")  # attributes .. recordCount
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
-
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
-_XERIAL_HEADER = _XERIAL_MAGIC + _INT32.pack(1) + _INT32.pack(1)  # version, compatible
-_XERIAL_BLOCK = 32 * 1024  # the Java client's SnappyOutputStream block size
-
-
-class Compression(enum.IntEnum):
-    """Codec ids stored in the low three attribute bits."""
-
-    NONE = 0
-    GZIP = 1
-    SNAPPY = 2
-    LZ4 = 3
-    ZSTD = 4
-
-    @classmethod
-    def parse(cls, name: str) -> Compression:
-        """Parse ``none|gzip|snappy|lz4|zstd`` (case-insensitive)."""
-        try:
-            return cls[name.strip().upper()]
-        except KeyError:
-            choices = "|".join(c.name.lower() for c in cls)
-            raise ValueError(f"unknown compression {name!r} (expected {choices})") from None
 
 
 class TimestampType(enum.IntEnum):
@@ -182,56 +161,6 @@ def _bytes_field(b: bytes | None) -> bytes:
     return _NULL if b is None else _varint(len(b)) + b
 
 
-# --- compression -------------------------------------------------------------
-
-
-def _compress(codec: Compression, data: bytes) -> bytes:
-    if codec == Compression.GZIP:
-        return bytes(cramjam.gzip.compress(data))
-    if codec == Compression.SNAPPY:
-        # Xerial framing, as the Java client writes it; every client reads it.
-        parts = [_XERIAL_HEADER]
-        for i in range(0, len(data), _XERIAL_BLOCK):
-            block = bytes(cramjam.snappy.compress_raw(data[i : i + _XERIAL_BLOCK]))
-            parts += (_INT32.pack(len(block)), block)
-        return b"".join(parts)
-    if codec == Compression.LZ4:
-        # The Java client rejects linked-block LZ4 frames.
-        compressor = cramjam.lz4.Compressor(content_checksum=False, block_linked=False)
-        compressor.compress(data)
-        return bytes(compressor.finish())
-    if codec == Compression.ZSTD:
-        return bytes(cramjam.zstd.compress(data))
-    raise ValueError(f"cannot compress with {codec!r}")
-
-
-def _decompress(codec: int, blob: bytes | memoryview) -> bytes:
-    try:
-        if codec == Compression.GZIP:
-            return bytes(cramjam.gzip.decompress(blob))
-        if codec == Compression.SNAPPY:
-            if bytes(blob[:8]) != _XERIAL_MAGIC:
-                return bytes(cramjam.snappy.decompress_raw(blob))  # librdkafka style
-            blob = bytes(blob)
-            parts, pos = [], 16
-            while pos < len(blob):
-                (size,) = _INT32.unpack_from(blob, pos)
-                if size < 0 or pos + 4 + size > len(blob):
-                    raise InvalidRecord("truncated xerial snappy block")
-                parts.append(bytes(cramjam.snappy.decompress_raw(blob[pos + 4 : pos + 4 + size])))
-                pos += 4 + size
-            return b"".join(parts)
-        if codec == Compression.LZ4:
-            return bytes(cramjam.lz4.decompress(blob))
-        if codec == Compression.ZSTD:
-            return bytes(cramjam.zstd.decompress(blob))
-    except InvalidRecord:
-        raise
-    except Exception as exc:  # cramjam.DecompressionError, struct.error, ...
-        raise InvalidRecord(f"cannot decompress {Compression(codec).name} records: {exc}") from exc
-    raise InvalidRecord(f"unknown compression codec {codec}")
-
-
 # --- building ----------------------------------------------------------------
 
 
@@ -272,7 +201,7 @@ def build_batch(
     if records is None:
         records = _encode_general(values, keys, timestamps, base_ts, headers)
     if compression:
-        records = _compress(Compression(compression), records)
+        records = compress(Compression(compression), records)
 
     attributes, last_delta = int(compression), count - 1
     covered = _CRC_COVERED.pack(
@@ -426,8 +355,12 @@ def records_data(buf: bytes | memoryview, pos: int) -> tuple[BatchHeader, bytes,
     """Check the batch; return header, a bytes object holding its records, start and end."""
     header = check_batch(buf, pos)
     end = pos + header.length
-    if header.attributes & 0x07:
-        data = _decompress(header.attributes & 0x07, memoryview(buf)[pos + HEADER_SIZE : end])
+    codec = header.attributes & 0x07
+    if codec:
+        try:
+            data = decompress(codec, memoryview(buf)[pos + HEADER_SIZE : end])
+        except DecompressionError as exc:
+            raise InvalidRecord(str(exc)) from exc
         return header, data, 0, len(data)
     if not isinstance(buf, bytes):  # indexing bytes is fastest and slices must be bytes
         return header, bytes(buf[pos + HEADER_SIZE : end]), 0, header.length - HEADER_SIZE

@@ -15,10 +15,10 @@ import cramjam
 import pytest
 from crc32c import crc32c
 
+from kafkaesque.compression import Compression
 from kafkaesque.records import (
     HEADER_SIZE,
     BatchHeader,
-    Compression,
     CorruptBatch,
     InvalidRecord,
     Record,
