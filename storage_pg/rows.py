@@ -1,7 +1,7 @@
 """Stored record batches as rows of the ``record`` table, in one pass per batch.
 
 The archiver's Python cost per record is the parse plus asyncpg's encoding, so each record
-goes from kafkaesque.records' parser straight to its row tuple (no intermediate Record
+goes from kafkaesque.record_body's parser straight to its row tuple (no intermediate Record
 objects), the timestamp value is cached per timestamp delta, and the columns that are the
 same for the whole batch (topic, partition, producer id and epoch) are the same objects in
 every row.
@@ -13,12 +13,8 @@ import base64
 import json
 from itertools import repeat
 
-from kafkaesque.records import (
-    BatchHeader,
-    InvalidRecord,
-    parse_record,
-    records_data,
-)
+from kafkaesque.record_body import InvalidRecord, parse_record
+from kafkaesque.records import BatchHeader, records_data
 from storage_pg.pool import ms_to_pg
 
 COLUMNS = (

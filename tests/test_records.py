@@ -1,4 +1,5 @@
-"""Tests for kafkaesque.records (Kafka RecordBatch v2).
+"""Tests for kafkaesque.records (Kafka RecordBatch v2), with its record_body and
+compression modules.
 
 Batches are also assembled by hand here (struct + crc32c + a local varint
 encoder) so the module is checked against the spec, not only against itself.
@@ -16,15 +17,12 @@ import pytest
 from crc32c import crc32c
 
 from kafkaesque.compression import Compression
+from kafkaesque.record_body import InvalidRecord, Record, encode_varint, read_varint
 from kafkaesque.records import (
     HEADER_SIZE,
     BatchHeader,
     CorruptBatch,
-    InvalidRecord,
-    Record,
     TimestampType,
-    _encode_varint,
-    _read_varint,
     build_batch,
     check_batch,
     check_client_batch,
@@ -218,18 +216,18 @@ VARINT_CASES = [0, 1, -1, 63, -64, 64, -65, 8191, 8192, -8193, 2**31 - 1, -(2**3
 
 @pytest.mark.parametrize("n", VARINT_CASES)
 def test_varint_matches_reference_and_round_trips(n):
-    encoded = _encode_varint(n)
+    encoded = encode_varint(n)
     assert encoded == zigzag(n)
-    assert _read_varint(encoded + b"\xff", 0) == (n, len(encoded))
+    assert read_varint(encoded + b"\xff", 0) == (n, len(encoded))
 
 
 def test_varint_known_encodings():
-    assert zigzag(-1) == _encode_varint(-1) == b"\x01"
-    assert _encode_varint(63) == b"\x7e"
-    assert _encode_varint(64) == b"\x80\x01"
-    assert _encode_varint(8191) == b"\xfe\x7f"
-    assert _encode_varint(8192) == b"\x80\x80\x01"
-    assert _encode_varint(2**31 - 1) == b"\xfe\xff\xff\xff\x0f"
+    assert zigzag(-1) == encode_varint(-1) == b"\x01"
+    assert encode_varint(63) == b"\x7e"
+    assert encode_varint(64) == b"\x80\x01"
+    assert encode_varint(8191) == b"\xfe\x7f"
+    assert encode_varint(8192) == b"\x80\x80\x01"
+    assert encode_varint(2**31 - 1) == b"\xfe\xff\xff\xff\x0f"
 
 
 @pytest.mark.parametrize("size", [0, 63, 64, 8191, 8192, 70_000])
