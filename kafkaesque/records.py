@@ -13,6 +13,10 @@ followed by the records (compressed as one blob when attributes say so).  The
 records are built and parsed by kafkaesque.record_body and compressed by
 kafkaesque.compression; their names that callers import from here (Compression,
 InvalidRecord, Record, parse_record) stay importable from here.
+
+The field positions below are the one place the header layout is spelt out in
+Python; ``base_offset``, ``next_offset``, ``offset_count`` and ``producer_fields``
+read single fields of a stored batch without decoding its header.
 """
 
 from __future__ import annotations
@@ -36,15 +40,44 @@ from kafkaesque.record_body import (
     parse_values,
 )
 
-HEADER_SIZE = 61
+# Byte positions of the header fields, for ``batch[FIELD]`` and the accessors below.
+# They tile the header in the order of _HEADER's format; tests check the two agree.
+BASE_OFFSET = slice(0, 8)
+BATCH_LENGTH = slice(8, 12)
+PARTITION_LEADER_EPOCH = slice(12, 16)
+MAGIC_FIELD = slice(16, 17)  # MAGIC is the value it must hold
+CRC = slice(17, 21)
+ATTRIBUTES = slice(21, 23)
+LAST_OFFSET_DELTA = slice(23, 27)
+BASE_TIMESTAMP = slice(27, 35)
+MAX_TIMESTAMP = slice(35, 43)
+PRODUCER_ID = slice(43, 51)
+PRODUCER_EPOCH = slice(51, 53)
+BASE_SEQUENCE = slice(53, 57)
+RECORD_COUNT = slice(57, 61)
+
+HEADER_SIZE = RECORD_COUNT.stop
 MAGIC = 2
-_LOG_OVERHEAD = 12  # baseOffset + batchLength: the part batchLength does not count
-_CRC_START = 21  # the CRC covers attributes (offset 21) to the end of the batch
+# The attributes' bits.
+ATTR_COMPRESSION = 0x07  # a Compression id
+ATTR_LOG_APPEND_TIME = 0x08  # TimestampType.LOG_APPEND_TIME: maxTimestamp is every record's
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20  # a transaction marker, written by the broker only
+
+_LOG_OVERHEAD = BATCH_LENGTH.stop  # baseOffset + batchLength: the part batchLength does not count
+_MAGIC_AT = MAGIC_FIELD.start
+_CRC_START = ATTRIBUTES.start  # the CRC covers attributes to the end of the batch
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _PREFIX = struct.Struct(">qiibI")  # baseOffset .. crc
 _CRC_COVERED = struct.Struct(">hiqqqhii")  # attributes .. recordCount
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
+# One unpack_from per accessor (several times faster than slicing + int.from_bytes).
+_BASE_OFFSET_AT = BASE_OFFSET.start
+_LAST_OFFSET_DELTA_AT = LAST_OFFSET_DELTA.start
+_PRODUCER_AT = PRODUCER_ID.start  # producerId, producerEpoch, baseSequence are adjacent
+_PRODUCER = struct.Struct(">qhi")
+_OFFSETS = struct.Struct(f">q{LAST_OFFSET_DELTA.start - BASE_OFFSET.stop}xi")
 
 
 class TimestampType(enum.IntEnum):
@@ -79,22 +112,50 @@ class BatchHeader:
 
     @property
     def compression(self) -> Compression:
-        return Compression(self.attributes & 0x07)
+        return Compression(self.attributes & ATTR_COMPRESSION)
 
     @property
     def timestamp_type(self) -> TimestampType:
-        return TimestampType((self.attributes >> 3) & 1)
+        if self.attributes & ATTR_LOG_APPEND_TIME:
+            return TimestampType.LOG_APPEND_TIME
+        return TimestampType.CREATE_TIME
 
     @property
     def is_transactional(self) -> bool:
-        return bool(self.attributes & 0x10)
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
 
     @property
     def is_control(self) -> bool:
-        return bool(self.attributes & 0x20)
+        return bool(self.attributes & ATTR_CONTROL)
 
 
-# --- building ----------------------------------------------------------------
+# --- single fields of a stored batch ---------------------------------------------
+# For hot paths that need one or two fields of a batch already checked (the log's
+# append, the consumer's position): no validation, struct.error on a short buffer.
+
+
+def base_offset(batch: bytes | memoryview) -> int:
+    """baseOffset: the offset of the batch's first record."""
+    return _INT64.unpack_from(batch, _BASE_OFFSET_AT)[0]
+
+
+def offset_count(batch: bytes | memoryview) -> int:
+    """How many offsets the batch spans: lastOffsetDelta + 1."""
+    return _INT32.unpack_from(batch, _LAST_OFFSET_DELTA_AT)[0] + 1
+
+
+def next_offset(batch: bytes | memoryview) -> int:
+    """The offset after the batch's last: baseOffset + lastOffsetDelta + 1."""
+    base, last_delta = _OFFSETS.unpack_from(batch)
+    return base + last_delta + 1
+
+
+def producer_fields(batch: bytes | memoryview) -> tuple[int, int, int]:
+    """(producerId, producerEpoch, baseSequence); -1s for a non-idempotent producer."""
+    return _PRODUCER.unpack_from(batch, _PRODUCER_AT)
+
+
+# --- building --------------------------------------------------------------------
 
 
 def build_batch(
@@ -161,9 +222,9 @@ def read_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
 def check_batch(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
     """Validate the batch at ``pos`` (magic, lengths, counts, CRC-32C); return its header."""
     available = len(buf) - pos
-    if available > 16 and buf[pos + 16] != MAGIC:
+    if available > _MAGIC_AT and buf[pos + _MAGIC_AT] != MAGIC:
         raise InvalidRecord(
-            f"unsupported magic {buf[pos + 16]} (only record batch v2 is supported)"
+            f"unsupported magic {buf[pos + _MAGIC_AT]} (only record batch v2 is supported)"
         )
     header = read_header(buf, pos)
     if header.length < HEADER_SIZE:
@@ -180,8 +241,8 @@ def check_batch(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
             f"record count {header.record_count} disagrees with"
             f" last offset delta {header.last_offset_delta}"
         )
-    if header.attributes & 0x07 > Compression.ZSTD:
-        raise InvalidRecord(f"unknown compression codec {header.attributes & 0x07}")
+    if header.attributes & ATTR_COMPRESSION > Compression.ZSTD:
+        raise InvalidRecord(f"unknown compression codec {header.attributes & ATTR_COMPRESSION}")
     crc = crc32c(memoryview(buf)[pos + _CRC_START : pos + header.length])
     if crc != header.crc:
         raise CorruptBatch(f"CRC mismatch: stored {header.crc:#010x}, computed {crc:#010x}")
@@ -231,8 +292,15 @@ def with_base_offset(buf: bytes, base_offset: int, leader_epoch: int | None = No
         raise InvalidRecord(f"truncated batch header: {len(buf)} of {HEADER_SIZE} bytes")
     view = memoryview(buf)
     if leader_epoch is None:
-        return b"".join((_INT64.pack(base_offset), view[8:]))
-    return b"".join((_INT64.pack(base_offset), view[8:12], _INT32.pack(leader_epoch), view[16:]))
+        return b"".join((_INT64.pack(base_offset), view[BASE_OFFSET.stop :]))
+    return b"".join(
+        (
+            _INT64.pack(base_offset),
+            view[BATCH_LENGTH],
+            _INT32.pack(leader_epoch),
+            view[PARTITION_LEADER_EPOCH.stop :],
+        )
+    )
 
 
 # --- decoding ----------------------------------------------------------------
@@ -242,7 +310,7 @@ def records_data(buf: bytes | memoryview, pos: int) -> tuple[BatchHeader, bytes,
     """Check the batch; return header, a bytes object holding its records, start and end."""
     header = check_batch(buf, pos)
     end = pos + header.length
-    codec = header.attributes & 0x07
+    codec = header.attributes & ATTR_COMPRESSION
     if codec:
         try:
             data = decompress(codec, memoryview(buf)[pos + HEADER_SIZE : end])
@@ -270,7 +338,7 @@ def _decode(buf: bytes | memoryview, pos: int) -> tuple[BatchHeader, list[Record
         raise InvalidRecord(f"malformed record: {exc}") from exc
     if start != end:
         raise InvalidRecord(f"batch holds more data than its {header.record_count} records")
-    if header.timestamp_type == TimestampType.LOG_APPEND_TIME:
+    if header.attributes & ATTR_LOG_APPEND_TIME:
         for record in records:
             record.timestamp = header.max_timestamp
     return header, records
@@ -284,7 +352,7 @@ def decode_batch(buf: bytes | memoryview, pos: int = 0) -> list[Record]:
 def decode_values(buf: bytes | memoryview, pos: int = 0) -> list[bytes | None]:
     """Values of the batch at ``pos``; none for control batches (transaction markers)."""
     header, data, pos, end = records_data(buf, pos)
-    if header.is_control:
+    if header.attributes & ATTR_CONTROL:
         return []
     return parse_values(data, pos, end, header.record_count, header.last_offset_delta)
 

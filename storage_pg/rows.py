@@ -14,7 +14,7 @@ import json
 from itertools import repeat
 
 from kafkaesque.record_body import InvalidRecord, parse_record
-from kafkaesque.records import BatchHeader, records_data
+from kafkaesque.records import ATTR_LOG_APPEND_TIME, BatchHeader, records_data
 from storage_pg.pool import ms_to_pg
 
 COLUMNS = (
@@ -33,7 +33,6 @@ COLUMNS = (
 Row = tuple[object, ...]
 NO_HEADERS = "[]"
 _SEQUENCE_MASK = 0x7FFFFFFF  # Kafka's producer sequence wraps to 0 after Int32.MAX
-_LOG_APPEND_TIME = 0x08
 
 
 def headers_json(headers: list[tuple[str, bytes | None]]) -> str:
@@ -54,7 +53,7 @@ def batch_rows(
     pid: int | None = header.producer_id if header.producer_id >= 0 else None
     epoch = header.producer_epoch if pid is not None else None
     sbase = header.base_sequence if pid is not None and header.base_sequence >= 0 else None
-    fixed_ts = header.max_timestamp if header.attributes & _LOG_APPEND_TIME else None
+    fixed_ts = header.max_timestamp if header.attributes & ATTR_LOG_APPEND_TIME else None
     try:
         rows = _parse(
             data, pos, end, header, first_id, topic, partition, pid, epoch, sbase, fixed_ts
