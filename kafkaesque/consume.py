@@ -10,7 +10,7 @@ from typing import BinaryIO
 
 from kafkaesque.errors import LogTruncated, OffsetOutOfRange
 from kafkaesque.log import Log
-from kafkaesque.records import decode_batch, decode_values
+from kafkaesque.records import base_offset, decode_batch, decode_values, next_offset
 
 FOLLOW_WAKEUP = 1.0  # seconds; a safety net should a notification be missed
 
@@ -54,7 +54,7 @@ def format_offset(partition: int, batch: bytes, skip_below: int) -> list[bytes]:
 
 def format_value(partition: int, batch: bytes, skip_below: int) -> list[bytes]:
     values = decode_values(batch)
-    base = int.from_bytes(batch[:8], "big")
+    base = base_offset(batch)
     if skip_below > base:
         # Offsets inside a batch are contiguous in this log (nothing compacts it).
         values = values[skip_below - base :]
@@ -130,12 +130,12 @@ class Consumer:
         lines: list[bytes] = []
         segments: list[tuple[int, int]] = []
         for batch in result.batches:
-            base = int.from_bytes(batch[:8], "big")
+            base = base_offset(batch)
             offset = self._skip_gap(partition, offset, base)
             formatted = self.format(partition, batch, offset)
             lines += formatted
             segments.append((len(formatted), max(offset, base)))
-            offset = max(offset, base + int.from_bytes(batch[23:27], "big") + 1)
+            offset = max(offset, next_offset(batch))
         if not result.batches and result.skipped_to is not None:
             offset = self._skip_gap(partition, offset, result.skipped_to)
         self.offsets[partition] = offset

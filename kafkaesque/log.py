@@ -17,25 +17,9 @@ from redis.asyncio import Redis
 from kafkaesque.archiving import ArchivingLog
 from kafkaesque.errors import Conflict, InvalidPartitions, NeedsRecovery, UnknownTopic
 from kafkaesque.keys import Keys
-from kafkaesque.records import decode_batch
+from kafkaesque.records import base_offset, decode_batch, offset_count, producer_fields
 from kafkaesque.scripts import Scripts
 from kafkaesque.topic_config import TopicConfig
-
-
-def base_offset(batch: bytes) -> int:
-    return int.from_bytes(batch[:8], "big")
-
-
-def record_count(batch: bytes) -> int:
-    return int.from_bytes(batch[23:27], "big", signed=True) + 1
-
-
-def producer_fields(batch: bytes) -> tuple[int, int, int]:
-    return (
-        int.from_bytes(batch[43:51], "big", signed=True),
-        int.from_bytes(batch[51:53], "big", signed=True),
-        int.from_bytes(batch[53:57], "big", signed=True),
-    )
 
 
 def _now_ms() -> int:
@@ -249,7 +233,7 @@ class Log(ArchivingLog):
         p = k.partition(topic, partition)
         args: list[object] = [p.prefix, k.appended(topic), _now_ms()]
         for batch in batches:
-            args += (record_count(batch), *producer_fields(batch), batch)
+            args += (offset_count(batch), *producer_fields(batch), batch)
         keys = [p.meta, p.index, p.stats, k.gseq, p.producers, k.archiving, k.incarnation]
         start, *bases = await self._call(self.scripts.append, keys, args)
         return Appended(bases, start)

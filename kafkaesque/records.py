@@ -9,13 +9,14 @@ batches, Redis stores them verbatim and readers decode them.  Layout of the
     lastOffsetDelta int32 | baseTimestamp int64 | maxTimestamp int64
     producerId int64 | producerEpoch int16 | baseSequence int32 | recordCount int32
 
-followed by the records (compressed as one blob when attributes say so).  Each
-record is ``length attributes timestampDelta offsetDelta keyLen key valueLen
-value headerCount headers`` with zigzag varints.
+followed by the records (compressed as one blob when attributes say so).  The
+records are built and parsed by kafkaesque.record_body and compressed by
+kafkaesque.compression; their names that callers import from here (Compression,
+InvalidRecord, Record, parse_record) stay importable from here.
 
-The CLI needs millions of records per second, so ``build_batch`` and
-``decode_values`` have table-driven fast paths for the common shapes
-(keyless, header-less, small records) and fall back to general code.
+The field positions below are the one place the header layout is spelt out in
+Python; ``base_offset``, ``next_offset``, ``offset_count`` and ``producer_fields``
+read single fields of a stored batch without decoding its header.
 """
 
 from __future__ import annotations
@@ -25,46 +26,58 @@ import struct
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import repeat
-from operator import add
 
-import cramjam
 from crc32c import crc32c
 
+from kafkaesque.compression import Compression, DecompressionError, compress, decompress
 from kafkaesque.errors import CorruptBatch, InvalidRecord
+from kafkaesque.record_body import (
+    Record,
+    encode_general,
+    encode_simple,
+    parse_record,
+    parse_records,
+    parse_values,
+)
 
-HEADER_SIZE = 61
+# Byte positions of the header fields, for ``batch[FIELD]`` and the accessors below.
+# They tile the header in the order of _HEADER's format; tests check the two agree.
+BASE_OFFSET = slice(0, 8)
+BATCH_LENGTH = slice(8, 12)
+PARTITION_LEADER_EPOCH = slice(12, 16)
+MAGIC_FIELD = slice(16, 17)  # MAGIC is the value it must hold
+CRC = slice(17, 21)
+ATTRIBUTES = slice(21, 23)
+LAST_OFFSET_DELTA = slice(23, 27)
+BASE_TIMESTAMP = slice(27, 35)
+MAX_TIMESTAMP = slice(35, 43)
+PRODUCER_ID = slice(43, 51)
+PRODUCER_EPOCH = slice(51, 53)
+BASE_SEQUENCE = slice(53, 57)
+RECORD_COUNT = slice(57, 61)
+
+HEADER_SIZE = RECORD_COUNT.stop
 MAGIC = 2
-_LOG_OVERHEAD = 12  # baseOffset + batchLength: the part batchLength does not count
-_CRC_START = 21  # the CRC covers attributes (offset 21) to the end of the batch
+# The attributes' bits.
+ATTR_COMPRESSION = 0x07  # a Compression id
+ATTR_LOG_APPEND_TIME = 0x08  # TimestampType.LOG_APPEND_TIME: maxTimestamp is every record's
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20  # a transaction marker, written by the broker only
+
+_LOG_OVERHEAD = BATCH_LENGTH.stop  # baseOffset + batchLength: the part batchLength does not count
+_MAGIC_AT = MAGIC_FIELD.start
+_CRC_START = ATTRIBUTES.start  # the CRC covers attributes to the end of the batch
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _PREFIX = struct.Struct(">qiibI")  # baseOffset .. crc
 _CRC_COVERED = struct.Struct(">hiqqqhii")  # attributes .. recordCount
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
-
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
-_XERIAL_HEADER = _XERIAL_MAGIC + _INT32.pack(1) + _INT32.pack(1)  # version, compatible
-_XERIAL_BLOCK = 32 * 1024  # the Java client's SnappyOutputStream block size
-
-
-class Compression(enum.IntEnum):
-    """Codec ids stored in the low three attribute bits."""
-
-    NONE = 0
-    GZIP = 1
-    SNAPPY = 2
-    LZ4 = 3
-    ZSTD = 4
-
-    @classmethod
-    def parse(cls, name: str) -> Compression:
-        """Parse ``none|gzip|snappy|lz4|zstd`` (case-insensitive)."""
-        try:
-            return cls[name.strip().upper()]
-        except KeyError:
-            choices = "|".join(c.name.lower() for c in cls)
-            raise ValueError(f"unknown compression {name!r} (expected {choices})") from None
+# One unpack_from per accessor (several times faster than slicing + int.from_bytes).
+_BASE_OFFSET_AT = BASE_OFFSET.start
+_LAST_OFFSET_DELTA_AT = LAST_OFFSET_DELTA.start
+_PRODUCER_AT = PRODUCER_ID.start  # producerId, producerEpoch, baseSequence are adjacent
+_PRODUCER = struct.Struct(">qhi")
+_OFFSETS = struct.Struct(f">q{LAST_OFFSET_DELTA.start - BASE_OFFSET.stop}xi")
 
 
 class TimestampType(enum.IntEnum):
@@ -94,137 +107,50 @@ class BatchHeader:
 
     @property
     def compression(self) -> Compression:
-        return Compression(self.attributes & 0x07)
+        return Compression(self.attributes & ATTR_COMPRESSION)
 
     @property
     def timestamp_type(self) -> TimestampType:
-        return TimestampType((self.attributes >> 3) & 1)
+        if self.attributes & ATTR_LOG_APPEND_TIME:
+            return TimestampType.LOG_APPEND_TIME
+        return TimestampType.CREATE_TIME
 
     @property
     def is_transactional(self) -> bool:
-        return bool(self.attributes & 0x10)
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
 
     @property
     def is_control(self) -> bool:
-        return bool(self.attributes & 0x20)
+        return bool(self.attributes & ATTR_CONTROL)
 
 
-@dataclass(slots=True)
-class Record:
-    """One decoded record with absolute offset and timestamp (ms)."""
-
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes | None]]
+# --- single fields of a stored batch ---------------------------------------------
+# For hot paths that need one or two fields of a batch already checked (the log's
+# append, the consumer's position): no validation, struct.error on a short buffer.
 
 
-# --- varints ---------------------------------------------------------------
+def base_offset(batch: bytes | memoryview) -> int:
+    """baseOffset: the offset of the batch's first record."""
+    return _INT64.unpack_from(batch, _BASE_OFFSET_AT)[0]
 
 
-def _encode_varint(n: int) -> bytes:
-    """Zigzag varint/varlong encoding of a signed 64-bit integer."""
-    v = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while v > 0x7F:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
+def offset_count(batch: bytes | memoryview) -> int:
+    """How many offsets the batch spans: lastOffsetDelta + 1."""
+    return _INT32.unpack_from(batch, _LAST_OFFSET_DELTA_AT)[0] + 1
 
 
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    """Decode a zigzag varint at ``pos``; return (value, next position)."""
-    b = data[pos]
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), pos + 1
-    value = b & 0x7F
-    shift = 7
-    while True:
-        pos += 1
-        b = data[pos]
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (value >> 1) ^ -(value & 1), pos + 1
-        shift += 7
-        if shift > 63:
-            raise InvalidRecord(f"varint longer than 10 bytes at {pos}")
+def next_offset(batch: bytes | memoryview) -> int:
+    """The offset after the batch's last: baseOffset + lastOffsetDelta + 1."""
+    base, last_delta = _OFFSETS.unpack_from(batch)
+    return base + last_delta + 1
 
 
-# Precomputed encodings so the build fast path does no per-record arithmetic
-# in Python: _ZZ[n] is the varint of n, _PREFIX_AT[i] the record bytes between
-# the length and the value length for offset delta i (attributes 0, timestamp
-# delta 0, offset delta i, null key) and _TAIL_LEN[n] the size of value length
-# + value + header count for an n-byte value.
-_TABLE_SIZE = 1 << 14
-_ZZ = [_encode_varint(n) for n in range(_TABLE_SIZE)]
-_PREFIX_AT = [b"\x00\x00" + z + b"\x01" for z in _ZZ]
-_PREFIX_LEN = list(map(len, _PREFIX_AT))
-_TAIL_LEN = list(map(add, map(len, _ZZ), range(1, _TABLE_SIZE + 1)))
-_NULL = b"\x01"  # varint -1: null key/value
-_SMALL = [(b >> 1) ^ -(b & 1) if b < 0x80 else None for b in range(256)]
+def producer_fields(batch: bytes | memoryview) -> tuple[int, int, int]:
+    """(producerId, producerEpoch, baseSequence); -1s for a non-idempotent producer."""
+    return _PRODUCER.unpack_from(batch, _PRODUCER_AT)
 
 
-def _varint(n: int) -> bytes:
-    return _ZZ[n] if 0 <= n < _TABLE_SIZE else _encode_varint(n)
-
-
-def _bytes_field(b: bytes | None) -> bytes:
-    return _NULL if b is None else _varint(len(b)) + b
-
-
-# --- compression -------------------------------------------------------------
-
-
-def _compress(codec: Compression, data: bytes) -> bytes:
-    if codec == Compression.GZIP:
-        return bytes(cramjam.gzip.compress(data))
-    if codec == Compression.SNAPPY:
-        # Xerial framing, as the Java client writes it; every client reads it.
-        parts = [_XERIAL_HEADER]
-        for i in range(0, len(data), _XERIAL_BLOCK):
-            block = bytes(cramjam.snappy.compress_raw(data[i : i + _XERIAL_BLOCK]))
-            parts += (_INT32.pack(len(block)), block)
-        return b"".join(parts)
-    if codec == Compression.LZ4:
-        # The Java client rejects linked-block LZ4 frames.
-        compressor = cramjam.lz4.Compressor(content_checksum=False, block_linked=False)
-        compressor.compress(data)
-        return bytes(compressor.finish())
-    if codec == Compression.ZSTD:
-        return bytes(cramjam.zstd.compress(data))
-    raise ValueError(f"cannot compress with {codec!r}")
-
-
-def _decompress(codec: int, blob: bytes | memoryview) -> bytes:
-    try:
-        if codec == Compression.GZIP:
-            return bytes(cramjam.gzip.decompress(blob))
-        if codec == Compression.SNAPPY:
-            if bytes(blob[:8]) != _XERIAL_MAGIC:
-                return bytes(cramjam.snappy.decompress_raw(blob))  # librdkafka style
-            blob = bytes(blob)
-            parts, pos = [], 16
-            while pos < len(blob):
-                (size,) = _INT32.unpack_from(blob, pos)
-                if size < 0 or pos + 4 + size > len(blob):
-                    raise InvalidRecord("truncated xerial snappy block")
-                parts.append(bytes(cramjam.snappy.decompress_raw(blob[pos + 4 : pos + 4 + size])))
-                pos += 4 + size
-            return b"".join(parts)
-        if codec == Compression.LZ4:
-            return bytes(cramjam.lz4.decompress(blob))
-        if codec == Compression.ZSTD:
-            return bytes(cramjam.zstd.decompress(blob))
-    except InvalidRecord:
-        raise
-    except Exception as exc:  # cramjam.DecompressionError, struct.error, ...
-        raise InvalidRecord(f"cannot decompress {Compression(codec).name} records: {exc}") from exc
-    raise InvalidRecord(f"unknown compression codec {codec}")
-
-
-# --- building ----------------------------------------------------------------
+# --- building --------------------------------------------------------------------
 
 
 def build_batch(
@@ -259,12 +185,12 @@ def build_batch(
         base_ts = max_ts = int(time.time() * 1000) if timestamp is None else timestamp
 
     records = None
-    if keys is None and headers is None and timestamps is None and count <= _TABLE_SIZE:
-        records = _encode_simple(values)
+    if keys is None and headers is None and timestamps is None:
+        records = encode_simple(values)
     if records is None:
-        records = _encode_general(values, keys, timestamps, base_ts, headers)
+        records = encode_general(values, keys, timestamps, base_ts, headers)
     if compression:
-        records = _compress(Compression(compression), records)
+        records = compress(Compression(compression), records)
 
     attributes, last_delta = int(compression), count - 1
     covered = _CRC_COVERED.pack(
@@ -273,52 +199,6 @@ def build_batch(
     crc = crc32c(records, crc32c(covered))
     length = HEADER_SIZE - _LOG_OVERHEAD + len(records)
     return b"".join((_PREFIX.pack(base_offset, length, -1, MAGIC, crc), covered, records))
-
-
-def _encode_simple(values: Sequence[bytes | None]) -> bytes | None:
-    """Keyless, header-less records with one timestamp, built with C-level maps.
-
-    Returns None when a value is None or too large for the tables.
-    """
-    count = len(values)
-    try:
-        sizes = list(map(len, values))
-        lengths = list(map(add, _PREFIX_LEN[:count], map(_TAIL_LEN.__getitem__, sizes)))
-        # Interleave the five pieces of every record by slice assignment.
-        parts: list[bytes] = [b""] * (5 * count)
-        parts[0::5] = map(_ZZ.__getitem__, lengths)
-        parts[1::5] = _PREFIX_AT[:count]
-        parts[2::5] = map(_ZZ.__getitem__, sizes)
-    except (TypeError, IndexError):
-        return None
-    parts[3::5] = values
-    parts[4::5] = repeat(b"\x00", count)  # header count
-    return b"".join(parts)
-
-
-def _encode_general(
-    values: Sequence[bytes | None],
-    keys: Sequence[bytes | None] | None,
-    timestamps: Sequence[int] | None,
-    base_ts: int,
-    headers: Sequence[Sequence[tuple[str, bytes | None]]] | None,
-) -> bytes:
-    parts = []
-    for i, value in enumerate(values):
-        fields = [
-            b"\x00",  # record attributes: unused in v2
-            _varint(0 if timestamps is None else timestamps[i] - base_ts),
-            _varint(i),
-            _bytes_field(None if keys is None else keys[i]),
-            _bytes_field(value),
-        ]
-        record_headers = () if headers is None else headers[i]
-        fields.append(_varint(len(record_headers)))
-        for hkey, hvalue in record_headers:
-            fields += (_bytes_field(hkey.encode()), _bytes_field(hvalue))
-        body = b"".join(fields)
-        parts += (_varint(len(body)), body)
-    return b"".join(parts)
 
 
 # --- checking ----------------------------------------------------------------
@@ -337,9 +217,9 @@ def read_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
 def check_batch(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
     """Validate the batch at ``pos`` (magic, lengths, counts, CRC-32C); return its header."""
     available = len(buf) - pos
-    if available > 16 and buf[pos + 16] != MAGIC:
+    if available > _MAGIC_AT and buf[pos + _MAGIC_AT] != MAGIC:
         raise InvalidRecord(
-            f"unsupported magic {buf[pos + 16]} (only record batch v2 is supported)"
+            f"unsupported magic {buf[pos + _MAGIC_AT]} (only record batch v2 is supported)"
         )
     header = read_header(buf, pos)
     if header.length < HEADER_SIZE:
@@ -356,8 +236,8 @@ def check_batch(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
             f"record count {header.record_count} disagrees with"
             f" last offset delta {header.last_offset_delta}"
         )
-    if header.attributes & 0x07 > Compression.ZSTD:
-        raise InvalidRecord(f"unknown compression codec {header.attributes & 0x07}")
+    if header.attributes & ATTR_COMPRESSION > Compression.ZSTD:
+        raise InvalidRecord(f"unknown compression codec {header.attributes & ATTR_COMPRESSION}")
     crc = crc32c(memoryview(buf)[pos + _CRC_START : pos + header.length])
     if crc != header.crc:
         raise CorruptBatch(f"CRC mismatch: stored {header.crc:#010x}, computed {crc:#010x}")
@@ -407,8 +287,15 @@ def with_base_offset(buf: bytes, base_offset: int, leader_epoch: int | None = No
         raise InvalidRecord(f"truncated batch header: {len(buf)} of {HEADER_SIZE} bytes")
     view = memoryview(buf)
     if leader_epoch is None:
-        return b"".join((_INT64.pack(base_offset), view[8:]))
-    return b"".join((_INT64.pack(base_offset), view[8:12], _INT32.pack(leader_epoch), view[16:]))
+        return b"".join((_INT64.pack(base_offset), view[BASE_OFFSET.stop :]))
+    return b"".join(
+        (
+            _INT64.pack(base_offset),
+            view[BATCH_LENGTH],
+            _INT32.pack(leader_epoch),
+            view[PARTITION_LEADER_EPOCH.stop :],
+        )
+    )
 
 
 # --- decoding ----------------------------------------------------------------
@@ -418,107 +305,35 @@ def records_data(buf: bytes | memoryview, pos: int) -> tuple[BatchHeader, bytes,
     """Check the batch; return header, a bytes object holding its records, start and end."""
     header = check_batch(buf, pos)
     end = pos + header.length
-    if header.attributes & 0x07:
-        data = _decompress(header.attributes & 0x07, memoryview(buf)[pos + HEADER_SIZE : end])
+    codec = header.attributes & ATTR_COMPRESSION
+    if codec:
+        try:
+            data = decompress(codec, memoryview(buf)[pos + HEADER_SIZE : end])
+        except DecompressionError as exc:
+            raise InvalidRecord(str(exc)) from exc
         return header, data, 0, len(data)
     if not isinstance(buf, bytes):  # indexing bytes is fastest and slices must be bytes
         return header, bytes(buf[pos + HEADER_SIZE : end]), 0, header.length - HEADER_SIZE
     return header, buf, pos + HEADER_SIZE, end
 
 
-def parse_record(
-    data: bytes, pos: int, end: int, max_delta: int
-) -> tuple[int, int, int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]:
-    """Parse the record at ``pos`` of a batch's records area (which ends at ``end``):
-    (next position, offset delta, timestamp delta, key, value, headers). The one record
-    parser: decode_batch builds Records from it, the archive builds table rows.
-
-    Single-byte varints, by far the most common, are decoded inline through ``_SMALL``
-    (None marks a multi-byte varint) to avoid a call per field.
-    """
-    small, read = _SMALL, _read_varint
-    length = small[data[pos]]
-    if length is None:
-        length, pos = read(data, pos)
-    else:
-        pos += 1
-    rec_end = pos + length
-    if length < 6 or rec_end > end:  # 6 bytes is the smallest possible record
-        raise InvalidRecord(f"bad record length {length}")
-    ts_delta = small[data[pos + 1]]  # + 1 skips the record attributes, unused in v2
-    if ts_delta is None:
-        ts_delta, pos = read(data, pos + 1)
-    else:
-        pos += 2
-    delta = small[data[pos]]
-    if delta is None:
-        delta, pos = read(data, pos)
-    else:
-        pos += 1
-    if not 0 <= delta <= max_delta:
-        raise InvalidRecord(f"offset delta {delta} outside 0..{max_delta}")
-    key_value: list[bytes | None] = []
-    for _ in (0, 1):  # the key, then the value: a length (-1: null), then the bytes
-        size = small[data[pos]]
-        if size is None:
-            size, pos = read(data, pos)
-        else:
-            pos += 1
-        if size >= 0:
-            key_value.append(data[pos : pos + size])
-            pos += size
-        elif size == -1:
-            key_value.append(None)
-        else:
-            raise InvalidRecord(f"bad key/value length {size}")
-    key, value = key_value
-    headers: list[tuple[str, bytes | None]] = []
-    if data[pos] == 0:
-        pos += 1
-    else:
-        header_count, pos = read(data, pos)
-        if not 0 <= header_count <= rec_end - pos:  # also bounds the loop below
-            raise InvalidRecord(f"bad header count {header_count}")
-        for _ in range(header_count):
-            size, pos = read(data, pos)
-            if size < 0:
-                raise InvalidRecord(f"bad header key length {size}")
-            header_key = data[pos : pos + size].decode()
-            size, pos = read(data, pos + size)
-            if size < -1:
-                raise InvalidRecord(f"bad header value length {size}")
-            headers.append((header_key, None if size < 0 else data[pos : pos + size]))
-            pos += max(size, 0)
-    if pos != rec_end:
-        raise InvalidRecord(f"record length {length} disagrees with its content")
-    return pos, delta, ts_delta, key, value, headers
-
-
-def _parse_records(
-    data: bytes, pos: int, end: int, count: int, header: BatchHeader
-) -> tuple[list[Record], int]:
-    """``count`` records from ``pos``; returns them and the end position."""
-    base_offset, base_ts, max_delta = (
-        header.base_offset,
-        header.base_timestamp,
-        header.last_offset_delta,
-    )
-    records: list[Record] = []
-    for _ in range(count):
-        pos, delta, ts_delta, key, value, headers = parse_record(data, pos, end, max_delta)
-        records.append(Record(base_offset + delta, base_ts + ts_delta, key, value, headers))
-    return records, pos
-
-
 def _decode(buf: bytes | memoryview, pos: int) -> tuple[BatchHeader, list[Record]]:
     header, data, start, end = records_data(buf, pos)
     try:
-        records, start = _parse_records(data, start, end, header.record_count, header)
+        records, start = parse_records(
+            data,
+            start,
+            end,
+            header.record_count,
+            header.base_offset,
+            header.base_timestamp,
+            header.last_offset_delta,
+        )
     except (IndexError, UnicodeDecodeError) as exc:
         raise InvalidRecord(f"malformed record: {exc}") from exc
     if start != end:
         raise InvalidRecord(f"batch holds more data than its {header.record_count} records")
-    if header.timestamp_type == TimestampType.LOG_APPEND_TIME:
+    if header.attributes & ATTR_LOG_APPEND_TIME:
         for record in records:
             record.timestamp = header.max_timestamp
     return header, records
@@ -530,65 +345,11 @@ def decode_batch(buf: bytes | memoryview, pos: int = 0) -> list[Record]:
 
 
 def decode_values(buf: bytes | memoryview, pos: int = 0) -> list[bytes | None]:
-    """Values of the batch at ``pos``; none for control batches (transaction markers).
-
-    The fast path takes records whose length fits two varint bytes, with a null
-    or short key, a value under 8 KiB and no headers, and skips their timestamp
-    and offset deltas unvalidated (the CRC vouches for the bytes); any other
-    record goes through the general parser.
-    """
+    """Values of the batch at ``pos``; none for control batches (transaction markers)."""
     header, data, pos, end = records_data(buf, pos)
-    if header.is_control:
+    if header.attributes & ATTR_CONTROL:
         return []
-    values: list[bytes | None] = []
-    append = values.append
-    try:
-        for _ in repeat(None, header.record_count):
-            b = data[pos]
-            q = 0  # position of the value length, 0 = use the general parser
-            if not b & 1:  # odd would be a negative length
-                if b < 0x80:
-                    last = pos + (b >> 1)  # last byte of the record: header count
-                    q = pos + 2  # skip length and attributes
-                elif data[pos + 1] < 0x80:
-                    last = pos + 1 + (((b & 0x7F) | (data[pos + 1] << 7)) >> 1)
-                    q = pos + 3
-                if q:
-                    while data[q] > 0x7F:  # timestamp delta
-                        q += 1
-                    q += 1
-                    while data[q] > 0x7F:  # offset delta
-                        q += 1
-                    k = data[q + 1]  # key length
-                    if k == 1:  # null key
-                        q += 2
-                    elif k < 0x80 and not k & 1:
-                        q += 2 + (k >> 1)
-                    else:
-                        q = 0
-            if q and not data[last]:
-                # The value must run exactly up to the zero header count.
-                size = last - q - 1
-                if data[q] == size << 1:
-                    append(data[q + 1 : last])
-                    pos = last + 1
-                    continue
-                size -= 1
-                if (
-                    size < 0x2000
-                    and data[q] == ((size << 1) & 0x7F) | 0x80
-                    and data[q + 1] == size >> 6
-                ):
-                    append(data[q + 2 : last])
-                    pos = last + 1
-                    continue
-            records, pos = _parse_records(data, pos, end, 1, header)
-            append(records[0].value)
-    except (IndexError, UnicodeDecodeError) as exc:
-        raise InvalidRecord(f"malformed record {len(values)}: {exc}") from exc
-    if pos != end:
-        raise InvalidRecord(f"batch holds more or less data than its {header.record_count} records")
-    return values
+    return parse_values(data, pos, end, header.record_count, header.last_offset_delta)
 
 
 def iter_records(buffers: Iterable[bytes]) -> Iterator[Record]:

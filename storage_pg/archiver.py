@@ -45,7 +45,8 @@ from kafkaesque.group_offsets import OffsetStore
 from kafkaesque.keys import Keys
 from kafkaesque.log import Log
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
-from kafkaesque.records import InvalidRecord, read_header
+from kafkaesque.record_body import InvalidRecord
+from kafkaesque.records import read_header
 from storage_pg import group_offsets
 from storage_pg.deletion import delete_topic
 from storage_pg.gaps import advance_watermark, record_gap

@@ -1,7 +1,7 @@
 """Stored record batches as rows of the ``record`` table, in one pass per batch.
 
 The archiver's Python cost per record is the parse plus asyncpg's encoding, so each record
-goes from kafkaesque.records' parser straight to its row tuple (no intermediate Record
+goes from kafkaesque.record_body's parser straight to its row tuple (no intermediate Record
 objects), the timestamp value is cached per timestamp delta, and the columns that are the
 same for the whole batch (topic, partition, producer id and epoch) are the same objects in
 every row.
@@ -13,12 +13,9 @@ import base64
 import json
 from itertools import repeat
 
-from kafkaesque.records import (
-    BatchHeader,
-    InvalidRecord,
-    parse_record,
-    records_data,
-)
+from kafkaesque.errors import InvalidRecord
+from kafkaesque.record_body import parse_record
+from kafkaesque.records import ATTR_LOG_APPEND_TIME, BatchHeader, records_data
 from storage_pg.pool import ms_to_pg
 
 COLUMNS = (
@@ -37,7 +34,6 @@ COLUMNS = (
 Row = tuple[object, ...]
 NO_HEADERS = "[]"
 _SEQUENCE_MASK = 0x7FFFFFFF  # Kafka's producer sequence wraps to 0 after Int32.MAX
-_LOG_APPEND_TIME = 0x08
 
 
 def headers_json(headers: list[tuple[str, bytes | None]]) -> str:
@@ -58,7 +54,7 @@ def batch_rows(
     pid: int | None = header.producer_id if header.producer_id >= 0 else None
     epoch = header.producer_epoch if pid is not None else None
     sbase = header.base_sequence if pid is not None and header.base_sequence >= 0 else None
-    fixed_ts = header.max_timestamp if header.attributes & _LOG_APPEND_TIME else None
+    fixed_ts = header.max_timestamp if header.attributes & ATTR_LOG_APPEND_TIME else None
     try:
         rows = _parse(
             data, pos, end, header, first_id, topic, partition, pid, epoch, sbase, fixed_ts

@@ -1,4 +1,5 @@
-"""Tests for kafkaesque.records (Kafka RecordBatch v2).
+"""Tests for kafkaesque.records (Kafka RecordBatch v2), with its record_body and
+compression modules.
 
 Batches are also assembled by hand here (struct + crc32c + a local varint
 encoder) so the module is checked against the spec, not only against itself.
@@ -15,22 +16,25 @@ import cramjam
 import pytest
 from crc32c import crc32c
 
+import kafkaesque.records as records_module
+from kafkaesque.compression import Compression
+from kafkaesque.errors import InvalidRecord
+from kafkaesque.record_body import Record, encode_varint, read_varint
 from kafkaesque.records import (
     HEADER_SIZE,
     BatchHeader,
-    Compression,
     CorruptBatch,
-    InvalidRecord,
-    Record,
     TimestampType,
-    _encode_varint,
-    _read_varint,
+    base_offset,
     build_batch,
     check_batch,
     check_client_batch,
     decode_batch,
     decode_values,
     iter_records,
+    next_offset,
+    offset_count,
+    producer_fields,
     read_header,
     split_batches,
     with_base_offset,
@@ -218,18 +222,18 @@ VARINT_CASES = [0, 1, -1, 63, -64, 64, -65, 8191, 8192, -8193, 2**31 - 1, -(2**3
 
 @pytest.mark.parametrize("n", VARINT_CASES)
 def test_varint_matches_reference_and_round_trips(n):
-    encoded = _encode_varint(n)
+    encoded = encode_varint(n)
     assert encoded == zigzag(n)
-    assert _read_varint(encoded + b"\xff", 0) == (n, len(encoded))
+    assert read_varint(encoded + b"\xff", 0) == (n, len(encoded))
 
 
 def test_varint_known_encodings():
-    assert zigzag(-1) == _encode_varint(-1) == b"\x01"
-    assert _encode_varint(63) == b"\x7e"
-    assert _encode_varint(64) == b"\x80\x01"
-    assert _encode_varint(8191) == b"\xfe\x7f"
-    assert _encode_varint(8192) == b"\x80\x80\x01"
-    assert _encode_varint(2**31 - 1) == b"\xfe\xff\xff\xff\x0f"
+    assert zigzag(-1) == encode_varint(-1) == b"\x01"
+    assert encode_varint(63) == b"\x7e"
+    assert encode_varint(64) == b"\x80\x01"
+    assert encode_varint(8191) == b"\xfe\x7f"
+    assert encode_varint(8192) == b"\x80\x80\x01"
+    assert encode_varint(2**31 - 1) == b"\xfe\xff\xff\xff\x0f"
 
 
 @pytest.mark.parametrize("size", [0, 63, 64, 8191, 8192, 70_000])
@@ -280,6 +284,82 @@ def test_with_base_offset_patches_only_offset_and_epoch():
 def test_with_base_offset_rejects_short_buffer():
     with pytest.raises(InvalidRecord):
         with_base_offset(b"\x00" * 20, 1)
+
+
+# --- header field positions and accessors ---------------------------------------
+
+# The v2 header as the Kafka protocol spec lists it: field, type, BatchHeader attribute.
+SPEC_HEADER = [
+    ("BASE_OFFSET", "q", "base_offset"),
+    ("BATCH_LENGTH", "i", None),  # BatchHeader.length adds the 12 bytes before it
+    ("PARTITION_LEADER_EPOCH", "i", "partition_leader_epoch"),
+    ("MAGIC_FIELD", "b", "magic"),
+    ("CRC", "I", "crc"),
+    ("ATTRIBUTES", "h", "attributes"),
+    ("LAST_OFFSET_DELTA", "i", "last_offset_delta"),
+    ("BASE_TIMESTAMP", "q", "base_timestamp"),
+    ("MAX_TIMESTAMP", "q", "max_timestamp"),
+    ("PRODUCER_ID", "q", "producer_id"),
+    ("PRODUCER_EPOCH", "h", "producer_epoch"),
+    ("BASE_SEQUENCE", "i", "base_sequence"),
+    ("RECORD_COUNT", "i", "record_count"),
+]
+
+
+def test_field_positions_follow_the_spec():
+    pos = 0
+    for name, code, _ in SPEC_HEADER:
+        size = struct.calcsize(">" + code)
+        assert getattr(records_module, name) == slice(pos, pos + size), name
+        pos += size
+    assert pos == HEADER_SIZE == 61
+
+
+@pytest.mark.parametrize("codec", ALL_CODECS)
+def test_field_positions_read_what_read_header_reads(codec):
+    batch = with_base_offset(
+        build_batch(
+            [b"a", None, b"c"],
+            timestamps=[TS + 1, TS + 9, TS],
+            compression=codec,
+            producer_id=2**40 + 3,
+            producer_epoch=12,
+            base_sequence=77,
+        ),
+        2**33 + 1,
+        leader_epoch=4,
+    )
+    header = read_header(batch)
+    for name, code, attr in SPEC_HEADER:
+        (value,) = struct.unpack(">" + code, batch[getattr(records_module, name)])
+        assert value == (header.length - 12 if attr is None else getattr(header, attr)), name
+
+
+def test_accessors_read_offsets_and_producer_fields():
+    batch = build_batch(
+        [b"x", b"y", b"z"],
+        timestamp=TS,
+        compression=Compression.ZSTD,
+        base_offset=2**40 + 5,
+        producer_id=2**50 + 1,
+        producer_epoch=300,
+        base_sequence=2**31 - 2,
+    )
+    assert base_offset(batch) == 2**40 + 5
+    assert offset_count(batch) == 3
+    assert next_offset(batch) == 2**40 + 8
+    assert producer_fields(batch) == (2**50 + 1, 300, 2**31 - 2)
+    # They read stored bytes as they are: memoryviews, patched offsets, no CRC check.
+    moved = with_base_offset(batch, 7, leader_epoch=1)
+    assert (base_offset(moved), next_offset(memoryview(moved))) == (7, 10)
+    assert producer_fields(memoryview(moved)) == producer_fields(batch)
+
+
+def test_accessors_of_a_plain_producer_and_an_offset_gap():
+    assert producer_fields(build_batch([b"v"], timestamp=TS)) == (-1, -1, -1)
+    # A compacted batch may span more offsets than it holds records: lastOffsetDelta counts.
+    sparse = assemble(record(0, b"a"), 1, base_offset=10, last_offset_delta=4)
+    assert (offset_count(sparse), next_offset(sparse)) == (5, 15)
 
 
 # --- check_batch ----------------------------------------------------------------

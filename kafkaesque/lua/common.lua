@@ -33,6 +33,7 @@ local function epochs_key(prefix) return prefix .. 'epochs' end
 -- them: the base offset and partition leader epoch are rewritten on append.
 local BASE_OFFSET, BASE_OFFSET_WIDTH = 1, 8
 local LEADER_EPOCH, LEADER_EPOCH_WIDTH = 13, 4
+local LAST_OFFSET_DELTA, LAST_OFFSET_DELTA_WIDTH = 24, 4
 local MAX_TIMESTAMP, MAX_TIMESTAMP_WIDTH = 36, 8
 
 -- A batch with its base offset and partition leader epoch (4 packed bytes) replaced.
@@ -40,6 +41,11 @@ local function with_offset_and_epoch(batch, base_offset, epoch_bytes)
   return pack_uint(base_offset, BASE_OFFSET_WIDTH)
     .. string.sub(batch, BASE_OFFSET + BASE_OFFSET_WIDTH, LEADER_EPOCH - 1)
     .. epoch_bytes .. string.sub(batch, LEADER_EPOCH + LEADER_EPOCH_WIDTH)
+end
+
+-- The offsets a batch takes: lastOffsetDelta + 1.
+local function offset_count(batch)
+  return unpack_uint(batch, LAST_OFFSET_DELTA, LAST_OFFSET_DELTA_WIDTH) + 1
 end
 
 -- A batch's maxTimestamp (int64).

@@ -52,8 +52,7 @@ while true do
     end
     result[#result + 1] = batch
     bytes = bytes + #batch
-    -- lastOffsetDelta sits at byte 23 of the batch header
-    records = records + unpack_uint(batch, 24, 4) + 1
+    records = records + offset_count(batch)
   end
   if #batches < chunk then
     page, pos = page + 1, 0

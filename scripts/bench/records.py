@@ -18,7 +18,8 @@ from collections.abc import Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
-from kafkaesque.records import Compression, build_batch, decode_batch, decode_values
+from kafkaesque.compression import Compression
+from kafkaesque.records import build_batch, decode_batch, decode_values
 
 WORDS = "/usr/share/dict/words"
 
