@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 from collections.abc import Awaitable, Callable, Sequence
@@ -10,6 +9,8 @@ from typing import BinaryIO
 
 from kafkaesque.errors import LogTruncated, OffsetOutOfRange
 from kafkaesque.log import Log
+from kafkaesque.notify import Notifier
+from kafkaesque.partitions import EARLIEST, Partitions
 from kafkaesque.records import base_offset, decode_batch, decode_values, next_offset
 
 FOLLOW_WAKEUP = 1.0  # seconds; a safety net should a notification be missed
@@ -103,6 +104,7 @@ class Consumer:
         self.on_truncation = on_truncation
         self.whole_topic = whole_topic
         self.log = log
+        self.partitions = Partitions(log)  # the broker's layer; with a notifier to follow
         self.commit = commit
         self.topic = topic
         self.offsets = dict(offsets)
@@ -114,7 +116,9 @@ class Consumer:
         its first line); the partition's offset advanced. Gaps (offsets retention dropped
         before archiving) are read across and reported to ``on_gap``."""
         offset = self.offsets[partition]
-        result = await self.log.read(self.topic, partition, offset, max_records=self.fetch_size)
+        result = await self.partitions.read(
+            self.topic, partition, offset, max_records=self.fetch_size
+        )
         known = self.epochs.setdefault(partition, result.leader_epoch)
         if result.leader_epoch != known:
             truncated_at = await self._diverged(partition, offset, known)
@@ -170,39 +174,41 @@ class Consumer:
     ) -> int:
         """Write records to ``out``, a line each; returns how many were written."""
         written = 0
-        pubsub = None
+        notifier = None
         if follow:
-            # Subscribe before the first read so no append slips between read and wait.
-            pubsub = self.log.redis.pubsub()
-            await pubsub.subscribe(self.log.channel(self.topic))
+            notifier = Notifier(self.log.redis, self.log.channel(""))
+            notifier.start()
+            self.partitions = Partitions(self.log, notifier)
         try:
             while True:
-                got_any = False
-                for p in await self._to_poll(following=pubsub is not None):
-                    lines, segments = await self._poll(p)
-                    if not lines:
-                        continue
-                    got_any = True
-                    if max_records is not None and written + len(lines) >= max_records:
-                        lines = lines[: max_records - written]
-                        self.offsets[p] = _offset_after(segments, len(lines))  # printed
+                # Watching before the reads, so no append slips between read and wait.
+                async with self.partitions.appends([self.topic]) as appended:
+                    got_any = False
+                    for p in await self._to_poll(following=follow):
+                        lines, segments = await self._poll(p)
+                        if not lines:
+                            continue
+                        got_any = True
+                        if max_records is not None and written + len(lines) >= max_records:
+                            lines = lines[: max_records - written]
+                            self.offsets[p] = _offset_after(segments, len(lines))  # printed
+                            _write(out, lines)
+                            await self._commit(out)
+                            return written + len(lines)
                         _write(out, lines)
+                        written += len(lines)
+                    if got_any:
                         await self._commit(out)
-                        return written + len(lines)
-                    _write(out, lines)
-                    written += len(lines)
-                if got_any:
-                    await self._commit(out)
-                    continue
-                if pubsub is None:
-                    return written
-                out.flush()
-                await _wait_for_append(pubsub)
+                        continue
+                    if not follow:
+                        return written
+                    out.flush()
+                    await appended.wait(FOLLOW_WAKEUP)  # the timeout: a missed notification
                 if self.whole_topic:
                     await self._add_new_partitions()
         finally:
-            if pubsub is not None:
-                await pubsub.aclose()
+            if notifier is not None:
+                await notifier.stop()
 
     async def _to_poll(self, following: bool) -> list[int]:
         """The partitions to read now. Following, only those whose log end moved from
@@ -218,7 +224,8 @@ class Consumer:
         """Follow partitions added to the topic (`alter`, CreatePartitions) since."""
         partitions = (await self.log.topic(self.topic)).partitions
         for p in range(len(self.offsets), partitions):
-            self.offsets[p] = await self.log.earliest_offset(self.topic, p)
+            found = await self.partitions.list_offset(self.topic, p, EARLIEST)
+            self.offsets[p] = found.offset if found is not None else 0
 
     async def _commit(self, out: BinaryIO) -> None:
         if self.commit is not None:
@@ -239,11 +246,3 @@ def _offset_after(segments: list[tuple[int, int]], printed: int) -> int:
 def _write(out: BinaryIO, lines: Sequence[bytes]) -> None:
     out.write(b"\n".join(lines))
     out.write(b"\n")
-
-
-async def _wait_for_append(pubsub) -> None:
-    """Block until an append is announced (or the safety timeout passes), then drain."""
-    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=FOLLOW_WAKEUP)
-    while message is not None:
-        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0)
-    await asyncio.sleep(0)

@@ -13,10 +13,12 @@ from typing import BinaryIO
 
 from kafkaesque.log import Log
 from kafkaesque.partitioner import partition_for_key
+from kafkaesque.partitions import Partitions
 from kafkaesque.records import Compression, build_batch
 from kafkaesque.topic_config import TopicConfig
 
 READ_CHUNK = 4 << 20  # input bytes split into lines at a time
+NO_SIZE_LIMIT = 1 << 62
 APPEND_BYTES = 8 << 20  # batch bytes per append script call: bounds how long Redis is busy
 
 
@@ -105,7 +107,9 @@ class LineProducer:
         compression: Compression = Compression.NONE,
         rng: random.Random | None = None,
     ) -> None:
-        self.log = log
+        # The partition layer, as the broker's: the CLI's own batches need no size limit
+        # beyond Redis' (a line is one record, however long).
+        self.partitions = Partitions(log, max_message_bytes=NO_SIZE_LIMIT)
         self.config = config
         self.batch_size = batch_size
         self.partition = partition
@@ -172,10 +176,10 @@ class LineProducer:
                 group.append(batch)
                 group_bytes += len(batch)
                 if group_bytes >= APPEND_BYTES:
-                    await self.log.append(self.config.name, p, group)
+                    await self.partitions.append(self.config.name, p, group)
                     group, group_bytes = [], 0
             if group:
-                await self.log.append(self.config.name, p, group)
+                await self.partitions.append(self.config.name, p, group)
 
     async def produce(
         self, stream: BinaryIO, progress: Callable[[int], None] | None = None
