@@ -141,17 +141,10 @@ class Partitions:
         return dict(zip(records, outcomes, strict=True))
 
     # -- reads ------------------------------------------------------------------------
-    async def read(
-        self,
-        topic: str,
-        partition: int,
-        offset: int,
-        max_bytes: int = 1 << 20,
-        max_records: int = 1 << 31,
-        min_one: bool = True,
-    ) -> ReadResult:
-        """Whole batches from the one holding ``offset`` (see Log.read)."""
-        return await self.log.read(topic, partition, offset, max_bytes, max_records, min_one)
+    async def read(self, topic: str, partition: int, offset: int, max_records: int) -> ReadResult:
+        """Whole batches from the one holding ``offset``, up to about ``max_records``
+        records (see Log.read): the CLI's consumer reads by records, not bytes."""
+        return await self.log.read(topic, partition, offset, max_records=max_records)
 
     async def fetch(
         self,
