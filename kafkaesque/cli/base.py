@@ -19,6 +19,7 @@ import redis.connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
+from kafkaesque.connect import DEFAULT_MAX_CONNECTIONS, redis_client
 from kafkaesque.embedded import EmbeddedError, EmbeddedRedis, default_home
 from kafkaesque.errors import KafkaesqueError
 from kafkaesque.groups import GroupCoordinator
@@ -92,11 +93,11 @@ class Context:
     def url(self) -> str:
         return self.redis_url or self.embedded().ensure_started()
 
-    def log(self, archive: bool = True) -> Log:
-        """The log on Redis; with ``archive``, and an archive configured or set up before,
-        tiered over it: old offsets read from it, offsets restored from it if Redis lost
-        its data."""
-        log = Log(redis.asyncio.Redis.from_url(self.url(), socket_connect_timeout=5))
+    def log(self, archive: bool = True, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> Log:
+        """The log on Redis (at most ``max_connections`` to it; requests beyond wait for
+        one); with ``archive``, and an archive configured or set up before, tiered over
+        it: old offsets read from it, offsets restored from it if Redis lost its data."""
+        log = Log(redis_client(self.url(), max_connections))
         dsn = self.archive_dsn(start=False) if archive else None
         if dsn is not None:
             self.attach_archive(log, dsn, strict=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from kafkaesque.cli.base import Context, main, one_line_errors, pass_context
+from kafkaesque.connect import DEFAULT_MAX_CONNECTIONS
 from kafkaesque.embedded import serving
 from kafkaesque.topic_config import MAX_PARTITIONS
 
@@ -72,6 +73,13 @@ def host_port(
     help="Close a connection that sent no request (or half of one) for this long.",
 )
 @click.option(
+    "--redis-max-connections",
+    type=click.IntRange(2, 10_000),
+    default=DEFAULT_MAX_CONNECTIONS,
+    show_default=True,
+    help="Connections to Redis at most; requests beyond wait for a free one.",
+)
+@click.option(
     "--archive/--no-archive",
     default=True,
     show_default=True,
@@ -96,6 +104,7 @@ def serve(
     group_initial_rebalance_delay_ms: int,
     group_min_session_timeout_ms: int,
     connections_max_idle_ms: int,
+    redis_max_connections: int,
     archive: bool,
     archive_interval: float,
 ) -> None:
@@ -122,7 +131,7 @@ def serve(
     )
 
     async def serve_log() -> None:
-        log = ctx.log(archive=False)
+        log = ctx.log(archive=False, max_connections=redis_max_connections)
         companions: list[Companion] = []
         if dsn is not None:
             tier = ctx.attach_archive(log, dsn)
