@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Callable
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from kafkaesque.log import (
     InvalidConfig,
@@ -266,17 +267,17 @@ def test_idempotent_producer_retries_are_not_written_twice(make_log: Callable[[]
         # A gap in the sequence, or an old epoch, is refused and writes nothing.
         with pytest.raises(ProducerFenced) as gap:
             await log.append("idem", 0, [producer_batch(words(9, 1), pid, 0, 9)])
-        assert gap.value.code == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert gap.value.code == ErrorCode.out_of_order_sequence_number
         assert (
             await log.append("idem", 0, [producer_batch(words(5, 1), pid, 1, 0)])
         ).base_offsets == [5]
         with pytest.raises(ProducerFenced) as old:
             await log.append("idem", 0, [producer_batch(words(6, 1), pid, 0, 5)])
-        assert old.value.code == 47  # INVALID_PRODUCER_EPOCH
+        assert old.value.code == ErrorCode.invalid_producer_epoch
         # A new epoch must start at sequence 0.
         with pytest.raises(ProducerFenced) as new_epoch:
             await log.append("idem", 0, [producer_batch(words(6, 1), pid, 2, 4)])
-        assert new_epoch.value.code == 45
+        assert new_epoch.value.code == ErrorCode.out_of_order_sequence_number
         assert await read_all(log, "idem") == list(enumerate(words(0, 6)))
         # Plain producers are never sequence-checked.
         assert (await log.append("idem", 0, [batch(words(0, 1))] * 2)).base_offsets == [6, 7]
@@ -308,7 +309,7 @@ def test_lost_producer_state_is_unknown_producer_id(
         await log.restore([RestoredTopic(config, [RestoredPartition(0, 0)])], 0, 0)
         with pytest.raises(ProducerFenced) as unknown:
             await log.append("lost", 0, [producer_batch(words(2, 1), pid, 0, 2)])
-        assert unknown.value.code == 59  # UNKNOWN_PRODUCER_ID
+        assert unknown.value.code == ErrorCode.unknown_producer_id
         assert (await log.state("lost", 0)).log_end == 0
         # The archive knew no producer id (floor 0): a millisecond later, the next id is
         # still above every id handed out before the loss.
