@@ -7,7 +7,10 @@ import json
 import time
 from dataclasses import dataclass
 
-from tests.wire import raw
+from kio.schema.errors import ErrorCode
+
+from kafkaesque.records import read_header, split_batches
+from tests.kafka_client import Connection
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 CODEC_IDS = {name: i for i, name in enumerate(CODECS)}
@@ -121,8 +124,36 @@ def cli_lines_input(partitions: int = PARTITIONS, per_partition: int = 5) -> byt
 
 def check_codec(bootstrap: str, topic: str, codec: str, partitions: int = PARTITIONS) -> None:
     """Every stored batch of the topic uses the codec the client was told to use."""
-    stored = raw.stored_codecs(bootstrap, topic, partitions)
+    stored = stored_codecs(bootstrap, topic, partitions)
     assert stored == {CODEC_IDS[codec]}, f"stored codecs {stored}, expected {codec}"
+
+
+def stored_batches(bootstrap: str, topic: str, partition: int) -> list[bytes]:
+    """Every batch of a partition, as the server returns them from Fetch."""
+    out: list[bytes] = []
+    offset = 0
+    with Connection(bootstrap) as conn:
+        end = conn.list_offset(topic, partition, -1).offset
+        while offset < end:
+            part = conn.fetch(topic, partition, offset)
+            assert part.error_code == ErrorCode.none, part
+            batches = split_batches(part.records or b"")
+            assert batches, f"no batch at offset {offset} of {topic}[{partition}] (end {end})"
+            for batch in batches:
+                header = read_header(batch)
+                if header.base_offset + header.last_offset_delta >= offset:
+                    out.append(batch)
+                    offset = header.base_offset + header.last_offset_delta + 1
+    return out
+
+
+def stored_codecs(bootstrap: str, topic: str, partitions: int) -> set[int]:
+    """The compression codecs (0 none .. 4 zstd) of every stored batch of the topic."""
+    return {
+        read_header(batch).attributes & 0x07
+        for p in range(partitions)
+        for batch in stored_batches(bootstrap, topic, p)
+    }
 
 
 def recent(timestamp: int, slack_ms: int = 120_000) -> bool:

@@ -7,9 +7,6 @@
   (before committing it); it subscribes when it reads ``go`` on stdin (so several members
   join one round), and closes the consumer on ``stop`` or SIGTERM. SIGKILL is a member
   that dies without LeaveGroup.
-* Raw group requests on a socket (kio, like tests/wire/raw.py): JoinGroup, SyncGroup,
-  Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, DescribeGroups, ListGroups,
-  DeleteGroups, and the "consumer" protocol's subscription and assignment bytes.
 * Producing numbered records fast over a raw connection (the client under test is not
   needed for that): record i of a topic has the value ``r-<i>``.
 * The tests' own consumers: their records as (partition, offset, value), and the scenarios
@@ -19,14 +16,12 @@
 from __future__ import annotations
 
 import contextlib
-import datetime
 import importlib
 import importlib.util
 import json
 import os
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import threading
@@ -36,11 +31,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kio.index import load_response_schema
-from kio.serial import entity_reader
+from kio.schema.errors import ErrorCode
 
 from kafkaesque.records import build_batch
-from tests.wire import raw
+from tests.kafka_client import Connection
 
 REPO = Path(__file__).resolve().parents[2]
 # serve options that make group tests fast: a new group waits 200 ms for more members,
@@ -54,18 +48,6 @@ FAST_GROUP_ARGS = (
 SESSION_MS = 2000  # members' session timeout in most tests
 HEARTBEAT_MS = 250
 TIMEOUT = 30.0
-
-# Kafka error codes of the group APIs.
-NONE = 0
-UNKNOWN_TOPIC_OR_PARTITION = 3
-OFFSET_METADATA_TOO_LARGE = 12
-ILLEGAL_GENERATION = 22
-UNKNOWN_MEMBER_ID = 25
-REBALANCE_IN_PROGRESS = 27
-NON_EMPTY_GROUP = 68
-GROUP_ID_NOT_FOUND = 69
-MEMBER_ID_REQUIRED = 79
-FENCED_INSTANCE_ID = 82
 
 
 def value_of(i: int) -> str:
@@ -97,9 +79,9 @@ def wait_until(
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    with raw.Connection(bootstrap) as conn:
-        result = raw.create_topic(conn, topic, partitions)
-        assert result.error_code == NONE, result
+    with Connection(bootstrap) as conn:
+        result = conn.create_topic(topic, partitions)
+        assert result.error_code == ErrorCode.none, result
 
 
 def produce_numbered(
@@ -111,12 +93,12 @@ def produce_numbered(
     for i in range(start, start + count):
         per_partition[i % partitions].append(value_of(i).encode())
     ends = {}
-    with raw.Connection(bootstrap) as conn:
+    with Connection(bootstrap) as conn:
         for p, values in per_partition.items():
             for k in range(0, len(values), batch):
-                resp = raw.produce(conn, topic, p, build_batch(values[k : k + batch]))
-                assert resp.error_code == NONE, resp
-            ends[p] = raw.list_offset(conn, topic, p, -1).offset
+                resp = conn.produce(topic, p, build_batch(values[k : k + batch]))
+                assert resp.error_code == ErrorCode.none, resp
+            ends[p] = conn.list_offset(topic, p, -1).offset
     return ends
 
 
@@ -423,239 +405,13 @@ def stop_all(members: Iterable[MemberProcess]) -> None:
         m.stop()
 
 
-# -- raw group requests ------------------------------------------------------------------------
-
-
-def subscription(topics: list[str], user_data: bytes = b"") -> bytes:
-    """ConsumerProtocolSubscription v0: version, [topic], user data."""
-    out = struct.pack(">hi", 0, len(topics))
-    for t in topics:
-        out += struct.pack(">h", len(t)) + t.encode()
-    return out + struct.pack(">i", len(user_data)) + user_data
-
-
-def assignment_bytes(assigned: dict[str, list[int]]) -> bytes:
-    """ConsumerProtocolAssignment v0: version, [topic, [partition]], user data (none)."""
-    out = struct.pack(">hi", 0, len(assigned))
-    for t, parts in assigned.items():
-        out += struct.pack(">h", len(t)) + t.encode()
-        out += struct.pack(f">i{len(parts)}i", len(parts), *parts)
-    return out + struct.pack(">i", -1)
-
-
-def decode_assignment(data: bytes) -> dict[str, list[int]]:
-    """The topics and partitions of a ConsumerProtocolAssignment (any version)."""
-    (count,) = struct.unpack_from(">i", data, 2)
-    pos, out = 6, {}
-    for _ in range(count):
-        (length,) = struct.unpack_from(">h", data, pos)
-        topic = data[pos + 2 : pos + 2 + length].decode()
-        (n,) = struct.unpack_from(">i", data, pos + 2 + length)
-        out[topic] = list(struct.unpack_from(f">{n}i", data, pos + 6 + length))
-        pos += 6 + length + 4 * n
-    return out
-
-
-def join_request(
-    group: str,
-    member_id: str = "",
-    *,
-    topics: list[str] | None = None,
-    version: int = 5,
-    session_ms: int = 10_000,
-    rebalance_ms: int = 10_000,
-    instance_id: str | None = None,
-) -> Any:
-    """A JoinGroup request of the "consumer" protocol with one assignor, "range"."""
-    req_mod, _ = raw.classes(11, version)
-    fields = {
-        "group_id": group,
-        "session_timeout": datetime.timedelta(milliseconds=session_ms),
-        "member_id": member_id,
-        "protocol_type": "consumer",
-        "protocols": (
-            req_mod.JoinGroupRequestProtocol(name="range", metadata=subscription(topics or [])),
-        ),
-    }
-    if version >= 1:
-        fields["rebalance_timeout"] = datetime.timedelta(milliseconds=rebalance_ms)
-    if version >= 5:
-        fields["group_instance_id"] = instance_id
-    return req_mod.JoinGroupRequest(**fields)
-
-
-def join_group(
-    conn: raw.Connection,
-    group: str,
-    member_id: str = "",
-    *,
-    client_id: str = "wire-tests",
-    **options: Any,
-) -> Any:
-    """JoinGroup (see ``join_request`` for the options); waits for the answer."""
-    return conn.request(join_request(group, member_id, **options), client_id=client_id)
-
-
-def read_response(conn: raw.Connection, request: Any, correlation_id: int) -> Any:
-    """The answer to ``request``, sent earlier with ``raw.encode_request`` (to have a
-    request wait on one connection while others run)."""
-    frame = conn.read_frame()
-    assert frame is not None, "the server closed the connection"
-    resp_cls = load_response_schema(request.__api_key__, request.__version__)
-    header, used = entity_reader(resp_cls.__header_schema__)(frame, 0)
-    assert header.correlation_id == correlation_id, header
-    body, _ = entity_reader(resp_cls)(frame, used)
-    return body
-
-
-def join_new_member(
-    conn: raw.Connection, group: str, topics: list[str], client_id: str = "wire-tests", **kw: Any
-) -> Any:
-    """JoinGroup v5 twice (MEMBER_ID_REQUIRED, then with the id); the second answer."""
-    first = join_group(conn, group, topics=topics, client_id=client_id, **kw)
-    assert first.error_code == MEMBER_ID_REQUIRED, first
-    second = join_group(conn, group, first.member_id, topics=topics, client_id=client_id, **kw)
-    assert second.error_code == NONE, second
-    return second
-
-
-def sync_group(
-    conn: raw.Connection,
-    group: str,
-    generation: int,
-    member_id: str,
-    assignments: dict[str, bytes],
-    instance_id: str | None = None,
-) -> Any:
-    req_mod, _ = raw.classes(14, 3)
-    return conn.request(
-        req_mod.SyncGroupRequest(
-            group_id=group,
-            generation_id=generation,
-            member_id=member_id,
-            group_instance_id=instance_id,
-            assignments=tuple(
-                req_mod.SyncGroupRequestAssignment(member_id=m, assignment=a)
-                for m, a in assignments.items()
-            ),
-        )
-    )
-
-
-def heartbeat(
-    conn: raw.Connection,
-    group: str,
-    generation: int,
-    member_id: str,
-    instance_id: str | None = None,
-) -> int:
-    req_mod, _ = raw.classes(12, 3)
-    resp = conn.request(
-        req_mod.HeartbeatRequest(
-            group_id=group,
-            generation_id=generation,
-            member_id=member_id,
-            group_instance_id=instance_id,
-        )
-    )
-    return int(resp.error_code)
-
-
-def leave_group(
-    conn: raw.Connection, group: str, member_id: str, instance_id: str | None = None
-) -> Any:
-    req_mod, _ = raw.classes(13, 3)
-    return conn.request(
-        req_mod.LeaveGroupRequest(
-            group_id=group,
-            members=(req_mod.MemberIdentity(member_id=member_id, group_instance_id=instance_id),),
-        )
-    )
-
-
-def offset_commit(
-    conn: raw.Connection,
-    group: str,
-    generation: int,
-    member_id: str,
-    offsets: dict[tuple[str, int], tuple[int, str | None]],
-    version: int = 3,
-) -> dict[tuple[str, int], int]:
-    """Commit (topic, partition) -> (offset, metadata); returns the error per partition."""
-    req_mod, _ = raw.classes(8, version)
-    by_topic: dict[str, list[Any]] = {}
-    for (t, p), (offset, metadata) in offsets.items():
-        by_topic.setdefault(t, []).append(
-            req_mod.OffsetCommitRequestPartition(
-                partition_index=p, committed_offset=offset, committed_metadata=metadata
-            )
-        )
-    resp = conn.request(
-        req_mod.OffsetCommitRequest(
-            group_id=group,
-            generation_id_or_member_epoch=generation,
-            member_id=member_id,
-            retention_time=datetime.timedelta(milliseconds=-1),
-            topics=tuple(
-                req_mod.OffsetCommitRequestTopic(name=t, partitions=tuple(ps))
-                for t, ps in by_topic.items()
-            ),
-        )
-    )
-    return {
-        (t.name, p.partition_index): int(p.error_code) for t in resp.topics for p in t.partitions
-    }
-
-
-def offset_fetch(
-    conn: raw.Connection, group: str, wanted: dict[str, list[int]] | None = None
-) -> dict[tuple[str, int], tuple[int, str | None, int]]:
-    """OffsetFetch v3: (topic, partition) -> (offset, metadata, error); None = all."""
-    req_mod, _ = raw.classes(9, 3)
-    resp = conn.request(
-        req_mod.OffsetFetchRequest(
-            group_id=group,
-            topics=None
-            if wanted is None
-            else tuple(
-                req_mod.OffsetFetchRequestTopic(name=t, partition_indexes=tuple(ps))
-                for t, ps in wanted.items()
-            ),
-        )
-    )
-    assert resp.error_code == NONE, resp
-    return {
-        (t.name, p.partition_index): (p.committed_offset, p.metadata, int(p.error_code))
-        for t in resp.topics
-        for p in t.partitions
-    }
-
-
-def describe_group(conn: raw.Connection, group: str) -> Any:
-    req_mod, _ = raw.classes(15, 4)
-    (described,) = conn.request(
-        req_mod.DescribeGroupsRequest(groups=(group,), include_authorized_operations=False)
-    ).groups
-    return described
-
-
-def list_groups(conn: raw.Connection) -> dict[str, str]:
-    req_mod, _ = raw.classes(16, 2)
-    resp = conn.request(req_mod.ListGroupsRequest())
-    assert resp.error_code == NONE, resp
-    return {g.group_id: g.protocol_type for g in resp.groups}
-
-
-def delete_groups(conn: raw.Connection, groups: list[str]) -> dict[str, int]:
-    req_mod, _ = raw.classes(42, 1)
-    resp = conn.request(req_mod.DeleteGroupsRequest(groups_names=tuple(groups)))
-    return {r.group_id: int(r.error_code) for r in resp.results}
+# -- the group as the server sees it -------------------------------------------------------
 
 
 def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
     """The group's committed offsets of the topic's partitions (-1: none)."""
-    with raw.Connection(bootstrap) as conn:
-        fetched = offset_fetch(conn, group, {topic: list(range(partitions))})
+    with Connection(bootstrap) as conn:
+        fetched = conn.offset_fetch(group, {topic: list(range(partitions))})
     return {p: offset for (_, p), (offset, _, _) in fetched.items()}
 
 
@@ -714,8 +470,8 @@ def check_split_exactly_once(
     try:
         split = wait_for_split(members, partitions)
         assert sorted(len(s) for s in split) == [2, 2, 2], split
-        with raw.Connection(broker.bootstrap) as conn:
-            described = describe_group(conn, group)
+        with Connection(broker.bootstrap) as conn:
+            described = conn.describe_group(group)
         assert described.group_state == "Stable", described
         assert described.protocol_type == "consumer" and described.protocol_data == strategy
         assert len(described.members) == 3, described
@@ -739,8 +495,8 @@ def check_split_exactly_once(
         stop_all(members)
     assert [m.proc.returncode for m in members] == [0, 0, 0], describe_members(members)
     # They all left: the group is empty, its offsets stay.
-    with raw.Connection(broker.bootstrap) as conn:
-        described = describe_group(conn, group)
+    with Connection(broker.bootstrap) as conn:
+        described = conn.describe_group(group)
     assert described.group_state == "Empty" and not described.members, described
     assert committed(broker.bootstrap, group, topic, partitions) == ends
 
@@ -779,14 +535,14 @@ def check_killed_member(
         ends = produce_numbered(broker.bootstrap, topic, partitions, half, records - half)
         # Until the session times out the group keeps the dead member.
         time.sleep(0.5)
-        with raw.Connection(broker.bootstrap) as conn:
-            assert len(describe_group(conn, group).members) == 3
+        with Connection(broker.bootstrap) as conn:
+            assert len(conn.describe_group(group).members) == 3
         after = wait_for_split(survivors, partitions, timeout=SESSION_MS / 1000 + TIMEOUT)
         moved = time.monotonic() - killed
         assert moved >= SESSION_MS / 1000 - 0.5, f"expelled after {moved:.2f} s"
         assert taken <= set(after[0]) | set(after[1])
-        with raw.Connection(broker.bootstrap) as conn:
-            described = describe_group(conn, group)
+        with Connection(broker.bootstrap) as conn:
+            described = conn.describe_group(group)
         assert described.group_state == "Stable" and len(described.members) == 2, described
         everything = {value_of(i) for i in range(records)}
         wait_until(

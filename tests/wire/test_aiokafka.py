@@ -8,6 +8,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from tests.wire.common import (
     CODECS,
@@ -17,6 +18,7 @@ from tests.wire.common import (
     check_codec,
     cli_lines_input,
     cli_records,
+    stored_batches,
 )
 
 aiokafka = pytest.importorskip("aiokafka")
@@ -138,7 +140,6 @@ def test_produce_and_consume(broker, topic_name, sample_records, compression):
 
 def test_idempotent_producer(broker, topic_name, sample_records):
     from kafkaesque.records import read_header
-    from tests.wire import raw
 
     topic = topic_name()
 
@@ -149,7 +150,7 @@ def test_idempotent_producer(broker, topic_name, sample_records):
 
     assert run(scenario()) == by_position(sample_records)
     for p in range(PARTITIONS):
-        headers = [read_header(b) for b in raw.stored_batches(broker.bootstrap, topic, p)]
+        headers = [read_header(b) for b in stored_batches(broker.bootstrap, topic, p)]
         assert headers[0].producer_id >= 0, "the producer was not idempotent"
         assert headers[0].base_sequence == 0
 
@@ -237,7 +238,7 @@ def test_admin_create_list_delete(broker, topic_name):
             await client.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])
             assert topic in await client.list_topics()
             (described,) = await client.describe_topics([topic])
-            assert described["error_code"] == 0, described
+            assert described["error_code"] == ErrorCode.none, described
             assert sorted(p["partition"] for p in described["partitions"]) == [0, 1]
 
             await client.create_partitions({topic: NewPartitions(total_count=5)})
@@ -269,5 +270,5 @@ def test_admin_describe_configs(broker, topic_name):
 
     (response,) = run(scenario())
     (resource,) = response.resources
-    assert resource[0] == 0, resource  # error code
+    assert resource[0] == ErrorCode.none, resource  # error code
     assert resource[3] == topic

@@ -15,6 +15,7 @@ from tests.wire.common import (
     check_codec,
     cli_lines_input,
     cli_records,
+    stored_batches,
 )
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -178,10 +179,9 @@ def test_idempotent_producer(broker, topic_name, sample_records):
     assert consume(broker, topic, PARTITIONS, len(sample_records)) == by_position(sample_records)
     # The batches carry the producer id InitProducerId gave and sequences from 0.
     from kafkaesque.records import read_header
-    from tests.wire import raw
 
     for p in range(PARTITIONS):
-        headers = [read_header(b) for b in raw.stored_batches(broker.bootstrap, topic, p)]
+        headers = [read_header(b) for b in stored_batches(broker.bootstrap, topic, p)]
         assert headers[0].producer_id >= 0
         assert headers[0].base_sequence == 0
         assert {h.producer_id for h in headers} == {headers[0].producer_id}

@@ -9,7 +9,9 @@ from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 import pytest
+from kio.schema.errors import ErrorCode
 
+from tests.kafka_client import decode_assignment
 from tests.wire import groups_common as gc
 
 aiokafka = pytest.importorskip("aiokafka")
@@ -89,15 +91,13 @@ def test_admin_list_describe_offsets(broker, topic_name, tmp_path):
             [response] = await client.describe_consumer_groups([group])
             [(error, group_id, state, protocol_type, protocol, described)] = response.groups
             assert (error, group_id, state, protocol_type, protocol) == (
-                0,
+                ErrorCode.none,
                 group,
                 "Stable",
                 "consumer",
                 "range",
             )
-            assigned = sorted(
-                gc.decode_assignment(assignment)[topic] for *_, assignment in described
-            )
+            assigned = sorted(decode_assignment(assignment)[topic] for *_, assignment in described)
             assert assigned == sorted(split), described
             assert {client_id for _, client_id, *_ in described} == {"aiokafka-a", "aiokafka-b"}
             offsets = await client.list_consumer_group_offsets(group)

@@ -1,18 +1,17 @@
 """confluent-kafka (librdkafka) consumer groups against the server: members sharing
 partitions, a member killed, restarts resuming from committed offsets, a broker restart,
-cooperative-sticky, static membership, the admin client, and raw bad input."""
+cooperative-sticky, static membership and the admin client."""
 
 from __future__ import annotations
 
 import itertools
-import re
 import time
 
 import pytest
 
+from tests.kafka_client import Connection
 from tests.wire import conftest as wire_conftest
 from tests.wire import groups_common as gc
-from tests.wire import raw
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import (  # noqa: E402
@@ -296,8 +295,8 @@ def test_static_member_restart_keeps_its_partitions(broker, topic_name, tmp_path
         seen_b = len(b.callbacks())
         # Closing a static member sends no LeaveGroup: its place stays for the session.
         assert a.stop() == 0, a.describe()
-        with raw.Connection(broker.bootstrap) as conn:
-            described = gc.describe_group(conn, group)
+        with Connection(broker.bootstrap) as conn:
+            described = conn.describe_group(group)
         assert described.group_state == "Stable", described
         assert sorted(m.group_instance_id for m in described.members) == ["static-a", "static-b"]
         # It comes back under the same instance id: same partitions, no rebalance.
@@ -331,196 +330,7 @@ def test_static_member_restart_keeps_its_partitions(broker, topic_name, tmp_path
         gc.stop_all(members)
 
 
-# -- 5. bad input over a raw socket ----------------------------------------------------------
-
-CLIENT_ID = "raw-groups"
-MEMBER_ID = re.compile(
-    rf"^{CLIENT_ID}-[0-9a-f]{{8}}-[0-9a-f]{{4}}-[0-9a-f]{{4}}-[0-9a-f]{{4}}-[0-9a-f]{{12}}$"
-)
-
-
-def test_raw_join_requires_member_id_then_syncs(broker, topic_name):
-    topic = topic_name()
-    group = f"g-{topic}"
-    gc.create_topic(broker.bootstrap, topic, 2)
-    with raw.Connection(broker.bootstrap) as conn:
-        for version in (4, 5):
-            first = gc.join_group(
-                conn, f"{group}-v{version}", topics=[topic], version=version, client_id=CLIENT_ID
-            )
-            assert first.error_code == gc.MEMBER_ID_REQUIRED, first
-            assert MEMBER_ID.match(first.member_id), first.member_id
-            assert first.generation_id == -1 and not first.members, first
-        joined = gc.join_group(
-            conn, f"{group}-v5", first.member_id, topics=[topic], client_id=CLIENT_ID
-        )
-        assert joined.error_code == gc.NONE, joined
-        assert joined.member_id == joined.leader == first.member_id
-        assert joined.protocol_name == "range" and joined.generation_id >= 1
-        assert [(m.member_id, m.metadata) for m in joined.members] == [
-            (first.member_id, gc.subscription([topic]))
-        ]
-        mine = gc.assignment_bytes({topic: [0, 1]})
-        synced = gc.sync_group(
-            conn, f"{group}-v5", joined.generation_id, joined.member_id, {joined.member_id: mine}
-        )
-        assert synced.error_code == gc.NONE and synced.assignment == mine, synced
-        assert gc.heartbeat(conn, f"{group}-v5", joined.generation_id, joined.member_id) == 0
-        described = gc.describe_group(conn, f"{group}-v5")
-        assert described.group_state == "Stable", described
-        (member,) = described.members
-        assert (member.member_id, member.client_id) == (joined.member_id, CLIENT_ID)
-        assert member.member_assignment == mine
-        left = gc.leave_group(conn, f"{group}-v5", joined.member_id)
-        assert left.error_code == gc.NONE and left.members[0].error_code == gc.NONE, left
-        assert gc.describe_group(conn, f"{group}-v5").group_state == "Empty"
-        # JoinGroup v3 and older: no MEMBER_ID_REQUIRED round.
-        old = gc.join_group(conn, f"{group}-v3", topics=[topic], version=3, client_id=CLIENT_ID)
-        assert old.error_code == gc.NONE and MEMBER_ID.match(old.member_id), old
-        gc.leave_group(conn, f"{group}-v3", old.member_id)
-        assert gc.describe_group(conn, f"{group}-v3").group_state == "Empty"
-
-
-def test_raw_commit_and_heartbeat_errors(broker, topic_name):
-    topic = topic_name()
-    group = f"g-{topic}"
-    gc.create_topic(broker.bootstrap, topic, 2)
-    with raw.Connection(broker.bootstrap) as conn:
-        joined = gc.join_new_member(conn, group, [topic], client_id=CLIENT_ID)
-        gen, me = joined.generation_id, joined.member_id
-        synced = gc.sync_group(conn, group, gen, me, {me: gc.assignment_bytes({topic: [0, 1]})})
-        assert synced.error_code == gc.NONE, synced
-
-        def commit(offsets, generation=gen, member=me):
-            return gc.offset_commit(conn, group, generation, member, offsets)
-
-        # Unknown topic and unknown partition, next to a good partition.
-        assert commit(
-            {
-                (topic, 0): (1, "ok"),
-                (topic, 2): (1, None),
-                (f"{topic}-missing", 0): (1, None),
-            }
-        ) == {
-            (topic, 0): gc.NONE,
-            (topic, 2): gc.UNKNOWN_TOPIC_OR_PARTITION,
-            (f"{topic}-missing", 0): gc.UNKNOWN_TOPIC_OR_PARTITION,
-        }
-        assert commit({(topic, -1): (1, None)}) == {(topic, -1): gc.UNKNOWN_TOPIC_OR_PARTITION}
-        # A stale (or future) generation, an unknown member.
-        assert commit({(topic, 0): (2, None)}, generation=gen - 1) == {
-            (topic, 0): gc.ILLEGAL_GENERATION
-        }
-        assert commit({(topic, 0): (2, None)}, generation=gen + 5) == {
-            (topic, 0): gc.ILLEGAL_GENERATION
-        }
-        assert commit({(topic, 0): (2, None)}, member=f"{CLIENT_ID}-nobody") == {
-            (topic, 0): gc.UNKNOWN_MEMBER_ID
-        }
-        # A standalone commit (generation -1, no member) while the group has members.
-        assert commit({(topic, 0): (2, None)}, generation=-1, member="") == {
-            (topic, 0): gc.UNKNOWN_MEMBER_ID
-        }
-        # Metadata up to 4096 bytes is kept; more is refused, per partition.
-        big = "m" * 4096
-        assert commit({(topic, 0): (3, big), (topic, 1): (4, big + "m")}) == {
-            (topic, 0): gc.NONE,
-            (topic, 1): gc.OFFSET_METADATA_TOO_LARGE,
-        }
-        assert gc.offset_fetch(conn, group, {topic: [0, 1]}) == {
-            (topic, 0): (3, big, gc.NONE),
-            (topic, 1): (-1, "", gc.NONE),
-        }
-        # Nothing refused was stored; metadata strings (not ASCII too) come back as sent.
-        assert commit({(topic, 0): (5, "käse 🧀"), (topic, 1): (7, None)}) == {
-            (topic, 0): gc.NONE,
-            (topic, 1): gc.NONE,
-        }
-        assert gc.offset_fetch(conn, group, None) == {
-            (topic, 0): (5, "käse 🧀", gc.NONE),
-            (topic, 1): (7, "", gc.NONE),
-        }
-        # Heartbeats: unknown member, stale generation, the real one.
-        assert gc.heartbeat(conn, group, gen, f"{CLIENT_ID}-nobody") == gc.UNKNOWN_MEMBER_ID
-        assert gc.heartbeat(conn, f"{group}-none", 1, me) == gc.UNKNOWN_MEMBER_ID
-        assert gc.heartbeat(conn, group, gen - 1, me) == gc.ILLEGAL_GENERATION
-        assert gc.heartbeat(conn, group, gen, me) == gc.NONE
-        # Sync for an unknown member, leave twice.
-        bad = gc.sync_group(conn, group, gen, f"{CLIENT_ID}-nobody", {})
-        assert bad.error_code == gc.UNKNOWN_MEMBER_ID, bad
-        assert gc.leave_group(conn, group, me).members[0].error_code == gc.NONE
-        assert gc.leave_group(conn, group, me).members[0].error_code == gc.UNKNOWN_MEMBER_ID
-        # The group is empty now: a standalone commit works, and old members are unknown.
-        assert commit({(topic, 1): (8, "standalone")}, generation=-1, member="") == {
-            (topic, 1): gc.NONE
-        }
-        assert commit({(topic, 0): (9, None)}) == {(topic, 0): gc.UNKNOWN_MEMBER_ID}
-        assert gc.offset_fetch(conn, group, {topic: [1]}) == {(topic, 1): (8, "standalone", 0)}
-        # DescribeGroups / DeleteGroups of a group that does not exist.
-        assert gc.describe_group(conn, f"{group}-none").group_state == "Dead"
-        assert gc.delete_groups(conn, [f"{group}-none"]) == {f"{group}-none": gc.GROUP_ID_NOT_FOUND}
-        # The server is still up, on this very connection.
-        assert raw.api_versions(conn).error_code == raw.NONE
-    assert broker.alive()
-
-
-def test_raw_rebalance_generations(broker, topic_name):
-    """A second member starts a rebalance: the first learns of it by heartbeat, commits of
-    its old generation are then refused, and after the new round the old one is stale."""
-    topic = topic_name()
-    group = f"g-{topic}"
-    gc.create_topic(broker.bootstrap, topic, 2)
-    with raw.Connection(broker.bootstrap) as c1, raw.Connection(broker.bootstrap) as c2:
-        first = gc.join_new_member(c1, group, [topic])
-        gen1, m1 = first.generation_id, first.member_id
-        assert gc.sync_group(c1, group, gen1, m1, {m1: b""}).error_code == gc.NONE
-        # The second member's join waits at the barrier until the first joins again.
-        pending = gc.join_group(c2, group, topics=[topic])
-        assert pending.error_code == gc.MEMBER_ID_REQUIRED
-        m2 = pending.member_id
-        waiting = gc.join_request(group, m2, topics=[topic])
-        c2.send(raw.encode_request(waiting, 4242))
-        gc.wait_until(
-            lambda: gc.heartbeat(c1, group, gen1, m1) == gc.REBALANCE_IN_PROGRESS,
-            "the first member to hear of the rebalance",
-            timeout=10,
-        )
-        # While the rebalance is prepared, the current generation may still commit.
-        assert gc.offset_commit(c1, group, gen1, m1, {(topic, 0): (1, None)}) == {
-            (topic, 0): gc.NONE
-        }
-        again = gc.join_group(c1, group, m1, topics=[topic])
-        assert again.error_code == gc.NONE and again.generation_id == gen1 + 1, again
-        second = gc.read_response(c2, waiting, 4242)
-        assert second.error_code == gc.NONE and second.generation_id == gen1 + 1, second
-        assert second.leader == m1 and not second.members, second
-        assert {m.member_id for m in again.members} == {m1, m2}
-        gen2 = again.generation_id
-        assert gc.offset_commit(c1, group, gen1, m1, {(topic, 0): (2, None)}) == {
-            (topic, 0): gc.ILLEGAL_GENERATION
-        }
-        assert gc.heartbeat(c1, group, gen1, m1) == gc.ILLEGAL_GENERATION
-        assignments = {m1: gc.assignment_bytes({topic: [0]}), m2: gc.assignment_bytes({topic: [1]})}
-        assert gc.sync_group(c1, group, gen2, m1, assignments).assignment == assignments[m1]
-        synced = gc.sync_group(c2, group, gen2, m2, {})
-        assert synced.error_code == gc.NONE and synced.assignment == assignments[m2]
-        assert gc.offset_commit(c2, group, gen2, m2, {(topic, 1): (3, "m2")}) == {
-            (topic, 1): gc.NONE
-        }
-        # DeleteGroups is refused while the group has members.
-        assert gc.delete_groups(c1, [group]) == {group: gc.NON_EMPTY_GROUP}
-        assert group in gc.list_groups(c1)
-        gc.leave_group(c1, group, m1)
-        gc.leave_group(c2, group, m2)
-        assert gc.delete_groups(c1, [group]) == {group: gc.NONE}
-        assert group not in gc.list_groups(c1)
-        assert gc.offset_fetch(c1, group, {topic: [0, 1]}) == {
-            (topic, 0): (-1, "", 0),
-            (topic, 1): (-1, "", 0),
-        }
-
-
-# -- 6. the admin client ----------------------------------------------------------------------
+# -- 5. the admin client ----------------------------------------------------------------------
 
 
 def test_admin_list_describe_delete_groups(broker, topic_name, tmp_path):

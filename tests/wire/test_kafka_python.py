@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from tests.wire.common import (
     CODECS,
@@ -16,6 +17,7 @@ from tests.wire.common import (
     cli_lines_input,
     cli_records,
     sample,
+    stored_batches,
 )
 
 kafka = pytest.importorskip("kafka")
@@ -145,13 +147,12 @@ def test_idempotent_by_default(broker, topic_name, sample_records):
     """kafka-python turns idempotence on for brokers >= 0.11: the batches carry the
     producer id from InitProducerId and sequence numbers from 0."""
     from kafkaesque.records import read_header
-    from tests.wire import raw
 
     topic = topic_name()
     create_topic(broker, topic)
     produce(broker, topic, sample_records, "gzip")
     for p in range(PARTITIONS):
-        headers = [read_header(b) for b in raw.stored_batches(broker.bootstrap, topic, p)]
+        headers = [read_header(b) for b in stored_batches(broker.bootstrap, topic, p)]
         assert headers[0].producer_id >= 0, "the producer was not idempotent"
         assert headers[0].base_sequence == 0
     assert consume(broker, topic, PARTITIONS, len(sample_records)) == by_position(sample_records)
@@ -222,7 +223,7 @@ def test_admin_create_list_delete(broker, topic_name):
         with pytest.raises(TopicAlreadyExistsError):
             client.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])
         (described,) = client.describe_topics([topic])
-        assert described["error_code"] == 0, described
+        assert described["error_code"] == ErrorCode.none, described
         assert sorted(p["partition_index"] for p in described["partitions"]) == [0, 1]
 
         client.create_partitions({topic: NewPartitions(total_count=3)})

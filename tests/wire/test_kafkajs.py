@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from tests.wire.common import (
     PARTITIONS,
@@ -21,6 +22,7 @@ from tests.wire.common import (
     cli_lines_input,
     cli_records,
     sample,
+    stored_batches,
 )
 
 JS = Path(__file__).parent / "js"
@@ -73,7 +75,7 @@ def produce(broker, topic: str, records: list[Rec], compression: str, **options)
     sent = node(
         broker, "produce", topic=topic, messages=messages, compression=compression, **options
     )
-    assert all(s["errorCode"] == 0 for s in sent), sent
+    assert all(s["errorCode"] == ErrorCode.none for s in sent), sent
     first = {}
     for r in records:
         first.setdefault(r.partition, r.offset)
@@ -115,14 +117,13 @@ def test_produce_and_consume(broker, topic_name, sample_records, compression):
 
 def test_idempotent_producer(broker, topic_name, sample_records):
     from kafkaesque.records import read_header
-    from tests.wire import raw
 
     topic = topic_name()
     broker.cli("create", topic, "--partitions", str(PARTITIONS))
     produce(broker, topic, sample_records, "gzip", idempotent=True)
     assert fetch(broker, topic) == by_position(sample_records)
     for p in range(PARTITIONS):
-        headers = [read_header(b) for b in raw.stored_batches(broker.bootstrap, topic, p)]
+        headers = [read_header(b) for b in stored_batches(broker.bootstrap, topic, p)]
         assert headers[0].producer_id >= 0, "the producer was not idempotent"
         assert headers[0].base_sequence == 0
 
