@@ -8,9 +8,9 @@ import re
 from kio.schema.errors import ErrorCode
 
 from tests.kafka_client import Connection, assignment_bytes, join_request, subscription
-from tests.wire import groups_common as gc
+from tests.wire.common import FAST_GROUP_ARGS, create_topic, wait_until
 
-BROKER_ARGS = gc.FAST_GROUP_ARGS  # the module's server: short group delays
+BROKER_ARGS = FAST_GROUP_ARGS  # the module's server: short group delays
 CLIENT_ID = "raw-groups"
 MEMBER_ID = re.compile(
     rf"^{CLIENT_ID}-[0-9a-f]{{8}}-[0-9a-f]{{4}}-[0-9a-f]{{4}}-[0-9a-f]{{4}}-[0-9a-f]{{12}}$"
@@ -20,7 +20,7 @@ MEMBER_ID = re.compile(
 def test_join_requires_member_id_then_syncs(broker, topic_name):
     topic = topic_name()
     group = f"g-{topic}"
-    gc.create_topic(broker.bootstrap, topic, 2)
+    create_topic(broker.bootstrap, topic, 2)
     with Connection(broker.bootstrap, client_id=CLIENT_ID) as conn:
         for version in (4, 5):
             first = conn.join_group(f"{group}-v{version}", topics=[topic], version=version)
@@ -60,7 +60,7 @@ def test_join_requires_member_id_then_syncs(broker, topic_name):
 def test_commit_and_heartbeat_errors(broker, topic_name):
     topic = topic_name()
     group = f"g-{topic}"
-    gc.create_topic(broker.bootstrap, topic, 2)
+    create_topic(broker.bootstrap, topic, 2)
     with Connection(broker.bootstrap, client_id=CLIENT_ID) as conn:
         joined = conn.join_new_member(group, [topic])
         gen, me = joined.generation_id, joined.member_id
@@ -151,7 +151,7 @@ def test_rebalance_generations(broker, topic_name):
     its old generation are then refused, and after the new round the old one is stale."""
     topic = topic_name()
     group = f"g-{topic}"
-    gc.create_topic(broker.bootstrap, topic, 2)
+    create_topic(broker.bootstrap, topic, 2)
     with Connection(broker.bootstrap) as c1, Connection(broker.bootstrap) as c2:
         first = c1.join_new_member(group, [topic])
         gen1, m1 = first.generation_id, first.member_id
@@ -162,7 +162,7 @@ def test_rebalance_generations(broker, topic_name):
         m2 = pending.member_id
         waiting = join_request(group, m2, topics=[topic])
         waiting_id = c2.send_request(waiting)
-        gc.wait_until(
+        wait_until(
             lambda: c1.heartbeat(group, gen1, m1) == ErrorCode.rebalance_in_progress,
             "the first member to hear of the rebalance",
             timeout=10,

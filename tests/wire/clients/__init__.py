@@ -26,11 +26,9 @@ from typing import Any, ClassVar
 
 import pytest
 
-from tests.wire.common import TIMEOUT, Rec, sample
+from tests.wire.common import Rec, sample
 
 JS = Path(__file__).resolve().parents[1] / "js"
-SESSION_MS = 2000  # group members' session timeout in most tests
-HEARTBEAT_MS = 250
 
 # adapter name -> (its module here, the package it needs)
 LIBRARIES = {
@@ -113,35 +111,3 @@ class Client:
     def create_topic(self, topic: str, partitions: int) -> None:
         """Create the topic (with the library's admin client where it has one)."""
         self.broker.cli("create", topic, "--partitions", str(partitions))
-
-
-def kafka_python_options(
-    bootstrap: str,
-    group: str,
-    client_id: str,
-    *,
-    session_ms: int = SESSION_MS,
-    heartbeat_ms: int = HEARTBEAT_MS,
-    **options: Any,
-) -> dict[str, Any]:
-    """Keyword arguments of kafka-python's KafkaConsumer and aiokafka's AIOKafkaConsumer
-    (their names are the same) in a group: from the earliest offset, no auto commit, short
-    fetch waits; ``options`` add to them or replace them."""
-    return {
-        "bootstrap_servers": bootstrap,
-        "group_id": group,
-        "client_id": client_id,
-        "auto_offset_reset": "earliest",
-        "enable_auto_commit": False,
-        "session_timeout_ms": session_ms,
-        "heartbeat_interval_ms": heartbeat_ms,
-        "fetch_max_wait_ms": 100,
-        "request_timeout_ms": int(TIMEOUT * 1000),
-        **options,
-    }
-
-
-def records_of(batch: dict[Any, list[Any]]) -> list[tuple[int, int, str]]:
-    """The records of a kafka-python or aiokafka poll (topic partition -> messages), as
-    (partition, offset, value)."""
-    return [(m.partition, m.offset, m.value.decode()) for ms in batch.values() for m in ms]

@@ -14,8 +14,9 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from kio.schema.errors import ErrorCode
 
 from tests.kafka_client import decode_assignment
-from tests.wire.clients import Client, GroupView, kafka_python_options, records_of
+from tests.wire.clients import Client, GroupView
 from tests.wire.common import TIMEOUT, Collector, Rec, Record, by_position, positions_after
+from tests.wire.group_member import kafka_python_options, records_of
 
 CLIENT_ID = "wire-tests-aiokafka"
 

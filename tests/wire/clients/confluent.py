@@ -19,8 +19,9 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic, ResourceType
 from kio.schema.errors import ErrorCode
 
-from tests.wire.clients import HEARTBEAT_MS, SESSION_MS, Client, GroupView
+from tests.wire.clients import Client, GroupView
 from tests.wire.common import TIMEOUT, Collector, Rec, Record, by_position, positions_after
+from tests.wire.group_member import HEARTBEAT_MS, SESSION_MS
 
 
 class Logs:

@@ -20,8 +20,9 @@ from kafka.admin import (
 )
 from kio.schema.errors import ErrorCode
 
-from tests.wire.clients import Client, GroupView, kafka_python_options, records_of
+from tests.wire.clients import Client, GroupView
 from tests.wire.common import TIMEOUT, Collector, Rec, Record, by_position, positions_after
+from tests.wire.group_member import kafka_python_options, records_of
 
 CLIENT_ID = "wire-tests-kafka-python"
 # codecs that need a package kafka-python does not depend on
