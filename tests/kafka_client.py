@@ -117,7 +117,6 @@ def produce_request(
     return request(
         0,
         version,
-        transactional_id=None,
         acks=acks,
         timeout=timeout_ms,
         topic_data=[{"name": topic, "partition_data": partitions}],
@@ -141,7 +140,6 @@ def fetch_request(
             "partition": p,
             "current_leader_epoch": current_leader_epoch,
             "fetch_offset": o,
-            "log_start_offset": -1,
             "partition_max_bytes": partition_max_bytes,
         }
         for p, o in offsets.items()
@@ -149,16 +147,11 @@ def fetch_request(
     return request(
         1,
         version,
-        replica_id=-1,
         max_wait=max_wait_ms,
         min_bytes=min_bytes,
         max_bytes=max_bytes,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
         topics=[{"topic": topic, "partitions": partitions}],
         forgotten_topics_data=(),
-        rack_id="",
     )
 
 
@@ -395,30 +388,9 @@ class Connection:
 
     # -- consumer groups
 
-    def join_group(
-        self,
-        group: str,
-        member_id: str = "",
-        *,
-        topics: list[str] | None = None,
-        version: int = 5,
-        session_ms: int = 10_000,
-        rebalance_ms: int = 10_000,
-        instance_id: str | None = None,
-    ) -> Any:
-        """JoinGroup with the "consumer" protocol and one assignor, "range"; waits for the
-        answer (see ``join_request`` to send one without waiting)."""
-        return self.request(
-            join_request(
-                group,
-                member_id,
-                topics=topics,
-                version=version,
-                session_ms=session_ms,
-                rebalance_ms=rebalance_ms,
-                instance_id=instance_id,
-            )
-        )
+    def join_group(self, group: str, member_id: str = "", **options: Any) -> Any:
+        """JoinGroup (options: see ``join_request``); waits for the answer."""
+        return self.request(join_request(group, member_id, **options))
 
     def join_new_member(self, group: str, topics: list[str]) -> Any:
         """JoinGroup v5 twice (MEMBER_ID_REQUIRED, then with the id); the second answer."""
@@ -486,7 +458,6 @@ class Connection:
                 group_id=group,
                 generation_id_or_member_epoch=generation,
                 member_id=member_id,
-                retention_time=-1,
                 topics=[{"name": t, "partitions": ps} for t, ps in by_topic.items()],
             )
         )
