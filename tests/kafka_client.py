@@ -363,12 +363,10 @@ class Connection:
         assert resp.error_code == ErrorCode.none, resp
         return resp.producer_id, resp.producer_epoch
 
-    def produce(
-        self, topic: str, partition: int, records: bytes, acks: int = -1, version: int = 7
-    ) -> Any:
-        """The PartitionProduceResponse of a one-partition produce (None for acks=0)."""
-        resp = self.request(produce_request(topic, {partition: records}, acks, version=version))
-        return None if resp is None else _only(_only(resp.responses).partition_responses)
+    def produce(self, topic: str, partition: int, records: bytes) -> Any:
+        """The PartitionProduceResponse of a one-partition produce."""
+        resp = self.request(produce_request(topic, {partition: records}))
+        return _only(_only(resp.responses).partition_responses)
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20) -> Any:
         """The PartitionData of a one-partition fetch that does not wait."""

@@ -11,7 +11,14 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.records import build_batch, decode_batch
-from tests.kafka_client import Connection, decode_response, encode_request, parse_address, request
+from tests.kafka_client import (
+    Connection,
+    decode_response,
+    encode_request,
+    parse_address,
+    produce_request,
+    request,
+)
 
 
 def assert_still_serving(broker) -> None:
@@ -244,7 +251,7 @@ def test_acks_zero_gets_no_response(broker, topic_name):
     topic = topic_name()
     with Connection(broker.bootstrap) as conn:
         assert conn.create_topic(topic, 1).error_code == ErrorCode.none
-        assert conn.produce(topic, 0, build_batch([b"fire"]), acks=0) is None
+        conn.send_request(produce_request(topic, {0: build_batch([b"fire"])}, acks=0))
         # The next response on the connection is for the next request.
         assert conn.list_offset(topic, 0, -1).offset == 1
 
