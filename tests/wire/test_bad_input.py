@@ -136,14 +136,10 @@ def test_api_versions_unknown_version_gets_v0_error_body(broker):
         conn.send(struct.pack(">i", len(header) + len(body)) + header + body)
         reply = conn.read_frame()
     assert reply is not None, "the server closed the connection instead of answering"
-    correlation_id, error, count = struct.unpack_from(">ihi", reply)
-    assert correlation_id == 77
-    assert error == ErrorCode.unsupported_version
-    assert len(reply) == 10 + 6 * count, "the body is not ApiVersions v0"
-    ranges = {}
-    for i in range(count):
-        key, lo, hi = struct.unpack_from(">hhh", reply, 10 + 6 * i)
-        ranges[key] = (lo, hi)
+    # An ApiVersions v0 body, all of the frame, answering correlation id 77.
+    response = decode_response(18, 0, reply, 77)
+    assert response.error_code == ErrorCode.unsupported_version
+    ranges = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
     assert ranges[18][0] == 0 and 3 <= ranges[18][1] < 99
     assert 0 in ranges and 1 in ranges and 3 in ranges
     assert_still_serving(broker)
