@@ -3,51 +3,36 @@
 from __future__ import annotations
 
 import asyncio
-import datetime
 import time
 import uuid
+from typing import Any
 
+import pytest
 from crc32c import crc32c
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.log import RestoredPartition, RestoredTopic
 from kafkaesque.records import Compression, build_batch, decode_batch, read_header
-from tests.kafka_wire import WireClient, part, request, run_with_broker
+from tests.kafka_client import (
+    AsyncConnection,
+    create_topics_request,
+    fetch_request,
+    list_offsets_request,
+    metadata_request,
+    produce_request,
+    request,
+)
+from tests.kafka_wire import run_with_broker
 from wire.handlers import supported
 from wire.server import Server
 
-SECOND = datetime.timedelta(seconds=1)
+
+def metadata(*topics: str, auto_create: bool = True) -> Any:
+    return metadata_request(list(topics), auto_create)
 
 
-def metadata(*topics: str, auto_create: bool = True):
-    return request(
-        3,
-        4,
-        topics=tuple(part(3, 4, "MetadataRequestTopic", name=t) for t in topics),
-        allow_auto_topic_creation=auto_create,
-    )
-
-
-def produce(topic: str, batches: dict[int, bytes], acks: int = -1):
-    return request(
-        0,
-        7,
-        transactional_id=None,
-        acks=acks,
-        timeout=SECOND,
-        topic_data=(
-            part(
-                0,
-                7,
-                "TopicProduceData",
-                name=topic,
-                partition_data=tuple(
-                    part(0, 7, "PartitionProduceData", index=p, records=r)
-                    for p, r in batches.items()
-                ),
-            ),
-        ),
-    )
+def produce(topic: str, batches: dict[int, bytes], acks: int = -1) -> Any:
+    return produce_request(topic, batches, acks, timeout_ms=1000)
 
 
 def fetch(
@@ -56,45 +41,17 @@ def fetch(
     max_bytes: int = 1 << 20,
     partition_max: int = 1 << 20,
     wait_ms: int = 0,
-    min_bytes: int = 1,
-):
-    return request(
-        1,
-        11,
-        replica_id=-1,
-        max_wait=datetime.timedelta(milliseconds=wait_ms),
-        min_bytes=min_bytes,
+) -> Any:
+    return fetch_request(
+        topic,
+        offsets,
+        max_wait_ms=wait_ms,
         max_bytes=max_bytes,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=(
-            part(
-                1,
-                11,
-                "FetchTopic",
-                topic=topic,
-                partitions=tuple(
-                    part(
-                        1,
-                        11,
-                        "FetchPartition",
-                        partition=p,
-                        current_leader_epoch=-1,
-                        fetch_offset=o,
-                        log_start_offset=-1,
-                        partition_max_bytes=partition_max,
-                    )
-                    for p, o in offsets.items()
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
-        rack_id="",
+        partition_max_bytes=partition_max,
     )
 
 
-def partitions_of(response):
+def partitions_of(response: Any) -> dict[int, Any]:
     return {p.partition_index: p for t in response.responses for p in t.partitions}
 
 
@@ -104,9 +61,9 @@ def run(redis_url: str, scenario, **config) -> None:
 
 def test_api_versions_advertises_every_handler(redis_url: str) -> None:
     async def scenario(server: Server) -> None:
-        client = await WireClient.connect(server.port)
+        client = await AsyncConnection.connect(server.port)
         for version in (0, 3):
-            response = await client.call(
+            response = await client.request(
                 request(18, version, client_software_name="t", client_software_version="1")
             )
             assert response.error_code == ErrorCode.none
@@ -120,8 +77,8 @@ def test_api_versions_advertises_every_handler(redis_url: str) -> None:
 
 def test_metadata_auto_create_invalid_names_and_listing(redis_url: str) -> None:
     async def scenario(server: Server) -> None:
-        client = await WireClient.connect(server.port)
-        response = await client.call(metadata("fresh", "bad name!"))
+        client = await AsyncConnection.connect(server.port)
+        response = await client.request(metadata("fresh", "bad name!"))
         fresh, bad = response.topics
         assert fresh.error_code == ErrorCode.none and len(fresh.partitions) == 3
         assert bad.error_code == ErrorCode.invalid_topic_exception
@@ -130,12 +87,14 @@ def test_metadata_auto_create_invalid_names_and_listing(redis_url: str) -> None:
             (0, "127.0.0.1", server.port)
         ]
         # A consumer's metadata (auto-creation off) creates nothing.
-        [missing] = (await client.call(metadata("missing", auto_create=False))).topics
+        [missing] = (await client.request(metadata("missing", auto_create=False))).topics
         assert missing.error_code == ErrorCode.unknown_topic_or_partition
-        everything = await client.call(request(3, 4, topics=None, allow_auto_topic_creation=True))
+        everything = await client.request(
+            request(3, 4, topics=None, allow_auto_topic_creation=True)
+        )
         assert [t.name for t in everything.topics] == ["fresh"]
         # The cluster id belongs to the Redis, so every broker on it agrees.
-        again = await client.call(metadata("fresh"))
+        again = await client.request(metadata("fresh"))
         assert again.cluster_id == response.cluster_id
         await client.close()
 
@@ -144,8 +103,8 @@ def test_metadata_auto_create_invalid_names_and_listing(redis_url: str) -> None:
 
 def test_produce_and_fetch_keep_batches_as_they_are(redis_url: str) -> None:
     async def scenario(server: Server) -> None:
-        client = await WireClient.connect(server.port)
-        await client.call(metadata("t"))
+        client = await AsyncConnection.connect(server.port)
+        await client.request(metadata("t"))
         plain = build_batch(
             [b"a", None, b""],
             [None, b"", b"k"],
@@ -153,16 +112,16 @@ def test_produce_and_fetch_keep_batches_as_they_are(redis_url: str) -> None:
             headers=[[("h", None)], [], [("x", b"y")]],
         )
         zipped = build_batch([b"z" * 1000] * 5, timestamp=99, compression=Compression.ZSTD)
-        response = await client.call(produce("t", {0: plain, 1: zipped}))
+        response = await client.request(produce("t", {0: plain, 1: zipped}))
         results = {
             p.index: (p.error_code, p.base_offset)
             for p in response.responses[0].partition_responses
         }
         assert results == {0: (ErrorCode.none, 0), 1: (ErrorCode.none, 0)}
-        assert (await client.call(produce("t", {0: plain}))).responses[0].partition_responses[
+        assert (await client.request(produce("t", {0: plain}))).responses[0].partition_responses[
             0
         ].base_offset == 3
-        fetched = partitions_of(await client.call(fetch("t", {0: 0, 1: 0})))
+        fetched = partitions_of(await client.request(fetch("t", {0: 0, 1: 0})))
         assert fetched[0].high_watermark == 6 and fetched[1].high_watermark == 5
         records = decode_batch(fetched[0].records)
         assert [(r.offset, r.key, r.value, r.timestamp, r.headers) for r in records] == [
@@ -182,14 +141,14 @@ def test_produce_and_fetch_keep_batches_as_they_are(redis_url: str) -> None:
 
 def test_produce_errors_and_acks_zero(redis_url: str) -> None:
     async def scenario(server: Server) -> None:
-        client = await WireClient.connect(server.port)
-        await client.call(metadata("e"))
+        client = await AsyncConnection.connect(server.port)
+        await client.request(metadata("e"))
         good = build_batch([b"v"], timestamp=1)
         corrupt = bytearray(good)
         corrupt[-1] ^= 0xFF
 
         async def error_of(body) -> ErrorCode:
-            return (await client.call(body)).responses[0].partition_responses[0].error_code
+            return (await client.request(body)).responses[0].partition_responses[0].error_code
 
         assert await error_of(produce("e", {0: bytes(corrupt)})) == ErrorCode.corrupt_message
         assert await error_of(produce("e", {0: b"garbage"})) == ErrorCode.corrupt_message
@@ -203,19 +162,19 @@ def test_produce_errors_and_acks_zero(redis_url: str) -> None:
         assert await error_of(produce("e", {0: good}, acks=2)) == ErrorCode.invalid_required_acks
         big = build_batch([b"x" * (1 << 20)], timestamp=1)
         assert await error_of(produce("e", {0: big})) == ErrorCode.message_too_large
-        assert partitions_of(await client.call(fetch("e", {0: 0})))[0].high_watermark == 0
+        assert partitions_of(await client.request(fetch("e", {0: 0})))[0].high_watermark == 0
         # acks=0: appended, and no response at all: the next frame answers the next request.
-        await client.send_frame(client.encode(produce("e", {0: good}, acks=0)))
-        response = await client.call(request(18, 0))
+        await client.send_request(produce("e", {0: good}, acks=0))
+        response = await client.request(request(18, 0))
         assert response.error_code == ErrorCode.none
-        assert partitions_of(await client.call(fetch("e", {0: 0})))[0].high_watermark == 1
+        assert partitions_of(await client.request(fetch("e", {0: 0})))[0].high_watermark == 1
         # A failed acks=0 produce has no response to carry its error: the connection
         # closes, so the client notices; nothing was appended.
-        await client.send_frame(client.encode(produce("e", {5: good}, acks=0)))
-        assert await asyncio.wait_for(client.reader.read(), 5) == b""
+        await client.send_request(produce("e", {5: good}, acks=0))
+        assert await client.closed_by_server()
         await client.close()
-        client = await WireClient.connect(server.port)
-        assert partitions_of(await client.call(fetch("e", {0: 0})))[0].high_watermark == 1
+        client = await AsyncConnection.connect(server.port)
+        assert partitions_of(await client.request(fetch("e", {0: 0})))[0].high_watermark == 1
         await client.close()
 
     run(redis_url, scenario)
@@ -223,15 +182,15 @@ def test_produce_errors_and_acks_zero(redis_url: str) -> None:
 
 def test_idle_and_half_sent_connections_close(redis_url: str) -> None:
     async def scenario(server: Server) -> None:
-        idle = await WireClient.connect(server.port)
-        half = await WireClient.connect(server.port)
-        half.writer.write(b"\x00\x00\x00\x64abc")  # 100 bytes announced, 3 sent
-        busy = await WireClient.connect(server.port)
+        idle = await AsyncConnection.connect(server.port)
+        half = await AsyncConnection.connect(server.port)
+        await half.send(b"\x00\x00\x00\x64abc")  # 100 bytes announced, 3 sent
+        busy = await AsyncConnection.connect(server.port)
         for _ in range(4):  # a connection in use stays open
             await asyncio.sleep(0.1)
-            assert (await busy.call(request(18, 0))).error_code == ErrorCode.none
+            assert (await busy.request(request(18, 0))).error_code == ErrorCode.none
         for client in (idle, half):
-            assert await asyncio.wait_for(client.reader.read(), 5) == b""
+            assert await client.closed_by_server()
             await client.close()
         await busy.close()
 
@@ -240,31 +199,31 @@ def test_idle_and_half_sent_connections_close(redis_url: str) -> None:
 
 def test_fetch_limits_long_poll_and_out_of_range(redis_url: str) -> None:
     async def scenario(server: Server) -> None:
-        client = await WireClient.connect(server.port)
-        await client.call(metadata("f"))
+        client = await AsyncConnection.connect(server.port)
+        await client.request(metadata("f"))
         big = build_batch([b"b" * 5000], timestamp=1)
-        await client.call(produce("f", {0: big, 1: big}))
-        await client.call(produce("f", {0: big}))
+        await client.request(produce("f", {0: big, 1: big}))
+        await client.request(produce("f", {0: big}))
         # KIP-74: the first batch comes even over max_bytes; the next partition gets only offsets.
         result = partitions_of(
-            await client.call(fetch("f", {0: 0, 1: 0}, max_bytes=100, partition_max=100))
+            await client.request(fetch("f", {0: 0, 1: 0}, max_bytes=100, partition_max=100))
         )
         assert len(result[0].records) == len(big) and result[1].records == b""
         assert result[1].high_watermark == 1
-        result = partitions_of(await client.call(fetch("f", {0: 0}, partition_max=2 * len(big))))
+        result = partitions_of(await client.request(fetch("f", {0: 0}, partition_max=2 * len(big))))
         assert len(result[0].records) == 2 * len(big)
-        result = partitions_of(await client.call(fetch("f", {0: 5})))
+        result = partitions_of(await client.request(fetch("f", {0: 5})))
         assert result[0].error_code == ErrorCode.offset_out_of_range
         # Long poll: nothing new, so the fetch waits max_wait...
         started = time.monotonic()
-        result = partitions_of(await client.call(fetch("f", {1: 1}, wait_ms=300)))
+        result = partitions_of(await client.request(fetch("f", {1: 1}, wait_ms=300)))
         assert result[1].records == b"" and time.monotonic() - started >= 0.29
         # ...unless an append arrives, which answers it at once.
-        producer = await WireClient.connect(server.port)
+        producer = await AsyncConnection.connect(server.port)
         started = time.monotonic()
-        waiting = asyncio.create_task(client.call(fetch("f", {1: 1}, wait_ms=10_000)))
+        waiting = asyncio.create_task(client.request(fetch("f", {1: 1}, wait_ms=10_000)))
         await asyncio.sleep(0.2)
-        await producer.call(produce("f", {1: build_batch([b"new"], timestamp=1)}))
+        await producer.request(produce("f", {1: build_batch([b"new"], timestamp=1)}))
         result = partitions_of(await waiting)
         assert [r.value for r in decode_batch(result[1].records)] == [b"new"]
         assert time.monotonic() - started < 2
@@ -276,31 +235,14 @@ def test_fetch_limits_long_poll_and_out_of_range(redis_url: str) -> None:
 
 def test_list_offsets_earliest_latest_and_by_time(redis_url: str) -> None:
     async def scenario(server: Server) -> None:
-        client = await WireClient.connect(server.port)
-        await client.call(metadata("lo"))
-        await client.call(
+        client = await AsyncConnection.connect(server.port)
+        await client.request(metadata("lo"))
+        await client.request(
             produce("lo", {0: build_batch([b"a", b"b", b"c"], timestamps=[100, 200, 300])})
         )
 
         async def offset(ts: int, error: ErrorCode = ErrorCode.none) -> tuple[int, int]:
-            body = request(
-                2,
-                2,
-                replica_id=-1,
-                isolation_level=0,
-                topics=(
-                    part(
-                        2,
-                        2,
-                        "ListOffsetsTopic",
-                        name="lo",
-                        partitions=(
-                            part(2, 2, "ListOffsetsPartition", partition_index=0, timestamp=ts),
-                        ),
-                    ),
-                ),
-            )
-            p = (await client.call(body)).topics[0].partitions[0]
+            p = (await client.request(list_offsets_request("lo", 0, ts))).topics[0].partitions[0]
             assert p.error_code == error
             return p.offset, p.timestamp
 
@@ -317,9 +259,9 @@ def test_list_offsets_earliest_latest_and_by_time(redis_url: str) -> None:
 
 def test_idempotent_producer_over_the_wire(redis_url: str) -> None:
     async def scenario(server: Server) -> None:
-        client = await WireClient.connect(server.port)
-        await client.call(metadata("idem"))
-        init = await client.call(request(22, 0, transactional_id=None, transaction_timeout=SECOND))
+        client = await AsyncConnection.connect(server.port)
+        await client.request(metadata("idem"))
+        init = await client.request(request(22, 0, transactional_id=None, transaction_timeout=1000))
         assert init.error_code == ErrorCode.none and init.producer_id >= 0
         pid = init.producer_id
 
@@ -332,70 +274,56 @@ def test_idempotent_producer_over_the_wire(redis_url: str) -> None:
             p = response.responses[0].partition_responses[0]
             return p.error_code, p.base_offset
 
-        assert outcome(await client.call(produce("idem", {0: batch(0)}))) == (ErrorCode.none, 0)
-        assert outcome(await client.call(produce("idem", {0: batch(0)}))) == (
+        assert outcome(await client.request(produce("idem", {0: batch(0)}))) == (ErrorCode.none, 0)
+        assert outcome(await client.request(produce("idem", {0: batch(0)}))) == (
             ErrorCode.none,
             0,
         )  # a retry
         assert (
-            outcome(await client.call(produce("idem", {0: batch(5)})))[0]
+            outcome(await client.request(produce("idem", {0: batch(5)})))[0]
             == ErrorCode.out_of_order_sequence_number
         )
-        assert outcome(await client.call(produce("idem", {0: batch(1)}))) == (ErrorCode.none, 1)
-        assert partitions_of(await client.call(fetch("idem", {0: 0})))[0].high_watermark == 2
+        assert outcome(await client.request(produce("idem", {0: batch(1)}))) == (ErrorCode.none, 1)
+        assert partitions_of(await client.request(fetch("idem", {0: 0})))[0].high_watermark == 2
         await client.close()
 
     run(redis_url, scenario)
 
 
 def test_admin_create_delete_partitions_and_configs(redis_url: str) -> None:
-    def creatable(name: str, partitions: int = 2, rf: int = 1, **configs: str):
-        return part(
-            19,
-            3,
-            "CreatableTopic",
-            name=name,
-            num_partitions=partitions,
-            replication_factor=rf,
-            assignments=(),
-            configs=tuple(
-                part(19, 3, "CreatableTopicConfig", name=k, value=v) for k, v in configs.items()
-            ),
-        )
+    def creatable(name: str, partitions: int = 2, rf: int = 1, **configs: str) -> dict:
+        return {
+            "name": name,
+            "num_partitions": partitions,
+            "replication_factor": rf,
+            "configs": [{"name": k, "value": v} for k, v in configs.items()],
+        }
 
     async def scenario(server: Server) -> None:
-        client = await WireClient.connect(server.port)
-        body = request(
-            19,
-            3,
-            timeout=SECOND,
-            validate_only=False,
-            topics=(
-                creatable("c1", **{"retention.ms": "60000", "kafkaesque.page.size": "100"}),
-                creatable("c2", rf=3),
-                creatable("c3", **{"segment.bytes": "1"}),
-                creatable("bad name"),
-            ),
+        client = await AsyncConnection.connect(server.port)
+        body = create_topics_request(
+            creatable("c1", **{"retention.ms": "60000", "kafkaesque.page.size": "100"}),
+            creatable("c2", rf=3),
+            creatable("c3", **{"segment.bytes": "1"}),
+            creatable("bad name"),
         )
-        errors = [t.error_code for t in (await client.call(body)).topics]
+        errors = [t.error_code for t in (await client.request(body)).topics]
         assert errors == [
             ErrorCode.none,
             ErrorCode.invalid_replication_factor,
             ErrorCode.invalid_config,
             ErrorCode.invalid_topic_exception,
         ]
-        again = request(19, 3, timeout=SECOND, validate_only=False, topics=(creatable("c1"),))
-        assert (await client.call(again)).topics[0].error_code == ErrorCode.topic_already_exists
-        dry = request(19, 3, timeout=SECOND, validate_only=True, topics=(creatable("dry"),))
-        assert (await client.call(dry)).topics[0].error_code == ErrorCode.none
+        again = create_topics_request(creatable("c1"))
+        assert (await client.request(again)).topics[0].error_code == ErrorCode.topic_already_exists
+        dry = create_topics_request(creatable("dry"), validate_only=True)
+        assert (await client.request(dry)).topics[0].error_code == ErrorCode.none
         # Kafka configs asking for what this broker does anyway pass; others do not.
         same = {"min.insync.replicas": "1", "compression.type": "producer"}
         refused = {"min.insync.replicas": "2"}
         for configs, error in ((same, ErrorCode.none), (refused, ErrorCode.invalid_config)):
-            answer = await client.call(
-                request(
-                    19, 3, timeout=SECOND, validate_only=True, topics=(creatable("d", **configs),)
-                )
+            answer = await client.request(
+                create_topics_request(creatable("d", **configs), validate_only=True)
             )
             assert answer.topics[0].error_code == error
         assert await server.broker.log.list_topics() == ["c1"]
@@ -405,62 +333,45 @@ def test_admin_create_delete_partitions_and_configs(redis_url: str) -> None:
         grow = request(
             37,
             1,
-            timeout=SECOND,
+            timeout=1000,
             validate_only=False,
-            topics=(
-                part(37, 1, "CreatePartitionsTopic", name="c1", count=4, assignments=None),
-                part(37, 1, "CreatePartitionsTopic", name="nope", count=4, assignments=None),
-            ),
+            topics=[
+                {"name": "c1", "count": 4, "assignments": None},
+                {"name": "nope", "count": 4, "assignments": None},
+            ],
         )
-        errors = [r.error_code for r in (await client.call(grow)).results]
+        errors = [r.error_code for r in (await client.request(grow)).results]
         assert errors == [ErrorCode.none, ErrorCode.unknown_topic_or_partition]
         assert (await server.broker.log.topic("c1")).partitions == 4
-        assert (await client.call(grow)).results[0].error_code == ErrorCode.invalid_partitions
+        assert (await client.request(grow)).results[0].error_code == ErrorCode.invalid_partitions
 
         describe = request(
             32,
             1,
             include_synonyms=False,
-            resources=(
-                part(
-                    32,
-                    1,
-                    "DescribeConfigsResource",
-                    resource_type=2,
-                    resource_name="c1",
-                    configuration_keys=None,
-                ),
-                part(
-                    32,
-                    1,
-                    "DescribeConfigsResource",
-                    resource_type=4,
-                    resource_name="0",
-                    configuration_keys=("num.partitions",),
-                ),
-                part(
-                    32,
-                    1,
-                    "DescribeConfigsResource",
-                    resource_type=2,
-                    resource_name="c1",
-                    configuration_keys=(),
-                ),
-            ),
+            resources=[
+                {"resource_type": 2, "resource_name": "c1", "configuration_keys": None},
+                {
+                    "resource_type": 4,
+                    "resource_name": "0",
+                    "configuration_keys": ["num.partitions"],
+                },
+                {"resource_type": 2, "resource_name": "c1", "configuration_keys": []},
+            ],
         )
-        topic_result, broker_result, empty_keys = (await client.call(describe)).results
+        topic_result, broker_result, empty_keys = (await client.request(describe)).results
         assert {c.name: c.value for c in topic_result.configs}["retention.ms"] == "60000"
         assert empty_keys.configs == topic_result.configs  # an empty key list means all
         assert [(c.name, c.value) for c in broker_result.configs] == [("num.partitions", "1")]
 
         groups = server.broker.groups
         await groups.commit("g", -1, "", None, {("c1", 0): (1, "", -1)})
-        delete = request(20, 1, timeout=SECOND, topic_names=("c1", "nope"))
-        errors = [r.error_code for r in (await client.call(delete)).responses]
+        delete = request(20, 1, timeout=1000, topic_names=["c1", "nope"])
+        errors = [r.error_code for r in (await client.request(delete)).responses]
         assert errors == [ErrorCode.none, ErrorCode.unknown_topic_or_partition]
         assert await server.broker.log.list_topics() == []
         assert await groups.committed("g") == {}  # a deleted topic's offsets go with it
-        cluster = await client.call(request(60, 0, include_cluster_authorized_operations=False))
+        cluster = await client.request(request(60, 0, include_cluster_authorized_operations=False))
         assert cluster.error_code == ErrorCode.none and cluster.brokers[0].port == server.port
         await client.close()
 
@@ -469,10 +380,10 @@ def test_admin_create_delete_partitions_and_configs(redis_url: str) -> None:
 
 def test_shutdown_answers_in_flight_fetches_and_metrics_count(redis_url: str) -> None:
     async def scenario(server: Server) -> None:
-        client = await WireClient.connect(server.port)
-        await client.call(metadata("s"))
+        client = await AsyncConnection.connect(server.port)
+        await client.request(metadata("s"))
         started = time.monotonic()
-        waiting = asyncio.create_task(client.call(fetch("s", {0: 0}, wait_ms=30_000)))
+        waiting = asyncio.create_task(client.request(fetch("s", {0: 0}, wait_ms=30_000)))
         await asyncio.sleep(0.2)
         await server.shutdown()
         response = await waiting  # answered, not dropped
@@ -482,13 +393,14 @@ def test_shutdown_answers_in_flight_fetches_and_metrics_count(redis_url: str) ->
         assert value("kafkaesque_requests_total", {"api": "metadata"}) == 1
         assert value("kafkaesque_requests_total", {"api": "fetch"}) == 1
         assert value("kafkaesque_received_bytes_total") > 0
-        with __import__("pytest").raises((ConnectionError, OSError)):
-            await WireClient.connect(server.port)
+        with pytest.raises((ConnectionError, OSError)):
+            await AsyncConnection.connect(server.port)
 
     run(redis_url, scenario)
 
 
-def metadata_v12(*topics):
+def metadata_v12(*topics: dict[str, Any]) -> Any:
+    """Metadata v12 of topics asked for by name, by id or both."""
     return request(
         3,
         12,
@@ -505,38 +417,27 @@ def test_leader_epochs_after_a_restore(redis_url: str) -> None:
 
     async def scenario(server: Server) -> None:
         log = server.broker.log
-        client = await WireClient.connect(server.port)
-        await client.call(metadata("ep"))
-        await client.call(produce("ep", {0: build_batch([b"a", b"b", b"c"], timestamp=1)}))
+        client = await AsyncConnection.connect(server.port)
+        await client.request(metadata("ep"))
+        await client.request(produce("ep", {0: build_batch([b"a", b"b", b"c"], timestamp=1)}))
         config = await log.topic("ep")
         await log.restore([RestoredTopic(config, [RestoredPartition(10, 0)])], 0, 0)
-        response = await client.call(
-            request(
-                3,
-                7,
-                topics=(part(3, 7, "MetadataRequestTopic", name="ep"),),
-                allow_auto_topic_creation=False,
-            )
-        )
+        response = await client.request(metadata_request(["ep"], version=7))
         assert response.topics[0].partitions[0].leader_epoch == 1
         # v12 (flexible): topic ids, and a topic asked for by id alone; an unknown id is
         # UNKNOWN_TOPIC_ID, an unknown name is not created when auto-creation is off.
-        by_name = await client.call(
-            metadata_v12(part(3, 12, "MetadataRequestTopic", topic_id=None, name="ep"))
-        )
+        by_name = await client.request(metadata_v12({"topic_id": None, "name": "ep"}))
         (topic,) = by_name.topics
         assert topic.topic_id == uuid.UUID(bytes=config.topic_id)
         assert [(p.partition_index, p.leader_epoch) for p in topic.partitions] == [(0, 1)]
         assert by_name.cluster_id == server.broker.cluster_id
-        by_id = await client.call(
-            metadata_v12(part(3, 12, "MetadataRequestTopic", topic_id=topic.topic_id, name=None))
-        )
+        by_id = await client.request(metadata_v12({"topic_id": topic.topic_id, "name": None}))
         assert (by_id.topics[0].name, by_id.topics[0].topic_id) == ("ep", topic.topic_id)
         assert by_id.topics[0].partitions[0].leader_epoch == 1
-        unknown = await client.call(
+        unknown = await client.request(
             metadata_v12(
-                part(3, 12, "MetadataRequestTopic", topic_id=uuid.uuid4(), name=None),
-                part(3, 12, "MetadataRequestTopic", topic_id=None, name="nope-v12"),
+                {"topic_id": uuid.uuid4(), "name": None},
+                {"topic_id": None, "name": "nope-v12"},
             )
         )
         assert [(t.error_code, t.name, t.partitions) for t in unknown.topics] == [
@@ -546,32 +447,9 @@ def test_leader_epochs_after_a_restore(redis_url: str) -> None:
         assert "nope-v12" not in await log.list_topics()
 
         # ListOffsets v4+ carries the partition's epoch and checks the client's.
-        async def list_offsets(current: int, timestamp: int = -1):
-            body = request(
-                2,
-                6,
-                replica_id=-1,
-                isolation_level=0,
-                topics=(
-                    part(
-                        2,
-                        6,
-                        "ListOffsetsTopic",
-                        name="ep",
-                        partitions=(
-                            part(
-                                2,
-                                6,
-                                "ListOffsetsPartition",
-                                partition_index=0,
-                                current_leader_epoch=current,
-                                timestamp=timestamp,
-                            ),
-                        ),
-                    ),
-                ),
-            )
-            p = (await client.call(body)).topics[0].partitions[0]
+        async def list_offsets(current: int, timestamp: int = -1) -> tuple[ErrorCode, int, int]:
+            body = list_offsets_request("ep", 0, timestamp, current_leader_epoch=current, version=6)
+            p = (await client.request(body)).topics[0].partitions[0]
             return p.error_code, p.offset, p.leader_epoch
 
         assert await list_offsets(1) == (ErrorCode.none, 10, 1)
@@ -579,85 +457,42 @@ def test_leader_epochs_after_a_restore(redis_url: str) -> None:
         assert await list_offsets(0) == (ErrorCode.fenced_leader_epoch, -1, -1)
         assert await list_offsets(2) == (ErrorCode.unknown_leader_epoch, -1, -1)
 
-        def epoch_request(current: int, asked: int, topic: str = "ep", partition: int = 0):
-            return request(
-                23,
-                2,
-                topics=(
-                    part(
-                        23,
-                        2,
-                        "OffsetForLeaderTopic",
-                        topic=topic,
-                        partitions=(
-                            part(
-                                23,
-                                2,
-                                "OffsetForLeaderPartition",
-                                partition=partition,
-                                current_leader_epoch=current,
-                                leader_epoch=asked,
-                            ),
-                        ),
-                    ),
-                ),
-            )
+        def epoch_request(current: int, asked: int, topic: str = "ep", partition: int = 0) -> Any:
+            wanted = {
+                "partition": partition,
+                "current_leader_epoch": current,
+                "leader_epoch": asked,
+            }
+            return request(23, 2, topics=[{"topic": topic, "partitions": [wanted]}])
 
-        answer = (await client.call(epoch_request(1, 0))).topics[0].partitions[0]
+        answer = (await client.request(epoch_request(1, 0))).topics[0].partitions[0]
         assert (answer.error_code, answer.leader_epoch, answer.end_offset) == (
             ErrorCode.none,
             0,
             10,
         )
-        answer = (await client.call(epoch_request(1, 1))).topics[0].partitions[0]
+        answer = (await client.request(epoch_request(1, 1))).topics[0].partitions[0]
         assert (answer.leader_epoch, answer.end_offset) == (1, 10)
-        answer = (await client.call(epoch_request(0, 0))).topics[0].partitions[0]
+        answer = (await client.request(epoch_request(0, 0))).topics[0].partitions[0]
         assert answer.error_code == ErrorCode.fenced_leader_epoch
         # An undefined epoch has no end offset; unknown partitions and topics are errors.
-        answer = (await client.call(epoch_request(-1, -1))).topics[0].partitions[0]
-        assert (answer.error_code, answer.leader_epoch, answer.end_offset) == (0, -1, -1)
-        for topic, partition in (("ep", -1), ("ep", 1), ("nope", 0)):
-            answer = (await client.call(epoch_request(-1, 0, topic, partition))).topics[0]
-            assert answer.partitions[0].error_code == ErrorCode.unknown_topic_or_partition
-        stale = request(
-            1,
-            11,
-            replica_id=-1,
-            max_wait=datetime.timedelta(0),
-            min_bytes=1,
-            max_bytes=1 << 20,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            forgotten_topics_data=(),
-            rack_id="",
-            topics=(
-                part(
-                    1,
-                    11,
-                    "FetchTopic",
-                    topic="ep",
-                    partitions=(
-                        part(
-                            1,
-                            11,
-                            "FetchPartition",
-                            partition=0,
-                            current_leader_epoch=0,
-                            fetch_offset=10,
-                            log_start_offset=-1,
-                            partition_max_bytes=1 << 20,
-                        ),
-                    ),
-                ),
-            ),
+        answer = (await client.request(epoch_request(-1, -1))).topics[0].partitions[0]
+        assert (answer.error_code, answer.leader_epoch, answer.end_offset) == (
+            ErrorCode.none,
+            -1,
+            -1,
         )
+        for topic, partition in (("ep", -1), ("ep", 1), ("nope", 0)):
+            answer = (await client.request(epoch_request(-1, 0, topic, partition))).topics[0]
+            assert answer.partitions[0].error_code == ErrorCode.unknown_topic_or_partition
+        stale = fetch_request("ep", {0: 10}, current_leader_epoch=0)
         assert (
-            partitions_of(await client.call(stale))[0].error_code == ErrorCode.fenced_leader_epoch
+            partitions_of(await client.request(stale))[0].error_code
+            == ErrorCode.fenced_leader_epoch
         )
         # Produced batches carry the new epoch.
-        await client.call(produce("ep", {0: build_batch([b"d"], timestamp=1)}))
-        fetched = partitions_of(await client.call(fetch("ep", {0: 10})))[0]
+        await client.request(produce("ep", {0: build_batch([b"d"], timestamp=1)}))
+        fetched = partitions_of(await client.request(fetch("ep", {0: 10})))[0]
         assert read_header(fetched.records).partition_leader_epoch == 1
         assert [r.offset for r in decode_batch(fetched.records)] == [10]
         await client.close()
@@ -672,31 +507,33 @@ def test_epochless_fetch_past_a_restore_is_out_of_range_once(redis_url: str) -> 
 
     async def scenario(server: Server) -> None:
         log = server.broker.log
-        lagging, reader, fresh = [await WireClient.connect(server.port) for _ in range(3)]
-        await lagging.call(metadata("el"))
-        await lagging.call(
+        lagging, reader, fresh = [await AsyncConnection.connect(server.port) for _ in range(3)]
+        await lagging.request(metadata("el"))
+        await lagging.request(
             produce("el", {0: build_batch(words := [b"a", b"b", b"c", b"d", b"e"], timestamp=1)})
         )
         for client in (lagging, reader):
-            fetched = partitions_of(await client.call(fetch("el", {0: 0})))[0]
+            fetched = partitions_of(await client.request(fetch("el", {0: 0})))[0]
             assert [r.value for r in decode_batch(fetched.records)] == words
         # Redis loses everything; the archive held offsets 0-2; new records take 3 on.
         config = await log.topic("el")
         await log.redis.flushall()
         await log.restore([RestoredTopic(config, [RestoredPartition(3, 0)])], 0, 0)
-        await lagging.call(produce("el", {0: build_batch([b"x", b"y", b"z", b"w"], timestamp=1)}))
+        await lagging.request(
+            produce("el", {0: build_batch([b"x", b"y", b"z", b"w"], timestamp=1)})
+        )
 
-        def error(response) -> ErrorCode:
+        def error(response: Any) -> ErrorCode:
             return partitions_of(response)[0].error_code
 
         # At 5 (after reading 0-4), past the restore point 3: told once, then served.
-        assert error(await lagging.call(fetch("el", {0: 5}))) == ErrorCode.offset_out_of_range
-        again = partitions_of(await lagging.call(fetch("el", {0: 5})))[0]
+        assert error(await lagging.request(fetch("el", {0: 5}))) == ErrorCode.offset_out_of_range
+        again = partitions_of(await lagging.request(fetch("el", {0: 5})))[0]
         assert again.error_code == ErrorCode.none and again.high_watermark == 7
         # A position at or below the restore point lost nothing; a new connection is not
         # known to have read anything.
-        assert error(await reader.call(fetch("el", {0: 3}))) == ErrorCode.none
-        assert error(await fresh.call(fetch("el", {0: 5}))) == ErrorCode.none
+        assert error(await reader.request(fetch("el", {0: 3}))) == ErrorCode.none
+        assert error(await fresh.request(fetch("el", {0: 5}))) == ErrorCode.none
         for client in (lagging, reader, fresh):
             await client.close()
 

@@ -21,8 +21,9 @@ import pytest
 import redis
 
 from kafkaesque.records import decode_batch, read_header, split_batches
+from tests.kafka_client import Connection
 from tests.storage.test_served import archived_to, archiving_broker, wait_until  # noqa: F401
-from tests.wire import raw
+from tests.wire.common import stored_batches
 from tests.wire.conftest import Broker
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -220,10 +221,10 @@ def test_consumer_is_told_when_offsets_it_read_were_lost(
         produce(broker.bootstrap, topic, FRESH)
         # The restore raised the epoch (0 -> 1) and the new records, in Redis from 1050 on,
         # carry it.
-        with raw.Connection(broker.bootstrap) as conn:
-            fresh = split_batches(raw.fetch(conn, topic, 0, ARCHIVED).records)
+        with Connection(broker.bootstrap) as conn:
+            fresh = split_batches(conn.fetch(topic, 0, ARCHIVED).records)
         assert {read_header(b).partition_leader_epoch for b in fresh} == {1}
-        batches = raw.stored_batches(broker.bootstrap, topic, 0)
+        batches = stored_batches(broker.bootstrap, topic, 0)
         stored = [(r.offset, r.value) for b in batches for r in decode_batch(b)]
         assert stored == list(enumerate(OLD[:ARCHIVED] + FRESH))
 
@@ -330,7 +331,7 @@ def test_idempotent_producer_goes_on_across_the_loss(
     restored_at = int(redis.Redis.from_url(redis_url).hget(f"ks:{{{topic}:0}}:epochs", 1))
     records = [
         (r.offset, r.value)
-        for b in raw.stored_batches(broker.bootstrap, topic, 0)
+        for b in stored_batches(broker.bootstrap, topic, 0)
         for r in decode_batch(b)
     ]
     assert [o for o, _ in records] == list(range(len(records)))  # each offset once, no gap

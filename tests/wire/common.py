@@ -1,18 +1,35 @@
-"""Records the client tests produce and compare, in one normal form."""
+"""What the wire tests produce and compare, in one normal form: the records clients send
+and receive (``Rec``), numbered records for group tests (``value_of``, ``Record``) produced
+over a raw connection, and the server's view of them: stored batches, committed offsets,
+the CLI's output."""
 
 from __future__ import annotations
 
 import base64
 import json
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from tests.wire import raw
+from kio.schema.errors import ErrorCode
+
+from kafkaesque.records import build_batch, read_header, split_batches
+from tests.kafka_client import Connection
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 CODEC_IDS = {name: i for i, name in enumerate(CODECS)}
 PARTITIONS = 3
 BASE_TIMESTAMP = 1_700_000_000_000  # CreateTime the tests give records, ms
+TIMEOUT = 30.0  # seconds a client may take for one step
+# serve options that make group tests fast: a new group waits 200 ms for more members,
+# and members may ask for session timeouts from 1 s.
+FAST_GROUP_ARGS = (
+    "--group-initial-rebalance-delay-ms",
+    "200",
+    "--group-min-session-timeout-ms",
+    "1000",
+)
 
 
 @dataclass(frozen=True)
@@ -121,9 +138,160 @@ def cli_lines_input(partitions: int = PARTITIONS, per_partition: int = 5) -> byt
 
 def check_codec(bootstrap: str, topic: str, codec: str, partitions: int = PARTITIONS) -> None:
     """Every stored batch of the topic uses the codec the client was told to use."""
-    stored = raw.stored_codecs(bootstrap, topic, partitions)
+    stored = stored_codecs(bootstrap, topic, partitions)
     assert stored == {CODEC_IDS[codec]}, f"stored codecs {stored}, expected {codec}"
+
+
+def stored_batches(bootstrap: str, topic: str, partition: int) -> list[bytes]:
+    """Every batch of a partition, as the server returns them from Fetch."""
+    out: list[bytes] = []
+    offset = 0
+    with Connection(bootstrap) as conn:
+        end = conn.list_offset(topic, partition, -1).offset
+        while offset < end:
+            part = conn.fetch(topic, partition, offset)
+            assert part.error_code == ErrorCode.none, part
+            batches = split_batches(part.records or b"")
+            assert batches, f"no batch at offset {offset} of {topic}[{partition}] (end {end})"
+            for batch in batches:
+                header = read_header(batch)
+                if header.base_offset + header.last_offset_delta >= offset:
+                    out.append(batch)
+                    offset = header.base_offset + header.last_offset_delta + 1
+    return out
+
+
+def stored_codecs(bootstrap: str, topic: str, partitions: int) -> set[int]:
+    """The compression codecs (0 none .. 4 zstd) of every stored batch of the topic."""
+    return {
+        read_header(batch).attributes & 0x07
+        for p in range(partitions)
+        for batch in stored_batches(bootstrap, topic, p)
+    }
 
 
 def recent(timestamp: int, slack_ms: int = 120_000) -> bool:
     return abs(timestamp - int(time.time() * 1000)) < slack_ms
+
+
+# -- numbered records, for group tests -----------------------------------------------------
+
+Record = tuple[int, int, str]  # a record consumed in a group: partition, offset, value
+
+
+def value_of(i: int) -> str:
+    """The value of record i of a topic produced with ``produce_numbered``."""
+    return f"r-{i:08d}"
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Create a topic over a raw connection."""
+    with Connection(bootstrap) as conn:
+        result = conn.create_topic(topic, partitions)
+        assert result.error_code == ErrorCode.none, result
+
+
+def produce_numbered(
+    bootstrap: str, topic: str, partitions: int, start: int, count: int, batch: int = 500
+) -> dict[int, int]:
+    """Records ``value_of(i)`` for i in [start, start + count), record i to partition
+    i % partitions, in batches of up to ``batch`` records. Returns partition -> log end."""
+    per_partition: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+    for i in range(start, start + count):
+        per_partition[i % partitions].append(value_of(i).encode())
+    ends = {}
+    with Connection(bootstrap) as conn:
+        for p, values in per_partition.items():
+            for k in range(0, len(values), batch):
+                resp = conn.produce(topic, p, build_batch(values[k : k + batch]))
+                assert resp.error_code == ErrorCode.none, resp
+            ends[p] = conn.list_offset(topic, p, -1).offset
+    return ends
+
+
+def positions_after(records: Iterable[Record]) -> dict[int, int]:
+    """partition -> offset after the last of ``records`` on it."""
+    out: dict[int, int] = {}
+    for p, offset, _ in records:
+        out[p] = max(out.get(p, 0), offset + 1)
+    return out
+
+
+class Collector:
+    """Records consumed a poll at a time, until ``count`` came or ``timeout`` passed."""
+
+    def __init__(self, count: int, timeout: float = TIMEOUT) -> None:
+        self.count = count
+        self.records: list[Record] = []
+        self.deadline = time.monotonic() + timeout
+
+    def wanted(self) -> int:
+        """How many records the next poll may return (500 at most); 0 when done."""
+        left = self.count - len(self.records)
+        if left <= 0 or time.monotonic() >= self.deadline:
+            return 0
+        return min(500, left)
+
+    def result(self, context: str = "") -> list[Record]:
+        """The records; fails unless exactly ``count`` came."""
+        got = len(self.records)
+        assert got == self.count, f"got {got} of {self.count} records{context}"
+        return self.records
+
+
+def wait_until(
+    condition: Callable[[], Any],
+    what: str,
+    timeout: float = TIMEOUT,
+    context: Callable[[], str] = lambda: "",
+    interval: float = 0.05,
+) -> Any:
+    """Poll ``condition`` until it returns something true; fail with ``context()``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{context()}")
+        time.sleep(interval)
+
+
+def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The group's committed offsets of the topic's partitions (-1: none)."""
+    with Connection(bootstrap) as conn:
+        fetched = conn.offset_fetch(group, {topic: list(range(partitions))})
+    return {p: offset for (_, p), (offset, _, _) in fetched.items()}
+
+
+def wait_committed(
+    bootstrap: str, group: str, topic: str, partitions: int, ends: dict[int, int]
+) -> None:
+    """Wait until the group's committed offsets of the topic's partitions are ``ends``."""
+    wait_until(
+        lambda: committed(bootstrap, group, topic, partitions) == ends,
+        f"committed offsets {ends}",
+        context=lambda: str(committed(bootstrap, group, topic, partitions)),
+    )
+
+
+def cli_group(broker: Any, group: str) -> dict:
+    """``kafkaesque group GROUP`` parsed: state, generation, members, and per partition
+    (topic, partition) -> (committed, end, lag) as strings."""
+    text = broker.cli("group", group).stdout.decode()
+    out: dict[str, Any] = {"text": text, "rows": {}, "member_lines": []}
+    lines = text.splitlines()
+    in_rows = False
+    for line in lines:
+        if line.split()[:2] == ["topic", "partition"]:
+            in_rows = True
+            continue
+        if in_rows:
+            t, p, c, end, lag, _member = line.split()
+            out["rows"][t, int(p)] = (c, end, lag)
+        elif line.startswith("  "):
+            out["member_lines"].append(line.strip())
+        else:
+            key, _, value = line.partition(" ")
+            out[key] = value.strip()
+    return out

@@ -22,7 +22,7 @@ import pytest
 import redis
 
 from tests.servers import RedisServer, free_port, wait_for_port
-from tests.wire.common import Rec, sample
+from tests.wire.clients import Client, make
 
 REPO = Path(__file__).resolve().parents[2]
 CLI_TIMEOUT = 120.0  # seconds for one CLI command
@@ -193,6 +193,7 @@ def topic_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
 
 
 @pytest.fixture
-def sample_records() -> list[Rec]:
-    """The records most produce tests send: see tests.wire.common.sample."""
-    return sample()
+def client(request: pytest.FixtureRequest, broker: Broker) -> Client:
+    """The adapter of the client library the test is parametrized with (indirectly: see
+    tests.wire.clients.params), on the module's server."""
+    return make(request.param, broker)

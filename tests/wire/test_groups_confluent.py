@@ -1,182 +1,79 @@
-"""confluent-kafka (librdkafka) consumer groups against the server: members sharing
-partitions, a member killed, restarts resuming from committed offsets, a broker restart,
-cooperative-sticky, static membership, the admin client, and raw bad input."""
+"""confluent-kafka (librdkafka) consumer groups against the server, where it differs from
+the other libraries (shared scenarios: test_groups_clients.py, test_groups_members.py): a
+broker restarted under a live group, cooperative-sticky rebalances, static membership."""
 
 from __future__ import annotations
 
 import itertools
-import re
 import time
 
 import pytest
 
+from tests.kafka_client import Connection
 from tests.wire import conftest as wire_conftest
 from tests.wire import groups_common as gc
-from tests.wire import raw
-
-confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka import (  # noqa: E402
-    Consumer,
-    ConsumerGroupState,
-    KafkaError,
-    KafkaException,
-    TopicPartition,
+from tests.wire.common import (
+    FAST_GROUP_ARGS,
+    TIMEOUT,
+    cli_group,
+    committed,
+    create_topic,
+    produce_numbered,
+    value_of,
+    wait_until,
 )
-from confluent_kafka.admin import AdminClient  # noqa: E402
 
-TIMEOUT = 30.0
+pytest.importorskip("confluent_kafka")
+from confluent_kafka import TopicPartition
 
+from tests.wire.clients.confluent import (
+    Confluent,
+    Logs,
+    consume_and_commit,
+    group_consumer,
+    nothing_more,
+    poll,
+)
 
-BROKER_ARGS = gc.FAST_GROUP_ARGS  # the module's server: short group delays
-
-
-class Logs:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def error_cb(self, err) -> None:
-        self.lines.append(f"error_cb: {err}")
-
-    def log(self, level: int, fmt: str, *args) -> None:  # a logging.Logger look-alike
-        self.lines.append(fmt % args if args else fmt)
-
-    def __str__(self) -> str:
-        return "\n".join(self.lines[-60:])
+BROKER_ARGS = FAST_GROUP_ARGS  # the module's server: short group delays
 
 
-def consumer(bootstrap: str, group: str, logs: Logs, **config) -> Consumer:
-    return Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "client.id": "wire-tests-confluent",
-            "broker.address.family": "v4",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "session.timeout.ms": gc.SESSION_MS,
-            "heartbeat.interval.ms": gc.HEARTBEAT_MS,
-            "fetch.wait.max.ms": 100,
-            "error_cb": logs.error_cb,
-            "logger": logs,
-            **config,
-        }
-    )
-
-
-def admin(bootstrap: str) -> tuple[AdminClient, Logs]:
-    logs = Logs()
-    client = AdminClient(
-        {
-            "bootstrap.servers": bootstrap,
-            "broker.address.family": "v4",
-            "error_cb": logs.error_cb,
-            "logger": logs,
-        }
-    )
-    return client, logs
-
-
-def consume_values(c: Consumer, count: int, logs: Logs) -> list[gc.Record]:
-    """Poll until ``count`` records came; returns them (fails on an error)."""
-    got = gc.Collector(count)
-    while wanted := got.wanted():
-        for msg in c.consume(wanted, 0.2):
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    continue
-                pytest.fail(f"consume error {msg.error()}; librdkafka log:\n{logs}")
-            got.records.append((msg.partition(), msg.offset(), msg.value().decode()))
-    return got.result(f"; log:\n{logs}")
-
-
-def nothing_more(c: Consumer, seconds: float = 0.5) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        for msg in c.consume(100, 0.1):
-            assert msg.error() is not None, f"unexpected record {msg.value()!r}"
-
-
-def consume_and_commit(
-    c: Consumer, topic: str, count: int, logs: Logs
-) -> tuple[list[gc.Record], dict[int, int]]:
-    """Subscribe, consume ``count`` records and commit (synchronously) the positions after
-    them; returns the records and those positions."""
-    c.subscribe([topic])
-    got = consume_values(c, count, logs)
-    positions = gc.positions_after(got)
-    c.commit(
-        offsets=[TopicPartition(topic, p, o) for p, o in positions.items()], asynchronous=False
-    )
-    return got, positions
-
-
-# -- 1. a restarted consumer resumes from the committed offsets ----------------------------
-
-
-def test_restarted_consumer_resumes_from_committed_offsets(broker, topic_name):
-    topic = topic_name()
-    group = f"g-{topic}"
-
-    def first_consumer(count: int) -> tuple[list[gc.Record], dict[int, int]]:
-        logs = Logs()
-        c = consumer(broker.bootstrap, group, logs)
-        try:
-            half, positions = consume_and_commit(c, topic, count, logs)
-            stored = c.committed([TopicPartition(topic, p) for p in positions], timeout=TIMEOUT)
-            return half, {tp.partition: tp.offset for tp in stored}
-        finally:
-            c.close()
-
-    def second_consumer(count: int) -> list[gc.Record]:
-        logs = Logs()
-        c = consumer(broker.bootstrap, group, logs)
-        try:
-            c.subscribe([topic])
-            rest = consume_values(c, count, logs)
-            nothing_more(c)
-            return rest
-        finally:
-            c.close()
-
-    gc.check_restart_resumes(broker.bootstrap, topic, first_consumer, second_consumer)
-
-
-# -- 2. a broker restarted under a live group ----------------------------------------------
+# -- 1. a broker restarted under a live group ----------------------------------------------
 
 
 def test_broker_restart_keeps_committed_offsets_and_the_cli(
     broker_factory, topic_name, monkeypatch
 ):
-    first = broker_factory(*gc.FAST_GROUP_ARGS)
+    first = broker_factory(*FAST_GROUP_ARGS)
     topic, partitions, total = topic_name(), 3, 600
     group = f"g-{topic}"
-    gc.create_topic(first.bootstrap, topic, partitions)
-    ends = gc.produce_numbered(first.bootstrap, topic, partitions, 0, total)
+    create_topic(first.bootstrap, topic, partitions)
+    ends = produce_numbered(first.bootstrap, topic, partitions, 0, total)
     logs = Logs()
-    live = consumer(first.bootstrap, group, logs, **{"session.timeout.ms": 15_000})
+    live = group_consumer(first.bootstrap, group, logs, **{"session.timeout.ms": 15_000})
     second = None
     try:
         got, positions = consume_and_commit(live, topic, total // 2, logs)
         expected = {p: positions.get(p, -1) for p in range(partitions)}
-        assert gc.committed(first.bootstrap, group, topic, partitions) == expected
-        before = gc.cli_group(first, group)
+        assert committed(first.bootstrap, group, topic, partitions) == expected
+        before = cli_group(first, group)
         assert before["state"] == "Stable" and before["members"] == "1", before["text"]
 
         # SIGTERM the broker under the live member; a new one on the same port and Redis.
         assert first.stop() == 0, first.stderr()
         monkeypatch.setattr(wire_conftest, "free_port", lambda: first.port)
-        second = broker_factory(*gc.FAST_GROUP_ARGS)
+        second = broker_factory(*FAST_GROUP_ARGS)
         monkeypatch.undo()
         assert second.bootstrap == first.bootstrap
 
-        assert gc.committed(second.bootstrap, group, topic, partitions) == expected
+        assert committed(second.bootstrap, group, topic, partitions) == expected
         # The live consumer gets the same committed offsets from the new broker.
         stored = live.committed(
             [TopicPartition(topic, p) for p in range(partitions)], timeout=TIMEOUT
         )
         assert {tp.partition: tp.offset for tp in stored if tp.offset >= 0} == positions, logs
         # The group survived with its member and generation: no rebalance was needed.
-        after = gc.cli_group(second, group)
+        after = cli_group(second, group)
         assert (after["state"], after["members"], after["generation"]) == (
             "Stable",
             "1",
@@ -187,17 +84,17 @@ def test_broker_restart_keeps_committed_offsets_and_the_cli(
 
     # A new consumer resumes at the committed offsets.
     logs2 = Logs()
-    resumed = consumer(second.bootstrap, group, logs2)
+    resumed = group_consumer(second.bootstrap, group, logs2)
     try:
         resumed.subscribe([topic])
-        rest = consume_values(resumed, total - len(got), logs2)
+        rest = poll(resumed, total - len(got), logs2)
         nothing_more(resumed, 0.3)
-        assert {v for _, _, v in rest} == {gc.value_of(i) for i in range(total)} - {
+        assert {v for _, _, v in rest} == {value_of(i) for i in range(total)} - {
             v for _, _, v in got
         }
 
         # The CLI shows the committed offsets and the lag; it will not reset an active group.
-        shown = gc.cli_group(second, group)
+        shown = cli_group(second, group)
         assert shown["members"] == "1", shown["text"]
         for p in range(partitions):
             c = positions.get(p)
@@ -209,17 +106,17 @@ def test_broker_restart_keeps_committed_offsets_and_the_cli(
         refused = second.cli("group", group, topic, "--reset-offsets", "earliest", check=False)
         assert refused.returncode == 1, refused
         assert b"active members" in refused.stderr, refused.stderr
-        assert gc.committed(second.bootstrap, group, topic, partitions) == expected
+        assert committed(second.bootstrap, group, topic, partitions) == expected
     finally:
         resumed.close()
 
     # Once the members left, the reset works; `groups` lists the group.
     done = second.cli("group", group, topic, "--reset-offsets", "earliest")
     assert done.returncode == 0
-    assert gc.committed(second.bootstrap, group, topic, partitions) == dict.fromkeys(
+    assert committed(second.bootstrap, group, topic, partitions) == dict.fromkeys(
         range(partitions), 0
     )
-    shown = gc.cli_group(second, group)
+    shown = cli_group(second, group)
     assert shown["state"] == "Empty" and shown["members"] == "0", shown["text"]
     assert all(
         shown["rows"][topic, p] == ("0", str(ends[p]), str(ends[p])) for p in range(partitions)
@@ -227,14 +124,14 @@ def test_broker_restart_keeps_committed_offsets_and_the_cli(
     assert group in second.cli("groups").stdout.decode().split()
 
 
-# -- 3. cooperative-sticky rebalances incrementally -----------------------------------------
+# -- 2. cooperative-sticky rebalances incrementally -----------------------------------------
 
 
 def test_cooperative_sticky_only_revokes(broker, topic_name, tmp_path):
     topic, partitions = topic_name(), 6
     group = f"g-{topic}"
-    gc.create_topic(broker.bootstrap, topic, partitions)
-    gc.produce_numbered(broker.bootstrap, topic, partitions, 0, 3000)
+    create_topic(broker.bootstrap, topic, partitions)
+    produce_numbered(broker.bootstrap, topic, partitions, 0, 3000)
     common = ("confluent", broker.bootstrap, topic, group)
     members = gc.start_members(tmp_path, ["a", "b"], *common, strategy="cooperative-sticky")
     try:
@@ -274,13 +171,13 @@ def test_cooperative_sticky_only_revokes(broker, topic_name, tmp_path):
         gc.stop_all(members)
 
 
-# -- 4. static membership ------------------------------------------------------------------
+# -- 3. static membership ------------------------------------------------------------------
 
 
 def test_static_member_restart_keeps_its_partitions(broker, topic_name, tmp_path):
     topic, partitions = topic_name(), 6
     group = f"g-{topic}"
-    gc.create_topic(broker.bootstrap, topic, partitions)
+    create_topic(broker.bootstrap, topic, partitions)
     common = ("confluent", broker.bootstrap, topic, group)
     a = gc.MemberProcess(tmp_path, "a", *common, session_ms=10_000, instance_id="static-a")
     b = gc.MemberProcess(tmp_path, "b", *common, session_ms=10_000, instance_id="static-b")
@@ -291,13 +188,13 @@ def test_static_member_restart_keeps_its_partitions(broker, topic_name, tmp_path
         for m in members:
             m.go()
         split = gc.wait_for_split(members, partitions)
-        shown = gc.cli_group(broker, group)
+        shown = cli_group(broker, group)
         assert shown["state"] == "Stable" and shown["members"] == "2", shown["text"]
         seen_b = len(b.callbacks())
         # Closing a static member sends no LeaveGroup: its place stays for the session.
         assert a.stop() == 0, a.describe()
-        with raw.Connection(broker.bootstrap) as conn:
-            described = gc.describe_group(conn, group)
+        with Connection(broker.bootstrap) as conn:
+            described = conn.describe_group(group)
         assert described.group_state == "Stable", described
         assert sorted(m.group_instance_id for m in described.members) == ["static-a", "static-b"]
         # It comes back under the same instance id: same partitions, no rebalance.
@@ -305,20 +202,20 @@ def test_static_member_restart_keeps_its_partitions(broker, topic_name, tmp_path
         members.append(again)
         again.wait_ready()
         again.go()
-        gc.wait_until(
+        wait_until(
             lambda: again.current(), "the restarted member's assignment", context=again.describe
         )
         assert sorted(again.current()) == split[0], gc.describe_members(members)
         time.sleep(1.0)  # a rebalance, if one had started, would show by now
         assert sorted(b.current() or ()) == split[1], gc.describe_members(members)
         assert b.callbacks()[seen_b:] == [], b.callbacks()
-        shown_after = gc.cli_group(broker, group)
+        shown_after = cli_group(broker, group)
         assert shown_after["generation"] == shown["generation"], (
             shown["text"],
             shown_after["text"],
         )
         assert shown_after["state"] == "Stable" and shown_after["members"] == "2"
-        admin_client, logs = admin(broker.bootstrap)
+        admin_client, logs = Confluent(broker).admin()
         desc = admin_client.describe_consumer_groups([group], request_timeout=TIMEOUT)[
             group
         ].result(timeout=TIMEOUT)
@@ -329,245 +226,3 @@ def test_static_member_restart_keeps_its_partitions(broker, topic_name, tmp_path
         assert by_instance == {"static-a": split[0], "static-b": split[1]}, logs
     finally:
         gc.stop_all(members)
-
-
-# -- 5. bad input over a raw socket ----------------------------------------------------------
-
-CLIENT_ID = "raw-groups"
-MEMBER_ID = re.compile(
-    rf"^{CLIENT_ID}-[0-9a-f]{{8}}-[0-9a-f]{{4}}-[0-9a-f]{{4}}-[0-9a-f]{{4}}-[0-9a-f]{{12}}$"
-)
-
-
-def test_raw_join_requires_member_id_then_syncs(broker, topic_name):
-    topic = topic_name()
-    group = f"g-{topic}"
-    gc.create_topic(broker.bootstrap, topic, 2)
-    with raw.Connection(broker.bootstrap) as conn:
-        for version in (4, 5):
-            first = gc.join_group(
-                conn, f"{group}-v{version}", topics=[topic], version=version, client_id=CLIENT_ID
-            )
-            assert first.error_code == gc.MEMBER_ID_REQUIRED, first
-            assert MEMBER_ID.match(first.member_id), first.member_id
-            assert first.generation_id == -1 and not first.members, first
-        joined = gc.join_group(
-            conn, f"{group}-v5", first.member_id, topics=[topic], client_id=CLIENT_ID
-        )
-        assert joined.error_code == gc.NONE, joined
-        assert joined.member_id == joined.leader == first.member_id
-        assert joined.protocol_name == "range" and joined.generation_id >= 1
-        assert [(m.member_id, m.metadata) for m in joined.members] == [
-            (first.member_id, gc.subscription([topic]))
-        ]
-        mine = gc.assignment_bytes({topic: [0, 1]})
-        synced = gc.sync_group(
-            conn, f"{group}-v5", joined.generation_id, joined.member_id, {joined.member_id: mine}
-        )
-        assert synced.error_code == gc.NONE and synced.assignment == mine, synced
-        assert gc.heartbeat(conn, f"{group}-v5", joined.generation_id, joined.member_id) == 0
-        described = gc.describe_group(conn, f"{group}-v5")
-        assert described.group_state == "Stable", described
-        (member,) = described.members
-        assert (member.member_id, member.client_id) == (joined.member_id, CLIENT_ID)
-        assert member.member_assignment == mine
-        left = gc.leave_group(conn, f"{group}-v5", joined.member_id)
-        assert left.error_code == gc.NONE and left.members[0].error_code == gc.NONE, left
-        assert gc.describe_group(conn, f"{group}-v5").group_state == "Empty"
-        # JoinGroup v3 and older: no MEMBER_ID_REQUIRED round.
-        old = gc.join_group(conn, f"{group}-v3", topics=[topic], version=3, client_id=CLIENT_ID)
-        assert old.error_code == gc.NONE and MEMBER_ID.match(old.member_id), old
-        gc.leave_group(conn, f"{group}-v3", old.member_id)
-        assert gc.describe_group(conn, f"{group}-v3").group_state == "Empty"
-
-
-def test_raw_commit_and_heartbeat_errors(broker, topic_name):
-    topic = topic_name()
-    group = f"g-{topic}"
-    gc.create_topic(broker.bootstrap, topic, 2)
-    with raw.Connection(broker.bootstrap) as conn:
-        joined = gc.join_new_member(conn, group, [topic], client_id=CLIENT_ID)
-        gen, me = joined.generation_id, joined.member_id
-        synced = gc.sync_group(conn, group, gen, me, {me: gc.assignment_bytes({topic: [0, 1]})})
-        assert synced.error_code == gc.NONE, synced
-
-        def commit(offsets, generation=gen, member=me):
-            return gc.offset_commit(conn, group, generation, member, offsets)
-
-        # Unknown topic and unknown partition, next to a good partition.
-        assert commit(
-            {
-                (topic, 0): (1, "ok"),
-                (topic, 2): (1, None),
-                (f"{topic}-missing", 0): (1, None),
-            }
-        ) == {
-            (topic, 0): gc.NONE,
-            (topic, 2): gc.UNKNOWN_TOPIC_OR_PARTITION,
-            (f"{topic}-missing", 0): gc.UNKNOWN_TOPIC_OR_PARTITION,
-        }
-        assert commit({(topic, -1): (1, None)}) == {(topic, -1): gc.UNKNOWN_TOPIC_OR_PARTITION}
-        # A stale (or future) generation, an unknown member.
-        assert commit({(topic, 0): (2, None)}, generation=gen - 1) == {
-            (topic, 0): gc.ILLEGAL_GENERATION
-        }
-        assert commit({(topic, 0): (2, None)}, generation=gen + 5) == {
-            (topic, 0): gc.ILLEGAL_GENERATION
-        }
-        assert commit({(topic, 0): (2, None)}, member=f"{CLIENT_ID}-nobody") == {
-            (topic, 0): gc.UNKNOWN_MEMBER_ID
-        }
-        # A standalone commit (generation -1, no member) while the group has members.
-        assert commit({(topic, 0): (2, None)}, generation=-1, member="") == {
-            (topic, 0): gc.UNKNOWN_MEMBER_ID
-        }
-        # Metadata up to 4096 bytes is kept; more is refused, per partition.
-        big = "m" * 4096
-        assert commit({(topic, 0): (3, big), (topic, 1): (4, big + "m")}) == {
-            (topic, 0): gc.NONE,
-            (topic, 1): gc.OFFSET_METADATA_TOO_LARGE,
-        }
-        assert gc.offset_fetch(conn, group, {topic: [0, 1]}) == {
-            (topic, 0): (3, big, gc.NONE),
-            (topic, 1): (-1, "", gc.NONE),
-        }
-        # Nothing refused was stored; metadata strings (not ASCII too) come back as sent.
-        assert commit({(topic, 0): (5, "käse 🧀"), (topic, 1): (7, None)}) == {
-            (topic, 0): gc.NONE,
-            (topic, 1): gc.NONE,
-        }
-        assert gc.offset_fetch(conn, group, None) == {
-            (topic, 0): (5, "käse 🧀", gc.NONE),
-            (topic, 1): (7, "", gc.NONE),
-        }
-        # Heartbeats: unknown member, stale generation, the real one.
-        assert gc.heartbeat(conn, group, gen, f"{CLIENT_ID}-nobody") == gc.UNKNOWN_MEMBER_ID
-        assert gc.heartbeat(conn, f"{group}-none", 1, me) == gc.UNKNOWN_MEMBER_ID
-        assert gc.heartbeat(conn, group, gen - 1, me) == gc.ILLEGAL_GENERATION
-        assert gc.heartbeat(conn, group, gen, me) == gc.NONE
-        # Sync for an unknown member, leave twice.
-        bad = gc.sync_group(conn, group, gen, f"{CLIENT_ID}-nobody", {})
-        assert bad.error_code == gc.UNKNOWN_MEMBER_ID, bad
-        assert gc.leave_group(conn, group, me).members[0].error_code == gc.NONE
-        assert gc.leave_group(conn, group, me).members[0].error_code == gc.UNKNOWN_MEMBER_ID
-        # The group is empty now: a standalone commit works, and old members are unknown.
-        assert commit({(topic, 1): (8, "standalone")}, generation=-1, member="") == {
-            (topic, 1): gc.NONE
-        }
-        assert commit({(topic, 0): (9, None)}) == {(topic, 0): gc.UNKNOWN_MEMBER_ID}
-        assert gc.offset_fetch(conn, group, {topic: [1]}) == {(topic, 1): (8, "standalone", 0)}
-        # DescribeGroups / DeleteGroups of a group that does not exist.
-        assert gc.describe_group(conn, f"{group}-none").group_state == "Dead"
-        assert gc.delete_groups(conn, [f"{group}-none"]) == {f"{group}-none": gc.GROUP_ID_NOT_FOUND}
-        # The server is still up, on this very connection.
-        assert raw.api_versions(conn).error_code == raw.NONE
-    assert broker.alive()
-
-
-def test_raw_rebalance_generations(broker, topic_name):
-    """A second member starts a rebalance: the first learns of it by heartbeat, commits of
-    its old generation are then refused, and after the new round the old one is stale."""
-    topic = topic_name()
-    group = f"g-{topic}"
-    gc.create_topic(broker.bootstrap, topic, 2)
-    with raw.Connection(broker.bootstrap) as c1, raw.Connection(broker.bootstrap) as c2:
-        first = gc.join_new_member(c1, group, [topic])
-        gen1, m1 = first.generation_id, first.member_id
-        assert gc.sync_group(c1, group, gen1, m1, {m1: b""}).error_code == gc.NONE
-        # The second member's join waits at the barrier until the first joins again.
-        pending = gc.join_group(c2, group, topics=[topic])
-        assert pending.error_code == gc.MEMBER_ID_REQUIRED
-        m2 = pending.member_id
-        waiting = gc.join_request(group, m2, topics=[topic])
-        c2.send(raw.encode_request(waiting, 4242))
-        gc.wait_until(
-            lambda: gc.heartbeat(c1, group, gen1, m1) == gc.REBALANCE_IN_PROGRESS,
-            "the first member to hear of the rebalance",
-            timeout=10,
-        )
-        # While the rebalance is prepared, the current generation may still commit.
-        assert gc.offset_commit(c1, group, gen1, m1, {(topic, 0): (1, None)}) == {
-            (topic, 0): gc.NONE
-        }
-        again = gc.join_group(c1, group, m1, topics=[topic])
-        assert again.error_code == gc.NONE and again.generation_id == gen1 + 1, again
-        second = gc.read_response(c2, waiting, 4242)
-        assert second.error_code == gc.NONE and second.generation_id == gen1 + 1, second
-        assert second.leader == m1 and not second.members, second
-        assert {m.member_id for m in again.members} == {m1, m2}
-        gen2 = again.generation_id
-        assert gc.offset_commit(c1, group, gen1, m1, {(topic, 0): (2, None)}) == {
-            (topic, 0): gc.ILLEGAL_GENERATION
-        }
-        assert gc.heartbeat(c1, group, gen1, m1) == gc.ILLEGAL_GENERATION
-        assignments = {m1: gc.assignment_bytes({topic: [0]}), m2: gc.assignment_bytes({topic: [1]})}
-        assert gc.sync_group(c1, group, gen2, m1, assignments).assignment == assignments[m1]
-        synced = gc.sync_group(c2, group, gen2, m2, {})
-        assert synced.error_code == gc.NONE and synced.assignment == assignments[m2]
-        assert gc.offset_commit(c2, group, gen2, m2, {(topic, 1): (3, "m2")}) == {
-            (topic, 1): gc.NONE
-        }
-        # DeleteGroups is refused while the group has members.
-        assert gc.delete_groups(c1, [group]) == {group: gc.NON_EMPTY_GROUP}
-        assert group in gc.list_groups(c1)
-        gc.leave_group(c1, group, m1)
-        gc.leave_group(c2, group, m2)
-        assert gc.delete_groups(c1, [group]) == {group: gc.NONE}
-        assert group not in gc.list_groups(c1)
-        assert gc.offset_fetch(c1, group, {topic: [0, 1]}) == {
-            (topic, 0): (-1, "", 0),
-            (topic, 1): (-1, "", 0),
-        }
-
-
-# -- 6. the admin client ----------------------------------------------------------------------
-
-
-def test_admin_list_describe_delete_groups(broker, topic_name, tmp_path):
-    from confluent_kafka import ConsumerGroupTopicPartitions
-
-    topic, partitions = topic_name(), 3
-    group = f"g-{topic}"
-    client, logs = admin(broker.bootstrap)
-    members = gc.two_committed_members(broker, tmp_path, topic, group, "confluent", partitions)
-    with members as (split, ends):
-        listed = client.list_consumer_groups(request_timeout=TIMEOUT).result(timeout=TIMEOUT)
-        assert not listed.errors, listed.errors
-        found = [g for g in listed.valid if g.group_id == group]
-        assert len(found) == 1 and not found[0].is_simple_consumer_group, f"{found}\n{logs}"
-
-        desc = client.describe_consumer_groups([group], request_timeout=TIMEOUT)[group].result(
-            timeout=TIMEOUT
-        )
-        assert desc.state == ConsumerGroupState.STABLE, desc
-        assert desc.partition_assignor == "range"
-        assert not desc.is_simple_consumer_group
-        assert desc.coordinator.id == 0
-        assigned = sorted(
-            sorted(tp.partition for tp in m.assignment.topic_partitions) for m in desc.members
-        )
-        assert assigned == sorted(split), desc.members
-        assert {m.client_id for m in desc.members} == {"confluent-a", "confluent-b"}
-
-        offsets = client.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(group)], request_timeout=TIMEOUT
-        )[group].result(timeout=TIMEOUT)
-        assert {
-            tp.partition: tp.offset for tp in offsets.topic_partitions if tp.topic == topic
-        } == (ends)
-
-        refused = client.delete_consumer_groups([group], request_timeout=TIMEOUT)[group]
-        with pytest.raises(KafkaException) as exc:
-            refused.result(timeout=TIMEOUT)
-        assert exc.value.args[0].code() == KafkaError.NON_EMPTY_GROUP, exc.value
-    desc = client.describe_consumer_groups([group], request_timeout=TIMEOUT)[group].result(
-        timeout=TIMEOUT
-    )
-    assert desc.state == ConsumerGroupState.EMPTY and not desc.members, desc
-    client.delete_consumer_groups([group], request_timeout=TIMEOUT)[group].result(timeout=TIMEOUT)
-    listed = client.list_consumer_groups(request_timeout=TIMEOUT).result(timeout=TIMEOUT)
-    assert group not in {g.group_id for g in listed.valid}
-    assert group not in broker.cli("groups").stdout.decode().split()
-    assert gc.committed(broker.bootstrap, group, topic, partitions) == dict.fromkeys(
-        range(partitions), -1
-    )

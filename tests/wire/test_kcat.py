@@ -1,72 +1,21 @@
 """kcat (librdkafka 2.0.2 from Debian) against the server: produce with every codec, consume
 (-C -e, manual assignment), metadata listing (-L), the word list, and cross-checks with the
-CLI."""
+CLI (consuming what the CLI produced: test_clients.py)."""
 
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.wire.common import (
-    CODECS,
-    PARTITIONS,
-    Rec,
-    by_position,
-    check_codec,
-    cli_lines_input,
-    cli_records,
-    recent,
-)
+from tests.wire.clients import needs
+from tests.wire.clients.kcat import kcat, kcat_consume
+from tests.wire.common import CODECS, PARTITIONS, Rec, check_codec, cli_records, recent
 
-KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 WORDS = Path("/usr/share/dict/words")
-TIMEOUT = 120.0
 
-pytestmark = pytest.mark.skipif(KCAT is None, reason="kcat is not installed (scripts/setup.sh)")
-
-
-def kcat(broker, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    command = [KCAT, "-b", broker.bootstrap, "-X", "broker.address.family=v4", *args]
-    result = subprocess.run(
-        command,
-        input=input,
-        stdin=None if input is not None else subprocess.DEVNULL,
-        capture_output=True,
-        timeout=TIMEOUT,
-    )
-    assert result.returncode == 0, (
-        f"{' '.join(command)} exited with {result.returncode}:\n"
-        f"{result.stderr.decode(errors='replace')}"
-    )
-    return result
-
-
-def kcat_consume(broker, topic: str, *args: str) -> list[Rec]:
-    """Every record of the topic through ``kcat -C -J -e`` (assign, no group)."""
-    out = kcat(broker, "-C", "-t", topic, "-o", "beginning", "-e", "-J", "-q", *args).stdout
-    records = []
-    for line in out.splitlines():
-        obj = json.loads(line)
-        assert obj["tstype"] == "create", obj
-        names, values = obj.get("headers", [])[0::2], obj.get("headers", [])[1::2]
-        records.append(
-            Rec(
-                partition=obj["partition"],
-                offset=obj["offset"],
-                timestamp=obj["ts"],
-                key=None if obj["key"] is None else obj["key"].encode(),
-                value=None if obj["payload"] is None else obj["payload"].encode(),
-                headers=tuple(
-                    (n, None if v is None else v.encode())
-                    for n, v in zip(names, values, strict=True)
-                ),
-            )
-        )
-    return by_position(records)
+pytestmark = needs("kcat")
 
 
 FILLER = "-the-quick-brown-fox-jumps-over-the-lazy-dog" * 6
@@ -165,16 +114,6 @@ def test_metadata_listing(broker, topic_name):
 
     one = json.loads(kcat(broker, "-L", "-J", "-t", topic).stdout)
     assert [t["topic"] for t in one["topics"]] == [topic]
-
-
-def test_cli_produce_kcat_consume(broker, topic_name):
-    topic = topic_name()
-    broker.cli("create", topic, "--partitions", str(PARTITIONS))
-    lines = cli_lines_input()
-    broker.cli("produce", topic, "--key-separator", ":", input=lines)
-    expected = cli_records(broker, topic)
-    assert len(expected) == lines.count(b"\n")
-    assert kcat_consume(broker, topic) == expected
 
 
 @pytest.mark.skipif(not WORDS.exists(), reason="no /usr/share/dict/words (wamerican)")
