@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.client import Pipeline
+from redis.exceptions import RedisError
+
+from kafkaesque.errors import HotTierFull, from_redis
+from kafkaesque.outage import REDIS
 
 # Connections the broker may open to Redis: enough that requests rarely queue for one,
 # few enough that thousands of clients do not exhaust Redis' maxclients (10,000).
@@ -11,11 +18,57 @@ DEFAULT_MAX_CONNECTIONS = 128
 POOL_TIMEOUT = 30.0
 
 
-def redis_client(url: str, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> Redis:
+def _translated(exc: RedisError) -> Exception:
+    """Redis saying "not now" as the core's retriable error, noted in the outage log."""
+    error = from_redis(exc)
+    if error is None:
+        return exc
+    if not isinstance(error, HotTierFull):  # a full Redis still answers: not an outage
+        REDIS.failed(error)
+    return error
+
+
+class HotTierPipeline(Pipeline):
+    """A pipeline whose failures are translated like ``HotTier``'s commands."""
+
+    async def immediate_execute_command(self, *args: Any, **options: Any) -> Any:
+        try:
+            return await super().immediate_execute_command(*args, **options)
+        except RedisError as exc:
+            raise _translated(exc) from exc
+
+    async def execute(self, raise_on_error: bool = True) -> list[Any]:
+        try:
+            return await super().execute(raise_on_error)
+        except RedisError as exc:
+            raise _translated(exc) from exc
+
+
+class HotTier(Redis):
+    """The client of the hot tier: a Redis failure that means "not now" (unreachable,
+    loading, read-only, full) is raised as the core's retriable error, so every request
+    can answer it with a Kafka error code, and the outage is logged once, not per call."""
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        try:
+            result = await super().execute_command(*args, **options)
+        except RedisError as exc:
+            raise _translated(exc) from exc
+        if REDIS.since is not None:
+            REDIS.recovered()
+        return result
+
+    def pipeline(self, transaction: bool = True, shard_hint: str | None = None) -> Pipeline:
+        return HotTierPipeline(
+            self.connection_pool, self.response_callbacks, transaction, shard_hint
+        )
+
+
+def redis_client(url: str, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> HotTier:
     """A client whose pool waits for a free connection when all ``max_connections`` are
     busy. redis-py's default pool raises MaxConnectionsError at its limit instead, which
     failed every request beyond the 100th in flight."""
     pool = BlockingConnectionPool.from_url(
         url, max_connections=max_connections, timeout=POOL_TIMEOUT, socket_connect_timeout=5
     )
-    return Redis.from_pool(pool)
+    return HotTier.from_pool(pool)

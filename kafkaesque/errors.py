@@ -8,7 +8,17 @@ Lua scripts refuse with an error reply "NAME message"; ``from_lua`` maps NAME to
 
 from __future__ import annotations
 
-from redis.exceptions import ResponseError
+import os
+import re
+
+from redis.exceptions import (
+    BusyLoadingError,
+    ReadOnlyError,
+    RedisError,
+    ResponseError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 
 class KafkaesqueError(Exception):
@@ -108,6 +118,25 @@ class NeedsRecovery(KafkaesqueError):
     """Redis has lost its data; appends wait until the archive restored the offsets."""
 
 
+class HotTierUnavailable(StorageUnavailable):
+    """Redis cannot serve right now: unreachable, loading its data, read-only (a replica)
+    or refusing writes; retry later. Raised for every command by the broker's client
+    (kafkaesque.connect), so each request gets a retriable error instead of a traceback."""
+
+
+class HotTierFull(HotTierUnavailable):
+    """Redis is at its maxmemory: appends wait until the archiver frees archived pages."""
+
+
+class NotEnoughReplicas(KafkaesqueError):
+    """Redis refuses writes for lack of replicas (min-replicas-to-write); nothing written."""
+
+
+class NotDurable(KafkaesqueError):
+    """The append was made but not confirmed on disk (or by the replicas) in time: the
+    producer retries, and its sequence numbers keep the retry from duplicating."""
+
+
 # -- groups --------------------------------------------------------------------------------
 class GroupBusy(KafkaesqueError):
     """The group has active members, so it cannot be changed from outside."""
@@ -141,3 +170,45 @@ def from_lua(exc: ResponseError) -> Exception:
     name, _, message = str(exc).partition(" ")
     cls = LUA_ERRORS.get(name)
     return exc if cls is None else cls(message)
+
+
+_CONNECT_ERROR = re.compile(
+    r"Error (?P<errno>-?\d+) connecting to (?P<address>.+?)\. (?P<rest>.*?)\.?$"
+)
+
+
+def describe_redis_error(exc: BaseException) -> str:
+    """redis-py's connection error in one plain sentence: "Error 111 connecting to
+    127.0.0.1:1. Connect call failed ('127.0.0.1', 1)." says where twice, and not why.
+    (The message is all there is: redis-py's retries drop the OSError behind it.)"""
+    text = str(exc) or type(exc).__name__
+    match = _CONNECT_ERROR.match(text)
+    if match is None:
+        return text
+    errno = int(match["errno"])
+    reason = os.strerror(errno) if errno > 0 else match["rest"]  # < 0: a name lookup's
+    return f"{match['address']} ({reason[:1].lower()}{reason[1:]})"
+
+
+_OOM = re.compile(r"\bOOM command not allowed")
+
+
+def from_redis(exc: RedisError) -> KafkaesqueError | None:
+    """The core exception for a Redis failure that says "not now" rather than "wrong
+    request"; None for the others, which stay as they are."""
+    text = str(exc)
+    if isinstance(exc, BusyLoadingError):
+        return HotTierUnavailable(f"Redis is loading its data: {text}")
+    if isinstance(exc, RedisConnectionError | RedisTimeoutError):
+        return HotTierUnavailable(f"cannot reach Redis: {describe_redis_error(exc)}")
+    if not isinstance(exc, ResponseError):
+        return None
+    # Inside a script, Redis 6 wraps the reply ("ERR Error running script ... -OOM ..."):
+    # look for the code anywhere.
+    if _OOM.search(text):
+        return HotTierFull(f"Redis is full (maxmemory): {text}")
+    if isinstance(exc, ReadOnlyError) or text.startswith(("READONLY", "MISCONF")):
+        return HotTierUnavailable(f"Redis refuses writes: {text}")
+    if text.startswith("NOREPLICAS"):
+        return NotEnoughReplicas(f"Redis refuses writes: {text}")
+    return None

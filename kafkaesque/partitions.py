@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from kafkaesque.errors import (
     CorruptBatch,
     FencedLeaderEpoch,
+    HotTierUnavailable,
     InvalidRecord,
     KafkaesqueError,
     NeedsRecovery,
@@ -123,6 +124,8 @@ class Partitions:
             return await self.append(topic, partition, split_batches(records))
         except InvalidRecord as exc:
             log.info("rejected batch for %s[%d]: %s", topic, partition, exc)
+            return Appended(exc)
+        except HotTierUnavailable as exc:  # logged once per outage by the client
             return Appended(exc)
         except (StorageUnavailable, NeedsRecovery) as exc:
             # Redis lost its data and the archive cannot restore the offsets yet: retriable.

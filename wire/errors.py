@@ -35,6 +35,13 @@ ERROR_CODES: dict[type[core.KafkaesqueError], ErrorCode] = {
     # an old offset lives in cannot be reached: retriable.
     core.StorageUnavailable: ErrorCode.kafka_storage_error,
     core.NeedsRecovery: ErrorCode.kafka_storage_error,
+    # Redis unreachable, loading, read-only, or full: retriable, and an idempotent
+    # producer's retry cannot duplicate (its sequence numbers are checked in the append).
+    core.HotTierUnavailable: ErrorCode.kafka_storage_error,
+    core.HotTierFull: ErrorCode.kafka_storage_error,
+    core.NotEnoughReplicas: ErrorCode.not_enough_replicas,
+    # Appended but not yet on disk (WAITAOF) or at the replicas (WAIT) in time.
+    core.NotDurable: ErrorCode.not_enough_replicas_after_append,
     core.GroupBusy: ErrorCode.non_empty_group,
 }
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 import datetime
 import io
 import struct
-from dataclasses import dataclass, field, fields
+import uuid
+from dataclasses import MISSING, dataclass, field, fields
 from functools import cache
-from typing import Any
+from types import UnionType
+from typing import Any, Union, get_origin
 
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
@@ -158,6 +160,43 @@ def api_versions_fallback(correlation_id: int, supported: dict[int, tuple[int, i
     body = struct.pack(">ihi", correlation_id, 35, len(supported))
     body += b"".join(struct.pack(">hhh", k, lo, hi) for k, (lo, hi) in sorted(supported.items()))
     return _SIZE.pack(len(body)) + body
+
+
+def error_response(schema: type, code: Any) -> Any | None:
+    """A response of ``schema`` that says only ``code`` in its top-level error_code (every
+    other field blank: -1, empty, none), for a request that failed as a whole; None when
+    this version has no top-level error_code to say it in."""
+    names = _field_names(schema)
+    if "error_code" not in names:
+        return None
+    values: dict[str, Any] = {}
+    for f in fields(schema):
+        if f.name == "error_code":
+            values[f.name] = code
+        elif f.default is MISSING and f.default_factory is MISSING:
+            values[f.name] = _blank(f.type)
+    return schema(**values)
+
+
+def _blank(kind: Any) -> Any:
+    if get_origin(kind) is tuple:
+        return ()
+    if get_origin(kind) in (Union, UnionType):  # X | None
+        return None
+    if isinstance(kind, type):
+        if issubclass(kind, datetime.timedelta):
+            return NO_THROTTLE
+        if issubclass(kind, bool):
+            return False
+        if issubclass(kind, int):
+            return -1  # Kafka's "none" for ids, generations and offsets
+        if issubclass(kind, str):
+            return ""
+        if issubclass(kind, bytes):
+            return b""
+        if issubclass(kind, uuid.UUID):
+            return uuid.UUID(int=0)
+    raise TypeError(f"no blank value for {kind!r}")
 
 
 def build(cls: type, **values: Any) -> Any:

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from kafkaesque.log import Log
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
 from wire.broker import Broker, BrokerConfig
-from wire.handlers import HANDLERS, supported
+from wire.handlers import handle, supported
 from wire.metrics import Metrics, api_name
 from wire.protocol import (
     MAX_REQUEST_SIZE,
@@ -116,7 +116,7 @@ class Server:
                         raise
                     response_bytes = api_versions_fallback(exc.correlation_id, supported_apis)
                 else:
-                    response = await HANDLERS[request.api_key].handler(self.broker, request)
+                    response = await handle(self.broker, request)
                     name = api_name(request.api_key)
                     self.metrics.requests.labels(name).inc()
                     self.metrics.latency.labels(name).observe(time.perf_counter() - started)

@@ -21,10 +21,9 @@ from redis.exceptions import RedisError
 
 from kafkaesque.connect import DEFAULT_MAX_CONNECTIONS, redis_client
 from kafkaesque.embedded import EmbeddedError, EmbeddedRedis, default_home
-from kafkaesque.errors import KafkaesqueError
+from kafkaesque.errors import KafkaesqueError, describe_redis_error
 from kafkaesque.groups import GroupCoordinator
 from kafkaesque.log import Log
-from kafkaesque.outage import describe_redis_error
 from kafkaesque.tables import format_table
 from kafkaesque.topic_config import check_topic_name
 

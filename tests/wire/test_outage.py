@@ -7,7 +7,10 @@ import time
 from pathlib import Path
 
 import pytest
+from kio.schema.errors import ErrorCode
 
+from kafkaesque.records import build_batch, decode_values, split_batches
+from tests.kafka_client import Connection
 from tests.servers import RedisServer
 from tests.wire.conftest import Broker
 
@@ -61,8 +64,43 @@ def test_a_broker_that_loses_redis_logs_it_once_and_serves_again(tmp_path: Path)
         assert "Traceback" not in logged
         lines = logged.splitlines()
         assert len(lines) <= 4, logged
-        assert "Redis unreachable: 127.0.0.1:" in logged and "(connection refused)" in logged
-        assert "Redis reachable again after" in logged
+        assert "cannot reach Redis: 127.0.0.1:" in logged and "(connection refused)" in logged
+        assert "Redis available again after" in logged
+    finally:
+        broker.stop()
+        redis_server.stop()
+
+
+def test_requests_while_redis_is_away_get_retriable_kafka_errors(tmp_path: Path) -> None:
+    """Each request is answered with a retriable code per partition (or group), on the
+    same connection; nothing is dropped, and the same connection works once Redis is back."""
+    redis_server = RedisServer(tmp_path / "redis", appendonly=True)
+    broker = Broker(redis_server.url, tmp_path / "broker")
+    try:
+        with Connection(broker.bootstrap) as c:
+            c.create_topic("away", partitions=2)
+            assert c.produce("away", 0, build_batch([b"kept"])).error_code == ErrorCode.none
+            mark = broker.stderr_size()
+            redis_server.stop()
+            for _ in range(3):  # several requests: still one connection, one log line
+                produced = c.produce("away", 0, build_batch([b"refused"]))
+                assert produced.error_code == ErrorCode.kafka_storage_error
+                assert c.fetch("away", 0, 0).error_code == ErrorCode.kafka_storage_error
+                assert c.list_offset("away", 1).error_code == ErrorCode.kafka_storage_error
+                [topic] = c.metadata(["away"]).topics
+                assert topic.error_code == ErrorCode.leader_not_available
+                joined = c.join_group("g", topics=["away"])
+                assert joined.error_code == ErrorCode.coordinator_not_available
+            redis_server.start()
+            deadline = time.monotonic() + 20
+            while (answer := c.produce("away", 0, build_batch([b"after"]))).error_code:
+                assert time.monotonic() < deadline, answer
+                time.sleep(0.2)
+            fetched = c.fetch("away", 0, 0)
+            values = [v for b in split_batches(fetched.records) for v in decode_values(b)]
+            assert values == [b"kept", b"after"]
+        logged = broker.stderr(mark)
+        assert "Traceback" not in logged and len(logged.splitlines()) <= 4, logged
     finally:
         broker.stop()
         redis_server.stop()

@@ -12,9 +12,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kafkaesque.errors import KafkaesqueError, StorageUnavailable
 from wire.broker import Broker
+from wire.errors import error_code
 from wire.handlers import admin, fetch, groups, metadata, offsets, produce
-from wire.protocol import NO_THROTTLE, Request, build, schema_class
+from wire.protocol import NO_THROTTLE, Request, build, error_response, schema_class
 
 Handler = Callable[[Broker, Request], Awaitable[Any]]
 
@@ -24,6 +26,28 @@ class Api:
     min_version: int
     max_version: int
     handler: Handler
+    # A group coordinator's API: its clients look for the coordinator again on
+    # COORDINATOR_NOT_AVAILABLE, the code Kafka gives while a coordinator cannot serve.
+    coordinator: bool = False
+
+
+async def handle(broker: Broker, request: Request) -> Any:
+    """The handler's response; a refusal that failed the request as a whole (Redis away
+    for a group's state, say) becomes the top-level error code of its response, if the
+    version has one; otherwise it is raised and the connection closes."""
+    api = HANDLERS[request.api_key]
+    try:
+        return await api.handler(broker, request)
+    except KafkaesqueError as exc:
+        unavailable = isinstance(exc, StorageUnavailable)
+        if api.coordinator and unavailable:
+            code = ErrorCode.coordinator_not_available
+        else:
+            code = error_code(exc)
+        response = error_response(request.response_class, code)
+        if response is None:
+            raise
+        return response
 
 
 async def api_versions(broker: Broker, request: Request) -> Any:
@@ -48,15 +72,15 @@ HANDLERS: dict[int, Api] = {
     # v9+ is what makes librdkafka trust the leader epochs (rd_kafka_has_reliable_leader_
     # epochs), so it sends them in Fetch and validates its position after an epoch change.
     3: Api(0, 12, metadata.metadata),
-    8: Api(2, 3, groups.offset_commit),
-    9: Api(1, 3, groups.offset_fetch),
+    8: Api(2, 3, groups.offset_commit, coordinator=True),
+    9: Api(1, 3, groups.offset_fetch, coordinator=True),
     10: Api(0, 1, groups.find_coordinator),
-    11: Api(0, 5, groups.join_group),
-    12: Api(0, 3, groups.heartbeat),
-    13: Api(0, 3, groups.leave_group),
-    14: Api(0, 3, groups.sync_group),
-    15: Api(0, 4, groups.describe_groups),
-    16: Api(0, 2, groups.list_groups),
+    11: Api(0, 5, groups.join_group, coordinator=True),
+    12: Api(0, 3, groups.heartbeat, coordinator=True),
+    13: Api(0, 3, groups.leave_group, coordinator=True),
+    14: Api(0, 3, groups.sync_group, coordinator=True),
+    15: Api(0, 4, groups.describe_groups, coordinator=True),
+    16: Api(0, 2, groups.list_groups, coordinator=True),
     18: Api(0, 4, api_versions),
     19: Api(2, 4, admin.create_topics),
     20: Api(1, 1, admin.delete_topics),
@@ -64,7 +88,7 @@ HANDLERS: dict[int, Api] = {
     23: Api(2, 3, offsets.offset_for_leader_epoch),
     32: Api(1, 1, admin.describe_configs),
     37: Api(0, 1, admin.create_partitions),
-    42: Api(0, 1, groups.delete_groups),
+    42: Api(0, 1, groups.delete_groups, coordinator=True),
     60: Api(0, 1, metadata.describe_cluster),
 }
 

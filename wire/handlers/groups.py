@@ -7,13 +7,16 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.errors import UnknownTopic
+from kafkaesque.errors import StorageUnavailable, UnknownTopic
 from kafkaesque.group_state import MAX_METADATA, GroupState, JoinRequest
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.protocol import NO_THROTTLE, Request, build, schema_class
 
 GROUP_KEY = 0
+# What a coordinator says while it cannot reach the group's state (Redis away): clients
+# look the coordinator up again and retry.
+UNAVAILABLE = ErrorCode.coordinator_not_available
 
 
 async def find_coordinator(broker: Broker, request: Request) -> Any:
@@ -122,8 +125,8 @@ async def leave_group(broker: Broker, request: Request) -> Any:
     )
 
 
-async def offset_commit(broker: Broker, request: Request) -> Any:
-    body = request.body
+async def _commit(broker: Broker, body: Any) -> dict[tuple[str, int], ErrorCode]:
+    """Commit what is valid of an OffsetCommit; the error code of each partition."""
     errors: dict[tuple[str, int], ErrorCode] = {}
     offsets = {}
     partitions_of: dict[str, int] = {}
@@ -153,6 +156,17 @@ async def offset_commit(broker: Broker, request: Request) -> Any:
     )
     for key in offsets:
         errors[key] = error_code(group_error)
+    return errors
+
+
+async def offset_commit(broker: Broker, request: Request) -> Any:
+    body = request.body
+    try:
+        errors = await _commit(broker, body)
+    except StorageUnavailable:
+        errors = {
+            (t.name, p.partition_index): UNAVAILABLE for t in body.topics for p in t.partitions
+        }
     schema = request.response_class
     topic_class = schema_class(schema, "OffsetCommitResponseTopic")
     partition_class = schema_class(schema, "OffsetCommitResponsePartition")
@@ -213,12 +227,16 @@ async def describe_groups(broker: Broker, request: Request) -> Any:
     member_class = schema_class(schema, "DescribedGroupMember")
     described = []
     for group_id in request.body.groups:
-        group = await broker.groups.load(group_id)
+        try:
+            group = await broker.groups.load(group_id)
+            code = ErrorCode.none
+        except StorageUnavailable:
+            group, code = None, UNAVAILABLE
         if group is None:
             described.append(
                 build(
                     group_class,
-                    error_code=ErrorCode.none,
+                    error_code=code,
                     group_id=group_id,
                     group_state=GroupState.DEAD,
                     protocol_type="",
@@ -271,6 +289,9 @@ async def delete_groups(broker: Broker, request: Request) -> Any:
     result_class = schema_class(schema, "DeletableGroupResult")
     results = []
     for group_id in request.body.groups_names:
-        error = await broker.groups.delete(group_id)
-        results.append(build(result_class, group_id=group_id, error_code=error_code(error)))
+        try:
+            code = error_code(await broker.groups.delete(group_id))
+        except StorageUnavailable:
+            code = UNAVAILABLE
+        results.append(build(result_class, group_id=group_id, error_code=code))
     return build(schema, throttle_time=NO_THROTTLE, results=tuple(results))

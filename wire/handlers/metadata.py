@@ -7,7 +7,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.errors import KafkaesqueError, TopicExists, UnknownTopic
+from kafkaesque.errors import KafkaesqueError, StorageUnavailable, TopicExists, UnknownTopic
 from kafkaesque.topic_config import TopicConfig, check_topic_name
 from wire.broker import Broker
 from wire.errors import error_code
@@ -20,12 +20,23 @@ NO_OPERATIONS = -2147483648  # authorized operations: not requested / not suppor
 async def topic_config(broker: Broker, name: str, auto_create: bool) -> TopicConfig | ErrorCode:
     """The topic's config, creating it when allowed; else the error code for the client."""
     try:
+        return await _topic_config(broker, name, auto_create)
+    except StorageUnavailable:
+        # Redis (or the archive a restore needs) is away: as Kafka says of a partition
+        # whose leader is offline, so clients wait and ask again.
+        return ErrorCode.leader_not_available
+
+
+async def _topic_config(broker: Broker, name: str, auto_create: bool) -> TopicConfig | ErrorCode:
+    try:
         check_topic_name(name)
         return await broker.log.topic(name)
     except UnknownTopic as exc:
         if not (auto_create and broker.config.auto_create_topics):
             return error_code(exc)
-    except KafkaesqueError as exc:  # also the archive a restore needs being unreachable
+    except StorageUnavailable:
+        raise
+    except KafkaesqueError as exc:
         return error_code(exc)
     try:
         return await broker.log.create_topic(TopicConfig(name, broker.config.default_partitions))
@@ -85,6 +96,11 @@ async def metadata(broker: Broker, request: Request) -> Any:
     node = broker.config.node_id
     topics = []
     for name, config in entries:
+        if not isinstance(config, ErrorCode):
+            try:
+                epochs = await broker.log.leader_epochs(config.name, range(config.partitions))
+            except StorageUnavailable:
+                config = ErrorCode.leader_not_available  # as in topic_config
         if isinstance(config, ErrorCode):
             topics.append(
                 build(
@@ -98,7 +114,6 @@ async def metadata(broker: Broker, request: Request) -> Any:
                 )
             )
             continue
-        epochs = await broker.log.leader_epochs(config.name, range(config.partitions))
         partitions = tuple(
             build(
                 partition_class,
