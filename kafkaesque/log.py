@@ -6,6 +6,7 @@ The keys are named in kafkaesque/keys.py and described in docs/redis-layout.md.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -15,6 +16,7 @@ from typing import Any, Protocol
 from redis.asyncio import Redis
 
 from kafkaesque.archiving import ArchivingLog
+from kafkaesque.durability import DEFAULT_TIMEOUT_MS, Durability
 from kafkaesque.errors import Conflict, InvalidPartitions, NeedsRecovery, UnknownTopic
 from kafkaesque.keys import Keys
 from kafkaesque.records import base_offset, decode_batch, offset_count, producer_fields
@@ -222,8 +224,17 @@ class Log(ArchivingLog):
         )
 
     # -- partitions ---------------------------------------------------------------
-    async def append(self, topic: str, partition: int, batches: Sequence[bytes]) -> Appended:
+    async def append(
+        self,
+        topic: str,
+        partition: int,
+        batches: Sequence[bytes],
+        durability: Durability | None = None,
+        timeout_ms: int = DEFAULT_TIMEOUT_MS,
+    ) -> Appended:
         """Append checked RecordBatch v2 batches atomically; returns their base offsets.
+        With ``durability`` it returns only once the append is on disk / at the replicas
+        as that asks (raising NotDurable after ``timeout_ms``; the append stays).
 
         Batches of idempotent producers (producer id >= 0) are sequence-checked: a retry of
         one of a producer's last five batches returns its original offset and is not written
@@ -235,8 +246,23 @@ class Log(ArchivingLog):
         for batch in batches:
             args += (offset_count(batch), *producer_fields(batch), batch)
         keys = [p.meta, p.index, p.stats, k.gseq, p.producers, k.archiving, k.incarnation]
-        start, *bases = await self._call(self.scripts.append, keys, args)
+        if durability is None or not durability.waits:
+            start, *bases = await self._call(self.scripts.append, keys, args)
+        else:
+            start, *bases = await self._call(
+                functools.partial(self._append_durably, durability, timeout_ms), keys, args
+            )
         return Appended(bases, start)
+
+    async def _append_durably(
+        self, durability: Durability, timeout_ms: int, keys: list[str], args: list[Any]
+    ) -> Any:
+        """The append script, then the waits on the same connection: WAITAOF and WAIT
+        only cover the writes of their own connection."""
+        async with self.redis.client() as connection:
+            appended = await self.scripts.append(keys=keys, args=args, client=connection)
+            await durability.wait(connection, timeout_ms)
+        return appended
 
     async def read(
         self,
