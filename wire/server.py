@@ -7,7 +7,7 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 
 from kafkaesque.log import Log
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
@@ -29,6 +29,45 @@ log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE = 10.0  # seconds in-flight requests get to finish on SIGTERM
 API_VERSIONS = 18
+REPEAT_LOG_INTERVAL = 60.0  # seconds between lines counting a repeated warning or error
+
+
+class LogThrottle:
+    """Logs the first occurrence of a kind of event in full, then one line per interval
+    counting its repeats: a failure on every request must not write a traceback each."""
+
+    def __init__(self, logger: logging.Logger, interval: float = REPEAT_LOG_INTERVAL) -> None:
+        self.logger = logger
+        self.interval = interval
+        self._repeats: dict[Hashable, int] = {}  # key -> repeats in the current interval
+
+    def log(
+        self,
+        key: Hashable,
+        level: int,
+        summary: str,
+        msg: str,
+        *args: object,
+        exc_info: BaseException | None = None,
+    ) -> None:
+        """Log ``msg`` unless ``key`` was logged within the interval; repeats are reported
+        as "``summary``: N more in the last S s" at the interval's end."""
+        if key in self._repeats:
+            self._repeats[key] += 1
+            return
+        self._repeats[key] = 0
+        self.logger.log(level, msg, *args, exc_info=exc_info)
+        self._schedule(key, level, summary)
+
+    def _schedule(self, key: Hashable, level: int, summary: str) -> None:
+        asyncio.get_running_loop().call_later(self.interval, self._report, key, level, summary)
+
+    def _report(self, key: Hashable, level: int, summary: str) -> None:
+        count = self._repeats.pop(key)
+        if count:  # still happening: count on; else the next one is logged in full
+            self.logger.log(level, "%s: %d more in the last %g s", summary, count, self.interval)
+            self._repeats[key] = 0
+            self._schedule(key, level, summary)
 
 
 class Server:
@@ -37,6 +76,7 @@ class Server:
         self.host = host
         self.port = port
         self.metrics = metrics or Metrics()
+        self.throttle = LogThrottle(log)
         self._server: asyncio.Server | None = None
         self._idle: dict[asyncio.StreamWriter, bool] = {}  # connection -> waiting for a request
         self._stopping = False
@@ -134,8 +174,8 @@ class Server:
         except REDIS_CONNECTION_ERRORS as exc:  # the client reconnects and retries
             REDIS.failed(exc)  # logged once per outage
             self.metrics.errors.labels("redis").inc()
-        except Exception:
-            log.exception("closing connection from %s after an internal error", peer)
+        except Exception as exc:
+            self._internal_error(exc, peer)
             self.metrics.errors.labels("internal").inc()
         finally:
             self._idle.pop(writer, None)
@@ -143,6 +183,22 @@ class Server:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    def _internal_error(self, exc: Exception, peer: object) -> None:
+        """Log a failure in full the first time, then count its repeats: the same bug hit by
+        every request must not write a traceback per request."""
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        where = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb else "?"
+        self.throttle.log(
+            (type(exc), where),
+            logging.ERROR,
+            f"connections closed after the internal error {type(exc).__name__} at {where}",
+            "closing connection from %s after an internal error",
+            peer,
+            exc_info=exc,
+        )
 
 
 Companion = Callable[[asyncio.Event], Awaitable[None]]
