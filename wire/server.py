@@ -7,6 +7,7 @@ import contextlib
 import logging
 import signal
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 
 from kafkaesque.log import Log
@@ -15,7 +16,6 @@ from wire.broker import Broker, BrokerConfig
 from wire.handlers import HANDLERS, supported
 from wire.metrics import Metrics, api_name
 from wire.protocol import (
-    MAX_REQUEST_SIZE,
     ConnectionState,
     DropConnection,
     MalformedRequest,
@@ -30,6 +30,69 @@ log = logging.getLogger(__name__)
 SHUTDOWN_GRACE = 10.0  # seconds in-flight requests get to finish on SIGTERM
 API_VERSIONS = 18
 REPEAT_LOG_INTERVAL = 60.0  # seconds between lines counting a repeated warning or error
+
+
+class RequestStalled(Exception):
+    """A client sent part of a request, then nothing for the request timeout."""
+
+
+class RequestBudget:
+    """Bytes of requests being read or handled, across connections: Kafka's
+    queued.max.request.bytes. A connection reserves a request's size before reading its body
+    and waits, not reading its socket, while the budget is spent; waiters are served in
+    arrival order, so small requests do not starve a large one. A request larger than the
+    whole budget could never fit: it goes beside the budget, one at a time, so the memory
+    of requests stays under the budget plus one request."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.reserved = 0  # within the budget
+        self.beside = 0  # the one request larger than the budget being read or handled
+        self.waiting = 0
+        self._queue: deque[tuple[int, asyncio.Future[None]]] = deque()
+        self._oversized = asyncio.Lock()
+
+    async def reserve(self, size: int) -> None:
+        self.waiting += 1
+        try:
+            if size > self.capacity:
+                await self._oversized.acquire()
+                self.beside = size
+            elif not self._queue and self.reserved + size <= self.capacity:
+                self.reserved += size
+            else:
+                await self._wait(size)
+        finally:
+            self.waiting -= 1
+
+    async def _wait(self, size: int) -> None:
+        entry = (size, asyncio.get_running_loop().create_future())
+        self._queue.append(entry)
+        try:
+            await entry[1]
+        except asyncio.CancelledError:
+            if entry[1].cancelled():
+                with contextlib.suppress(ValueError):  # _grant may have dropped it
+                    self._queue.remove(entry)
+                self._grant()  # the ones behind it may fit now
+            else:  # granted just as the task was cancelled
+                self.release(size)
+            raise
+
+    def release(self, size: int) -> None:
+        if size > self.capacity:
+            self.beside = 0
+            self._oversized.release()
+        else:
+            self.reserved -= size
+            self._grant()
+
+    def _grant(self) -> None:
+        while self._queue and self.reserved + self._queue[0][0] <= self.capacity:
+            size, future = self._queue.popleft()
+            if not future.cancelled():
+                self.reserved += size
+                future.set_result(None)
 
 
 class LogThrottle:
@@ -70,16 +133,49 @@ class LogThrottle:
             self._schedule(key, level, summary)
 
 
+async def read_body(reader: asyncio.StreamReader, size: int, timeout: float) -> bytes | memoryview:
+    """The ``size`` bytes of a request's body; RequestStalled when no byte comes for
+    ``timeout`` seconds. A large body is read into one buffer, not joined from pieces: its
+    memory is its size, not twice that."""
+    loop = asyncio.get_running_loop()
+    got = 0
+    try:
+        async with asyncio.timeout(timeout) as deadline:
+            chunk = await reader.read(size)
+            if len(chunk) == size:  # all there already: the common case
+                return chunk
+            if not chunk:
+                raise asyncio.IncompleteReadError(b"", size)
+            view = memoryview(bytearray(size))
+            while chunk:
+                view[got : got + len(chunk)] = chunk
+                got += len(chunk)
+                if got == size:
+                    return view.toreadonly()
+                deadline.reschedule(loop.time() + timeout)
+                chunk = await reader.read(size - got)
+    except TimeoutError:
+        raise RequestStalled(
+            f"request stalled: {got} of {size} bytes, then nothing for {timeout:g} s"
+        ) from None
+    raise asyncio.IncompleteReadError(b"", size)  # the client closed mid-request
+
+
 class Server:
     def __init__(self, broker: Broker, host: str, port: int, metrics: Metrics | None = None):
         self.broker = broker
         self.host = host
         self.port = port
         self.metrics = metrics or Metrics()
+        self.budget = RequestBudget(broker.config.queued_max_request_bytes)
         self.throttle = LogThrottle(log)
         self._server: asyncio.Server | None = None
         self._idle: dict[asyncio.StreamWriter, bool] = {}  # connection -> waiting for a request
         self._stopping = False
+        self.metrics.queued_request_bytes.set_function(
+            lambda: self.budget.reserved + self.budget.beside
+        )
+        self.metrics.waiting_for_memory.set_function(lambda: self.budget.waiting)
 
     async def start(self) -> None:
         await self.broker.start()
@@ -133,42 +229,54 @@ class Server:
         self.metrics.connections.inc()
         self.metrics.connections_total.inc()
         supported_apis = supported()
-        max_idle = self.broker.config.connections_max_idle_ms / 1000
+        config = self.broker.config
+        max_idle = config.connections_max_idle_ms / 1000
+        # A request sent in part must go on within the request timeout (and the idle one).
+        stall = min(config.request_timeout_ms, config.connections_max_idle_ms) / 1000
         try:
             while not self._stopping:
                 self._idle[writer] = True
                 try:
                     async with asyncio.timeout(max_idle):
-                        size = int.from_bytes(await reader.readexactly(4), "big", signed=True)
-                        self._idle[writer] = False
-                        if not 0 < size <= MAX_REQUEST_SIZE:
-                            raise MalformedRequest(f"request size {size} out of range")
-                        frame = await reader.readexactly(size)
+                        first = await reader.readexactly(1)
                 except TimeoutError:
                     log.info("closing connection from %s: idle for %.0f s", peer, max_idle)
                     break
-                started = time.perf_counter()
-                self.metrics.bytes_in.inc(size + 4)
+                self._idle[writer] = False
                 try:
-                    request = parse_request(frame, supported_apis, client_host, connection)
-                except UnsupportedVersion as exc:
-                    if exc.api_key != API_VERSIONS:
-                        raise
-                    response_bytes = api_versions_fallback(exc.correlation_id, supported_apis)
-                else:
-                    response = await HANDLERS[request.api_key].handler(self.broker, request)
-                    name = api_name(request.api_key)
-                    self.metrics.requests.labels(name).inc()
-                    self.metrics.latency.labels(name).observe(time.perf_counter() - started)
-                    if response is None:  # acks=0 produce: no response at all
-                        continue
-                    response_bytes = encode_response(request.correlation_id, response)
+                    async with asyncio.timeout(stall):
+                        prefix = first + await reader.readexactly(3)
+                except TimeoutError:
+                    raise RequestStalled(
+                        f"request stalled: a partial size, then nothing for {stall:g} s"
+                    ) from None
+                size = int.from_bytes(prefix, "big", signed=True)
+                if not 0 < size <= config.socket_request_max_bytes:
+                    raise MalformedRequest(
+                        f"request size {size} out of range (--socket-request-max-bytes "
+                        f"{config.socket_request_max_bytes})"
+                    )
+                # Back-pressure: the body is read only once its bytes fit in the budget;
+                # meanwhile the socket is read no further than asyncio's buffer (128 KiB), and
+                # the client's sends block.
+                await self.budget.reserve(size)
+                try:
+                    frame = await read_body(reader, size, stall)
+                    self.metrics.bytes_in.inc(size + 4)
+                    response_bytes = await self._handle(
+                        frame, supported_apis, client_host, connection
+                    )
+                    del frame  # not kept while the next request is awaited
+                finally:
+                    self.budget.release(size)
+                if response_bytes is None:  # acks=0 produce: no response at all
+                    continue
                 writer.write(response_bytes)
                 self.metrics.bytes_out.inc(len(response_bytes))
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the client closed the connection
-        except (MalformedRequest, UnsupportedVersion, DropConnection) as exc:
+        except (MalformedRequest, UnsupportedVersion, DropConnection, RequestStalled) as exc:
             log.warning("closing connection from %s: %s", peer, exc)
             self.metrics.errors.labels(type(exc).__name__).inc()
         except REDIS_CONNECTION_ERRORS as exc:  # the client reconnects and retries
@@ -183,6 +291,29 @@ class Server:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    async def _handle(
+        self,
+        frame: bytes | memoryview,
+        supported_apis: dict[int, tuple[int, int]],
+        client_host: str,
+        connection: ConnectionState,
+    ) -> bytes | None:
+        """The response frame to one request frame; None for none (acks=0)."""
+        started = time.perf_counter()
+        try:
+            request = parse_request(frame, supported_apis, client_host, connection)
+        except UnsupportedVersion as exc:
+            if exc.api_key != API_VERSIONS:
+                raise
+            return api_versions_fallback(exc.correlation_id, supported_apis)
+        response = await HANDLERS[request.api_key].handler(self.broker, request)
+        name = api_name(request.api_key)
+        self.metrics.requests.labels(name).inc()
+        self.metrics.latency.labels(name).observe(time.perf_counter() - started)
+        if response is None:
+            return None
+        return encode_response(request.correlation_id, response)
 
     def _internal_error(self, exc: Exception, peer: object) -> None:
         """Log a failure in full the first time, then count its repeats: the same bug hit by
