@@ -31,6 +31,8 @@ class BrokerConfig:
     # handled across connections; beyond it connections wait, which bounds the memory.
     queued_max_request_bytes: int = MAX_REQUEST_SIZE
     request_timeout_ms: int = 30_000  # a request sent in part, then stalled this long, closes
+    max_connections: int | None = None  # Kafka's max.connections; None: no limit
+    max_connections_per_ip: int | None = None  # Kafka's max.connections.per.ip
     groups: CoordinatorConfig = field(default_factory=CoordinatorConfig)
 
 

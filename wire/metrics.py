@@ -42,6 +42,12 @@ class Metrics:
         self.connections_total = Counter(
             "kafkaesque_accepted_connections", "Client connections accepted", registry=self.registry
         )
+        self.refused_connections = Counter(
+            "kafkaesque_refused_connections",
+            "Client connections closed at accept: --max-connections or --max-connections-per-ip",
+            ["limit"],
+            registry=self.registry,
+        )
         self.queued_request_bytes = Gauge(
             "kafkaesque_queued_request_bytes",
             "Bytes of requests being read or handled (see --queued-max-request-bytes)",

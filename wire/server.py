@@ -7,7 +7,7 @@ import contextlib
 import logging
 import signal
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 
 from kafkaesque.log import Log
@@ -171,6 +171,7 @@ class Server:
         self.throttle = LogThrottle(log)
         self._server: asyncio.Server | None = None
         self._idle: dict[asyncio.StreamWriter, bool] = {}  # connection -> waiting for a request
+        self._per_ip: Counter[str] = Counter()
         self._stopping = False
         self.metrics.queued_request_bytes.set_function(
             lambda: self.budget.reserved + self.budget.beside
@@ -221,11 +222,40 @@ class Server:
         await self.broker.stop()
         log.info("stopped")
 
+    def _refusal(self, ip: str) -> tuple[str, int] | None:
+        """The limit (option name, value) that refuses a new connection from ``ip``: Kafka's
+        max.connections and max.connections.per.ip; None if it is accepted."""
+        config = self.broker.config
+        limit = config.max_connections
+        if limit is not None and len(self._idle) >= limit:
+            return "max-connections", limit
+        limit = config.max_connections_per_ip
+        if limit is not None and self._per_ip[ip] >= limit:
+            return "max-connections-per-ip", limit
+        return None
+
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
-        client_host = f"/{peer[0]}" if isinstance(peer, tuple) else ""
+        ip = peer[0] if isinstance(peer, tuple) else ""
+        refusal = self._refusal(ip)
+        if refusal is not None:  # closed at once, as Kafka does; a burst logs one line
+            name, limit = refusal
+            self.metrics.refused_connections.labels(name).inc()
+            self.throttle.log(
+                name,
+                logging.WARNING,
+                f"connections refused by --{name} {limit}",
+                "refusing connection from %s: --%s %d reached",
+                peer,
+                name,
+                limit,
+            )
+            writer.close()
+            return
+        client_host = f"/{ip}" if ip else ""
         connection = ConnectionState()
         self._idle[writer] = True
+        self._per_ip[ip] += 1
         self.metrics.connections.inc()
         self.metrics.connections_total.inc()
         supported_apis = supported()
@@ -287,6 +317,9 @@ class Server:
             self.metrics.errors.labels("internal").inc()
         finally:
             self._idle.pop(writer, None)
+            self._per_ip[ip] -= 1
+            if not self._per_ip[ip]:
+                del self._per_ip[ip]
             self.metrics.connections.dec()
             writer.close()
             with contextlib.suppress(Exception):

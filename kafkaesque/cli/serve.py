@@ -99,6 +99,16 @@ def host_port(
     help="Close a connection that sent part of a request, then nothing for this long.",
 )
 @click.option(
+    "--max-connections",
+    type=click.IntRange(1),
+    help="Client connections at most; beyond, new ones are closed at once. Default: no limit.",
+)
+@click.option(
+    "--max-connections-per-ip",
+    type=click.IntRange(1),
+    help="Client connections from one IP address at most. Default: no limit.",
+)
+@click.option(
     "--redis-max-connections",
     type=click.IntRange(2, 10_000),
     default=DEFAULT_MAX_CONNECTIONS,
@@ -133,6 +143,8 @@ def serve(
     socket_request_max_bytes: int,
     queued_max_request_bytes: int,
     request_timeout_ms: int,
+    max_connections: int | None,
+    max_connections_per_ip: int | None,
     redis_max_connections: int,
     archive: bool,
     archive_interval: float,
@@ -156,6 +168,8 @@ def serve(
         socket_request_max_bytes=socket_request_max_bytes,
         queued_max_request_bytes=queued_max_request_bytes,
         request_timeout_ms=request_timeout_ms,
+        max_connections=max_connections,
+        max_connections_per_ip=max_connections_per_ip,
         groups=CoordinatorConfig(
             initial_rebalance_delay_ms=group_initial_rebalance_delay_ms,
             min_session_timeout_ms=group_min_session_timeout_ms,

@@ -1,13 +1,15 @@
 """The broker under pressure, as Kafka's settings shape it: a memory budget for requests
 (--queued-max-request-bytes) that makes connections wait rather than the broker swell, a
-timeout for requests sent in part, and one traceback for a repeated internal error rather
-than one per request."""
+timeout for requests sent in part, limits on connections, and one traceback for a repeated
+internal error rather than one per request."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import re
+import socket
+import struct
 import threading
 import time
 import urllib.request
@@ -22,12 +24,15 @@ import wire.server
 from tests.kafka_client import (
     AsyncConnection,
     Connection,
+    decode_response,
     encode_request,
     metadata_request,
     produce_request,
+    request,
 )
 from tests.kafka_wire import run_with_broker
 from tests.servers import free_port
+from tests.wire.conftest import Broker
 from wire.handlers import HANDLERS, Api
 from wire.protocol import MAX_REQUEST_SIZE
 from wire.server import RequestBudget, Server
@@ -179,6 +184,89 @@ def test_a_stalled_request_is_closed_and_its_budget_released(broker_factory) -> 
     lines = broker.stderr(mark).splitlines()
     assert sum("request stalled: 696 of 1500 bytes" in line for line in lines) == 1, lines
     assert sum("request stalled: a partial size" in line for line in lines) == 1, lines
+
+
+def refused(sock: socket.socket) -> bool:
+    """True when the server closes ``sock`` without a word."""
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def api_versions_on(sock: socket.socket) -> ErrorCode:
+    req = request(18, 0)
+    sock.sendall(encode_request(req, 7))
+    prefix = sock.recv(4, socket.MSG_WAITALL)
+    frame = sock.recv(struct.unpack(">i", prefix)[0], socket.MSG_WAITALL)
+    return decode_response(18, 0, frame, 7).error_code
+
+
+def connect(broker: Broker, source: str = "127.0.0.1") -> socket.socket:
+    return socket.create_connection(("127.0.0.1", broker.port), 5, source_address=(source, 0))
+
+
+def without_connections(broker: Broker, metrics_port: int) -> None:
+    """Wait until the broker has seen the close of the connection that found it listening."""
+    for _ in range(100):
+        if metric(metrics_port, "kafkaesque_connections") == 0:
+            return
+        time.sleep(0.02)
+    pytest.fail("the broker still counts a connection")
+
+
+def test_max_connections(broker_factory) -> None:
+    metrics_port = free_port()
+    broker = broker_factory("--max-connections", "5", "--metrics", f"127.0.0.1:{metrics_port}")
+    without_connections(broker, metrics_port)
+    mark = broker.stderr_size()
+    accepted = [connect(broker) for _ in range(5)]
+    assert all(api_versions_on(s) == ErrorCode.none for s in accepted)
+    burst = [connect(broker) for _ in range(20)]
+    assert all(refused(s) for s in burst)
+    assert (
+        metric(metrics_port, "kafkaesque_refused_connections_total", limit="max-connections") == 20
+    )
+    logged = broker.stderr(mark)
+    assert logged.count("refusing connection") == 1, logged  # once for the burst
+    assert "--max-connections 5 reached" in logged
+    accepted.pop().close()
+    for _ in range(50):  # the broker notices the close
+        with connect(broker) as s:
+            if _answered(s):
+                break
+        time.sleep(0.05)
+    else:
+        pytest.fail("a connection was refused after one of the five closed")
+    for s in accepted + burst:
+        s.close()
+
+
+def _answered(sock: socket.socket) -> bool:
+    try:
+        return api_versions_on(sock) == ErrorCode.none
+    except (ConnectionError, struct.error):
+        return False
+
+
+def test_max_connections_per_ip(broker_factory) -> None:
+    metrics_port = free_port()
+    broker = broker_factory(
+        "--max-connections-per-ip", "2", "--metrics", f"127.0.0.1:{metrics_port}"
+    )
+    without_connections(broker, metrics_port)
+    mark = broker.stderr_size()
+    mine = [connect(broker) for _ in range(2)]
+    assert all(api_versions_on(s) == ErrorCode.none for s in mine)
+    extra = [connect(broker) for _ in range(3)]
+    assert all(refused(s) for s in extra)
+    with connect(broker, source="127.0.0.2") as other:  # another address has its own count
+        assert api_versions_on(other) == ErrorCode.none
+    logged = broker.stderr(mark)
+    assert logged.count("refusing connection") == 1, logged
+    assert "--max-connections-per-ip 2 reached" in logged
+    for s in mine + extra:
+        s.close()
 
 
 def test_a_repeated_internal_error_logs_one_traceback_then_counts(
