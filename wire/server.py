@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import resource
 import signal
 import time
 from collections import Counter, deque
@@ -29,6 +30,9 @@ log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE = 10.0  # seconds in-flight requests get to finish on SIGTERM
 API_VERSIONS = 18
+# Connections the kernel queues before they are accepted: a burst of clients connecting at
+# once is accepted, not left to retry their handshake a second later (asyncio's 100).
+LISTEN_BACKLOG = 1024
 REPEAT_LOG_INTERVAL = 60.0  # seconds between lines counting a repeated warning or error
 
 
@@ -133,6 +137,15 @@ class LogThrottle:
             self._schedule(key, level, summary)
 
 
+def raise_open_files_limit() -> None:
+    """Raise the soft limit of open files to the hard one: every connection is a file, and
+    the usual soft limit (1024) is below what a broker holds."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):  # an unlimited hard limit (macOS)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 async def read_body(reader: asyncio.StreamReader, size: int, timeout: float) -> bytes | memoryview:
     """The ``size`` bytes of a request's body; RequestStalled when no byte comes for
     ``timeout`` seconds. A large body is read into one buffer, not joined from pieces: its
@@ -181,7 +194,9 @@ class Server:
     async def start(self) -> None:
         await self.broker.start()
         try:
-            self._server = await asyncio.start_server(self._connection, self.host, self.port)
+            self._server = await asyncio.start_server(
+                self._connection, self.host, self.port, backlog=LISTEN_BACKLOG
+            )
         except OSError as exc:  # the address is taken or not ours: stop what started
             await self.broker.stop()
             reason = exc.strerror or str(exc)
@@ -381,6 +396,7 @@ async def run(
     ``companions`` run beside it (the archiver): each gets an event set at shutdown and is
     awaited after the last request was answered."""
     await log_.redis.ping()
+    raise_open_files_limit()
     metrics = Metrics()
     if metrics_address is not None:
         metrics.serve(*metrics_address)
