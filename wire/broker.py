@@ -13,6 +13,7 @@ from kafkaesque.notify import Notifier
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
 from kafkaesque.partitions import MAX_MESSAGE_BYTES, Partitions
 from kafkaesque.tasks import cancel_and_wait
+from wire.protocol import MAX_REQUEST_SIZE
 
 
 @dataclass(slots=True)
@@ -24,6 +25,14 @@ class BrokerConfig:
     default_partitions: int = 1
     max_message_bytes: int = MAX_MESSAGE_BYTES
     connections_max_idle_ms: int = 600_000  # Kafka's default: idle connections close
+    # Kafka's socket.request.max.bytes: a larger request closes its connection.
+    socket_request_max_bytes: int = MAX_REQUEST_SIZE
+    # Kafka's queued.max.request.bytes (unbounded there): bytes of requests being read or
+    # handled across connections; beyond it connections wait, which bounds the memory.
+    queued_max_request_bytes: int = MAX_REQUEST_SIZE
+    request_timeout_ms: int = 30_000  # a request sent in part, then stalled this long, closes
+    max_connections: int | None = None  # Kafka's max.connections; None: no limit
+    max_connections_per_ip: int | None = None  # Kafka's max.connections.per.ip
     groups: CoordinatorConfig = field(default_factory=CoordinatorConfig)
 
 

@@ -1,4 +1,5 @@
-"""Prometheus metrics of the front end: requests and latency per API, bytes, connections."""
+"""Prometheus metrics of the front end: requests and latency per API, bytes, connections,
+the request budget."""
 
 from __future__ import annotations
 
@@ -40,6 +41,22 @@ class Metrics:
         )
         self.connections_total = Counter(
             "kafkaesque_accepted_connections", "Client connections accepted", registry=self.registry
+        )
+        self.refused_connections = Counter(
+            "kafkaesque_refused_connections",
+            "Client connections closed at accept: --max-connections or --max-connections-per-ip",
+            ["limit"],
+            registry=self.registry,
+        )
+        self.queued_request_bytes = Gauge(
+            "kafkaesque_queued_request_bytes",
+            "Bytes of requests being read or handled (see --queued-max-request-bytes)",
+            registry=self.registry,
+        )
+        self.waiting_for_memory = Gauge(
+            "kafkaesque_connections_waiting_for_memory",
+            "Connections whose next request waits for the request budget",
+            registry=self.registry,
         )
 
     def serve(self, host: str, port: int) -> None:

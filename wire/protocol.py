@@ -23,7 +23,8 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 
 NO_THROTTLE = datetime.timedelta(0)  # every response's throttle_time: no quotas here
-# Kafka's socket.request.max.bytes default: larger frames are refused before reading them.
+# Kafka's socket.request.max.bytes default (BrokerConfig.socket_request_max_bytes): larger
+# frames are refused before reading them.
 MAX_REQUEST_SIZE = 100 * 1024 * 1024
 _SIZE = struct.Struct(">i")
 _HEADER_PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import resource
 import signal
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 
 from kafkaesque.log import Log
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
@@ -15,7 +17,6 @@ from wire.broker import Broker, BrokerConfig
 from wire.handlers import handle, supported
 from wire.metrics import Metrics, api_name
 from wire.protocol import (
-    MAX_REQUEST_SIZE,
     ConnectionState,
     DropConnection,
     MalformedRequest,
@@ -29,6 +30,148 @@ log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE = 10.0  # seconds in-flight requests get to finish on SIGTERM
 API_VERSIONS = 18
+# Connections the kernel queues before they are accepted: a burst of clients connecting at
+# once is accepted, not left to retry their handshake a second later (asyncio's 100).
+LISTEN_BACKLOG = 1024
+REPEAT_LOG_INTERVAL = 60.0  # seconds between lines counting a repeated warning or error
+
+
+class RequestStalled(Exception):
+    """A client sent part of a request, then nothing for the request timeout."""
+
+
+class RequestBudget:
+    """Bytes of requests being read or handled, across connections: Kafka's
+    queued.max.request.bytes. A connection reserves a request's size before reading its body
+    and waits, not reading its socket, while the budget is spent; waiters are served in
+    arrival order, so small requests do not starve a large one. A request larger than the
+    whole budget could never fit: it goes beside the budget, one at a time, so the memory
+    of requests stays under the budget plus one request."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.reserved = 0  # within the budget
+        self.beside = 0  # the one request larger than the budget being read or handled
+        self.waiting = 0
+        self._queue: deque[tuple[int, asyncio.Future[None]]] = deque()
+        self._oversized = asyncio.Lock()
+
+    async def reserve(self, size: int) -> None:
+        self.waiting += 1
+        try:
+            if size > self.capacity:
+                await self._oversized.acquire()
+                self.beside = size
+            elif not self._queue and self.reserved + size <= self.capacity:
+                self.reserved += size
+            else:
+                await self._wait(size)
+        finally:
+            self.waiting -= 1
+
+    async def _wait(self, size: int) -> None:
+        entry = (size, asyncio.get_running_loop().create_future())
+        self._queue.append(entry)
+        try:
+            await entry[1]
+        except asyncio.CancelledError:
+            if entry[1].cancelled():
+                with contextlib.suppress(ValueError):  # _grant may have dropped it
+                    self._queue.remove(entry)
+                self._grant()  # the ones behind it may fit now
+            else:  # granted just as the task was cancelled
+                self.release(size)
+            raise
+
+    def release(self, size: int) -> None:
+        if size > self.capacity:
+            self.beside = 0
+            self._oversized.release()
+        else:
+            self.reserved -= size
+            self._grant()
+
+    def _grant(self) -> None:
+        while self._queue and self.reserved + self._queue[0][0] <= self.capacity:
+            size, future = self._queue.popleft()
+            if not future.cancelled():
+                self.reserved += size
+                future.set_result(None)
+
+
+class LogThrottle:
+    """Logs the first occurrence of a kind of event in full, then one line per interval
+    counting its repeats: a failure on every request must not write a traceback each."""
+
+    def __init__(self, logger: logging.Logger, interval: float = REPEAT_LOG_INTERVAL) -> None:
+        self.logger = logger
+        self.interval = interval
+        self._repeats: dict[Hashable, int] = {}  # key -> repeats in the current interval
+
+    def log(
+        self,
+        key: Hashable,
+        level: int,
+        summary: str,
+        msg: str,
+        *args: object,
+        exc_info: BaseException | None = None,
+    ) -> None:
+        """Log ``msg`` unless ``key`` was logged within the interval; repeats are reported
+        as "``summary``: N more in the last S s" at the interval's end."""
+        if key in self._repeats:
+            self._repeats[key] += 1
+            return
+        self._repeats[key] = 0
+        self.logger.log(level, msg, *args, exc_info=exc_info)
+        self._schedule(key, level, summary)
+
+    def _schedule(self, key: Hashable, level: int, summary: str) -> None:
+        asyncio.get_running_loop().call_later(self.interval, self._report, key, level, summary)
+
+    def _report(self, key: Hashable, level: int, summary: str) -> None:
+        count = self._repeats.pop(key)
+        if count:  # still happening: count on; else the next one is logged in full
+            self.logger.log(level, "%s: %d more in the last %g s", summary, count, self.interval)
+            self._repeats[key] = 0
+            self._schedule(key, level, summary)
+
+
+def raise_open_files_limit() -> None:
+    """Raise the soft limit of open files to the hard one: every connection is a file, and
+    the usual soft limit (1024) is below what a broker holds."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):  # an unlimited hard limit (macOS)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+async def read_body(reader: asyncio.StreamReader, size: int, timeout: float) -> bytes | memoryview:
+    """The ``size`` bytes of a request's body; RequestStalled when no byte comes for
+    ``timeout`` seconds. A large body is read into one buffer, not joined from pieces: its
+    memory is its size, not twice that."""
+    loop = asyncio.get_running_loop()
+    got = 0
+    try:
+        async with asyncio.timeout(timeout) as deadline:
+            chunk = await reader.read(size)
+            if len(chunk) == size:  # all there already: the common case
+                return chunk
+            if not chunk:
+                raise asyncio.IncompleteReadError(b"", size)
+            view = memoryview(bytearray(size))
+            while chunk:
+                view[got : got + len(chunk)] = chunk
+                got += len(chunk)
+                if got == size:
+                    return view.toreadonly()
+                deadline.reschedule(loop.time() + timeout)
+                chunk = await reader.read(size - got)
+    except TimeoutError:
+        raise RequestStalled(
+            f"request stalled: {got} of {size} bytes, then nothing for {timeout:g} s"
+        ) from None
+    raise asyncio.IncompleteReadError(b"", size)  # the client closed mid-request
 
 
 class Server:
@@ -37,14 +180,23 @@ class Server:
         self.host = host
         self.port = port
         self.metrics = metrics or Metrics()
+        self.budget = RequestBudget(broker.config.queued_max_request_bytes)
+        self.throttle = LogThrottle(log)
         self._server: asyncio.Server | None = None
         self._idle: dict[asyncio.StreamWriter, bool] = {}  # connection -> waiting for a request
+        self._per_ip: Counter[str] = Counter()
         self._stopping = False
+        self.metrics.queued_request_bytes.set_function(
+            lambda: self.budget.reserved + self.budget.beside
+        )
+        self.metrics.waiting_for_memory.set_function(lambda: self.budget.waiting)
 
     async def start(self) -> None:
         await self.broker.start()
         try:
-            self._server = await asyncio.start_server(self._connection, self.host, self.port)
+            self._server = await asyncio.start_server(
+                self._connection, self.host, self.port, backlog=LISTEN_BACKLOG
+            )
         except OSError as exc:  # the address is taken or not ours: stop what started
             await self.broker.stop()
             reason = exc.strerror or str(exc)
@@ -85,64 +237,147 @@ class Server:
         await self.broker.stop()
         log.info("stopped")
 
+    def _refusal(self, ip: str) -> tuple[str, int] | None:
+        """The limit (option name, value) that refuses a new connection from ``ip``: Kafka's
+        max.connections and max.connections.per.ip; None if it is accepted."""
+        config = self.broker.config
+        limit = config.max_connections
+        if limit is not None and len(self._idle) >= limit:
+            return "max-connections", limit
+        limit = config.max_connections_per_ip
+        if limit is not None and self._per_ip[ip] >= limit:
+            return "max-connections-per-ip", limit
+        return None
+
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
-        client_host = f"/{peer[0]}" if isinstance(peer, tuple) else ""
+        ip = peer[0] if isinstance(peer, tuple) else ""
+        refusal = self._refusal(ip)
+        if refusal is not None:  # closed at once, as Kafka does; a burst logs one line
+            name, limit = refusal
+            self.metrics.refused_connections.labels(name).inc()
+            self.throttle.log(
+                name,
+                logging.WARNING,
+                f"connections refused by --{name} {limit}",
+                "refusing connection from %s: --%s %d reached",
+                peer,
+                name,
+                limit,
+            )
+            writer.close()
+            return
+        client_host = f"/{ip}" if ip else ""
         connection = ConnectionState()
         self._idle[writer] = True
+        self._per_ip[ip] += 1
         self.metrics.connections.inc()
         self.metrics.connections_total.inc()
         supported_apis = supported()
-        max_idle = self.broker.config.connections_max_idle_ms / 1000
+        config = self.broker.config
+        max_idle = config.connections_max_idle_ms / 1000
+        # A request sent in part must go on within the request timeout (and the idle one).
+        stall = min(config.request_timeout_ms, config.connections_max_idle_ms) / 1000
         try:
             while not self._stopping:
                 self._idle[writer] = True
                 try:
                     async with asyncio.timeout(max_idle):
-                        size = int.from_bytes(await reader.readexactly(4), "big", signed=True)
-                        self._idle[writer] = False
-                        if not 0 < size <= MAX_REQUEST_SIZE:
-                            raise MalformedRequest(f"request size {size} out of range")
-                        frame = await reader.readexactly(size)
+                        first = await reader.readexactly(1)
                 except TimeoutError:
                     log.info("closing connection from %s: idle for %.0f s", peer, max_idle)
                     break
-                started = time.perf_counter()
-                self.metrics.bytes_in.inc(size + 4)
+                self._idle[writer] = False
                 try:
-                    request = parse_request(frame, supported_apis, client_host, connection)
-                except UnsupportedVersion as exc:
-                    if exc.api_key != API_VERSIONS:
-                        raise
-                    response_bytes = api_versions_fallback(exc.correlation_id, supported_apis)
-                else:
-                    response = await handle(self.broker, request)
-                    name = api_name(request.api_key)
-                    self.metrics.requests.labels(name).inc()
-                    self.metrics.latency.labels(name).observe(time.perf_counter() - started)
-                    if response is None:  # acks=0 produce: no response at all
-                        continue
-                    response_bytes = encode_response(request.correlation_id, response)
+                    async with asyncio.timeout(stall):
+                        prefix = first + await reader.readexactly(3)
+                except TimeoutError:
+                    raise RequestStalled(
+                        f"request stalled: a partial size, then nothing for {stall:g} s"
+                    ) from None
+                size = int.from_bytes(prefix, "big", signed=True)
+                if not 0 < size <= config.socket_request_max_bytes:
+                    raise MalformedRequest(
+                        f"request size {size} out of range (--socket-request-max-bytes "
+                        f"{config.socket_request_max_bytes})"
+                    )
+                # Back-pressure: the body is read only once its bytes fit in the budget;
+                # meanwhile the socket is read no further than asyncio's buffer (128 KiB), and
+                # the client's sends block.
+                await self.budget.reserve(size)
+                try:
+                    frame = await read_body(reader, size, stall)
+                    self.metrics.bytes_in.inc(size + 4)
+                    response_bytes = await self._handle(
+                        frame, supported_apis, client_host, connection
+                    )
+                    del frame  # not kept while the next request is awaited
+                finally:
+                    self.budget.release(size)
+                if response_bytes is None:  # acks=0 produce: no response at all
+                    continue
                 writer.write(response_bytes)
                 self.metrics.bytes_out.inc(len(response_bytes))
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the client closed the connection
-        except (MalformedRequest, UnsupportedVersion, DropConnection) as exc:
+        except (MalformedRequest, UnsupportedVersion, DropConnection, RequestStalled) as exc:
             log.warning("closing connection from %s: %s", peer, exc)
             self.metrics.errors.labels(type(exc).__name__).inc()
         except REDIS_CONNECTION_ERRORS as exc:  # the client reconnects and retries
             REDIS.failed(exc)  # logged once per outage
             self.metrics.errors.labels("redis").inc()
-        except Exception:
-            log.exception("closing connection from %s after an internal error", peer)
+        except Exception as exc:
+            self._internal_error(exc, peer)
             self.metrics.errors.labels("internal").inc()
         finally:
             self._idle.pop(writer, None)
+            self._per_ip[ip] -= 1
+            if not self._per_ip[ip]:
+                del self._per_ip[ip]
             self.metrics.connections.dec()
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    async def _handle(
+        self,
+        frame: bytes | memoryview,
+        supported_apis: dict[int, tuple[int, int]],
+        client_host: str,
+        connection: ConnectionState,
+    ) -> bytes | None:
+        """The response frame to one request frame; None for none (acks=0)."""
+        started = time.perf_counter()
+        try:
+            request = parse_request(frame, supported_apis, client_host, connection)
+        except UnsupportedVersion as exc:
+            if exc.api_key != API_VERSIONS:
+                raise
+            return api_versions_fallback(exc.correlation_id, supported_apis)
+        response = await handle(self.broker, request)
+        name = api_name(request.api_key)
+        self.metrics.requests.labels(name).inc()
+        self.metrics.latency.labels(name).observe(time.perf_counter() - started)
+        if response is None:
+            return None
+        return encode_response(request.correlation_id, response)
+
+    def _internal_error(self, exc: Exception, peer: object) -> None:
+        """Log a failure in full the first time, then count its repeats: the same bug hit by
+        every request must not write a traceback per request."""
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        where = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb else "?"
+        self.throttle.log(
+            (type(exc), where),
+            logging.ERROR,
+            f"connections closed after the internal error {type(exc).__name__} at {where}",
+            "closing connection from %s after an internal error",
+            peer,
+            exc_info=exc,
+        )
 
 
 Companion = Callable[[asyncio.Event], Awaitable[None]]
@@ -161,6 +396,7 @@ async def run(
     ``companions`` run beside it (the archiver): each gets an event set at shutdown and is
     awaited after the last request was answered."""
     await log_.redis.ping()
+    raise_open_files_limit()
     metrics = Metrics()
     if metrics_address is not None:
         metrics.serve(*metrics_address)

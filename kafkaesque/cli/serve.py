@@ -14,6 +14,10 @@ from kafkaesque.connect import DEFAULT_MAX_CONNECTIONS
 from kafkaesque.embedded import serving
 from kafkaesque.topic_config import MAX_PARTITIONS
 
+# wire.protocol.MAX_REQUEST_SIZE, Kafka's socket.request.max.bytes; not imported from there,
+# as importing wire (kio) would cost every CLI command 0.2 s.
+MAX_REQUEST_SIZE = 100 * 1024 * 1024
+
 
 def host_port(
     ctx: click.Context, param: click.Parameter, value: str | None
@@ -73,6 +77,38 @@ def host_port(
     help="Close a connection that sent no request (or half of one) for this long.",
 )
 @click.option(
+    "--socket-request-max-bytes",
+    type=click.IntRange(1, 2**31 - 1),
+    default=MAX_REQUEST_SIZE,
+    show_default=True,
+    help="Largest request accepted; a larger one closes its connection.",
+)
+@click.option(
+    "--queued-max-request-bytes",
+    type=click.IntRange(1),
+    default=MAX_REQUEST_SIZE,
+    show_default=True,
+    help="Memory for requests being read or handled, across connections: beyond it, "
+    "connections wait before reading more (larger requests go one at a time).",
+)
+@click.option(
+    "--request-timeout-ms",
+    type=click.IntRange(1),
+    default=30_000,
+    show_default=True,
+    help="Close a connection that sent part of a request, then nothing for this long.",
+)
+@click.option(
+    "--max-connections",
+    type=click.IntRange(1),
+    help="Client connections at most; beyond, new ones are closed at once. Default: no limit.",
+)
+@click.option(
+    "--max-connections-per-ip",
+    type=click.IntRange(1),
+    help="Client connections from one IP address at most. Default: no limit.",
+)
+@click.option(
     "--redis-max-connections",
     type=click.IntRange(2, 10_000),
     default=DEFAULT_MAX_CONNECTIONS,
@@ -104,6 +140,11 @@ def serve(
     group_initial_rebalance_delay_ms: int,
     group_min_session_timeout_ms: int,
     connections_max_idle_ms: int,
+    socket_request_max_bytes: int,
+    queued_max_request_bytes: int,
+    request_timeout_ms: int,
+    max_connections: int | None,
+    max_connections_per_ip: int | None,
     redis_max_connections: int,
     archive: bool,
     archive_interval: float,
@@ -124,6 +165,11 @@ def serve(
         auto_create_topics=auto_create_topics,
         default_partitions=default_partitions,
         connections_max_idle_ms=connections_max_idle_ms,
+        socket_request_max_bytes=socket_request_max_bytes,
+        queued_max_request_bytes=queued_max_request_bytes,
+        request_timeout_ms=request_timeout_ms,
+        max_connections=max_connections,
+        max_connections_per_ip=max_connections_per_ip,
         groups=CoordinatorConfig(
             initial_rebalance_delay_ms=group_initial_rebalance_delay_ms,
             min_session_timeout_ms=group_min_session_timeout_ms,
