@@ -15,6 +15,7 @@ import logging
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from kafkaesque.durability import DEFAULT_TIMEOUT_MS, Durability
 from kafkaesque.errors import (
     CorruptBatch,
     FencedLeaderEpoch,
@@ -104,24 +105,43 @@ class Partitions:
         self.log = log
         self.notifier = notifier
         self.max_message_bytes = max_message_bytes
+        # What acks=all waits for: none until the broker probed its Redis (durability.probe).
+        self.durability = Durability()
 
     # -- appends ----------------------------------------------------------------------
-    async def append(self, topic: str, partition: int, batches: Sequence[bytes]) -> Appended:
-        """Append whole, checked batches atomically; raises a KafkaesqueError."""
+    async def append(
+        self,
+        topic: str,
+        partition: int,
+        batches: Sequence[bytes],
+        acks_all: bool = False,
+        timeout_ms: int = DEFAULT_TIMEOUT_MS,
+    ) -> Appended:
+        """Append whole, checked batches atomically; raises a KafkaesqueError. With
+        ``acks_all``, return once the append is as durable as ``durability`` asks."""
         if any(len(b) > self.max_message_bytes for b in batches):
             raise RecordTooLarge(f"a batch is larger than {self.max_message_bytes} bytes")
-        appended = await self.log.append(topic, partition, batches)
+        durability = self.durability if acks_all else None
+        appended = await self.log.append(topic, partition, batches, durability, timeout_ms)
         if self.notifier is not None:
             self.notifier.notify(topic)
         return Appended(None, appended.base_offsets[0], appended.log_start)
 
-    async def append_records(self, topic: str, partition: int, records: bytes | None) -> Appended:
+    async def append_records(
+        self,
+        topic: str,
+        partition: int,
+        records: bytes | None,
+        acks_all: bool = False,
+        timeout_ms: int = DEFAULT_TIMEOUT_MS,
+    ) -> Appended:
         """Check a client's records (one or more batches as sent) and append them; the
         refusal, if any, is in the result."""
         try:
             if not records:
                 raise CorruptBatch("no record batch")
-            return await self.append(topic, partition, split_batches(records))
+            batches = split_batches(records)
+            return await self.append(topic, partition, batches, acks_all, timeout_ms)
         except InvalidRecord as exc:
             log.info("rejected batch for %s[%d]: %s", topic, partition, exc)
             return Appended(exc)
@@ -135,11 +155,17 @@ class Partitions:
             return Appended(exc)
 
     async def append_many(
-        self, records: dict[TopicPartition, bytes | None]
+        self,
+        records: dict[TopicPartition, bytes | None],
+        acks_all: bool = False,
+        timeout_ms: int = DEFAULT_TIMEOUT_MS,
     ) -> dict[TopicPartition, Appended]:
         """Append to many partitions at once; one outcome per partition."""
         outcomes = await asyncio.gather(
-            *(self.append_records(t, p, data) for (t, p), data in records.items())
+            *(
+                self.append_records(t, p, data, acks_all, timeout_ms)
+                for (t, p), data in records.items()
+            )
         )
         return dict(zip(records, outcomes, strict=True))
 

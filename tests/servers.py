@@ -6,6 +6,7 @@ import random
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from kafkaesque.embedded import redis_server_binary
@@ -51,10 +52,13 @@ def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 10.0) -> N
 class RedisServer:
     """A throwaway redis-server: no persistence unless asked, loopback only."""
 
-    def __init__(self, directory: Path, appendonly: bool = False) -> None:
+    def __init__(
+        self, directory: Path, appendonly: bool = False, extra_args: Sequence[str] = ()
+    ) -> None:
         self.port = free_port()
         self.directory = directory
         self.appendonly = appendonly
+        self.extra_args = list(extra_args)
         directory.mkdir(parents=True, exist_ok=True)
         self.start()
 
@@ -62,7 +66,7 @@ class RedisServer:
         """Start the server (again, after ``stop``: same port and directory)."""
         command = [redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1"]
         command += ["--dir", str(self.directory), "--save", ""]
-        command += ["--appendonly", "yes" if self.appendonly else "no"]
+        command += ["--appendonly", "yes" if self.appendonly else "no", *self.extra_args]
         self.proc = subprocess.Popen(
             command,
             stdout=subprocess.DEVNULL,

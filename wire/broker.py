@@ -7,6 +7,7 @@ import logging
 from dataclasses import dataclass, field
 
 from kafkaesque.cluster import cluster_id
+from kafkaesque.durability import probe
 from kafkaesque.groups import CoordinatorConfig, GroupCoordinator
 from kafkaesque.log import Log
 from kafkaesque.notify import Notifier
@@ -14,6 +15,8 @@ from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
 from kafkaesque.partitions import MAX_MESSAGE_BYTES, Partitions
 from kafkaesque.tasks import cancel_and_wait
 from wire.protocol import MAX_REQUEST_SIZE
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -33,6 +36,9 @@ class BrokerConfig:
     request_timeout_ms: int = 30_000  # a request sent in part, then stalled this long, closes
     max_connections: int | None = None  # Kafka's max.connections; None: no limit
     max_connections_per_ip: int | None = None  # Kafka's max.connections.per.ip
+    # Kafka's min.insync.replicas: copies acks=all waits for, Redis itself counted (so
+    # 1 waits for no replica: only the AOF fsync).
+    min_insync_replicas: int = 1
     groups: CoordinatorConfig = field(default_factory=CoordinatorConfig)
 
 
@@ -48,6 +54,9 @@ class Broker:
 
     async def start(self) -> None:
         self.cluster_id = await cluster_id(self.log.redis, self.log.ns)
+        durability, promise = await probe(self.log.redis, self.config.min_insync_replicas)
+        self.partitions.durability = durability
+        log.info("acks=all: %s", promise)
         self.notifier.start()
         self.groups.start()
         self._reaper = asyncio.create_task(self._expire_members(), name="group reaper")
@@ -76,6 +85,6 @@ class Broker:
             except REDIS_CONNECTION_ERRORS as exc:
                 REDIS.failed(exc)  # logged once per outage; the next tick retries
             except Exception:
-                logging.getLogger(__name__).exception("expiring group members failed")
+                log.exception("expiring group members failed")
             else:
                 REDIS.recovered()

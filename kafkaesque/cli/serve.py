@@ -109,6 +109,14 @@ def host_port(
     help="Client connections from one IP address at most. Default: no limit.",
 )
 @click.option(
+    "--min-insync-replicas",
+    type=click.IntRange(1, 100),
+    default=1,
+    show_default=True,
+    help="As Kafka's: copies an acks=all produce waits for, Redis itself counted; "
+    "beyond 1, Redis replicas (WAIT).",
+)
+@click.option(
     "--redis-max-connections",
     type=click.IntRange(2, 10_000),
     default=DEFAULT_MAX_CONNECTIONS,
@@ -145,6 +153,7 @@ def serve(
     request_timeout_ms: int,
     max_connections: int | None,
     max_connections_per_ip: int | None,
+    min_insync_replicas: int,
     redis_max_connections: int,
     archive: bool,
     archive_interval: float,
@@ -170,6 +179,7 @@ def serve(
         request_timeout_ms=request_timeout_ms,
         max_connections=max_connections,
         max_connections_per_ip=max_connections_per_ip,
+        min_insync_replicas=min_insync_replicas,
         groups=CoordinatorConfig(
             initial_rebalance_delay_ms=group_initial_rebalance_delay_ms,
             min_session_timeout_ms=group_min_session_timeout_ms,

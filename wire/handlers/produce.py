@@ -18,7 +18,10 @@ async def produce(broker: Broker, request: Request) -> Any:
     if body.acks not in (0, 1, -1):
         codes = {key: (ErrorCode.invalid_required_acks, Appended()) for key in records}
     else:
-        results = await broker.partitions.append_many(records)
+        # acks=all waits up to the request's timeout for the append to be durable.
+        results = await broker.partitions.append_many(
+            records, acks_all=body.acks == -1, timeout_ms=int(body.timeout.total_seconds() * 1000)
+        )
         codes = {key: (error_code(r.error), r) for key, r in results.items()}
     if body.acks == 0:
         # The client expects no response at all, so an error can only be told by closing
