@@ -93,10 +93,35 @@ class ArchivingLog:
             i += 5 + count
         return pages
 
-    async def mark_archived(self, topic: str, partition: int, through: int) -> None:
-        """Offsets below ``through`` are archived: their pages may now expire."""
+    async def mark_archived(
+        self, topic: str, partition: int, through: int, release: bool = False
+    ) -> None:
+        """Offsets below ``through`` are archived: their pages may now expire; with
+        ``release``, every archived closed page is deleted from Redis now."""
         p = self.keys.partition(topic, partition)
-        await self.scripts.mark_archived(keys=[p.meta, p.index, p.stats], args=[p.prefix, through])
+        await self.scripts.mark_archived(
+            keys=[p.meta, p.index, p.stats], args=[p.prefix, through, int(release)]
+        )
+
+    async def release_archived(self) -> int:
+        """Delete every archived closed page from Redis (their offsets stay readable from
+        the archive), to make room when Redis runs short of memory; returns how many
+        partitions were visited (none unless an archiver archives this log)."""
+        k = self.keys
+        if await self.redis.get(k.archiving) != _ARCHIVING_ON:
+            return 0
+        visited = 0
+        for name in sorted(n.decode() for n in await self.redis.smembers(k.topics)):
+            raw = await self.redis.get(k.topic(name))
+            if raw is None:
+                continue  # being deleted
+            for partition in range(TopicConfig.unpack(name, raw).partitions):
+                try:
+                    await self.mark_archived(name, partition, 0, release=True)
+                except UnknownTopic:  # deleted meanwhile
+                    break
+                visited += 1
+        return visited
 
     async def close_idle_pages(self, topic: str, partition: int, older_than_ms: int) -> bool:
         """Close the open page if its first record is older than that (ms), so quiet

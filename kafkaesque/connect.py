@@ -58,6 +58,13 @@ class HotTier(Redis):
             REDIS.recovered()
         return result
 
+    async def initialize(self) -> HotTier:
+        """A client bound to one connection (``client()``) takes it here."""
+        try:
+            return await super().initialize()
+        except RedisError as exc:
+            raise _translated(exc) from exc
+
     def pipeline(self, transaction: bool = True, shard_hint: str | None = None) -> Pipeline:
         return HotTierPipeline(
             self.connection_pool, self.response_callbacks, transaction, shard_hint

@@ -62,8 +62,14 @@ async def probe(redis: Redis, min_insync_replicas: int = 1) -> tuple[Durability,
     survives (for the log at start-up). ``min_insync_replicas`` counts Redis itself, as
     Kafka's counts the leader."""
     replicas = max(0, min_insync_replicas - 1)
-    info = await redis.info("persistence")
-    server = await redis.info("server")
+    try:
+        info = await redis.info("persistence")
+        server = await redis.info("server")
+    except ResponseError:  # INFO renamed or not allowed (a managed Redis)
+        return Durability(replicas=replicas), (
+            "cannot read INFO: acks=all waits for what acks=1 does (the append applied)"
+            + (f" and {replicas} replica(s)" if replicas else "")
+        )
     name = "Valkey" if "valkey_version" in server else "Redis"
     version = server.get("valkey_version") or server.get("redis_version", "?")
     what = f"{name} {version}"

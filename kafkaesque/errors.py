@@ -13,6 +13,7 @@ import re
 
 from redis.exceptions import (
     BusyLoadingError,
+    OutOfMemoryError,
     ReadOnlyError,
     RedisError,
     ResponseError,
@@ -190,7 +191,9 @@ def describe_redis_error(exc: BaseException) -> str:
     return f"{match['address']} ({reason[:1].lower()}{reason[1:]})"
 
 
-_OOM = re.compile(r"\bOOM command not allowed")
+# redis-py drops the "OOM" code from OutOfMemoryError's message; inside a script, Redis 6
+# wraps the reply ("ERR Error running script ... -OOM ...").
+_OOM = re.compile(r"command not allowed when used memory")
 
 
 def from_redis(exc: RedisError) -> KafkaesqueError | None:
@@ -203,9 +206,7 @@ def from_redis(exc: RedisError) -> KafkaesqueError | None:
         return HotTierUnavailable(f"cannot reach Redis: {describe_redis_error(exc)}")
     if not isinstance(exc, ResponseError):
         return None
-    # Inside a script, Redis 6 wraps the reply ("ERR Error running script ... -OOM ..."):
-    # look for the code anywhere.
-    if _OOM.search(text):
+    if isinstance(exc, OutOfMemoryError) or _OOM.search(text):
         return HotTierFull(f"Redis is full (maxmemory): {text}")
     if isinstance(exc, ReadOnlyError) or text.startswith(("READONLY", "MISCONF")):
         return HotTierUnavailable(f"Redis refuses writes: {text}")

@@ -31,6 +31,7 @@ from kafkaesque.errors import (
     UnsupportedLookup,
 )
 from kafkaesque.log import Log, ReadResult
+from kafkaesque.memory import MemoryGuard
 from kafkaesque.notify import Notifier
 from kafkaesque.records import split_batches
 
@@ -107,6 +108,8 @@ class Partitions:
         self.max_message_bytes = max_message_bytes
         # What acks=all waits for: none until the broker probed its Redis (durability.probe).
         self.durability = Durability()
+        # Set by a broker that watches Redis memory: appends are refused when it is full.
+        self.memory: MemoryGuard | None = None
 
     # -- appends ----------------------------------------------------------------------
     async def append(
@@ -121,6 +124,8 @@ class Partitions:
         ``acks_all``, return once the append is as durable as ``durability`` asks."""
         if any(len(b) > self.max_message_bytes for b in batches):
             raise RecordTooLarge(f"a batch is larger than {self.max_message_bytes} bytes")
+        if self.memory is not None:
+            self.memory.check_append(sum(map(len, batches)))
         durability = self.durability if acks_all else None
         appended = await self.log.append(topic, partition, batches, durability, timeout_ms)
         if self.notifier is not None:

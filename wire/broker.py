@@ -10,6 +10,7 @@ from kafkaesque.cluster import cluster_id
 from kafkaesque.durability import probe
 from kafkaesque.groups import CoordinatorConfig, GroupCoordinator
 from kafkaesque.log import Log
+from kafkaesque.memory import MemoryGuard
 from kafkaesque.notify import Notifier
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
 from kafkaesque.partitions import MAX_MESSAGE_BYTES, Partitions
@@ -50,13 +51,18 @@ class Broker:
         self.partitions = Partitions(log, self.notifier, config.max_message_bytes)
         self.groups = GroupCoordinator(log.redis, config.groups, log.ns)
         self.cluster_id = ""
+        self.memory = MemoryGuard(log.redis, log.release_archived)
+        self.partitions.memory = self.memory
         self._reaper: asyncio.Task[None] | None = None
+        self._memory_watch: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         self.cluster_id = await cluster_id(self.log.redis, self.log.ns)
         durability, promise = await probe(self.log.redis, self.config.min_insync_replicas)
         self.partitions.durability = durability
         log.info("acks=all: %s", promise)
+        await self.memory.start()
+        self._memory_watch = asyncio.create_task(self.memory.watch(), name="memory watch")
         self.notifier.start()
         self.groups.start()
         self._reaper = asyncio.create_task(self._expire_members(), name="group reaper")
@@ -67,8 +73,9 @@ class Broker:
         self.groups.notifier.close()
 
     async def stop(self) -> None:
-        if self._reaper is not None:
-            await cancel_and_wait(self._reaper)
+        for task in (self._reaper, self._memory_watch):
+            if task is not None:
+                await cancel_and_wait(task)
         await self.notifier.stop()
         await self.groups.stop()
 

@@ -3,8 +3,12 @@ the request budget."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from kio.schema.index import api_key_map
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from kafkaesque.memory import MemoryUse
 
 
 def api_name(api_key: int) -> str:
@@ -12,6 +16,20 @@ def api_name(api_key: int) -> str:
 
 
 class Metrics:
+    def watch_memory(self, use: Callable[[], MemoryUse]) -> None:
+        """Redis memory (as the broker last read it) and its headroom, as gauges."""
+        for name, what, value in (
+            ("used_bytes", "Redis used_memory", lambda: use().used),
+            ("max_bytes", "Redis maxmemory (0: none)", lambda: use().limit),
+            (
+                "headroom_ratio",
+                "1 - used/maxmemory (1 without maxmemory)",
+                lambda: 1 - use().fraction,
+            ),
+        ):
+            gauge = Gauge(f"kafkaesque_redis_memory_{name}", what, registry=self.registry)
+            gauge.set_function(value)
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(

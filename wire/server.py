@@ -180,6 +180,7 @@ class Server:
         self.host = host
         self.port = port
         self.metrics = metrics or Metrics()
+        self.metrics.watch_memory(lambda: broker.memory.use)
         self.budget = RequestBudget(broker.config.queued_max_request_bytes)
         self.throttle = LogThrottle(log)
         self._server: asyncio.Server | None = None

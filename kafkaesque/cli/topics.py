@@ -23,6 +23,7 @@ from kafkaesque.cli.base import (
 from kafkaesque.consume import Consumer
 from kafkaesque.embedded import in_use
 from kafkaesque.groups import GroupError
+from kafkaesque.memory import memory_use
 from kafkaesque.produce import LineProducer
 from kafkaesque.records import Compression
 from kafkaesque.tables import plural
@@ -87,7 +88,8 @@ async def topics(ctx: Context) -> None:
 @pass_context
 @run_async
 async def describe(ctx: Context, topic: str) -> None:
-    """Show TOPIC's config and, per partition, offsets, pages and bytes held."""
+    """Show TOPIC's config, Redis' memory headroom and, per partition, offsets, pages
+    and bytes held."""
     log = ctx.log()
     config = await log.topic(topic)
     click.echo(f"topic       {config.name}")
@@ -95,6 +97,7 @@ async def describe(ctx: Context, topic: str) -> None:
     click.echo(f"page size   {config.page_size} records")
     click.echo(f"ttl         {config.ttl or 'none'}{' s' if config.ttl else ''}")
     click.echo(f"max pages   {config.max_pages or 'no limit'}")
+    click.echo(f"redis       {(await memory_use(log.redis)).describe()}")
     rows = []
     for p in range(config.partitions):
         s = await log.state(topic, p)

@@ -74,13 +74,15 @@ end
 -- expired, oldest first; with archiving on, only pages wholly below `archived` (the next
 -- offset to archive) may be dropped. Returns the log start offset: the first offset held.
 local function trim_index(index, stats, prefix, open_page, closed, max_pages, end_offset,
-                          archived, archiving)
+                          archived, archiving, release)
   while true do
     local oldest = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
     if #oldest == 0 then return end_offset end
     local page = oldest[1]
     if tonumber(page) == open_page then return tonumber(oldest[2]) end
-    local over_limit = max_pages > 0 and closed > max_pages
+    -- release: Redis is short of memory, so every archived closed page goes now (the
+    -- archive serves its offsets); never an unarchived one (checked just below).
+    local over_limit = (max_pages > 0 and closed > max_pages) or (release and archiving)
     if over_limit and archiving then
       local following = redis.call('ZRANGE', index, 1, 1, 'WITHSCORES')
       local next_first = #following > 0 and tonumber(following[2]) or end_offset

@@ -1,7 +1,8 @@
 -- Record that offsets below ARGV[2] are archived, then let retention act on them: fully
 -- archived closed pages get their TTL and count towards max pages.
 -- KEYS[1] meta hash, KEYS[2] page index zset, KEYS[3] page stats hash
--- ARGV[1] key prefix, ARGV[2] archived-through (the next offset to archive)
+-- ARGV[1] key prefix, ARGV[2] archived-through (the next offset to archive),
+-- ARGV[3] '1' to release every archived closed page now (Redis is short of memory)
 local prefix, through = ARGV[1], tonumber(ARGV[2])
 local m = redis.call('HMGET', KEYS[1], 'end', 'page', 'page_records', 'ttl', 'max_pages',
   'archived', 'expiry_page')
@@ -26,6 +27,6 @@ if ttl > 0 then
 end
 local closed = redis.call('ZCARD', KEYS[2]) - (page_records > 0 and 1 or 0)
 local start = trim_index(KEYS[2], KEYS[3], prefix, open_page, closed, max_pages, log_end,
-  archived, true)
+  archived, true, ARGV[3] == '1')
 redis.call('HSET', KEYS[1], 'archived', archived, 'expiry_page', page, 'start', start)
 return archived

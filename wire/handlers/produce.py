@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import datetime
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -9,7 +11,7 @@ from kio.schema.errors import ErrorCode
 from kafkaesque.partitions import Appended
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.protocol import NO_THROTTLE, DropConnection, Request, build, schema_class
+from wire.protocol import DropConnection, Request, build, schema_class
 
 
 async def produce(broker: Broker, request: Request) -> Any:
@@ -23,6 +25,11 @@ async def produce(broker: Broker, request: Request) -> Any:
             records, acks_all=body.acks == -1, timeout_ms=int(body.timeout.total_seconds() * 1000)
         )
         codes = {key: (error_code(r.error), r) for key, r in results.items()}
+    # Redis short of memory: producers hold back (the response waits, and says so in
+    # throttle_time, as Kafka's quotas do) while the archiver drains.
+    throttle_ms = broker.memory.throttle_ms()
+    if throttle_ms:
+        await asyncio.sleep(throttle_ms / 1000)
     if body.acks == 0:
         # The client expects no response at all, so an error can only be told by closing
         # the connection, as Kafka does.
@@ -47,7 +54,7 @@ async def produce(broker: Broker, request: Request) -> Any:
 
     return build(
         schema,
-        throttle_time=NO_THROTTLE,
+        throttle_time=datetime.timedelta(milliseconds=throttle_ms),
         responses=tuple(
             build(
                 topic_class,

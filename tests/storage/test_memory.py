@@ -1,0 +1,105 @@
+"""Redis memory as the hot tier's limit: the guard's throttle and refusal, and a broker on a
+Redis with a small maxmemory whose producers are held back before Redis is full, lose
+nothing acknowledged, and go on once the archiver made room."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from kio.schema.errors import ErrorCode
+
+from kafkaesque.errors import HotTierFull
+from kafkaesque.memory import FULL, HIGH, MAX_THROTTLE_MS, MemoryGuard, MemoryUse
+from kafkaesque.records import base_offset, build_batch, decode_values, split_batches
+from tests.kafka_client import Connection, produce_request
+from tests.servers import RedisServer
+from tests.wire.conftest import Broker
+
+MAXMEMORY = 24 * 2**20
+RECORDS_PER_BATCH = 100
+VALUE_BYTES = 1000
+
+
+def test_the_guard_throttles_above_high_and_refuses_at_full() -> None:
+    guard = MemoryGuard(redis=None)  # type: ignore[arg-type]  # never asked here
+    guard.use = MemoryUse(int(HIGH * 100) - 1, 100)
+    assert guard.throttle_ms() == 0
+    guard.check_append(0)
+    guard.use = MemoryUse(int((HIGH + FULL) / 2 * 1000), 1000)
+    assert 0 < guard.throttle_ms() < MAX_THROTTLE_MS
+    guard.check_append(0)
+    guard.use = MemoryUse(int(FULL * 100), 100)
+    assert guard.throttle_ms() == MAX_THROTTLE_MS
+    with pytest.raises(HotTierFull, match="nearly full"):
+        guard.check_append(0)
+    guard.use = MemoryUse(int(HIGH * 100), 100)
+    with pytest.raises(HotTierFull):  # what it would add counts
+        guard.check_append(int((FULL - HIGH) * 100) + 1)
+    guard.use = MemoryUse(10**9, 0)  # no maxmemory: no limit to guard
+    assert guard.throttle_ms() == 0
+    guard.check_append(0)
+
+
+def values(batch_number: int) -> list[bytes]:
+    return [
+        b"%06d-%03d-" % (batch_number, i) + b"x" * (VALUE_BYTES - 11)
+        for i in range(RECORDS_PER_BATCH)
+    ]
+
+
+def test_a_full_redis_holds_producers_back_and_loses_nothing(tmp_path: Path, pg_dsn: str) -> None:
+    server = RedisServer(
+        tmp_path / "redis",
+        extra_args=["--maxmemory", str(MAXMEMORY), "--maxmemory-policy", "noeviction"],
+    )
+    # The broker archives only when told (the cron archiver below): Redis fills first.
+    broker = Broker(server.url, tmp_path / "b", ["--archive-interval", "3600"], pg_dsn=pg_dsn)
+    try:
+        broker.cli("create", "full", "--page-size", "500")
+        acknowledged: list[bytes] = []
+        held_back = None
+        with Connection(broker.bootstrap) as c:
+            for n in range(2 * MAXMEMORY // (RECORDS_PER_BATCH * VALUE_BYTES)):
+                batch = values(n)
+                answer = c.request(produce_request("full", {0: build_batch(batch)}, acks=1))
+                [partition] = answer.responses[0].partition_responses
+                if partition.error_code == ErrorCode.none:
+                    acknowledged += batch
+                else:
+                    assert partition.error_code == ErrorCode.kafka_storage_error
+                if answer.throttle_time.total_seconds() > 0 or partition.error_code:
+                    held_back = n
+                    break
+            assert held_back is not None, "Redis filled up and nobody was held back"
+            used = redis.Redis.from_url(server.url).info("memory")["used_memory"]
+            assert used < MAXMEMORY  # held back before Redis refused anything itself
+            broker.cli("archive")  # cron's run: the closed pages are now in PostgreSQL
+            deadline = time.monotonic() + 30
+            n = held_back + 1
+            while True:  # the broker releases the archived pages; producers go on
+                batch = values(n)
+                answer = c.request(produce_request("full", {0: build_batch(batch)}, acks=1))
+                [partition] = answer.responses[0].partition_responses
+                if partition.error_code == ErrorCode.none and not answer.throttle_time:
+                    acknowledged += batch
+                    break
+                if partition.error_code == ErrorCode.none:
+                    acknowledged += batch
+                assert time.monotonic() < deadline, "produce never resumed"
+                n += 1
+                time.sleep(0.2)
+            fetched: list[bytes] = []
+            while len(fetched) < len(acknowledged):
+                records = c.fetch("full", 0, len(fetched)).records
+                assert records, f"only {len(fetched)} of {len(acknowledged)} came back"
+                for batch in split_batches(records):  # whole batches: skip what we have
+                    fetched += decode_values(batch)[len(fetched) - base_offset(batch) :]
+        assert fetched[: len(acknowledged)] == acknowledged
+        logged = broker.stderr()
+        assert "Traceback" not in logged
+    finally:
+        broker.stop()
+        server.stop()
