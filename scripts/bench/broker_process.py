@@ -77,17 +77,25 @@ FAST_CONSUMER = {"fetch.queue.backoff.ms": 50}
 VALUE = b"v" * 100
 
 
-def produce(bootstrap: str, topic: str, n: int, partitions: int = 1) -> float:
-    """Seconds a confluent-kafka producer (acks=1, linger 5 ms, big batches, not idempotent)
-    takes to deliver ``n`` records of 100 bytes, spread round-robin over ``partitions``."""
+def produce(
+    bootstrap: str,
+    topic: str,
+    n: int,
+    partitions: int = 1,
+    acks: str = "1",
+    idempotent: bool = False,
+) -> float:
+    """Seconds a confluent-kafka producer (acks=1, linger 5 ms, big batches, not idempotent
+    unless asked) takes to deliver ``n`` records of 100 bytes, spread round-robin over
+    ``partitions``."""
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
-            "acks": 1,
+            "acks": acks,
             "linger.ms": 5,
             "batch.size": 1_000_000,
             "queue.buffering.max.messages": 2_000_000,
-            "enable.idempotence": False,
+            "enable.idempotence": idempotent,
         }
     )
     started = time.perf_counter()
