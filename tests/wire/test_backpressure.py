@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode
 from prometheus_client.parser import text_string_to_metric_families
 
 import kafkaesque.cli.serve
+import wire.handlers
 import wire.server
 from tests.kafka_client import (
     AsyncConnection,
@@ -277,7 +278,7 @@ def test_a_repeated_internal_error_logs_one_traceback_then_counts(
 
     table = dict(HANDLERS)
     table[3] = Api(HANDLERS[3].min_version, HANDLERS[3].max_version, broken)
-    monkeypatch.setattr(wire.server, "HANDLERS", table)
+    monkeypatch.setattr(wire.handlers, "HANDLERS", table)
     caplog.set_level(logging.INFO, logger="wire.server")
 
     async def scenario(server: Server) -> None:
