@@ -109,6 +109,49 @@ class PostgresServer:
             self.proc.wait()
         self.proc = None
 
+    def kill(self) -> None:
+        """SIGKILL the postmaster and every backend at once, as the OOM killer might; a
+        commit still in the WAL buffers (asynchronous commit) dies with them. ``start``
+        runs crash recovery on the same data and port."""
+        if self.proc is None:
+            return
+        postmaster = self.proc.pid
+        os.kill(postmaster, signal.SIGSTOP)  # forks no new backend while they are listed
+        backends = _children(postmaster)
+        for pid in [postmaster, *backends]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.proc.wait()
+        self.proc = None
+        # Orphaned backends hold the shared memory: start refuses until they are gone.
+        deadline = time.monotonic() + 30
+        while not all(_gone(pid) for pid in backends):
+            if time.monotonic() > deadline:
+                raise RuntimeError("PostgreSQL backends outlived SIGKILL")
+            time.sleep(0.02)
+
     def destroy(self) -> None:
         self.stop()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command name (state, ppid, ...)."""
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+
+
+def _children(parent: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                if int(_stat(int(entry.name))[1]) == parent:
+                    found.append(int(entry.name))
+    return found
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return _stat(pid)[0] == "Z"
+    except OSError:
+        return True

@@ -41,6 +41,7 @@ from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
     KafkaError,
+    KafkaException,
     Message,
     Producer,
     TopicPartition,
@@ -133,9 +134,12 @@ class Report:
     misplaced: list[str] = field(default_factory=list)  # the acked offset holds another record
     holes: list[str] = field(default_factory=list)  # offsets missing from the log
     unparsed: int = 0  # records in the log that are not the workload's
+    archive_gaps: list[str] = field(default_factory=list)  # dropped or lost ranges recorded
     group_missed: list[Record] = field(default_factory=list)  # acked, never seen by the group
     group_redelivered: int = 0  # read again after a rebalance: at-least-once, allowed
     group_errors: Counter[str] = field(default_factory=Counter)
+    group_assignments: int = 0
+    commit_regressions: list[str] = field(default_factory=list)
     tracebacks: list[str] = field(default_factory=list)  # from the broker's or archiver's log
     unrecovered: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -151,6 +155,8 @@ class Report:
             found.append(f"{len(self.misplaced)} misplaced, e.g. {self.misplaced[:5]}")
         if self.holes:
             found.append(f"holes in the log: {self.holes[:5]}")
+        if self.archive_gaps:
+            found.append(f"the archive recorded records as gone: {self.archive_gaps[:5]}")
         if self.group_missed:
             found.append(
                 f"{len(self.group_missed)} acknowledged records the group never consumed, "
@@ -210,8 +216,11 @@ class Report:
             f"reordered         {len(self.reordered)}",
             f"misplaced         {len(self.misplaced)}",
             f"holes             {len(self.holes)}",
+            f"archive gaps      {len(self.archive_gaps)}",
             f"group missed      {len(self.group_missed)}",
-            f"group redelivered {self.group_redelivered} (at-least-once: not a failure)",
+            f"group redelivered {self.group_redelivered} (at-least-once: not a failure), "
+            f"{self.group_assignments} assignments",
+            f"commits lost      {len(self.commit_regressions)}",
             f"group errors      {group_errors}",
             f"tracebacks logged {len(self.tracebacks)}",
         ]
@@ -344,7 +353,9 @@ class ProducerThread(threading.Thread):
 
 class GroupConsumerThread(threading.Thread):
     """A consumer group member reading the topic, committing offsets as it goes (auto
-    commit of what poll returned), recording every record it sees."""
+    commit of what poll returned), recording every record it sees. Each time partitions
+    are assigned, the committed offsets it resumes from are compared with the highest
+    commits the broker acknowledged: lower is a commit the group lost."""
 
     def __init__(self, bootstrap: str) -> None:
         super().__init__(name="group-consumer", daemon=True)
@@ -353,6 +364,30 @@ class GroupConsumerThread(threading.Thread):
         self.lock = threading.Lock()
         self.seen: Counter[tuple[str, int]] = Counter()
         self.errors: Counter[str] = Counter()
+        self.assignments = 0
+        self.acked_commits: dict[int, int] = {}  # partition -> highest acknowledged commit
+        self.commit_regressions: list[str] = []
+
+    def _committed(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        if error is not None:
+            return
+        for tp in partitions:
+            if tp.error is None and tp.offset >= 0:
+                previous = self.acked_commits.get(tp.partition, -1)
+                self.acked_commits[tp.partition] = max(previous, tp.offset)
+
+    def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.assignments += 1
+        try:
+            committed = consumer.committed(partitions, timeout=10)
+        except KafkaException:
+            return  # the broker is away again: nothing to compare this time
+        for tp in committed:
+            acked = self.acked_commits.get(tp.partition, -1)
+            if tp.error is None and tp.offset >= 0 and tp.offset < acked:
+                self.commit_regressions.append(
+                    f"partition {tp.partition}: resumed at {tp.offset}, {acked} was committed"
+                )
 
     def run(self) -> None:
         config = client_config(self.bootstrap) | {
@@ -362,9 +397,10 @@ class GroupConsumerThread(threading.Thread):
             "auto.commit.interval.ms": 500,
             # The broker's minimum: a pause may outlast it, and the member be expired.
             "session.timeout.ms": 6000,
+            "on_commit": self._committed,
         }
         consumer = Consumer(config)
-        consumer.subscribe([TOPIC])
+        consumer.subscribe([TOPIC], on_assign=self._assigned)
         try:
             while not self.stop.is_set():
                 message = consumer.poll(0.2)
@@ -392,33 +428,13 @@ def parse(key: bytes | None, value: bytes | None) -> tuple[str, int] | None:
         return None
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with suppress(OSError):
-                stat = (entry / "stat").read_text()
-                if int(stat.rpartition(")")[2].split()[1]) == pid:
-                    found.append(int(entry.name))
-    return found
-
-
-def _gone(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rpartition(")")[2].split()[0] == "Z"
-
-
 class Cluster:
     """The servers of one run, in ``directory`` (PostgreSQL in a temp dir of its own),
     each of which can be killed, paused and started again on the same port and data."""
 
-    def __init__(self, directory: Path, settings: Settings, progress: Progress) -> None:
+    def __init__(self, directory: Path, settings: Settings) -> None:
         self.directory = directory
         self.settings = settings
-        self.progress = progress
         self.redis: RedisServer | None = None
         self.pg: PostgresServer | None = None
         self.broker: Broker | None = None
@@ -504,22 +520,10 @@ class Cluster:
         self.start_archiver()
 
     def kill_postgres(self, rng: random.Random) -> None:
-        """SIGKILL the postmaster and every backend, as the OOM killer might; then start it
-        again on the same data (crash recovery) and port."""
-        assert self.pg is not None and self.pg.proc is not None
-        postmaster = self.pg.proc.pid
-        os.kill(postmaster, signal.SIGSTOP)  # forks no new backend while we list them
-        backends = _children(postmaster)
-        for pid in [postmaster, *backends]:
-            with suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        self.pg.proc.wait()
-        deadline = time.monotonic() + 30
-        while not all(_gone(pid) for pid in backends):  # they hold the shared memory
-            if time.monotonic() > deadline:
-                raise RuntimeError("PostgreSQL backends outlived SIGKILL")
-            time.sleep(0.05)
-        self.pg.proc = None
+        """SIGKILL the postmaster and every backend, then start it again on the same data
+        (crash recovery) and port."""
+        assert self.pg is not None
+        self.pg.kill()
         time.sleep(rng.uniform(*DOWN_SECONDS))
         self.pg.start()
 
@@ -568,15 +572,28 @@ class Cluster:
 
         return asyncio.run(starts())
 
-    def archived_records(self) -> int:
-        async def count() -> int:
+    def archive_state(self) -> tuple[int, list[str]]:
+        """The topic's archived records, and the gaps and lost ranges the archive recorded
+        (records it found gone from Redis before it held them)."""
+
+        async def query() -> tuple[int, list[str]]:
             conn = await asyncpg.connect(self.dsn)
             try:
-                return await conn.fetchval("SELECT count(*) FROM record WHERE topic = $1", TOPIC)
+                count = await conn.fetchval("SELECT count(*) FROM record WHERE topic = $1", TOPIC)
+                gaps = await conn.fetch(
+                    "SELECT partition, first_offset, last_offset FROM dropped_range"
+                    " WHERE topic = $1",
+                    TOPIC,
+                )
+                lost = await conn.fetch("SELECT first_id, last_id FROM lost_range")
             finally:
                 await conn.close()
+            return count, [
+                *(f"gap: partition {g[0]} offsets {g[1]}..{g[2]}" for g in gaps),
+                *(f"lost with Redis: ids {r[0]}..{r[1]}" for r in lost),
+            ]
 
-        return asyncio.run(count())
+        return asyncio.run(query())
 
     def tracebacks(self) -> list[str]:
         found = []
@@ -606,8 +623,8 @@ class Cluster:
 
 
 @contextmanager
-def running_cluster(directory: Path, settings: Settings, progress: Progress) -> Iterator[Cluster]:
-    cluster = Cluster(directory, settings, progress)
+def running_cluster(directory: Path, settings: Settings) -> Iterator[Cluster]:
+    cluster = Cluster(directory, settings)
     try:
         cluster.start()
         yield cluster
@@ -709,7 +726,7 @@ def _run(
 ) -> Report:
     ledger = Ledger()
     began = time.monotonic()
-    with running_cluster(directory, settings, progress) as cluster:
+    with running_cluster(directory, settings) as cluster:
         assert cluster.broker is not None
         bootstrap = cluster.broker.bootstrap
         producers = [
@@ -748,6 +765,8 @@ def _run(
             report.failed["never answered"] += unflushed
         report.fatal = ledger.fatal
         report.group_errors = group.errors
+        report.group_assignments = group.assignments
+        report.commit_regressions = group.commit_regressions
         report.group_missed = [r for r in acked if (r.producer, r.sequence) not in group.seen]
         progress("reading the log back from offset 0")
         starts = cluster.redis_log_starts()
@@ -757,7 +776,8 @@ def _run(
         )
         check(report, acked, log, group.seen)
         report.tracebacks = cluster.tracebacks()
-        progress(f"archive holds {cluster.archived_records()} records of the topic")
+        archived, report.archive_gaps = cluster.archive_state()
+        progress(f"archive holds {archived} records of the topic")
     report.seconds = time.monotonic() - began
     return report
 
