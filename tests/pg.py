@@ -33,8 +33,7 @@ SETTINGS = {
 
 
 class PostgresServer:
-    """``settings`` override SETTINGS: synchronous_commit=on for a server that is killed,
-    whose commits must outlive its processes (fsync=off loses them only with the OS)."""
+    """``settings`` (postgresql.conf names and values) override SETTINGS."""
 
     def __init__(self, settings: dict[str, str] | None = None) -> None:
         self.settings = SETTINGS | (settings or {})
