@@ -155,6 +155,8 @@ class Report:
             found.append(f"{len(self.misplaced)} misplaced, e.g. {self.misplaced[:5]}")
         if self.holes:
             found.append(f"holes in the log: {self.holes[:5]}")
+        if self.unparsed:
+            found.append(f"{self.unparsed} records in the log no producer wrote")
         if self.archive_gaps:
             found.append(f"the archive recorded records as gone: {self.archive_gaps[:5]}")
         if self.group_missed:
@@ -216,11 +218,13 @@ class Report:
             f"reordered         {len(self.reordered)}",
             f"misplaced         {len(self.misplaced)}",
             f"holes             {len(self.holes)}",
+            f"foreign records   {self.unparsed}",
             f"archive gaps      {len(self.archive_gaps)}",
             f"group missed      {len(self.group_missed)}",
             f"group redelivered {self.group_redelivered} (at-least-once: not a failure), "
             f"{self.group_assignments} assignments",
-            f"commits lost      {len(self.commit_regressions)}",
+            f"group commits lost {len(self.commit_regressions)} (a stale commit may land "
+            "late: redelivery, not loss)",
             f"group errors      {group_errors}",
             f"tracebacks logged {len(self.tracebacks)}",
         ]
