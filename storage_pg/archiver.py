@@ -11,7 +11,8 @@ Per partition, in one transaction per chunk of pages:
 3. fetch the closed pages holding offsets >= that from Redis, decode their batches (every
    compression) into rows and stream them with binary COPY (decoding overlaps with the
    server's inserting: rows are produced lazily while asyncpg sends them);
-4. advance ``archive_progress`` in the same transaction, and commit;
+4. advance ``archive_progress`` in the same transaction, and commit (synchronously, even
+   where synchronous_commit is off: the commit must outlive a crash of PostgreSQL);
 5. only then tell Redis (``mark_archived``), which lets retention drop those pages.
 
 A crash before 4 commits rolls everything back; a crash between 4 and 5 leaves Redis'
@@ -58,6 +59,14 @@ from storage_pg.schema import ensure_schema
 log = logging.getLogger(__name__)
 
 _LOCK = "SELECT pg_try_advisory_xact_lock(hashtext($1), $2)"
+# Redis drops the pages once this transaction has committed, so the commit must be
+# durable when it returns. With synchronous_commit off (a default some servers or
+# databases set for speed) a crash of PostgreSQL takes back the last commits, and their
+# records would be nowhere. Settings that wait for more (on, remote_*) stay.
+_DURABLE = """
+    SELECT set_config('synchronous_commit', 'local', true)
+    WHERE current_setting('synchronous_commit') = 'off'
+"""
 _PROGRESS = "SELECT archived_through FROM archive_progress WHERE topic = $1 AND partition = $2"
 _ADVANCE = """
     INSERT INTO archive_progress AS a (topic, partition, archived_through, records,
@@ -273,6 +282,7 @@ class Archiver:
                 if not await conn.fetchval(_LOCK, topic, partition):
                     summary.busy += 1
                     return
+                await conn.execute(_DURABLE)
                 if await conn.fetchval(_TOPIC_ID, topic) != topic_id:
                     return  # deleted from the archive since the run began
                 through = await conn.fetchval(_PROGRESS, topic, partition) or 0

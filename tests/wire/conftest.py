@@ -54,9 +54,19 @@ class Broker:
         command += [] if pg_dsn else ["--no-archive"]
         command += extra_args
         self.command = command
-        with self.stderr_path.open("wb") as err, self.stdout_path.open("wb") as out:
+        self.start()
+
+    def start(self) -> None:
+        """Start the server (again, after it stopped or was killed: same port, data
+        directory and options; its output is appended to the same files)."""
+        with self.stderr_path.open("ab") as err, self.stdout_path.open("ab") as out:
             self.proc = subprocess.Popen(
-                command, cwd=REPO, env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=err
+                self.command,
+                cwd=REPO,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
             )
         try:
             wait_for_port(self.port, self.proc, timeout=20.0)
