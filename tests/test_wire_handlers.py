@@ -445,6 +445,22 @@ def test_leader_epochs_after_a_restore(redis_url: str) -> None:
             (ErrorCode.unknown_topic_or_partition, "nope-v12", ()),
         ]
         assert "nope-v12" not in await log.list_topics()
+        # v10 and v11 have the topic id field too, but no null name in the answer.
+        for version in (10, 11):
+            by_id = request(
+                3,
+                version,
+                topics=[
+                    {"topic_id": topic.topic_id, "name": None},
+                    {"topic_id": None, "name": "ep"},
+                ],
+                allow_auto_topic_creation=False,
+                include_cluster_authorized_operations=False,
+                include_topic_authorized_operations=False,
+            )
+            refused, named = (await client.request(by_id)).topics
+            assert (refused.error_code, refused.name) == (ErrorCode.invalid_request, "")
+            assert (named.error_code, named.name) == (ErrorCode.none, "ep")
 
         # ListOffsets v4+ carries the partition's epoch and checks the client's.
         async def list_offsets(current: int, timestamp: int = -1) -> tuple[ErrorCode, int, int]:
