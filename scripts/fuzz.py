@@ -153,6 +153,9 @@ def fuzz(total: int, seed: int, max_rss_mb: int, directory: Path) -> tuple[int, 
             for problem in target.health():
                 print(problem, file=sys.stderr)
                 failures += 1
+            if leaked := target.leaked_fds():
+                print(f"the broker holds {leaked} descriptors too many", file=sys.stderr)
+                failures += 1
         print(
             f"{target.cases} cases, {failures} failures,"
             f" broker peak RSS {target.peak_kb // MB} MB (bound {max_rss_mb} MB)"

@@ -8,12 +8,15 @@ the end of the input and must answer what it can and close. The checks:
 * the requests a case says must be answered are answered;
 * the broker answers or closes within ``HANG_TIMEOUT`` (a case with a request that may
   wait, a Fetch or a group join, gets ``WAIT_GRACE`` and may simply not be answered);
-* the broker is alive, logged no Traceback and no ERROR, and its peak RSS stays bounded.
+* the broker is alive, logged no Traceback, no ERROR and at most one warning (for the
+  connection it closed), and its peak RSS during the case stays bounded;
+* after the cases, it holds no more descriptors than before (no connection left open).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import socket
 import struct
@@ -26,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.records import build_batch, decode_values
-from tests.fuzz.strategies import POOL_TOPICS, WAITING_APIS, Case
+from tests.fuzz.strategies import POOL_TOPICS, WAITING_APIS, Case, Session
 from tests.kafka_client import Connection, decode_response, parse_address
 from wire.handlers import supported
 from wire.protocol import MAX_REQUEST_SIZE, request_schema
@@ -44,6 +47,8 @@ BROKER_ARGS = ("--group-initial-rebalance-delay-ms", "0", "--group-min-session-t
 _SIZE = struct.Struct(">i")
 _HEADER = struct.Struct(">hhi")
 _BAD_LOG = re.compile(r"Traceback|^\S+ \S+ (ERROR|CRITICAL) ", re.MULTILINE)
+_WARNING = re.compile(r"^\S+ \S+ WARNING ", re.MULTILINE)
+FD_SLACK = 10  # descriptors the broker may hold beyond those it had before the cases
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +185,41 @@ def answer_problems(case: Case, outcome: Outcome) -> list[str]:
     return problems
 
 
+def fill_in(entity: Any, values: dict[str, Any]) -> Any:
+    """``entity`` with the fields named in ``values`` replaced, in nested entities too."""
+    changes = {}
+    for f in dataclasses.fields(entity):
+        value = getattr(entity, f.name)
+        if f.name in values:
+            changes[f.name] = values[f.name]
+        elif dataclasses.is_dataclass(value):
+            changes[f.name] = fill_in(value, values)
+        elif isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
+            changes[f.name] = tuple(fill_in(item, values) for item in value)
+    return dataclasses.replace(entity, **changes)
+
+
+def ask(conn: Connection, req: Any, problems: list[str]) -> Any:
+    """The answer to ``req``, checked; None (and the problem, if it is one) without one."""
+    name = f"{type(req).__name__} v{req.__version__}"
+    waits = req.__api_key__ in WAITING_APIS
+    conn.sock.settimeout(WAIT_GRACE if waits else HANG_TIMEOUT)
+    try:
+        answer = conn.request(req)
+    except TimeoutError:
+        if not waits:
+            problems.append(f"no answer to {name} in {HANG_TIMEOUT} s")
+        return None
+    except OSError as exc:  # closed or reset
+        problems.append(f"no answer to {name}: {exc!r}")
+        return None
+    except Exception as exc:
+        problems.append(f"the answer to {name} does not decode: {exc!r}")
+        return None
+    problems += [f"{name}: UNKNOWN_SERVER_ERROR in {e}: {answer}" for e in server_errors(answer)]
+    return answer
+
+
 class Target:
     """A broker process under fuzzing: runs cases and watches it between them."""
 
@@ -190,24 +230,66 @@ class Target:
         self.log_position = broker.stderr_size()
         self.cases = 0
         self.peak_kb = 0  # the highest VmHWM seen
+        self.fds_before = 0
 
     def prepare(self) -> None:
-        """Create the pool topics the strategies aim at (again, should a case delete one)."""
+        """Create the pool topics the strategies aim at; count the broker's descriptors."""
         with Connection(self.broker.bootstrap) as conn:
             for topic, partitions in POOL_TOPICS.items():
                 result = conn.create_topic(topic, partitions)
                 assert result.error_code in (ErrorCode.none, ErrorCode.topic_already_exists)
+        self.fds_before = self.open_fds()
 
-    def run(self, case: Case) -> list[str]:
+    def open_fds(self) -> int:
+        try:
+            return len(os.listdir(f"/proc/{self.broker.proc.pid}/fd"))
+        except OSError:
+            return 0
+
+    def leaked_fds(self, timeout: float = 5.0) -> int:
+        """Descriptors (connections) beyond ``FD_SLACK`` the broker still holds after the
+        cases, once waiting requests had ``timeout`` seconds to end."""
+        deadline = time.monotonic() + timeout
+        while (extra := self.open_fds() - self.fds_before - FD_SLACK) > 0:
+            if time.monotonic() > deadline:
+                return extra
+            time.sleep(0.1)
+        return 0
+
+    def run(self, case: Case | Session) -> list[str]:
         """Send the case; the problems found with the answers and the broker."""
         self.cases += 1
         self.reset_peak()
+        if isinstance(case, Session):
+            return self.converse(case) + self.health()
         waits = any(f.api_key in WAITING_APIS for f in split_frames(case.data))
         try:
             outcome = exchange(self.address, case.data, WAIT_GRACE if waits else HANG_TIMEOUT)
         except OSError as exc:
             return [f"cannot connect: {exc!r}", *self.health()]
         return answer_problems(case, outcome) + self.health()
+
+    def converse(self, session: Session) -> list[str]:
+        """Join, then send the follow-ups as the member the join made."""
+        problems: list[str] = []
+        with Connection(self.broker.bootstrap, timeout=HANG_TIMEOUT) as conn:
+            joined = ask(conn, session.join, problems)
+            if joined is not None and joined.error_code == ErrorCode.member_id_required:
+                again = dataclasses.replace(session.join, member_id=joined.member_id)
+                joined = ask(conn, again, problems)
+            if joined is None:
+                return problems
+            identity = {
+                "group_id": session.group,
+                "groups": (session.group,),
+                "member_id": joined.member_id,
+                "generation_id": joined.generation_id,
+                "generation_id_or_member_epoch": joined.generation_id,
+            }
+            for req, as_itself in session.follow_ups:
+                if ask(conn, fill_in(req, identity) if as_itself else req, problems) is None:
+                    break
+        return problems
 
     def health(self) -> list[str]:
         """Dead, a Traceback or an ERROR logged since the last check, or too much memory."""
@@ -221,6 +303,8 @@ class Target:
         text = logged.decode(errors="replace")
         if _BAD_LOG.search(text):
             problems.append(f"the broker logged:\n{text}")
+        elif len(_WARNING.findall(text)) > 1:  # a case is one connection: one warning at most
+            problems.append(f"the broker logged several warnings for one connection:\n{text}")
         peak = self.memory()["VmHWM"]
         self.peak_kb = max(self.peak_kb, peak)
         if peak > self.max_rss_kb:

@@ -1,6 +1,6 @@
 """Hypothesis strategies of fuzz cases: the bytes one connection sends to the broker.
 
-Three families:
+Four families:
 
 * ``requests``: one to three pipelined requests of the api keys and versions the broker
   advertises, generated field by field from kio's request entity classes and framed with
@@ -13,6 +13,9 @@ Three families:
   magic, attributes, record counts, truncated or garbled records, compressed data that does
   not decompress or decompresses to far too much), the CRC recomputed or not. The request
   itself is well formed, so it must be answered.
+* ``group_sessions``: a member joins a group, then sends generated group requests with
+  its own member id and generation (mostly), so they reach the coordinator's rounds
+  rather than only failing lookups of unknown members.
 
 Names come mostly from small pools: the topics and groups of ``POOL_TOPICS`` and
 ``POOL_GROUPS`` (which the harness creates first), so requests reach real partitions and
@@ -57,7 +60,7 @@ from kafkaesque.records import (
 )
 from tests.kafka_client import assignment_bytes, encode_request, produce_request, subscription
 from wire.handlers import supported
-from wire.protocol import request_schema
+from wire.protocol import request_schema, schema_class
 
 Draw = Callable[[st.SearchStrategy[Any]], Any]
 
@@ -71,6 +74,7 @@ WAITING_APIS = frozenset({FETCH, JOIN_GROUP, SYNC_GROUP})
 WAITING_DURATIONS = frozenset({"max_wait", "session_timeout", "rebalance_timeout"})
 MAX_ITEMS = 3  # elements of a generated array
 REPR_BYTES = 2048  # of a case's data shown in reports (decompression bombs are large)
+_I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 
 
@@ -404,7 +408,27 @@ def duplicate(draw: Draw, buf: bytearray) -> None:
         buf[at:at] = piece
 
 
-MUTATIONS = (flip_bit, set_byte, set_integer, set_varint, truncate, insert, delete, duplicate)
+def retarget(draw: Draw, buf: bytearray) -> None:
+    """Another api key or version in the header: unknown ones, advertised ones kio cannot
+    parse (Produce v0-v2), and ones whose body has another layout."""
+    if len(buf) >= 8:
+        if draw(st.booleans()):
+            keys = sorted(supported())
+            _I16.pack_into(buf, 4, draw(st.one_of(st.sampled_from(keys), st.integers(-1, 70))))
+        _I16.pack_into(buf, 6, draw(st.integers(-1, 16)))
+
+
+MUTATIONS = (
+    flip_bit,
+    set_byte,
+    set_integer,
+    set_varint,
+    truncate,
+    insert,
+    delete,
+    duplicate,
+    retarget,
+)
 
 
 def _uvarint(n: int) -> bytes:
@@ -591,6 +615,76 @@ def mutated_batches(draw: Draw) -> Case:
     return Case("mutated-batch", frame, 0 if acks == 0 else 1, what)
 
 
-def cases() -> st.SearchStrategy[Case]:
-    """Any of the three families."""
-    return st.one_of(requests(), mutated_frames(), mutated_batches())
+# -- group sessions ------------------------------------------------------------------------
+
+SESSION_GROUPS = ("fuzz-session-a", "fuzz-session-b")
+# What a member sends once it joined: OffsetCommit, OffsetFetch, JoinGroup (again),
+# Heartbeat, LeaveGroup, SyncGroup, DescribeGroups.
+SESSION_APIS = frozenset({8, 9, 11, 12, 13, 14, 15})
+# Fields a member fills in from its JoinGroup answer.
+IDENTITY_FIELDS = frozenset(
+    {"group_id", "groups", "member_id", "generation_id", "generation_id_or_member_epoch"}
+)
+
+
+@dataclass(frozen=True)
+class Session:
+    """A group member's conversation on one connection: it joins ``group`` with ``join``
+    (again with the member id it is given, from v4), then sends ``follow_ups``, each with
+    the group, its member id and generation filled in when paired with True. Every request
+    must be answered, except that a join or sync may wait (then the session ends)."""
+
+    group: str
+    join: Any
+    follow_ups: tuple[tuple[Any, bool], ...]
+    what: str
+
+    def __repr__(self) -> str:
+        return f"Session({self.what}: {self.join!r}, {self.follow_ups!r})"
+
+
+@cache
+def _session_requests() -> st.SearchStrategy[Any]:
+    pairs = [kv for kv in api_versions() if kv[0] in SESSION_APIS]
+    return st.sampled_from(pairs).flatmap(lambda kv: entities(request_schema(*kv)))
+
+
+@st.composite
+def group_sessions(draw: Draw) -> Session:
+    """A member that joins properly (a protocol, a session timeout the broker takes, a
+    short rebalance timeout), then sends fuzzed group requests as itself, mostly."""
+    version = draw(st.sampled_from([v for k, v in api_versions() if k == JOIN_GROUP and v >= 1]))
+    join = draw(entities(request_schema(JOIN_GROUP, version)))
+    protocol = schema_class(type(join), "JoinGroupRequestProtocol")
+    # "range" first, so the sessions of a group always have a protocol in common.
+    metadata = FIELDS["metadata"]()
+    protocols = [protocol(name="range", metadata=draw(metadata))]
+    if draw(st.booleans()):
+        protocols.append(protocol(name="roundrobin", metadata=draw(metadata)))
+    group = draw(st.sampled_from(SESSION_GROUPS))
+    join = dataclasses.replace(
+        join,
+        group_id=group,
+        member_id="",
+        protocol_type="consumer",
+        protocols=tuple(protocols),
+        session_timeout=datetime.timedelta(milliseconds=draw(st.integers(500, 3000))),
+        # Short: a join waits this long for members of earlier sessions to join again.
+        rebalance_timeout=datetime.timedelta(milliseconds=draw(st.integers(0, 20))),
+    )
+    follow_ups = draw(
+        st.lists(
+            st.tuples(_session_requests(), st.integers(0, 4).map(bool)),
+            min_size=1,
+            max_size=4,
+        )
+    )
+    what = ", ".join(
+        [_name(join), *(_name(r) + ("" if f else " as another") for r, f in follow_ups)]
+    )
+    return Session(group, join, tuple(follow_ups), what)
+
+
+def cases() -> st.SearchStrategy[Case | Session]:
+    """Any of the four families."""
+    return st.one_of(requests(), mutated_frames(), mutated_batches(), group_sessions())
