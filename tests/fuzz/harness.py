@@ -1,7 +1,8 @@
 """Sending fuzz cases to a broker process and checking it and its answers.
 
 A case is sent on a fresh connection whose write side is then shut, so the broker sees
-the end of the input and must answer what it can and close. The checks:
+the end of the input and must answer what it can and close; a group session is a
+conversation on one connection, each request sent once the last is answered. The checks:
 
 * every answer is a well-formed response (kio decodes all of it) to a request sent, in
   order, and carries no UNKNOWN_SERVER_ERROR (an internal error in disguise);

@@ -173,11 +173,18 @@ CONFIG_NAMES = (
 )
 CONFIG_VALUES = ("-1", "0", "1", "1000", "delete", "compact", "producer", "1e3", "9" * 30)
 
+
+@cache
+def member_metadata() -> st.SearchStrategy[bytes]:
+    """A JoinGroup protocol's metadata: a subscription, or bytes."""
+    return st.one_of(
+        st.binary(max_size=64), st.lists(topic_names(), max_size=MAX_ITEMS).map(subscription)
+    )
+
+
 # Fields whose meaning a type does not tell, by name (types come first: see ``leaf``).
 FIELDS: dict[str, Callable[[], st.SearchStrategy[Any]]] = {
-    "metadata": lambda: st.one_of(
-        st.binary(max_size=64), st.lists(topic_names(), max_size=MAX_ITEMS).map(subscription)
-    ),
+    "metadata": member_metadata,
     "assignment": lambda: st.one_of(
         st.binary(max_size=64),
         st.dictionaries(topic_names(), st.lists(st.integers(-1, 3), max_size=3)).map(
@@ -621,10 +628,6 @@ SESSION_GROUPS = ("fuzz-session-a", "fuzz-session-b")
 # What a member sends once it joined: OffsetCommit, OffsetFetch, JoinGroup (again),
 # Heartbeat, LeaveGroup, SyncGroup, DescribeGroups.
 SESSION_APIS = frozenset({8, 9, 11, 12, 13, 14, 15})
-# Fields a member fills in from its JoinGroup answer.
-IDENTITY_FIELDS = frozenset(
-    {"group_id", "groups", "member_id", "generation_id", "generation_id_or_member_epoch"}
-)
 
 
 @dataclass(frozen=True)
@@ -657,10 +660,9 @@ def group_sessions(draw: Draw) -> Session:
     join = draw(entities(request_schema(JOIN_GROUP, version)))
     protocol = schema_class(type(join), "JoinGroupRequestProtocol")
     # "range" first, so the sessions of a group always have a protocol in common.
-    metadata = FIELDS["metadata"]()
-    protocols = [protocol(name="range", metadata=draw(metadata))]
+    protocols = [protocol(name="range", metadata=draw(member_metadata()))]
     if draw(st.booleans()):
-        protocols.append(protocol(name="roundrobin", metadata=draw(metadata)))
+        protocols.append(protocol(name="roundrobin", metadata=draw(member_metadata())))
     group = draw(st.sampled_from(SESSION_GROUPS))
     join = dataclasses.replace(
         join,
