@@ -7,8 +7,9 @@ Four families:
   kio's writers. Every one must be answered, except after a produce with acks=0 (which is
   not answered and may close the connection when it fails).
 * ``mutated_frames``: a valid request frame with a few byte mutations (bit flips, integers
-  overwritten where lengths and counts live, truncations, insertions, deletions), its size
-  prefix fixed up or not. Any well-formed answer or a closed connection is fine.
+  overwritten where lengths and counts live, truncations, insertions, deletions, another
+  api key or version), its size prefix fixed up or not; or a request with null arrays its
+  schema does not allow. Any well-formed answer or a closed connection is fine.
 * ``mutated_batches``: produce requests whose record batches are damaged (CRC, lengths,
   magic, attributes, record counts, truncated or garbled records, compressed data that does
   not decompress or decompresses to far too much), the CRC recomputed or not. The request
@@ -202,10 +203,10 @@ FIELDS: dict[str, Callable[[], st.SearchStrategy[Any]]] = {
 }
 
 
-def leaf(name: str, tp: type) -> st.SearchStrategy[Any]:
+def leaf(name: str, tp: type, nulls: bool = False) -> st.SearchStrategy[Any]:
     """Values of one field (an element, for an array) of type ``tp``."""
     if dataclasses.is_dataclass(tp):
-        return entities(tp)
+        return entities(tp, nulls)
     if tp is TopicName:
         return topic_names()
     if tp is GroupId:
@@ -235,20 +236,26 @@ def _without_none(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
-def field_values(f: dataclasses.Field) -> st.SearchStrategy[Any]:
+def field_values(f: dataclasses.Field, nulls: bool = False) -> st.SearchStrategy[Any]:
+    """``nulls``: arrays the schema says cannot be null are null a quarter of the time
+    (kio writes them, and reads them back as None)."""
     tp, nullable = _without_none(f.type)
     if typing.get_origin(tp) is tuple:
         element, _ = _without_none(typing.get_args(tp)[0])
-        values = st.lists(leaf(f.name, element), max_size=MAX_ITEMS).map(tuple)
+        values = st.lists(leaf(f.name, element, nulls), max_size=MAX_ITEMS).map(tuple)
+        if nulls and not nullable:
+            return st.one_of(values, values, values, st.none())
     else:
-        values = leaf(f.name, tp)
+        values = leaf(f.name, tp, nulls)
     return st.one_of(st.none(), values) if nullable else values
 
 
 @cache
-def entities(cls: type) -> st.SearchStrategy[Any]:
+def entities(cls: type, nulls: bool = False) -> st.SearchStrategy[Any]:
     """Instances of a kio entity class, every field drawn by ``field_values``."""
-    return st.builds(cls, **{f.name: field_values(f) for f in dataclasses.fields(cls) if f.init})
+    return st.builds(
+        cls, **{f.name: field_values(f, nulls) for f in dataclasses.fields(cls) if f.init}
+    )
 
 
 # -- record batches ------------------------------------------------------------------------
@@ -307,8 +314,8 @@ def records() -> st.SearchStrategy[bytes]:
 
 
 @cache
-def request_entities() -> st.SearchStrategy[Any]:
-    return st.sampled_from(api_versions()).flatmap(lambda kv: entities(request_schema(*kv)))
+def request_entities(nulls: bool = False) -> st.SearchStrategy[Any]:
+    return st.sampled_from(api_versions()).flatmap(lambda kv: entities(request_schema(*kv), nulls))
 
 
 @cache
@@ -459,11 +466,13 @@ def mutate(draw: Draw, buf: bytearray, mutations: tuple[Callable[..., None], ...
 
 @st.composite
 def mutated_frames(draw: Draw) -> Case:
-    """A valid frame, mutated; its size prefix mostly fixed so the parser sees the damage."""
-    req = draw(request_entities())
+    """A valid frame, mutated; its size prefix mostly fixed so the parser sees the damage.
+    A quarter are instead well framed but have null arrays the schema does not allow."""
+    nulls = draw(st.integers(0, 3)) == 0
+    req = draw(request_entities(nulls))
     frame = bytearray(encode_request(req, draw(correlation_ids()), draw(client_ids())))
-    done = mutate(draw, frame, MUTATIONS)
-    if len(frame) >= 4 and draw(st.integers(0, 3)):
+    done = ["null arrays"] if nulls else mutate(draw, frame, MUTATIONS)
+    if not nulls and len(frame) >= 4 and draw(st.integers(0, 3)):
         _I32.pack_into(frame, 0, len(frame) - 4)
         done.append("size fixed")
     # Sometimes a valid request follows: it is answered, or the connection was closed.
