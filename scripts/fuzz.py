@@ -1,7 +1,7 @@
 """Fuzz the broker's wire protocol for a long run: the strategies of tests/fuzz (requests
-generated from kio's schemas, mutated frames, mutated record batches) sent to a broker
-process on a private redis-server, both on free loopback ports in a temporary directory,
-with the checks of tests/fuzz/harness.py after every case.
+generated from kio's schemas, mutated frames, mutated record batches, group members'
+sessions) sent to a broker process on a private redis-server, both on free loopback ports
+in a temporary directory, with the checks of tests/fuzz/harness.py after every case.
 
     .venv/bin/python scripts/fuzz.py [--cases N] [--seed S] [--max-rss-mb MB]
 
@@ -78,7 +78,10 @@ class Progress:
             sys.stderr.write("\r\x1b[K")
 
 
-def run_chunk(cases: int, chunk_seed: int, each: Callable[[strategies.Case], None]) -> None:
+Fuzzed = strategies.Case | strategies.Session
+
+
+def run_chunk(cases: int, chunk_seed: int, each: Callable[[Fuzzed], None]) -> None:
     """Draw ``cases`` cases from every family and call ``each`` with each one."""
 
     @settings(
@@ -90,7 +93,7 @@ def run_chunk(cases: int, chunk_seed: int, each: Callable[[strategies.Case], Non
     )
     @hypothesis_seed(chunk_seed)
     @given(case=strategies.cases())
-    def fuzz(case: strategies.Case) -> None:
+    def fuzz(case: Fuzzed) -> None:
         each(case)
 
     fuzz()
@@ -116,7 +119,7 @@ def fuzz(total: int, seed: int, max_rss_mb: int, directory: Path) -> tuple[int, 
         progress = Progress(total)
         failures = 0
 
-        def each(case: strategies.Case) -> None:
+        def each(case: Fuzzed) -> None:
             nonlocal failures
             if halted or target.cases >= total:
                 return
