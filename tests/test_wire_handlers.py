@@ -378,6 +378,23 @@ def test_admin_create_delete_partitions_and_configs(redis_url: str) -> None:
     run(redis_url, scenario)
 
 
+def test_fetch_of_no_partitions_is_answered_at_once(redis_url: str) -> None:
+    """As Kafka: nothing could wake it, not even the shutdown, so it used to wait out its
+    max_wait and, past the shutdown's grace, be cancelled with an asyncio error."""
+
+    async def scenario(server: Server) -> None:
+        client = await AsyncConnection.connect(server.port)
+        started = time.monotonic()
+        # A topic without partitions: nothing to read, or to wait for.
+        response = await client.request(fetch_request("unused", {}, max_wait_ms=30_000))
+        assert response.error_code == ErrorCode.none
+        assert [t.partitions for t in response.responses] == [()]
+        assert time.monotonic() - started < 5
+        await client.close()
+
+    run(redis_url, scenario)
+
+
 def test_shutdown_answers_in_flight_fetches_and_metrics_count(redis_url: str) -> None:
     async def scenario(server: Server) -> None:
         client = await AsyncConnection.connect(server.port)
