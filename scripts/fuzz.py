@@ -7,8 +7,9 @@ in a temporary directory, with the checks of tests/fuzz/harness.py after every c
 
 Progress goes to stderr (a bar when it is a terminal), each failure with its case; at the
 end one line: cases, failures, the broker's peak RSS. The exit status is 1 when any case
-failed, the broker died or a normal client was not served afterwards. The cases are drawn
-in chunks, each from its own seed derived from --seed, so a run is reproducible.
+failed, the broker died, a normal client was not served afterwards or the broker did not
+stop cleanly; 130 when interrupted. The cases are drawn in chunks, each from its own seed
+derived from --seed, so a run is reproducible.
 """
 
 from __future__ import annotations
@@ -159,6 +160,13 @@ def fuzz(total: int, seed: int, max_rss_mb: int, directory: Path) -> tuple[int, 
             if leaked := target.leaked_fds():
                 print(f"the broker holds {leaked} descriptors too many", file=sys.stderr)
                 failures += 1
+        status = broker.stop()
+        if not halted and status not in (0, -signal.SIGTERM):
+            print(f"the broker exited with {status} on SIGTERM", file=sys.stderr)
+            failures += 1
+        for problem in target.log_problems():
+            print(f"at shutdown, {problem}", file=sys.stderr)
+            failures += 1
         print(
             f"{target.cases} cases, {failures} failures,"
             f" broker peak RSS {target.peak_kb // MB} MB (bound {max_rss_mb} MB)"
@@ -166,9 +174,7 @@ def fuzz(total: int, seed: int, max_rss_mb: int, directory: Path) -> tuple[int, 
         return failures, any(why.startswith("interrupted") for why in halted)
     finally:
         if broker is not None:
-            status = broker.stop()
-            if status not in (0, -signal.SIGTERM):
-                print(f"the broker exited with {status}", file=sys.stderr)
+            broker.stop()
         redis.stop()
 
 

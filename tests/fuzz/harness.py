@@ -297,20 +297,26 @@ class Target:
         problems = []
         if not self.broker.alive():
             problems.append(f"the broker exited with {self.broker.proc.returncode}")
+        problems += self.log_problems()
+        peak = self.memory()["VmHWM"]
+        self.peak_kb = max(self.peak_kb, peak)
+        if peak > self.max_rss_kb:
+            problems.append(f"the broker's peak RSS was {peak // 1024} MB")
+        return problems
+
+    def log_problems(self) -> list[str]:
+        """A Traceback or an ERROR logged since the last look, or warnings for more than the
+        one connection a case is."""
         with self.broker.stderr_path.open("rb") as f:
             f.seek(self.log_position)
             logged = f.read()
         self.log_position += len(logged)
         text = logged.decode(errors="replace")
         if _BAD_LOG.search(text):
-            problems.append(f"the broker logged:\n{text}")
-        elif len(_WARNING.findall(text)) > 1:  # a case is one connection: one warning at most
-            problems.append(f"the broker logged several warnings for one connection:\n{text}")
-        peak = self.memory()["VmHWM"]
-        self.peak_kb = max(self.peak_kb, peak)
-        if peak > self.max_rss_kb:
-            problems.append(f"the broker's peak RSS was {peak // 1024} MB")
-        return problems
+            return [f"the broker logged:\n{text}"]
+        if len(_WARNING.findall(text)) > 1:
+            return [f"the broker logged several warnings for one connection:\n{text}"]
+        return []
 
     def reset_peak(self) -> None:
         """Start the broker's VmHWM afresh, so a peak is blamed on the case that made it."""
