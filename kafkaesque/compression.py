@@ -7,6 +7,7 @@ and read both framed and raw (librdkafka writes raw snappy).
 from __future__ import annotations
 
 import enum
+import mmap
 import struct
 
 import cramjam
@@ -62,8 +63,11 @@ def compress(codec: Compression, data: bytes) -> bytes:
     raise ValueError(f"cannot compress with {codec!r}")
 
 
-def decompress(codec: int, blob: bytes | memoryview) -> bytes:
-    """``blob`` decompressed with codec id ``codec``; raises DecompressionError."""
+def decompress(codec: int, blob: bytes | memoryview, limit: int | None = None) -> bytes:
+    """``blob`` decompressed with codec id ``codec``; raises DecompressionError, also when
+    it holds more than ``limit`` bytes (of which no more are written)."""
+    if limit is not None:
+        return _decompress_within(codec, blob, limit)
     try:
         if codec == Compression.GZIP:
             return bytes(cramjam.gzip.decompress(blob))
@@ -94,3 +98,49 @@ def _xerial_decompress(blob: bytes) -> bytes:
         parts.append(bytes(cramjam.snappy.decompress_raw(blob[pos + 4 : pos + 4 + size])))
         pos += 4 + size
     return b"".join(parts)
+
+
+_DECOMPRESS_INTO = {
+    Compression.GZIP: cramjam.gzip.decompress_into,
+    Compression.LZ4: cramjam.lz4.decompress_into,
+    Compression.ZSTD: cramjam.zstd.decompress_into,
+}
+
+
+def _decompress_within(codec: int, blob: bytes | memoryview, limit: int) -> bytes:
+    """Decompress into a buffer of ``limit`` bytes, which fails when it is full. The buffer
+    is an anonymous map: its pages take memory only once written, so a generous limit
+    costs small batches nothing."""
+    with mmap.mmap(-1, max(limit, 1)) as out:
+        try:
+            if codec == Compression.SNAPPY:
+                if bytes(blob[:8]) != _XERIAL_MAGIC:
+                    size = cramjam.snappy.decompress_raw_into(blob, out)
+                else:
+                    size = _xerial_decompress_into(bytes(blob), out)
+            elif codec in _DECOMPRESS_INTO:
+                size = _DECOMPRESS_INTO[Compression(codec)](blob, out)
+            else:
+                raise DecompressionError(f"unknown compression codec {codec}")
+        except DecompressionError:
+            raise
+        except Exception as exc:  # corrupt, or more than the limit: the buffer is full
+            raise DecompressionError(
+                f"cannot decompress {Compression(codec).name} records into at most"
+                f" {limit} bytes: {exc}"
+            ) from exc
+        return out[:size]
+
+
+def _xerial_decompress_into(blob: bytes, out: mmap.mmap) -> int:
+    """`_xerial_decompress` into ``out``; the bytes written."""
+    written, pos = 0, len(_XERIAL_HEADER)
+    with memoryview(out) as view:
+        while pos < len(blob):
+            (size,) = _INT32.unpack_from(blob, pos)
+            if size < 0 or pos + 4 + size > len(blob):
+                raise DecompressionError("truncated xerial snappy block")
+            block = blob[pos + 4 : pos + 4 + size]
+            written += cramjam.snappy.decompress_raw_into(block, view[written:])
+            pos += 4 + size
+    return written

@@ -168,6 +168,10 @@ class Group:
             config.min_session_timeout_ms <= req.session_timeout_ms <= config.max_session_timeout_ms
         ):
             return refuse(GroupError.INVALID_SESSION_TIMEOUT)
+        # As Kafka, even in an empty group: a round of members without protocols could
+        # choose none.
+        if not req.protocol_type or not req.protocols:
+            return refuse(GroupError.INCONSISTENT_GROUP_PROTOCOL)
         if self.members and (
             req.protocol_type != self.protocol_type or not self._common_protocols(req.protocols)
         ):

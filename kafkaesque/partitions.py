@@ -200,7 +200,9 @@ class Partitions:
             async with self.appends(topics) as appended:
                 results, total, failed = await self._read_all(requests, max_bytes, seen_epochs)
                 timeout = deadline - loop.time()
-                if total >= min_bytes or failed or timeout <= 0 or self.closed:
+                # As Kafka, a fetch of no partitions is answered at once: no append could
+                # wake it (nor, at shutdown, the notifier).
+                if total >= min_bytes or failed or timeout <= 0 or self.closed or not requests:
                     return results
                 if not await appended.wait(timeout):
                     return results  # nothing was appended: what we read is still current

@@ -58,6 +58,9 @@ RECORD_COUNT = slice(57, 61)
 
 HEADER_SIZE = RECORD_COUNT.stop
 MAGIC = 2
+# The most a client's batch may hold decompressed. Checking a produced batch decompresses
+# it whole, and a few kilobytes of gzip or zstd can expand a thousandfold or more.
+MAX_CLIENT_RECORDS_BYTES = 64 << 20
 # The attributes' bits.
 ATTR_COMPRESSION = 0x07  # a Compression id
 ATTR_LOG_APPEND_TIME = 0x08  # TimestampType.LOG_APPEND_TIME: maxTimestamp is every record's
@@ -258,9 +261,10 @@ def split_batches(buf: bytes | memoryview) -> list[bytes]:
 def check_client_batch(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
     """`check_batch`, then what Kafka demands of a batch a client produces: at least one
     record, no control batch (only the broker writes transaction markers), and records
-    that parse, with offset deltas 0, 1, ... in order. A batch the log accepts therefore
-    decodes for every consumer and for the archive."""
-    header, data, pos, end = records_data(buf, pos)
+    that parse, with offset deltas 0, 1, ... in order, within MAX_CLIENT_RECORDS_BYTES
+    decompressed. A batch the log accepts therefore decodes for every consumer and for
+    the archive."""
+    header, data, pos, end = records_data(buf, pos, MAX_CLIENT_RECORDS_BYTES)
     if header.is_control:
         raise InvalidRecord("clients may not write control batches")
     if header.record_count < 1:
@@ -301,14 +305,17 @@ def with_base_offset(buf: bytes, base_offset: int, leader_epoch: int | None = No
 # --- decoding ----------------------------------------------------------------
 
 
-def records_data(buf: bytes | memoryview, pos: int) -> tuple[BatchHeader, bytes, int, int]:
-    """Check the batch; return header, a bytes object holding its records, start and end."""
+def records_data(
+    buf: bytes | memoryview, pos: int, limit: int | None = None
+) -> tuple[BatchHeader, bytes, int, int]:
+    """Check the batch; return header, a bytes object holding its records, start and end.
+    ``limit``: compressed records that decompress to more bytes are an InvalidRecord."""
     header = check_batch(buf, pos)
     end = pos + header.length
     codec = header.attributes & ATTR_COMPRESSION
     if codec:
         try:
-            data = decompress(codec, memoryview(buf)[pos + HEADER_SIZE : end])
+            data = decompress(codec, memoryview(buf)[pos + HEADER_SIZE : end], limit)
         except DecompressionError as exc:
             raise InvalidRecord(str(exc)) from exc
         return header, data, 0, len(data)

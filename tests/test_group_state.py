@@ -110,6 +110,15 @@ def test_refusals_leave_the_group_unchanged() -> None:
     assert g.pack() == before
 
 
+def test_join_without_protocols_is_refused_even_in_an_empty_group() -> None:
+    """A round of such members could choose no protocol (the join failed internally)."""
+    for bad in (request(protocols=[]), request(protocol_type="")):
+        g = Group("g")
+        step = g.join(bad, 0, CONFIG)
+        assert step.result.error == GroupError.INCONSISTENT_GROUP_PROTOCOL
+        assert not g.members and not step.changed
+
+
 def test_static_member_restart_keeps_assignment_and_fences_old_id() -> None:
     g = Group("g")
     first = g.join(request(instance="i1"), 0, CONFIG)

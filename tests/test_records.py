@@ -17,11 +17,12 @@ import pytest
 from crc32c import crc32c
 
 import kafkaesque.records as records_module
-from kafkaesque.compression import Compression
+from kafkaesque.compression import Compression, DecompressionError, compress, decompress
 from kafkaesque.errors import InvalidRecord
 from kafkaesque.record_body import Record, encode_varint, read_varint
 from kafkaesque.records import (
     HEADER_SIZE,
+    MAX_CLIENT_RECORDS_BYTES,
     BatchHeader,
     CorruptBatch,
     TimestampType,
@@ -627,6 +628,27 @@ def test_undecompressable_payload(codec):
         decode_batch(batch)
     with pytest.raises(InvalidRecord):
         decode_values(batch)
+
+
+@pytest.mark.parametrize(
+    ("codec", "raw_snappy"), [(c, False) for c in ALL_CODECS if c] + [(Compression.SNAPPY, True)]
+)
+def test_decompress_within_a_limit(codec, raw_snappy):
+    data = bytes(range(256)) * 200  # several xerial blocks' worth
+    blob = bytes(cramjam.snappy.compress_raw(data)) if raw_snappy else compress(codec, data)
+    assert decompress(codec, blob, limit=len(data)) == data
+    with pytest.raises(DecompressionError, match="at most"):
+        decompress(codec, blob, limit=len(data) - 1)
+
+
+@pytest.mark.parametrize("codec", [Compression.GZIP, Compression.ZSTD])
+def test_client_batch_decompressing_too_far_is_refused(codec):
+    """A decompression bomb: kilobytes that expand to more than a client batch may hold
+    are refused without being decompressed whole."""
+    bomb = compress(codec, bytes(MAX_CLIENT_RECORDS_BYTES + 1))
+    batch = assemble(bomb, 1, attributes=int(codec))
+    with pytest.raises(InvalidRecord, match="at most"):
+        check_client_batch(batch)
 
 
 # --- attributes -----------------------------------------------------------------

@@ -378,6 +378,23 @@ def test_admin_create_delete_partitions_and_configs(redis_url: str) -> None:
     run(redis_url, scenario)
 
 
+def test_fetch_of_no_partitions_is_answered_at_once(redis_url: str) -> None:
+    """As Kafka: nothing could wake it, not even the shutdown, so it used to wait out its
+    max_wait and, past the shutdown's grace, be cancelled with an asyncio error."""
+
+    async def scenario(server: Server) -> None:
+        client = await AsyncConnection.connect(server.port)
+        started = time.monotonic()
+        # A topic without partitions: nothing to read, or to wait for.
+        response = await client.request(fetch_request("unused", {}, max_wait_ms=30_000))
+        assert response.error_code == ErrorCode.none
+        assert [t.partitions for t in response.responses] == [()]
+        assert time.monotonic() - started < 5
+        await client.close()
+
+    run(redis_url, scenario)
+
+
 def test_shutdown_answers_in_flight_fetches_and_metrics_count(redis_url: str) -> None:
     async def scenario(server: Server) -> None:
         client = await AsyncConnection.connect(server.port)
@@ -445,6 +462,22 @@ def test_leader_epochs_after_a_restore(redis_url: str) -> None:
             (ErrorCode.unknown_topic_or_partition, "nope-v12", ()),
         ]
         assert "nope-v12" not in await log.list_topics()
+        # v10 and v11 have the topic id field too, but no null name in the answer.
+        for version in (10, 11):
+            by_id = request(
+                3,
+                version,
+                topics=[
+                    {"topic_id": topic.topic_id, "name": None},
+                    {"topic_id": None, "name": "ep"},
+                ],
+                allow_auto_topic_creation=False,
+                include_cluster_authorized_operations=False,
+                include_topic_authorized_operations=False,
+            )
+            refused, named = (await client.request(by_id)).topics
+            assert (refused.error_code, refused.name) == (ErrorCode.invalid_request, "")
+            assert (named.error_code, named.name) == (ErrorCode.none, "ep")
 
         # ListOffsets v4+ carries the partition's epoch and checks the client's.
         async def list_offsets(current: int, timestamp: int = -1) -> tuple[ErrorCode, int, int]:

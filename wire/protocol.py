@@ -12,11 +12,12 @@ from __future__ import annotations
 import datetime
 import io
 import struct
+import types
+import typing
 import uuid
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from functools import cache
-from types import UnionType
-from typing import Any, Union, get_origin
+from typing import Any
 
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
@@ -131,6 +132,9 @@ def parse_request(
         raise MalformedRequest(
             f"{schema.__name__}: {len(frame) - used - body_size} trailing bytes in the frame"
         )
+    null = _null_array(body)
+    if null is not None:  # kio reads a null array where the schema allows none
+        raise MalformedRequest(f"{schema.__name__}: {null} is null")
     return Request(
         api_key,
         api_version,
@@ -141,6 +145,40 @@ def parse_request(
         client_host,
         connection or ConnectionState(),
     )
+
+
+@cache
+def _nested_fields(cls: type) -> tuple[tuple[str, bool, type | None], ...]:
+    """The array and entity fields of a kio entity class: name, whether null is allowed,
+    and the entity class of the elements (None for an array of primitives)."""
+    found = []
+    for f in fields(cls):
+        tp, nullable = f.type, False
+        if typing.get_origin(tp) in (types.UnionType, typing.Union):
+            tp = next(a for a in typing.get_args(tp) if a is not type(None))
+            nullable = True
+        if typing.get_origin(tp) is tuple:
+            element = typing.get_args(tp)[0]
+            found.append((f.name, nullable, element if is_dataclass(element) else None))
+        elif is_dataclass(tp):
+            found.append((f.name, nullable, tp))
+    return tuple(found)
+
+
+def _null_array(entity: Any) -> str | None:
+    """The first field of ``entity`` (or of the entities in it) that is null though its
+    schema says it cannot be, as "Entity.field"; None if there is none."""
+    for name, nullable, element in _nested_fields(type(entity)):
+        value = getattr(entity, name)
+        if value is None:
+            if not nullable:
+                return f"{type(entity).__name__}.{name}"
+        elif element is not None:
+            for item in value if isinstance(value, tuple) else (value,):
+                found = _null_array(item)
+                if found is not None:
+                    return found
+    return None
 
 
 def encode_response(correlation_id: int, response: Any) -> bytes:
@@ -180,9 +218,9 @@ def error_response(schema: type, code: Any) -> Any | None:
 
 
 def _blank(kind: Any) -> Any:
-    if get_origin(kind) is tuple:
+    if typing.get_origin(kind) is tuple:
         return ()
-    if get_origin(kind) in (Union, UnionType):  # X | None
+    if typing.get_origin(kind) in (types.UnionType, typing.Union):  # X | None
         return None
     if isinstance(kind, type):
         if issubclass(kind, datetime.timedelta):

@@ -145,6 +145,31 @@ def test_api_versions_unknown_version_gets_v0_error_body(broker):
     assert_still_serving(broker)
 
 
+@pytest.mark.parametrize(
+    ("api_key", "version", "body"),
+    [
+        pytest.param(0, 7, struct.pack(">hhii", -1, 1, 1000, -1), id="produce-topics"),
+        pytest.param(
+            2,
+            5,
+            struct.pack(">ibih", -1, 0, 1, 1) + b"t" + struct.pack(">i", -1),
+            id="list-offsets-partitions",
+        ),
+        pytest.param(15, 0, struct.pack(">i", -1), id="describe-groups"),
+    ],
+)
+def test_null_array_where_the_schema_allows_none_closes_the_connection(
+    broker, api_key, version, body
+):
+    """kio reads it as None; a handler iterating it failed with an internal error."""
+    start = broker.stderr_size()
+    with Connection(broker.bootstrap, timeout=5) as conn:
+        conn.send(frame(api_key, version, 9, body))
+        assert conn.closed_by_server()
+    assert "is null" in broker.stderr(start)
+    assert_still_serving(broker)
+
+
 def test_produce_with_corrupt_crc(broker, topic_name):
     topic = topic_name()
     batch = bytearray(build_batch([b"one", b"two"], [b"k1", None]))

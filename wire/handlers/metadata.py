@@ -68,9 +68,12 @@ async def topic_by_id(broker: Broker, topic_id: uuid.UUID) -> TopicConfig | None
 
 
 async def requested_topic(
-    broker: Broker, entry: Any, auto_create: bool
+    broker: Broker, entry: Any, auto_create: bool, version: int
 ) -> tuple[str | None, TopicConfig | ErrorCode]:
     """(name, config or error) for one topic of a Metadata request: by name, or by id."""
+    if entry.name is None and version < 12:
+        # v10 and v11 carry a topic id but no null name in the answer: Kafka refuses them.
+        return "", ErrorCode.invalid_request
     if entry.name is None:  # v12: by topic id; never auto-created
         config = await topic_by_id(broker, entry.topic_id or NO_TOPIC_ID)
         if config is None:
@@ -92,7 +95,7 @@ async def metadata(broker: Broker, request: Request) -> Any:
         ]
     else:
         auto_create = body.allow_auto_topic_creation if version >= 4 else True
-        entries = [await requested_topic(broker, t, auto_create) for t in body.topics]
+        entries = [await requested_topic(broker, t, auto_create, version) for t in body.topics]
     node = broker.config.node_id
     topics = []
     for name, config in entries:

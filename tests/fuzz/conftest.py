@@ -1,0 +1,5 @@
+"""The fuzz tests run against the wire tests' broker process (one per module)."""
+
+from tests.wire.conftest import broker, broker_factory, module_broker
+
+__all__ = ["broker", "broker_factory", "module_broker"]

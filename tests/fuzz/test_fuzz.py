@@ -1,0 +1,85 @@
+"""Fuzzing the wire protocol: Hypothesis cases (tests/fuzz/strategies.py) sent to a broker
+process over real sockets, checked by tests/fuzz/harness.py; then a normal client must
+still be served. The examples are derandomized, so every run sends the same 3,750 cases
+(about a minute); scripts/fuzz.py runs the same strategies for as long as asked."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from kio.schema.errors import ErrorCode
+
+from tests.fuzz import harness, strategies
+from tests.fuzz.harness import Target
+from tests.kafka_client import Connection
+from tests.wire.conftest import Broker
+from wire.handlers import supported
+
+BROKER_ARGS = harness.BROKER_ARGS
+
+FUZZ = settings(
+    deadline=None,
+    derandomize=True,
+    database=None,
+    # The broker is shared by all examples (a function-scoped fixture), cases are slow to
+    # run and some (decompression bombs) large.
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.large_base_example,
+    ],
+)
+
+
+@pytest.fixture(scope="module")
+def target(module_broker: Broker) -> Target:
+    target = Target(module_broker)
+    target.prepare()
+    return target
+
+
+def check(target: Target, case: strategies.Case | strategies.Session) -> None:
+    problems = target.run(case)
+    assert not problems, "\n".join(problems)
+
+
+def test_the_versions_fuzzed_are_those_advertised(broker: Broker) -> None:
+    with Connection(broker.bootstrap) as conn:
+        response = conn.api_versions(3)
+    assert response.error_code == ErrorCode.none
+    advertised = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+    assert advertised == supported()
+    fuzzed = {key for key, _ in strategies.api_versions()}
+    assert fuzzed == set(advertised)
+
+
+@settings(FUZZ, max_examples=1200)
+@given(case=strategies.requests())
+def test_generated_requests(broker: Broker, target: Target, case: strategies.Case) -> None:
+    check(target, case)
+
+
+@settings(FUZZ, max_examples=1500)
+@given(case=strategies.mutated_frames())
+def test_mutated_frames(broker: Broker, target: Target, case: strategies.Case) -> None:
+    check(target, case)
+
+
+@settings(FUZZ, max_examples=800)
+@given(case=strategies.mutated_batches())
+def test_mutated_batches(broker: Broker, target: Target, case: strategies.Case) -> None:
+    check(target, case)
+
+
+@settings(FUZZ, max_examples=250)
+@given(session=strategies.group_sessions())
+def test_group_sessions(broker: Broker, target: Target, session: strategies.Session) -> None:
+    check(target, session)
+
+
+def test_a_normal_client_is_served_after_the_fuzz(broker: Broker, target: Target) -> None:
+    harness.serves_a_client(broker.bootstrap, "after-the-fuzz")
+    assert target.health() == []
+    assert target.leaked_fds() == 0
+    assert 0 < target.peak_kb <= harness.MAX_RSS_MB * 1024
