@@ -15,6 +15,7 @@ derived from --seed, so a run is reproducible.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import sys
@@ -190,6 +191,8 @@ def main() -> int:
     )
     args = parser.parse_args()
     directory = Path(tempfile.mkdtemp(prefix="kafkaesque-fuzz-"))
+    # Hypothesis' files go with the run, not into the working directory's .hypothesis.
+    os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(directory / "hypothesis")
     try:
         failures, interrupted = fuzz(args.cases, args.seed, args.max_rss_mb, directory)
     finally:
