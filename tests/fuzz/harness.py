@@ -168,15 +168,20 @@ def answer_problems(case: Case, outcome: Outcome) -> list[str]:
             problems.append(f"an answer of {len(response)} bytes")
             break
         (correlation_id,) = _SIZE.unpack_from(response)
-        while index < len(frames) and frames[index].correlation_id != correlation_id:
-            if index < case.answers:
-                problems.append(f"request {index} was not answered, a later one was")
-            index += 1
-        if index == len(frames):
+        # The next request with this correlation id the answer fits: a mutated frame may
+        # share its id with a later one, and a produce with acks=0 is not answered.
+        candidates = [
+            i for i in range(index, len(frames)) if frames[i].correlation_id == correlation_id
+        ]
+        if not candidates:
             problems.append(f"an answer with correlation id {correlation_id} to no request")
             break
-        problems += response_problems(frames[index], response)
-        index += 1
+        found = [(i, response_problems(frames[i], response)) for i in candidates]
+        answered, wrong = next(((i, p) for i, p in found if not p), found[0])
+        if answered > index and index < case.answers:
+            problems.append(f"request {index} was not answered, a later one was")
+        problems += wrong
+        index = answered + 1
     if outcome.timed_out and not waits:
         problems.append(f"the broker neither answered all nor closed in {HANG_TIMEOUT} s")
     elif index < case.answers and not (outcome.timed_out and waits):

@@ -478,7 +478,9 @@ def mutated_frames(draw: Draw) -> Case:
     # Sometimes a valid request follows: it is answered, or the connection was closed.
     if draw(st.booleans()):
         api_versions = entities(request_schema(18, 0))
-        frame += encode_request(draw(api_versions), draw(correlation_ids()))
+        # Another correlation id than the first request's, so answers tell which is which.
+        correlation_id = (_I32.unpack_from(frame, 8)[0] if len(frame) >= 12 else 0) + 1
+        frame += encode_request(draw(api_versions), (correlation_id + 2**31) % 2**32 - 2**31)
         done.append("then ApiVersions")
     return Case("mutated-frame", bytes(frame), 0, f"{_name(req)} ({', '.join(done)})")
 
