@@ -15,6 +15,7 @@ derived from --seed, so a run is reproducible.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import shutil
 import signal
@@ -28,13 +29,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+# The run's servers and Hypothesis' caches (its unicode tables, built as soon as kio is
+# imported, here and in the broker) live in a temporary directory, removed at the end.
+RUN_DIRECTORY = Path(tempfile.mkdtemp(prefix="kafkaesque-fuzz-"))
+atexit.register(shutil.rmtree, RUN_DIRECTORY, ignore_errors=True)  # --help exits early
+os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(RUN_DIRECTORY / "hypothesis")
+
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import seed as hypothesis_seed  # noqa: E402
-from hypothesis.configuration import set_hypothesis_home_dir  # noqa: E402
-
-# Hypothesis's caches (its unicode tables, built as soon as kio is imported) go where the
-# tests' go, not into the directory the script runs in.
-set_hypothesis_home_dir(REPO / ".hypothesis")
 
 from tests.fuzz import harness, strategies  # noqa: E402
 from tests.servers import RedisServer  # noqa: E402
@@ -190,9 +192,7 @@ def main() -> int:
         help="the broker's peak RSS allowed per case (default: %(default)s)",
     )
     args = parser.parse_args()
-    directory = Path(tempfile.mkdtemp(prefix="kafkaesque-fuzz-"))
-    # Hypothesis' files go with the run, not into the working directory's .hypothesis.
-    os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(directory / "hypothesis")
+    directory = RUN_DIRECTORY
     try:
         failures, interrupted = fuzz(args.cases, args.seed, args.max_rss_mb, directory)
     finally:

@@ -7,7 +7,9 @@ the checkout's ``./.kafkaesque``, or reach a Redis or PostgreSQL the user config
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -22,6 +24,13 @@ from kafkaesque.embedded import EmbeddedRedis
 from kafkaesque.log import Log
 from tests.pg import PostgresServer
 from tests.servers import RedisServer
+
+# kio registers Hypothesis strategies when it is imported (in the suite and in every broker
+# it starts), and Hypothesis then writes caches into the working directory's .hypothesis:
+# keep them in a temporary directory instead, set before anything imports kio.
+_HYPOTHESIS_HOME = tempfile.mkdtemp(prefix="kafkaesque-hypothesis-")
+os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = _HYPOTHESIS_HOME
+atexit.register(shutil.rmtree, _HYPOTHESIS_HOME, ignore_errors=True)
 
 # The user's settings that choose where data lives; the others (KAFKAESQUE_PG_USER,
 # KAFKAESQUE_PG_BIN, KAFKAESQUE_JDBC_JAR) only say how to run things and may stay.
