@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import asyncpg
 import redis.asyncio
@@ -126,3 +128,11 @@ async def fetchval(dsn: str, sql: str, *args: object) -> object:
 
 async def pool(dsn: str, **kwargs: object) -> asyncpg.Pool:
     return await create_pool(dsn, **kwargs)  # type: ignore[arg-type]
+
+
+def bare_env(home: Path) -> dict[str, str]:
+    """A CLI process's environment with nothing of the user's: a plain PATH, its own data
+    directory, and the suite's place for Hypothesis' caches (tests/conftest.py)."""
+    env = {"PATH": "/usr/bin:/bin", "KAFKAESQUE_HOME": str(home)}
+    hypothesis = os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY")
+    return env if hypothesis is None else {**env, "HYPOTHESIS_STORAGE_DIRECTORY": hypothesis}

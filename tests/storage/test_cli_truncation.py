@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.storage.common import bare_env
 from tests.storage.test_served import REPO, cli, ok
 
 
@@ -21,7 +22,7 @@ def follower(redis_url: str, pg_dsn: str, home: Path, *extra: str) -> subprocess
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env={"PATH": "/usr/bin:/bin", "KAFKAESQUE_HOME": str(home)},
+        env=bare_env(home),
     )
 
 

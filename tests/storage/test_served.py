@@ -16,6 +16,7 @@ import redis
 
 from tests.pg import PostgresServer
 from tests.servers import free_port
+from tests.storage.common import bare_env
 from tests.wire.conftest import REPO, Broker
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -35,7 +36,7 @@ def cli(
         input=input,
         capture_output=True,
         timeout=120,
-        env={"PATH": "/usr/bin:/bin", "KAFKAESQUE_HOME": str(home)},
+        env=bare_env(home),
     )
 
 
