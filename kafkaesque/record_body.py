@@ -36,7 +36,11 @@ class Record:
 
 def encode_varint(n: int) -> bytes:
     """Zigzag varint/varlong encoding of a signed 64-bit integer."""
-    v = (n << 1) ^ (n >> 63)
+    return encode_uvarint((n << 1) ^ (n >> 63))
+
+
+def encode_uvarint(v: int) -> bytes:
+    """Unsigned varint (the protocol's compact lengths; zigzagged values of records)."""
     out = bytearray()
     while v > 0x7F:
         out.append((v & 0x7F) | 0x80)

@@ -45,6 +45,7 @@ from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import Interval, Records, i32Timedelta
 
 from kafkaesque.compression import Compression, compress
+from kafkaesque.record_body import encode_uvarint
 from kafkaesque.records import (
     ATTR_COMPRESSION,
     ATTR_CONTROL,
@@ -394,7 +395,7 @@ def set_varint(draw: Draw, buf: bytearray) -> None:
     if buf:
         pos = _position(draw, buf)
         value = _interesting(draw, draw(st.sampled_from((1, 2, 4, 5))), len(buf))
-        buf[pos : pos + 1] = _uvarint(value)
+        buf[pos : pos + 1] = encode_uvarint(value)
 
 
 def truncate(draw: Draw, buf: bytearray) -> None:
@@ -443,15 +444,6 @@ MUTATIONS = (
     duplicate,
     retarget,
 )
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def mutate(draw: Draw, buf: bytearray, mutations: tuple[Callable[..., None], ...]) -> list[str]:
