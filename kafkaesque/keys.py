@@ -93,6 +93,11 @@ class Keys:
     def cluster_id(self) -> str:
         return f"{self.ns}:cluster_id"
 
+    @property
+    def topic_defaults(self) -> str:
+        """The broker's topic config defaults (``serve --config``), msgpack."""
+        return f"{self.ns}:topic_defaults"
+
     def appended(self, topic: str) -> str:
         """Pub/sub channel: the appended partition's new log end after every append."""
         return f"{self.ns}:appended:{topic}"
@@ -135,6 +140,7 @@ class Keys:
                 "incarnation": "incarnation",
                 "archiving": "archiving",
                 "cluster_id": "cluster_id",
+                "topic_defaults": "topic_defaults",
                 "partition": rf"\{{.+:\d+\}}:(?:{suffix})",
                 "groups": "groups",
                 "groups_active": r"groups:active",

@@ -5,7 +5,6 @@ The keys are named in kafkaesque/keys.py and described in docs/redis-layout.md.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import time
 import uuid
@@ -13,6 +12,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import msgpack
 from redis.asyncio import Redis
 
 from kafkaesque.archiving import ArchivingLog
@@ -140,7 +140,7 @@ class Log(ArchivingLog):
         await self._call(
             self.scripts.create,
             keys=[k.topics, k.topic(config.name), k.incarnation, *metas],
-            args=[config.name, config.pack(), config.page_size, config.ttl, config.max_pages],
+            args=[config.name, config.pack(), config.lua_settings()],
         )
         return config
 
@@ -164,35 +164,68 @@ class Log(ArchivingLog):
             await self.redis.set(self.keys.incarnation, uuid.uuid4().hex, nx=True)
 
     async def topic(self, name: str) -> TopicConfig:
-        data = await self.redis.get(self.keys.topic(name))
+        """The topic's config, with the broker's defaults (one round trip)."""
+        data, defaults = await self.redis.mget(self.keys.topic(name), self.keys.topic_defaults)
         if data is None and self.recover is not None and await self.needs_recovery():
             # Redis lost its data: the archive may know the topic (restored here).
             await self.ensure_recovered()
             data = await self.redis.get(self.keys.topic(name))
         if data is None:
             raise UnknownTopic(f"no such topic: {name}")
-        return TopicConfig.unpack(name, data)
+        return TopicConfig.unpack(name, data, msgpack.unpackb(defaults) if defaults else None)
+
+    async def topic_defaults(self) -> dict[str, str]:
+        """The broker's topic config defaults (``serve --config``)."""
+        raw = await self.redis.get(self.keys.topic_defaults)
+        return msgpack.unpackb(raw) if raw else {}
+
+    async def set_topic_defaults(self, defaults: dict[str, str]) -> list[str]:
+        """Make ``defaults`` (topic config name -> canonical value) the broker's topic
+        defaults and apply them to every topic's partitions; returns the topics changed."""
+        await self.redis.set(self.keys.topic_defaults, msgpack.packb(defaults))
+        changed = []
+        for name in await self.list_topics():
+            try:
+                before = await self.topic(name)
+                after = await self.configure_topic(name, lambda c: c)
+            except UnknownTopic:
+                continue  # deleted meanwhile
+            if before.lua_settings() != after.lua_settings():
+                changed.append(name)
+        return changed
 
     async def add_partitions(self, name: str, count: int) -> TopicConfig:
         """Grow a topic to ``count`` partitions (never shrink, as in Kafka)."""
-        while True:
-            raw = await self.redis.get(self.keys.topic(name))
-            if raw is None:
-                raise UnknownTopic(f"no such topic: {name}")
-            config = TopicConfig.unpack(name, raw)
+
+        def grow(config: TopicConfig) -> TopicConfig:
             if count <= config.partitions:
                 raise InvalidPartitions(
                     f"topic {name} has {config.partitions} partitions; the new count must be larger"
                 )
-            grown = dataclasses.replace(config, partitions=count)
-            grown.validate()
-            metas = [self.keys.partition(name, p).meta for p in range(config.partitions, count)]
+            return config.replace(partitions=count)
+
+        return await self.configure_topic(name, grow)
+
+    async def configure_topic(
+        self, name: str, change: Callable[[TopicConfig], TopicConfig]
+    ) -> TopicConfig:
+        """Change a topic's config (its configs, its partition count) atomically: ``change``
+        gets the current config and returns the new one (validated here), which every
+        partition then enforces. Retried if another client changed the topic meanwhile."""
+        while True:
+            raw, defaults = await self.redis.mget(self.keys.topic(name), self.keys.topic_defaults)
+            if raw is None:
+                raise UnknownTopic(f"no such topic: {name}")
+            current = TopicConfig.unpack(name, raw, msgpack.unpackb(defaults) if defaults else None)
+            changed = change(current)
+            changed.validate()
+            metas = [self.keys.partition(name, p).meta for p in range(changed.partitions)]
             try:
-                await self.scripts.partitions(
+                await self.scripts.configure(
                     keys=[self.keys.topic(name), *metas],
-                    args=[raw, grown.pack(), grown.page_size, grown.ttl, grown.max_pages],
+                    args=[raw, changed.pack(), changed.lua_settings(), current.partitions],
                 )
-                return grown
+                return changed
             except Conflict:
                 continue  # another client changed the topic between our read and write
 
@@ -410,7 +443,7 @@ class Log(ArchivingLog):
         for t in topics:
             c = t.config
             parts = [k.partition(c.name, p) for p in range(len(t.partitions))]
-            args: list[Any] = [c.name, c.pack(), c.page_size, c.ttl, c.max_pages]
+            args: list[Any] = [c.name, c.pack(), c.lua_settings()]
             for p in t.partitions:
                 args += (p.log_end, p.leader_epoch)
             await self.scripts.restore(

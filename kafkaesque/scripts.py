@@ -23,7 +23,7 @@ SCRIPT_NAMES = (
     "state",
     "delete",
     "find_time",
-    "partitions",
+    "configure",
     "closed_pages",
     "mark_archived",
     "close_idle",
@@ -68,7 +68,7 @@ class Scripts:
     state: Script
     delete: Script
     find_time: Script
-    partitions: Script
+    configure: Script
     closed_pages: Script
     mark_archived: Script
     close_idle: Script

@@ -1,14 +1,16 @@
-"""A topic's settings: validated, and stored with the topic as msgpack."""
+"""A topic's name, partitions and configs: validated, and stored with the topic as msgpack."""
 
 from __future__ import annotations
 
 import re
 import time
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import msgpack
 
+from kafkaesque.config_keys import TOPIC_CONFIGS, parse, typed
 from kafkaesque.errors import InvalidConfig, InvalidPartitions, InvalidTopic
 
 DEFAULT_PAGE_SIZE = 4096
@@ -33,16 +35,128 @@ MAX_PARTITIONS = 10_000
 # stores them as such, and Redis' EXPIRE takes any of them.
 MAX_SETTING = 2**31 - 1
 
+# The meta hash fields through which the Lua scripts enforce a topic's configs, in order.
+LUA_SETTINGS = ("page_size", "ttl", "max_pages", "retention_bytes", "segment_bytes", "segment_ms")
 
-@dataclass(frozen=True, slots=True)
+Source = Literal["topic", "broker", "default"]
+
+
 class TopicConfig:
-    name: str
-    partitions: int
-    page_size: int = DEFAULT_PAGE_SIZE
-    ttl: int = 0  # seconds a closed page is kept; 0 = no expiry
-    max_pages: int = 0  # closed pages kept per partition; 0 = no limit
-    created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
-    topic_id: bytes = field(default_factory=lambda: uuid.uuid4().bytes)
+    """A topic: its name, partitions, identity and configs.
+
+    ``configs`` holds what was set on the topic (Kafka's dynamic topic configs, canonical
+    text); ``defaults`` what the broker sets for every topic (``serve --config``), loaded
+    with the topic and not stored with it. ``value`` resolves a config through both, then
+    Kafka's default. ``page_size``, ``ttl`` and ``max_pages`` are shortcuts for
+    kafkaesque.page.size, retention.ms (in seconds) and kafkaesque.max.pages."""
+
+    __slots__ = ("configs", "created_ms", "defaults", "name", "partitions", "topic_id")
+
+    def __init__(
+        self,
+        name: str,
+        partitions: int,
+        page_size: int | None = None,
+        ttl: int | None = None,
+        max_pages: int | None = None,
+        *,
+        configs: Mapping[str, str] | None = None,
+        defaults: Mapping[str, str] | None = None,
+        created_ms: int | None = None,
+        topic_id: bytes | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = partitions
+        self.configs: dict[str, str] = dict(configs or {})
+        for config_name, value in (
+            ("kafkaesque.page.size", page_size),
+            ("kafkaesque.max.pages", max_pages),
+        ):
+            if value is not None:
+                self.configs[config_name] = str(value)
+        if ttl is not None:  # seconds; 0: forever
+            self.configs["retention.ms"] = str(ttl * 1000) if ttl else "-1"
+        self.defaults: dict[str, str] = dict(defaults or {})
+        self.created_ms = int(time.time() * 1000) if created_ms is None else created_ms
+        self.topic_id = uuid.uuid4().bytes if topic_id is None else topic_id
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TopicConfig):
+            return NotImplemented
+        return self._identity() == other._identity()
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.topic_id))
+
+    def __repr__(self) -> str:
+        return f"TopicConfig({self.name!r}, {self.partitions}, configs={self.configs!r})"
+
+    def _identity(self) -> tuple[object, ...]:
+        return (self.name, self.partitions, self.configs, self.created_ms, self.topic_id)
+
+    def replace(self, **changes: Any) -> TopicConfig:
+        fields = {
+            "configs": self.configs,
+            "defaults": self.defaults,
+            "created_ms": self.created_ms,
+            "topic_id": self.topic_id,
+        }
+        fields.update(changes)
+        name, partitions = fields.pop("name", self.name), fields.pop("partitions", self.partitions)
+        return TopicConfig(name, partitions, **fields)
+
+    # -- configs ------------------------------------------------------------------------
+    def value(self, name: str) -> str:
+        """The config's effective value: set on the topic, else by the broker, else Kafka's."""
+        if name in self.configs:
+            return self.configs[name]
+        if name in self.defaults:
+            return self.defaults[name]
+        return TOPIC_CONFIGS[name].default
+
+    def source(self, name: str) -> Source:
+        if name in self.configs:
+            return "topic"
+        return "broker" if name in self.defaults else "default"
+
+    def typed(self, name: str) -> Any:
+        return typed(name, self.value(name))
+
+    @property
+    def page_size(self) -> int:
+        return int(self.value("kafkaesque.page.size"))
+
+    @property
+    def max_pages(self) -> int:
+        return int(self.value("kafkaesque.max.pages"))
+
+    @property
+    def ttl(self) -> int:
+        """Seconds a closed page is kept (retention.ms, rounded up); 0: forever."""
+        ms = int(self.value("retention.ms"))
+        return 0 if ms < 0 else min(MAX_SETTING, max(1, -(-ms // 1000)))
+
+    @property
+    def cleanup_policy(self) -> list[str]:
+        return self.typed("cleanup.policy")
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    def lua_settings(self) -> str:
+        """The meta fields the scripts enforce, as "name value ..." (LUA_SETTINGS): without
+        the delete policy, retention neither expires nor drops pages."""
+        delete = "delete" in self.cleanup_policy
+        values = {
+            "page_size": self.page_size,
+            "ttl": self.ttl if delete else 0,
+            "max_pages": self.max_pages,
+            "retention_bytes": self.typed("retention.bytes") if delete else -1,
+            "segment_bytes": self.typed("segment.bytes"),
+            "segment_ms": self.typed("segment.ms"),
+        }
+        return " ".join(f"{name} {values[name]}" for name in LUA_SETTINGS)
 
     def validate(self) -> None:
         check_topic_name(self.name)
@@ -50,35 +164,38 @@ class TopicConfig:
             raise InvalidPartitions(
                 f"partitions must be in 1..{MAX_PARTITIONS}, got {self.partitions}"
             )
-        for name, value, low, high in (
-            ("page size", self.page_size, 1, MAX_SETTING),
-            ("ttl", self.ttl, 0, MAX_SETTING),
-            ("max pages", self.max_pages, 0, MAX_SETTING),
-        ):
-            if not low <= value <= high:
-                raise InvalidConfig(f"{name} must be in {low}..{high}, got {value}")
+        self.configs = {name: parse(name, value) for name, value in self.configs.items()}
+        if self.ttl > MAX_SETTING:
+            raise InvalidConfig(f"retention.ms must be below {MAX_SETTING * 1000}")
 
+    # -- storage ------------------------------------------------------------------------
     def pack(self) -> bytes:
         return msgpack.packb(
             {
                 "partitions": self.partitions,
-                "page_size": self.page_size,
-                "ttl": self.ttl,
-                "max_pages": self.max_pages,
+                "configs": self.configs,
                 "created": self.created_ms,
                 "id": self.topic_id,
             }
         )
 
     @classmethod
-    def unpack(cls, name: str, data: bytes) -> TopicConfig:
+    def unpack(
+        cls, name: str, data: bytes, defaults: Mapping[str, str] | None = None
+    ) -> TopicConfig:
         m = msgpack.unpackb(data)
+        configs = m.get("configs")
+        if configs is None:  # stored before topics had Kafka's configs
+            configs = {"kafkaesque.page.size": str(m["page_size"])}
+            if m["ttl"]:
+                configs["retention.ms"] = str(m["ttl"] * 1000)
+            if m["max_pages"]:
+                configs["kafkaesque.max.pages"] = str(m["max_pages"])
         return cls(
-            name=name,
-            partitions=m["partitions"],
-            page_size=m["page_size"],
-            ttl=m["ttl"],
-            max_pages=m["max_pages"],
+            name,
+            m["partitions"],
+            configs=configs,
+            defaults=defaults,
             created_ms=m["created"],
             topic_id=m["id"],
         )

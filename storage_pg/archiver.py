@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 import uuid
@@ -84,12 +85,14 @@ _REJECT = """
     VALUES ($1, $2, $3, $4, $5, $6, $7)
 """
 _TOPIC = """
-    INSERT INTO topic AS t (name, topic_id, partitions, page_size, ttl, max_pages, created)
-    SELECT $1, $2, $3, $4, $5, $6, $7
+    INSERT INTO topic AS t (name, topic_id, partitions, page_size, ttl, max_pages, created,
+                            configs)
+    SELECT $1, $2, $3, $4, $5, $6, $7, $8
     WHERE NOT EXISTS (SELECT FROM deleted_topic WHERE topic_id = $2)
     ON CONFLICT (name) DO UPDATE SET
         partitions = GREATEST(t.partitions, EXCLUDED.partitions),
-        page_size = EXCLUDED.page_size, ttl = EXCLUDED.ttl, max_pages = EXCLUDED.max_pages
+        page_size = EXCLUDED.page_size, ttl = EXCLUDED.ttl, max_pages = EXCLUDED.max_pages,
+        configs = EXCLUDED.configs
     WHERE t.topic_id = EXCLUDED.topic_id
     RETURNING topic_id
 """
@@ -237,6 +240,7 @@ class Archiver:
                     config.ttl,
                     config.max_pages,
                     ms_to_pg(config.created_ms),
+                    json.dumps(config.configs),
                 )
                 if await conn.fetchval(_TOPIC, *row) is None:
                     if await conn.fetchval(_DELETED, topic_id):

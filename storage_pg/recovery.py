@@ -10,6 +10,7 @@ Consumer groups get their archived committed offsets back.
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 
@@ -79,16 +80,17 @@ async def restored_topics(conn: asyncpg.Connection) -> list[RestoredTopic]:
     }
     topics = []
     for r in await conn.fetch(
-        "SELECT name, topic_id, partitions, page_size, ttl, max_pages, created"
+        "SELECT name, topic_id, partitions, page_size, ttl, max_pages, created, configs"
         " FROM topic ORDER BY name"
     ):
         name = r["name"]
         config = TopicConfig(
-            name=name,
-            partitions=r["partitions"],
-            page_size=r["page_size"],
-            ttl=r["ttl"],
-            max_pages=r["max_pages"],
+            name,
+            r["partitions"],
+            r["page_size"],
+            r["ttl"],
+            r["max_pages"],
+            configs=json.loads(r["configs"]),
             created_ms=r["created"][0] // 1000 + PG_EPOCH_MS,
             topic_id=uuid.UUID(str(r["topic_id"])).bytes,
         )

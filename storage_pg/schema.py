@@ -38,6 +38,9 @@ lies in such a range, or belonged to a deleted topic.
 Migration 4: ``group_offset`` keeps every consumer group's committed offsets as of the last
 archiver pass, so they survive Redis losing its data (storage_pg/group_offsets.py).
 
+Migration 6: ``topic.configs`` keeps the configs set on a topic (Kafka's names), so a
+restore gives them back; ``partition_state.log_start`` the log start DeleteRecords moved.
+
 Migration 5: ``lost_range`` records, at each recovery after Redis lost its data, the ids
 above the watermark up to the highest the archive knows: those not archived were lost
 with Redis, so the watermark may pass them and readers can report them.
@@ -172,6 +175,16 @@ MIGRATIONS: list[str] = [
     COMMENT ON TABLE lost_range IS
         'record ids above the watermark when Redis lost its data: those not archived were '
         'lost with Redis (recovery gives out the offsets again, never the archived ids)';
+    """,
+    # 6: topic configs, and the log start DeleteRecords moved
+    """
+    ALTER TABLE topic ADD COLUMN configs jsonb NOT NULL DEFAULT '{}';
+    COMMENT ON COLUMN topic.configs IS
+        'the configs set on the topic (Kafka names, canonical text); page_size, ttl and '
+        'max_pages repeat three of them';
+    ALTER TABLE partition_state ADD COLUMN log_start bigint NOT NULL DEFAULT 0;
+    COMMENT ON COLUMN partition_state.log_start IS
+        'offsets below it were deleted (DeleteRecords): never read, never archived';
     """,
 ]
 

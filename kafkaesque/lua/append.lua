@@ -16,13 +16,17 @@ if redis.call('EXISTS', KEYS[7]) == 0 then
 end
 local archiving = redis.call('EXISTS', KEYS[6]) == 1
 local m = redis.call('HMGET', meta, 'end', 'page', 'page_records', 'page_bytes',
-  'page_size', 'ttl', 'max_pages', 'epoch', 'archived', 'page_max_ts')
+  'page_size', 'ttl', 'segment_bytes', 'epoch', 'archived', 'page_max_ts', 'segment_ms',
+  'page_opened')
 if not m[1] then
   return redis.error_reply('UNKNOWN_TOPIC_OR_PARTITION no such topic or partition')
 end
 local next_offset, page = tonumber(m[1]), tonumber(m[2])
 local page_records, page_bytes = tonumber(m[3]), tonumber(m[4])
-local page_size, ttl, max_pages = tonumber(m[5]), tonumber(m[6]), tonumber(m[7])
+local page_size, ttl = tonumber(m[5]), tonumber(m[6])
+-- segment.bytes and segment.ms close a page too (absent for topics older than them).
+local segment_bytes, segment_ms = tonumber(m[7] or 0), tonumber(m[11] or 0)
+local now = tonumber(ARGV[3])
 local epoch = pack_uint(tonumber(m[8]), 4)
 -- The open page's largest maxTimestamp (nil: unknown, for a page opened before it was kept).
 local page_max_ts = tonumber(m[10])
@@ -101,9 +105,14 @@ for i = 4, #ARGV, 5 do
   local count, batch = tonumber(ARGV[i]), ARGV[i + 4]
   if fresh[n] then
     local batch_max_ts = max_timestamp(batch)
+    if page_records > 0 and segment_ms > 0 and now - tonumber(m[12] or now) >= segment_ms then
+      close_page(meta, stats, prefix, page, page_records, page_bytes, ttl, archiving, page_max_ts)
+      page, page_records, page_bytes = page + 1, 0, 0
+    end
     if page_records == 0 then
       redis.call('ZADD', index, next_offset, page)
       redis.call('HSET', meta, 'page_opened', ARGV[3])
+      m[12] = ARGV[3]
       page_max_ts = batch_max_ts
     elseif page_max_ts and batch_max_ts > page_max_ts then
       page_max_ts = batch_max_ts
@@ -115,8 +124,8 @@ for i = 4, #ARGV, 5 do
     next_offset, gseq = next_offset + count, gseq + count
     page_records, page_bytes = page_records + count, page_bytes + #batch
     appended_bytes = appended_bytes + #batch
-    if page_records >= page_size then
-      close_page(stats, prefix, page, page_records, page_bytes, ttl, archiving, page_max_ts)
+    if page_records >= page_size or (segment_bytes > 0 and page_bytes >= segment_bytes) then
+      close_page(meta, stats, prefix, page, page_records, page_bytes, ttl, archiving, page_max_ts)
       page, page_records, page_bytes = page + 1, 0, 0
     end
   end
@@ -126,7 +135,7 @@ end
 -- producer state stays bounded however many short-lived producers come and go; a few are
 -- dropped per append, oldest first, tracked in a sorted set by last use.
 local PRODUCER_EXPIRY_MS = 86400000
-local seen, now, touched = producers_seen_key(prefix), tonumber(ARGV[3]), false
+local seen, touched = producers_seen_key(prefix), false
 for pid, state in pairs(states) do
   if state then
     local words = {state.epoch}
@@ -155,11 +164,11 @@ if page_max_ts and page_records > 0 then
 end
 redis.call('HINCRBY', meta, 'bytes', appended_bytes)
 
--- Retention: drop the oldest closed pages beyond max_pages, and index entries of pages
--- that expired, so the index never grows without bound.
+-- Retention: drop the oldest closed pages beyond max_pages or retention_bytes, and index
+-- entries of pages that expired, so the index never grows without bound.
 local closed = redis.call('ZCARD', index) - (page_records > 0 and 1 or 0)
-local start = trim_index(index, stats, prefix, page, closed, max_pages, next_offset,
-  tonumber(m[9]), archiving)
+local start = trim_index(meta, index, stats, prefix, page, closed, meta_limits(meta, page_bytes),
+  next_offset, tonumber(m[9]), archiving)
 redis.call('HSET', meta, 'start', start)
 if appended_bytes > 0 then redis.call('PUBLISH', ARGV[2], next_offset) end
 table.insert(bases, 1, start)

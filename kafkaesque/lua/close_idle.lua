@@ -9,7 +9,7 @@ if not m[1] then
 end
 local page, page_records = tonumber(m[1]), tonumber(m[2])
 if page_records == 0 or tonumber(m[4] or 0) > tonumber(ARGV[2]) then return 0 end
-close_page(KEYS[2], ARGV[1], page, page_records, tonumber(m[3]), tonumber(m[5]),
+close_page(KEYS[1], KEYS[2], ARGV[1], page, page_records, tonumber(m[3]), tonumber(m[5]),
   redis.call('EXISTS', KEYS[3]) == 1, tonumber(m[6]))
 redis.call('HSET', KEYS[1], 'page', page + 1, 'page_records', 0, 'page_bytes', 0)
 return 1

@@ -55,54 +55,98 @@ local function max_timestamp(batch)
   return n
 end
 
--- Close the open page: it becomes immutable and counts towards max_pages. It gets the TTL
--- now, unless pages are archived, in which case it gets it once archived (mark_archived).
+-- Close the open page: it becomes immutable and counts towards max_pages and
+-- retention_bytes. It gets the TTL now, unless pages are archived, in which case it gets it
+-- once archived (mark_archived).
 -- Its stats are "records bytes max_timestamp" (the largest maxTimestamp of its batches,
 -- for ListOffsets by time; absent when unknown, and the page is then scanned).
-local function close_page(stats, prefix, page, page_records, page_bytes, ttl, archiving,
+local function close_page(meta, stats, prefix, page, page_records, page_bytes, ttl, archiving,
                           page_max_ts)
   local stat = page_records .. ' ' .. page_bytes
   if page_max_ts then stat = stat .. ' ' .. string.format('%.0f', page_max_ts) end
   redis.call('HSET', stats, page, stat)
+  redis.call('HINCRBY', meta, 'closed_bytes', page_bytes)
   if ttl > 0 and not archiving then
     redis.call('EXPIRE', page_key(prefix, page), ttl)
     redis.call('EXPIRE', batch_index_key(prefix, page), ttl)
   end
 end
 
--- Drop index entries (and data) of closed pages beyond max_pages and of pages whose TTL
--- expired, oldest first; with archiving on, only pages wholly below `archived` (the next
--- offset to archive) may be dropped. Returns the log start offset: the first offset held.
-local function trim_index(index, stats, prefix, open_page, closed, max_pages, end_offset,
+-- The bytes of a page as its stats have them (0 for the open page).
+local function page_stat_bytes(stats, page)
+  local stat = redis.call('HGET', stats, page)
+  return stat and tonumber(string.match(stat, '^%d+ (%d+)')) or 0
+end
+
+-- Bytes held in closed pages: the meta counter, summed from the stats the first time (a
+-- partition created before the counter was kept).
+local function closed_bytes(meta, stats)
+  local held = redis.call('HGET', meta, 'closed_bytes')
+  if held then return tonumber(held) end
+  local sum = 0
+  for _, value in ipairs(redis.call('HVALS', stats)) do
+    sum = sum + tonumber(string.match(value, '^%d+ (%d+)'))
+  end
+  redis.call('HSET', meta, 'closed_bytes', sum)
+  return sum
+end
+
+-- Retention: drop index entries (and data) of the oldest closed pages while the partition
+-- holds more than max_pages closed pages or more than retention_bytes (with the open
+-- page's open_bytes), of pages whose TTL expired, and of pages wholly below the floor
+-- DeleteRecords set. With archiving on, only pages wholly below `archived` (the next offset
+-- to archive) go for max_pages, retention_bytes or a release. Returns the log start offset.
+-- limits: {max_pages =, retention_bytes =, open_bytes =, floor =} (meta fields).
+local function trim_index(meta, index, stats, prefix, open_page, closed, limits, end_offset,
                           archived, archiving, release)
+  local held = limits.retention_bytes >= 0 and closed_bytes(meta, stats) or 0
+  local floor = limits.floor or 0
   while true do
     local oldest = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
-    if #oldest == 0 then return end_offset end
+    if #oldest == 0 then return math.max(end_offset, floor) end
     local page = oldest[1]
-    if tonumber(page) == open_page then return tonumber(oldest[2]) end
+    if tonumber(page) == open_page then return math.max(tonumber(oldest[2]), floor) end
+    local following = redis.call('ZRANGE', index, 1, 1, 'WITHSCORES')
+    local next_first = #following > 0 and tonumber(following[2]) or end_offset
     -- release: Redis is short of memory, so every archived closed page goes now (the
     -- archive serves its offsets); never an unarchived one (checked just below).
-    local over_limit = (max_pages > 0 and closed > max_pages) or (release and archiving)
-    if over_limit and archiving then
-      local following = redis.call('ZRANGE', index, 1, 1, 'WITHSCORES')
-      local next_first = #following > 0 and tonumber(following[2]) or end_offset
-      if next_first > archived then over_limit = false end
-    end
+    local over_limit = (limits.max_pages > 0 and closed > limits.max_pages)
+      or (limits.retention_bytes >= 0 and held + limits.open_bytes > limits.retention_bytes)
+      or (release and archiving)
+    if over_limit and archiving and next_first > archived then over_limit = false end
+    if next_first <= floor then over_limit = true end
     if not over_limit and redis.call('EXISTS', page_key(prefix, page)) == 1 then
-      return tonumber(oldest[2])
+      return math.max(tonumber(oldest[2]), floor)
     end
+    local bytes = page_stat_bytes(stats, page)
     redis.call('DEL', page_key(prefix, page), batch_index_key(prefix, page))
     redis.call('ZREM', index, page)
     redis.call('HDEL', stats, page)
+    redis.call('HINCRBY', meta, 'closed_bytes', -bytes)
+    held = held - bytes
     closed = closed - 1
   end
 end
 
--- Fields every partition's meta hash starts with.
-local function init_partition(meta, log_end, epoch, page, page_size, ttl, max_pages)
+-- The meta fields through which the scripts enforce a topic's configs, from
+-- "name value ..." (TopicConfig.lua_settings), as a flat list for HSET.
+local function settings_list(text)
+  local list = {}
+  for word in string.gmatch(text, '%S+') do list[#list + 1] = word end
+  return list
+end
+
+-- The limits trim_index enforces, from a meta hash.
+local function meta_limits(meta, open_bytes)
+  local m = redis.call('HMGET', meta, 'max_pages', 'retention_bytes', 'floor')
+  return {max_pages = tonumber(m[1]), retention_bytes = tonumber(m[2] or -1),
+          open_bytes = open_bytes, floor = tonumber(m[3] or 0)}
+end
+
+-- Fields every partition's meta hash starts with; `settings` as in settings_list.
+local function init_partition(meta, log_end, epoch, page, settings)
   redis.call('HSET', meta,
     'end', log_end, 'start', log_end, 'epoch', epoch, 'archived', log_end,
     'page', page, 'page_records', 0, 'page_bytes', 0, 'page_opened', 0, 'bytes', 0,
-    'expiry_page', page,
-    'page_size', page_size, 'ttl', ttl, 'max_pages', max_pages)
+    'expiry_page', page, 'closed_bytes', 0, unpack(settings_list(settings)))
 end

@@ -1,7 +1,7 @@
 -- Create a topic atomically: nothing is written unless everything can be.
 -- KEYS[1] topic set, KEYS[2] topic config, KEYS[3] recovery marker,
 -- KEYS[4..] one meta hash per partition
--- ARGV: name, config (msgpack), page_size, ttl, max_pages
+-- ARGV: name, config (msgpack), settings ("name value ...", see settings_list)
 local name = ARGV[1]
 if redis.call('EXISTS', KEYS[3]) == 0 then
   return redis.error_reply('NEEDS_RECOVERY Redis has lost its data')
@@ -17,6 +17,6 @@ end
 redis.call('SADD', KEYS[1], name)
 redis.call('SET', KEYS[2], ARGV[2])
 for i = 4, #KEYS do
-  init_partition(KEYS[i], 0, 0, 0, ARGV[3], ARGV[4], ARGV[5])
+  init_partition(KEYS[i], 0, 0, 0, ARGV[3])
 end
 return #KEYS - 3

@@ -4,13 +4,13 @@
 -- ARGV[1] key prefix, ARGV[2] archived-through (the next offset to archive),
 -- ARGV[3] '1' to release every archived closed page now (Redis is short of memory)
 local prefix, through = ARGV[1], tonumber(ARGV[2])
-local m = redis.call('HMGET', KEYS[1], 'end', 'page', 'page_records', 'ttl', 'max_pages',
+local m = redis.call('HMGET', KEYS[1], 'end', 'page', 'page_records', 'ttl', 'page_bytes',
   'archived', 'expiry_page')
 if not m[1] then
   return redis.error_reply('UNKNOWN_TOPIC_OR_PARTITION no such topic or partition')
 end
 local log_end, open_page, page_records = tonumber(m[1]), tonumber(m[2]), tonumber(m[3])
-local ttl, max_pages = tonumber(m[4]), tonumber(m[5])
+local ttl = tonumber(m[4])
 local archived = math.max(tonumber(m[6]), through)
 -- Pages below expiry_page already have their TTL; walk on from there.
 local oldest = redis.call('ZRANGE', KEYS[2], 0, 0)
@@ -26,7 +26,7 @@ if ttl > 0 then
   end
 end
 local closed = redis.call('ZCARD', KEYS[2]) - (page_records > 0 and 1 or 0)
-local start = trim_index(KEYS[2], KEYS[3], prefix, open_page, closed, max_pages, log_end,
-  archived, true, ARGV[3] == '1')
+local start = trim_index(KEYS[1], KEYS[2], KEYS[3], prefix, open_page, closed,
+  meta_limits(KEYS[1], tonumber(m[5])), log_end, archived, true, ARGV[3] == '1')
 redis.call('HSET', KEYS[1], 'archived', archived, 'expiry_page', page, 'start', start)
 return archived

@@ -4,7 +4,7 @@
 -- partitions get a higher leader epoch so clients can detect the truncation (KIP-320); the
 -- partition's epoch history (epoch -> start offset, for OffsetForLeaderEpoch) records it.
 -- KEYS[1] topic set, KEYS[2] topic config, then per partition: meta, index, stats
--- ARGV: name, config (msgpack), page_size, ttl, max_pages, then per partition:
+-- ARGV: name, config (msgpack), settings ("name value ..."), then per partition:
 -- archived end offset, last known leader epoch
 local name = ARGV[1]
 if redis.call('EXISTS', KEYS[2]) == 0 then
@@ -15,10 +15,10 @@ local restored = 0
 for p = 0, (#KEYS - 2) / 3 - 1 do
   local meta, index, stats = KEYS[3 + 3 * p], KEYS[4 + 3 * p], KEYS[5 + 3 * p]
   local prefix = string.sub(meta, 1, #meta - 4)  -- the key without "meta"
-  local archived_end, epoch = tonumber(ARGV[6 + 2 * p]), tonumber(ARGV[7 + 2 * p])
+  local archived_end, epoch = tonumber(ARGV[4 + 2 * p]), tonumber(ARGV[5 + 2 * p])
   local m = redis.call('HMGET', meta, 'end', 'epoch', 'page')
   if not m[1] then
-    init_partition(meta, archived_end, epoch + 1, 0, ARGV[3], ARGV[4], ARGV[5])
+    init_partition(meta, archived_end, epoch + 1, 0, ARGV[3])
     redis.call('HSET', epochs_key(prefix), epoch + 1, archived_end)
     restored = restored + 1
   elseif tonumber(m[1]) < archived_end then
@@ -26,10 +26,8 @@ for p = 0, (#KEYS - 2) / 3 - 1 do
       redis.call('DEL', page_key(prefix, page), batch_index_key(prefix, page))
     end
     redis.call('DEL', page_key(prefix, m[3]), batch_index_key(prefix, m[3]), index, stats)
-    local config = redis.call('HMGET', meta, 'page_size', 'ttl', 'max_pages')
     local new_epoch = math.max(epoch, tonumber(m[2])) + 1
-    init_partition(meta, archived_end, new_epoch, tonumber(m[3]) + 1,
-      config[1], config[2], config[3])
+    init_partition(meta, archived_end, new_epoch, tonumber(m[3]) + 1, ARGV[3])
     redis.call('HSET', epochs_key(prefix), new_epoch, archived_end)
     restored = restored + 1
   end

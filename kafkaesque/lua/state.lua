@@ -3,15 +3,15 @@
 -- flag; ARGV[1] key prefix
 -- Returns {log start, log end, leader epoch, pages held, bytes held, records held}.
 local m = redis.call('HMGET', KEYS[1], 'end', 'page', 'page_records', 'page_bytes',
-  'max_pages', 'epoch', 'archived')
+  'epoch', 'archived')
 if not m[1] then
   return redis.error_reply('UNKNOWN_TOPIC_OR_PARTITION no such topic or partition')
 end
 local log_end, open_page = tonumber(m[1]), tonumber(m[2])
 local page_records, page_bytes = tonumber(m[3]), tonumber(m[4])
 local closed = redis.call('ZCARD', KEYS[2]) - (page_records > 0 and 1 or 0)
-local start = trim_index(KEYS[2], KEYS[3], ARGV[1], open_page, closed, tonumber(m[5]), log_end,
-  tonumber(m[7]), redis.call('EXISTS', KEYS[4]) == 1)
+local start = trim_index(KEYS[1], KEYS[2], KEYS[3], ARGV[1], open_page, closed,
+  meta_limits(KEYS[1], page_bytes), log_end, tonumber(m[6]), redis.call('EXISTS', KEYS[4]) == 1)
 redis.call('HSET', KEYS[1], 'start', start)
 local bytes, records = page_bytes, page_records
 for _, value in ipairs(redis.call('HVALS', KEYS[3])) do
@@ -19,4 +19,4 @@ for _, value in ipairs(redis.call('HVALS', KEYS[3])) do
   records = records + tonumber(page_records)
   bytes = bytes + tonumber(page_bytes)
 end
-return {start, log_end, tonumber(m[6]), redis.call('ZCARD', KEYS[2]), bytes, records}
+return {start, log_end, tonumber(m[5]), redis.call('ZCARD', KEYS[2]), bytes, records}
