@@ -7,14 +7,14 @@
 local prefix = ARGV[1]
 local offset, max_bytes, max_records = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local min_one = ARGV[5] == '1'
-local m = redis.call('HMGET', KEYS[1], 'end', 'epoch')
+local m = redis.call('HMGET', KEYS[1], 'end', 'epoch', 'floor', 'page')
 if not m[1] then
   return redis.error_reply('UNKNOWN_TOPIC_OR_PARTITION no such topic or partition')
 end
-local log_end, epoch = tonumber(m[1]), tonumber(m[2])
+local log_end, epoch, open_page = tonumber(m[1]), tonumber(m[2]), tonumber(m[4])
 
 -- The log start is the first indexed page whose data still exists (TTL may have removed
--- older ones before the next append trims their index entries).
+-- older ones before the next append trims their index entries), or DeleteRecords' floor.
 local start, rank = log_end, 0
 while true do
   local entry = redis.call('ZRANGE', KEYS[2], rank, rank, 'WITHSCORES')
@@ -25,6 +25,7 @@ while true do
   end
   rank = rank + 1
 end
+start = math.max(start, tonumber(m[3] or 0))
 if offset < start then return {1, start, log_end, epoch} end
 if offset > log_end then return {2, start, log_end, epoch} end
 local result = {0, start, log_end, epoch}
@@ -55,7 +56,9 @@ while true do
     records = records + offset_count(batch)
   end
   if #batches < chunk then
+    -- The next page: numbers may skip one the compactor emptied and removed.
     page, pos = page + 1, 0
+    while page < open_page and not redis.call('ZSCORE', KEYS[2], page) do page = page + 1 end
     if not redis.call('ZSCORE', KEYS[2], page) then return result end
   else
     pos = pos + chunk
