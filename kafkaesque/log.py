@@ -182,6 +182,8 @@ class Log(ArchivingLog):
     async def set_topic_defaults(self, defaults: dict[str, str]) -> list[str]:
         """Make ``defaults`` (topic config name -> canonical value) the broker's topic
         defaults and apply them to every topic's partitions; returns the topics changed."""
+        if await self.topic_defaults() == defaults:
+            return []
         await self.redis.set(self.keys.topic_defaults, msgpack.packb(defaults))
         changed = []
         for name in await self.list_topics():

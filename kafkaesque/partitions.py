@@ -111,6 +111,9 @@ class Partitions:
         # Set by a broker that watches Redis memory: appends are refused when it is full.
         self.memory: MemoryGuard | None = None
 
+    def forget_config(self, topic: str) -> None:
+        """The topic's configs changed: read them again before the next append."""
+
     # -- appends ----------------------------------------------------------------------
     async def append(
         self,

@@ -5,12 +5,14 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import IntEnum
 from typing import Any, Literal
 
 import msgpack
 
-from kafkaesque.config_keys import TOPIC_CONFIGS, parse, typed
+from kafkaesque.config_keys import TOPIC_CONFIGS, Kind, parse, typed
 from kafkaesque.errors import InvalidConfig, InvalidPartitions, InvalidTopic
 
 DEFAULT_PAGE_SIZE = 4096
@@ -199,3 +201,90 @@ class TopicConfig:
             created_ms=m["created"],
             topic_id=m["id"],
         )
+
+
+# -- describing and altering ----------------------------------------------------------------
+class AlterOp(IntEnum):
+    """IncrementalAlterConfigs' operations."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    """One config as DescribeConfigs reports it; synonyms most specific first."""
+
+    name: str
+    value: str
+    source: Source
+    synonyms: list[tuple[str, str, Source]]
+    kind: Kind
+    doc: str
+
+
+def describe(config: TopicConfig) -> list[ConfigEntry]:
+    """Every topic config with its effective value, where it comes from, and its synonyms
+    (the topic's own, the broker config's, Kafka's default), as Kafka describes them."""
+    entries = []
+    for key in TOPIC_CONFIGS.values():
+        synonyms: list[tuple[str, str, Source]] = []
+        if key.name in config.configs:
+            synonyms.append((key.name, config.configs[key.name], "topic"))
+        broker_name = key.broker or key.name
+        if key.name in config.defaults:
+            synonyms.append((broker_name, config.defaults[key.name], "broker"))
+        synonyms.append((broker_name, key.default, "default"))
+        entries.append(
+            ConfigEntry(
+                key.name,
+                config.value(key.name),
+                config.source(key.name),
+                synonyms,
+                key.kind,
+                key.doc or "accepted and described; no effect here",
+            )
+        )
+    return entries
+
+
+def altered(
+    config: TopicConfig, operations: Iterable[tuple[AlterOp, str, str | None]]
+) -> TopicConfig:
+    """The config after IncrementalAlterConfigs' operations (SET, DELETE back to the
+    default, APPEND to / SUBTRACT from a list), checked; raises InvalidConfig."""
+    configs = dict(config.configs)
+    seen: set[str] = set()
+    for op, name, value in operations:
+        if name not in TOPIC_CONFIGS:
+            raise InvalidConfig(f"Unknown topic config name: {name}")
+        if name in seen:
+            raise InvalidConfig(f"Error due to duplicate config keys: {name}")
+        seen.add(name)
+        if op == AlterOp.SET:
+            configs[name] = parse(name, value)
+        elif op == AlterOp.DELETE:
+            configs.pop(name, None)
+        elif op in (AlterOp.APPEND, AlterOp.SUBTRACT):
+            if TOPIC_CONFIGS[name].kind is not Kind.LIST:
+                raise InvalidConfig(
+                    f"Config value append/subtract is not allowed for config {name}"
+                )
+            items = [i for i in config.value(name).split(",") if i]
+            given = [i.strip() for i in (value or "").split(",") if i.strip()]
+            if op == AlterOp.APPEND:
+                items += [i for i in given if i not in items]
+            else:
+                items = [i for i in items if i not in given]
+            configs[name] = parse(name, ",".join(items))
+        else:
+            raise InvalidConfig(f"unknown config operation {int(op)}")
+    return config.replace(configs=configs)
+
+
+def replaced(config: TopicConfig, settings: Mapping[str, str | None]) -> TopicConfig:
+    """The config after AlterConfigs: ``settings`` replace every config set on the topic
+    (those not given return to their defaults)."""
+    return config.replace(configs={name: parse(name, value) for name, value in settings.items()})

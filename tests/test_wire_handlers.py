@@ -318,10 +318,14 @@ def test_admin_create_delete_partitions_and_configs(redis_url: str) -> None:
         assert (await client.request(again)).topics[0].error_code == ErrorCode.topic_already_exists
         dry = create_topics_request(creatable("dry"), validate_only=True)
         assert (await client.request(dry)).topics[0].error_code == ErrorCode.none
-        # Kafka configs asking for what this broker does anyway pass; others do not.
-        same = {"min.insync.replicas": "1", "compression.type": "producer"}
-        refused = {"min.insync.replicas": "2"}
-        for configs, error in ((same, ErrorCode.none), (refused, ErrorCode.invalid_config)):
+        # Kafka's topic configs pass, checked; unknown names and bad values do not.
+        known = {"min.insync.replicas": "2", "compression.type": "zstd"}
+        for configs, error in (
+            (known, ErrorCode.none),
+            ({"min.insync.replicas": "0"}, ErrorCode.invalid_config),
+            ({"retention.bytes": "lots"}, ErrorCode.invalid_config),
+            ({"no.such.config": "1"}, ErrorCode.invalid_config),
+        ):
             answer = await client.request(
                 create_topics_request(creatable("d", **configs), validate_only=True)
             )

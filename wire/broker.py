@@ -7,7 +7,9 @@ import logging
 from dataclasses import dataclass, field
 
 from kafkaesque.cluster import cluster_id
+from kafkaesque.config_keys import BROKER_SYNONYMS, UNIT_SYNONYMS, Kind, broker_defaults
 from kafkaesque.durability import probe
+from kafkaesque.errors import InvalidConfig
 from kafkaesque.groups import CoordinatorConfig, GroupCoordinator
 from kafkaesque.log import Log
 from kafkaesque.memory import MemoryGuard
@@ -41,6 +43,83 @@ class BrokerConfig:
     # 1 waits for no replica: only the AOF fsync).
     min_insync_replicas: int = 1
     groups: CoordinatorConfig = field(default_factory=CoordinatorConfig)
+    # Every topic's config defaults (topic config name -> value), from ``serve --config``.
+    topic_defaults: dict[str, str] = field(default_factory=dict)
+
+    def apply(self, settings: dict[str, str]) -> None:
+        """Apply Kafka broker configs (``serve --config``): the broker's own settings and
+        every topic's defaults (log.retention.ms, ...); raises InvalidConfig naming a bad or
+        unknown one, before changing anything."""
+        values: dict[str, object] = {}
+        for name, text in settings.items():
+            if name in BROKER_SETTINGS:
+                values[name] = _broker_value(name, text)
+            elif name not in BROKER_SYNONYMS and name not in UNIT_SYNONYMS:
+                raise InvalidConfig(f"unknown broker config {name!r}")
+        defaults = broker_defaults(settings)  # checks the topic defaults
+        for name, value in values.items():
+            target, attribute = self, BROKER_SETTINGS[name][0]
+            if attribute.startswith("groups."):
+                target, attribute = self.groups, attribute.removeprefix("groups.")
+            setattr(target, attribute, value)
+        self.topic_defaults = {**self.topic_defaults, **defaults}
+
+    def describe(self) -> list[tuple[str, str, Kind, str]]:
+        """(name, value, kind, doc) of the broker's own configs, as DescribeConfigs has them."""
+        entries = [
+            ("broker.id", str(self.node_id), Kind.INT, "this broker's node id"),
+            ("advertised.listeners", f"PLAINTEXT://{self.host}:{self.port}", Kind.STRING, ""),
+        ]
+        for name, (attribute, kind, doc) in BROKER_SETTINGS.items():
+            target: object = self
+            if attribute.startswith("groups."):
+                target, attribute = self.groups, attribute.removeprefix("groups.")
+            value = getattr(target, attribute)
+            text = (
+                "" if value is None else str(value).lower() if kind is Kind.BOOLEAN else str(value)
+            )
+            entries.append((name, text, kind, doc))
+        return entries
+
+
+# Kafka broker configs ``serve --config`` sets, besides the topic defaults:
+# name -> (BrokerConfig attribute, type, what it does here).
+BROKER_SETTINGS: dict[str, tuple[str, Kind, str]] = {
+    "auto.create.topics.enable": ("auto_create_topics", Kind.BOOLEAN, "create topics on metadata"),
+    "num.partitions": ("default_partitions", Kind.INT, "partitions of an auto-created topic"),
+    "message.max.bytes": ("max_message_bytes", Kind.INT, "largest record batch accepted"),
+    "connections.max.idle.ms": ("connections_max_idle_ms", Kind.LONG, "idle connections close"),
+    "socket.request.max.bytes": ("socket_request_max_bytes", Kind.INT, "largest request"),
+    "queued.max.request.bytes": ("queued_max_request_bytes", Kind.LONG, "request memory"),
+    "max.connections": ("max_connections", Kind.INT, "client connections at most"),
+    "max.connections.per.ip": ("max_connections_per_ip", Kind.INT, "connections per IP"),
+    "min.insync.replicas": ("min_insync_replicas", Kind.INT, "copies acks=all waits for"),
+    "group.initial.rebalance.delay.ms": (
+        "groups.initial_rebalance_delay_ms",
+        Kind.INT,
+        "a new group waits this long for more members",
+    ),
+    "group.min.session.timeout.ms": ("groups.min_session_timeout_ms", Kind.INT, ""),
+    "group.max.session.timeout.ms": ("groups.max_session_timeout_ms", Kind.INT, ""),
+}
+
+
+def _broker_value(name: str, text: str) -> object:
+    kind = BROKER_SETTINGS[name][1]
+    if kind is Kind.BOOLEAN:
+        if text.strip().lower() not in ("true", "false"):
+            raise InvalidConfig(f"Invalid value {text} for configuration {name}: not true or false")
+        return text.strip().lower() == "true"
+    try:
+        number = int(text)
+    except ValueError:
+        raise InvalidConfig(
+            f"Invalid value {text} for configuration {name}: not a number"
+        ) from None
+    low = 0 if name == "group.initial.rebalance.delay.ms" else 1
+    if number < low:
+        raise InvalidConfig(f"Invalid value {text} for configuration {name}: below {low}")
+    return number
 
 
 class Broker:
@@ -58,6 +137,9 @@ class Broker:
 
     async def start(self) -> None:
         self.cluster_id = await cluster_id(self.log.redis, self.log.ns)
+        changed = await self.log.set_topic_defaults(self.config.topic_defaults)
+        if changed:
+            log.info("topic defaults changed for: %s", ", ".join(changed))
         durability, promise = await probe(self.log.redis, self.config.min_insync_replicas)
         self.partitions.durability = durability
         log.info("acks=all: %s", promise)
