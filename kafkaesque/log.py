@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 
 from kafkaesque.archiving import ArchivingLog
 from kafkaesque.durability import DEFAULT_TIMEOUT_MS, Durability
-from kafkaesque.errors import Conflict, InvalidPartitions, NeedsRecovery, UnknownTopic
+from kafkaesque.errors import Conflict, NeedsRecovery, UnknownTopic
 from kafkaesque.keys import Keys
 from kafkaesque.records import base_offset, decode_batch, offset_count, producer_fields
 from kafkaesque.scripts import Scripts
@@ -134,6 +134,9 @@ class Log(ArchivingLog):
 
     # -- topics -------------------------------------------------------------------
     async def create_topic(self, config: TopicConfig) -> TopicConfig:
+        """Create the topic; its partitions enforce its configs with the broker's defaults
+        as stored in Redis."""
+        config.defaults = await self.topic_defaults()
         config.validate()
         k = self.keys
         metas = [k.partition(config.name, p).meta for p in range(config.partitions)]
@@ -198,15 +201,7 @@ class Log(ArchivingLog):
 
     async def add_partitions(self, name: str, count: int) -> TopicConfig:
         """Grow a topic to ``count`` partitions (never shrink, as in Kafka)."""
-
-        def grow(config: TopicConfig) -> TopicConfig:
-            if count <= config.partitions:
-                raise InvalidPartitions(
-                    f"topic {name} has {config.partitions} partitions; the new count must be larger"
-                )
-            return config.replace(partitions=count)
-
-        return await self.configure_topic(name, grow)
+        return await self.configure_topic(name, lambda config: config.grown(count))
 
     async def configure_topic(
         self, name: str, change: Callable[[TopicConfig], TopicConfig]

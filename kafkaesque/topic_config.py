@@ -107,6 +107,14 @@ class TopicConfig:
         name, partitions = fields.pop("name", self.name), fields.pop("partitions", self.partitions)
         return TopicConfig(name, partitions, **fields)
 
+    def grown(self, partitions: int) -> TopicConfig:
+        """The topic with more partitions (never fewer, as in Kafka)."""
+        if partitions <= self.partitions:
+            raise InvalidPartitions(
+                f"topic {self.name} has {self.partitions} partitions; the new count must be larger"
+            )
+        return self.replace(partitions=partitions)
+
     # -- configs ------------------------------------------------------------------------
     def value(self, name: str) -> str:
         """The config's effective value: set on the topic, else by the broker, else Kafka's."""

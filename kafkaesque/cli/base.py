@@ -199,6 +199,21 @@ def group_id_option(ctx: click.Context, param: click.Parameter, value: str | Non
     return value
 
 
+def key_values(
+    ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
+) -> dict[str, str]:
+    """Repeated KEY=VALUE options (Kafka configs) as a dict; a key given twice is refused."""
+    settings: dict[str, str] = {}
+    for item in value:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}")
+        if key.strip() in settings:
+            raise click.BadParameter(f"{key.strip()} is given twice")
+        settings[key.strip()] = text.strip()
+    return settings
+
+
 def topic_argument(fn: Callable[..., Any]) -> Callable[..., Any]:
     def check(ctx: click.Context, param: click.Parameter, value: str) -> str:
         try:

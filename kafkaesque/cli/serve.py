@@ -9,9 +9,10 @@ from pathlib import Path
 
 import click
 
-from kafkaesque.cli.base import Context, main, one_line_errors, pass_context
+from kafkaesque.cli.base import Context, key_values, main, one_line_errors, pass_context
 from kafkaesque.connect import DEFAULT_MAX_CONNECTIONS
 from kafkaesque.embedded import serving
+from kafkaesque.errors import KafkaesqueError
 from kafkaesque.topic_config import MAX_PARTITIONS
 
 # wire.protocol.MAX_REQUEST_SIZE, Kafka's socket.request.max.bytes; not imported from there,
@@ -124,6 +125,15 @@ def host_port(
     help="Connections to Redis at most; requests beyond wait for a free one.",
 )
 @click.option(
+    "--config",
+    "settings",
+    multiple=True,
+    callback=key_values,
+    help="A Kafka broker config (repeatable): broker settings (num.partitions, "
+    "group.min.session.timeout.ms, ...) and every topic's defaults (log.retention.ms, "
+    "log.cleanup.policy, ...). Overrides the matching option.",
+)
+@click.option(
     "--archive/--no-archive",
     default=True,
     show_default=True,
@@ -155,6 +165,7 @@ def serve(
     max_connections_per_ip: int | None,
     min_insync_replicas: int,
     redis_max_connections: int,
+    settings: dict[str, str],
     archive: bool,
     archive_interval: float,
 ) -> None:
@@ -185,6 +196,10 @@ def serve(
             min_session_timeout_ms=group_min_session_timeout_ms,
         ),
     )
+    try:
+        config.apply(settings)
+    except KafkaesqueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--config'") from None
 
     async def serve_log() -> None:
         log = ctx.log(archive=False, max_connections=redis_max_connections)

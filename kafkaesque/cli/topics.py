@@ -14,6 +14,7 @@ from kafkaesque.cli.base import (
     Context,
     echo_table,
     group_id_option,
+    key_values,
     main,
     one_line_errors,
     pass_context,
@@ -27,40 +28,52 @@ from kafkaesque.memory import memory_use
 from kafkaesque.produce import LineProducer
 from kafkaesque.records import Compression
 from kafkaesque.tables import plural
-from kafkaesque.topic_config import DEFAULT_PAGE_SIZE, MAX_PARTITIONS, MAX_SETTING, TopicConfig
+from kafkaesque.topic_config import (
+    DEFAULT_PAGE_SIZE,
+    MAX_PARTITIONS,
+    MAX_SETTING,
+    AlterOp,
+    TopicConfig,
+    altered,
+)
+from kafkaesque.topic_config import describe as describe_configs
+
+CONFIG_HELP = "A Kafka topic config (repeatable), e.g. cleanup.policy=compact."
 
 
 @main.command()
 @topic_argument
 @click.option("--partitions", type=click.IntRange(1, MAX_PARTITIONS), default=1, show_default=True)
+@click.option("--config", "configs", multiple=True, callback=key_values, help=CONFIG_HELP)
 @click.option(
     "--page-size",
     type=click.IntRange(1, MAX_SETTING),
-    default=DEFAULT_PAGE_SIZE,
-    show_default=True,
-    help="Records per page; a full page closes.",
+    help=f"Records per page; a full page closes (kafkaesque.page.size, {DEFAULT_PAGE_SIZE}).",
 )
 @click.option(
     "--ttl",
     type=click.IntRange(0, MAX_SETTING),
-    default=0,
-    show_default=True,
-    help="Seconds a closed page is kept (0: forever).",
+    help="Seconds a closed page is kept, 0 forever (retention.ms in seconds).",
 )
 @click.option(
     "--max-pages",
     type=click.IntRange(0, MAX_SETTING),
-    default=0,
-    show_default=True,
-    help="Closed pages kept per partition; older ones are dropped (0: no limit).",
+    help="Closed pages kept per partition, 0 no limit (kafkaesque.max.pages).",
 )
 @pass_context
 @run_async
 async def create(
-    ctx: Context, topic: str, partitions: int, page_size: int, ttl: int, max_pages: int
+    ctx: Context,
+    topic: str,
+    partitions: int,
+    configs: dict[str, str],
+    page_size: int | None,
+    ttl: int | None,
+    max_pages: int | None,
 ) -> None:
     """Create TOPIC."""
-    config = TopicConfig(topic, partitions, page_size, ttl, max_pages)
+    config = TopicConfig(topic, partitions, page_size, ttl, max_pages, configs=configs)
+    config.validate()
     log = ctx.log()
     if log.cold is not None:
         # There is an archive: retention must wait for it from the first record on. It
@@ -97,6 +110,10 @@ async def describe(ctx: Context, topic: str) -> None:
     click.echo(f"page size   {config.page_size} records")
     click.echo(f"ttl         {config.ttl or 'none'}{' s' if config.ttl else ''}")
     click.echo(f"max pages   {config.max_pages or 'no limit'}")
+    for entry in describe_configs(config):
+        if entry.source != "default":  # what was set, on the topic or for every topic
+            origin = "topic" if entry.source == "topic" else "broker default"
+            click.echo(f"config      {entry.name}={entry.value} ({origin})")
     click.echo(f"redis       {(await memory_use(log.redis)).describe()}")
     rows = []
     for p in range(config.partitions):
@@ -128,17 +145,46 @@ async def delete(ctx: Context, topic: str) -> None:
 @click.option(
     "--partitions",
     type=click.IntRange(1, MAX_PARTITIONS),
-    required=True,
     help="The new partition count: larger than the current one (partitions only grow).",
+)
+@click.option("--config", "configs", multiple=True, callback=key_values, help=CONFIG_HELP)
+@click.option(
+    "--delete-config",
+    "deleted",
+    multiple=True,
+    metavar="KEY",
+    help="Return a topic config to its default (repeatable).",
 )
 @pass_context
 @run_async
-async def alter(ctx: Context, topic: str, partitions: int) -> None:
-    """Grow TOPIC to more partitions (as kafka-topics --alter --partitions)."""
+async def alter(
+    ctx: Context,
+    topic: str,
+    partitions: int | None,
+    configs: dict[str, str],
+    deleted: tuple[str, ...],
+) -> None:
+    """Change TOPIC's configs or grow it to more partitions (as kafka-configs --alter and
+    kafka-topics --alter --partitions)."""
+    if partitions is None and not configs and not deleted:
+        raise click.UsageError("nothing to change: give --partitions, --config or --delete-config")
+    operations = [(AlterOp.SET, k, v) for k, v in configs.items()]
+    operations += [(AlterOp.DELETE, k, None) for k in deleted]
     log = ctx.log()
-    before = (await log.topic(topic)).partitions
-    await log.add_partitions(topic, partitions)
-    click.echo(f"topic {topic}: {before} -> {plural(partitions, 'partition')}", err=True)
+    before = await log.topic(topic)
+
+    def change(config: TopicConfig) -> TopicConfig:
+        changed = altered(config, operations)
+        return changed if partitions is None else changed.grown(partitions)
+
+    after = await log.configure_topic(topic, change)
+    if after.partitions != before.partitions:
+        click.echo(
+            f"topic {topic}: {before.partitions} -> {plural(after.partitions, 'partition')}",
+            err=True,
+        )
+    for name in sorted({k for _, k, _ in operations}):
+        click.echo(f"topic {topic}: {name}={after.value(name)} ({after.source(name)})", err=True)
 
 
 @main.command()
