@@ -20,9 +20,10 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import pytest
 
@@ -53,6 +54,20 @@ def needs(name: str) -> list[pytest.MarkDecorator]:
     elif importlib.util.find_spec(LIBRARIES[name][1]) is None:
         return [pytest.mark.skip(reason=f"{LIBRARIES[name][1]} is not installed")]
     return []
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def requires(name: str) -> Callable[[F], F]:
+    """``needs`` as a decorator of one test."""
+
+    def mark(test: F) -> F:
+        for decorator in needs(name):
+            test = decorator(test)
+        return test
+
+    return mark
 
 
 def kcat_path() -> str | None:

@@ -167,11 +167,40 @@ async function admin(cmd) {
   }
 }
 
+// A topic created with configEntries, described, then altered (kafkajs' alterConfigs).
+async function configs(cmd) {
+  const kafka = kafkaFor(cmd)
+  const client = kafka.admin()
+  await client.connect()
+  const out = {}
+  try {
+    const topic = cmd.topic
+    out.created = await client.createTopics({
+      topics: [{ topic, numPartitions: 1, configEntries: [{ name: 'cleanup.policy', value: 'compact' }] }],
+    })
+    const value = async name => {
+      const described = await client.describeConfigs({
+        resources: [{ type: 2, name: topic, configNames: [name] }],
+        includeSynonyms: false,
+      })
+      return described.resources[0].configEntries[0].configValue
+    }
+    out.cleanupPolicy = await value('cleanup.policy')
+    await client.alterConfigs({
+      resources: [{ type: 2, name: topic, configEntries: [{ name: 'retention.ms', value: '1000' }] }],
+    })
+    out.retentionMs = await value('retention.ms')
+    return out
+  } finally {
+    await client.disconnect()
+  }
+}
+
 async function main() {
   const chunks = []
   for await (const chunk of process.stdin) chunks.push(chunk)
   const cmd = JSON.parse(Buffer.concat(chunks).toString())
-  const actions = { produce, fetch, admin }
+  const actions = { produce, fetch, admin, configs }
   const result = await actions[cmd.action](cmd)
   process.stdout.write(JSON.stringify(result) + '\n')
 }
