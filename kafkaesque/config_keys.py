@@ -52,12 +52,12 @@ class ConfigKey:
 
 
 def at_least(low: float) -> Callable[[object], str | None]:
-    return lambda v: None if v >= low else f"Value must be at least {low:g}"  # type: ignore[operator]
+    return lambda v: None if v >= low else f"Value must be at least {low}"  # type: ignore[operator]
 
 
 def between(low: float, high: float) -> Callable[[object], str | None]:
     return lambda v: (
-        None if low <= v <= high else f"Value must be in the range [{low:g}, {high:g}]"  # type: ignore[operator]
+        None if low <= v <= high else f"Value must be in the range [{low}, {high}]"  # type: ignore[operator]
     )
 
 

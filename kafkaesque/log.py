@@ -185,16 +185,17 @@ class Log(ArchivingLog):
     async def set_topic_defaults(self, defaults: dict[str, str]) -> list[str]:
         """Make ``defaults`` (topic config name -> canonical value) the broker's topic
         defaults and apply them to every topic's partitions; returns the topics changed."""
-        if await self.topic_defaults() == defaults:
+        previous = await self.topic_defaults()
+        if previous == defaults:
             return []
         await self.redis.set(self.keys.topic_defaults, msgpack.packb(defaults))
         changed = []
         for name in await self.list_topics():
             try:
-                before = await self.topic(name)
                 after = await self.configure_topic(name, lambda c: c)
             except UnknownTopic:
                 continue  # deleted meanwhile
+            before = after.replace(defaults=previous)
             if before.lua_settings() != after.lua_settings():
                 changed.append(name)
         return changed
