@@ -196,11 +196,7 @@ class TopicConfig:
         m = msgpack.unpackb(data)
         configs = m.get("configs")
         if configs is None:  # stored before topics had Kafka's configs
-            configs = {"kafkaesque.page.size": str(m["page_size"])}
-            if m["ttl"]:
-                configs["retention.ms"] = str(m["ttl"] * 1000)
-            if m["max_pages"]:
-                configs["kafkaesque.max.pages"] = str(m["max_pages"])
+            configs = legacy_configs(m["page_size"], m["ttl"], m["max_pages"])
         return cls(
             name,
             m["partitions"],
@@ -209,6 +205,19 @@ class TopicConfig:
             created_ms=m["created"],
             topic_id=m["id"],
         )
+
+
+def legacy_configs(page_size: int, ttl: int, max_pages: int) -> dict[str, str]:
+    """The configs of a topic stored with only a page size, TTL and max pages (before
+    topics had Kafka's configs): those that differ from the defaults."""
+    configs = {}
+    if page_size != DEFAULT_PAGE_SIZE:
+        configs["kafkaesque.page.size"] = str(page_size)
+    if ttl:
+        configs["retention.ms"] = str(ttl * 1000)
+    if max_pages:
+        configs["kafkaesque.max.pages"] = str(max_pages)
+    return configs
 
 
 # -- describing and altering ----------------------------------------------------------------

@@ -20,7 +20,7 @@ from kafkaesque.cluster import cluster_id, cluster_key
 from kafkaesque.group_offsets import OffsetStore
 from kafkaesque.keys import Keys
 from kafkaesque.log import Log, RestoredPartition, RestoredTopic
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.topic_config import TopicConfig, legacy_configs
 from storage_pg import group_offsets
 from storage_pg.pool import PG_EPOCH_MS, ArchiveError, check_pool
 from storage_pg.schema import ensure_schema
@@ -84,13 +84,14 @@ async def restored_topics(conn: asyncpg.Connection) -> list[RestoredTopic]:
         " FROM topic ORDER BY name"
     ):
         name = r["name"]
+        if r["configs"] is None:  # archived before topics had Kafka's configs
+            configs = legacy_configs(r["page_size"], r["ttl"], r["max_pages"])
+        else:
+            configs = json.loads(r["configs"])
         config = TopicConfig(
             name,
             r["partitions"],
-            r["page_size"],
-            r["ttl"],
-            r["max_pages"],
-            configs=json.loads(r["configs"]),
+            configs=configs,
             created_ms=r["created"][0] // 1000 + PG_EPOCH_MS,
             topic_id=uuid.UUID(str(r["topic_id"])).bytes,
         )

@@ -178,10 +178,10 @@ MIGRATIONS: list[str] = [
     """,
     # 6: topic configs, and the log start DeleteRecords moved
     """
-    ALTER TABLE topic ADD COLUMN configs jsonb NOT NULL DEFAULT '{}';
+    ALTER TABLE topic ADD COLUMN configs jsonb;
     COMMENT ON COLUMN topic.configs IS
         'the configs set on the topic (Kafka names, canonical text); page_size, ttl and '
-        'max_pages repeat three of them';
+        'max_pages are their effective values; null for a topic archived before configs';
     ALTER TABLE partition_state ADD COLUMN log_start bigint NOT NULL DEFAULT 0;
     COMMENT ON COLUMN partition_state.log_start IS
         'offsets below it were deleted (DeleteRecords): never read, never archived';

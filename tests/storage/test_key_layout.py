@@ -29,6 +29,7 @@ def test_every_key_matches_the_documented_layout(redis_url: str, pg_dsn: str) ->
         log = make_log(redis_url, namespace="lay")
         keys = Keys("lay")
         await cluster_id(log.redis, "lay")
+        await log.set_topic_defaults({"retention.ms": "7200000"})
         await log.create_topic(TopicConfig("t.1", 2, page_size=3, ttl=3600))
         await log.create_topic(TopicConfig("gone", 1, page_size=2))
         for p in (0, 1):
