@@ -102,17 +102,20 @@ async def describe_configs(broker: Broker, request: Request) -> Any:
             for e in entries
             if not wanted or e.name in wanted  # as Kafka, no list asks for all
         )
-        results.append(
-            build(
-                result_class,
-                error_code=error,
-                error_message=message,
-                resource_type=resource.resource_type,
-                resource_name=resource.resource_name,
-                configs=configs,
-            )
-        )
+        results.append(_result(result_class, resource, error, message, configs=configs))
     return build(schema, throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+def _result(cls: type, resource: Any, error: ErrorCode, message: str | None, **more: Any) -> Any:
+    """One resource's answer, as both describe and alter give it."""
+    return build(
+        cls,
+        error_code=error,
+        error_message=message,
+        resource_type=resource.resource_type,
+        resource_name=resource.resource_name,
+        **more,
+    )
 
 
 async def _alter(broker: Broker, request: Request, incremental: bool) -> Any:
@@ -140,15 +143,7 @@ async def _alter(broker: Broker, request: Request, incremental: bool) -> Any:
                     broker.partitions.forget_config(resource.resource_name)
         except KafkaesqueError as exc:
             error, message = error_code(exc), str(exc)
-        results.append(
-            build(
-                result_class,
-                error_code=error,
-                error_message=message,
-                resource_type=resource.resource_type,
-                resource_name=resource.resource_name,
-            )
-        )
+        results.append(_result(result_class, resource, error, message))
     return build(schema, throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
