@@ -48,7 +48,7 @@ async def delete_records(
     ctx: Context, topic: str, partitions: tuple[int, ...], before: int
 ) -> None:
     """Delete TOPIC's records below an offset, in Redis and in the archive, for good (as
-    kafka-delete-records). A partition whose log already starts there is left as it is."""
+    kafka-delete-records). A partition whose log already starts at or after it stays."""
     log = ctx.log()
     config = await log.topic(topic)
     wanted = sorted(set(partitions)) or range(config.partitions)

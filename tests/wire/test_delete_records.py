@@ -117,7 +117,7 @@ def test_cli_delete_records(broker, topic_name):
     table = [line.split() for line in described.splitlines() if line.strip()[:1].isdigit()]
     assert [(row[0], row[1], row[2]) for row in table] == [("0", "3", "10"), ("1", "0", "6")]
 
-    # Every partition up to its end; one already past the asked-for start stays.
+    # Every partition up to its end; then one already past the asked-for start stays.
     done = broker.cli("delete-records", topic, "--before", "end")
     assert done.stderr.decode().splitlines() == [
         f"{topic}[0]: log start 3 -> 10",
