@@ -136,12 +136,13 @@ class ArchivingLog:
     async def first_unarchived_sequence(self, topic: str, partition: int) -> int | None:
         """The global sequence number of the first record not yet archived, if any; 1 when
         Redis no longer holds that record (retention dropped it before archiving, and the
-        archiver has not recorded the gap yet), which holds the watermark back."""
+        archiver has not recorded the gap yet), which holds the watermark back. Records
+        below DeleteRecords' floor never will be archived: they hold nothing back."""
         meta = self.keys.partition(topic, partition).meta
-        archived, log_end = await self.redis.hmget(meta, "archived", "end")
+        archived, log_end, floor = await self.redis.hmget(meta, "archived", "end", "floor")
         if log_end is None:
             raise _unknown(topic, partition)
-        archived = int(archived or 0)
+        archived = max(int(archived or 0), int(floor or 0))
         if archived >= int(log_end):
             return None
         found = await self.sequence_at(topic, partition, archived)

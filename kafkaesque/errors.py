@@ -55,6 +55,11 @@ class Conflict(KafkaesqueError):
     """The topic changed between a read and a write: read again and retry."""
 
 
+class PolicyViolation(KafkaesqueError):
+    """A request the topic's configs forbid: deleting records of a topic whose
+    cleanup.policy lacks delete (Kafka's POLICY_VIOLATION)."""
+
+
 # -- appends -------------------------------------------------------------------------------
 class InvalidRecord(KafkaesqueError, ValueError):
     """A batch whose content breaks the format's rules (Kafka's INVALID_RECORD: a client
@@ -89,7 +94,8 @@ class UnknownProducerId(ProducerFenced):
 
 # -- reads -------------------------------------------------------------------------------
 class OffsetOutOfRange(KafkaesqueError):
-    """An offset below the log start (retention, no archive) or past the log end."""
+    """An offset below the log start (retention with no archive, or DeleteRecords) or past
+    the log end."""
 
 
 class LogTruncated(KafkaesqueError):
@@ -162,6 +168,7 @@ LUA_ERRORS: dict[str, type[KafkaesqueError]] = {
     "OUT_OF_ORDER_SEQUENCE_NUMBER": OutOfOrderSequence,
     "INVALID_PRODUCER_EPOCH": InvalidProducerEpoch,
     "UNKNOWN_PRODUCER_ID": UnknownProducerId,
+    "OFFSET_OUT_OF_RANGE": OffsetOutOfRange,
 }
 
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 # Suffixes after a partition's prefix "NS:{TOPIC:P}:" (the hash tag keeps a partition's keys
 # in one slot, so each script touches one slot). Lua's common.lua appends the same ones.
 PARTITION = {
-    "meta": "hash: log end/start offsets, leader epoch, the open page's counters, settings",
+    "meta": "hash: log end/start offsets, DeleteRecords' floor, leader epoch, the open "
+    "page's counters, settings",
     "index": "sorted set: page number by its first offset",
     "page:N": "list: page N's RecordBatch v2 batches",
     "bidx:N": "string: 16 bytes per batch of page N (base offset, first global sequence)",

@@ -17,11 +17,22 @@ from redis.asyncio import Redis
 
 from kafkaesque.archiving import ArchivingLog
 from kafkaesque.durability import DEFAULT_TIMEOUT_MS, Durability
-from kafkaesque.errors import Conflict, NeedsRecovery, UnknownTopic
+from kafkaesque.errors import (
+    Conflict,
+    NeedsRecovery,
+    OffsetOutOfRange,
+    PolicyViolation,
+    UnknownTopic,
+)
 from kafkaesque.keys import Keys
-from kafkaesque.records import base_offset, decode_batch, offset_count, producer_fields
+from kafkaesque.records import base_offset, decode_batch, next_offset, offset_count, producer_fields
 from kafkaesque.scripts import Scripts
 from kafkaesque.topic_config import TopicConfig
+
+# DeleteRecords' offset that stands for the high watermark (Kafka's tool: -1).
+HIGH_WATERMARK = -1
+# read.lua's statuses: below the log start, past the log end, below DeleteRecords' floor.
+_BELOW_START, _PAST_END, _DELETED = 1, 2, 3
 
 
 def _now_ms() -> int:
@@ -36,7 +47,7 @@ class ReadResult:
     log_start: int
     log_end: int
     leader_epoch: int
-    below_start: bool = False  # the offset was removed by retention (no archive)
+    below_start: bool = False  # removed by retention (no archive) or DeleteRecords
     past_end: bool = False
     # The offset lies in a gap (dropped by retention before archiving): the batches start
     # at this later offset, the first one that exists.
@@ -57,12 +68,14 @@ class PartitionState:
     pages: int
     bytes: int
     records: int  # records still held in Redis
+    floor: int = 0  # offsets below it were deleted (DeleteRecords)
 
 
 @dataclass(frozen=True, slots=True)
 class RestoredPartition:
     log_end: int  # what the archive holds: the partition continues here
     leader_epoch: int  # the last epoch known; the restored partition gets a higher one
+    log_start: int = 0  # offsets below it were deleted (DeleteRecords) and stay so
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +110,13 @@ class ColdStore(Protocol):
     async def delete_topic(self, topic: str, topic_id: bytes | None, partitions: int) -> bool:
         """Delete the topic's records (of the incarnation ``topic_id`` too, and keep it from
         being archived again); True if the store had the topic."""
+        ...
+
+    async def delete_records(
+        self, topic: str, topic_id: bytes, partition: int, before: int
+    ) -> None:
+        """Delete the partition's records below offset ``before`` (of the incarnation
+        ``topic_id``) for good: never read, never stored again, kept across a restore."""
         ...
 
 
@@ -310,28 +330,42 @@ class Log(ArchivingLog):
         Below Redis' oldest offset the archive (``cold``) answers; an offset no store holds
         lies in a gap (dropped by retention before archiving) and the read goes on from the
         next offset that exists, as Kafka's readers do across a compacted log's gaps.
-        Without an archive such an offset is ``below_start`` (Kafka's retention)."""
+        Without an archive such an offset is ``below_start`` (Kafka's retention), and so
+        is, archive or not, an offset below the log start DeleteRecords moved."""
         status, start, end, epoch, batches = await self._read_redis(
             topic, partition, offset, max_bytes, max_records, min_one
         )
-        if status != 1 or self.cold is None:
-            return ReadResult(batches, start, end, epoch, status == 1, status == 2)
+        if status == _DELETED:  # deleted from the archive too: not a gap to read across
+            earliest = await self._earliest(topic, partition, start)
+            return ReadResult([], earliest, end, epoch, below_start=True)
+        if status != _BELOW_START or self.cold is None:
+            return ReadResult(
+                batches, start, end, epoch, status == _BELOW_START, status == _PAST_END
+            )
         # Tiered storage: offsets Redis no longer holds are read from the archive.
-        cold_start = await self.cold.start_offset(topic, partition)
-        earliest = start if cold_start is None else min(start, cold_start)
+        earliest = await self._earliest(topic, partition, start)
         batches = await self.cold.read(topic, partition, offset, max_bytes)
-        if batches:
-            first = base_offset(batches[0])
+        # Archived batches only from below Redis' start: from there on Redis holds the
+        # offsets (the archive may lack some that Redis still has: a DeleteRecords that
+        # deleted from the archive but did not reach Redis yet).
+        first = base_offset(batches[0]) if batches else start
+        if first < start:
             return ReadResult(batches, earliest, end, epoch, skipped_to=_after(offset, first))
         # Nothing at or after the offset is archived: the gap runs up to Redis' oldest.
         for _ in range(8):  # retention may move the start between two calls
             status, start, end, epoch, batches = await self._read_redis(
                 topic, partition, start, max_bytes, max_records, min_one
             )
-            if status != 1:
+            if status != _BELOW_START:
                 break
         return ReadResult(
-            batches, min(earliest, start), end, epoch, status == 1, status == 2, start
+            batches,
+            min(earliest, start),
+            end,
+            epoch,
+            status in (_BELOW_START, _DELETED),
+            status == _PAST_END,
+            start,
         )
 
     async def _read_redis(
@@ -353,12 +387,61 @@ class Log(ArchivingLog):
 
     async def earliest_offset(self, topic: str, partition: int) -> int:
         """The first offset still readable: in the archive if there is one, else in Redis."""
-        start = (await self.state(topic, partition)).log_start
+        return await self._earliest(
+            topic, partition, (await self.state(topic, partition)).log_start
+        )
+
+    async def _earliest(self, topic: str, partition: int, redis_start: int) -> int:
+        """The lower of Redis' log start and the archive's first offset."""
         if self.cold is not None:
             cold_start = await self.cold.start_offset(topic, partition)
             if cold_start is not None:
-                return min(start, cold_start)
-        return start
+                return min(redis_start, cold_start)
+        return redis_start
+
+    async def delete_records(self, topic: str, partition: int, before: int) -> int:
+        """DeleteRecords: move the partition's log start up to offset ``before`` (the log
+        end for HIGH_WATERMARK), deleting every record below it; returns the new low
+        watermark (the earliest offset readable). An offset at or below the log start
+        changes nothing, as in Kafka; one past the log end raises OffsetOutOfRange.
+
+        The archive deletes first, then Redis raises its floor. A crash in between leaves
+        the archive without offsets Redis may still serve: readers see the old log start
+        until the delete is retried (or the archiver raises Redis' floor to the archive's);
+        nothing they were told is gone comes back. The other order would let cold reads
+        (and a restore after Redis lost its data) bring back records a reader had already
+        seen deleted."""
+        config = await self.topic(topic)
+        if not 0 <= partition < config.partitions:
+            raise UnknownTopic(f"unknown topic or partition: {topic}[{partition}]")
+        if "delete" not in config.cleanup_policy:
+            raise PolicyViolation(
+                f"records of {topic} cannot be deleted: its cleanup.policy is "
+                f"{','.join(config.cleanup_policy)}"
+            )
+        state = await self.state(topic, partition)
+        offset = state.log_end if before == HIGH_WATERMARK else before
+        if offset < 0:
+            raise OffsetOutOfRange(
+                f"offset {before} is not valid (-1 stands for the log end of {topic}[{partition}])"
+            )
+        if offset > state.log_end:
+            raise OffsetOutOfRange(
+                f"offset {offset} is past the log end {state.log_end} of {topic}[{partition}]"
+            )
+        if self.cold is not None:
+            await self.cold.delete_records(topic, config.topic_id, partition, offset)
+        return await self._earliest(
+            topic, partition, await self.raise_floor(topic, partition, offset)
+        )
+
+    async def raise_floor(self, topic: str, partition: int, offset: int) -> int:
+        """Redis' side of DeleteRecords (delete_records.lua): offsets below ``offset`` are
+        deleted, the pages wholly below it freed; returns Redis' log start."""
+        p = self.keys.partition(topic, partition)
+        return await self.scripts.delete_records(
+            keys=[p.meta, p.index, p.stats, self.keys.archiving], args=[p.prefix, offset]
+        )
 
     async def state(self, topic: str, partition: int) -> PartitionState:
         """Apply retention, then report offsets, pages and bytes held."""
@@ -382,15 +465,19 @@ class Log(ArchivingLog):
                 if found is not None:
                     return found
         p = self.keys.partition(topic, partition)
-        batch = await self.scripts.find_time(
-            keys=[p.index, p.meta, p.stats], args=[p.prefix, timestamp]
-        )
-        if batch is None:
-            return None
-        for record in decode_batch(batch):
-            if record.timestamp >= timestamp:
-                return record.offset, record.timestamp
-        return None
+        start = state.log_start
+        while True:
+            batch = await self.scripts.find_time(
+                keys=[p.index, p.meta, p.stats], args=[p.prefix, timestamp, start]
+            )
+            # The script skips batches ending before ``start``, so each round moves on.
+            if batch is None or next_offset(batch) <= start:
+                return None
+            for record in decode_batch(batch):
+                if record.offset >= start and record.timestamp >= timestamp:
+                    return record.offset, record.timestamp
+            # Only the records below the log start of a batch across it were that late.
+            start = next_offset(batch)
 
     async def leader_epochs(self, topic: str, partitions: Iterable[int]) -> list[int]:
         """The current leader epoch of each of ``partitions`` (one round trip)."""
@@ -443,7 +530,7 @@ class Log(ArchivingLog):
             parts = [k.partition(c.name, p) for p in range(len(t.partitions))]
             args: list[Any] = [c.name, c.pack(), c.lua_settings()]
             for p in t.partitions:
-                args += (p.log_end, p.leader_epoch)
+                args += (p.log_end, p.leader_epoch, p.log_start)
             await self.scripts.restore(
                 keys=[
                     k.topics,

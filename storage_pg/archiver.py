@@ -5,9 +5,12 @@ Per partition, in one transaction per chunk of pages:
 1. ``pg_try_advisory_xact_lock(hashtext(topic), partition)``: another archiver working on
    the partition makes us skip it (it is archiving it right now);
 2. read ``archive_progress.archived_through`` (the next offset to archive). PostgreSQL is
-   the source of truth: Redis' own archived marker only ever lags it. If Redis' oldest
-   offset is past it, retention dropped those records before archiving was switched on:
-   the gap is recorded (storage_pg.gaps.record_gap) and archiving goes on after it;
+   the source of truth: Redis' own archived marker only ever lags it. Offsets below
+   DeleteRecords' floor are deleted, not archived: the higher of Redis' floor and
+   ``partition_state.log_start`` becomes both (storage_pg.deletion.delete_below), and
+   archiving goes on from there. If Redis' oldest offset is past that, retention dropped
+   those records before archiving was switched on: the gap is recorded
+   (storage_pg.gaps.record_gap) and archiving goes on after it;
 3. fetch the closed pages holding offsets >= that from Redis, decode their batches (every
    compression) into rows and stream them with binary COPY (decoding overlaps with the
    server's inserting: rows are produced lazily while asyncpg sends them);
@@ -36,7 +39,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain
 
 import asyncpg
@@ -50,7 +53,7 @@ from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
 from kafkaesque.record_body import InvalidRecord
 from kafkaesque.records import read_header
 from storage_pg import group_offsets
-from storage_pg.deletion import delete_topic
+from storage_pg.deletion import delete_below, delete_topic
 from storage_pg.gaps import advance_watermark, record_gap
 from storage_pg.pool import PG_CONNECTION_ERRORS, check_pool, ms_to_pg
 from storage_pg.recovery import bind_cluster, recover
@@ -68,7 +71,13 @@ _DURABLE = """
     SELECT set_config('synchronous_commit', 'local', true)
     WHERE current_setting('synchronous_commit') = 'off'
 """
-_PROGRESS = "SELECT archived_through FROM archive_progress WHERE topic = $1 AND partition = $2"
+# The next offset to archive, and the log start DeleteRecords moved.
+_PROGRESS = """
+    SELECT coalesce((SELECT archived_through FROM archive_progress
+                     WHERE topic = $1 AND partition = $2), 0),
+           coalesce((SELECT log_start FROM partition_state
+                     WHERE topic = $1 AND partition = $2), 0)
+"""
 _ADVANCE = """
     INSERT INTO archive_progress AS a (topic, partition, archived_through, records,
                                        max_producer_id, updated)
@@ -161,10 +170,10 @@ class Archiver:
         self.copy_timeout = copy_timeout
         self.recover_first = recover_first
         self._ready = False
-        # archived_through per partition as last read from PostgreSQL: a partition whose
-        # log end equals it has nothing new, and needs no transaction. Keyed by topic id:
-        # a name deleted and created again is another log.
-        self._through: dict[tuple[uuid.UUID, int], int] = {}
+        # (archived_through, log start) per partition as last read from PostgreSQL: a
+        # partition whose log end and floor equal them has nothing new, and needs no
+        # transaction. Keyed by topic id: a name deleted and created again is another log.
+        self._through: dict[tuple[uuid.UUID, int], tuple[int, int]] = {}
         self._epochs: dict[tuple[uuid.UUID, int], int] = {}
 
     # -- one run ----------------------------------------------------------------------
@@ -276,7 +285,7 @@ class Archiver:
             except asyncpg.ForeignKeyViolationError:
                 return  # the topic was deleted from the archive meanwhile
             self._epochs[key] = state.leader_epoch
-        if self._through.get(key) == state.log_end:
+        if self._through.get(key) == (state.log_end, state.floor):
             await self.log.mark_archived(topic, partition, state.log_end)  # Redis may lag
             return  # nothing new since we archived everything
         archived_anything = False
@@ -289,7 +298,7 @@ class Archiver:
                 await conn.execute(_DURABLE)
                 if await conn.fetchval(_TOPIC_ID, topic) != topic_id:
                     return  # deleted from the archive since the run began
-                through = await conn.fetchval(_PROGRESS, topic, partition) or 0
+                through, deleted_below = await conn.fetchrow(_PROGRESS, topic, partition)
                 if through > state.log_end:
                     state = await self.log.state(topic, partition)  # it may have grown
                     if through > state.log_end:
@@ -299,6 +308,12 @@ class Archiver:
                             "recovery?); not archiving it"
                         )
                         return
+                if state.floor > deleted_below:
+                    # Deleted in Redis while the archive was not told (a command without
+                    # it, or a topic not archived yet): delete here too.
+                    await delete_below(conn, topic, partition, state.floor)
+                    deleted_below = state.floor
+                through = max(through, deleted_below)  # never archive deleted offsets
                 if through < state.log_start:
                     # Retention dropped these before archiving was switched on (it keeps
                     # every unarchived page since): record the gap and go on after it.
@@ -320,8 +335,12 @@ class Archiver:
                         _ADVANCE, topic, partition, through, chunk.rows, chunk.max_producer_id
                     )
             # committed: now Redis may let the pages go
+            if deleted_below > state.floor:
+                # A DeleteRecords that reached the archive but not Redis: finish it.
+                await self.log.raise_floor(topic, partition, deleted_below)
+                state = replace(state, floor=deleted_below)
             await self.log.mark_archived(topic, partition, through)
-            self._through[key] = through
+            self._through[key] = (through, deleted_below)
             if not pages:
                 break
             archived_anything = True

@@ -1,6 +1,7 @@
 """The archive watermark and its promise: every record id up to it is archived, lies in
 a recorded gap (``dropped_range``: offsets retention dropped from Redis before archiving
-was switched on), or belonged to a deleted topic."""
+was switched on), belonged to a deleted topic, or was deleted by DeleteRecords (below
+``partition_state.log_start``: not a gap, the archiver never meets those offsets)."""
 
 from __future__ import annotations
 

@@ -69,14 +69,17 @@ _EPOCH = """
 
 
 async def restored_topics(conn: asyncpg.Connection) -> list[RestoredTopic]:
-    """Every archived topic, each partition at its archived end with its last known epoch."""
+    """Every archived topic, each partition at its archived end with its last known epoch
+    and the log start DeleteRecords moved."""
     progress = {
         (r["topic"], r["partition"]): r["archived_through"]
         for r in await conn.fetch("SELECT topic, partition, archived_through FROM archive_progress")
     }
-    epochs = {
-        (r["topic"], r["partition"]): r["leader_epoch"]
-        for r in await conn.fetch("SELECT topic, partition, leader_epoch FROM partition_state")
+    states = {
+        (r["topic"], r["partition"]): (r["leader_epoch"], r["log_start"])
+        for r in await conn.fetch(
+            "SELECT topic, partition, leader_epoch, log_start FROM partition_state"
+        )
     }
     topics = []
     for r in await conn.fetch(
@@ -95,10 +98,12 @@ async def restored_topics(conn: asyncpg.Connection) -> list[RestoredTopic]:
             created_ms=r["created"][0] // 1000 + PG_EPOCH_MS,
             topic_id=uuid.UUID(str(r["topic_id"])).bytes,
         )
-        partitions = [
-            RestoredPartition(progress.get((name, p), 0), epochs.get((name, p), 0))
-            for p in range(config.partitions)
-        ]
+        partitions = []
+        for p in range(config.partitions):
+            epoch, log_start = states.get((name, p), (0, 0))
+            # Deleted offsets are accounted for like archived ones: never handed out again.
+            log_end = max(progress.get((name, p), 0), log_start)
+            partitions.append(RestoredPartition(log_end, epoch, log_start))
         topics.append(RestoredTopic(config, partitions))
     return topics
 

@@ -3,7 +3,8 @@
 ``Archive(dsn)`` is what the CLI and the broker attach to a ``kafkaesque.log.Log``:
 
 - as its ``cold`` store: offsets Redis no longer holds are read from PostgreSQL;
-- as where a deleted topic's records are deleted from too;
+- as where a deleted topic's records, and records deleted by DeleteRecords, are deleted
+  from too;
 - as its ``recover`` callback: after Redis lost its data, offsets are restored from the
   archive before any append;
 - as the source of the archiver the broker runs on an interval.
@@ -26,7 +27,7 @@ from kafkaesque.errors import StorageUnavailable
 from kafkaesque.log import Log
 from storage_pg.archiver import Archiver
 from storage_pg.cold import ArchiveReader
-from storage_pg.deletion import delete_topic
+from storage_pg.deletion import delete_records, delete_topic
 from storage_pg.pool import PG_CONNECTION_ERRORS, create_pool
 from storage_pg.recovery import bind_cluster, recover
 
@@ -119,6 +120,20 @@ class Archive:
         except PG_CONNECTION_ERRORS as exc:
             raise StorageUnavailable(
                 f"the archive is unreachable, so topic {topic} was not deleted: {exc}"
+            ) from exc
+
+    async def delete_records(
+        self, topic: str, topic_id: bytes, partition: int, before: int
+    ) -> None:
+        """Delete the partition's archived records below ``before`` (whatever ``strict``
+        says: Redis' floor must not move while the archive still serves what is below)."""
+        try:
+            async with (await self.pool()).acquire() as conn:
+                await delete_records(conn, topic, uuid.UUID(bytes=topic_id), partition, before)
+        except PG_CONNECTION_ERRORS as exc:
+            raise StorageUnavailable(
+                f"the archive is unreachable, so no records of {topic}[{partition}] were "
+                f"deleted: {exc}"
             ) from exc
 
     async def recover(self, log: Log) -> None:

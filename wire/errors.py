@@ -19,6 +19,7 @@ ERROR_CODES: dict[type[core.KafkaesqueError], ErrorCode] = {
     core.UnknownTopic: ErrorCode.unknown_topic_or_partition,
     # Only seen when a retry loop gives up; clients retry a storage error.
     core.Conflict: ErrorCode.kafka_storage_error,
+    core.PolicyViolation: ErrorCode.policy_violation,
     core.InvalidRecord: ErrorCode.invalid_record,
     core.CorruptBatch: ErrorCode.corrupt_message,  # damaged in transit: clients retry
     core.RecordTooLarge: ErrorCode.message_too_large,

@@ -344,9 +344,9 @@ async def consume(
         elif p in committed and not from_beginning:
             offsets[p] = committed[p]
         elif log.cold is not None:
-            # From offset 0: a gap at the start (records retention dropped before
-            # archiving) is read across and reported like any other.
-            offsets[p] = 0
+            # From the first offset DeleteRecords left (0 if none): a gap at the start
+            # (records retention dropped before archiving) is read across and reported.
+            offsets[p] = (await log.state(topic, p)).floor
         else:
             offsets[p] = await log.earliest_offset(topic, p)
     consumer = Consumer(

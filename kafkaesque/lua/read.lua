@@ -3,7 +3,8 @@
 -- ARGV: key prefix, offset, max_bytes, max_records, min_one (1: return the first batch
 -- even when it exceeds the limits, as Kafka does for the first partition of a fetch, KIP-74)
 -- Returns {status, log start, log end, leader epoch, batch...}; status 0 = ok,
--- 1 = offset below the log start, 2 = offset past the log end.
+-- 1 = offset below the log start, 2 = offset past the log end, 3 = offset below the floor
+-- DeleteRecords set (deleted everywhere: no use asking the archive).
 local prefix = ARGV[1]
 local offset, max_bytes, max_records = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local min_one = ARGV[5] == '1'
@@ -25,7 +26,9 @@ while true do
   end
   rank = rank + 1
 end
-start = math.max(start, tonumber(m[3] or 0))
+local floor = tonumber(m[3] or 0)
+start = math.max(start, floor)
+if offset < floor then return {3, start, log_end, epoch} end
 if offset < start then return {1, start, log_end, epoch} end
 if offset > log_end then return {2, start, log_end, epoch} end
 local result = {0, start, log_end, epoch}

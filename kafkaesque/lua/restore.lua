@@ -3,9 +3,10 @@
 -- archived end drops what it still holds (all archived) and continues there. Restored
 -- partitions get a higher leader epoch so clients can detect the truncation (KIP-320); the
 -- partition's epoch history (epoch -> start offset, for OffsetForLeaderEpoch) records it.
+-- Either way the partition keeps the log start DeleteRecords moved (its floor).
 -- KEYS[1] topic set, KEYS[2] topic config, then per partition: meta, index, stats
 -- ARGV: name, config (msgpack), settings ("name value ..."), then per partition:
--- archived end offset, last known leader epoch
+-- archived end offset, last known leader epoch, floor (offsets below it were deleted)
 local name = ARGV[1]
 if redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('SET', KEYS[2], ARGV[2])
@@ -15,7 +16,8 @@ local restored = 0
 for p = 0, (#KEYS - 2) / 3 - 1 do
   local meta, index, stats = KEYS[3 + 3 * p], KEYS[4 + 3 * p], KEYS[5 + 3 * p]
   local prefix = string.sub(meta, 1, #meta - 4)  -- the key without "meta"
-  local archived_end, epoch = tonumber(ARGV[4 + 2 * p]), tonumber(ARGV[5 + 2 * p])
+  local archived_end, epoch = tonumber(ARGV[4 + 3 * p]), tonumber(ARGV[5 + 3 * p])
+  local floor = tonumber(ARGV[6 + 3 * p])
   local m = redis.call('HMGET', meta, 'end', 'epoch', 'page')
   if not m[1] then
     init_partition(meta, archived_end, epoch + 1, 0, ARGV[3])
@@ -30,6 +32,9 @@ for p = 0, (#KEYS - 2) / 3 - 1 do
     init_partition(meta, archived_end, new_epoch, tonumber(m[3]) + 1, ARGV[3])
     redis.call('HSET', epochs_key(prefix), new_epoch, archived_end)
     restored = restored + 1
+  end
+  if floor > tonumber(redis.call('HGET', meta, 'floor') or 0) then
+    redis.call('HSET', meta, 'floor', floor)
   end
 end
 return restored

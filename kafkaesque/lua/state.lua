@@ -1,9 +1,10 @@
 -- Apply retention to one partition and report its state.
 -- KEYS[1] meta hash, KEYS[2] page index zset, KEYS[3] page stats hash, KEYS[4] archiving
 -- flag; ARGV[1] key prefix
--- Returns {log start, log end, leader epoch, pages held, bytes held, records held}.
+-- Returns {log start, log end, leader epoch, pages held, bytes held, records held, floor}
+-- (floor: offsets below it were deleted by DeleteRecords).
 local m = redis.call('HMGET', KEYS[1], 'end', 'page', 'page_records', 'page_bytes',
-  'epoch', 'archived')
+  'epoch', 'archived', 'floor')
 if not m[1] then
   return redis.error_reply('UNKNOWN_TOPIC_OR_PARTITION no such topic or partition')
 end
@@ -19,4 +20,5 @@ for _, value in ipairs(redis.call('HVALS', KEYS[3])) do
   records = records + tonumber(page_records)
   bytes = bytes + tonumber(page_bytes)
 end
-return {start, log_end, tonumber(m[5]), redis.call('ZCARD', KEYS[2]), bytes, records}
+return {start, log_end, tonumber(m[5]), redis.call('ZCARD', KEYS[2]), bytes, records,
+  tonumber(m[7] or 0)}

@@ -1,6 +1,6 @@
 """The Redis layout cannot drift undocumented: after a scenario that touches every part of
-the log (topics, appends, idempotent producers, groups, the archive, a restore, deletion),
-every key in a real redis-server matches kafkaesque/keys.py's patterns."""
+the log (topics, appends, idempotent producers, groups, the archive, a restore, deletion,
+DeleteRecords), every key in a real redis-server matches kafkaesque/keys.py's patterns."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ def test_every_key_matches_the_documented_layout(redis_url: str, pg_dsn: str) ->
             await produce(log, "t.1", p, [b"v%d" % i for i in range(4)])
         await produce(log, "t.1", 0, [b"a", b"b"], producer=(await log.new_producer_id(), 0, 0))
         await produce(log, "gone", 0, [b"x"] * 5, producer=(7, 0, 0))
+        await log.delete_records("t.1", 1, 2)  # DeleteRecords frees pages, adds no key
 
         groups = GroupCoordinator(log.redis, CoordinatorConfig(initial_rebalance_delay_ms=0), "lay")
         groups.start()

@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode
 from kafkaesque.errors import KafkaesqueError, StorageUnavailable
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.handlers import admin, configs, fetch, groups, metadata, offsets, produce
+from wire.handlers import admin, configs, fetch, groups, metadata, offsets, produce, records
 from wire.protocol import NO_THROTTLE, Request, build, error_response, schema_class
 
 Handler = Callable[[Broker, Request], Awaitable[Any]]
@@ -84,6 +84,7 @@ HANDLERS: dict[int, Api] = {
     18: Api(0, 4, api_versions),
     19: Api(2, 7, admin.create_topics),
     20: Api(1, 1, admin.delete_topics),
+    21: Api(0, 2, records.delete_records),  # v2 is flexible
     22: Api(0, 0, offsets.init_producer_id),
     23: Api(2, 3, offsets.offset_for_leader_epoch),
     32: Api(1, 4, configs.describe_configs),

@@ -1,0 +1,72 @@
+"""Records: delete-records (Kafka's kafka-delete-records)."""
+
+from __future__ import annotations
+
+import click
+
+from kafkaesque.cli.base import Context, main, pass_context, run_async, topic_argument
+from kafkaesque.errors import OffsetOutOfRange
+from kafkaesque.log import HIGH_WATERMARK
+from kafkaesque.tables import plural
+
+_END = "end"
+
+
+def before_option(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    """An offset >= 0, or 'end' (also -1, as Kafka's tool): the log end."""
+    if value == _END:
+        return HIGH_WATERMARK
+    try:
+        offset = int(value)
+    except ValueError:
+        offset = None
+    if offset is None or offset < HIGH_WATERMARK:
+        raise click.BadParameter(f"expected an offset >= 0 or '{_END}', got {value!r}")
+    return offset
+
+
+@main.command("delete-records")
+@topic_argument
+@click.option(
+    "--partition",
+    "partitions",
+    type=click.IntRange(0),
+    multiple=True,
+    help="The partition (repeatable). Default: every partition.",
+)
+@click.option(
+    "--before",
+    required=True,
+    callback=before_option,
+    metavar="OFFSET|end",
+    help="Delete the records below OFFSET, which becomes the log start; 'end' (or -1): "
+    "every record up to the log end.",
+)
+@pass_context
+@run_async
+async def delete_records(
+    ctx: Context, topic: str, partitions: tuple[int, ...], before: int
+) -> None:
+    """Delete TOPIC's records below an offset, in Redis and in the archive, for good (as
+    kafka-delete-records). A partition whose log already starts at or after it stays."""
+    log = ctx.log()
+    config = await log.topic(topic)
+    wanted = sorted(set(partitions)) or range(config.partitions)
+    beyond = [p for p in wanted if p >= config.partitions]
+    if beyond:
+        raise click.BadParameter(
+            f"topic {topic} has {plural(config.partitions, 'partition')}",
+            param_hint="--partition",
+        )
+    # Each partition on its own, as Kafka answers each: one past its end is refused alone.
+    refused = []
+    for p in wanted:
+        was = await log.earliest_offset(topic, p)
+        try:
+            now = await log.delete_records(topic, p, before)
+        except OffsetOutOfRange as exc:
+            refused.append(str(exc))
+            continue
+        click.echo(f"{topic}[{p}]: log start {was} -> {now}", err=True)
+    if refused:
+        raise click.ClickException("; ".join(refused))

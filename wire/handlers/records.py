@@ -1,0 +1,45 @@
+"""DeleteRecords: move partitions' log start offsets up, deleting the records below."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafkaesque.errors import KafkaesqueError
+from wire.broker import Broker
+from wire.errors import error_code
+from wire.protocol import NO_THROTTLE, Request, build, schema_class
+
+NO_WATERMARK = -1  # the low watermark a refused partition answers, as Kafka
+
+
+async def delete_records(broker: Broker, request: Request) -> Any:
+    """Per partition, the records below the asked-for offset (-1: the high watermark) go,
+    from the archive and from Redis, and the answer is the new low watermark. The request's
+    timeout is not used: the answer comes once the records are deleted."""
+    schema = request.response_class
+    topic_class = schema_class(schema, "DeleteRecordsTopicResult")
+    partition_class = schema_class(schema, "DeleteRecordsPartitionResult")
+
+    async def partition(topic: str, p: Any) -> Any:
+        error: KafkaesqueError | None = None
+        low_watermark = NO_WATERMARK
+        try:
+            low_watermark = await broker.log.delete_records(topic, p.partition_index, p.offset)
+        except KafkaesqueError as exc:
+            error = exc
+        return build(
+            partition_class,
+            partition_index=p.partition_index,
+            low_watermark=low_watermark,
+            error_code=error_code(error),
+        )
+
+    topics = [
+        build(
+            topic_class,
+            name=t.name,
+            partitions=tuple([await partition(t.name, p) for p in t.partitions]),
+        )
+        for t in request.body.topics
+    ]
+    return build(schema, throttle_time=NO_THROTTLE, topics=tuple(topics))
