@@ -123,14 +123,16 @@ def encode_general(
     timestamps: Sequence[int] | None,
     base_ts: int,
     headers: Sequence[Sequence[tuple[str, bytes | None]]] | None,
+    offset_deltas: Sequence[int] | None = None,
 ) -> bytes:
-    """Records of any shape with offset deltas 0..n-1, timestamps relative to ``base_ts``."""
+    """Records of any shape with offset deltas 0..n-1 (or ``offset_deltas``: a compacted
+    batch keeps its records' own), timestamps relative to ``base_ts``."""
     parts = []
     for i, value in enumerate(values):
         fields = [
             b"\x00",  # record attributes: unused in v2
             _varint(0 if timestamps is None else timestamps[i] - base_ts),
-            _varint(i),
+            _varint(i if offset_deltas is None else offset_deltas[i]),
             _bytes_field(None if keys is None else keys[i]),
             _bytes_field(value),
         ]
