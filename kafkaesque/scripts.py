@@ -30,6 +30,7 @@ SCRIPT_NAMES = (
     "restore",
     "archive_on",
     "producer_id",
+    "compact",
 )
 
 
@@ -75,3 +76,4 @@ class Scripts:
     restore: Script
     archive_on: Script
     producer_id: Script
+    compact: Script
