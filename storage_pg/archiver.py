@@ -42,6 +42,7 @@ from itertools import chain
 import asyncpg
 
 from kafkaesque.archiving import ClosedPage
+from kafkaesque.compaction import Compactor, TopicCompaction
 from kafkaesque.errors import UnknownTopic
 from kafkaesque.group_offsets import OffsetStore
 from kafkaesque.keys import Keys
@@ -123,6 +124,7 @@ class ArchiveSummary:
     # (or was dropped by retention before archiving, in a recorded gap)
     gaps: list[str] = field(default_factory=list)  # gaps found (and recorded) by this run
     problems: list[str] = field(default_factory=list)  # partitions left alone, and why
+    compacted: list[TopicCompaction] = field(default_factory=list)  # compact topics, after
 
 
 @dataclass(slots=True)
@@ -140,6 +142,8 @@ class Archiver:
     record is older are closed first so quiet partitions drain too (None: never).
     ``pages_per_transaction``: pages per COPY/commit. ``concurrency``: partitions archived
     at once. ``recover_first``: restore Redis from the archive first if it lost its data.
+    ``compact``: compact the compact topics after archiving (pages only once archived, see
+    kafkaesque.compaction); off where a broker beside it compacts already.
     """
 
     def __init__(
@@ -152,6 +156,7 @@ class Archiver:
         concurrency: int = 2,
         copy_timeout: float = 600.0,
         recover_first: bool = True,
+        compact: bool = True,
     ) -> None:
         self.log = log
         self.pool = pool
@@ -160,6 +165,7 @@ class Archiver:
         self.concurrency = concurrency
         self.copy_timeout = copy_timeout
         self.recover_first = recover_first
+        self.compactor = Compactor(log) if compact else None
         self._ready = False
         # archived_through per partition as last read from PostgreSQL: a partition whose
         # log end equals it has nothing new, and needs no transaction. Keyed by topic id:
@@ -205,6 +211,8 @@ class Archiver:
             raise group_error.exceptions[0] from None
         summary.watermark = await self.advance_watermark()
         await self._archive_group_offsets()
+        if self.compactor is not None:  # what was just archived may now be compacted
+            summary.compacted = await self.compactor.run_once()
         summary.seconds = time.perf_counter() - started
         for problem in summary.problems:
             log.error("archive: %s", problem)
@@ -434,6 +442,9 @@ class Archiver:
                         summary.seconds,
                         summary.watermark,
                     )
+                for topic in summary.compacted:
+                    if topic.compacted:
+                        log.info("compaction: %s", topic.format())
             if stop is None:
                 await asyncio.sleep(delay)
             else:

@@ -9,7 +9,10 @@ import re
 from collections.abc import Callable, Sequence
 
 import pytest
+import redis.asyncio
+from click.testing import CliRunner, Result
 
+from kafkaesque.cli import main
 from kafkaesque.compaction import Compactor, Policy
 from kafkaesque.errors import Conflict, InvalidConfig
 from kafkaesque.log import Log
@@ -505,3 +508,48 @@ def test_a_compact_topics_pages_close_within_max_compaction_lag() -> None:
     assert "segment_ms 1000" in compact_topic("c", max_compaction_lag_ms="1000").lua_settings()
     plain = TopicConfig("d", 1, configs={"max.compaction.lag.ms": "1000"})
     assert f"segment_ms {7 * 24 * HOUR}" in plain.lua_settings()
+
+
+def test_cli_compact_prints_a_line_per_topic(redis_url: str) -> None:
+    async def create() -> None:
+        log = Log(redis.asyncio.Redis.from_url(redis_url))
+        await log.create_topic(compact_topic("kv"))
+        await log.create_topic(TopicConfig("plain", 1))
+        await log.redis.aclose()
+
+    asyncio.run(create())
+    runner = CliRunner()
+
+    def ks(*args: str, input: bytes | None = None) -> Result:
+        return runner.invoke(main, ["--redis-url", redis_url, *args], input=input)
+
+    lines = b"".join(b"k%d\tv%d\n" % (i % 3, i) for i in range(12)) + b"open\tlast\n"
+    produced = ks("produce", "kv", "--key-separator", "\t", "--batch-size", "2", input=lines)
+    assert produced.exit_code == 0, produced.output
+
+    done = ks("compact")
+    assert done.exit_code == 0, done.output
+    assert re.fullmatch(
+        r"kv: 12 -> 3 records in 1 of 1 partitions, 3 pages rewritten \(2 removed\), "
+        r"[\d,]+ bytes freed\n",
+        done.stdout,
+    )
+    assert "compacting kv" in done.stderr
+    consumed = ks("consume", "kv", "--format", "offset")
+    assert consumed.exit_code == 0 and consumed.stderr == ""  # compaction's gaps are no gaps
+    assert consumed.stdout.splitlines() == ["0\t9\tv9", "0\t10\tv10", "0\t11\tv11", "0\t12\tlast"]
+    # A group's position after a record of a compacted batch is that record's offset + 1.
+    one_line = ks("consume", "kv", "--max-records", "1", "--group", "g")
+    assert one_line.stdout == "v9\n"
+    assert ks("consume", "kv", "--group", "g").stdout == "v10\nv11\nlast\n"
+
+    for args, fragment in (
+        (["compact", "plain"], "topic plain is not compacted (cleanup.policy=delete)"),
+        (["compact", "nosuch"], "nosuch"),
+        (["compact", "bad/name"], "invalid topic name"),
+    ):
+        failed = ks(*args)
+        assert failed.exit_code != 0 and "Traceback" not in failed.output
+        assert fragment in failed.stderr and len(failed.stderr.splitlines()) == 1, failed.stderr
+    again = ks("compact", "kv")
+    assert again.stdout == "kv: nothing to compact (nothing new to compact)\n"

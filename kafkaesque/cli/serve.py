@@ -194,7 +194,7 @@ def serve(
             await tier.bind()  # a Redis and an archive of two clusters: refuse to start
 
             async def archive_forever(stop: asyncio.Event) -> None:
-                archiver = await tier.archiver(log)
+                archiver = await tier.archiver(log, compact=False)  # the broker compacts
                 await archiver.run_forever(archive_interval, stop=stop)
 
             companions.append(archive_forever)
