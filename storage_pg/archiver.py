@@ -51,6 +51,7 @@ from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
 from kafkaesque.record_body import InvalidRecord
 from kafkaesque.records import read_header
 from storage_pg import group_offsets
+from storage_pg.compacted import LatestKeys, catch_up
 from storage_pg.deletion import delete_topic
 from storage_pg.gaps import advance_watermark, record_gap
 from storage_pg.pool import PG_CONNECTION_ERRORS, check_pool, ms_to_pg
@@ -69,15 +70,20 @@ _DURABLE = """
     SELECT set_config('synchronous_commit', 'local', true)
     WHERE current_setting('synchronous_commit') = 'off'
 """
-_PROGRESS = "SELECT archived_through FROM archive_progress WHERE topic = $1 AND partition = $2"
+_PROGRESS = """
+    SELECT archived_through, keys_through FROM archive_progress
+    WHERE topic = $1 AND partition = $2
+"""
+# $6: the topic is compact, and compact_key covers what this transaction archived.
 _ADVANCE = """
     INSERT INTO archive_progress AS a (topic, partition, archived_through, records,
-                                       max_producer_id, updated)
-    VALUES ($1, $2, $3, $4, $5, now())
+                                       max_producer_id, keys_through, updated)
+    VALUES ($1, $2, $3, $4, $5, CASE WHEN $6::boolean THEN $3::bigint END, now())
     ON CONFLICT (topic, partition) DO UPDATE SET
         archived_through = EXCLUDED.archived_through,
         records = a.records + EXCLUDED.records,
         max_producer_id = GREATEST(a.max_producer_id, EXCLUDED.max_producer_id),
+        keys_through = EXCLUDED.keys_through,
         updated = now()
 """
 _REJECT = """
@@ -172,6 +178,9 @@ class Archiver:
         # a name deleted and created again is another log.
         self._through: dict[tuple[uuid.UUID, int], int] = {}
         self._epochs: dict[tuple[uuid.UUID, int], int] = {}
+        # Whether compact_key is kept for a partition, as last committed (the cleanup
+        # policy may change while no record arrives).
+        self._keyed: dict[tuple[uuid.UUID, int], bool] = {}
 
     # -- one run ----------------------------------------------------------------------
     async def run_once(
@@ -190,21 +199,24 @@ class Archiver:
             await recover(self.log, self.pool)
             self._through.clear()
             self._epochs.clear()
+            self._keyed.clear()
         async with self.pool.acquire() as conn:
             await bind_cluster(self.log, conn)  # never archive one cluster into another's
         await self.log.enable_archiving()
         partitions = await self._sync_topics()
         limit = asyncio.Semaphore(self.concurrency)
 
-        async def one(topic: str, topic_id: uuid.UUID, partition: int) -> None:
+        async def one(topic: str, topic_id: uuid.UUID, partition: int, compact: bool) -> None:
             async with limit:
                 with contextlib.suppress(UnknownTopic):  # deleted meanwhile
-                    await self._archive_partition(topic, topic_id, partition, summary, progress)
+                    await self._archive_partition(
+                        topic, topic_id, partition, compact, summary, progress
+                    )
 
         try:
             async with asyncio.TaskGroup() as group:
-                for topic, topic_id, partition in partitions:
-                    group.create_task(one(topic, topic_id, partition))
+                for topic, topic_id, partition, compact in partitions:
+                    group.create_task(one(topic, topic_id, partition, compact))
         except BaseExceptionGroup as group_error:
             # One partition failed (the others were cancelled): raise its error itself, so
             # callers see e.g. a lost connection as such.
@@ -227,8 +239,9 @@ class Archiver:
             async with self.pool.acquire() as conn:
                 await group_offsets.save(conn, snapshot)
 
-    async def _sync_topics(self) -> list[tuple[str, uuid.UUID, int]]:
-        """Upsert the topic rows; return the partitions to archive. A topic deleted from
+    async def _sync_topics(self) -> list[tuple[str, uuid.UUID, int, bool]]:
+        """Upsert the topic rows; return the partitions to archive (and whether their
+        topic is compact). A topic deleted from
         the archive (deleted while this run started) is skipped. A topic whose Redis id
         differs from the archived one was deleted and created again under the same name
         while no archive was attached: the deleted one's records go, as the delete meant."""
@@ -261,7 +274,9 @@ class Archiver:
                     await delete_topic(conn, name, None)
                     if await conn.fetchval(_TOPIC, *row) is None:
                         continue  # deleted again meanwhile
-                partitions += [(name, topic_id, p) for p in range(config.partitions)]
+                partitions += [
+                    (name, topic_id, p, config.compact) for p in range(config.partitions)
+                ]
         return partitions
 
     async def _archive_partition(
@@ -269,6 +284,7 @@ class Archiver:
         topic: str,
         topic_id: uuid.UUID,
         partition: int,
+        compact: bool,
         summary: ArchiveSummary,
         progress: Callable[[ArchiveSummary], None] | None,
     ) -> None:
@@ -284,7 +300,7 @@ class Archiver:
             except asyncpg.ForeignKeyViolationError:
                 return  # the topic was deleted from the archive meanwhile
             self._epochs[key] = state.leader_epoch
-        if self._through.get(key) == state.log_end:
+        if self._through.get(key) == state.log_end and self._keyed.get(key) == compact:
             await self.log.mark_archived(topic, partition, state.log_end)  # Redis may lag
             return  # nothing new since we archived everything
         archived_anything = False
@@ -297,7 +313,9 @@ class Archiver:
                 await conn.execute(_DURABLE)
                 if await conn.fetchval(_TOPIC_ID, topic) != topic_id:
                     return  # deleted from the archive since the run began
-                through = await conn.fetchval(_PROGRESS, topic, partition) or 0
+                progress_row = await conn.fetchrow(_PROGRESS, topic, partition)
+                through, keys_through = progress_row or (0, None)
+                await catch_up(conn, topic, partition, compact, keys_through, through)
                 if through > state.log_end:
                     state = await self.log.state(topic, partition)  # it may have grown
                     if through > state.log_end:
@@ -317,19 +335,29 @@ class Archiver:
                         return  # the topic went meanwhile
                     summary.gaps.append(gap)
                     through = state.log_start
-                    await conn.execute(_ADVANCE, topic, partition, through, 0, None)
+                    await conn.execute(_ADVANCE, topic, partition, through, 0, None, compact)
                 pages = await self.log.closed_pages(
                     topic, partition, through, self.pages_per_transaction
                 )
                 if pages:
-                    chunk = await self._copy(conn, topic, partition, through, pages)
+                    keys = LatestKeys() if compact else None
+                    chunk = await self._copy(conn, topic, partition, through, pages, keys)
+                    if keys is not None:
+                        await keys.save(conn, topic, partition)
                     through = pages[-1].next_offset
                     await conn.execute(
-                        _ADVANCE, topic, partition, through, chunk.rows, chunk.max_producer_id
+                        _ADVANCE,
+                        topic,
+                        partition,
+                        through,
+                        chunk.rows,
+                        chunk.max_producer_id,
+                        compact,
                     )
             # committed: now Redis may let the pages go
             await self.log.mark_archived(topic, partition, through)
             self._through[key] = through
+            self._keyed[key] = compact
             if not pages:
                 break
             archived_anything = True
@@ -351,8 +379,10 @@ class Archiver:
         partition: int,
         from_offset: int,
         pages: list[ClosedPage],
+        keys: LatestKeys | None = None,
     ) -> _Chunk:
-        """COPY the pages' records at offsets >= from_offset; keep undecodable batches raw."""
+        """COPY the pages' records at offsets >= from_offset; keep undecodable batches raw.
+        ``keys`` notes the latest offset of each key on the way (compact topics)."""
         chunk = _Chunk()
 
         def rows() -> Iterator[list[Row]]:
@@ -376,9 +406,10 @@ class Archiver:
                         chunk.max_producer_id = pid
                     yield batch_rows_
 
+        batches = rows() if keys is None else keys.passing(rows())
         await conn.copy_records_to_table(
             "record",
-            records=chain.from_iterable(rows()),
+            records=chain.from_iterable(batches),
             columns=COLUMNS,
             timeout=self.copy_timeout,
         )

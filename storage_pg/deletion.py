@@ -2,9 +2,9 @@
 
 One transaction per delete. It first takes the archiver's per-partition advisory locks
 (waiting for a chunk being archived to commit), then removes the topic's records, rejected
-batches, progress, epochs, dropped ranges and topic row, and leaves a ``deleted_topic`` row
-per deleted incarnation (topic id): an archiver that listed the topic before the delete
-skips it, and a restore of Redis keeps its ids as floors.
+batches, progress, epochs, dropped ranges, compacted keys and topic row, and leaves a
+``deleted_topic`` row per deleted incarnation (topic id): an archiver that listed the topic
+before the delete skips it, and a restore of Redis keeps its ids as floors.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ async def delete_topic(
         max_producer_id = await conn.fetchval(_DROP_PROGRESS, name)
         await conn.execute("DELETE FROM partition_state WHERE topic = $1", name)
         await conn.execute("DELETE FROM dropped_range WHERE topic = $1", name)
+        await conn.execute("DELETE FROM compact_key WHERE topic = $1", name)
         await conn.execute("DELETE FROM topic WHERE name = $1", name)
         if archived is not None:
             archived_id = uuid.UUID(str(archived["topic_id"]))

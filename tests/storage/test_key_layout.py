@@ -1,6 +1,6 @@
 """The Redis layout cannot drift undocumented: after a scenario that touches every part of
-the log (topics, appends, idempotent producers, groups, the archive, a restore, deletion),
-every key in a real redis-server matches kafkaesque/keys.py's patterns."""
+the log (topics, appends, idempotent producers, groups, the archive, compaction, a restore,
+deletion), every key in a real redis-server matches kafkaesque/keys.py's patterns."""
 
 from __future__ import annotations
 
@@ -35,6 +35,11 @@ def test_every_key_matches_the_documented_layout(redis_url: str, pg_dsn: str) ->
             await produce(log, "t.1", p, [b"v%d" % i for i in range(4)])
         await produce(log, "t.1", 0, [b"a", b"b"], producer=(await log.new_producer_id(), 0, 0))
         await produce(log, "gone", 0, [b"x"] * 5, producer=(7, 0, 0))
+        await log.set_topic_defaults({"retention.ms": "86400000"})  # serve --config's
+        # A compact topic whose compaction removes pages.
+        await log.create_topic(TopicConfig("kv", 1, configs={"cleanup.policy": "compact"}))
+        for _ in range(3):
+            await produce(log, "kv", 0, [b"v"] * 4096, keys=[b"k"] * 4096)
 
         groups = GroupCoordinator(log.redis, CoordinatorConfig(initial_rebalance_delay_ms=0), "lay")
         groups.start()
@@ -50,7 +55,8 @@ def test_every_key_matches_the_documented_layout(redis_url: str, pg_dsn: str) ->
 
         pool = await create_pool(pg_dsn)
         await ensure_schema(pool)
-        await Archiver(log, pool, idle_close_ms=0).run_once()
+        compacted = (await Archiver(log, pool, idle_close_ms=0).run_once()).compacted
+        assert [t.total("pages_removed") for t in compacted] == [2]
         await pool.close()
         # A restore writes a partition's epoch history.
         restored = TopicConfig("back", 1)
