@@ -41,8 +41,7 @@ from kafkaesque.config_keys import LONG_MAX
 from kafkaesque.errors import Conflict, InvalidConfig, InvalidRecord, UnknownTopic
 from kafkaesque.log import Log
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
-from kafkaesque.record_body import Record
-from kafkaesque.records import decode_batch_and_header, read_header, rebuild_batch
+from kafkaesque.records import decode_batch_and_header, read_header, rebuild_batch, record_keys
 from kafkaesque.topic_config import TopicConfig
 
 log = logging.getLogger(__name__)
@@ -376,12 +375,12 @@ class Compactor:
             snapshot = await self._snapshot(topic, partition, plan.pages[i].number)
             for batch in snapshot.batches:
                 try:
-                    records = decode_batch_and_header(batch)[1]
+                    records = record_keys(batch)[1]
                 except InvalidRecord:
                     continue  # kept as it is (the archiver keeps it raw too)
-                for record in records:
-                    if record.key is not None:
-                        latest[record.key] = record.offset
+                for offset, key, _ in records:
+                    if key is not None:
+                        latest[key] = offset
             if len(latest) >= self.max_keys:
                 end = i + 1
                 break
@@ -407,35 +406,39 @@ class Compactor:
             before.cleaned_ms + policy.delete_retention_ms <= now
         )
 
-        def retained(record: Record) -> bool:
-            if record.key is None:
+        def retained(offset: int, key: bytes | None, tombstone: bool) -> bool:
+            if key is None:
                 return False  # Kafka's cleaner drops keyless records of compact topics
-            newest = latest.get(record.key)
-            if newest is not None and record.offset < newest:
+            newest = latest.get(key)
+            if newest is not None and offset < newest:
                 return False
-            return not (expired and record.value is None)
+            return not (expired and tombstone)
 
         actions: list[bytes] = []
         records = tombstones = 0
         max_ts: int | None = None
         for batch in snapshot.batches:
             try:
-                header, decoded = decode_batch_and_header(batch)
-            except InvalidRecord:
-                header, decoded = read_header(batch), None
-            kept = decoded if decoded is None else [r for r in decoded if retained(r)]
-            if kept is None or len(kept) == len(decoded or ()):
+                header, keys = record_keys(batch)
+            except InvalidRecord:  # kept as it is (the archiver keeps it raw too)
+                header, keys = read_header(batch), []
+                kept = None
+            else:
+                kept = [k for k in keys if retained(*k)]
+            if kept is None or len(kept) == len(keys):
                 actions.append(KEEP)
                 new_header = header
             elif not kept:
                 actions.append(DROP)
                 continue
-            else:
-                rebuilt = rebuild_batch(header, kept)
+            else:  # only now are the values and headers decoded
+                offsets = {offset for offset, _, _ in kept}
+                records_of = decode_batch_and_header(batch)[1]
+                rebuilt = rebuild_batch(header, [r for r in records_of if r.offset in offsets])
                 actions.append(rebuilt)
                 new_header = read_header(rebuilt)
             records += new_header.record_count
-            tombstones += sum(1 for r in kept or () if r.value is None)
+            tombstones += sum(1 for k in (keys if kept is None else kept) if k[2])
             if max_ts is None or new_header.max_timestamp > max_ts:
                 max_ts = new_header.max_timestamp
         if not records and not snapshot.has_successor:

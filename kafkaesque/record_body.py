@@ -216,6 +216,60 @@ def parse_record(
     return pos, delta, ts_delta, key, value, headers
 
 
+def parse_keys(
+    data: bytes, pos: int, end: int, count: int, base_offset: int, max_delta: int
+) -> list[tuple[int, bytes | None, bool]]:
+    """(offset, key, whether the value is null) of the ``count`` records from ``pos``, which
+    must end exactly at ``end``: what log compaction decides by. Values and headers are
+    not read: each record's length says where the next one starts (the batch's CRC vouches
+    for the bytes). One- and two-byte varints are decoded inline."""
+    small, read = _SMALL, read_varint
+    out: list[tuple[int, bytes | None, bool]] = []
+    append = out.append
+    for _ in repeat(None, count):
+        b = data[pos]
+        if b < 0x80:
+            length, pos = (b >> 1) ^ -(b & 1), pos + 1
+        elif data[pos + 1] < 0x80:
+            u = (b & 0x7F) | (data[pos + 1] << 7)
+            length, pos = (u >> 1) ^ -(u & 1), pos + 2
+        else:
+            length, pos = read(data, pos)
+        rec_end = pos + length
+        if length < 6 or rec_end > end:
+            raise InvalidRecord(f"bad record length {length}")
+        at = pos + 1  # past the record attributes, unused in v2
+        while data[at] > 0x7F:  # the timestamp delta, not needed
+            at += 1
+        b = data[at + 1]
+        if b < 0x80:
+            delta, at = (b >> 1) ^ -(b & 1), at + 2
+        elif data[at + 2] < 0x80:
+            u = (b & 0x7F) | (data[at + 2] << 7)
+            delta, at = (u >> 1) ^ -(u & 1), at + 3
+        else:
+            delta, at = read(data, at + 1)
+        if not 0 <= delta <= max_delta:
+            raise InvalidRecord(f"offset delta {delta} outside 0..{max_delta}")
+        size = small[data[at]]
+        if size is None:
+            size, at = read(data, at)
+        else:
+            at += 1
+        if size >= 0:
+            key: bytes | None = data[at : at + size]
+            at += size
+        elif size == -1:
+            key = None
+        else:
+            raise InvalidRecord(f"bad key length {size}")
+        append((base_offset + delta, key, data[at] == 1))  # 1: varint -1, a null value
+        pos = rec_end
+    if pos != end:
+        raise InvalidRecord(f"batch holds more or less data than its {count} records")
+    return out
+
+
 def parse_records(
     data: bytes, pos: int, end: int, count: int, base_offset: int, base_ts: int, max_delta: int
 ) -> tuple[list[Record], int]:

@@ -35,6 +35,7 @@ from kafkaesque.record_body import (
     Record,
     encode_general,
     encode_simple,
+    parse_keys,
     parse_record,
     parse_records,
     parse_values,
@@ -432,6 +433,21 @@ def _decode(buf: bytes | memoryview, pos: int) -> tuple[BatchHeader, list[Record
 def decode_batch(buf: bytes | memoryview, pos: int = 0) -> list[Record]:
     """Check and decode every record of the batch at ``pos``."""
     return _decode(buf, pos)[1]
+
+
+def record_keys(
+    buf: bytes | memoryview,
+) -> tuple[BatchHeader, list[tuple[int, bytes | None, bool]]]:
+    """Check the batch; return its header and per record (offset, key, whether its value
+    is null), without decoding values or headers: what log compaction decides by."""
+    header, data, pos, end = records_data(buf, 0)
+    try:
+        keys = parse_keys(
+            data, pos, end, header.record_count, header.base_offset, header.last_offset_delta
+        )
+    except IndexError as exc:
+        raise InvalidRecord(f"malformed record: {exc}") from exc
+    return header, keys
 
 
 def decode_batch_and_header(

@@ -40,6 +40,7 @@ from kafkaesque.records import (
     read_header,
     rebuild_batch,
     record_count,
+    record_keys,
     split_batches,
     with_base_offset,
 )
@@ -738,6 +739,27 @@ def test_rebuilt_log_append_time_batch_keeps_its_time():
         (1, TS + 500),
         (2, TS + 500),
     ]
+
+
+@pytest.mark.parametrize("codec", ALL_CODECS)
+def test_record_keys_agree_with_decoding(codec):
+    rng = random.Random(3)
+    n = 300  # offset deltas past one varint byte
+    keys = [None if i % 7 == 0 else b"" if i % 11 == 0 else b"k%d" % i for i in range(n)]
+    values = [
+        None if i % 5 == 0 else rng.randbytes(rng.choice([0, 10, 100, 9000])) for i in range(n)
+    ]
+    headers = [[("h", b"x" * (i % 3))] * (i % 2) for i in range(n)]
+    timestamps = [TS + rng.randint(-(10**6), 10**6) for _ in range(n)]
+    batch = build_batch(
+        values, keys, timestamps=timestamps, headers=headers, compression=codec, base_offset=50
+    )
+    header, found = record_keys(batch)
+    assert header == read_header(batch)
+    assert found == [(r.offset, r.key, r.value is None) for r in decode_batch(batch)]
+    damaged = assemble(zigzag(50) + record(0, b"a", key=b"k")[1:], 1)  # overlong record
+    with pytest.raises(InvalidRecord):
+        record_keys(damaged)
 
 
 def test_batch_with_offset_gaps():
