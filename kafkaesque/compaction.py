@@ -42,6 +42,7 @@ from kafkaesque.errors import Conflict, InvalidConfig, InvalidRecord, UnknownTop
 from kafkaesque.log import Log
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
 from kafkaesque.records import decode_batch_and_header, read_header, rebuild_batch, record_keys
+from kafkaesque.tables import plural
 from kafkaesque.topic_config import TopicConfig
 
 log = logging.getLogger(__name__)
@@ -110,21 +111,22 @@ class TopicCompaction:
 
     def format(self) -> str:
         """One line for people."""
+        changed = sum(1 for p in self.partitions if p.conflict)
+        later = f"{plural(changed, 'partition')} changed meanwhile, done on the next pass"
         if not self.compacted:
             reasons = sorted({p.idle for p in self.partitions if p.idle})
+            reasons += [later] if changed else []
             return f"{self.topic}: nothing to compact ({'; '.join(reasons) or 'no partitions'})"
+        compacted = sum(1 for p in self.partitions if p.pages)
         line = (
             f"{self.topic}: {self.total('records_before'):,} -> "
-            f"{self.total('records_after'):,} records in "
-            f"{sum(1 for p in self.partitions if p.pages)} of {len(self.partitions)} "
-            f"partitions, {self.total('pages')} pages rewritten "
+            f"{self.total('records_after'):,} records in {compacted} of "
+            f"{len(self.partitions)} partitions, "
+            f"{plural(self.total('pages'), 'page')} rewritten "
             f"({self.total('pages_removed')} removed), "
             f"{self.total('bytes_before') - self.total('bytes_after'):,} bytes freed"
         )
-        conflicts = sum(1 for p in self.partitions if p.conflict)
-        if conflicts:
-            line += f"; {conflicts} partitions changed meanwhile, finished on the next pass"
-        return line
+        return f"{line}; {later}" if changed else line
 
 
 @dataclass(frozen=True, slots=True)
