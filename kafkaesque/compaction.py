@@ -211,7 +211,7 @@ class Compactor:
                     raise InvalidConfig(f"topic {name} is not compacted (cleanup.policy={policy})")
                 continue
             if progress is not None:
-                progress(f"compacting {name} ({config.partitions} partitions)")
+                progress(f"compacting {name} ({plural(config.partitions, 'partition')})")
             results.append(await self.compact_topic(config, force=force))
         return results
 
@@ -282,6 +282,14 @@ class Compactor:
             return result
         self._quiet.pop((topic, partition), None)  # planned afresh next time
         latest, pages = await self._map_keys(topic, partition, plan)
+        if plan.first_dirty == len(plan.pages):
+            # Only tombstones are due: no other record of the clean part can go, so only
+            # their pages are read (the values they hid went when they were first compacted).
+            pages = [
+                pg
+                for pg in pages
+                if pg.tombstones and pg.cleaned_ms + policy.delete_retention_ms <= now  # type: ignore[operator]
+            ]
         for page in pages:
             if not await self._rewrite(topic, partition, page, latest, policy, now, result):
                 break
@@ -290,8 +298,8 @@ class Compactor:
     async def _plan(
         self, topic: str, partition: int, policy: Policy, now: int, force: bool
     ) -> tuple[tuple[object, ...], _Plan]:
-        """The cleanable pages and whether a pass is due (one round trip, two more with
-        max.compaction.lag.ms)."""
+        """The cleanable pages and whether a pass is due (one round trip; one more for
+        max.compaction.lag.ms when the dirty ratio is too low)."""
         keys = self.log.keys
         p = keys.partition(topic, partition)
         pipe = self.log.redis.pipeline(transaction=True)
@@ -318,7 +326,7 @@ class Compactor:
         first_dirty = next((i for i, pg in enumerate(pages) if pg.cleaned_ms is None), len(pages))
         horizons = [
             pg.cleaned_ms + policy.delete_retention_ms
-            for pg in pages[:first_dirty]
+            for pg in pages
             if pg.tombstones and pg.cleaned_ms is not None
         ]
         tombstones_due = min(horizons, default=float("inf"))
@@ -348,6 +356,7 @@ class Compactor:
         return None if batch is None else read_header(batch).base_timestamp
 
     async def _snapshot(self, topic: str, partition: int, page: int) -> _Snapshot:
+        """The page as compact.lua will compare it, read in one MULTI."""
         p = self.log.keys.partition(topic, partition)
         pipe = self.log.redis.pipeline(transaction=True)
         pipe.zscore(p.index, page)
