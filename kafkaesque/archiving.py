@@ -152,16 +152,19 @@ class ArchivingLog:
 
     async def sequence_at(self, topic: str, partition: int, offset: int) -> int | None:
         """The global sequence number of the record at ``offset`` (below the log end); None
-        if Redis does not hold it."""
+        if Redis does not hold it. Where the compactor removed that record, the number it
+        had, or that of the next record held when its whole batch went (never higher than
+        the next record's: the watermark may lag, never run ahead)."""
         p = self.keys.partition(topic, partition)
         found = await self.redis.zrevrangebyscore(p.index, offset, "-inf", start=0, num=1)
         raw = found and await self.redis.get(p.batch_index(int(found[0])))
         if not raw:
             return None
-        for base, sequence in reversed(batch_index_entries(raw)):
+        entries = batch_index_entries(raw)
+        for base, sequence in reversed(entries):
             if base <= offset:
                 return sequence + offset - base
-        return None
+        return entries[0][1]  # the page took over the offsets of a page the compactor emptied
 
 
 # A page's batch index ("bidx:N"): per batch its base offset and the global sequence

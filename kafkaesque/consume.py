@@ -11,7 +11,14 @@ from kafkaesque.errors import LogTruncated, OffsetOutOfRange
 from kafkaesque.log import Log
 from kafkaesque.notify import Notifier
 from kafkaesque.partitions import EARLIEST, Partitions
-from kafkaesque.records import base_offset, decode_batch, decode_values, next_offset
+from kafkaesque.records import (
+    base_offset,
+    decode_batch,
+    decode_values,
+    next_offset,
+    offset_count,
+    record_count,
+)
 
 FOLLOW_WAKEUP = 1.0  # seconds; a safety net should a notification be missed
 
@@ -54,11 +61,14 @@ def format_offset(partition: int, batch: bytes, skip_below: int) -> list[bytes]:
 
 
 def format_value(partition: int, batch: bytes, skip_below: int) -> list[bytes]:
-    values = decode_values(batch)
     base = base_offset(batch)
-    if skip_below > base:
-        # Offsets inside a batch are contiguous in this log (nothing compacts it).
-        values = values[skip_below - base :]
+    if skip_below > base and record_count(batch) < offset_count(batch):
+        # Compacted: the records' offsets have gaps, so only decoding finds them.
+        values = [r.value for r in decode_batch(batch) if r.offset >= skip_below]
+    else:
+        values = decode_values(batch)
+        if skip_below > base:
+            values = values[skip_below - base :]
     if None in values:
         values = [b"" if v is None else v for v in values]
     return values
@@ -111,9 +121,9 @@ class Consumer:
         self.fetch_size = fetch_size
         self.format = FORMATS[fmt]
 
-    async def _poll(self, partition: int) -> tuple[list[bytes], list[tuple[int, int]]]:
-        """One fetch from a partition: its formatted lines, and per batch (lines, offset of
-        its first line); the partition's offset advanced. Gaps (offsets retention dropped
+    async def _poll(self, partition: int) -> tuple[list[bytes], list[Sequence[int]]]:
+        """One fetch from a partition: its formatted lines, and per batch the offsets of its
+        lines; the partition's offset advanced. Gaps (offsets retention dropped
         before archiving) are read across and reported to ``on_gap``."""
         offset = self.offsets[partition]
         result = await self.partitions.read(
@@ -132,13 +142,13 @@ class Consumer:
                 f"(offsets {result.log_start}..{result.log_end})"
             )
         lines: list[bytes] = []
-        segments: list[tuple[int, int]] = []
+        segments: list[Sequence[int]] = []
         for batch in result.batches:
             base = base_offset(batch)
             offset = self._skip_gap(partition, offset, base)
             formatted = self.format(partition, batch, offset)
             lines += formatted
-            segments.append((len(formatted), max(offset, base)))
+            segments.append(_line_offsets(batch, offset, len(formatted)))
             offset = max(offset, next_offset(batch))
         if not result.batches and result.skipped_to is not None:
             offset = self._skip_gap(partition, offset, result.skipped_to)
@@ -233,13 +243,21 @@ class Consumer:
             await self.commit(dict(self.offsets), dict(self.epochs))
 
 
-def _offset_after(segments: list[tuple[int, int]], printed: int) -> int:
-    """The offset after the first ``printed`` lines of a poll's (lines, first offset)
-    segments (offsets are contiguous within a batch)."""
-    for count, first in segments:
-        if printed <= count:
-            return first + printed
-        printed -= count
+def _line_offsets(batch: bytes, skip_below: int, lines: int) -> Sequence[int]:
+    """The offsets of a batch's ``lines`` formatted records (those from ``skip_below``)."""
+    if record_count(batch) < offset_count(batch):  # compacted: offsets with gaps
+        return [r.offset for r in decode_batch(batch) if r.offset >= skip_below]
+    first = max(skip_below, base_offset(batch))
+    return range(first, first + lines)
+
+
+def _offset_after(segments: list[Sequence[int]], printed: int) -> int:
+    """The offset after the first ``printed`` lines of a poll, given the offsets of each
+    batch's lines."""
+    for offsets in segments:
+        if printed <= len(offsets):
+            return offsets[printed - 1] + 1 if printed else offsets[0]
+        printed -= len(offsets)
     raise AssertionError("more lines printed than polled")
 
 

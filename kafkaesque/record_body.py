@@ -123,14 +123,16 @@ def encode_general(
     timestamps: Sequence[int] | None,
     base_ts: int,
     headers: Sequence[Sequence[tuple[str, bytes | None]]] | None,
+    offset_deltas: Sequence[int] | None = None,
 ) -> bytes:
-    """Records of any shape with offset deltas 0..n-1, timestamps relative to ``base_ts``."""
+    """Records of any shape with offset deltas 0..n-1 (or ``offset_deltas``: a compacted
+    batch keeps its records' own), timestamps relative to ``base_ts``."""
     parts = []
     for i, value in enumerate(values):
         fields = [
             b"\x00",  # record attributes: unused in v2
             _varint(0 if timestamps is None else timestamps[i] - base_ts),
-            _varint(i),
+            _varint(i if offset_deltas is None else offset_deltas[i]),
             _bytes_field(None if keys is None else keys[i]),
             _bytes_field(value),
         ]
@@ -212,6 +214,60 @@ def parse_record(
     if pos != rec_end:
         raise InvalidRecord(f"record length {length} disagrees with its content")
     return pos, delta, ts_delta, key, value, headers
+
+
+def parse_keys(
+    data: bytes, pos: int, end: int, count: int, base_offset: int, max_delta: int
+) -> list[tuple[int, bytes | None, bool]]:
+    """(offset, key, whether the value is null) of the ``count`` records from ``pos``, which
+    must end exactly at ``end``: what log compaction decides by. Values and headers are
+    not read: each record's length says where the next one starts (the batch's CRC vouches
+    for the bytes). One- and two-byte varints are decoded inline."""
+    small, read = _SMALL, read_varint
+    out: list[tuple[int, bytes | None, bool]] = []
+    append = out.append
+    for _ in repeat(None, count):
+        b = data[pos]
+        if b < 0x80:
+            length, pos = (b >> 1) ^ -(b & 1), pos + 1
+        elif data[pos + 1] < 0x80:
+            u = (b & 0x7F) | (data[pos + 1] << 7)
+            length, pos = (u >> 1) ^ -(u & 1), pos + 2
+        else:
+            length, pos = read(data, pos)
+        rec_end = pos + length
+        if length < 6 or rec_end > end:
+            raise InvalidRecord(f"bad record length {length}")
+        at = pos + 1  # past the record attributes, unused in v2
+        while data[at] > 0x7F:  # the timestamp delta, not needed
+            at += 1
+        b = data[at + 1]
+        if b < 0x80:
+            delta, at = (b >> 1) ^ -(b & 1), at + 2
+        elif data[at + 2] < 0x80:
+            u = (b & 0x7F) | (data[at + 2] << 7)
+            delta, at = (u >> 1) ^ -(u & 1), at + 3
+        else:
+            delta, at = read(data, at + 1)
+        if not 0 <= delta <= max_delta:
+            raise InvalidRecord(f"offset delta {delta} outside 0..{max_delta}")
+        size = small[data[at]]
+        if size is None:
+            size, at = read(data, at)
+        else:
+            at += 1
+        if size >= 0:
+            key: bytes | None = data[at : at + size]
+            at += size
+        elif size == -1:
+            key = None
+        else:
+            raise InvalidRecord(f"bad key length {size}")
+        append((base_offset + delta, key, data[at] == 1))  # 1: varint -1, a null value
+        pos = rec_end
+    if pos != end:
+        raise InvalidRecord(f"batch holds more or less data than its {count} records")
+    return out
 
 
 def parse_records(

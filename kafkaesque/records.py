@@ -35,6 +35,7 @@ from kafkaesque.record_body import (
     Record,
     encode_general,
     encode_simple,
+    parse_keys,
     parse_record,
     parse_records,
     parse_values,
@@ -78,6 +79,7 @@ _INT32 = struct.Struct(">i")
 # One unpack_from per accessor (several times faster than slicing + int.from_bytes).
 _BASE_OFFSET_AT = BASE_OFFSET.start
 _LAST_OFFSET_DELTA_AT = LAST_OFFSET_DELTA.start
+_RECORD_COUNT_AT = RECORD_COUNT.start
 _PRODUCER_AT = PRODUCER_ID.start  # producerId, producerEpoch, baseSequence are adjacent
 _PRODUCER = struct.Struct(">qhi")
 _OFFSETS = struct.Struct(f">q{LAST_OFFSET_DELTA.start - BASE_OFFSET.stop}xi")
@@ -142,6 +144,11 @@ def offset_count(batch: bytes | memoryview) -> int:
     return _INT32.unpack_from(batch, _LAST_OFFSET_DELTA_AT)[0] + 1
 
 
+def record_count(batch: bytes | memoryview) -> int:
+    """recordCount: fewer than ``offset_count`` in a batch the compactor rewrote."""
+    return _INT32.unpack_from(batch, _RECORD_COUNT_AT)[0]
+
+
 def next_offset(batch: bytes | memoryview) -> int:
     """The offset after the batch's last: baseOffset + lastOffsetDelta + 1."""
     base, last_delta = _OFFSETS.unpack_from(batch)
@@ -168,8 +175,10 @@ def build_batch(
     producer_id: int = -1,
     producer_epoch: int = -1,
     base_sequence: int = -1,
+    offset_deltas: Sequence[int] | None = None,
 ) -> bytes:
-    """Encode records into one batch with offset deltas 0..n-1.
+    """Encode records into one batch with offset deltas 0..n-1 (or ``offset_deltas``,
+    increasing: a compacted batch, whose gaps were records the compactor removed).
 
     ``timestamp`` (ms, default now) applies to every record unless
     ``timestamps`` gives one per record.
@@ -177,7 +186,12 @@ def build_batch(
     count = len(values)
     if not count:
         raise ValueError("a batch needs at least one record")
-    for name, seq in (("keys", keys), ("timestamps", timestamps), ("headers", headers)):
+    for name, seq in (
+        ("keys", keys),
+        ("timestamps", timestamps),
+        ("headers", headers),
+        ("offset_deltas", offset_deltas),
+    ):
         if seq is not None and len(seq) != count:
             raise ValueError(f"{name} has {len(seq)} items for {count} values")
     if timestamps is not None:
@@ -188,20 +202,84 @@ def build_batch(
         base_ts = max_ts = int(time.time() * 1000) if timestamp is None else timestamp
 
     records = None
-    if keys is None and headers is None and timestamps is None:
+    if keys is None and headers is None and timestamps is None and offset_deltas is None:
         records = encode_simple(values)
     if records is None:
-        records = encode_general(values, keys, timestamps, base_ts, headers)
+        records = encode_general(values, keys, timestamps, base_ts, headers, offset_deltas)
     if compression:
         records = compress(Compression(compression), records)
-
-    attributes, last_delta = int(compression), count - 1
-    covered = _CRC_COVERED.pack(
-        attributes, last_delta, base_ts, max_ts, producer_id, producer_epoch, base_sequence, count
+    last_delta = count - 1 if offset_deltas is None else offset_deltas[-1]
+    return _assemble(
+        base_offset,
+        -1,
+        int(compression),
+        last_delta,
+        base_ts,
+        max_ts,
+        (producer_id, producer_epoch, base_sequence),
+        count,
+        records,
     )
+
+
+def rebuild_batch(header: BatchHeader, records: Sequence[Record]) -> bytes:
+    """The batch ``header`` heads, holding only ``records`` (some of its own, in offset
+    order): what Kafka's log cleaner writes. The batch keeps its baseOffset and
+    lastOffsetDelta (so it still spans its offsets and a reader's position moves past its
+    end), its partitionLeaderEpoch, attributes (codec, timestamp type), producer id, epoch
+    and baseSequence (a record's sequence stays baseSequence + its offset delta);
+    recordCount, the timestamps, the length and the CRC are recomputed. The records are
+    compressed again with the batch's codec."""
+    if not records:
+        raise ValueError("a batch needs at least one record")
+    base = header.base_offset
+    deltas = [r.offset - base for r in records]
+    if header.attributes & ATTR_LOG_APPEND_TIME:
+        # Every record's timestamp is the batch's maxTimestamp: keep both header times.
+        base_ts, max_ts, timestamps = header.base_timestamp, header.max_timestamp, None
+    else:
+        timestamps = [r.timestamp for r in records]
+        base_ts, max_ts = timestamps[0], max(timestamps)
+    body = encode_general(
+        [r.value for r in records],
+        [r.key for r in records],
+        timestamps,
+        base_ts,
+        [r.headers for r in records],
+        deltas,
+    )
+    codec = header.attributes & ATTR_COMPRESSION
+    if codec:
+        body = compress(Compression(codec), body)
+    return _assemble(
+        base,
+        header.partition_leader_epoch,
+        header.attributes,
+        header.last_offset_delta,
+        base_ts,
+        max_ts,
+        (header.producer_id, header.producer_epoch, header.base_sequence),
+        len(records),
+        body,
+    )
+
+
+def _assemble(
+    base_offset: int,
+    leader_epoch: int,
+    attributes: int,
+    last_delta: int,
+    base_ts: int,
+    max_ts: int,
+    producer: tuple[int, int, int],
+    count: int,
+    records: bytes,
+) -> bytes:
+    """A batch from its header fields and its (compressed) records area, CRC computed."""
+    covered = _CRC_COVERED.pack(attributes, last_delta, base_ts, max_ts, *producer, count)
     crc = crc32c(records, crc32c(covered))
     length = HEADER_SIZE - _LOG_OVERHEAD + len(records)
-    return b"".join((_PREFIX.pack(base_offset, length, -1, MAGIC, crc), covered, records))
+    return b"".join((_PREFIX.pack(base_offset, length, leader_epoch, MAGIC, crc), covered, records))
 
 
 # --- checking ----------------------------------------------------------------
@@ -233,8 +311,9 @@ def check_batch(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
         raise CorruptBatch(
             f"truncated batch: {header.length} bytes declared, {available} available"
         )
-    # Kafka requires lastOffsetDelta == count - 1 for batches sent by clients.
-    if header.record_count < 0 or header.last_offset_delta != header.record_count - 1:
+    # A compacted batch holds fewer records than the offsets it spans, never more
+    # (check_client_batch demands lastOffsetDelta == count - 1 of what clients send).
+    if not 0 <= header.record_count <= header.last_offset_delta + 1:
         raise InvalidRecord(
             f"record count {header.record_count} disagrees with"
             f" last offset delta {header.last_offset_delta}"
@@ -269,6 +348,11 @@ def check_client_batch(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
         raise InvalidRecord("clients may not write control batches")
     if header.record_count < 1:
         raise InvalidRecord("a batch must hold at least one record")
+    if header.last_offset_delta != header.record_count - 1:
+        raise InvalidRecord(
+            f"record count {header.record_count} disagrees with"
+            f" last offset delta {header.last_offset_delta}"
+        )
     max_delta = header.last_offset_delta
     try:
         for expected in range(header.record_count):
@@ -349,6 +433,28 @@ def _decode(buf: bytes | memoryview, pos: int) -> tuple[BatchHeader, list[Record
 def decode_batch(buf: bytes | memoryview, pos: int = 0) -> list[Record]:
     """Check and decode every record of the batch at ``pos``."""
     return _decode(buf, pos)[1]
+
+
+def record_keys(
+    buf: bytes | memoryview,
+) -> tuple[BatchHeader, list[tuple[int, bytes | None, bool]]]:
+    """Check the batch; return its header and per record (offset, key, whether its value
+    is null), without decoding values or headers: what log compaction decides by."""
+    header, data, pos, end = records_data(buf, 0)
+    try:
+        keys = parse_keys(
+            data, pos, end, header.record_count, header.base_offset, header.last_offset_delta
+        )
+    except IndexError as exc:
+        raise InvalidRecord(f"malformed record: {exc}") from exc
+    return header, keys
+
+
+def decode_batch_and_header(
+    buf: bytes | memoryview, pos: int = 0
+) -> tuple[BatchHeader, list[Record]]:
+    """Check and decode the batch at ``pos``: its header and every record."""
+    return _decode(buf, pos)
 
 
 def decode_values(buf: bytes | memoryview, pos: int = 0) -> list[bytes | None]:

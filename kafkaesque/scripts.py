@@ -31,6 +31,7 @@ SCRIPT_NAMES = (
     "archive_on",
     "producer_id",
     "delete_records",
+    "compact",
 )
 
 
@@ -77,3 +78,4 @@ class Scripts:
     archive_on: Script
     producer_id: Script
     delete_records: Script
+    compact: Script

@@ -154,6 +154,15 @@ class TopicConfig:
     def compact(self) -> bool:
         return "compact" in self.cleanup_policy
 
+    @property
+    def segment_ms(self) -> int:
+        """segment.ms, and for a compact topic at most max.compaction.lag.ms (as Kafka
+        rolls its segments): the open page is never compacted, so it must close in time."""
+        segment_ms: int = self.typed("segment.ms")
+        if self.compact:
+            return min(segment_ms, self.typed("max.compaction.lag.ms"))
+        return segment_ms
+
     def lua_settings(self) -> str:
         """The meta fields the scripts enforce, as "name value ..." (LUA_SETTINGS): without
         the delete policy, retention neither expires nor drops pages."""
@@ -164,7 +173,7 @@ class TopicConfig:
             "max_pages": self.max_pages,
             "retention_bytes": self.typed("retention.bytes") if delete else -1,
             "segment_bytes": self.typed("segment.bytes"),
-            "segment_ms": self.typed("segment.ms"),
+            "segment_ms": self.segment_ms,
         }
         return " ".join(f"{name} {values[name]}" for name in LUA_SETTINGS)
 

@@ -45,6 +45,7 @@ from itertools import chain
 import asyncpg
 
 from kafkaesque.archiving import ClosedPage
+from kafkaesque.compaction import Compactor, TopicCompaction
 from kafkaesque.errors import UnknownTopic
 from kafkaesque.group_offsets import OffsetStore
 from kafkaesque.keys import Keys
@@ -53,6 +54,7 @@ from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
 from kafkaesque.record_body import InvalidRecord
 from kafkaesque.records import read_header
 from storage_pg import group_offsets
+from storage_pg.compacted import LatestKeys, catch_up
 from storage_pg.deletion import delete_below, delete_topic
 from storage_pg.gaps import advance_watermark, record_gap
 from storage_pg.pool import PG_CONNECTION_ERRORS, check_pool, ms_to_pg
@@ -71,21 +73,25 @@ _DURABLE = """
     SELECT set_config('synchronous_commit', 'local', true)
     WHERE current_setting('synchronous_commit') = 'off'
 """
-# The next offset to archive, and the log start DeleteRecords moved.
+# The next offset to archive, how far compact_key covers, and the log start DeleteRecords
+# moved.
 _PROGRESS = """
     SELECT coalesce((SELECT archived_through FROM archive_progress
                      WHERE topic = $1 AND partition = $2), 0),
+           (SELECT keys_through FROM archive_progress WHERE topic = $1 AND partition = $2),
            coalesce((SELECT log_start FROM partition_state
                      WHERE topic = $1 AND partition = $2), 0)
 """
+# $6: the topic is compact, and compact_key covers what this transaction archived.
 _ADVANCE = """
     INSERT INTO archive_progress AS a (topic, partition, archived_through, records,
-                                       max_producer_id, updated)
-    VALUES ($1, $2, $3, $4, $5, now())
+                                       max_producer_id, keys_through, updated)
+    VALUES ($1, $2, $3, $4, $5, CASE WHEN $6::boolean THEN $3::bigint END, now())
     ON CONFLICT (topic, partition) DO UPDATE SET
         archived_through = EXCLUDED.archived_through,
         records = a.records + EXCLUDED.records,
         max_producer_id = GREATEST(a.max_producer_id, EXCLUDED.max_producer_id),
+        keys_through = EXCLUDED.keys_through,
         updated = now()
 """
 _REJECT = """
@@ -132,6 +138,7 @@ class ArchiveSummary:
     # (or was dropped by retention before archiving, in a recorded gap)
     gaps: list[str] = field(default_factory=list)  # gaps found (and recorded) by this run
     problems: list[str] = field(default_factory=list)  # partitions left alone, and why
+    compacted: list[TopicCompaction] = field(default_factory=list)  # compact topics, after
 
 
 @dataclass(slots=True)
@@ -149,6 +156,8 @@ class Archiver:
     record is older are closed first so quiet partitions drain too (None: never).
     ``pages_per_transaction``: pages per COPY/commit. ``concurrency``: partitions archived
     at once. ``recover_first``: restore Redis from the archive first if it lost its data.
+    ``compact``: compact the compact topics after archiving (pages only once archived, see
+    kafkaesque.compaction); off where a broker beside it compacts already.
     """
 
     def __init__(
@@ -161,6 +170,7 @@ class Archiver:
         concurrency: int = 2,
         copy_timeout: float = 600.0,
         recover_first: bool = True,
+        compact: bool = True,
     ) -> None:
         self.log = log
         self.pool = pool
@@ -169,12 +179,16 @@ class Archiver:
         self.concurrency = concurrency
         self.copy_timeout = copy_timeout
         self.recover_first = recover_first
+        self.compactor = Compactor(log) if compact else None
         self._ready = False
         # (archived_through, log start) per partition as last read from PostgreSQL: a
         # partition whose log end and floor equal them has nothing new, and needs no
         # transaction. Keyed by topic id: a name deleted and created again is another log.
         self._through: dict[tuple[uuid.UUID, int], tuple[int, int]] = {}
         self._epochs: dict[tuple[uuid.UUID, int], int] = {}
+        # Whether compact_key is kept for a partition, as last committed (the cleanup
+        # policy may change while no record arrives).
+        self._keyed: dict[tuple[uuid.UUID, int], bool] = {}
 
     # -- one run ----------------------------------------------------------------------
     async def run_once(
@@ -193,27 +207,32 @@ class Archiver:
             await recover(self.log, self.pool)
             self._through.clear()
             self._epochs.clear()
+            self._keyed.clear()
         async with self.pool.acquire() as conn:
             await bind_cluster(self.log, conn)  # never archive one cluster into another's
         await self.log.enable_archiving()
         partitions = await self._sync_topics()
         limit = asyncio.Semaphore(self.concurrency)
 
-        async def one(topic: str, topic_id: uuid.UUID, partition: int) -> None:
+        async def one(topic: str, topic_id: uuid.UUID, partition: int, compact: bool) -> None:
             async with limit:
                 with contextlib.suppress(UnknownTopic):  # deleted meanwhile
-                    await self._archive_partition(topic, topic_id, partition, summary, progress)
+                    await self._archive_partition(
+                        topic, topic_id, partition, compact, summary, progress
+                    )
 
         try:
             async with asyncio.TaskGroup() as group:
-                for topic, topic_id, partition in partitions:
-                    group.create_task(one(topic, topic_id, partition))
+                for topic, topic_id, partition, compact in partitions:
+                    group.create_task(one(topic, topic_id, partition, compact))
         except BaseExceptionGroup as group_error:
             # One partition failed (the others were cancelled): raise its error itself, so
             # callers see e.g. a lost connection as such.
             raise group_error.exceptions[0] from None
         summary.watermark = await self.advance_watermark()
         await self._archive_group_offsets()
+        if self.compactor is not None:  # what was just archived may now be compacted
+            summary.compacted = await self.compactor.run_once()
         summary.seconds = time.perf_counter() - started
         for problem in summary.problems:
             log.error("archive: %s", problem)
@@ -228,8 +247,9 @@ class Archiver:
             async with self.pool.acquire() as conn:
                 await group_offsets.save(conn, snapshot)
 
-    async def _sync_topics(self) -> list[tuple[str, uuid.UUID, int]]:
-        """Upsert the topic rows; return the partitions to archive. A topic deleted from
+    async def _sync_topics(self) -> list[tuple[str, uuid.UUID, int, bool]]:
+        """Upsert the topic rows; return the partitions to archive (and whether their
+        topic is compact). A topic deleted from
         the archive (deleted while this run started) is skipped. A topic whose Redis id
         differs from the archived one was deleted and created again under the same name
         while no archive was attached: the deleted one's records go, as the delete meant."""
@@ -262,7 +282,9 @@ class Archiver:
                     await delete_topic(conn, name, None)
                     if await conn.fetchval(_TOPIC, *row) is None:
                         continue  # deleted again meanwhile
-                partitions += [(name, topic_id, p) for p in range(config.partitions)]
+                partitions += [
+                    (name, topic_id, p, config.compact) for p in range(config.partitions)
+                ]
         return partitions
 
     async def _archive_partition(
@@ -270,6 +292,7 @@ class Archiver:
         topic: str,
         topic_id: uuid.UUID,
         partition: int,
+        compact: bool,
         summary: ArchiveSummary,
         progress: Callable[[ArchiveSummary], None] | None,
     ) -> None:
@@ -285,7 +308,8 @@ class Archiver:
             except asyncpg.ForeignKeyViolationError:
                 return  # the topic was deleted from the archive meanwhile
             self._epochs[key] = state.leader_epoch
-        if self._through.get(key) == (state.log_end, state.floor):
+        unchanged = self._through.get(key) == (state.log_end, state.floor)
+        if unchanged and self._keyed.get(key) == compact:
             await self.log.mark_archived(topic, partition, state.log_end)  # Redis may lag
             return  # nothing new since we archived everything
         archived_anything = False
@@ -298,7 +322,9 @@ class Archiver:
                 await conn.execute(_DURABLE)
                 if await conn.fetchval(_TOPIC_ID, topic) != topic_id:
                     return  # deleted from the archive since the run began
-                through, deleted_below = await conn.fetchrow(_PROGRESS, topic, partition)
+                progress = await conn.fetchrow(_PROGRESS, topic, partition)
+                through, keys_through, deleted_below = progress
+                await catch_up(conn, topic, partition, compact, keys_through, through)
                 if through > state.log_end:
                     state = await self.log.state(topic, partition)  # it may have grown
                     if through > state.log_end:
@@ -324,15 +350,24 @@ class Archiver:
                         return  # the topic went meanwhile
                     summary.gaps.append(gap)
                     through = state.log_start
-                    await conn.execute(_ADVANCE, topic, partition, through, 0, None)
+                    await conn.execute(_ADVANCE, topic, partition, through, 0, None, compact)
                 pages = await self.log.closed_pages(
                     topic, partition, through, self.pages_per_transaction
                 )
                 if pages:
-                    chunk = await self._copy(conn, topic, partition, through, pages)
+                    keys = LatestKeys() if compact else None
+                    chunk = await self._copy(conn, topic, partition, through, pages, keys)
+                    if keys is not None:
+                        await keys.save(conn, topic, partition)
                     through = pages[-1].next_offset
                     await conn.execute(
-                        _ADVANCE, topic, partition, through, chunk.rows, chunk.max_producer_id
+                        _ADVANCE,
+                        topic,
+                        partition,
+                        through,
+                        chunk.rows,
+                        chunk.max_producer_id,
+                        compact,
                     )
             # committed: now Redis may let the pages go
             if deleted_below > state.floor:
@@ -341,6 +376,7 @@ class Archiver:
                 state = replace(state, floor=deleted_below)
             await self.log.mark_archived(topic, partition, through)
             self._through[key] = (through, deleted_below)
+            self._keyed[key] = compact
             if not pages:
                 break
             archived_anything = True
@@ -362,8 +398,10 @@ class Archiver:
         partition: int,
         from_offset: int,
         pages: list[ClosedPage],
+        keys: LatestKeys | None = None,
     ) -> _Chunk:
-        """COPY the pages' records at offsets >= from_offset; keep undecodable batches raw."""
+        """COPY the pages' records at offsets >= from_offset; keep undecodable batches raw.
+        ``keys`` notes the latest offset of each key on the way (compact topics)."""
         chunk = _Chunk()
 
         def rows() -> Iterator[list[Row]]:
@@ -387,9 +425,10 @@ class Archiver:
                         chunk.max_producer_id = pid
                     yield batch_rows_
 
+        batches = rows() if keys is None else keys.passing(rows())
         await conn.copy_records_to_table(
             "record",
-            records=chain.from_iterable(rows()),
+            records=chain.from_iterable(batches),
             columns=COLUMNS,
             timeout=self.copy_timeout,
         )
@@ -453,6 +492,9 @@ class Archiver:
                         summary.seconds,
                         summary.watermark,
                     )
+                for topic in summary.compacted:
+                    if topic.compacted:
+                        log.info("compaction: %s", topic.format())
             if stop is None:
                 await asyncio.sleep(delay)
             else:

@@ -8,6 +8,10 @@ sequence numbers follow each other, so idempotence metadata stays truthful; a ga
 that was never archived) starts a new batch. Timestamps, keys (null and empty differ),
 values and headers come back as produced; compression does not (batches are rebuilt).
 
+A compact topic's partition is read compacted up to ``archive_progress.keys_through``
+(storage_pg.compacted): only the latest record of each key, in batches whose offsets have
+gaps as a compacted Kafka log's do.
+
 Also ``watermark`` and ``status`` for ``kafkaesque archive --status``.
 """
 
@@ -21,6 +25,7 @@ from dataclasses import dataclass, field
 import asyncpg
 
 from kafkaesque.records import build_batch
+from storage_pg.compacted import KEYS_THROUGH, SELECT_LATEST
 from storage_pg.pool import PG_EPOCH_MS, ms_to_pg, pg_to_datetime, pg_to_ms
 from storage_pg.rows import NO_HEADERS
 
@@ -42,6 +47,7 @@ _FIND_TIME = """
     LIMIT 1
 """
 _SEQUENCE_MASK = 0x7FFFFFFF
+_MAX_DELTA = 0x7FFFFFFF  # a batch's offset deltas are int32
 _BATCH_OVERHEAD = 61  # the batch header
 _RECORD_OVERHEAD = 12  # a record's length, attributes, deltas and sizes, roughly, at most
 
@@ -105,29 +111,43 @@ class ArchiveReader:
         batches: list[bytes] = []
         total = 0
         async with self.pool.acquire() as conn:
+            keys_through = await _keys_through(conn, topic, partition)
             for _ in range(16):  # bounded: each round fetches at least one more record
                 budget = max(max_bytes - total, 0)
                 limit = min(self.max_records, int(budget / self._record_size) + 1)
                 if batches and not budget:
                     break
-                rows = await conn.fetch(_SELECT, topic, partition, offset, limit)
-                if not rows:
-                    break
-                built, used, consumed = self._encode(rows, budget, first=not batches)
-                batches += built
-                total += sum(map(len, built))
-                if used:
-                    self._record_size = 0.8 * self._record_size + 0.2 * (used / consumed)
-                if consumed < len(rows) or len(rows) < limit:
-                    break  # out of budget, or the archive has no more
-                offset = rows[-1][0] + 1
+                compacted = keys_through is not None and offset < keys_through
+                if compacted:
+                    rows = await conn.fetch(
+                        SELECT_LATEST, topic, partition, offset, limit, keys_through
+                    )
+                else:
+                    rows = await conn.fetch(_SELECT, topic, partition, offset, limit)
+                if rows:
+                    built, used, consumed = self._encode(
+                        rows, budget, first=not batches, gaps=compacted
+                    )
+                    batches += built
+                    total += sum(map(len, built))
+                    if used:
+                        self._record_size = 0.8 * self._record_size + 0.2 * (used / consumed)
+                    if consumed < len(rows):
+                        break  # out of budget
+                if len(rows) < limit:
+                    if not compacted:
+                        break  # the archive has no more
+                    offset = keys_through  # type: ignore[assignment]  # on past the view
+                else:
+                    offset = rows[-1][0] + 1
         return batches
 
     def _encode(
-        self, rows: list[asyncpg.Record], budget: int, first: bool
+        self, rows: list[asyncpg.Record], budget: int, first: bool, gaps: bool = False
     ) -> tuple[list[bytes], int, int]:
         """Batches of the rows within ``budget`` bytes (estimated; with ``first``, at least
-        one record); returns them, their estimated size and the rows used."""
+        one record); returns them, their estimated size and the rows used. With ``gaps``
+        (a compacted view) a batch may skip offsets, as a compacted batch does."""
         out: list[bytes] = []
         used = 0
         i, n = 0, len(rows)
@@ -138,8 +158,8 @@ class ArchiveReader:
             j = i
             while j < n and j - i < self.batch_records:
                 r = rows[j]
-                k = j - i
-                if r[0] != base + k or r[5] != pid or r[6] != epoch:
+                k = r[0] - base  # the offset delta
+                if (k != j - i and not gaps) or k > _MAX_DELTA or r[5] != pid or r[6] != epoch:
                     break
                 if seq is not None and r[7] != (seq + k) & _SEQUENCE_MASK:
                     break
@@ -153,14 +173,14 @@ class ArchiveReader:
                 j += 1
             if j == i:
                 break
-            out.append(_build(rows[i:j], pid, epoch, seq))
+            out.append(_build(rows[i:j], pid, epoch, seq, gaps))
             used += size
             i = j
         return out, used, i
 
 
 def _build(
-    rows: list[asyncpg.Record], pid: int | None, epoch: int | None, seq: int | None
+    rows: list[asyncpg.Record], pid: int | None, epoch: int | None, seq: int | None, gaps: bool
 ) -> bytes:
     values = [r[3] for r in rows]
     keys = [r[2] for r in rows]
@@ -173,6 +193,8 @@ def _build(
         "producer_epoch": -1 if epoch is None else epoch,
         "base_sequence": -1 if seq is None else seq,
     }
+    if gaps:
+        producer["offset_deltas"] = [r[0] - rows[0][0] for r in rows]
     if times.count(times[0]) == n:
         stamp = _ms(times[0])
         if keys.count(None) == n and headers.count(NO_HEADERS) == n:
@@ -188,6 +210,14 @@ def _build(
         headers=None if headers.count(NO_HEADERS) == n else [_headers(h) for h in headers],
         **producer,
     )
+
+
+async def _keys_through(conn: asyncpg.Connection, topic: str, partition: int) -> int | None:
+    """Where the partition's compacted view ends; None: not a compact topic."""
+    try:
+        return await conn.fetchval(KEYS_THROUGH, topic, partition)
+    except asyncpg.UndefinedColumnError:
+        return None  # an archive from before compaction (the archiver migrates it)
 
 
 def _ms(value: tuple[int] | None) -> int:

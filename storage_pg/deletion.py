@@ -3,14 +3,14 @@ offset (DeleteRecords).
 
 A topic: one transaction per delete. It first takes the archiver's per-partition advisory
 locks (waiting for a chunk being archived to commit), then removes the topic's records,
-rejected batches, progress, epochs, dropped ranges and topic row, and leaves a
+rejected batches, progress, epochs, dropped ranges, compacted keys and topic row, and leaves a
 ``deleted_topic`` row per deleted incarnation (topic id): an archiver that listed the topic
 before the delete skips it, and a restore of Redis keeps its ids as floors.
 
 Records: one transaction under the partition's advisory lock raises
 ``partition_state.log_start`` (a restore gives it back to Redis as the floor) and
 ``archive_progress.archived_through`` to the offset (the archiver goes on from there: the
-offsets below are accounted for, not a gap), and deletes the rows and rejected batches
+offsets below are accounted for, not a gap), and deletes the rows, rejected batches and compacted keys
 below it. Dropped ranges stay: they bound the ids of later gaps and of a restore.
 """
 
@@ -55,6 +55,9 @@ _RAISE_PROGRESS = """
 """
 _DELETE_BELOW = 'DELETE FROM record WHERE topic = $1 AND partition = $2 AND "offset" < $3'
 # Rejected batches wholly below: one across the offset still holds offsets of the log.
+_DELETE_KEYS_BELOW = """
+    DELETE FROM compact_key WHERE topic = $1 AND partition = $2 AND "offset" < $3
+"""
 _DELETE_REJECTED_BELOW = """
     DELETE FROM rejected_batch
     WHERE topic = $1 AND partition = $2 AND base_offset + record_count <= $3
@@ -84,6 +87,7 @@ async def delete_topic(
         max_producer_id = await conn.fetchval(_DROP_PROGRESS, name)
         await conn.execute("DELETE FROM partition_state WHERE topic = $1", name)
         await conn.execute("DELETE FROM dropped_range WHERE topic = $1", name)
+        await conn.execute("DELETE FROM compact_key WHERE topic = $1", name)
         await conn.execute("DELETE FROM topic WHERE name = $1", name)
         if archived is not None:
             archived_id = uuid.UUID(str(archived["topic_id"]))
@@ -117,6 +121,7 @@ async def delete_below(conn: asyncpg.Connection, topic: str, partition: int, bef
     await conn.execute(_RAISE_PROGRESS, topic, partition, before)
     deleted = await conn.execute(_DELETE_BELOW, topic, partition, before)
     await conn.execute(_DELETE_REJECTED_BELOW, topic, partition, before)
+    await conn.execute(_DELETE_KEYS_BELOW, topic, partition, before)
     rows = int(deleted.split()[-1])  # "DELETE n"
     if rows:
         log.info(

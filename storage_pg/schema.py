@@ -44,13 +44,17 @@ restore gives them back; ``partition_state.log_start`` the log start DeleteRecor
 Migration 5: ``lost_range`` records, at each recovery after Redis lost its data, the ids
 above the watermark up to the highest the archive knows: those not archived were lost
 with Redis, so the watermark may pass them and readers can report them.
+
+Migration 7 (``storage_pg/compacted.py``): ``compact_key`` keeps, per partition of a compact
+topic and key, the offset of its latest archived record, so cold reads of a compact topic
+serve a compacted log; ``archive_progress.keys_through`` says how far it covers.
 """
 
 from __future__ import annotations
 
 import asyncpg
 
-from storage_pg import group_offsets
+from storage_pg import compacted, group_offsets
 from storage_pg.pool import ArchiveError
 
 # Key of the advisory lock serialising migrations (any constant; "kafkaesq" in ASCII).
@@ -186,6 +190,8 @@ MIGRATIONS: list[str] = [
     COMMENT ON COLUMN partition_state.log_start IS
         'offsets below it were deleted (DeleteRecords): never read, never archived';
     """,
+    # 7: compact topics' latest offset per key (storage_pg/compacted.py)
+    compacted.MIGRATION,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

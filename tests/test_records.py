@@ -31,12 +31,16 @@ from kafkaesque.records import (
     check_batch,
     check_client_batch,
     decode_batch,
+    decode_batch_and_header,
     decode_values,
     iter_records,
     next_offset,
     offset_count,
     producer_fields,
     read_header,
+    rebuild_batch,
+    record_count,
+    record_keys,
     split_batches,
     with_base_offset,
 )
@@ -430,9 +434,14 @@ def test_check_batch_rejects_bad_lengths():
 def test_check_batch_rejects_inconsistent_counts_and_codec():
     blob = record(0, b"a") + record(1, b"b")
     with pytest.raises(InvalidRecord, match="last offset delta"):
-        check_batch(assemble(blob, 2, last_offset_delta=5))
+        check_batch(assemble(blob, 2, last_offset_delta=0))  # more records than offsets
     with pytest.raises(InvalidRecord, match="last offset delta"):
         check_batch(assemble(blob, -1))
+    # A compacted batch spans more offsets than it holds records; a client may not send one.
+    sparse = assemble(blob, 2, last_offset_delta=5)
+    assert check_batch(sparse).record_count == 2
+    with pytest.raises(InvalidRecord, match="last offset delta"):
+        check_client_batch(sparse)
     with pytest.raises(InvalidRecord, match="compression"):
         check_batch(assemble(blob, 2, attributes=6))
 
@@ -688,6 +697,77 @@ def test_build_batch_argument_errors():
         build_batch([b"a"], headers=[[], []])
     with pytest.raises(ValueError, match="either"):
         build_batch([b"a"], timestamp=1, timestamps=[1])
+
+
+# --- rebuilding: what the compactor writes ---------------------------------------------
+
+
+@pytest.mark.parametrize("codec", ALL_CODECS)
+def test_rebuilt_batch_keeps_offsets_producer_and_codec(codec):
+    batch = build_batch(
+        [b"a", None, b"c", b"d"],
+        [b"k1", b"k2", b"k1", b"k3"],
+        timestamps=[TS + 30, TS + 10, TS + 20, TS + 5],
+        headers=[[], [("h", b"x")], [], []],
+        compression=codec,
+        base_offset=100,
+        producer_id=5,
+        producer_epoch=1,
+        base_sequence=7,
+    )
+    batch = with_base_offset(batch, 100, leader_epoch=3)
+    header, kept = decode_batch_and_header(batch)
+    rebuilt = rebuild_batch(header, [kept[1], kept[2]])
+    new = check_batch(rebuilt)  # a valid batch: lengths and CRC recomputed
+    # Still spans offsets 100..103 (a reader moves past its end); two records left.
+    assert (new.base_offset, new.last_offset_delta, new.record_count) == (100, 3, 2)
+    assert (offset_count(rebuilt), record_count(rebuilt), next_offset(rebuilt)) == (4, 2, 104)
+    assert (new.producer_id, new.producer_epoch, new.base_sequence) == (5, 1, 7)
+    assert (new.partition_leader_epoch, new.compression) == (3, codec)
+    assert (new.base_timestamp, new.max_timestamp) == (TS + 10, TS + 20)
+    assert decode_batch(rebuilt) == [kept[1], kept[2]]
+    assert decode_values(rebuilt) == [None, b"c"]
+
+
+def test_rebuilt_log_append_time_batch_keeps_its_time():
+    blob = record(0, b"a", key=b"k") + record(1, b"b", key=b"j") + record(2, b"c", key=b"k")
+    batch = assemble(blob, 3, attributes=0x08, max_ts=TS + 500)
+    header, kept = decode_batch_and_header(batch)
+    rebuilt = rebuild_batch(header, kept[1:])
+    assert read_header(rebuilt).timestamp_type == TimestampType.LOG_APPEND_TIME
+    assert [(r.offset, r.timestamp) for r in decode_batch(rebuilt)] == [
+        (1, TS + 500),
+        (2, TS + 500),
+    ]
+
+
+@pytest.mark.parametrize("codec", ALL_CODECS)
+def test_record_keys_agree_with_decoding(codec):
+    rng = random.Random(3)
+    n = 300  # offset deltas past one varint byte
+    keys = [None if i % 7 == 0 else b"" if i % 11 == 0 else b"k%d" % i for i in range(n)]
+    values = [
+        None if i % 5 == 0 else rng.randbytes(rng.choice([0, 10, 100, 9000])) for i in range(n)
+    ]
+    headers = [[("h", b"x" * (i % 3))] * (i % 2) for i in range(n)]
+    timestamps = [TS + rng.randint(-(10**6), 10**6) for _ in range(n)]
+    batch = build_batch(
+        values, keys, timestamps=timestamps, headers=headers, compression=codec, base_offset=50
+    )
+    header, found = record_keys(batch)
+    assert header == read_header(batch)
+    assert found == [(r.offset, r.key, r.value is None) for r in decode_batch(batch)]
+    damaged = assemble(zigzag(50) + record(0, b"a", key=b"k")[1:], 1)  # overlong record
+    with pytest.raises(InvalidRecord):
+        record_keys(damaged)
+
+
+def test_batch_with_offset_gaps():
+    sparse = build_batch([b"x", b"y"], offset_deltas=[0, 5], base_offset=3, timestamp=TS)
+    assert check_batch(sparse).last_offset_delta == 5
+    assert [r.offset for r in decode_batch(sparse)] == [3, 8]
+    with pytest.raises(ValueError, match="offset_deltas"):
+        build_batch([b"x"], offset_deltas=[0, 1])
 
 
 # --- interoperability with kio's independent implementation -----------------------

@@ -7,6 +7,7 @@ import logging
 from dataclasses import dataclass, field
 
 from kafkaesque.cluster import cluster_id
+from kafkaesque.compaction import Compactor
 from kafkaesque.config_keys import BROKER_SYNONYMS, UNIT_SYNONYMS, Kind, broker_defaults
 from kafkaesque.durability import probe
 from kafkaesque.errors import InvalidConfig
@@ -43,6 +44,8 @@ class BrokerConfig:
     # 1 waits for no replica: only the AOF fsync).
     min_insync_replicas: int = 1
     groups: CoordinatorConfig = field(default_factory=CoordinatorConfig)
+    # Seconds between compaction passes over compact topics (Kafka's log cleaner); 0: none.
+    compaction_interval: float = 5.0
     # Every topic's config defaults (topic config name -> value), from ``serve --config``.
     topic_defaults: dict[str, str] = field(default_factory=dict)
 
@@ -134,6 +137,7 @@ class Broker:
         self.partitions.memory = self.memory
         self._reaper: asyncio.Task[None] | None = None
         self._memory_watch: asyncio.Task[None] | None = None
+        self._compaction: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         self.cluster_id = await cluster_id(self.log.redis, self.log.ns)
@@ -148,6 +152,11 @@ class Broker:
         self.notifier.start()
         self.groups.start()
         self._reaper = asyncio.create_task(self._expire_members(), name="group reaper")
+        if self.config.compaction_interval > 0:
+            compactor = Compactor(self.log)
+            self._compaction = asyncio.create_task(
+                compactor.run_forever(self.config.compaction_interval), name="compaction"
+            )
 
     def closing(self) -> None:
         """Shutting down: waiting fetches and group requests answer now."""
@@ -155,7 +164,7 @@ class Broker:
         self.groups.notifier.close()
 
     async def stop(self) -> None:
-        for task in (self._reaper, self._memory_watch):
+        for task in (self._reaper, self._memory_watch, self._compaction):
             if task is not None:
                 await cancel_and_wait(task)
         await self.notifier.stop()

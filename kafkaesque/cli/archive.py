@@ -123,6 +123,9 @@ def report(summary: ArchiveSummary) -> None:
         ),
         err=True,
     )
+    for topic in summary.compacted:
+        if topic.compacted:
+            click.echo(f"compacted {topic.format()}", err=True)
     for gap in summary.gaps:
         click.echo(f"gap: {gap}", err=True)
     for problem in summary.problems:

@@ -147,6 +147,14 @@ def host_port(
     show_default=True,
     help="Seconds between archiver passes.",
 )
+@click.option(
+    "--compaction-interval",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="Seconds between compaction passes over topics whose cleanup.policy has compact "
+    "(0: none; then run `kafkaesque compact` from cron).",
+)
 @pass_context
 def serve(
     ctx: Context,
@@ -168,6 +176,7 @@ def serve(
     settings: dict[str, str],
     archive: bool,
     archive_interval: float,
+    compaction_interval: float,
 ) -> None:
     """Serve the Kafka protocol: unmodified Kafka clients produce and fetch here."""
     from kafkaesque.groups import CoordinatorConfig
@@ -191,6 +200,7 @@ def serve(
         max_connections=max_connections,
         max_connections_per_ip=max_connections_per_ip,
         min_insync_replicas=min_insync_replicas,
+        compaction_interval=compaction_interval,
         groups=CoordinatorConfig(
             initial_rebalance_delay_ms=group_initial_rebalance_delay_ms,
             min_session_timeout_ms=group_min_session_timeout_ms,
@@ -209,7 +219,8 @@ def serve(
             await tier.bind()  # a Redis and an archive of two clusters: refuse to start
 
             async def archive_forever(stop: asyncio.Event) -> None:
-                archiver = await tier.archiver(log)
+                # The broker compacts, unless told not to (then cron's `compact` does).
+                archiver = await tier.archiver(log, compact=False)
                 await archiver.run_forever(archive_interval, stop=stop)
 
             companions.append(archive_forever)

@@ -15,25 +15,22 @@ if #found == 0 then
 end
 local out = {}
 if #found == 0 then return out end
-local page = tonumber(found[1])
+local page, first = tonumber(found[1]), tonumber(redis.call('ZSCORE', KEYS[2], found[1]))
 local pages = 0
-while page < open_page and pages < max_pages do
-  local first = redis.call('ZSCORE', KEYS[2], page)
-  if first then
-    local following = redis.call('ZSCORE', KEYS[2], page + 1)
-    local next_offset = following and tonumber(following) or log_end
-    if next_offset > from then
-      local batches = redis.call('LRANGE', page_key(prefix, page), 0, -1)
-      local bidx = redis.call('GET', batch_index_key(prefix, page)) or ''
-      out[#out + 1] = page
-      out[#out + 1] = tonumber(first)
-      out[#out + 1] = next_offset
-      out[#out + 1] = bidx
-      out[#out + 1] = #batches
-      for _, batch in ipairs(batches) do out[#out + 1] = batch end
-      pages = pages + 1
-    end
+while page and page < open_page and pages < max_pages do
+  local following, next_first = next_indexed(KEYS[2], first)
+  local next_offset = next_first or log_end
+  if next_offset > from then
+    local batches = redis.call('LRANGE', page_key(prefix, page), 0, -1)
+    local bidx = redis.call('GET', batch_index_key(prefix, page)) or ''
+    out[#out + 1] = page
+    out[#out + 1] = first
+    out[#out + 1] = next_offset
+    out[#out + 1] = bidx
+    out[#out + 1] = #batches
+    for _, batch in ipairs(batches) do out[#out + 1] = batch end
+    pages = pages + 1
   end
-  page = page + 1
+  page, first = following, next_first
 end
 return out

@@ -48,6 +48,16 @@ local function offset_count(batch)
   return unpack_uint(batch, LAST_OFFSET_DELTA, LAST_OFFSET_DELTA_WIDTH) + 1
 end
 
+-- The page after the one whose first offset is `first`, and its first offset; nil for
+-- the last page. Page numbers may skip pages the compactor emptied and removed, so the
+-- next page is the next score, not the next number.
+local function next_indexed(index, first)
+  local entry = redis.call('ZRANGEBYSCORE', index, '(' .. string.format('%.0f', first), '+inf',
+    'WITHSCORES', 'LIMIT', 0, 1)
+  if #entry == 0 then return nil end
+  return tonumber(entry[1]), tonumber(entry[2])
+end
+
 -- A batch's maxTimestamp (int64).
 local function max_timestamp(batch)
   local n = unpack_uint(batch, MAX_TIMESTAMP, MAX_TIMESTAMP_WIDTH)
@@ -55,11 +65,12 @@ local function max_timestamp(batch)
   return n
 end
 
--- Close the open page: it becomes immutable and counts towards max_pages and
--- retention_bytes. It gets the TTL now, unless pages are archived, in which case it gets it
--- once archived (mark_archived).
+-- Close the open page: it becomes immutable (but for the compactor's rewrites) and counts
+-- towards max_pages and retention_bytes. It gets the TTL now, unless pages are archived, in
+-- which case it gets it once archived (mark_archived).
 -- Its stats are "records bytes max_timestamp" (the largest maxTimestamp of its batches,
--- for ListOffsets by time; absent when unknown, and the page is then scanned).
+-- for ListOffsets by time; absent when unknown, and the page is then scanned); the
+-- compactor adds "cleaned_ms tombstones" (compact.lua).
 local function close_page(meta, stats, prefix, page, page_records, page_bytes, ttl, archiving,
                           page_max_ts)
   local stat = page_records .. ' ' .. page_bytes

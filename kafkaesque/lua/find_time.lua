@@ -11,7 +11,7 @@ local open = redis.call('HMGET', KEYS[2], 'page', 'page_max_ts')
 local function page_max_ts(page)
   if page == open[1] then return tonumber(open[2]) end
   local stat = redis.call('HGET', KEYS[3], page)
-  return stat and tonumber(string.match(stat, '^%d+ %d+ (%-?%d+)$'))
+  return stat and tonumber(string.match(stat, '^%d+ %d+ (%-?%d+)'))
 end
 for _, page in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   local known = page_max_ts(page)

@@ -17,11 +17,13 @@ local oldest = redis.call('ZRANGE', KEYS[2], 0, 0)
 local page = math.max(tonumber(m[7] or 0), tonumber(oldest[1] or open_page))
 if ttl > 0 then
   while page < open_page do
-    local following = redis.call('ZSCORE', KEYS[2], page + 1)
-    local next_offset = following and tonumber(following) or log_end
-    if next_offset > archived then break end
-    redis.call('EXPIRE', page_key(prefix, page), ttl)
-    redis.call('EXPIRE', batch_index_key(prefix, page), ttl)
+    local first = redis.call('ZSCORE', KEYS[2], page)
+    if first then  -- else the compactor removed it
+      local _, next_first = next_indexed(KEYS[2], tonumber(first))
+      if (next_first or log_end) > archived then break end
+      redis.call('EXPIRE', page_key(prefix, page), ttl)
+      redis.call('EXPIRE', batch_index_key(prefix, page), ttl)
+    end
     page = page + 1
   end
 end

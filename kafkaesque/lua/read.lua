@@ -8,11 +8,11 @@
 local prefix = ARGV[1]
 local offset, max_bytes, max_records = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local min_one = ARGV[5] == '1'
-local m = redis.call('HMGET', KEYS[1], 'end', 'epoch', 'floor', 'page')
+local m = redis.call('HMGET', KEYS[1], 'end', 'epoch', 'floor')
 if not m[1] then
   return redis.error_reply('UNKNOWN_TOPIC_OR_PARTITION no such topic or partition')
 end
-local log_end, epoch, open_page = tonumber(m[1]), tonumber(m[2]), tonumber(m[4])
+local log_end, epoch = tonumber(m[1]), tonumber(m[2])
 
 -- The log start is the first indexed page whose data still exists (TTL may have removed
 -- older ones before the next append trims their index entries), or DeleteRecords' floor.
@@ -50,19 +50,24 @@ local bytes, records, pos, chunk = 0, 0, lo, 64
 while true do
   local batches = redis.call('LRANGE', page_key(prefix, page), pos, pos + chunk - 1)
   for _, batch in ipairs(batches) do
-    local must = min_one and #result == 4
-    if not must and (bytes + #batch > max_bytes or records >= max_records) then
-      return result
+    -- The batch found may end before the offset when the compactor removed the batches
+    -- after it: skip it, or a reader with a small budget would get it again and again.
+    if #result > 4
+        or unpack_uint(batch, BASE_OFFSET, BASE_OFFSET_WIDTH) + offset_count(batch) > offset then
+      local must = min_one and #result == 4
+      if not must and (bytes + #batch > max_bytes or records >= max_records) then
+        return result
+      end
+      result[#result + 1] = batch
+      bytes = bytes + #batch
+      records = records + offset_count(batch)
     end
-    result[#result + 1] = batch
-    bytes = bytes + #batch
-    records = records + offset_count(batch)
   end
   if #batches < chunk then
-    -- The next page: numbers may skip one the compactor emptied and removed.
-    page, pos = page + 1, 0
-    while page < open_page and not redis.call('ZSCORE', KEYS[2], page) do page = page + 1 end
-    if not redis.call('ZSCORE', KEYS[2], page) then return result end
+    -- The next page (numbers may skip pages the compactor emptied and removed).
+    page = next_indexed(KEYS[2], tonumber(redis.call('ZSCORE', KEYS[2], page)))
+    if not page then return result end
+    pos = 0
   else
     pos = pos + chunk
   end

@@ -1,6 +1,7 @@
 """The Redis layout cannot drift undocumented: after a scenario that touches every part of
-the log (topics, appends, idempotent producers, groups, the archive, a restore, deletion,
-DeleteRecords), every key in a real redis-server matches kafkaesque/keys.py's patterns."""
+the log (topics, appends, idempotent producers, groups, the archive, compaction, a restore,
+deletion, DeleteRecords), every key in a real redis-server matches kafkaesque/keys.py's
+patterns."""
 
 from __future__ import annotations
 
@@ -29,7 +30,6 @@ def test_every_key_matches_the_documented_layout(redis_url: str, pg_dsn: str) ->
         log = make_log(redis_url, namespace="lay")
         keys = Keys("lay")
         await cluster_id(log.redis, "lay")
-        await log.set_topic_defaults({"retention.ms": "7200000"})
         await log.create_topic(TopicConfig("t.1", 2, page_size=3, ttl=3600))
         await log.create_topic(TopicConfig("gone", 1, page_size=2))
         for p in (0, 1):
@@ -37,6 +37,11 @@ def test_every_key_matches_the_documented_layout(redis_url: str, pg_dsn: str) ->
         await produce(log, "t.1", 0, [b"a", b"b"], producer=(await log.new_producer_id(), 0, 0))
         await produce(log, "gone", 0, [b"x"] * 5, producer=(7, 0, 0))
         await log.delete_records("t.1", 1, 2)  # DeleteRecords frees pages, adds no key
+        await log.set_topic_defaults({"retention.ms": "86400000"})  # serve --config's
+        # A compact topic whose compaction removes pages.
+        await log.create_topic(TopicConfig("kv", 1, configs={"cleanup.policy": "compact"}))
+        for _ in range(3):
+            await produce(log, "kv", 0, [b"v"] * 4096, keys=[b"k"] * 4096)
 
         groups = GroupCoordinator(log.redis, CoordinatorConfig(initial_rebalance_delay_ms=0), "lay")
         groups.start()
@@ -52,7 +57,8 @@ def test_every_key_matches_the_documented_layout(redis_url: str, pg_dsn: str) ->
 
         pool = await create_pool(pg_dsn)
         await ensure_schema(pool)
-        await Archiver(log, pool, idle_close_ms=0).run_once()
+        compacted = (await Archiver(log, pool, idle_close_ms=0).run_once()).compacted
+        assert [t.total("pages_removed") for t in compacted] == [2]
         await pool.close()
         # A restore writes a partition's epoch history.
         restored = TopicConfig("back", 1)
