@@ -322,8 +322,8 @@ class Archiver:
                 await conn.execute(_DURABLE)
                 if await conn.fetchval(_TOPIC_ID, topic) != topic_id:
                     return  # deleted from the archive since the run began
-                progress = await conn.fetchrow(_PROGRESS, topic, partition)
-                through, keys_through, deleted_below = progress
+                progress_row = await conn.fetchrow(_PROGRESS, topic, partition)
+                through, keys_through, deleted_below = progress_row
                 await catch_up(conn, topic, partition, compact, keys_through, through)
                 if through > state.log_end:
                     state = await self.log.state(topic, partition)  # it may have grown

@@ -10,8 +10,8 @@ before the delete skips it, and a restore of Redis keeps its ids as floors.
 Records: one transaction under the partition's advisory lock raises
 ``partition_state.log_start`` (a restore gives it back to Redis as the floor) and
 ``archive_progress.archived_through`` to the offset (the archiver goes on from there: the
-offsets below are accounted for, not a gap), and deletes the rows, rejected batches and compacted keys
-below it. Dropped ranges stay: they bound the ids of later gaps and of a restore.
+offsets below are accounted for, not a gap), and deletes the rows, rejected batches and
+compacted keys below it. Dropped ranges stay: they bound the ids of later gaps and of a restore.
 """
 
 from __future__ import annotations
