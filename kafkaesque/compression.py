@@ -42,10 +42,14 @@ class DecompressionError(ValueError):
     as an invalid record)."""
 
 
-def compress(codec: Compression, data: bytes) -> bytes:
-    """``data`` compressed with ``codec`` as Kafka clients expect to read it."""
+def compress(codec: Compression, data: bytes, level: int | None = None) -> bytes:
+    """``data`` compressed with ``codec`` as Kafka clients expect to read it (NONE: as it
+    is). ``level``: gzip 1-9, lz4 1-17, zstd -131072-22 (Kafka's compression.*.level);
+    None is the codec's default; snappy has no levels."""
+    if codec == Compression.NONE:
+        return bytes(data)
     if codec == Compression.GZIP:
-        return bytes(cramjam.gzip.compress(data))
+        return bytes(cramjam.gzip.compress(data, level=level))
     if codec == Compression.SNAPPY:
         # Xerial framing, as the Java client writes it; every client reads it.
         parts = [_XERIAL_HEADER]
@@ -55,11 +59,11 @@ def compress(codec: Compression, data: bytes) -> bytes:
         return b"".join(parts)
     if codec == Compression.LZ4:
         # The Java client rejects linked-block LZ4 frames.
-        compressor = cramjam.lz4.Compressor(content_checksum=False, block_linked=False)
+        compressor = cramjam.lz4.Compressor(level=level, content_checksum=False, block_linked=False)
         compressor.compress(data)
         return bytes(compressor.finish())
     if codec == Compression.ZSTD:
-        return bytes(cramjam.zstd.compress(data))
+        return bytes(cramjam.zstd.compress(data, level=level))
     raise ValueError(f"cannot compress with {codec!r}")
 
 

@@ -71,6 +71,11 @@ class CorruptBatch(InvalidRecord):
     CORRUPT_MESSAGE, which clients retry)."""
 
 
+class InvalidTimestamp(InvalidRecord):
+    """A batch whose CreateTime timestamps lie further in the past or future than the
+    topic's message.timestamp.before/after.max.ms allow (Kafka's INVALID_TIMESTAMP)."""
+
+
 class RecordTooLarge(KafkaesqueError):
     """A batch larger than the broker's (or topic's) max message bytes."""
 

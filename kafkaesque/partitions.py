@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from kafkaesque.append_policy import PolicyCache
 from kafkaesque.durability import DEFAULT_TIMEOUT_MS, Durability
 from kafkaesque.errors import (
     CorruptBatch,
@@ -24,7 +26,6 @@ from kafkaesque.errors import (
     KafkaesqueError,
     NeedsRecovery,
     OffsetOutOfRange,
-    RecordTooLarge,
     StorageUnavailable,
     UnknownLeaderEpoch,
     UnknownTopic,
@@ -51,6 +52,10 @@ class Appended:
     error: KafkaesqueError | None = None
     base_offset: int = -1
     log_start: int = -1
+    # The time (ms) the broker stamped the batches with, for a LogAppendTime topic; -1
+    # for CreateTime. (A retry deduplicated by its sequence numbers keeps the time its
+    # first append stored, which this does not tell.)
+    log_append_time: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,13 +111,12 @@ class Partitions:
         self.log = log
         self.notifier = notifier
         self.max_message_bytes = max_message_bytes
+        # The topic configs appends obey, read at most once a second per topic.
+        self.policies = PolicyCache(log, max_message_bytes)
         # What acks=all waits for: none until the broker probed its Redis (durability.probe).
         self.durability = Durability()
         # Set by a broker that watches Redis memory: appends are refused when it is full.
         self.memory: MemoryGuard | None = None
-
-    def forget_config(self, topic: str) -> None:
-        """The topic's configs changed: read them again before the next append."""
 
     # -- appends ----------------------------------------------------------------------
     async def append(
@@ -123,17 +127,28 @@ class Partitions:
         acks_all: bool = False,
         timeout_ms: int = DEFAULT_TIMEOUT_MS,
     ) -> Appended:
-        """Append whole, checked batches atomically; raises a KafkaesqueError. With
+        """Append whole, checked batches atomically, as the topic's configs ask (see
+        kafkaesque.append_policy); raises a KafkaesqueError, and then appends none. With
         ``acks_all``, return once the append is as durable as ``durability`` asks."""
-        if any(len(b) > self.max_message_bytes for b in batches):
-            raise RecordTooLarge(f"a batch is larger than {self.max_message_bytes} bytes")
+        policy = self.policies.cached(topic) or await self.policies.get(topic)
+        policy.check_size(batches)
+        append_time = -1
+        if not policy.keeps_batches:
+            now = int(time.time() * 1000)
+            batches = policy.apply(batches, now)
+            append_time = now if policy.log_append_time else -1
         if self.memory is not None:
             self.memory.check_append(sum(map(len, batches)))
         durability = self.durability if acks_all else None
         appended = await self.log.append(topic, partition, batches, durability, timeout_ms)
         if self.notifier is not None:
             self.notifier.notify(topic)
-        return Appended(None, appended.base_offsets[0], appended.log_start)
+        return Appended(None, appended.base_offsets[0], appended.log_start, append_time)
+
+    def forget_config(self, topic: str) -> None:
+        """The topic's configs changed (AlterConfigs, deleted or created again): the next
+        append reads them again instead of using the cached ones for up to a second."""
+        self.policies.forget(topic)
 
     async def append_records(
         self,

@@ -1,7 +1,8 @@
 """Kafka RecordBatch v2 (magic 2): build, check and decode.
 
 This is the only record format of the project: clients and the CLI produce
-batches, Redis stores them verbatim and readers decode them.  Layout of the
+batches, Redis stores them verbatim (or as the broker rewrote them for a topic's
+configs: ``rewrite_batch``) and readers decode them.  Layout of the
 61-byte header (all big-endian)::
 
     baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8
@@ -277,6 +278,49 @@ def _assemble(
 ) -> bytes:
     """A batch from its header fields and its (compressed) records area, CRC computed."""
     covered = _CRC_COVERED.pack(attributes, last_delta, base_ts, max_ts, *producer, count)
+    return _frame(base_offset, leader_epoch, covered, records)
+
+
+def rewrite_batch(
+    batch: bytes,
+    *,
+    records: bytes | None = None,
+    compression: Compression | None = None,
+    log_append_time: int | None = None,
+) -> bytes:
+    """Copy of the checked ``batch`` as the broker rewrites it: with ``records`` as its
+    records area, compressed with ``compression``, and/or stamped with the LogAppendTime
+    ``log_append_time`` (the timestamp-type bit and maxTimestamp, as Kafka's broker stamps:
+    readers then take maxTimestamp for every record, so the records and baseTimestamp stay
+    as they are). Length and CRC are recomputed; every other header field is kept."""
+    if (records is None) != (compression is None):
+        raise ValueError("new records and their compression come together")
+    h = read_header(batch)
+    attributes, max_ts = h.attributes, h.max_timestamp
+    body: bytes | memoryview = memoryview(batch)[HEADER_SIZE:]
+    if records is not None and compression is not None:
+        attributes = (attributes & ~ATTR_COMPRESSION) | compression
+        body = records
+    if log_append_time is not None:
+        attributes |= ATTR_LOG_APPEND_TIME
+        max_ts = log_append_time
+    covered = _CRC_COVERED.pack(
+        attributes,
+        h.last_offset_delta,
+        h.base_timestamp,
+        max_ts,
+        h.producer_id,
+        h.producer_epoch,
+        h.base_sequence,
+        h.record_count,
+    )
+    return _frame(h.base_offset, h.partition_leader_epoch, covered, body)
+
+
+def _frame(
+    base_offset: int, leader_epoch: int, covered: bytes, records: bytes | memoryview
+) -> bytes:
+    """A whole batch from its CRC-covered header fields and records area."""
     crc = crc32c(records, crc32c(covered))
     length = HEADER_SIZE - _LOG_OVERHEAD + len(records)
     return b"".join((_PREFIX.pack(base_offset, length, leader_epoch, MAGIC, crc), covered, records))
@@ -410,6 +454,11 @@ def records_data(
 
 def _decode(buf: bytes | memoryview, pos: int) -> tuple[BatchHeader, list[Record]]:
     header, data, start, end = records_data(buf, pos)
+    return header, decode_records(header, data, start, end)
+
+
+def decode_records(header: BatchHeader, data: bytes, start: int, end: int) -> list[Record]:
+    """The records of a batch from what ``records_data`` returned for it."""
     try:
         records, start = parse_records(
             data,
@@ -427,7 +476,7 @@ def _decode(buf: bytes | memoryview, pos: int) -> tuple[BatchHeader, list[Record
     if header.attributes & ATTR_LOG_APPEND_TIME:
         for record in records:
             record.timestamp = header.max_timestamp
-    return header, records
+    return records
 
 
 def decode_batch(buf: bytes | memoryview, pos: int = 0) -> list[Record]:

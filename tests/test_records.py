@@ -7,6 +7,7 @@ encoder) so the module is checked against the spec, not only against itself.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import random
 import struct
@@ -41,6 +42,7 @@ from kafkaesque.records import (
     rebuild_batch,
     record_count,
     record_keys,
+    rewrite_batch,
     split_batches,
     with_base_offset,
 )
@@ -678,6 +680,92 @@ def test_control_batch():
     assert header.is_control and header.is_transactional
     assert decode_values(batch) == []  # transaction markers are not data
     assert len(decode_batch(batch)) == 1
+
+
+# --- the broker's rewrites ---------------------------------------------------------
+
+
+def _header_without(batch: bytes, *names: str) -> dict:
+    """The batch's header fields, without those a rewrite may change."""
+    return {k: v for k, v in dataclasses.asdict(read_header(batch)).items() if k not in names}
+
+
+def test_rewrite_stamps_log_append_time_as_kafka_does():
+    """Only the timestamp-type bit and maxTimestamp change (and the CRC they are under):
+    records and baseTimestamp stay, readers take maxTimestamp for every record."""
+    sent = build_batch(
+        [b"a", b"b"], [b"k", None], timestamps=[TS, TS + 7], producer_id=9, base_sequence=4
+    )
+    sent = with_base_offset(sent, 40, leader_epoch=3)
+    stamped = rewrite_batch(sent, log_append_time=TS + 1000)
+    header = check_batch(stamped)  # the CRC is recomputed
+    assert header.timestamp_type == TimestampType.LOG_APPEND_TIME
+    assert (header.base_timestamp, header.max_timestamp) == (TS, TS + 1000)
+    assert header.attributes == read_header(sent).attributes | 0x08
+    assert _header_without(stamped, "crc", "attributes", "max_timestamp") == _header_without(
+        sent, "crc", "attributes", "max_timestamp"
+    )
+    assert records_blob(stamped) == records_blob(sent)
+    assert [r.timestamp for r in decode_batch(stamped)] == [TS + 1000, TS + 1000]
+
+
+@pytest.mark.parametrize("codec", ALL_CODECS)
+def test_rewrite_with_recompressed_records_keeps_every_other_field(codec):
+    sent = build_batch(
+        [b"v" * 50, None],
+        [b"k", b""],
+        headers=[[("h", b"1")], []],
+        timestamps=[TS, TS + 3],
+        compression=Compression.GZIP,
+        producer_id=7,
+        producer_epoch=2,
+        base_sequence=11,
+    )
+    sent = with_base_offset(sent, 5, leader_epoch=1)
+    plain = decompress(Compression.GZIP, records_blob(sent))
+    rewritten = rewrite_batch(sent, records=compress(codec, plain), compression=codec)
+    header = check_batch(rewritten)
+    assert header.compression is codec
+    assert header.length == HEADER_SIZE + len(compress(codec, plain))
+    assert _header_without(rewritten, "crc", "attributes", "length") == _header_without(
+        sent, "crc", "attributes", "length"
+    )
+    assert decode_batch(rewritten) == decode_batch(sent)
+    stamped = rewrite_batch(sent, records=plain, compression=Compression.NONE, log_append_time=1)
+    assert check_batch(stamped).attributes == 0x08
+
+
+def test_rewrite_keeps_the_transactional_bit():
+    sent = build_batch([b"x"], compression=Compression.LZ4)
+    attributes = struct.unpack_from(">h", sent, 21)[0] | 0x10
+    covered = struct.pack(">h", attributes) + sent[23:]
+    sent = sent[:17] + struct.pack(">I", crc32c(covered)) + covered
+    plain = decompress(Compression.LZ4, records_blob(sent))
+    rewritten = rewrite_batch(sent, records=plain, compression=Compression.NONE)
+    assert check_batch(rewritten).attributes == 0x10
+
+
+def test_rewrite_needs_new_records_and_their_codec_together():
+    sent = build_batch([b"x"])
+    with pytest.raises(ValueError, match="together"):
+        rewrite_batch(sent, records=records_blob(sent))
+    with pytest.raises(ValueError, match="together"):
+        rewrite_batch(sent, compression=Compression.GZIP)
+
+
+def test_compress_levels():
+    """compression.*.level reach the codecs: a higher level packs text tighter."""
+    text = b" ".join(
+        b"record %d of a log of words, some repeated: %d" % (i, i % 7) for i in range(2000)
+    )
+    for codec, fast, small in (
+        (Compression.GZIP, 1, 9),
+        (Compression.ZSTD, -5, 19),
+        (Compression.LZ4, 1, 17),
+    ):
+        assert len(compress(codec, text, fast)) > len(compress(codec, text, small)), codec
+        assert decompress(codec, compress(codec, text, small)) == text
+    assert compress(Compression.NONE, text) == text
 
 
 def test_compression_parse():

@@ -22,6 +22,7 @@ ERROR_CODES: dict[type[core.KafkaesqueError], ErrorCode] = {
     core.PolicyViolation: ErrorCode.policy_violation,
     core.InvalidRecord: ErrorCode.invalid_record,
     core.CorruptBatch: ErrorCode.corrupt_message,  # damaged in transit: clients retry
+    core.InvalidTimestamp: ErrorCode.invalid_timestamp,
     core.RecordTooLarge: ErrorCode.message_too_large,
     core.ProducerFenced: ErrorCode.out_of_order_sequence_number,
     core.OutOfOrderSequence: ErrorCode.out_of_order_sequence_number,

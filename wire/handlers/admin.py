@@ -68,6 +68,7 @@ async def create_topics(broker: Broker, request: Request) -> Any:
                     raise TopicExists(f"topic already exists: {topic.name}")
             else:
                 await broker.log.create_topic(config)
+                broker.partitions.forget_config(topic.name)  # it may have existed before
         except KafkaesqueError as exc:
             error, message, config = error_code(exc), str(exc), None
         configs = tuple(
@@ -104,6 +105,7 @@ async def delete_topics(broker: Broker, request: Request) -> Any:
         error = ErrorCode.none
         try:
             await broker.log.delete_topic(name)
+            broker.partitions.forget_config(name)
             await broker.groups.forget_topic(name)
         except KafkaesqueError as exc:
             error = error_code(exc)

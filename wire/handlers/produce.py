@@ -1,4 +1,4 @@
-"""Produce: check each partition's batches and append them as they are."""
+"""Produce: check each partition's batches and append them as their topic's configs ask."""
 
 from __future__ import annotations
 
@@ -12,6 +12,13 @@ from kafkaesque.partitions import Appended
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.protocol import DropConnection, Request, build, schema_class
+
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+def timestamp(ms: int) -> datetime.datetime | None:
+    """A Kafka timestamp field's value: -1 (none) is None."""
+    return None if ms < 0 else EPOCH + datetime.timedelta(milliseconds=ms)
 
 
 async def produce(broker: Broker, request: Request) -> Any:
@@ -48,7 +55,7 @@ async def produce(broker: Broker, request: Request) -> Any:
             index=index,
             error_code=code,
             base_offset=result.base_offset,
-            log_append_time=None,
+            log_append_time=timestamp(result.log_append_time),
             log_start_offset=result.log_start,
         )
 
