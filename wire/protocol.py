@@ -15,6 +15,7 @@ import struct
 import types
 import typing
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from functools import cache
 from typing import Any
@@ -236,6 +237,22 @@ def _blank(kind: Any) -> Any:
         if issubclass(kind, uuid.UUID):
             return uuid.UUID(int=0)
     raise TypeError(f"no blank value for {kind!r}")
+
+
+async def per_partition(
+    topic_class: type,
+    topics: Any,
+    answer: Callable[[str, Any], Awaitable[Any]],
+    name_field: str = "name",
+) -> tuple[Any, ...]:
+    """One result per topic of a request, each holding ``answer(topic, partition)`` for
+    every partition it asked about, in order."""
+    results = []
+    for t in topics:
+        name = getattr(t, name_field)
+        answers = tuple([await answer(name, p) for p in t.partitions])
+        results.append(build(topic_class, **{name_field: name, "partitions": answers}))
+    return tuple(results)
 
 
 def build(cls: type, **values: Any) -> Any:

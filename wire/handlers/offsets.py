@@ -11,7 +11,7 @@ from kafkaesque.errors import KafkaesqueError
 from kafkaesque.partitions import FoundOffset
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.protocol import NO_THROTTLE, Request, build, schema_class
+from wire.protocol import NO_THROTTLE, Request, build, per_partition, schema_class
 
 log = logging.getLogger(__name__)
 
@@ -40,15 +40,8 @@ async def list_offsets(broker: Broker, request: Request) -> Any:
             leader_epoch=found.leader_epoch if found else -1,
         )
 
-    topics = [
-        build(
-            topic_class,
-            name=t.name,
-            partitions=tuple([await partition(t.name, p) for p in t.partitions]),
-        )
-        for t in request.body.topics
-    ]
-    return build(schema, throttle_time=NO_THROTTLE, topics=tuple(topics))
+    topics = await per_partition(topic_class, request.body.topics, partition)
+    return build(schema, throttle_time=NO_THROTTLE, topics=topics)
 
 
 async def init_producer_id(broker: Broker, request: Request) -> Any:
@@ -96,12 +89,5 @@ async def offset_for_leader_epoch(broker: Broker, request: Request) -> Any:
             end_offset=end,
         )
 
-    topics = [
-        build(
-            topic_class,
-            topic=t.topic,
-            partitions=tuple([await partition(t.topic, p) for p in t.partitions]),
-        )
-        for t in request.body.topics
-    ]
-    return build(schema, throttle_time=NO_THROTTLE, topics=tuple(topics))
+    topics = await per_partition(topic_class, request.body.topics, partition, "topic")
+    return build(schema, throttle_time=NO_THROTTLE, topics=topics)

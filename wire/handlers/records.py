@@ -7,7 +7,7 @@ from typing import Any
 from kafkaesque.errors import KafkaesqueError
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.protocol import NO_THROTTLE, Request, build, schema_class
+from wire.protocol import NO_THROTTLE, Request, build, per_partition, schema_class
 
 NO_WATERMARK = -1  # the low watermark a refused partition answers, as Kafka
 
@@ -34,12 +34,5 @@ async def delete_records(broker: Broker, request: Request) -> Any:
             error_code=error_code(error),
         )
 
-    topics = [
-        build(
-            topic_class,
-            name=t.name,
-            partitions=tuple([await partition(t.name, p) for p in t.partitions]),
-        )
-        for t in request.body.topics
-    ]
-    return build(schema, throttle_time=NO_THROTTLE, topics=tuple(topics))
+    topics = await per_partition(topic_class, request.body.topics, partition)
+    return build(schema, throttle_time=NO_THROTTLE, topics=topics)
