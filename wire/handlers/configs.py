@@ -31,10 +31,6 @@ TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 SOURCE_CODES: dict[Source, int] = {"topic": 1, "broker": 4, "default": 5}
 
 
-class BrokerConfigReadOnly(InvalidConfig):
-    """A broker config changed while the broker runs: set it with ``serve --config``."""
-
-
 def broker_entries(broker: Broker) -> list[ConfigEntry]:
     """The broker's configs: its own settings, then every topic default it sets."""
     entries = [
@@ -130,7 +126,8 @@ async def _alter(broker: Broker, request: Request, incremental: bool) -> Any:
             if problem is not None:
                 error, message = problem
             elif resource.resource_type == BROKER_RESOURCE:
-                raise BrokerConfigReadOnly(
+                # Static broker configs: set at start with serve --config.
+                raise InvalidConfig(
                     "Cannot update these configs dynamically: broker configs are set at "
                     "start with serve --config KEY=VALUE"
                 )
