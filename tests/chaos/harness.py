@@ -130,6 +130,10 @@ class Report:
     from_archive: int = 0  # of those, below Redis' first offset: served by PostgreSQL
     lost: list[Record] = field(default_factory=list)  # acknowledged, not in the log
     duplicated: list[tuple[str, int, int]] = field(default_factory=list)  # (producer, seq, n)
+    # Each duplicate's copies: partition, offset and the producer id, epoch and sequence
+    # the archive holds for it (what tells a retry the broker let through from a client
+    # that re-sent under a new epoch).
+    duplicate_copies: list[str] = field(default_factory=list)
     reordered: list[str] = field(default_factory=list)
     misplaced: list[str] = field(default_factory=list)  # the acked offset holds another record
     acked_without_offset: int = 0  # acknowledged by implication (see ``check``)
@@ -232,6 +236,7 @@ class Report:
         ]
         problems = self.problems()
         lines += ["", "PROBLEMS:", *problems] if problems else ["", "no problems"]
+        lines += ["", "duplicate copies:", *self.duplicate_copies] if self.duplicate_copies else []
         return "\n".join(lines)
 
 
@@ -304,6 +309,8 @@ class ProducerThread(threading.Thread):
             "retry.backoff.ms": 100,
             "retry.backoff.max.ms": 1000,
             "error_cb": self._error,
+            # The idempotence state machine (epoch bumps, retries) goes to clients.log.
+            "debug": "eos",
         }
         return config
 
@@ -602,6 +609,29 @@ class Cluster:
 
         return asyncio.run(query())
 
+    def archived_copies(self, duplicated: list[tuple[str, int, int]]) -> list[str]:
+        """The archive's rows of each duplicated record: one line per copy."""
+
+        async def query() -> list[str]:
+            conn = await asyncpg.connect(self.dsn)
+            try:
+                lines = []
+                for producer, sequence, _ in duplicated:
+                    rows = await conn.fetch(
+                        "SELECT partition, \"offset\", id, producer_id, producer_epoch,"
+                        " producer_sequence, archived_at FROM record"
+                        " WHERE topic = $1 AND key = $2 AND value = $3 ORDER BY id",
+                        TOPIC,
+                        producer.encode(),
+                        b"%d" % sequence,
+                    )
+                    lines += [f"{producer} {sequence}: {dict(row)}" for row in rows]
+                return lines
+            finally:
+                await conn.close()
+
+        return asyncio.run(query()) if duplicated else []
+
     def tracebacks(self) -> list[str]:
         found = []
         logs = [self.directory / "archiver.log"]
@@ -724,7 +754,7 @@ def run(directory: Path, settings: Settings, progress: Progress = lambda line: N
     client_log = logging.FileHandler(directory / "clients.log")
     client_log.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
     CLIENT_LOG.addHandler(client_log)
-    CLIENT_LOG.setLevel(logging.INFO)
+    CLIENT_LOG.setLevel(logging.DEBUG)
     CLIENT_LOG.propagate = False
     try:
         return _run(directory, settings, rng, report, progress)
@@ -789,6 +819,7 @@ def _run(
         check(report, acked, log, group.seen)
         report.tracebacks = cluster.tracebacks()
         archived, report.archive_gaps = cluster.archive_state()
+        report.duplicate_copies = cluster.archived_copies(report.duplicated[:5])
         progress(f"archive holds {archived} records of the topic")
     report.seconds = time.monotonic() - began
     return report
