@@ -88,6 +88,12 @@ class OutOfOrderSequence(ProducerFenced):
     """A gap in the producer's sequence numbers."""
 
 
+class SequenceAhead(ProducerFenced):
+    """A batch whose sequence number is ahead of the next expected: an earlier one of the
+    producer was refused (an outage) and is still to be retried. Retriable, so the client
+    sends both again in order instead of renumbering them under a new epoch."""
+
+
 class InvalidProducerEpoch(ProducerFenced):
     """A batch from an older epoch of the producer."""
 
@@ -171,6 +177,7 @@ LUA_ERRORS: dict[str, type[KafkaesqueError]] = {
     "NEEDS_RECOVERY": NeedsRecovery,
     "CONFLICT": Conflict,
     "OUT_OF_ORDER_SEQUENCE_NUMBER": OutOfOrderSequence,
+    "SEQUENCE_AHEAD": SequenceAhead,
     "INVALID_PRODUCER_EPOCH": InvalidProducerEpoch,
     "UNKNOWN_PRODUCER_ID": UnknownProducerId,
     "OFFSET_OUT_OF_RANGE": OffsetOutOfRange,

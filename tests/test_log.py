@@ -12,6 +12,7 @@ from kafkaesque.errors import (
     InvalidProducerEpoch,
     InvalidTopic,
     OutOfOrderSequence,
+    SequenceAhead,
     TopicExists,
     UnknownProducerId,
     UnknownTopic,
@@ -263,9 +264,12 @@ def test_idempotent_producer_retries_are_not_written_twice(make_log: Callable[[]
         assert (await log.append("idem", 0, [first])).base_offsets == [0]
         assert (await log.append("idem", 0, [second])).base_offsets == [3]
         assert (await log.state("idem", 0)).log_end == 5
-        # A gap in the sequence, or an old epoch, is refused and writes nothing.
-        with pytest.raises(OutOfOrderSequence):
+        # A sequence ahead of the next (an earlier batch still to come) is refused as
+        # "not yet", one behind the last five batches as out of order; neither writes.
+        with pytest.raises(SequenceAhead):
             await log.append("idem", 0, [producer_batch(words(9, 1), pid, 0, 9)])
+        with pytest.raises(OutOfOrderSequence):
+            await log.append("idem", 0, [producer_batch(words(9, 1), pid, 0, 1)])
         assert (
             await log.append("idem", 0, [producer_batch(words(5, 1), pid, 1, 0)])
         ).base_offsets == [5]

@@ -26,6 +26,9 @@ ERROR_CODES: dict[type[core.KafkaesqueError], ErrorCode] = {
     core.RecordTooLarge: ErrorCode.message_too_large,
     core.ProducerFenced: ErrorCode.out_of_order_sequence_number,
     core.OutOfOrderSequence: ErrorCode.out_of_order_sequence_number,
+    # Retriable and "nothing written": the client retries the earlier batch first. Kafka's
+    # OUT_OF_ORDER here makes librdkafka bump its epoch and write an unanswered batch twice.
+    core.SequenceAhead: ErrorCode.not_enough_replicas,
     core.InvalidProducerEpoch: ErrorCode.invalid_producer_epoch,
     core.UnknownProducerId: ErrorCode.unknown_producer_id,
     core.OffsetOutOfRange: ErrorCode.offset_out_of_range,

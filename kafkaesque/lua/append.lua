@@ -79,7 +79,14 @@ for i = 4, #ARGV, 5 do
       if fresh[n] then
         local newest = state.batches[#state.batches]
         local expected = newest and (newest[2] + 1) % MAX_SEQ or 0
-        if first ~= expected then return refuse('OUT_OF_ORDER_SEQUENCE_NUMBER') end
+        if first ~= expected then
+          -- Ahead: an earlier batch has not arrived (a request refused during an
+          -- outage, to be retried). "Not yet" lets the client retry in order; Kafka's
+          -- OUT_OF_ORDER makes librdkafka bump its epoch and renumber batches it sent
+          -- before, which writes twice one whose answer was lost.
+          local ahead = (first - expected) % MAX_SEQ < MAX_SEQ / 2
+          return refuse(ahead and 'SEQUENCE_AHEAD' or 'OUT_OF_ORDER_SEQUENCE_NUMBER')
+        end
       end
     else
       -- A new producer, or a new epoch of one, starts at sequence 0.

@@ -618,7 +618,7 @@ class Cluster:
                 lines = []
                 for producer, sequence, _ in duplicated:
                     rows = await conn.fetch(
-                        "SELECT partition, \"offset\", id, producer_id, producer_epoch,"
+                        'SELECT partition, "offset", id, producer_id, producer_epoch,'
                         " producer_sequence, archived_at FROM record"
                         " WHERE topic = $1 AND key = $2 AND value = $3 ORDER BY id",
                         TOPIC,

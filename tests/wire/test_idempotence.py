@@ -86,9 +86,18 @@ def test_out_of_order_sequence_is_refused(broker, topic_name):
         )
         assert conn.produce(topic, 0, first).error_code == ErrorCode.none
 
-        # Sequence 2 is next; 5 leaves a gap.
+        # Sequence 2 is next; 5 leaves a gap: "not yet", a retriable error that writes
+        # nothing, so the client sends the earlier batch first and keeps its epoch.
         gap = build_batch(values(5, 2), producer_id=producer_id, producer_epoch=0, base_sequence=5)
         refused = conn.produce(topic, 0, gap)
+        assert refused.error_code == ErrorCode.not_enough_replicas, refused
+        assert conn.list_offset(topic, 0, -1).offset == 2
+
+        # A sequence behind the producer's last batches is out of order.
+        stale = build_batch(
+            values(1, 1), producer_id=producer_id, producer_epoch=0, base_sequence=1
+        )
+        refused = conn.produce(topic, 0, stale)
         assert refused.error_code == ErrorCode.out_of_order_sequence_number, refused
         assert conn.list_offset(topic, 0, -1).offset == 2
 
