@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -50,6 +51,8 @@ def main() -> int:
         print(f"[{time.monotonic() - started:7.1f}s] {line}", file=sys.stderr, flush=True)
 
     progress(f"seed {settings.seed}, acks={settings.acks}, servers in {directory}")
+    # A kill (SIGTERM) unwinds like Ctrl-C, so the servers the run started are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         report = run(directory, settings, progress)
     finally:
