@@ -19,7 +19,7 @@ rewrites each cleanable page oldest first: a record goes if a later record has i
 it has no key (Kafka's cleaner drops those too), or if it is a tombstone (null value) whose
 page was first compacted ``delete.retention.ms`` ago (Kafka's delete horizon, kept per page
 here rather than per batch). Surviving records keep their offsets; a batch keeps its base
-offset and last offset delta (kafkaesque.records.rebuild_batch), so the page's batch index
+offset and last offset delta (kafkaesque.batch_build.rebuild_batch), so the page's batch index
 and every record's global sequence number stay true.
 
 Each page is rewritten by one script (kafkaesque/lua/compact.lua) that refuses if the page
@@ -37,11 +37,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from kafkaesque.batch_build import rebuild_batch
 from kafkaesque.config_keys import LONG_MAX
 from kafkaesque.errors import Conflict, InvalidConfig, InvalidRecord, UnknownTopic
 from kafkaesque.log import Log
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
-from kafkaesque.records import decode_batch_and_header, read_header, rebuild_batch, record_keys
+from kafkaesque.records import decode_batch_and_header, read_header, record_keys
 from kafkaesque.tables import plural
 from kafkaesque.topic_config import TopicConfig
 

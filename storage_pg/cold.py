@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from kafkaesque.records import build_batch
+from kafkaesque.batch_build import build_batch
 from storage_pg.compacted import KEYS_THROUGH, SELECT_LATEST
 from storage_pg.pool import PG_EPOCH_MS, ms_to_pg, pg_to_datetime, pg_to_ms
 from storage_pg.rows import NO_HEADERS
