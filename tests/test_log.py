@@ -17,7 +17,8 @@ from kafkaesque.errors import (
     UnknownProducerId,
     UnknownTopic,
 )
-from kafkaesque.log import Log, RestoredPartition, RestoredTopic
+from kafkaesque.log import Log
+from kafkaesque.log_types import RestoredPartition, RestoredTopic
 from kafkaesque.records import check_batch, decode_batch, read_header
 from kafkaesque.topic_config import TopicConfig
 
