@@ -45,7 +45,8 @@ from itertools import chain
 import asyncpg
 
 from kafkaesque.archiving import ClosedPage
-from kafkaesque.compaction import Compactor, TopicCompaction
+from kafkaesque.compaction import Compactor
+from kafkaesque.compaction_types import TopicCompaction
 from kafkaesque.errors import UnknownTopic
 from kafkaesque.group_offsets import OffsetStore
 from kafkaesque.keys import Keys

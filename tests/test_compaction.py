@@ -14,7 +14,8 @@ from click.testing import CliRunner, Result
 
 from kafkaesque.batch_build import build_batch
 from kafkaesque.cli import main
-from kafkaesque.compaction import Compactor, Policy
+from kafkaesque.compaction import Compactor
+from kafkaesque.compaction_types import Policy
 from kafkaesque.errors import Conflict, InvalidConfig
 from kafkaesque.log import Log
 from kafkaesque.records import check_batch, decode_batch, read_header
