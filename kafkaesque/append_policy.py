@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from kafkaesque.batch_build import rewrite_batch
 from kafkaesque.compression import Compression, compress
 from kafkaesque.config_keys import LONG_MAX
 from kafkaesque.errors import InvalidRecord, InvalidTimestamp, RecordTooLarge
@@ -26,7 +27,6 @@ from kafkaesque.records import (
     decode_records,
     read_header,
     records_data,
-    rewrite_batch,
 )
 from kafkaesque.topic_config import TopicConfig
 

@@ -19,7 +19,7 @@ rewrites each cleanable page oldest first: a record goes if a later record has i
 it has no key (Kafka's cleaner drops those too), or if it is a tombstone (null value) whose
 page was first compacted ``delete.retention.ms`` ago (Kafka's delete horizon, kept per page
 here rather than per batch). Surviving records keep their offsets; a batch keeps its base
-offset and last offset delta (kafkaesque.records.rebuild_batch), so the page's batch index
+offset and last offset delta (kafkaesque.batch_build.rebuild_batch), so the page's batch index
 and every record's global sequence number stay true.
 
 Each page is rewritten by one script (kafkaesque/lua/compact.lua) that refuses if the page
@@ -35,13 +35,15 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from kafkaesque.batch_build import rebuild_batch
+from kafkaesque.compaction_types import PartitionCompaction, Policy, TopicCompaction
 from kafkaesque.config_keys import LONG_MAX
 from kafkaesque.errors import Conflict, InvalidConfig, InvalidRecord, UnknownTopic
 from kafkaesque.log import Log
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
-from kafkaesque.records import decode_batch_and_header, read_header, rebuild_batch, record_keys
+from kafkaesque.records import decode_batch_and_header, read_header, record_keys
 from kafkaesque.tables import plural
 from kafkaesque.topic_config import TopicConfig
 
@@ -53,80 +55,6 @@ MAX_KEYS = 1_000_000  # keys mapped per pass at most (Kafka's dedupe buffer); th
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-@dataclass(frozen=True, slots=True)
-class Policy:
-    """A topic's compaction configs."""
-
-    min_lag_ms: int
-    max_lag_ms: int
-    min_dirty_ratio: float
-    delete_retention_ms: int
-
-    @classmethod
-    def of(cls, config: TopicConfig) -> Policy:
-        return cls(
-            config.typed("min.compaction.lag.ms"),
-            config.typed("max.compaction.lag.ms"),
-            config.typed("min.cleanable.dirty.ratio"),
-            config.typed("delete.retention.ms"),
-        )
-
-
-@dataclass(slots=True)
-class PartitionCompaction:
-    """What one pass did to a partition. Records and bytes are those of the cleanable
-    pages, before and after."""
-
-    topic: str
-    partition: int
-    records_before: int = 0
-    records_after: int = 0
-    bytes_before: int = 0
-    bytes_after: int = 0
-    pages: int = 0  # pages rewritten
-    pages_removed: int = 0  # of those, pages left empty and removed
-    conflict: bool = False  # the pass stopped at a page that changed under it
-    idle: str = ""  # why nothing was compacted, when nothing was
-
-    @property
-    def bytes_freed(self) -> int:
-        return self.bytes_before - self.bytes_after
-
-
-@dataclass(slots=True)
-class TopicCompaction:
-    """One pass over a topic's partitions."""
-
-    topic: str
-    partitions: list[PartitionCompaction] = field(default_factory=list)
-
-    def total(self, name: str) -> int:
-        return sum(getattr(p, name) for p in self.partitions)
-
-    @property
-    def compacted(self) -> bool:
-        return any(p.pages for p in self.partitions)
-
-    def format(self) -> str:
-        """One line for people."""
-        changed = sum(1 for p in self.partitions if p.conflict)
-        later = f"{plural(changed, 'partition')} changed meanwhile, done on the next pass"
-        if not self.compacted:
-            reasons = sorted({p.idle for p in self.partitions if p.idle})
-            reasons += [later] if changed else []
-            return f"{self.topic}: nothing to compact ({'; '.join(reasons) or 'no partitions'})"
-        compacted = sum(1 for p in self.partitions if p.pages)
-        line = (
-            f"{self.topic}: {self.total('records_before'):,} -> "
-            f"{self.total('records_after'):,} records in {compacted} of "
-            f"{len(self.partitions)} partitions, "
-            f"{plural(self.total('pages'), 'page')} rewritten "
-            f"({self.total('pages_removed')} removed), "
-            f"{self.total('bytes_before') - self.total('bytes_after'):,} bytes freed"
-        )
-        return f"{line}; {later}" if changed else line
 
 
 @dataclass(frozen=True, slots=True)

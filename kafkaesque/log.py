@@ -9,25 +9,18 @@ import functools
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-import msgpack
 from redis.asyncio import Redis
 
 from kafkaesque.archiving import ArchivingLog
 from kafkaesque.durability import DEFAULT_TIMEOUT_MS, Durability
-from kafkaesque.errors import (
-    Conflict,
-    NeedsRecovery,
-    OffsetOutOfRange,
-    PolicyViolation,
-    UnknownTopic,
-)
+from kafkaesque.errors import OffsetOutOfRange, PolicyViolation, UnknownTopic
 from kafkaesque.keys import Keys
+from kafkaesque.log_topics import TopicsLog
+from kafkaesque.log_types import Appended, ColdStore, PartitionState, ReadResult, RestoredTopic
 from kafkaesque.records import base_offset, decode_batch, next_offset, offset_count, producer_fields
 from kafkaesque.scripts import Scripts
-from kafkaesque.topic_config import TopicConfig
 
 # DeleteRecords' offset that stands for the high watermark (Kafka's tool: -1).
 HIGH_WATERMARK = -1
@@ -39,95 +32,15 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-@dataclass(frozen=True, slots=True)
-class ReadResult:
-    """Whole batches from the one holding the requested offset; empty at the log end."""
-
-    batches: list[bytes]
-    log_start: int
-    log_end: int
-    leader_epoch: int
-    below_start: bool = False  # removed by retention (no archive) or DeleteRecords
-    past_end: bool = False
-    # The offset lies in a gap (dropped by retention before archiving): the batches start
-    # at this later offset, the first one that exists.
-    skipped_to: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Appended:
-    base_offsets: list[int]  # one per batch, in order
-    log_start: int
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionState:
-    log_start: int
-    log_end: int
-    leader_epoch: int
-    pages: int
-    bytes: int
-    records: int  # records still held in Redis
-    floor: int = 0  # offsets below it were deleted (DeleteRecords)
-
-
-@dataclass(frozen=True, slots=True)
-class RestoredPartition:
-    log_end: int  # what the archive holds: the partition continues here
-    leader_epoch: int  # the last epoch known; the restored partition gets a higher one
-    log_start: int = 0  # offsets below it were deleted (DeleteRecords) and stay so
-
-
-@dataclass(frozen=True, slots=True)
-class RestoredTopic:
-    config: TopicConfig
-    partitions: list[RestoredPartition]
-
-
-class ColdStore(Protocol):
-    """Where records evicted from Redis are still read from (the archive)."""
-
-    async def read(self, topic: str, partition: int, offset: int, max_bytes: int) -> list[bytes]:
-        """Batches from the one holding ``offset`` on; [] if it is not archived."""
-        ...
-
-    async def start_offset(self, topic: str, partition: int) -> int | None:
-        """The lowest archived offset, None if nothing is."""
-        ...
-
-    async def find_time(
-        self, topic: str, partition: int, timestamp: int, below: int
-    ) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record below offset ``below`` whose timestamp
-        is at or after ``timestamp``; None if there is none."""
-        ...
-
-    async def dropped_ranges(self, topic: str) -> list[tuple[int, int, int]]:
-        """(partition, first offset, last offset) of each gap in the topic: offsets
-        retention dropped before archiving, which no store holds."""
-        ...
-
-    async def delete_topic(self, topic: str, topic_id: bytes | None, partitions: int) -> bool:
-        """Delete the topic's records (of the incarnation ``topic_id`` too, and keep it from
-        being archived again); True if the store had the topic."""
-        ...
-
-    async def delete_records(
-        self, topic: str, topic_id: bytes, partition: int, before: int
-    ) -> None:
-        """Delete the partition's records below offset ``before`` (of the incarnation
-        ``topic_id``) for good: never read, never stored again, kept across a restore."""
-        ...
-
-
 def _after(offset: int, first: int) -> int | None:
     """``first`` when the data resumes after a gap beginning at ``offset``, else None."""
     return first if first > offset else None
 
 
-class Log(ArchivingLog):
-    """Topics and partitions kept in one Redis database (the archiver's side of it, in
-    kafkaesque.archiving, is inherited).
+class Log(TopicsLog, ArchivingLog):
+    """Topics and partitions kept in one Redis database (the topic operations, in
+    kafkaesque.log_topics, and the archiver's side of it, in kafkaesque.archiving, are
+    inherited).
 
     ``cold`` serves offsets Redis no longer holds (the archive). ``recover`` is called when
     Redis turns out to have lost its data, before any append; it must restore the offsets
@@ -151,128 +64,6 @@ class Log(ArchivingLog):
     def channel(self, topic: str) -> str:
         """Pub/sub channel that carries the new log end after every append."""
         return self.keys.appended(topic)
-
-    # -- topics -------------------------------------------------------------------
-    async def create_topic(self, config: TopicConfig) -> TopicConfig:
-        """Create the topic; its partitions enforce its configs with the broker's defaults
-        as stored in Redis."""
-        config.defaults = await self.topic_defaults()
-        config.validate()
-        k = self.keys
-        metas = [k.partition(config.name, p).meta for p in range(config.partitions)]
-        await self._call(
-            self.scripts.create,
-            keys=[k.topics, k.topic(config.name), k.incarnation, *metas],
-            args=[config.name, config.pack(), config.lua_settings()],
-        )
-        return config
-
-    async def _call(self, script: Any, keys: list[str], args: list[Any]) -> Any:
-        """Run a script that refuses to write while Redis has lost its data: recover first
-        (restore from the archive, or start afresh without one), then run it again."""
-        try:
-            return await script(keys=keys, args=args)
-        except NeedsRecovery:
-            await self.ensure_recovered()
-        return await script(keys=keys, args=args)
-
-    async def needs_recovery(self) -> bool:
-        return not await self.redis.exists(self.keys.incarnation)
-
-    async def ensure_recovered(self) -> None:
-        """If Redis lost its data, restore offsets (through ``recover``) before appends."""
-        if await self.needs_recovery():
-            if self.recover is not None:
-                await self.recover(self)
-            await self.redis.set(self.keys.incarnation, uuid.uuid4().hex, nx=True)
-
-    async def topic(self, name: str) -> TopicConfig:
-        """The topic's config, with the broker's defaults (one round trip)."""
-        data, defaults = await self.redis.mget(self.keys.topic(name), self.keys.topic_defaults)
-        if data is None and self.recover is not None and await self.needs_recovery():
-            # Redis lost its data: the archive may know the topic (restored here).
-            await self.ensure_recovered()
-            data = await self.redis.get(self.keys.topic(name))
-        if data is None:
-            raise UnknownTopic(f"no such topic: {name}")
-        return TopicConfig.unpack(name, data, msgpack.unpackb(defaults) if defaults else None)
-
-    async def topic_defaults(self) -> dict[str, str]:
-        """The broker's topic config defaults (``serve --config``)."""
-        raw = await self.redis.get(self.keys.topic_defaults)
-        return msgpack.unpackb(raw) if raw else {}
-
-    async def set_topic_defaults(self, defaults: dict[str, str]) -> list[str]:
-        """Make ``defaults`` (topic config name -> canonical value) the broker's topic
-        defaults and apply them to every topic's partitions; returns the topics changed."""
-        previous = await self.topic_defaults()
-        if previous == defaults:
-            return []
-        await self.redis.set(self.keys.topic_defaults, msgpack.packb(defaults))
-        changed = []
-        for name in await self.list_topics():
-            try:
-                after = await self.configure_topic(name, lambda c: c)
-            except UnknownTopic:
-                continue  # deleted meanwhile
-            before = after.replace(defaults=previous)
-            if before.lua_settings() != after.lua_settings():
-                changed.append(name)
-        return changed
-
-    async def add_partitions(self, name: str, count: int) -> TopicConfig:
-        """Grow a topic to ``count`` partitions (never shrink, as in Kafka)."""
-        return await self.configure_topic(name, lambda config: config.grown(count))
-
-    async def configure_topic(
-        self, name: str, change: Callable[[TopicConfig], TopicConfig]
-    ) -> TopicConfig:
-        """Change a topic's config (its configs, its partition count) atomically: ``change``
-        gets the current config and returns the new one (validated here), which every
-        partition then enforces. Retried if another client changed the topic meanwhile."""
-        while True:
-            raw, defaults = await self.redis.mget(self.keys.topic(name), self.keys.topic_defaults)
-            if raw is None:
-                raise UnknownTopic(f"no such topic: {name}")
-            current = TopicConfig.unpack(name, raw, msgpack.unpackb(defaults) if defaults else None)
-            changed = change(current)
-            changed.validate()
-            metas = [self.keys.partition(name, p).meta for p in range(changed.partitions)]
-            try:
-                await self.scripts.configure(
-                    keys=[self.keys.topic(name), *metas],
-                    args=[raw, changed.pack(), changed.lua_settings(), current.partitions],
-                )
-                return changed
-            except Conflict:
-                continue  # another client changed the topic between our read and write
-
-    async def list_topics(self) -> list[str]:
-        if self.recover is not None:
-            await self.ensure_recovered()  # after a loss of Redis' data, list what is restored
-        return sorted(n.decode() for n in await self.redis.smembers(self.keys.topics))
-
-    async def delete_topic(self, name: str) -> None:
-        """Delete the topic and its records, the archived ones first: if the archive cannot
-        be reached, nothing is deleted. A topic only the archive still has (deleted while
-        no archive was attached) is deleted from it."""
-        try:
-            config = await self.topic(name)
-        except UnknownTopic:
-            if self.cold is None or not await self.cold.delete_topic(name, None, 0):
-                raise
-            return
-        if self.cold is not None:
-            await self.cold.delete_topic(name, config.topic_id, config.partitions)
-        parts = [self.keys.partition(name, p) for p in range(config.partitions)]
-        await self.scripts.delete(
-            keys=[
-                self.keys.topics,
-                self.keys.topic(name),
-                *(k for p in parts for k in (p.meta, p.index, p.stats, p.producers)),
-            ],
-            args=[name, *(p.prefix for p in parts)],
-        )
 
     # -- partitions ---------------------------------------------------------------
     async def append(

@@ -31,7 +31,8 @@ from kafkaesque.errors import (
     UnknownTopic,
     UnsupportedLookup,
 )
-from kafkaesque.log import Log, ReadResult
+from kafkaesque.log import Log
+from kafkaesque.log_types import ReadResult
 from kafkaesque.memory import MemoryGuard
 from kafkaesque.notify import Notifier
 from kafkaesque.records import split_batches

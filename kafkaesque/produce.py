@@ -11,10 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from kafkaesque.batch_build import build_batch
 from kafkaesque.log import Log
 from kafkaesque.partitioner import partition_for_key
 from kafkaesque.partitions import Partitions
-from kafkaesque.records import Compression, build_batch
+from kafkaesque.records import Compression
 from kafkaesque.topic_config import TopicConfig
 
 READ_CHUNK = 4 << 20  # input bytes split into lines at a time

@@ -2,8 +2,8 @@
 
 Each record is ``length attributes timestampDelta offsetDelta keyLen key valueLen value
 headerCount headers`` with zigzag varints; lengths of -1 mean null.  The batch codec
-(kafkaesque.records) frames, checks and compresses these areas; this module builds and
-parses the records inside them.
+(kafkaesque.batch_build, kafkaesque.records) frames, checks and compresses these areas;
+this module builds and parses the records inside them.
 
 The CLI needs millions of records per second, so building and reading values have
 table-driven or inline fast paths for the common shapes (keyless, header-less, small

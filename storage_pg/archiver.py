@@ -38,87 +38,29 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from itertools import chain
 
 import asyncpg
 
 from kafkaesque.archiving import ClosedPage
-from kafkaesque.compaction import Compactor, TopicCompaction
+from kafkaesque.compaction import Compactor
+from kafkaesque.compaction_types import TopicCompaction
 from kafkaesque.errors import UnknownTopic
 from kafkaesque.group_offsets import OffsetStore
 from kafkaesque.keys import Keys
 from kafkaesque.log import Log
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
-from kafkaesque.record_body import InvalidRecord
-from kafkaesque.records import read_header
-from storage_pg import group_offsets
+from storage_pg import archive_sql, group_offsets
 from storage_pg.compacted import LatestKeys, catch_up
 from storage_pg.deletion import delete_below, delete_topic
 from storage_pg.gaps import advance_watermark, record_gap
 from storage_pg.pool import PG_CONNECTION_ERRORS, check_pool, ms_to_pg
 from storage_pg.recovery import bind_cluster, recover
-from storage_pg.rows import COLUMNS, Row, batch_rows
 from storage_pg.schema import ensure_schema
 
 log = logging.getLogger(__name__)
 
-_LOCK = "SELECT pg_try_advisory_xact_lock(hashtext($1), $2)"
-# Redis drops the pages once this transaction has committed, so the commit must be
-# durable when it returns. With synchronous_commit off (a default some servers or
-# databases set for speed) a crash of PostgreSQL takes back the last commits, and their
-# records would be nowhere. Settings that wait for more (on, remote_*) stay.
-_DURABLE = """
-    SELECT set_config('synchronous_commit', 'local', true)
-    WHERE current_setting('synchronous_commit') = 'off'
-"""
-# The next offset to archive, how far compact_key covers, and the log start DeleteRecords
-# moved.
-_PROGRESS = """
-    SELECT coalesce((SELECT archived_through FROM archive_progress
-                     WHERE topic = $1 AND partition = $2), 0),
-           (SELECT keys_through FROM archive_progress WHERE topic = $1 AND partition = $2),
-           coalesce((SELECT log_start FROM partition_state
-                     WHERE topic = $1 AND partition = $2), 0)
-"""
-# $6: the topic is compact, and compact_key covers what this transaction archived.
-_ADVANCE = """
-    INSERT INTO archive_progress AS a (topic, partition, archived_through, records,
-                                       max_producer_id, keys_through, updated)
-    VALUES ($1, $2, $3, $4, $5, CASE WHEN $6::boolean THEN $3::bigint END, now())
-    ON CONFLICT (topic, partition) DO UPDATE SET
-        archived_through = EXCLUDED.archived_through,
-        records = a.records + EXCLUDED.records,
-        max_producer_id = GREATEST(a.max_producer_id, EXCLUDED.max_producer_id),
-        keys_through = EXCLUDED.keys_through,
-        updated = now()
-"""
-_REJECT = """
-    INSERT INTO rejected_batch (topic, partition, base_offset, first_id, record_count,
-                                batch, error)
-    VALUES ($1, $2, $3, $4, $5, $6, $7)
-"""
-_TOPIC = """
-    INSERT INTO topic AS t (name, topic_id, partitions, page_size, ttl, max_pages, created,
-                            configs)
-    SELECT $1, $2, $3, $4, $5, $6, $7, $8
-    WHERE NOT EXISTS (SELECT FROM deleted_topic WHERE topic_id = $2)
-    ON CONFLICT (name) DO UPDATE SET
-        partitions = GREATEST(t.partitions, EXCLUDED.partitions),
-        page_size = EXCLUDED.page_size, ttl = EXCLUDED.ttl, max_pages = EXCLUDED.max_pages,
-        configs = EXCLUDED.configs
-    WHERE t.topic_id = EXCLUDED.topic_id
-    RETURNING topic_id
-"""
-_DELETED = "SELECT EXISTS (SELECT FROM deleted_topic WHERE topic_id = $1)"
-_TOPIC_ID = "SELECT topic_id FROM topic WHERE name = $1"
-_EPOCH = """
-    INSERT INTO partition_state AS s (topic, partition, leader_epoch) VALUES ($1, $2, $3)
-    ON CONFLICT (topic, partition) DO UPDATE
-        SET leader_epoch = EXCLUDED.leader_epoch, updated = now()
-        WHERE s.leader_epoch < EXCLUDED.leader_epoch
-"""
 # Errors that mean "Redis (or PostgreSQL) is not reachable right now": retry later.
 CONNECTION_ERRORS = REDIS_CONNECTION_ERRORS + PG_CONNECTION_ERRORS
 
@@ -139,14 +81,6 @@ class ArchiveSummary:
     gaps: list[str] = field(default_factory=list)  # gaps found (and recorded) by this run
     problems: list[str] = field(default_factory=list)  # partitions left alone, and why
     compacted: list[TopicCompaction] = field(default_factory=list)  # compact topics, after
-
-
-@dataclass(slots=True)
-class _Chunk:
-    rows: int = 0
-    bytes: int = 0
-    max_producer_id: int | None = None
-    rejected: list[tuple[int, int, int, bytes, str]] = field(default_factory=list)
 
 
 class Archiver:
@@ -271,8 +205,8 @@ class Archiver:
                     ms_to_pg(config.created_ms),
                     json.dumps(config.configs),
                 )
-                if await conn.fetchval(_TOPIC, *row) is None:
-                    if await conn.fetchval(_DELETED, topic_id):
+                if await conn.fetchval(archive_sql.TOPIC, *row) is None:
+                    if await conn.fetchval(archive_sql.DELETED, topic_id):
                         continue  # being deleted
                     log.warning(
                         "archive: topic %s was deleted and created again; deleting the "
@@ -280,7 +214,7 @@ class Archiver:
                         name,
                     )
                     await delete_topic(conn, name, None)
-                    if await conn.fetchval(_TOPIC, *row) is None:
+                    if await conn.fetchval(archive_sql.TOPIC, *row) is None:
                         continue  # deleted again meanwhile
                 partitions += [
                     (name, topic_id, p, config.compact) for p in range(config.partitions)
@@ -304,7 +238,7 @@ class Archiver:
         if self._epochs.get(key) != state.leader_epoch:
             try:
                 async with self.pool.acquire() as conn:
-                    await conn.execute(_EPOCH, topic, partition, state.leader_epoch)
+                    await conn.execute(archive_sql.EPOCH, topic, partition, state.leader_epoch)
             except asyncpg.ForeignKeyViolationError:
                 return  # the topic was deleted from the archive meanwhile
             self._epochs[key] = state.leader_epoch
@@ -316,13 +250,13 @@ class Archiver:
         while True:
             pages: list[ClosedPage] = []
             async with self.pool.acquire() as conn, conn.transaction():
-                if not await conn.fetchval(_LOCK, topic, partition):
+                if not await conn.fetchval(archive_sql.LOCK, topic, partition):
                     summary.busy += 1
                     return
-                await conn.execute(_DURABLE)
-                if await conn.fetchval(_TOPIC_ID, topic) != topic_id:
+                await conn.execute(archive_sql.DURABLE)
+                if await conn.fetchval(archive_sql.TOPIC_ID, topic) != topic_id:
                     return  # deleted from the archive since the run began
-                progress_row = await conn.fetchrow(_PROGRESS, topic, partition)
+                progress_row = await conn.fetchrow(archive_sql.PROGRESS, topic, partition)
                 through, keys_through, deleted_below = progress_row
                 await catch_up(conn, topic, partition, compact, keys_through, through)
                 if through > state.log_end:
@@ -350,18 +284,22 @@ class Archiver:
                         return  # the topic went meanwhile
                     summary.gaps.append(gap)
                     through = state.log_start
-                    await conn.execute(_ADVANCE, topic, partition, through, 0, None, compact)
+                    await conn.execute(
+                        archive_sql.ADVANCE, topic, partition, through, 0, None, compact
+                    )
                 pages = await self.log.closed_pages(
                     topic, partition, through, self.pages_per_transaction
                 )
                 if pages:
                     keys = LatestKeys() if compact else None
-                    chunk = await self._copy(conn, topic, partition, through, pages, keys)
+                    chunk = await archive_sql.copy_pages(
+                        conn, topic, partition, through, pages, keys, timeout=self.copy_timeout
+                    )
                     if keys is not None:
                         await keys.save(conn, topic, partition)
                     through = pages[-1].next_offset
                     await conn.execute(
-                        _ADVANCE,
+                        archive_sql.ADVANCE,
                         topic,
                         partition,
                         through,
@@ -390,60 +328,6 @@ class Archiver:
                 break
         if archived_anything:
             summary.partitions += 1
-
-    async def _copy(
-        self,
-        conn: asyncpg.Connection,
-        topic: str,
-        partition: int,
-        from_offset: int,
-        pages: list[ClosedPage],
-        keys: LatestKeys | None = None,
-    ) -> _Chunk:
-        """COPY the pages' records at offsets >= from_offset; keep undecodable batches raw.
-        ``keys`` notes the latest offset of each key on the way (compact topics)."""
-        chunk = _Chunk()
-
-        def rows() -> Iterator[list[Row]]:
-            for page in pages:
-                for batch, first_id in zip(page.batches, page.sequences, strict=True):
-                    if page.first_offset < from_offset:
-                        header = read_header(batch)
-                        if header.base_offset + header.last_offset_delta < from_offset:
-                            continue  # archived before
-                    try:
-                        header, batch_rows_ = batch_rows(
-                            batch, first_id, topic, partition, from_offset
-                        )
-                    except InvalidRecord as exc:
-                        _reject(chunk, batch, first_id, exc)
-                        continue
-                    chunk.rows += len(batch_rows_)
-                    chunk.bytes += len(batch)
-                    pid = header.producer_id
-                    if pid >= 0 and (chunk.max_producer_id is None or pid > chunk.max_producer_id):
-                        chunk.max_producer_id = pid
-                    yield batch_rows_
-
-        batches = rows() if keys is None else keys.passing(rows())
-        await conn.copy_records_to_table(
-            "record",
-            records=chain.from_iterable(batches),
-            columns=COLUMNS,
-            timeout=self.copy_timeout,
-        )
-        for base_offset, first_id, count, batch, error in chunk.rejected:
-            log.error(
-                "archive: %s[%d] batch at offset %d cannot be decoded (%s); kept raw",
-                topic,
-                partition,
-                base_offset,
-                error,
-            )
-            await conn.execute(
-                _REJECT, topic, partition, base_offset, first_id, count, batch, error
-            )
-        return chunk
 
     # -- watermark --------------------------------------------------------------------
     async def advance_watermark(self) -> int:
@@ -500,13 +384,3 @@ class Archiver:
             else:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), delay)
-
-
-def _reject(chunk: _Chunk, batch: bytes, first_id: int, exc: Exception) -> None:
-    try:
-        header = read_header(batch)
-        base_offset, count = header.base_offset, header.record_count
-    except InvalidRecord:
-        base_offset, count = -1, 0
-    chunk.rejected.append((base_offset, first_id, count, batch, str(exc)))
-    chunk.bytes += len(batch)

@@ -10,7 +10,8 @@ import asyncio
 import asyncpg
 
 from kafkaesque.errors import UnknownTopic
-from kafkaesque.log import Log, PartitionState
+from kafkaesque.log import Log
+from kafkaesque.log_types import PartitionState
 
 _WATERMARK = "UPDATE archive_watermark SET id = $1, updated = now() WHERE id < $1"
 # The id of the partition's last record before an offset that the archive accounts for

@@ -19,7 +19,8 @@ import asyncpg
 from kafkaesque.cluster import cluster_id, cluster_key
 from kafkaesque.group_offsets import OffsetStore
 from kafkaesque.keys import Keys
-from kafkaesque.log import Log, RestoredPartition, RestoredTopic
+from kafkaesque.log import Log
+from kafkaesque.log_types import RestoredPartition, RestoredTopic
 from kafkaesque.topic_config import TopicConfig, legacy_configs
 from storage_pg import group_offsets
 from storage_pg.pool import PG_EPOCH_MS, ArchiveError, check_pool

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 
 class Archive:
-    """One archive database, connected lazily; implements kafkaesque.log.ColdStore."""
+    """One archive database, connected lazily; implements kafkaesque.log_types.ColdStore."""
 
     def __init__(self, dsn: str, *, max_connections: int = 4, strict: bool = False) -> None:
         """``strict``: an unreachable archive fails every request that asks about old

@@ -15,6 +15,7 @@ import fakeredis
 import pytest
 from crc32c import crc32c
 
+from kafkaesque.batch_build import build_batch
 from kafkaesque.consume import format_json
 from kafkaesque.errors import (
     CorruptBatch,
@@ -33,7 +34,6 @@ from kafkaesque.records import (
     ATTRIBUTES,
     CRC,
     Compression,
-    build_batch,
     check_batch,
     decode_batch,
     read_header,

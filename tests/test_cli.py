@@ -241,8 +241,8 @@ def test_json_headers_that_are_not_text_come_as_base64(ks, redis_url) -> None:
 
     import redis.asyncio
 
+    from kafkaesque.batch_build import build_batch
     from kafkaesque.log import Log
-    from kafkaesque.records import build_batch
 
     async def produce() -> None:
         log = Log(redis.asyncio.Redis.from_url(redis_url))

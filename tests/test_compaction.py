@@ -12,11 +12,13 @@ import pytest
 import redis.asyncio
 from click.testing import CliRunner, Result
 
+from kafkaesque.batch_build import build_batch
 from kafkaesque.cli import main
-from kafkaesque.compaction import Compactor, Policy
+from kafkaesque.compaction import Compactor
+from kafkaesque.compaction_types import Policy
 from kafkaesque.errors import Conflict, InvalidConfig
 from kafkaesque.log import Log
-from kafkaesque.records import build_batch, check_batch, decode_batch, read_header
+from kafkaesque.records import check_batch, decode_batch, read_header
 from kafkaesque.topic_config import TopicConfig
 
 TS = 1_700_000_000_000  # record timestamps: long ago unless a test says otherwise

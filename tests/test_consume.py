@@ -7,9 +7,9 @@ import io
 from collections.abc import Callable
 
 import kafkaesque.consume
+from kafkaesque.batch_build import build_batch
 from kafkaesque.consume import Consumer
 from kafkaesque.log import Log
-from kafkaesque.records import build_batch
 from kafkaesque.topic_config import TopicConfig
 
 

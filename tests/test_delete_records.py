@@ -8,10 +8,11 @@ from collections.abc import Callable
 
 import pytest
 
+from kafkaesque.batch_build import build_batch
 from kafkaesque.errors import OffsetOutOfRange, PolicyViolation, UnknownTopic
-from kafkaesque.log import HIGH_WATERMARK, Log, RestoredPartition, RestoredTopic
+from kafkaesque.log import HIGH_WATERMARK, Log
+from kafkaesque.log_types import RestoredPartition, RestoredTopic
 from kafkaesque.partitions import EARLIEST, Partitions
-from kafkaesque.records import build_batch
 from kafkaesque.topic_config import TopicConfig
 from tests.test_log import batch, read_all, words
 

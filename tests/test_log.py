@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
+from kafkaesque.batch_build import build_batch
 from kafkaesque.errors import (
     InvalidConfig,
     InvalidProducerEpoch,
@@ -17,8 +18,9 @@ from kafkaesque.errors import (
     UnknownProducerId,
     UnknownTopic,
 )
-from kafkaesque.log import Log, RestoredPartition, RestoredTopic
-from kafkaesque.records import build_batch, check_batch, decode_batch, read_header
+from kafkaesque.log import Log
+from kafkaesque.log_types import RestoredPartition, RestoredTopic
+from kafkaesque.records import check_batch, decode_batch, read_header
 from kafkaesque.topic_config import TopicConfig
 
 

@@ -18,6 +18,7 @@ import pytest
 from crc32c import crc32c
 
 import kafkaesque.records as records_module
+from kafkaesque.batch_build import build_batch, rebuild_batch, rewrite_batch
 from kafkaesque.compression import Compression, DecompressionError, compress, decompress
 from kafkaesque.errors import InvalidRecord
 from kafkaesque.record_body import Record, encode_varint, read_varint
@@ -28,7 +29,6 @@ from kafkaesque.records import (
     CorruptBatch,
     TimestampType,
     base_offset,
-    build_batch,
     check_batch,
     check_client_batch,
     decode_batch,
@@ -39,10 +39,8 @@ from kafkaesque.records import (
     offset_count,
     producer_fields,
     read_header,
-    rebuild_batch,
     record_count,
     record_keys,
-    rewrite_batch,
     split_batches,
     with_base_offset,
 )

@@ -10,10 +10,10 @@ from collections.abc import Callable
 import msgpack
 import pytest
 
+from kafkaesque.batch_build import build_batch
 from kafkaesque.config_keys import TOPIC_CONFIGS, broker_defaults, parse
 from kafkaesque.errors import InvalidConfig, InvalidPartitions
 from kafkaesque.log import Log
-from kafkaesque.records import build_batch
 from kafkaesque.topic_config import AlterOp, TopicConfig, altered, describe, replaced
 
 

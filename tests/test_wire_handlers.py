@@ -11,8 +11,9 @@ import pytest
 from crc32c import crc32c
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.log import RestoredPartition, RestoredTopic
-from kafkaesque.records import Compression, build_batch, decode_batch, read_header
+from kafkaesque.batch_build import build_batch
+from kafkaesque.log_types import RestoredPartition, RestoredTopic
+from kafkaesque.records import Compression, decode_batch, read_header
 from tests.kafka_client import (
     AsyncConnection,
     create_topics_request,

@@ -25,9 +25,10 @@ import asyncpg
 import redis.asyncio
 from broker_process import FAST_CONSUMER, consume, running_broker
 
+from kafkaesque.batch_build import build_batch
 from kafkaesque.embedded import EmbeddedRedis
 from kafkaesque.log import Log
-from kafkaesque.records import build_batch, read_header
+from kafkaesque.records import read_header
 from kafkaesque.topic_config import TopicConfig
 from storage_pg import Archiver, ArchiveReader, EmbeddedPostgres, create_pool, ensure_schema
 from storage_pg.rows import COLUMNS, batch_rows

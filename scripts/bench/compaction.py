@@ -29,10 +29,10 @@ from pathlib import Path
 
 from redis_servers import binaries, start
 
+from kafkaesque.batch_build import build_batch
 from kafkaesque.compaction import Compactor
 from kafkaesque.connect import redis_client
 from kafkaesque.log import Log
-from kafkaesque.records import build_batch
 from kafkaesque.topic_config import TopicConfig
 
 BATCH = 1000

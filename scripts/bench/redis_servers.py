@@ -22,10 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
+from kafkaesque.batch_build import build_batch
 from kafkaesque.connect import redis_client
 from kafkaesque.durability import probe
 from kafkaesque.log import Log
-from kafkaesque.records import build_batch
 from kafkaesque.topic_config import TopicConfig
 
 VALUES = [b"v" * 100] * 100

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.records import build_batch, decode_values
+from kafkaesque.batch_build import build_batch
+from kafkaesque.records import decode_values
 from tests.fuzz.strategies import POOL_TOPICS, WAITING_APIS, Case, Session
 from tests.kafka_client import Connection, decode_response, parse_address
 from wire.handlers import supported

@@ -44,6 +44,7 @@ from hypothesis import strategies as st
 from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import Interval, Records, i32Timedelta
 
+from kafkaesque.batch_build import build_batch
 from kafkaesque.compression import Compression, compress
 from kafkaesque.record_body import encode_uvarint
 from kafkaesque.records import (
@@ -58,7 +59,6 @@ from kafkaesque.records import (
     LAST_OFFSET_DELTA,
     MAGIC_FIELD,
     RECORD_COUNT,
-    build_batch,
 )
 from tests.kafka_client import assignment_bytes, encode_request, produce_request, subscription
 from wire.handlers import supported

@@ -8,7 +8,8 @@ import random
 import asyncpg
 import pytest
 
-from kafkaesque.records import Compression, build_batch
+from kafkaesque.batch_build import build_batch
+from kafkaesque.records import Compression
 from kafkaesque.topic_config import TopicConfig
 from storage_pg import Archiver, ArchiveReader, create_pool, ensure_schema, status, watermark
 from storage_pg.pool import ArchiveError

@@ -9,9 +9,10 @@ from collections.abc import Sequence
 
 import redis.asyncio
 
+from kafkaesque.batch_build import build_batch
 from kafkaesque.compaction import Compactor
 from kafkaesque.log import Log
-from kafkaesque.records import build_batch, check_batch, decode_batch
+from kafkaesque.records import check_batch, decode_batch
 from kafkaesque.topic_config import TopicConfig
 from storage_pg import Archiver, create_pool, status
 from storage_pg.tiered import Archive, attach

@@ -10,11 +10,12 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
+from kafkaesque.batch_build import build_batch
 from kafkaesque.connect import redis_client
 from kafkaesque.durability import Durability, probe
 from kafkaesque.errors import NotDurable
 from kafkaesque.log import Log
-from kafkaesque.records import build_batch, decode_values, split_batches
+from kafkaesque.records import decode_values, split_batches
 from kafkaesque.topic_config import TopicConfig
 from tests.kafka_client import Connection, produce_request
 from tests.servers import RedisServer

@@ -11,7 +11,7 @@ from kafkaesque.cluster import cluster_id
 from kafkaesque.group_state import JoinRequest
 from kafkaesque.groups import CoordinatorConfig, GroupCoordinator
 from kafkaesque.keys import PARTITION, Keys
-from kafkaesque.log import RestoredPartition, RestoredTopic
+from kafkaesque.log_types import RestoredPartition, RestoredTopic
 from kafkaesque.topic_config import TopicConfig
 from storage_pg import Archiver, create_pool, ensure_schema
 from tests.storage.common import make_log, produce

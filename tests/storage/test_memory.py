@@ -11,9 +11,10 @@ import pytest
 import redis
 from kio.schema.errors import ErrorCode
 
+from kafkaesque.batch_build import build_batch
 from kafkaesque.errors import HotTierFull
 from kafkaesque.memory import FULL, HIGH, MAX_THROTTLE_MS, MemoryGuard, MemoryUse
-from kafkaesque.records import base_offset, build_batch, decode_values, split_batches
+from kafkaesque.records import base_offset, decode_values, split_batches
 from tests.kafka_client import Connection, produce_request
 from tests.servers import RedisServer
 from tests.wire.conftest import Broker

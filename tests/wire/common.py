@@ -14,7 +14,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.records import build_batch, read_header, split_batches
+from kafkaesque.batch_build import build_batch
+from kafkaesque.records import read_header, split_batches
 from tests.kafka_client import Connection
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]

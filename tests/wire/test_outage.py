@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.records import build_batch, decode_values, split_batches
+from kafkaesque.batch_build import build_batch
+from kafkaesque.records import decode_values, split_batches
 from tests.kafka_client import Connection
 from tests.servers import RedisServer
 from tests.wire.conftest import Broker
