@@ -21,6 +21,7 @@ import uuid
 
 import asyncpg
 
+from storage_pg.archive_sql import TOPIC_ID
 from storage_pg.schema import ensure_schema
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,6 @@ _DROP_PROGRESS = """
     WITH gone AS (DELETE FROM archive_progress WHERE topic = $1 RETURNING max_producer_id)
     SELECT max(max_producer_id) FROM gone
 """
-_TOPIC_ID = "SELECT topic_id FROM topic WHERE name = $1"
 _RAISE_LOG_START = """
     INSERT INTO partition_state AS s (topic, partition, log_start) VALUES ($1, $2, $3)
     ON CONFLICT (topic, partition) DO UPDATE
@@ -109,7 +109,7 @@ async def delete_records(
     await ensure_schema(conn)
     async with conn.transaction():
         await conn.execute(_LOCK_PARTITION, topic, partition)
-        if await conn.fetchval(_TOPIC_ID, topic) != topic_id:
+        if await conn.fetchval(TOPIC_ID, topic) != topic_id:
             return 0
         return await delete_below(conn, topic, partition, before)
 
