@@ -18,8 +18,9 @@ from kafkaesque.compaction import Compactor
 from kafkaesque.compaction_types import Policy
 from kafkaesque.errors import Conflict, InvalidConfig
 from kafkaesque.log import Log
-from kafkaesque.records import check_batch, decode_batch, read_header
+from kafkaesque.records import decode_batch, read_header
 from kafkaesque.topic_config import TopicConfig
+from tests.log_reads import read_rows
 
 TS = 1_700_000_000_000  # record timestamps: long ago unless a test says otherwise
 HOUR = 3_600_000
@@ -35,23 +36,6 @@ def compact_topic(name: str, page_size: int = 4, **configs: str) -> TopicConfig:
     settings = {"cleanup.policy": "compact", "kafkaesque.page.size": str(page_size)}
     settings.update({k.replace("_", "."): v for k, v in configs.items()})
     return TopicConfig(name, 1, configs=settings)
-
-
-async def records(
-    log: Log, topic: str, offset: int = 0
-) -> list[tuple[int, bytes | None, bytes | None]]:
-    """(offset, key, value) of every record from ``offset`` on, a few batches per read; every
-    batch must be valid (CRC, lengths)."""
-    out: list[tuple[int, bytes | None, bytes | None]] = []
-    while True:
-        result = await log.read(topic, 0, offset, max_bytes=200)
-        assert not result.below_start and not result.past_end
-        if not result.batches:
-            return out
-        for batch in result.batches:
-            header = check_batch(batch)
-            out += [(r.offset, r.key, r.value) for r in decode_batch(batch) if r.offset >= offset]
-            offset = max(offset, header.base_offset + header.last_offset_delta + 1)
 
 
 async def page_sizes(log: Log, topic: str) -> tuple[int, int, int]:
@@ -95,7 +79,7 @@ def test_latest_record_per_key_keeps_its_offset(make_log: Callable[[], Log]) -> 
 
         # Closed pages keep the latest of each key (the keyless record goes, as in Kafka);
         # the open page's a4 does not count: it is not compacted, nor does it compact.
-        assert await records(log, "c") == [
+        assert await read_rows(log, "c") == [
             (3, b"c", b"c1"),
             (4, b"b", b"b2"),
             (5, b"a", b"a3"),
@@ -156,12 +140,12 @@ def test_tombstones_stay_for_delete_retention_then_go(make_log: Callable[[], Log
         await log.append("t", 0, [keyed([(b"z", b"open")])])
         await Compactor(log, clock=clock).run_once()
         # The tombstone hides a1 and stays, so consumers learn that a is gone.
-        assert (2, b"a", None) in await records(log, "t")
-        assert all(key != b"a" or value is None for _, key, value in await records(log, "t"))
+        assert (2, b"a", None) in await read_rows(log, "t")
+        assert all(key != b"a" or value is None for _, key, value in await read_rows(log, "t"))
 
         clock.now += HOUR - 1
         [early] = await Compactor(log, clock=clock).run_once()
-        assert not early.compacted and (2, b"a", None) in await records(log, "t")
+        assert not early.compacted and (2, b"a", None) in await read_rows(log, "t")
 
         clock.now += 1  # delete.retention.ms after its page was first compacted
         compactor = Compactor(log, clock=clock)
@@ -175,7 +159,7 @@ def test_tombstones_stay_for_delete_retention_then_go(make_log: Callable[[], Log
         [due] = await compactor.run_once()
         assert pages_read == [0]  # only the tombstone's page: nothing else can change
         assert due.compacted and due.total("records_before") - due.total("records_after") == 1
-        assert [key for _, key, _ in await records(log, "t")] == [
+        assert [key for _, key, _ in await read_rows(log, "t")] == [
             b"b", b"c", b"d", b"e", b"f", b"g", b"z"
         ]  # fmt: skip
         assert (await log.state("t", 0)).log_start == 0
@@ -201,14 +185,14 @@ def test_min_compaction_lag_keeps_recent_pages(make_log: Callable[[], Log]) -> N
         [done] = await compactor.run_once()
         # The old page is compacted on its own; the recent one is not even mapped, so a3
         # and a4 do not remove a2 yet.
-        assert [(k, v) for _, k, v in await records(log, "lag")] == [
+        assert [(k, v) for _, k, v in await read_rows(log, "lag")] == [
             (b"a", b"2"), (b"b", b"2"), (b"a", b"3"), (b"a", b"4"), (b"c", b"1"),
             (b"c", b"2"), (b"z", b"open"),
         ]  # fmt: skip
         clock.now += HOUR // 2
         [done] = await compactor.run_once()
         assert done.compacted
-        assert [(k, v) for _, k, v in await records(log, "lag")] == [
+        assert [(k, v) for _, k, v in await read_rows(log, "lag")] == [
             (b"b", b"2"), (b"a", b"4"), (b"c", b"2"), (b"z", b"open")
         ]  # fmt: skip
 
@@ -241,7 +225,7 @@ def test_dirty_ratio_and_max_compaction_lag(make_log: Callable[[], Log]) -> None
         # --force ignores the ratio.
         [forced] = await Compactor(log, clock=clock).run_once(force=True)
         assert forced.compacted and forced.total("records_after") == 16
-        assert [k for _, k, _ in await records(log, "r")][:3] == [b"k4", b"k5", b"k6"]
+        assert [k for _, k, _ in await read_rows(log, "r")][:3] == [b"k4", b"k5", b"k6"]
         # max.compaction.lag.ms: a dirty page older than it is compacted whatever the ratio.
         await log.append("r", 0, [keyed([(b"k4", b"x"), (b"k5", b"x"), (b"k6", b"x")], clock.now)])
         await log.append("r", 0, [keyed([(b"y", b"open")], clock.now)])
@@ -250,7 +234,7 @@ def test_dirty_ratio_and_max_compaction_lag(make_log: Callable[[], Log]) -> None
         clock.now += HOUR
         [lagging] = await compactor.run_once()
         assert lagging.compacted
-        assert [k for _, k, _ in await records(log, "r")][:3] == [b"k7", b"k8", b"k9"]
+        assert [k for _, k, _ in await read_rows(log, "r")][:3] == [b"k7", b"k8", b"k9"]
 
     run(scenario)
 
@@ -262,7 +246,7 @@ def test_open_page_is_never_touched(make_log: Callable[[], Log]) -> None:
         await log.append("o", 0, [keyed([(b"a", b"1"), (b"a", b"2"), (b"a", b"3")])])
         [done] = await Compactor(log).run_once(force=True)
         assert not done.compacted
-        assert [v for _, _, v in await records(log, "o")] == [b"1", b"2", b"3"]
+        assert [v for _, _, v in await read_rows(log, "o")] == [b"1", b"2", b"3"]
 
     run(scenario)
 
@@ -290,7 +274,7 @@ def test_an_emptied_page_goes_and_the_log_start_stays(make_log: Callable[[], Log
         for offset in (0, 5, 8):
             result = await log.read("e", 0, offset, max_bytes=1)
             assert read_header(result.batches[0]).base_offset == 8
-        assert [o for o, _, _ in await records(log, "e", 3)] == [8, 9, 10, 11, 12]
+        assert [o for o, _, _ in await read_rows(log, "e", 3)] == [8, 9, 10, 11, 12]
         # The archiver's view: page 2 now starts at 0 and ends where page 3 starts.
         pages = await log.closed_pages("e", 0, 0)
         assert [(pg.page, pg.first_offset, pg.next_offset) for pg in pages] == [(2, 0, 12)]
@@ -346,10 +330,10 @@ def test_the_last_closed_page_waits_for_a_later_one_to_empty(make_log: Callable[
         clock.now += 1
         await Compactor(log, clock=clock).run_once()
         # Page 1 could empty, but no page follows to take its offsets: it stays.
-        assert [(o, v) for o, _, v in await records(log, "w")] == [(2, None), (3, None)]
+        assert [(o, v) for o, _, v in await read_rows(log, "w")] == [(2, None), (3, None)]
         await log.append("w", 0, [keyed([(b"c", b"1")])])
         await Compactor(log, clock=clock).run_once(force=True)
-        assert await records(log, "w") == [(4, b"c", b"1")]
+        assert await read_rows(log, "w") == [(4, b"c", b"1")]
         assert (await log.state("w", 0)).log_start == 0
 
     run(scenario)
@@ -367,7 +351,7 @@ def test_only_archived_pages_are_compacted_when_archiving(make_log: Callable[[],
         assert not idle.compacted  # nothing archived: the archive must see every record
         await log.mark_archived("arch", 0, 4)  # pages 0 and 1
         await Compactor(log).run_once()
-        assert [(o, v) for o, _, v in await records(log, "arch")] == [
+        assert [(o, v) for o, _, v in await read_rows(log, "arch")] == [
             (2, b"1"), (3, b"1"), (4, b"2"), (5, b"2"), (6, b"open")
         ]  # fmt: skip
 
@@ -420,7 +404,7 @@ def test_a_page_changed_since_it_was_read_is_a_conflict(make_log: Callable[[], L
         assert reads_of_page_1 == 2 and done.partitions[0].conflict
         assert "changed meanwhile" in done.format()
         # What stands is the other compactor's work, whole.
-        assert await records(log, "x") == [
+        assert await read_rows(log, "x") == [
             (8, b"a", b"2"), (9, b"b", b"2"), (10, b"c", b"1"), (11, b"d", b"1"),
             (12, b"z", b"open"),
         ]  # fmt: skip
@@ -460,7 +444,7 @@ def test_appends_during_compaction_are_kept(make_log: Callable[[], Log]) -> None
         await compactor.run_once(force=True)
         state = await log.state("busy", 0)
         assert state.log_end == 50 * 4
-        got = await records(log, "busy")
+        got = await read_rows(log, "busy")
         latest = {k: v for _, k, v in got}
         assert latest == {k: b"49" for k in keys[:4]}
         # Offsets only grow, and every closed page holds each key once at most.
@@ -485,7 +469,7 @@ def test_retention_and_compaction_together(make_log: Callable[[], Log]) -> None:
             await Compactor(log).run_once(force=True)
         state = await log.state("both", 0)
         assert state.log_end == 6 and state.log_start > 0
-        assert {k for _, k, _ in await records(log, "both", state.log_start)} <= {
+        assert {k for _, k, _ in await read_rows(log, "both", state.log_start)} <= {
             b"k0",
             b"k1",
             b"k2",

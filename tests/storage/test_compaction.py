@@ -12,10 +12,11 @@ import redis.asyncio
 from kafkaesque.batch_build import build_batch
 from kafkaesque.compaction import Compactor
 from kafkaesque.log import Log
-from kafkaesque.records import check_batch, decode_batch
+from kafkaesque.records import decode_batch
 from kafkaesque.topic_config import TopicConfig
 from storage_pg import Archiver, create_pool, status
 from storage_pg.tiered import Archive, attach
+from tests.log_reads import read_rows
 from tests.storage.common import archived_rows, fetchval, make_log
 
 TS = 1_700_000_000_000
@@ -31,22 +32,6 @@ def compact(name: str, **configs: str) -> TopicConfig:
     settings = {"cleanup.policy": "compact", "kafkaesque.page.size": "4"}
     settings.update({k.replace("_", "."): v for k, v in configs.items()})
     return TopicConfig(name, 1, configs=settings)
-
-
-async def read_from(
-    log: Log, topic: str, offset: int = 0
-) -> list[tuple[int, bytes | None, bytes | None]]:
-    """(offset, key, value) from ``offset`` to the end, through Log.read (tiered)."""
-    out: list[tuple[int, bytes | None, bytes | None]] = []
-    while True:
-        result = await log.read(topic, 0, offset, max_bytes=150)
-        assert not result.below_start and not result.past_end
-        if not result.batches:
-            return out
-        for batch in result.batches:
-            header = check_batch(batch)
-            out += [(r.offset, r.key, r.value) for r in decode_batch(batch) if r.offset >= offset]
-            offset = max(offset, header.base_offset + header.last_offset_delta + 1)
 
 
 # Pages of 4: [a b a c] [a(tombstone) d e f] [g h d b] and the open page [z].
@@ -83,7 +68,7 @@ def test_the_archive_keeps_every_record_and_redis_the_latest(redis_url: str, pg_
         assert [(r.offset, r.key, r.value) for r in rows] == [
             (i, k, v) for i, (k, v) in enumerate(p for pairs in HISTORY[:4] for p in pairs)
         ]
-        assert await read_from(log, "kv") == LATEST
+        assert await read_rows(log, "kv", max_bytes=150) == LATEST
         # Nothing taken for a gap or a loss: no dropped range, the watermark at the end.
         await archiver.run_once()
         state = await status(pool)
@@ -106,10 +91,10 @@ def test_unarchived_pages_wait_for_the_archiver(redis_url: str, pg_dsn: str) -> 
         await log.create_topic(compact("wait"))
         await produce_history(log, "wait")
         [idle] = await Compactor(log).run_once(force=True)
-        assert not idle.compacted and len(await read_from(log, "wait")) == 13
+        assert not idle.compacted and len(await read_rows(log, "wait", max_bytes=150)) == 13
         await Archiver(log, pool, idle_close_ms=None, compact=False).run_once()
         [done] = await Compactor(log).run_once()
-        assert done.compacted and await read_from(log, "wait") == LATEST
+        assert done.compacted and await read_rows(log, "wait", max_bytes=150) == LATEST
         await pool.close()
         await log.redis.aclose()
 
@@ -131,12 +116,12 @@ def test_cold_reads_of_a_compact_topic_are_compacted(redis_url: str, pg_dsn: str
         await Compactor(log, clock=lambda: TS + 1000 * HOUR).run_once()
         # The tombstone's time is up: Redis forgets a.
         await Compactor(log, clock=lambda: TS + 1001 * HOUR).run_once()
-        assert [k for _, k, _ in await read_from(log, "cold")] == [
+        assert [k for _, k, _ in await read_rows(log, "cold", max_bytes=150)] == [
             b"c", b"e", b"f", b"g", b"h", b"d", b"b", b"z"
         ]  # fmt: skip
         await log.release_archived()  # every archived page leaves Redis
         assert (await log.state("cold", 0)).log_start == 12
-        got = await read_from(log, "cold")
+        got = await read_rows(log, "cold", max_bytes=150)
         # The archive's latest per key, tombstone included (safe: it deletes what it hides).
         assert got == LATEST
         # Rebuilt batches skip offsets, as a compacted Kafka log's do.
@@ -148,7 +133,7 @@ def test_cold_reads_of_a_compact_topic_are_compacted(redis_url: str, pg_dsn: str
         await produce_history(log, "plain")
         await archiver.run_once()
         await log.release_archived()
-        assert len(await read_from(log, "plain")) == 13
+        assert len(await read_rows(log, "plain", max_bytes=150)) == 13
         await archive.close()
         await log.redis.aclose()
 
@@ -171,7 +156,7 @@ def test_a_topic_made_compact_gets_its_archived_keys(redis_url: str, pg_dsn: str
         await archiver.run_once()  # nothing new to archive, but the keys are caught up
         assert await fetchval(pg_dsn, "SELECT count(*) FROM compact_key") == 8
         await log.release_archived()
-        assert await read_from(log, "later") == LATEST
+        assert await read_rows(log, "later", max_bytes=150) == LATEST
 
         # Back to delete: the view goes, cold reads serve the history again.
         await log.configure_topic(
@@ -179,7 +164,7 @@ def test_a_topic_made_compact_gets_its_archived_keys(redis_url: str, pg_dsn: str
         )
         await archiver.run_once()
         assert await fetchval(pg_dsn, "SELECT count(*) FROM compact_key") == 0
-        assert len(await read_from(log, "later")) == 13
+        assert len(await read_rows(log, "later", max_bytes=150)) == 13
 
         await log.delete_topic("later")
         assert await fetchval(pg_dsn, "SELECT count(*) FROM compact_key") == 0
@@ -247,7 +232,7 @@ def test_archiver_and_compactor_side_by_side(redis_url: str, pg_dsn: str) -> Non
         rows = await archived_rows(pg_dsn)
         assert [r.offset for r in rows] == list(range(240))
         # Redis: the latest value of every key, and each key once.
-        held = await read_from(log, "busy")
+        held = await read_rows(log, "busy", max_bytes=150)
         assert {k: v for _, k, v in held} == expected
         assert len(held) == len(keys)
         await pool.close()
@@ -266,7 +251,8 @@ def test_recovery_restores_a_compact_topic_readable_compacted(redis_url: str, pg
         await log.redis.flushall()  # Redis loses everything
         fresh = attach(Log(redis.asyncio.Redis.from_url(redis_url)), archive)
         await fresh.ensure_recovered()
-        assert await read_from(fresh, "lost") == LATEST[:-1]  # the open page was not archived
+        # The open page was not archived.
+        assert await read_rows(fresh, "lost", max_bytes=150) == LATEST[:-1]
         await archive.close()
         await log.redis.aclose()
         await fresh.redis.aclose()
