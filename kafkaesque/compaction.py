@@ -340,6 +340,11 @@ class Compactor:
         snapshot = await self._snapshot(topic, partition, page.number)
         if snapshot.first is None:
             return True  # retention dropped it meanwhile (older pages went first)
+        if not snapshot.batches:
+            # Expired (its TTL) but still indexed until the next trim: not a page compaction
+            # emptied, so its offsets must not pass to the next page (that would move the
+            # log start back and hide the archive's records from the readers).
+            return True
         before = _page(page.number, snapshot.first, page.next, snapshot.stats)
         expired = before.cleaned_ms is not None and (
             before.cleaned_ms + policy.delete_retention_ms <= now

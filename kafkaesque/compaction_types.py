@@ -69,7 +69,9 @@ class TopicCompaction:
         if not self.compacted:
             reasons = sorted({p.idle for p in self.partitions if p.idle})
             reasons += [later] if changed else []
-            return f"{self.topic}: nothing to compact ({'; '.join(reasons) or 'no partitions'})"
+            # No reason: every page was compact already (a pass may just have dated them).
+            why = "; ".join(reasons) or ("already compact" if self.partitions else "no partitions")
+            return f"{self.topic}: nothing to compact ({why})"
         compacted = sum(1 for p in self.partitions if p.pages)
         line = (
             f"{self.topic}: {self.total('records_before'):,} -> "

@@ -71,7 +71,7 @@ class TopicsLog:
             data = await self.redis.get(self.keys.topic(name))
         if data is None:
             raise UnknownTopic(f"no such topic: {name}")
-        return TopicConfig.unpack(name, data, msgpack.unpackb(defaults) if defaults else None)
+        return TopicConfig.unpack(name, data, defaults)
 
     async def topic_defaults(self) -> dict[str, str]:
         """The broker's topic config defaults (``serve --config``)."""
@@ -80,10 +80,10 @@ class TopicsLog:
 
     async def set_topic_defaults(self, defaults: dict[str, str]) -> list[str]:
         """Make ``defaults`` (topic config name -> canonical value) the broker's topic
-        defaults and apply them to every topic's partitions; returns the topics changed."""
+        defaults and apply them to every topic's partitions; returns the topics changed.
+        Every topic is configured again even when the defaults did not change, so a run
+        stopped halfway (a crash, Redis away) is completed by the next."""
         previous = await self.topic_defaults()
-        if previous == defaults:
-            return []
         await self.redis.set(self.keys.topic_defaults, msgpack.packb(defaults))
         changed = []
         for name in await self.list_topics():
@@ -110,13 +110,13 @@ class TopicsLog:
             raw, defaults = await self.redis.mget(self.keys.topic(name), self.keys.topic_defaults)
             if raw is None:
                 raise UnknownTopic(f"no such topic: {name}")
-            current = TopicConfig.unpack(name, raw, msgpack.unpackb(defaults) if defaults else None)
+            current = TopicConfig.unpack(name, raw, defaults)
             changed = change(current)
             changed.validate()
             metas = [self.keys.partition(name, p).meta for p in range(changed.partitions)]
             try:
                 await self.scripts.configure(
-                    keys=[self.keys.topic(name), *metas],
+                    keys=[self.keys.topic(name), self.keys.archiving, *metas],
                     args=[raw, changed.pack(), changed.lua_settings(), current.partitions],
                 )
                 return changed

@@ -38,7 +38,15 @@ MAX_PARTITIONS = 10_000
 MAX_SETTING = 2**31 - 1
 
 # The meta hash fields through which the Lua scripts enforce a topic's configs, in order.
-LUA_SETTINGS = ("page_size", "ttl", "max_pages", "retention_bytes", "segment_bytes", "segment_ms")
+LUA_SETTINGS = (
+    "page_size",
+    "ttl",
+    "max_pages",
+    "retention_bytes",
+    "segment_bytes",
+    "segment_ms",
+    "delete",
+)
 
 Source = Literal["topic", "broker", "default"]
 
@@ -142,7 +150,8 @@ class TopicConfig:
 
     @property
     def ttl(self) -> int:
-        """Seconds a closed page is kept (retention.ms, rounded up); 0: forever."""
+        """Seconds a closed page is kept (retention.ms, rounded up, at most MAX_SETTING:
+        about 68 years); 0: forever."""
         ms = int(self.value("retention.ms"))
         return 0 if ms < 0 else min(MAX_SETTING, max(1, -(-ms // 1000)))
 
@@ -165,7 +174,8 @@ class TopicConfig:
 
     def lua_settings(self) -> str:
         """The meta fields the scripts enforce, as "name value ..." (LUA_SETTINGS): without
-        the delete policy, retention neither expires nor drops pages."""
+        the delete policy, retention neither expires nor drops pages, and max.pages drops
+        only archived ones."""
         delete = "delete" in self.cleanup_policy
         values = {
             "page_size": self.page_size,
@@ -174,6 +184,7 @@ class TopicConfig:
             "retention_bytes": self.typed("retention.bytes") if delete else -1,
             "segment_bytes": self.typed("segment.bytes"),
             "segment_ms": self.segment_ms,
+            "delete": int(delete),
         }
         return " ".join(f"{name} {values[name]}" for name in LUA_SETTINGS)
 
@@ -184,8 +195,12 @@ class TopicConfig:
                 f"partitions must be in 1..{MAX_PARTITIONS}, got {self.partitions}"
             )
         self.configs = {name: parse(name, value) for name, value in self.configs.items()}
-        if self.ttl > MAX_SETTING:
-            raise InvalidConfig(f"retention.ms must be below {MAX_SETTING * 1000}")
+        min_lag, max_lag = self.typed("min.compaction.lag.ms"), self.typed("max.compaction.lag.ms")
+        if min_lag > max_lag:  # Kafka's LogConfig refuses it too
+            raise InvalidConfig(
+                f"conflict topic config setting min.compaction.lag.ms ({min_lag}) > "
+                f"max.compaction.lag.ms ({max_lag})"
+            )
 
     # -- storage ------------------------------------------------------------------------
     def pack(self) -> bytes:
@@ -200,8 +215,11 @@ class TopicConfig:
 
     @classmethod
     def unpack(
-        cls, name: str, data: bytes, defaults: Mapping[str, str] | None = None
+        cls, name: str, data: bytes, defaults: Mapping[str, str] | bytes | None = None
     ) -> TopicConfig:
+        """A stored topic; ``defaults`` as a mapping or as stored (msgpack)."""
+        if isinstance(defaults, bytes):
+            defaults = msgpack.unpackb(defaults)
         m = msgpack.unpackb(data)
         configs = m.get("configs")
         if configs is None:  # stored before topics had Kafka's configs

@@ -548,3 +548,23 @@ def test_cli_compact_prints_a_line_per_topic(redis_url: str) -> None:
         assert fragment in failed.stderr and len(failed.stderr.splitlines()) == 1, failed.stderr
     again = ks("compact", "kv")
     assert again.stdout == "kv: nothing to compact (nothing new to compact)\n"
+
+
+def test_an_expired_page_keeps_its_offsets_from_the_next(make_log: Callable[[], Log]) -> None:
+    """A page whose TTL ran out stays indexed until the next trim: compaction must not take
+    it for a page it emptied and hand its offsets to the next page (that moved the log
+    start back, and a read of the expired offsets returned the next page's records)."""
+
+    async def scenario() -> None:
+        log = make_log()
+        await log.create_topic(compact_topic("e", 2, cleanup_policy="compact,delete"))
+        for i in range(3):  # pages [a0 b0] [a1 b1] [a2 b2], then the open page
+            await log.append("e", 0, [keyed([(b"a", b"a%d" % i), (b"b", b"b%d" % i)])])
+        p = log.keys.partition("e", 0)
+        await log.redis.delete(p.page(0), p.batch_index(0))  # as its TTL would
+        await Compactor(log).run_once(force=True)
+        # Page 1 is emptied (a2, b2 are newer) and passes its offsets on, not page 0's.
+        assert await log.redis.zscore(p.index, "2") == 2
+        assert (await log.state("e", 0)).log_start == 2
+
+    run(scenario)

@@ -156,6 +156,14 @@ def test_lua_settings_drop_retention_without_the_delete_policy() -> None:
     compacted = TopicConfig("t", 1, configs={**deleting.configs, "cleanup.policy": "compact"})
     assert "ttl 0 " in compacted.lua_settings()
     assert "retention_bytes -1 " in compacted.lua_settings()
+    assert "delete 1" in deleting.lua_settings() and "delete 0" in compacted.lua_settings()
+
+
+def test_compaction_lags_must_be_in_order() -> None:
+    lags = {"min.compaction.lag.ms": "5000", "max.compaction.lag.ms": "1000"}
+    with pytest.raises(InvalidConfig, match=r"min\.compaction\.lag\.ms \(5000\) >"):
+        TopicConfig("t", 1, configs=lags).validate()
+    TopicConfig("t", 1, configs={**lags, "min.compaction.lag.ms": "1000"}).validate()
 
 
 # -- what the log enforces ---------------------------------------------------------------------

@@ -65,24 +65,6 @@ local function max_timestamp(batch)
   return n
 end
 
--- Close the open page: it becomes immutable (but for the compactor's rewrites) and counts
--- towards max_pages and retention_bytes. It gets the TTL now, unless pages are archived, in
--- which case it gets it once archived (mark_archived).
--- Its stats are "records bytes max_timestamp" (the largest maxTimestamp of its batches,
--- for ListOffsets by time; absent when unknown, and the page is then scanned); the
--- compactor adds "cleaned_ms tombstones" (compact.lua).
-local function close_page(meta, stats, prefix, page, page_records, page_bytes, ttl, archiving,
-                          page_max_ts)
-  local stat = page_records .. ' ' .. page_bytes
-  if page_max_ts then stat = stat .. ' ' .. string.format('%.0f', page_max_ts) end
-  redis.call('HSET', stats, page, stat)
-  redis.call('HINCRBY', meta, 'closed_bytes', page_bytes)
-  if ttl > 0 and not archiving then
-    redis.call('EXPIRE', page_key(prefix, page), ttl)
-    redis.call('EXPIRE', batch_index_key(prefix, page), ttl)
-  end
-end
-
 -- The bytes of a page as its stats have them (0 for the open page).
 local function page_stat_bytes(stats, page)
   local stat = redis.call('HGET', stats, page)
@@ -102,15 +84,45 @@ local function closed_bytes(meta, stats)
   return sum
 end
 
+-- Close the open page: it becomes immutable (but for the compactor's rewrites) and counts
+-- towards max_pages and retention_bytes. It gets the TTL now, unless pages are archived, in
+-- which case it gets it once archived (mark_archived).
+-- Its stats are "records bytes max_timestamp" (the largest maxTimestamp of its batches,
+-- for ListOffsets by time; absent when unknown, and the page is then scanned); the
+-- compactor adds "cleaned_ms tombstones" (compact.lua).
+local function close_page(meta, stats, prefix, page, page_records, page_bytes, ttl, archiving,
+                          page_max_ts)
+  local stat = page_records .. ' ' .. page_bytes
+  if page_max_ts then stat = stat .. ' ' .. string.format('%.0f', page_max_ts) end
+  closed_bytes(meta, stats)  -- summed first for a partition that predates the counter
+  redis.call('HSET', stats, page, stat)
+  redis.call('HINCRBY', meta, 'closed_bytes', page_bytes)
+  if ttl > 0 and not archiving then
+    redis.call('EXPIRE', page_key(prefix, page), ttl)
+    redis.call('EXPIRE', batch_index_key(prefix, page), ttl)
+  end
+end
+
+-- Remove a closed page: its data, index entry, stats and bytes. Returns its bytes.
+local function drop_page(meta, index, stats, prefix, page)
+  local bytes = page_stat_bytes(stats, page)
+  redis.call('DEL', page_key(prefix, page), batch_index_key(prefix, page))
+  redis.call('ZREM', index, page)
+  redis.call('HDEL', stats, page)
+  redis.call('HINCRBY', meta, 'closed_bytes', -bytes)
+  return bytes
+end
+
 -- Retention: drop index entries (and data) of the oldest closed pages while the partition
 -- holds more than max_pages closed pages or more than retention_bytes (with the open
 -- page's open_bytes), of pages whose TTL expired, and of pages wholly below the floor
 -- DeleteRecords set. With archiving on, only pages wholly below `archived` (the next offset
 -- to archive) go for max_pages, retention_bytes or a release. Returns the log start offset.
--- limits: {max_pages =, retention_bytes =, open_bytes =, floor =} (meta fields).
+-- limits: {max_pages =, retention_bytes =, open_bytes =, floor =, delete =} (meta fields;
+-- delete: the topic's cleanup.policy has delete, true for topics older than the field).
 local function trim_index(meta, index, stats, prefix, open_page, closed, limits, end_offset,
                           archived, archiving, release)
-  local held = limits.retention_bytes >= 0 and closed_bytes(meta, stats) or 0
+  local held = closed_bytes(meta, stats)  -- summed first for a partition older than it
   local floor = limits.floor or 0
   while true do
     local oldest = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
@@ -121,7 +133,10 @@ local function trim_index(meta, index, stats, prefix, open_page, closed, limits,
     local next_first = #following > 0 and tonumber(following[2]) or end_offset
     -- release: Redis is short of memory, so every archived closed page goes now (the
     -- archive serves its offsets); never an unarchived one (checked just below).
-    local over_limit = (limits.max_pages > 0 and closed > limits.max_pages)
+    -- max_pages bounds memory: without the delete policy (compact) a page goes only once
+    -- archived, since dropping it would lose the latest value of its keys.
+    local over_limit = (limits.max_pages > 0 and closed > limits.max_pages
+                        and (limits.delete or archiving))
       or (limits.retention_bytes >= 0 and held + limits.open_bytes > limits.retention_bytes)
       or (release and archiving)
     if over_limit and archiving and next_first > archived then over_limit = false end
@@ -129,12 +144,7 @@ local function trim_index(meta, index, stats, prefix, open_page, closed, limits,
     if not over_limit and redis.call('EXISTS', page_key(prefix, page)) == 1 then
       return math.max(tonumber(oldest[2]), floor)
     end
-    local bytes = page_stat_bytes(stats, page)
-    redis.call('DEL', page_key(prefix, page), batch_index_key(prefix, page))
-    redis.call('ZREM', index, page)
-    redis.call('HDEL', stats, page)
-    redis.call('HINCRBY', meta, 'closed_bytes', -bytes)
-    held = held - bytes
+    held = held - drop_page(meta, index, stats, prefix, page)
     closed = closed - 1
   end
 end
@@ -149,9 +159,9 @@ end
 
 -- The limits trim_index enforces, from a meta hash.
 local function meta_limits(meta, open_bytes)
-  local m = redis.call('HMGET', meta, 'max_pages', 'retention_bytes', 'floor')
+  local m = redis.call('HMGET', meta, 'max_pages', 'retention_bytes', 'floor', 'delete')
   return {max_pages = tonumber(m[1]), retention_bytes = tonumber(m[2] or -1),
-          open_bytes = open_bytes, floor = tonumber(m[3] or 0)}
+          open_bytes = open_bytes, floor = tonumber(m[3] or 0), delete = m[4] ~= '0'}
 end
 
 -- Fields every partition's meta hash starts with; `settings` as in settings_list.

@@ -24,7 +24,8 @@ local bidx = redis.call('GET', bidx_key) or ''
 local count = #ARGV - 6
 if tonumber(page) >= tonumber(open_page) or not score or tonumber(score) ~= tonumber(first)
     or (redis.call('HGET', stats, page) or '') ~= ARGV[4] or bidx ~= ARGV[5]
-    or #bidx ~= count * BATCH_INDEX_ENTRY or redis.call('LLEN', key) ~= count then
+    or #bidx ~= count * BATCH_INDEX_ENTRY or redis.call('LLEN', key) ~= count
+    or redis.call('EXISTS', key) == 0 then  -- expired: retention's to drop, not ours
   return redis.error_reply('CONFLICT page ' .. page .. ' changed since the compactor read it')
 end
 closed_bytes(meta, stats)  -- the counter, summed first for a partition that predates it
@@ -49,10 +50,7 @@ if #batches == 0 then
     return redis.error_reply('CONFLICT page ' .. page .. ' has no later page to take its offsets')
   end
   redis.call('ZADD', index, first, following)
-  redis.call('DEL', key, bidx_key)
-  redis.call('ZREM', index, page)
-  redis.call('HDEL', stats, page)
-  redis.call('HINCRBY', meta, 'closed_bytes', -old_bytes)
+  drop_page(meta, index, stats, prefix, page)
   return {old_bytes, 0}
 end
 
