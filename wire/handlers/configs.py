@@ -7,6 +7,7 @@ as Kafka's static broker configs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -144,7 +145,8 @@ async def _alter(broker: Broker, request: Request, incremental: bool) -> Any:
     return build(schema, throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
-def _change(resource: Any, incremental: bool) -> Any:
+def _change(resource: Any, incremental: bool) -> Callable[[TopicConfig], TopicConfig]:
+    """What an (Incremental)AlterConfigs resource does to a topic's config."""
     if incremental:
         if any(c.config_operation not in iter(AlterOp) for c in resource.configs):
             raise InvalidConfig("config operation must be SET, DELETE, APPEND or SUBTRACT")
