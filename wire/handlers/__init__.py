@@ -17,6 +17,7 @@ from wire.broker import Broker
 from wire.errors import error_code
 from wire.handlers import (
     admin,
+    cluster,
     configs,
     fetch,
     groups,
@@ -24,7 +25,9 @@ from wire.handlers import (
     metadata,
     offsets,
     produce,
+    producers,
     records,
+    telemetry,
     topic_partitions,
 )
 from wire.protocol import NO_THROTTLE, Request, build, error_response, schema_class
@@ -103,8 +106,14 @@ HANDLERS: dict[int, Api] = {
     35: Api(1, 4, log_dirs.describe_log_dirs),  # Kafka 4 dropped v0
     37: Api(0, 3, admin.create_partitions),
     42: Api(0, 1, groups.delete_groups, coordinator=True),
+    43: Api(0, 2, cluster.elect_leaders),
     44: Api(0, 1, configs.incremental_alter_configs),
+    45: Api(0, 0, cluster.alter_partition_reassignments),
+    46: Api(0, 0, cluster.list_partition_reassignments),
+    55: Api(0, 2, cluster.describe_quorum),
     60: Api(0, 2, metadata.describe_cluster),
+    61: Api(0, 0, producers.describe_producers),
+    71: Api(0, 0, telemetry.get_telemetry_subscriptions),
     75: Api(0, 0, topic_partitions.describe_topic_partitions),
 }
 
