@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 from kafkaesque.batch_build import build_batch
 from tests.kafka_client import Connection, request
 from tests.wire.common import create_topic, wait_until
+from tests.wire.conftest import Broker
 
 DESCRIBE_TOPIC_PARTITIONS, DESCRIBE_LOG_DIRS, DELETE_TOPICS = 75, 35, 20
 CREATE_PARTITIONS, DESCRIBE_CLUSTER = 37, 60
@@ -179,15 +180,13 @@ def test_describe_log_dirs_v4_memory_bounds(broker, redis_server, topic_name):
         assert v1.log_dir == "redis" and v1.topics == ()
 
 
-def test_describe_log_dirs_with_an_archive(
-    broker_factory, redis_server, pg_server, tmp_path, topic_name
-):
+def test_describe_log_dirs_with_an_archive(redis_server, pg_server, tmp_path, topic_name):
     """With an archive, an "archive" dir gives the bytes of each partition's archived rows."""
-    from tests.wire.conftest import Broker
-
-    redis.Redis.from_url(redis_server.url).flushall()
+    # A database of its own on the session's Redis: the module's broker stays unarchived.
+    redis_url = redis_server.url.rsplit("/", 1)[0] + "/3"
+    redis.Redis.from_url(redis_url).flushdb()
     with pg_server.database() as dsn:
-        server = Broker(redis_server.url, tmp_path / "b", ["--archive-interval", "0.2"], pg_dsn=dsn)
+        server = Broker(redis_url, tmp_path / "b", ["--archive-interval", "0.2"], pg_dsn=dsn)
         try:
             topic = topic_name()
             create_topic(server.bootstrap, topic, 2)
