@@ -43,12 +43,34 @@ class InvalidReplication(InvalidConfig):
     """A replication factor or replica assignment this single broker cannot give."""
 
 
+class InvalidReplicaAssignment(InvalidReplication):
+    """Replicas named for a partition that this broker cannot give it: another broker,
+    none, or one twice."""
+
+
 class TopicExists(KafkaesqueError):
     pass
 
 
 class UnknownTopic(KafkaesqueError):
     """No such topic, or no such partition of it."""
+
+
+class UnknownTopicId(UnknownTopic):
+    """No topic has this topic id."""
+
+
+class InvalidRequest(KafkaesqueError):
+    """A request whose fields contradict each other (a topic named by name and id)."""
+
+
+# -- replicas: one broker holds and leads every partition --------------------------------
+class ElectionNotNeeded(KafkaesqueError):
+    """A leader election asked for a partition whose leader is already the one wanted."""
+
+
+class NoReassignmentInProgress(KafkaesqueError):
+    """A reassignment was cancelled that is not in progress (none ever is)."""
 
 
 class Conflict(KafkaesqueError):

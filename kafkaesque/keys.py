@@ -48,6 +48,10 @@ class PartitionKeys:
         return self.prefix + "producers"
 
     @property
+    def producers_seen(self) -> str:
+        return self.prefix + "producers_seen"
+
+    @property
     def epochs(self) -> str:
         return self.prefix + "epochs"
 

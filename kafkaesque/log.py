@@ -18,7 +18,14 @@ from kafkaesque.durability import DEFAULT_TIMEOUT_MS, Durability
 from kafkaesque.errors import OffsetOutOfRange, PolicyViolation, UnknownTopic
 from kafkaesque.keys import Keys
 from kafkaesque.log_topics import TopicsLog
-from kafkaesque.log_types import Appended, ColdStore, PartitionState, ReadResult, RestoredTopic
+from kafkaesque.log_types import (
+    Appended,
+    ColdStore,
+    PartitionState,
+    ProducerState,
+    ReadResult,
+    RestoredTopic,
+)
 from kafkaesque.records import base_offset, decode_batch, next_offset, offset_count, producer_fields
 from kafkaesque.scripts import Scripts
 
@@ -298,6 +305,27 @@ class Log(TopicsLog, ArchivingLog):
         known = max(e for e, _ in history if e <= epoch)
         end = min((start for e, start in history if e > epoch), default=state.log_end)
         return known, end
+
+    async def producers(self, topic: str, partition: int) -> list[ProducerState]:
+        """The idempotent producers the partition keeps sequence state for (append.lua's
+        "epoch first:last:offset ..." per id, newest batch last), by producer id; raises
+        UnknownTopic for a partition that does not exist."""
+        p = self.keys.partition(topic, partition)
+        pipe = self.redis.pipeline(transaction=True)  # one view of the two keys
+        pipe.exists(p.meta)
+        pipe.hgetall(p.producers)
+        pipe.zrange(p.producers_seen, 0, -1, withscores=True)
+        exists, states, seen = await pipe.execute()
+        if not exists:
+            raise UnknownTopic(f"unknown topic or partition: {topic}[{partition}]")
+        used = {int(pid): int(ms) for pid, ms in seen}
+        found = []
+        for pid, raw in states.items():
+            epoch, *batches = raw.decode().split()
+            # A producer with no batch kept has no sequence yet: Kafka's -1.
+            last = int(batches[-1].split(":")[1]) if batches else -1
+            found.append(ProducerState(int(pid), int(epoch), last, used.get(int(pid), -1)))
+        return sorted(found, key=lambda s: s.producer_id)
 
     async def new_producer_id(self) -> int:
         """A producer id no other producer of this Redis has had, before or after a loss of

@@ -41,6 +41,16 @@ class PartitionState:
 
 
 @dataclass(frozen=True, slots=True)
+class ProducerState:
+    """An idempotent producer a partition keeps sequence state for (DescribeProducers)."""
+
+    producer_id: int
+    epoch: int
+    last_sequence: int  # of its last batch
+    last_used: int  # ms: the broker's clock at its last append
+
+
+@dataclass(frozen=True, slots=True)
 class RestoredPartition:
     log_end: int  # what the archive holds: the partition continues here
     leader_epoch: int  # the last epoch known; the restored partition gets a higher one
@@ -86,4 +96,9 @@ class ColdStore(Protocol):
     ) -> None:
         """Delete the partition's records below offset ``before`` (of the incarnation
         ``topic_id``) for good: never read, never stored again, kept across a restore."""
+        ...
+
+    async def partition_bytes(self, topic: str) -> dict[int, int]:
+        """partition -> bytes its archived records take in the store (partitions with
+        none archived are left out)."""
         ...

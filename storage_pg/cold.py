@@ -46,6 +46,14 @@ _FIND_TIME = """
     ORDER BY "offset"
     LIMIT 1
 """
+# pg_column_size of the whole row: what its columns take in the heap and TOAST, after
+# PostgreSQL's compression; a scan of the topic's range of the unique index.
+_PARTITION_BYTES = """
+    SELECT partition, sum(pg_column_size(r.*))::bigint AS bytes
+    FROM record r
+    WHERE topic = $1
+    GROUP BY partition
+"""
 _SEQUENCE_MASK = 0x7FFFFFFF
 _MAX_DELTA = 0x7FFFFFFF  # a batch's offset deltas are int32
 _BATCH_OVERHEAD = 61  # the batch header
@@ -82,6 +90,15 @@ class ArchiveReader:
             except asyncpg.UndefinedTableError:
                 return []  # no archive (or one from before gaps were recorded)
         return [(g.partition, g.first_offset, g.last_offset) for g in gaps]
+
+    async def partition_bytes(self, topic: str) -> dict[int, int]:
+        """partition -> bytes of its archived rows (DescribeLogDirs' archive size)."""
+        async with self.pool.acquire() as conn:
+            try:
+                rows = await conn.fetch(_PARTITION_BYTES, topic)
+            except asyncpg.UndefinedTableError:
+                return {}  # no archive yet
+        return {r["partition"]: r["bytes"] for r in rows}
 
     async def find_time(
         self, topic: str, partition: int, timestamp: int, below: int

@@ -96,6 +96,12 @@ class Archive:
         except PG_CONNECTION_ERRORS as exc:
             raise StorageUnavailable(f"the archive is unreachable: {exc}") from exc
 
+    async def partition_bytes(self, topic: str) -> dict[int, int]:
+        try:
+            return await (await self._cold_reader()).partition_bytes(topic)
+        except PG_CONNECTION_ERRORS as exc:
+            raise StorageUnavailable(f"the archive is unreachable: {exc}") from exc
+
     async def find_time(
         self, topic: str, partition: int, timestamp: int, below: int
     ) -> tuple[int, int] | None:

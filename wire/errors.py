@@ -15,8 +15,13 @@ ERROR_CODES: dict[type[core.KafkaesqueError], ErrorCode] = {
     core.InvalidConfig: ErrorCode.invalid_config,
     core.InvalidPartitions: ErrorCode.invalid_partitions,
     core.InvalidReplication: ErrorCode.invalid_replication_factor,
+    core.InvalidReplicaAssignment: ErrorCode.invalid_replica_assignment,
     core.TopicExists: ErrorCode.topic_already_exists,
     core.UnknownTopic: ErrorCode.unknown_topic_or_partition,
+    core.UnknownTopicId: ErrorCode.unknown_topic_id,
+    core.InvalidRequest: ErrorCode.invalid_request,
+    core.ElectionNotNeeded: ErrorCode.election_not_needed,
+    core.NoReassignmentInProgress: ErrorCode.no_reassignment_in_progress,
     # Only seen when a retry loop gives up; clients retry a storage error.
     core.Conflict: ErrorCode.kafka_storage_error,
     core.PolicyViolation: ErrorCode.policy_violation,

@@ -244,13 +244,14 @@ async def per_partition(
     topics: Any,
     answer: Callable[[str, Any], Awaitable[Any]],
     name_field: str = "name",
+    partitions_field: str = "partitions",
 ) -> tuple[Any, ...]:
     """One result per topic of a request, each holding ``answer(topic, partition)`` for
-    every partition it asked about, in order."""
+    every partition it asked about (in ``partitions_field``), in order."""
     results = []
     for t in topics:
         name = getattr(t, name_field)
-        answers = tuple([await answer(name, p) for p in t.partitions])
+        answers = tuple([await answer(name, p) for p in getattr(t, partitions_field)])
         results.append(build(topic_class, **{name_field: name, "partitions": answers}))
     return tuple(results)
 

@@ -15,7 +15,21 @@ from kio.schema.errors import ErrorCode
 from kafkaesque.errors import KafkaesqueError, StorageUnavailable
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.handlers import admin, configs, fetch, groups, metadata, offsets, produce, records
+from wire.handlers import (
+    admin,
+    cluster,
+    configs,
+    fetch,
+    groups,
+    log_dirs,
+    metadata,
+    offsets,
+    produce,
+    producers,
+    records,
+    telemetry,
+    topic_partitions,
+)
 from wire.protocol import NO_THROTTLE, Request, build, error_response, schema_class
 
 Handler = Callable[[Broker, Request], Awaitable[Any]]
@@ -83,16 +97,24 @@ HANDLERS: dict[int, Api] = {
     16: Api(0, 2, groups.list_groups, coordinator=True),
     18: Api(0, 4, api_versions),
     19: Api(2, 7, admin.create_topics),
-    20: Api(1, 1, admin.delete_topics),
+    20: Api(1, 6, admin.delete_topics),  # v6: by topic id
     21: Api(0, 2, records.delete_records),  # v2 is flexible
     22: Api(0, 0, offsets.init_producer_id),
     23: Api(2, 3, offsets.offset_for_leader_epoch),
     32: Api(1, 4, configs.describe_configs),
     33: Api(0, 2, configs.alter_configs),
-    37: Api(0, 1, admin.create_partitions),
+    35: Api(1, 4, log_dirs.describe_log_dirs),  # Kafka 4 dropped v0
+    37: Api(0, 3, admin.create_partitions),
     42: Api(0, 1, groups.delete_groups, coordinator=True),
+    43: Api(0, 2, cluster.elect_leaders),
     44: Api(0, 1, configs.incremental_alter_configs),
-    60: Api(0, 1, metadata.describe_cluster),
+    45: Api(0, 0, cluster.alter_partition_reassignments),
+    46: Api(0, 0, cluster.list_partition_reassignments),
+    55: Api(0, 2, cluster.describe_quorum),
+    60: Api(0, 2, metadata.describe_cluster),
+    61: Api(0, 0, producers.describe_producers),
+    71: Api(0, 0, telemetry.get_telemetry_subscriptions),
+    75: Api(0, 0, topic_partitions.describe_topic_partitions),
 }
 
 

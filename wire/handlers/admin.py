@@ -11,14 +11,20 @@ from kafkaesque.config_keys import parse
 from kafkaesque.errors import (
     InvalidConfig,
     InvalidPartitions,
+    InvalidReplicaAssignment,
     InvalidReplication,
+    InvalidRequest,
     KafkaesqueError,
     TopicExists,
+    UnknownTopic,
+    UnknownTopicId,
 )
+from kafkaesque.replicas import check_replicas
 from kafkaesque.topic_config import TopicConfig, check_topic_name
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.handlers.configs import created_configs
+from wire.handlers.metadata import NO_TOPIC_ID, topic_by_id
 from wire.protocol import NO_THROTTLE, Request, build, schema_class
 
 
@@ -29,8 +35,8 @@ def config_from_request(broker: Broker, topic: Any) -> TopicConfig:
     if topic.assignments:
         if partitions not in (-1, len(topic.assignments)):
             raise InvalidConfig("num_partitions and the replica assignment disagree")
-        if any(tuple(a.broker_ids) != (broker.config.node_id,) for a in topic.assignments):
-            raise InvalidReplication(f"replicas must be [{broker.config.node_id}], the only broker")
+        for assignment in topic.assignments:
+            check_replicas(assignment.broker_ids, broker.config.node_id)
         partitions = len(topic.assignments)
     if partitions == -1:
         partitions = broker.config.default_partitions
@@ -97,19 +103,58 @@ async def create_topics(broker: Broker, request: Request) -> Any:
     return build(schema, throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
+async def _deletion_target(broker: Broker, entry: Any) -> tuple[str, uuid.UUID | None]:
+    """(name, topic id if Redis knows the topic) of a DeleteTopics entry: a name (v1-v5),
+    or a name or an id, not both (v6: Kafka's INVALID_REQUEST); UnknownTopicId for an id
+    no topic has. An unknown name is left to Log.delete_topic: the archive may have it."""
+    if isinstance(entry, str):
+        name = entry
+    else:
+        named, by_id = entry.name is not None, entry.topic_id not in (None, NO_TOPIC_ID)
+        if named == by_id:
+            raise InvalidRequest(
+                "You may not specify both topic name and topic id."
+                if named
+                else "Neither topic name nor id were specified."
+            )
+        if by_id:
+            config = await topic_by_id(broker, entry.topic_id)
+            if config is None:
+                raise UnknownTopicId(f"no topic has the id {entry.topic_id}")
+            return config.name, entry.topic_id
+        name = entry.name
+    try:
+        return name, uuid.UUID(bytes=(await broker.log.topic(name)).topic_id)
+    except UnknownTopic:
+        return name, None
+
+
 async def delete_topics(broker: Broker, request: Request) -> Any:
+    """Delete topics by name (v1-v5) or by name or topic id (v6); each result names the
+    topic and its id where known."""
     schema = request.response_class
     result_class = schema_class(schema, "DeletableTopicResult")
+    body = request.body
     results = []
-    for name in request.body.topic_names:
-        error = ErrorCode.none
+    for entry in body.topics if request.api_version >= 6 else body.topic_names:
+        name, topic_id = (entry, None) if isinstance(entry, str) else (entry.name, entry.topic_id)
+        error, message = ErrorCode.none, None
         try:
+            name, topic_id = await _deletion_target(broker, entry)
             await broker.log.delete_topic(name)
             broker.partitions.forget_config(name)
             await broker.groups.forget_topic(name)
         except KafkaesqueError as exc:
-            error = error_code(exc)
-        results.append(build(result_class, name=name, error_code=error))
+            error, message = error_code(exc), str(exc)
+        results.append(
+            build(
+                result_class,
+                name=name,
+                topic_id=topic_id or NO_TOPIC_ID,
+                error_code=error,
+                error_message=message,
+            )
+        )
     return build(schema, throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
@@ -125,6 +170,15 @@ async def create_partitions(broker: Broker, request: Request) -> Any:
                 raise InvalidPartitions(
                     f"topic has {current.partitions} partitions; the new count must be larger"
                 )
+            if topic.assignments is not None:
+                added = topic.count - current.partitions
+                if len(topic.assignments) != added:
+                    raise InvalidReplicaAssignment(
+                        f"Increasing the number of partitions by {added} but "
+                        f"{len(topic.assignments)} assignments provided."
+                    )
+                for assignment in topic.assignments:
+                    check_replicas(assignment.broker_ids, broker.config.node_id)
             if not request.body.validate_only:
                 await broker.log.add_partitions(topic.name, topic.count)
         except KafkaesqueError as exc:

@@ -11,7 +11,7 @@ from kafkaesque.errors import KafkaesqueError, StorageUnavailable, TopicExists, 
 from kafkaesque.topic_config import TopicConfig, check_topic_name
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.protocol import NO_THROTTLE, Request, build, schema_class
+from wire.protocol import NO_THROTTLE, Request, build, error_response, schema_class
 
 NO_TOPIC_ID = uuid.UUID(int=0)  # Kafka's "no id", for topics in error
 NO_OPERATIONS = -2147483648  # authorized operations: not requested / not supported
@@ -50,7 +50,13 @@ def broker_entries(broker: Broker, entry_class: type) -> tuple[Any, ...]:
     c = broker.config
     return (
         build(
-            entry_class, node_id=c.node_id, broker_id=c.node_id, host=c.host, port=c.port, rack=None
+            entry_class,
+            node_id=c.node_id,
+            broker_id=c.node_id,
+            host=c.host,
+            port=c.port,
+            rack=None,
+            is_fenced=False,  # DescribeCluster v2: serving, so not fenced
         ),
     )
 
@@ -152,8 +158,23 @@ async def metadata(broker: Broker, request: Request) -> Any:
     )
 
 
+BROKER_ENDPOINTS, CONTROLLER_ENDPOINTS = 1, 2  # DescribeCluster v1+'s endpoint types
+
+
 async def describe_cluster(broker: Broker, request: Request) -> Any:
+    """This broker (v2: never fenced, so include_fenced_brokers adds none). Its listener
+    is a broker endpoint: asked for controllers (KIP-919's bootstrap.controllers), it says
+    so as Kafka's brokers do."""
     schema = request.response_class
+    wanted = getattr(request.body, "endpoint_type", BROKER_ENDPOINTS)
+    if wanted != BROKER_ENDPOINTS:
+        mismatched = wanted == CONTROLLER_ENDPOINTS
+        code = (
+            ErrorCode.mismatched_endpoint_type
+            if mismatched
+            else ErrorCode.unsupported_endpoint_type
+        )
+        return error_response(schema, code)
     return build(
         schema,
         throttle_time=NO_THROTTLE,

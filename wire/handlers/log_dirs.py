@@ -1,0 +1,127 @@
+"""DescribeLogDirs: the storage behind each partition, as Kafka's log directories.
+
+A partition's records are in Redis, and with an archive its older records are in
+PostgreSQL too (tiered), so there are two "log dirs": ``redis``, sized by the bytes of the
+batches the partition holds in Redis (its pages, as Log.state counts them), with Redis'
+maxmemory as total and what is left of it as usable; and ``archive``, sized by the bytes of
+the partition's archived rows, whose disk PostgreSQL cannot tell (-1, Kafka's unknown).
+Every partition asked about that exists appears in each dir; unknown ones are left out,
+as Kafka leaves out partitions it has no log for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kafkaesque.errors import StorageUnavailable, UnknownTopic
+from kafkaesque.memory import memory_use
+from wire.broker import Broker
+from wire.protocol import NO_THROTTLE, Request, build, schema_class
+
+REDIS_DIR, ARCHIVE_DIR = "redis", "archive"
+UNKNOWN = -1  # Kafka's total/usable bytes when not known
+
+# topic -> (partition -> bytes)
+Sizes = dict[str, dict[int, int]]
+
+
+async def _partitions(broker: Broker, topics: Any) -> dict[str, list[int]]:
+    """topic -> the partitions asked about that exist (all of every topic for null)."""
+    wanted = (
+        [(name, None) for name in await broker.log.list_topics()]
+        if topics is None
+        else [(t.topic, t.partitions) for t in topics]
+    )
+    found: dict[str, list[int]] = {}
+    for name, partitions in wanted:
+        try:
+            count = (await broker.log.topic(name)).partitions
+        except UnknownTopic:
+            continue
+        asked = range(count) if partitions is None else partitions
+        kept = [p for p in dict.fromkeys(asked) if 0 <= p < count]
+        if kept:
+            found.setdefault(name, []).extend(kept)
+    return found
+
+
+async def _redis_sizes(broker: Broker, partitions: dict[str, list[int]]) -> Sizes:
+    async def held(topic: str, p: int) -> int:
+        return (await broker.log.state(topic, p)).bytes
+
+    sizes: Sizes = {}
+    for topic, ps in partitions.items():
+        try:
+            sizes[topic] = dict(
+                zip(ps, await asyncio.gather(*(held(topic, p) for p in ps)), strict=True)
+            )
+        except UnknownTopic:
+            continue  # deleted meanwhile
+    return sizes
+
+
+async def _archive_sizes(broker: Broker, partitions: dict[str, list[int]]) -> Sizes:
+    cold = broker.log.cold
+    assert cold is not None
+    sizes: Sizes = {}
+    for topic, ps in partitions.items():
+        archived = await cold.partition_bytes(topic)
+        sizes[topic] = {p: archived.get(p, 0) for p in ps}
+    return sizes
+
+
+async def describe_log_dirs(broker: Broker, request: Request) -> Any:
+    schema = request.response_class
+    result_class = schema_class(schema, "DescribeLogDirsResult")
+    topic_class = schema_class(schema, "DescribeLogDirsTopic")
+    partition_class = schema_class(schema, "DescribeLogDirsPartition")
+    partitions = await _partitions(broker, request.body.topics)
+
+    async def result(
+        name: str, sizes: Callable[[], Awaitable[Sizes]], total: int, usable: int
+    ) -> Any:
+        try:
+            found, code = await sizes(), ErrorCode.none
+        except StorageUnavailable:  # the dir is offline: Kafka's code for that
+            found, code = {}, ErrorCode.kafka_storage_error
+        topics = tuple(
+            build(
+                topic_class,
+                name=topic,
+                partitions=tuple(
+                    build(
+                        partition_class,
+                        partition_index=p,
+                        partition_size=size,
+                        offset_lag=0,  # the only replica is the current one, never behind
+                        is_future_key=False,
+                    )
+                    for p, size in by_partition.items()
+                ),
+            )
+            for topic, by_partition in found.items()
+        )
+        return build(
+            result_class,
+            error_code=code,
+            log_dir=name,
+            topics=topics,
+            total_bytes=total,
+            usable_bytes=usable,
+        )
+
+    memory = await memory_use(broker.log.redis)
+    total = memory.limit or UNKNOWN  # no maxmemory: bounded by the machine, not known
+    usable = max(memory.limit - memory.used, 0) if memory.limit else UNKNOWN
+    results = [await result(REDIS_DIR, lambda: _redis_sizes(broker, partitions), total, usable)]
+    if broker.log.cold is not None:
+        results.append(
+            await result(ARCHIVE_DIR, lambda: _archive_sizes(broker, partitions), UNKNOWN, UNKNOWN)
+        )
+    return build(
+        schema, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, results=tuple(results)
+    )

@@ -1,0 +1,67 @@
+"""DescribeProducers: the idempotent producers each partition keeps sequence state for.
+
+The state is what append.lua checks sequences against (Log.producers). Transactions are
+not supported, so no producer has a coordinator epoch or an open transaction (-1, as
+Kafka reports a producer that is not transactional). The last timestamp is the broker's
+clock at the producer's last append, which the state keeps for expiry, where Kafka
+gives its last batch's max timestamp.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kafkaesque.errors import KafkaesqueError
+from wire.broker import Broker
+from wire.errors import error_code, error_message
+from wire.protocol import NO_THROTTLE, Request, build, per_partition, schema_class
+
+NO_TRANSACTION = -1
+
+
+async def describe_producers(broker: Broker, request: Request) -> Any:
+    schema = request.response_class
+    partition_class = schema_class(schema, "PartitionResponse")
+    state_class = schema_class(schema, "ProducerState")
+
+    async def answer(topic: str, partition: int) -> Any:
+        try:
+            states = await broker.log.producers(topic, partition)
+        except KafkaesqueError as exc:
+            return build(
+                partition_class,
+                partition_index=partition,
+                error_code=error_code(exc),
+                error_message=error_message(exc),
+                active_producers=(),
+            )
+        producers = tuple(
+            build(
+                state_class,
+                producer_id=s.producer_id,
+                producer_epoch=s.epoch,
+                last_sequence=s.last_sequence,
+                last_timestamp=s.last_used,
+                coordinator_epoch=NO_TRANSACTION,
+                current_txn_start_offset=NO_TRANSACTION,
+            )
+            for s in states
+        )
+        return build(
+            partition_class,
+            partition_index=partition,
+            error_code=ErrorCode.none,
+            error_message=None,
+            active_producers=producers,
+        )
+
+    topic_class = schema_class(schema, "TopicResponse")
+    return build(
+        schema,
+        throttle_time=NO_THROTTLE,
+        topics=await per_partition(
+            topic_class, request.body.topics, answer, partitions_field="partition_indexes"
+        ),
+    )

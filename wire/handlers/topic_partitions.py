@@ -1,0 +1,133 @@
+"""DescribeTopicPartitions (KIP-966): topics and their partitions, a page at a time.
+
+The Java AdminClient's describeTopics uses it since Kafka 3.8. As Kafka does (KafkaApis
+and KRaftMetadataCache): the topics asked for, or all when none are, sorted by name and
+starting at the cursor's; at most ``response_partition_limit`` partitions (capped at 2000,
+Kafka's max.request.partition.size.limit) and ``next_cursor`` where the next page starts.
+An unknown topic is listed with UNKNOWN_TOPIC_OR_PARTITION (not when listing all: one
+deleted meanwhile is left out) and takes no room on the page. Never auto-creates.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kafkaesque.errors import InvalidRequest, InvalidTopic, StorageUnavailable, UnknownTopic
+from kafkaesque.topic_config import TopicConfig, check_topic_name
+from wire.broker import Broker
+from wire.handlers.metadata import NO_OPERATIONS, NO_TOPIC_ID
+from wire.protocol import NO_THROTTLE, Request, build, schema_class
+
+MAX_PARTITIONS = 2000  # Kafka's max.request.partition.size.limit default
+
+
+async def _config(broker: Broker, name: str) -> TopicConfig | ErrorCode:
+    try:
+        check_topic_name(name)
+        return await broker.log.topic(name)
+    except InvalidTopic:
+        return ErrorCode.invalid_topic_exception
+    except UnknownTopic:
+        return ErrorCode.unknown_topic_or_partition
+    except StorageUnavailable:
+        return ErrorCode.leader_not_available  # as Metadata says it: clients ask again
+
+
+def _topic_error(topic_class: type, name: str, code: ErrorCode) -> Any:
+    return build(
+        topic_class,
+        error_code=code,
+        name=name,
+        topic_id=NO_TOPIC_ID,
+        is_internal=False,
+        partitions=(),
+        topic_authorized_operations=NO_OPERATIONS,
+    )
+
+
+async def describe_topic_partitions(broker: Broker, request: Request) -> Any:
+    """A page of topics; a bad cursor fails every topic asked for with INVALID_REQUEST
+    (the response has no top-level error code), as Kafka's error response does."""
+    schema = request.response_class
+    topic_class = schema_class(schema, "DescribeTopicPartitionsResponseTopic")
+    try:
+        topics, next_cursor = await _page(broker, request.body, schema, topic_class)
+    except InvalidRequest:
+        topics = [
+            _topic_error(topic_class, t.name, ErrorCode.invalid_request)
+            for t in request.body.topics
+        ]
+        next_cursor = None
+    return build(schema, throttle_time=NO_THROTTLE, topics=tuple(topics), next_cursor=next_cursor)
+
+
+async def _page(
+    broker: Broker, body: Any, schema: type, topic_class: type
+) -> tuple[list[Any], Any]:
+    """(the page's topics, the next cursor or None)."""
+    partition_class = schema_class(schema, "DescribeTopicPartitionsResponsePartition")
+    listing = not body.topics
+    names = sorted(
+        set(await broker.log.list_topics()) if listing else {t.name for t in body.topics}
+    )
+    cursor = body.cursor
+    if cursor is not None:
+        if cursor.topic_name not in names:
+            raise InvalidRequest(
+                f"the topic list should contain the cursor topic: {cursor.topic_name}"
+            )
+        if cursor.partition_index < 0:
+            raise InvalidRequest("the cursor's partition index cannot be negative")
+        names = [n for n in names if n >= cursor.topic_name]
+    remaining = max(min(MAX_PARTITIONS, body.response_partition_limit), 1)
+    node = broker.config.node_id
+    topics: list[Any] = []
+    next_cursor = None
+    for name in names:
+        if remaining == 0:  # the page is full: the next one starts at this topic
+            next_cursor = build(schema_class(schema, "Cursor"), topic_name=name, partition_index=0)
+            break
+        config = await _config(broker, name)
+        if isinstance(config, ErrorCode):
+            if not listing:
+                topics.append(_topic_error(topic_class, name, config))
+            continue
+        first = cursor.partition_index if cursor and cursor.topic_name == name else 0
+        end = min(config.partitions, first + remaining)
+        epochs = await broker.log.leader_epochs(name, range(first, end))
+        partitions = tuple(
+            build(
+                partition_class,
+                error_code=ErrorCode.none,
+                partition_index=p,
+                leader_id=node,
+                leader_epoch=epoch,
+                replica_nodes=(node,),
+                isr_nodes=(node,),
+                eligible_leader_replicas=(),
+                last_known_elr=(),
+                offline_replicas=(),
+            )
+            for p, epoch in zip(range(first, end), epochs, strict=True)
+        )
+        topics.append(
+            build(
+                topic_class,
+                error_code=ErrorCode.none,
+                name=name,
+                topic_id=uuid.UUID(bytes=config.topic_id),
+                is_internal=False,
+                partitions=partitions,
+                topic_authorized_operations=NO_OPERATIONS,
+            )
+        )
+        remaining -= len(partitions)
+        if end < config.partitions:  # the page ends inside this topic
+            next_cursor = build(
+                schema_class(schema, "Cursor"), topic_name=name, partition_index=end
+            )
+            break
+    return topics, next_cursor
