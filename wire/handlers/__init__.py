@@ -15,7 +15,17 @@ from kio.schema.errors import ErrorCode
 from kafkaesque.errors import KafkaesqueError, StorageUnavailable
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.handlers import admin, configs, fetch, groups, metadata, offsets, produce, records
+from wire.handlers import (
+    admin,
+    configs,
+    fetch,
+    groups,
+    metadata,
+    offsets,
+    produce,
+    quotas,
+    records,
+)
 from wire.protocol import NO_THROTTLE, Request, build, error_response, schema_class
 
 Handler = Callable[[Broker, Request], Awaitable[Any]]
@@ -92,6 +102,8 @@ HANDLERS: dict[int, Api] = {
     37: Api(0, 1, admin.create_partitions),
     42: Api(0, 1, groups.delete_groups, coordinator=True),
     44: Api(0, 1, configs.incremental_alter_configs),
+    48: Api(0, 1, quotas.describe_client_quotas),
+    49: Api(0, 1, quotas.alter_client_quotas),
     60: Api(0, 1, metadata.describe_cluster),
 }
 
