@@ -6,8 +6,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import redis
 import redis.asyncio
+from click.testing import CliRunner, Result
 
+from kafkaesque.cli import main
 from kafkaesque.quota_rates import QuotaManager, QuotaTable, Rate
 from kafkaesque.quotas import (
     CLIENT_ID,
@@ -205,3 +208,59 @@ def test_store_and_manager_on_redis(redis_url: str) -> None:
         await client.aclose()
 
     asyncio.run(scenario())
+
+
+def test_cli_sets_lists_deletes_and_refuses_bad_input_in_one_line(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    client.delete("ks:quotas", "ks:quotas:version")
+    runner = CliRunner()
+
+    def cli(*args: str) -> Result:
+        return runner.invoke(main, ["--redis-url", redis_url, "quotas", *args])
+
+    result = cli("set", "--client-id", "app", "--producer-byte-rate", "1048576")
+    assert (result.exit_code, result.output) == (0, "client-id=app: producer_byte_rate=1048576\n")
+    assert cli("set", "--default-user", "--request-percentage", "12.5").exit_code == 0
+    listed = cli("list").output.splitlines()
+    assert listed[0].split() == ["ENTITY", "QUOTA", "VALUE"]
+    assert [line.split() for line in listed[1:]] == [
+        ["client-id=app", "producer_byte_rate", "1048576"],
+        ["user=<default>", "request_percentage", "12.5"],
+    ]
+    assert len(cli("list", "--default-user", "--strict").output.splitlines()) == 2
+    bad = {
+        ("set", "--client-id", "app", "--producer-byte-rate", "1.5"): (
+            1,
+            "producer_byte_rate cannot be a fractional value.",
+        ),
+        ("set", "--ip", "nope", "--connection-creation-rate", "1"): (
+            1,
+            "nope is not a valid IP or resolvable host.",
+        ),
+        ("set", "--user", "u", "--connection-creation-rate", "1"): (
+            1,
+            "Invalid configuration key connection_creation_rate",
+        ),
+        ("set", "--user", "u", "--ip", "::1", "--producer-byte-rate", "1"): (1, "IP entity"),
+        ("set", "--producer-byte-rate", "1"): (1, "Invalid empty client quota entity"),
+        ("set", "--user", "u", "--default-user", "--producer-byte-rate", "1"): (
+            2,
+            "--user and --default-user exclude each other",
+        ),
+        ("set", "--user", "u"): (2, "give at least one quota"),
+        ("set", "--user", "u", "--producer-byte-rate", "lots"): (2, "'lots' is not a valid float"),
+        ("delete", "--client-id", "nobody"): (1, "client-id=nobody has no such quota"),
+        ("list", "--ip", "::1", "--user", "u"): (1, "IP filter component"),
+    }
+    for args, (code, fragment) in bad.items():
+        result = cli(*args)
+        assert result.exit_code == code, (args, result.output)
+        assert fragment in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
+        assert "Traceback" not in result.output
+    assert (
+        cli("delete", "--client-id", "app").output == "client-id=app: removed producer_byte_rate\n"
+    )
+    assert cli("delete", "--default-user", "--key", "request_percentage").exit_code == 0
+    empty = cli("list")
+    assert (empty.exit_code, empty.stdout, empty.stderr) == (0, "", "no quotas\n")
+    client.close()

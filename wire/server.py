@@ -202,6 +202,7 @@ class Server:
         self._idle: dict[asyncio.StreamWriter, bool] = {}  # connection -> waiting for a request
         self._per_ip: Counter[str] = Counter()
         self._stopping = False
+        self._stopped = asyncio.Event()  # set at shutdown: ends the mutes of throttled clients
         self.metrics.queued_request_bytes.set_function(
             lambda: self.budget.reserved + self.budget.beside
         )
@@ -240,6 +241,7 @@ class Server:
     async def shutdown(self) -> None:
         """Stop accepting, let in-flight requests finish, close connections."""
         self._stopping = True
+        self._stopped.set()
         if self._server is not None:
             self._server.close()
         self.broker.closing()  # long-polling fetches and group joins answer now
@@ -343,7 +345,9 @@ class Server:
                     # Over its quota: the next request is not read until the throttle time
                     # has passed (KIP-219's muted channel). Nothing is in flight meanwhile.
                     self._idle[writer] = True
-                    await asyncio.sleep(mute_ms / 1000)
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(mute_ms / 1000):
+                            await self._stopped.wait()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the client closed the connection
         except (MalformedRequest, UnsupportedVersion, DropConnection, RequestStalled) as exc:
