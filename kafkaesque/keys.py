@@ -130,6 +130,17 @@ class Keys:
         """Pub/sub channel announcing the group's state changes."""
         return f"{self.ns}:groupevents:{group_id}"
 
+    # -- client quotas -------------------------------------------------------------------
+    @property
+    def quotas(self) -> str:
+        """Every client quota: field JSON ``[key, [[type, name], ...]]`` -> the value."""
+        return f"{self.ns}:quotas"
+
+    @property
+    def quotas_version(self) -> str:
+        """Grows with every quota change: brokers re-read ``quotas`` when it moved."""
+        return f"{self.ns}:quotas:version"
+
     # -- the layout, for checking --------------------------------------------------------
     def patterns(self) -> dict[str, re.Pattern[str]]:
         """Every key that may exist, by name: what a full SCAN must match."""
@@ -150,5 +161,7 @@ class Keys:
                 "groups": "groups",
                 "groups_active": r"groups:active",
                 "group": r"group:\{.*\}(?::heartbeats|:offsets|:lock)?",
+                "quotas": "quotas",
+                "quotas_version": r"quotas:version",
             }.items()
         }

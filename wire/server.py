@@ -8,13 +8,18 @@ import logging
 import resource
 import signal
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 
 from kafkaesque.log import Log
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
+from kafkaesque.quota_rates import REFRESH_SECONDS, QuotaManager
+from kafkaesque.quotas import QuotaStore
+from kafkaesque.tasks import cancel_and_wait
 from wire.broker import Broker, BrokerConfig
+from wire.budget import RequestBudget
 from wire.handlers import handle, supported
+from wire.handlers.quotas import Throttling
 from wire.metrics import Metrics, api_name
 from wire.protocol import (
     ConnectionState,
@@ -38,65 +43,6 @@ REPEAT_LOG_INTERVAL = 60.0  # seconds between lines counting a repeated warning 
 
 class RequestStalled(Exception):
     """A client sent part of a request, then nothing for the request timeout."""
-
-
-class RequestBudget:
-    """Bytes of requests being read or handled, across connections: Kafka's
-    queued.max.request.bytes. A connection reserves a request's size before reading its body
-    and waits, not reading its socket, while the budget is spent; waiters are served in
-    arrival order, so small requests do not starve a large one. A request larger than the
-    whole budget could never fit: it goes beside the budget, one at a time, so the memory
-    of requests stays under the budget plus one request."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.reserved = 0  # within the budget
-        self.beside = 0  # the one request larger than the budget being read or handled
-        self.waiting = 0
-        self._queue: deque[tuple[int, asyncio.Future[None]]] = deque()
-        self._oversized = asyncio.Lock()
-
-    async def reserve(self, size: int) -> None:
-        self.waiting += 1
-        try:
-            if size > self.capacity:
-                await self._oversized.acquire()
-                self.beside = size
-            elif not self._queue and self.reserved + size <= self.capacity:
-                self.reserved += size
-            else:
-                await self._wait(size)
-        finally:
-            self.waiting -= 1
-
-    async def _wait(self, size: int) -> None:
-        entry = (size, asyncio.get_running_loop().create_future())
-        self._queue.append(entry)
-        try:
-            await entry[1]
-        except asyncio.CancelledError:
-            if entry[1].cancelled():
-                with contextlib.suppress(ValueError):  # _grant may have dropped it
-                    self._queue.remove(entry)
-                self._grant()  # the ones behind it may fit now
-            else:  # granted just as the task was cancelled
-                self.release(size)
-            raise
-
-    def release(self, size: int) -> None:
-        if size > self.capacity:
-            self.beside = 0
-            self._oversized.release()
-        else:
-            self.reserved -= size
-            self._grant()
-
-    def _grant(self) -> None:
-        while self._queue and self.reserved + self._queue[0][0] <= self.capacity:
-            size, future = self._queue.popleft()
-            if not future.cancelled():
-                self.reserved += size
-                future.set_result(None)
 
 
 class LogThrottle:
@@ -175,7 +121,14 @@ async def read_body(reader: asyncio.StreamReader, size: int, timeout: float) -> 
 
 
 class Server:
-    def __init__(self, broker: Broker, host: str, port: int, metrics: Metrics | None = None):
+    def __init__(
+        self,
+        broker: Broker,
+        host: str,
+        port: int,
+        metrics: Metrics | None = None,
+        quota_refresh: float = REFRESH_SECONDS,
+    ):
         self.broker = broker
         self.host = host
         self.port = port
@@ -183,10 +136,15 @@ class Server:
         self.metrics.watch_memory(lambda: broker.memory.use)
         self.budget = RequestBudget(broker.config.queued_max_request_bytes)
         self.throttle = LogThrottle(log)
+        # Client quotas (Kafka's KIP-13/KIP-219), re-read from Redis every quota_refresh s.
+        self.quotas = QuotaManager(QuotaStore(broker.log.redis, broker.log.ns), quota_refresh)
+        self.throttling = Throttling(self.quotas)
+        self._quota_refresh: asyncio.Task[None] | None = None
         self._server: asyncio.Server | None = None
         self._idle: dict[asyncio.StreamWriter, bool] = {}  # connection -> waiting for a request
         self._per_ip: Counter[str] = Counter()
         self._stopping = False
+        self._stopped = asyncio.Event()  # set at shutdown: ends the mutes of throttled clients
         self.metrics.queued_request_bytes.set_function(
             lambda: self.budget.reserved + self.budget.beside
         )
@@ -209,6 +167,7 @@ class Server:
             raise
         if self.port == 0:
             self.port = self._server.sockets[0].getsockname()[1]
+        self._quota_refresh = asyncio.create_task(self.quotas.run(), name="quota refresh")
 
     async def serve(self) -> None:
         """Serve until SIGTERM or SIGINT, then shut down gracefully."""
@@ -224,6 +183,7 @@ class Server:
     async def shutdown(self) -> None:
         """Stop accepting, let in-flight requests finish, close connections."""
         self._stopping = True
+        self._stopped.set()
         if self._server is not None:
             self._server.close()
         self.broker.closing()  # long-polling fetches and group joins answer now
@@ -235,6 +195,8 @@ class Server:
             await asyncio.sleep(0.01)
         for writer in list(self._idle):
             writer.close()
+        if self._quota_refresh is not None:
+            await cancel_and_wait(self._quota_refresh)
         await self.broker.stop()
         log.info("stopped")
 
@@ -267,6 +229,8 @@ class Server:
                 limit,
             )
             writer.close()
+            return
+        if self.quotas.table.ip_active and await self._over_connection_rate(ip, writer):
             return
         client_host = f"/{ip}" if ip else ""
         connection = ConnectionState()
@@ -309,17 +273,23 @@ class Server:
                 try:
                     frame = await read_body(reader, size, stall)
                     self.metrics.bytes_in.inc(size + 4)
-                    response_bytes = await self._handle(
+                    response_bytes, mute_ms = await self._handle(
                         frame, supported_apis, client_host, connection
                     )
                     del frame  # not kept while the next request is awaited
                 finally:
                     self.budget.release(size)
-                if response_bytes is None:  # acks=0 produce: no response at all
-                    continue
-                writer.write(response_bytes)
-                self.metrics.bytes_out.inc(len(response_bytes))
-                await writer.drain()
+                if response_bytes is not None:  # None: acks=0 produce, no response at all
+                    writer.write(response_bytes)
+                    self.metrics.bytes_out.inc(len(response_bytes))
+                    await writer.drain()
+                if mute_ms:
+                    # Over its quota: the next request is not read until the throttle time
+                    # has passed (KIP-219's muted channel). Nothing is in flight meanwhile.
+                    self._idle[writer] = True
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(mute_ms / 1000):
+                            await self._stopped.wait()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the client closed the connection
         except (MalformedRequest, UnsupportedVersion, DropConnection, RequestStalled) as exc:
@@ -347,22 +317,45 @@ class Server:
         supported_apis: dict[int, tuple[int, int]],
         client_host: str,
         connection: ConnectionState,
-    ) -> bytes | None:
-        """The response frame to one request frame; None for none (acks=0)."""
+    ) -> tuple[bytes | None, int]:
+        """The response frame to one request frame (None for none: acks=0), and the ms to
+        mute the connection after it for being over a quota."""
         started = time.perf_counter()
         try:
             request = parse_request(frame, supported_apis, client_host, connection)
         except UnsupportedVersion as exc:
             if exc.api_key != API_VERSIONS:
                 raise
-            return api_versions_fallback(exc.correlation_id, supported_apis)
+            return api_versions_fallback(exc.correlation_id, supported_apis), 0
+        request = self.throttling.before(request)
         response = await handle(self.broker, request)
         name = api_name(request.api_key)
         self.metrics.requests.labels(name).inc()
         self.metrics.latency.labels(name).observe(time.perf_counter() - started)
-        if response is None:
-            return None
-        return encode_response(request.correlation_id, response)
+        encoded = None if response is None else encode_response(request.correlation_id, response)
+        throttled, mute_ms = self.throttling.after(request, response, len(encoded or b""))
+        if throttled is not response:  # a throttle time or an emptied fetch to tell
+            encoded = encode_response(request.correlation_id, throttled)
+        return encoded, mute_ms
+
+    async def _over_connection_rate(self, ip: str, writer: asyncio.StreamWriter) -> bool:
+        """Whether a new connection from ``ip`` is over its connection_creation_rate: it is
+        then held, unread, for the throttle time and closed, as Kafka's acceptor does."""
+        delay_ms = self.quotas.connection_delay_ms(ip)
+        if not delay_ms:
+            return False
+        name = "connection-creation-rate"
+        self.metrics.refused_connections.labels(name).inc()
+        self.throttle.log(
+            name,
+            logging.WARNING,
+            "connections refused by connection_creation_rate quotas",
+            "refusing connection from %s: over its connection_creation_rate quota",
+            ip,
+        )
+        await asyncio.sleep(delay_ms / 1000)
+        writer.close()
+        return True
 
     def _internal_error(self, exc: Exception, peer: object) -> None:
         """Log a failure in full the first time, then count its repeats: the same bug hit by

@@ -5,6 +5,7 @@ from kafkaesque.cli import (  # noqa: F401  (register the commands)
     archive,
     compact,
     groups,
+    quotas,
     records,
     serve,
     spark,

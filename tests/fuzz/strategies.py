@@ -214,6 +214,8 @@ def leaf(name: str, tp: type, nulls: bool = False) -> st.SearchStrategy[Any]:
         return group_names()
     if tp is Records:
         return records()
+    if isinstance(tp, type) and issubclass(tp, float):  # client quotas' "value", say
+        return st.floats()
     if name in FIELDS:
         return FIELDS[name]()
     if tp is bool:

@@ -12,6 +12,7 @@ from kafkaesque.group_state import JoinRequest
 from kafkaesque.groups import CoordinatorConfig, GroupCoordinator
 from kafkaesque.keys import PARTITION, Keys
 from kafkaesque.log_types import RestoredPartition, RestoredTopic
+from kafkaesque.quotas import QuotaStore, check_alteration
 from kafkaesque.topic_config import TopicConfig
 from storage_pg import Archiver, create_pool, ensure_schema
 from tests.storage.common import make_log, produce
@@ -38,6 +39,8 @@ def test_every_key_matches_the_documented_layout(redis_url: str, pg_dsn: str) ->
         await produce(log, "gone", 0, [b"x"] * 5, producer=(7, 0, 0))
         await log.delete_records("t.1", 1, 2)  # DeleteRecords frees pages, adds no key
         await log.set_topic_defaults({"retention.ms": "86400000"})  # serve --config's
+        quota = check_alteration([("client-id", "c")], [("producer_byte_rate", 1024.0, False)])
+        await QuotaStore(log.redis, "lay").alter([quota])  # AlterClientQuotas, `quotas set`
         # A compact topic whose compaction removes pages.
         await log.create_topic(TopicConfig("kv", 1, configs={"cleanup.policy": "compact"}))
         for _ in range(3):
