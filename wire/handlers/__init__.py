@@ -15,7 +15,17 @@ from kio.schema.errors import ErrorCode
 from kafkaesque.errors import KafkaesqueError, StorageUnavailable
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.handlers import admin, configs, fetch, groups, metadata, offsets, produce, records
+from wire.handlers import (
+    admin,
+    configs,
+    fetch,
+    group_offsets,
+    groups,
+    metadata,
+    offsets,
+    produce,
+    records,
+)
 from wire.protocol import NO_THROTTLE, Request, build, error_response, schema_class
 
 Handler = Callable[[Broker, Request], Awaitable[Any]]
@@ -72,15 +82,16 @@ HANDLERS: dict[int, Api] = {
     # v9+ is what makes librdkafka trust the leader epochs (rd_kafka_has_reliable_leader_
     # epochs), so it sends them in Fetch and validates its position after an epoch change.
     3: Api(0, 12, metadata.metadata),
-    8: Api(2, 3, groups.offset_commit, coordinator=True),
-    9: Api(1, 3, groups.offset_fetch, coordinator=True),
-    10: Api(0, 1, groups.find_coordinator),
-    11: Api(0, 5, groups.join_group, coordinator=True),
-    12: Api(0, 3, groups.heartbeat, coordinator=True),
-    13: Api(0, 3, groups.leave_group, coordinator=True),
-    14: Api(0, 3, groups.sync_group, coordinator=True),
-    15: Api(0, 4, groups.describe_groups, coordinator=True),
-    16: Api(0, 2, groups.list_groups, coordinator=True),
+    # The classic group APIs at Kafka 4's versions (OffsetFetch v8+: several groups at once).
+    8: Api(2, 9, group_offsets.offset_commit, coordinator=True),
+    9: Api(1, 9, group_offsets.offset_fetch, coordinator=True),
+    10: Api(0, 6, groups.find_coordinator),
+    11: Api(0, 9, groups.join_group, coordinator=True),
+    12: Api(0, 4, groups.heartbeat, coordinator=True),
+    13: Api(0, 5, groups.leave_group, coordinator=True),
+    14: Api(0, 5, groups.sync_group, coordinator=True),
+    15: Api(0, 5, groups.describe_groups, coordinator=True),
+    16: Api(0, 5, groups.list_groups, coordinator=True),
     18: Api(0, 4, api_versions),
     19: Api(2, 7, admin.create_topics),
     20: Api(1, 1, admin.delete_topics),
@@ -90,8 +101,9 @@ HANDLERS: dict[int, Api] = {
     32: Api(1, 4, configs.describe_configs),
     33: Api(0, 2, configs.alter_configs),
     37: Api(0, 1, admin.create_partitions),
-    42: Api(0, 1, groups.delete_groups, coordinator=True),
+    42: Api(0, 2, groups.delete_groups, coordinator=True),
     44: Api(0, 1, configs.incremental_alter_configs),
+    47: Api(0, 0, group_offsets.offset_delete, coordinator=True),
     60: Api(0, 1, metadata.describe_cluster),
 }
 
