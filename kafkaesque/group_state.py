@@ -122,9 +122,11 @@ class Group:
             return refuse(GroupError.INCONSISTENT_GROUP_PROTOCOL)
         if not accepts_member(self, member_id, config.max_size):
             # As Kafka: a member turned away while the round is prepared leaves the group.
-            if member_id in self.members:
+            removed = member_id in self.members
+            if removed:
                 self._remove(member_id, now, config)
-            return JoinStep(member_id, JoinResult(GroupError.GROUP_MAX_SIZE_REACHED, ""), -1, True)
+            full = JoinResult(GroupError.GROUP_MAX_SIZE_REACHED, "")
+            return JoinStep(member_id, full, -1, removed)
         self.pending = {m: t for m, t in self.pending.items() if t > now}
         owner = self.instance_owner(req.instance_id)
         static_rejoin = False

@@ -24,6 +24,7 @@ from kafkaesque.consumer_protocol import decode_assignment as decode_consumer_as
 from kafkaesque.errors import GroupBusy
 from kafkaesque.group_offsets import CommittedOffset, OffsetStore
 from kafkaesque.group_rules import (
+    FIRST_EPOCH_AWARE_COMMIT,
     commit_error,
     heartbeat_error,
     is_subscribed,
@@ -280,7 +281,7 @@ class GroupCoordinator:
         member_id: str,
         instance_id: str | None,
         offsets: dict[tuple[str, int], tuple[int, str | None, int]],
-        api_version: int = 9,
+        api_version: int = FIRST_EPOCH_AWARE_COMMIT,
     ) -> GroupError:
         """Store offsets (topic, partition) -> (offset, metadata, leader epoch). A commit with
         generation -1 and no member is a standalone one, allowed while the group is empty;
