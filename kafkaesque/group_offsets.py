@@ -77,6 +77,11 @@ class OffsetStore:
     async def read(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
         return _parse(await self.redis.hgetall(self.keys.group(group_id, ":offsets")))
 
+    async def delete(self, group_id: str, partitions: list[TopicPartition]) -> None:
+        if partitions:
+            fields = [_field(t, p) for t, p in partitions]
+            await self.redis.hdel(self.keys.group(group_id, ":offsets"), *fields)
+
     async def forget_topic(self, topic: str, group_ids: list[str]) -> int:
         """Drop the groups' offsets of a topic; returns how many were dropped."""
         dropped = 0

@@ -1,8 +1,9 @@
 """The classic consumer-group protocol as a pure state machine: no I/O, time passed in.
 
 A ``Group`` holds members, generation, chosen protocol, leader and assignments; each
-transition (join, sync, heartbeat, leave, expiry, commit check) is a method or function
-that takes ``now`` in milliseconds and changes only the group it is given. The coordinator
+transition (join, sync, leave, expiry) is a method that takes ``now`` in milliseconds
+and changes only the group it is given; the checks of the other requests are in
+group_rules.py. The coordinator
 (kafkaesque/groups.py) loads a group from Redis, applies one transition under the group's
 lock and saves it; so every rebalancing rule here can be tested without Redis.
 
@@ -18,104 +19,44 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from enum import IntEnum, StrEnum
 
 import msgpack
 
-MAX_METADATA = 4096  # Kafka's offset.metadata.max.bytes
+from kafkaesque.group_rules import (
+    accepts_member,
+    check_member,
+    commit_error,
+    heartbeat_error,
+    member_error,
+    sync_error,
+    sync_outcome,
+)
+from kafkaesque.group_types import (
+    MAX_METADATA,
+    CoordinatorConfig,
+    GroupError,
+    GroupState,
+    JoinRequest,
+    JoinResult,
+    JoinStep,
+    Member,
+)
 
-
-class GroupState(StrEnum):
-    """Kafka's group states, by the names DescribeGroups reports."""
-
-    EMPTY = "Empty"
-    PREPARING = "PreparingRebalance"
-    COMPLETING = "CompletingRebalance"
-    STABLE = "Stable"
-    DEAD = "Dead"  # a group that does not exist (DescribeGroups of an unknown id)
-
-
-class GroupError(IntEnum):
-    """The Kafka error codes the coordinator answers with."""
-
-    NONE = 0
-    OFFSET_METADATA_TOO_LARGE = 12
-    COORDINATOR_NOT_AVAILABLE = 15
-    ILLEGAL_GENERATION = 22
-    INCONSISTENT_GROUP_PROTOCOL = 23
-    INVALID_GROUP_ID = 24
-    UNKNOWN_MEMBER_ID = 25
-    INVALID_SESSION_TIMEOUT = 26
-    REBALANCE_IN_PROGRESS = 27
-    NON_EMPTY_GROUP = 68
-    GROUP_ID_NOT_FOUND = 69
-    MEMBER_ID_REQUIRED = 79
-    FENCED_INSTANCE_ID = 82
-
-
-@dataclass(slots=True)
-class CoordinatorConfig:
-    initial_rebalance_delay_ms: int = 3000  # Kafka's group.initial.rebalance.delay.ms
-    min_session_timeout_ms: int = 6000
-    max_session_timeout_ms: int = 1_800_000
-
-
-@dataclass(slots=True)
-class Member:
-    member_id: str
-    instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocols: list[tuple[str, bytes]]
-    generation: int = -1  # the generation whose join round included this member
-    joined: bool = False  # has joined the round in progress
-    assignment: bytes = b""
-
-    def metadata_for(self, protocol: str | None) -> bytes:
-        return next((m for name, m in self.protocols if name == protocol), b"")
-
-
-@dataclass(frozen=True, slots=True)
-class JoinRequest:
-    """A JoinGroup's fields the state machine needs."""
-
-    member_id: str
-    instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocol_type: str
-    protocols: list[tuple[str, bytes]]
-    require_known_member: bool
-
-
-@dataclass(frozen=True, slots=True)
-class JoinResult:
-    error: GroupError
-    member_id: str
-    generation: int = -1
-    protocol: str | None = None
-    leader: str = ""
-    members: list[tuple[str, str | None, bytes]] = field(default_factory=list)  # leader only
-
-
-@dataclass(frozen=True, slots=True)
-class JoinStep:
-    """What a JoinGroup did: an answer now (``result``), or a member at the barrier that
-    waits for a generation past ``generation``. ``changed``: the group must be saved."""
-
-    member_id: str
-    result: JoinResult | None
-    generation: int
-    changed: bool
-
-    @property
-    def heartbeat(self) -> bool:
-        """Whether the join counts as the member's heartbeat (it is one unless refused)."""
-        return self.result is None or self.result.error == GroupError.NONE
+__all__ = [  # the state machine and, for its callers, the vocabulary and checks it uses
+    "MAX_METADATA",
+    "CoordinatorConfig",
+    "Group",
+    "GroupError",
+    "GroupState",
+    "JoinRequest",
+    "JoinResult",
+    "JoinStep",
+    "Member",
+    "check_member",
+    "commit_error",
+    "heartbeat_error",
+    "sync_outcome",
+]
 
 
 @dataclass(slots=True)
@@ -130,6 +71,9 @@ class Group:
     pending: dict[str, int] = field(default_factory=dict)  # member id -> expiry (ms)
     deadline_ms: int = 0  # when the join round in progress completes anyway
     initial: bool = False  # the round started from an empty group: wait out the delay
+    # When the group last became empty (its offsets' retention starts); None: not known
+    # (a group saved before this was kept), then each offset's commit time counts.
+    empty_since_ms: int | None = None
 
     # -- persistence format -----------------------------------------------------------
     def pack(self) -> bytes:
@@ -176,11 +120,18 @@ class Group:
             req.protocol_type != self.protocol_type or not self._common_protocols(req.protocols)
         ):
             return refuse(GroupError.INCONSISTENT_GROUP_PROTOCOL)
+        if not accepts_member(self, member_id, config.max_size):
+            # As Kafka: a member turned away while the round is prepared leaves the group.
+            removed = member_id in self.members
+            if removed:
+                self._remove(member_id, now, config)
+            full = JoinResult(GroupError.GROUP_MAX_SIZE_REACHED, "")
+            return JoinStep(member_id, full, -1, removed)
         self.pending = {m: t for m, t in self.pending.items() if t > now}
         owner = self.instance_owner(req.instance_id)
         static_rejoin = False
         if not member_id:
-            member_id = f"{req.client_id}-{uuid.uuid4()}"
+            member_id = f"{req.instance_id or req.client_id}-{uuid.uuid4()}"
             if owner is not None:
                 # A static member restarted: it takes its old place under a new id, and if
                 # nothing else changed the group keeps its assignment (no rebalance).
@@ -190,7 +141,9 @@ class Group:
                 self.members[member_id] = old
                 if self.leader == owner:
                     self.leader = member_id
-            elif req.require_known_member:
+            elif req.require_known_member and req.instance_id is None:
+                # KIP-394: a dynamic member first learns its id, so a client that retries
+                # a join whose answer it lost does not leave a member behind.
                 self.pending[member_id] = now + req.session_timeout_ms
                 return refuse(GroupError.MEMBER_ID_REQUIRED, changed=True)
         elif member_id in self.pending:
@@ -213,23 +166,27 @@ class Group:
         self.protocol_type = req.protocol_type
         generation = self.generation
         if static_rejoin:
-            return JoinStep(member_id, self.join_result(member_id), generation, True)
+            result = self.join_result(member_id, skip_assignment=member_id == self.leader)
+            return JoinStep(member_id, result, generation, True)
         if self.state != GroupState.PREPARING:
             self._prepare_rebalance(now, config)
         member.joined = True
         self.close_round_if_due(now)
         return JoinStep(member_id, None, generation, True)
 
-    def join_outcome(self, member_id: str, generation: int) -> JoinResult | None:
+    def join_outcome(
+        self, member_id: str, generation: int, instance_id: str | None = None
+    ) -> JoinResult | None:
         """The answer for a member waiting at the barrier, or None while it must wait."""
         member = self.members.get(member_id)
         if member is None:
-            return JoinResult(GroupError.UNKNOWN_MEMBER_ID, member_id)
+            # Removed, or replaced by a newer instance of the same static member.
+            return JoinResult(member_error(self, member_id, instance_id), member_id)
         if member.generation > generation:
             return self.join_result(member_id)
         return None
 
-    def join_result(self, member_id: str) -> JoinResult:
+    def join_result(self, member_id: str, skip_assignment: bool = False) -> JoinResult:
         """A JoinGroup answer: the leader also gets every member's metadata."""
         members = []
         if member_id == self.leader:
@@ -238,7 +195,14 @@ class Group:
                 for m in self.members.values()
             ]
         return JoinResult(
-            GroupError.NONE, member_id, self.generation, self.protocol, self.leader or "", members
+            GroupError.NONE,
+            member_id,
+            self.generation,
+            self.protocol,
+            self.leader or "",
+            members,
+            self.protocol_type,
+            skip_assignment,
         )
 
     def _prepare_rebalance(self, now: int, config: CoordinatorConfig) -> None:
@@ -267,7 +231,7 @@ class Group:
     def close_round_if_due(self, now: int) -> bool:
         if not self.round_due(now):
             return False
-        self._complete_join()
+        self._complete_join(now)
         return True
 
     def _common_protocols(self, protocols: Iterable[tuple[str, bytes]]) -> set[str]:
@@ -276,12 +240,12 @@ class Group:
             names &= {name for name, _ in m.protocols}
         return names
 
-    def _complete_join(self) -> None:
+    def _complete_join(self, now: int) -> None:
         """Close the round: drop members that did not join, start the next generation."""
         self.members = {k: m for k, m in self.members.items() if m.joined}
         self.generation += 1
         if not self.members:
-            self.state, self.protocol, self.leader = GroupState.EMPTY, None, None
+            self._become_empty(now)
             return
         candidates = self._common_protocols(next(iter(self.members.values())).protocols)
         # Each member votes for its most preferred protocol among the common ones.
@@ -299,10 +263,16 @@ class Group:
 
     # -- sync, leave, expiry ------------------------------------------------------------
     def sync(
-        self, member_id: str, instance_id: str | None, generation: int, assignments: dict
+        self,
+        member_id: str,
+        instance_id: str | None,
+        generation: int,
+        assignments: dict[str, bytes],
+        protocol: tuple[str | None, str | None] = (None, None),
     ) -> tuple[GroupError, bool]:
-        """A SyncGroup arrives: the leader's settles the round. Returns (error, changed)."""
-        error = check_member(self, member_id, instance_id, generation)
+        """A SyncGroup arrives: the leader's settles the round. ``protocol``: the protocol
+        type and name the member names (v5+). Returns (error, changed)."""
+        error = sync_error(self, member_id, instance_id, generation, *protocol)
         if error:
             return error, False
         if self.state == GroupState.PREPARING:
@@ -349,75 +319,13 @@ class Group:
         if self.leader == member_id:
             self.leader = None
         if not self.members:
-            self.state, self.protocol, self.leader = GroupState.EMPTY, None, None
+            self._become_empty(now)
             self.generation += 1
         elif self.state in (GroupState.STABLE, GroupState.COMPLETING):
             self._prepare_rebalance(now, config)
         else:
             self.close_round_if_due(now)
 
-
-def check_member(
-    group: Group | None, member_id: str, instance_id: str | None, generation: int
-) -> GroupError:
-    """Whether a request of this member and generation may act on the group."""
-    if group is None or member_id not in group.members:
-        if group is not None and group.instance_owner(instance_id):
-            return GroupError.FENCED_INSTANCE_ID
-        return GroupError.UNKNOWN_MEMBER_ID
-    owner = group.instance_owner(instance_id)
-    if owner is not None and owner != member_id:
-        return GroupError.FENCED_INSTANCE_ID
-    if generation != group.generation:
-        return GroupError.ILLEGAL_GENERATION
-    return GroupError.NONE
-
-
-def sync_outcome(
-    group: Group | None, member_id: str, instance_id: str | None, generation: int, late: bool
-) -> GroupError | None:
-    """A follower waiting for the leader's assignment: its answer, or None to wait on.
-    ``late``: the member's session timeout passed while it waited."""
-    error = check_member(group, member_id, instance_id, generation)
-    if error:
-        return error
-    assert group is not None
-    if group.state == GroupState.STABLE:
-        return GroupError.NONE
-    if group.state != GroupState.COMPLETING or late:
-        return GroupError.REBALANCE_IN_PROGRESS
-    return None
-
-
-def heartbeat_error(
-    group: Group | None, member_id: str, instance_id: str | None, generation: int
-) -> GroupError:
-    """A Heartbeat's answer: REBALANCE_IN_PROGRESS tells the member to join again."""
-    error = check_member(group, member_id, instance_id, generation)
-    if error:
-        return error
-    assert group is not None
-    return (
-        GroupError.REBALANCE_IN_PROGRESS if group.state == GroupState.PREPARING else GroupError.NONE
-    )
-
-
-def commit_error(
-    group: Group | None, member_id: str, instance_id: str | None, generation: int
-) -> GroupError:
-    """Whether an OffsetCommit may store its offsets. Generation -1 and no member id is a
-    standalone commit (admin tools, the CLI), allowed while the group has no members."""
-    if generation < 0 and not member_id:
-        if group is not None and group.members:
-            return GroupError.UNKNOWN_MEMBER_ID
-        return GroupError.NONE
-    error = check_member(group, member_id, instance_id, generation)
-    if error:
-        return error
-    assert group is not None
-    # As Kafka: commits of the current generation are kept while a rebalance is being
-    # prepared (members learn of it by heartbeat); between the join and the sync the
-    # generation is not settled yet.
-    if group.state == GroupState.COMPLETING:
-        return GroupError.REBALANCE_IN_PROGRESS
-    return GroupError.NONE
+    def _become_empty(self, now: int) -> None:
+        self.state, self.protocol, self.leader = GroupState.EMPTY, None, None
+        self.empty_since_ms = now

@@ -14,25 +14,32 @@ coordinator only runs the rounds (join barrier, generations, session timeouts).
 
 from __future__ import annotations
 
-import struct
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from redis.asyncio import Redis
 
+from kafkaesque.consumer_protocol import decode_assignment as decode_consumer_assignment
 from kafkaesque.errors import GroupBusy
 from kafkaesque.group_offsets import CommittedOffset, OffsetStore
-from kafkaesque.group_state import (
+from kafkaesque.group_rules import (
+    FIRST_EPOCH_AWARE_COMMIT,
+    commit_error,
+    heartbeat_error,
+    is_subscribed,
+    offset_delete_error,
+    offset_expires_from,
+    sync_outcome,
+)
+from kafkaesque.group_state import Group
+from kafkaesque.group_types import (
     MAX_METADATA,
     CoordinatorConfig,
-    Group,
     GroupError,
     GroupState,
     JoinRequest,
     JoinResult,
-    commit_error,
-    heartbeat_error,
-    sync_outcome,
 )
 from kafkaesque.keys import Keys
 from kafkaesque.notify import Notifier
@@ -47,6 +54,7 @@ __all__ = [
     "GroupError",
     "GroupState",
     "JoinResult",
+    "SyncResult",
     "decode_consumer_assignment",
 ]
 
@@ -55,13 +63,27 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+class SyncResult(NamedTuple):
+    """A SyncGroup's answer: the member's assignment, and the group's protocol."""
+
+    error: GroupError
+    assignment: bytes = b""
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+
+
 class GroupCoordinator:
     """The classic group protocol over Redis; call ``start`` in the event loop first."""
 
     def __init__(
-        self, redis: Redis, config: CoordinatorConfig | None = None, namespace: str = "ks"
+        self,
+        redis: Redis,
+        config: CoordinatorConfig | None = None,
+        namespace: str = "ks",
+        clock: Callable[[], int] = _now_ms,
     ) -> None:
         self.redis = redis
+        self.clock = clock  # milliseconds; tests move it to expire offsets
         self.config = config or CoordinatorConfig()
         self.keys = Keys(namespace)
         self.offsets = OffsetStore(redis, self.keys)
@@ -97,34 +119,38 @@ class GroupCoordinator:
         return self.redis.lock(self.keys.group(group_id, ":lock"), timeout=10, blocking_timeout=10)
 
     async def _heartbeat(self, group_id: str, member_id: str) -> None:
-        await self.redis.hset(self.keys.group(group_id, ":heartbeats"), member_id, _now_ms())
+        await self.redis.hset(self.keys.group(group_id, ":heartbeats"), member_id, self.clock())
 
     # -- the join barrier ---------------------------------------------------------
     async def join(self, group_id: str, request: JoinRequest) -> JoinResult:
         async with self._lock(group_id):
             group = await self.load(group_id) or Group(group_id)
-            step = group.join(request, _now_ms(), self.config)
+            step = group.join(request, self.clock(), self.config)
             if step.changed:
                 await self._save(group)
         if step.heartbeat:
             await self._heartbeat(group_id, step.member_id)
         if step.result is not None:
             return step.result
-        return await self._await_join(group_id, step.member_id, step.generation)
+        return await self._await_join(
+            group_id, step.member_id, request.instance_id, step.generation
+        )
 
-    async def _await_join(self, group_id: str, member_id: str, generation: int) -> JoinResult:
+    async def _await_join(
+        self, group_id: str, member_id: str, instance_id: str | None, generation: int
+    ) -> JoinResult:
         """Wait at the barrier until a round that includes this member completes."""
         while True:
             changed = self.notifier.waiter({group_id})  # before reading: no missed change
             group = await self.load(group_id)
             if group is None:
                 return JoinResult(GroupError.UNKNOWN_MEMBER_ID, member_id)
-            result = group.join_outcome(member_id, generation)
+            result = group.join_outcome(member_id, generation, instance_id)
             if result is not None:
                 return result
             if self.notifier.closed:
                 return JoinResult(GroupError.COORDINATOR_NOT_AVAILABLE, member_id)
-            remaining = group.deadline_ms - _now_ms()
+            remaining = group.deadline_ms - self.clock()
             if group.state == GroupState.PREPARING and remaining <= 0:
                 self.notifier.discard(changed, {group_id})
                 await self.tick(group_id)
@@ -140,14 +166,16 @@ class GroupCoordinator:
         member_id: str,
         instance_id: str | None,
         assignments: dict[str, bytes],
-    ) -> tuple[GroupError, bytes]:
+        protocol: tuple[str | None, str | None] = (None, None),
+    ) -> SyncResult:
+        """A SyncGroup; ``protocol``: the protocol type and name it names (v5+)."""
         async with self._lock(group_id):
             group = await self.load(group_id)
             if group is None:
-                return GroupError.UNKNOWN_MEMBER_ID, b""
-            error, changed = group.sync(member_id, instance_id, generation, assignments)
+                return SyncResult(GroupError.UNKNOWN_MEMBER_ID)
+            error, changed = group.sync(member_id, instance_id, generation, assignments, protocol)
             if error:
-                return error, b""
+                return SyncResult(error)
             if changed:
                 await self._save(group)
         await self._heartbeat(group_id, member_id)
@@ -165,9 +193,10 @@ class GroupCoordinator:
                 continue
             self.notifier.discard(changed, {group_id})
             if error != GroupError.NONE:
-                return error, b""
+                return SyncResult(error)
             assert loaded is not None
-            return error, loaded.members[member_id].assignment
+            assignment = loaded.members[member_id].assignment
+            return SyncResult(error, assignment, loaded.protocol_type, loaded.protocol)
 
     async def heartbeat(
         self, group_id: str, generation: int, member_id: str, instance_id: str | None
@@ -184,15 +213,15 @@ class GroupCoordinator:
             group = await self.load(group_id)
             if group is None:
                 return [GroupError.UNKNOWN_MEMBER_ID] * len(leaving)
-            errors = group.leave(leaving, _now_ms(), self.config)
+            errors = group.leave(leaving, self.clock(), self.config)
             await self._save(group)
         return errors
 
     async def tick(self, group_id: str, sweep: bool = False) -> None:
         """Expire members whose session timed out; close a join round past its deadline.
         ``sweep``: also list the group as active if it has members (heals the set after
-        an upgrade or a process that died between the writes)."""
-        now = _now_ms()
+        an upgrade or a process that died between the writes), and expire its offsets."""
+        now = self.clock()
         heartbeats_key = self.keys.group(group_id, ":heartbeats")
         heartbeats = {
             k.decode(): int(v) for k, v in (await self.redis.hgetall(heartbeats_key)).items()
@@ -208,6 +237,29 @@ class GroupCoordinator:
                 await self.redis.hdel(heartbeats_key, *expired)
             if group.close_round_if_due(now) or expired:
                 await self._save(group)
+            if sweep:
+                await self._expire_offsets(group, now)
+
+    async def _expire_offsets(self, group: Group, now: int) -> None:
+        """Drop the offsets past offsets.retention.minutes (``offset_expires_from`` says
+        from when); a group left empty that long, with no offsets, goes too, as in Kafka.
+        Called under the group's lock."""
+        retention = self.config.offsets_retention_ms
+        committed = await self.offsets.read(group.group_id)
+        expired = [
+            tp
+            for tp, c in committed.items()
+            if (start := offset_expires_from(group, tp[0], c.commit_ms)) is not None
+            and start + retention <= now
+        ]
+        await self.offsets.delete(group.group_id, expired)
+        long_empty = (
+            group.state == GroupState.EMPTY
+            and (group.empty_since_ms or 0) + retention <= now
+            and not any(t > now for t in group.pending.values())  # ids handed out
+        )
+        if long_empty and len(expired) == len(committed):
+            await self._drop(group.group_id)
 
     async def tick_all(self, sweep: bool = False) -> None:
         """Tick every group with members; with ``sweep``, every group there is (empty
@@ -229,19 +281,21 @@ class GroupCoordinator:
         member_id: str,
         instance_id: str | None,
         offsets: dict[tuple[str, int], tuple[int, str | None, int]],
+        api_version: int = FIRST_EPOCH_AWARE_COMMIT,
     ) -> GroupError:
         """Store offsets (topic, partition) -> (offset, metadata, leader epoch). A commit with
-        generation -1 and no member is a standalone one, allowed while the group is empty."""
+        generation -1 and no member is a standalone one, allowed while the group is empty;
+        ``api_version`` (of OffsetCommit) picks the codes of some refusals."""
         if not group_id:
             return GroupError.INVALID_GROUP_ID
         async with self._lock(group_id):
             group = await self.load(group_id)
-            error = commit_error(group, member_id, instance_id, generation)
+            error = commit_error(group, member_id, instance_id, generation, api_version)
             if error:
                 return error
             if group is None:
                 await self._save(Group(group_id))
-            now = _now_ms()
+            now = self.clock()
             await self.offsets.write(
                 group_id,
                 {
@@ -262,6 +316,27 @@ class GroupCoordinator:
         if error:
             raise GroupBusy(f"group {group_id} has active members; stop them first")
 
+    async def delete_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]]
+    ) -> tuple[GroupError, dict[tuple[str, int], GroupError]]:
+        """OffsetDelete: the group's error, and each partition's. Offsets of a topic a
+        member subscribes to stay (GROUP_SUBSCRIBED_TO_TOPIC); a partition with no
+        offset is deleted all the same."""
+        async with self._lock(group_id):
+            group = await self.load(group_id)
+            error = offset_delete_error(group)
+            if error:
+                return error, {}
+            assert group is not None
+            results = {
+                tp: GroupError.GROUP_SUBSCRIBED_TO_TOPIC
+                if is_subscribed(group, tp[0])
+                else GroupError.NONE
+                for tp in partitions
+            }
+            await self.offsets.delete(group_id, [tp for tp, e in results.items() if not e])
+        return GroupError.NONE, results
+
     async def forget_topic(self, topic: str) -> int:
         """Drop every group's committed offsets of a deleted topic, as Kafka does, so a
         topic created again under the name starts where auto.offset.reset says rather
@@ -279,31 +354,17 @@ class GroupCoordinator:
                 return GroupError.GROUP_ID_NOT_FOUND
             if group.members:
                 return GroupError.NON_EMPTY_GROUP
-            await self.redis.delete(
-                self.keys.group(group_id),
-                self.keys.group(group_id, ":offsets"),
-                self.keys.group(group_id, ":heartbeats"),
-            )
-            await self.redis.srem(self.keys.groups, group_id)
-            await self.redis.srem(self.keys.groups_active, group_id)
+            await self._drop(group_id)
         return GroupError.NONE
 
-
-def decode_consumer_assignment(data: bytes) -> dict[str, list[int]] | None:
-    """Topic -> partitions from a "consumer" protocol assignment (ConsumerProtocolAssignment:
-    version int16, [topic string, [partition int32]], user data), None if it is not one."""
-    try:
-        pos = 2
-        (count,) = struct.unpack_from(">i", data, pos)
-        pos += 4
-        out: dict[str, list[int]] = {}
-        for _ in range(max(count, 0)):
-            (length,) = struct.unpack_from(">h", data, pos)
-            topic = data[pos + 2 : pos + 2 + length].decode()
-            pos += 2 + length
-            (n,) = struct.unpack_from(">i", data, pos)
-            out[topic] = list(struct.unpack_from(f">{n}i", data, pos + 4))
-            pos += 4 + 4 * n
-        return out
-    except (struct.error, UnicodeDecodeError, ValueError):
-        return None
+    async def _drop(self, group_id: str) -> None:
+        """Delete a group and its offsets; called under its lock."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.delete(
+            self.keys.group(group_id),
+            self.keys.group(group_id, ":offsets"),
+            self.keys.group(group_id, ":heartbeats"),
+        )
+        pipe.srem(self.keys.groups, group_id)
+        pipe.srem(self.keys.groups_active, group_id)
+        await pipe.execute()

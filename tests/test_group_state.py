@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kafkaesque.group_rules import consumer_member_epoch_error, offset_expires_from
 from kafkaesque.group_state import (
     CoordinatorConfig,
     Group,
@@ -12,6 +13,7 @@ from kafkaesque.group_state import (
     heartbeat_error,
     sync_outcome,
 )
+from tests.kafka_client import subscription
 
 CONFIG = CoordinatorConfig(initial_rebalance_delay_ms=3000, min_session_timeout_ms=100)
 PROTOCOLS = [("range", b"meta-range"), ("roundrobin", b"meta-rr")]
@@ -172,3 +174,63 @@ def test_pack_round_trip_keeps_state_enum() -> None:
     g, _, _ = stable_group_of_two()
     back = Group.unpack(g.pack())
     assert back == g and back.state is GroupState.STABLE
+
+
+def test_kafka4_commit_codes() -> None:
+    g, a, _ = stable_group_of_two()
+    # No such group: v9 says so, older versions get ILLEGAL_GENERATION (as Kafka 4).
+    assert commit_error(None, "m", None, 1, api_version=9) == GroupError.GROUP_ID_NOT_FOUND
+    assert commit_error(None, "m", None, 1, api_version=8) == GroupError.ILLEGAL_GENERATION
+    # A static member is known by its instance id; an unknown one is an unknown member.
+    assert commit_error(g, a, "nobody", 1) == GroupError.UNKNOWN_MEMBER_ID
+    empty = Group("e")
+    assert commit_error(empty, "leftover-id", None, -1) == GroupError.NONE  # empty: standalone
+
+
+def test_member_epoch_check_for_consumer_protocol_groups() -> None:
+    def check(received, expected, classic, version):
+        return consumer_member_epoch_error(
+            received, expected, classic_member=classic, commit_version=version
+        )
+
+    assert check(5, 5, False, 9) == GroupError.NONE
+    assert check(4, 5, False, 9) == GroupError.STALE_MEMBER_EPOCH
+    assert check(5, 5, False, 8) == GroupError.UNSUPPORTED_VERSION  # KIP-848 members use v9
+    assert check(4, 5, True, 9) == GroupError.ILLEGAL_GENERATION  # a classic member
+    assert check(4, 5, True, 7) == GroupError.ILLEGAL_GENERATION
+    assert check(4, 5, False, None) == GroupError.STALE_MEMBER_EPOCH  # OffsetFetch v9
+
+
+def test_group_max_size() -> None:
+    small = CoordinatorConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=100, max_size=2)
+    g, a, b = stable_group_of_two()
+    full = g.join(request(), 20, small)
+    assert full.result.error == GroupError.GROUP_MAX_SIZE_REACHED and full.result.member_id == ""
+    assert g.state == GroupState.STABLE and len(g.members) == 2
+    # Lowered below the size: while the round is prepared, the last to rejoin is turned
+    # away and leaves the group.
+    tiny = CoordinatorConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=100, max_size=1)
+    assert g.join(request(a), 30, tiny).result is None  # first back: at the barrier
+    late = g.join(request(b), 31, tiny)
+    assert late.result.error == GroupError.GROUP_MAX_SIZE_REACHED and late.changed
+    assert list(g.members) == [a] and g.state == GroupState.COMPLETING
+
+
+def test_offset_retention_starts_by_group_kind() -> None:
+    topics = subscription(["t"])
+    g = Group("g")
+    g.protocol_type = ""  # standalone: from each commit
+    assert offset_expires_from(g, "t", 100) == 100
+    g = Group("g")
+    a = g.join(request(protocols=[("range", topics)]), 0, CONFIG).member_id
+    assert offset_expires_from(g, "t", 100) is None  # a round in progress keeps them
+    g.close_round_if_due(3000)
+    g.sync(a, None, 1, {})
+    assert offset_expires_from(g, "t", 100) is None  # subscribed
+    assert offset_expires_from(g, "u", 100) == 100  # no member reads it
+    g.leave([(a, None)], 5000, CONFIG)
+    assert g.empty_since_ms == 5000 and offset_expires_from(g, "t", 100) == 5000
+    # A group saved before empty_since_ms existed falls back to the commit time.
+    old = Group.unpack(g.pack())
+    old.empty_since_ms = None
+    assert offset_expires_from(old, "t", 100) == 100

@@ -17,6 +17,7 @@ from kafkaesque.groups import (
     decode_consumer_assignment,
 )
 from kafkaesque.log import Log
+from tests.kafka_client import subscription
 
 FAST = CoordinatorConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=100)
 PROTOCOLS = [("range", b"meta-range"), ("roundrobin", b"meta-rr")]
@@ -64,10 +65,8 @@ def test_two_members_join_one_round_and_sync(coordinator) -> None:
         assert first.error == GroupError.NONE and first.generation == 1
         assert first.leader == first.member_id and first.member_id.startswith("client-")
         assert first.members == [(first.member_id, None, b"meta-range")]
-        assert await c.sync("g", 1, first.member_id, None, {first.member_id: b"all"}) == (
-            GroupError.NONE,
-            b"all",
-        )
+        synced = await c.sync("g", 1, first.member_id, None, {first.member_id: b"all"})
+        assert synced == (GroupError.NONE, b"all", "consumer", "range")
         # A second member triggers a rebalance; the first learns of it by heartbeat.
         second_join = asyncio.create_task(join(c))
         await asyncio.sleep(0.1)
@@ -86,8 +85,8 @@ def test_two_members_join_one_round_and_sync(coordinator) -> None:
         leader = await c.sync(
             "g", 2, first.member_id, None, {first.member_id: b"A", second.member_id: b"B"}
         )
-        assert leader == (GroupError.NONE, b"A")
-        assert await follower == (GroupError.NONE, b"B")
+        assert leader[:2] == (GroupError.NONE, b"A")
+        assert (await follower)[:2] == (GroupError.NONE, b"B")
         assert (await c.load("g")).state == GroupState.STABLE
         assert await c.heartbeat("g", 2, second.member_id, None) == GroupError.NONE
         await c.stop()
@@ -178,7 +177,8 @@ def test_static_member_rejoins_without_rebalance_and_fences_the_old_id(coordinat
         restarted = await join(c, instance="i-1")  # a new process, same instance id
         assert restarted.error == GroupError.NONE and restarted.member_id != a.member_id
         assert restarted.generation == 1 and (await c.load("g")).state == GroupState.STABLE
-        assert await c.sync("g", 1, restarted.member_id, "i-1", {}) == (GroupError.NONE, b"mine")
+        synced = await c.sync("g", 1, restarted.member_id, "i-1", {})
+        assert synced[:2] == (GroupError.NONE, b"mine")
         assert await c.heartbeat("g", 1, a.member_id, "i-1") == GroupError.FENCED_INSTANCE_ID
         assert (await join(c, a.member_id, instance="i-1")).error == GroupError.FENCED_INSTANCE_ID
         assert await c.leave("g", [("", "i-1")]) == [GroupError.NONE]
@@ -277,3 +277,42 @@ def test_decode_consumer_assignment() -> None:
     data += struct.pack(">i", -1)  # user data
     assert decode_consumer_assignment(data) == {"a": [0, 3], "bc": []}
     assert decode_consumer_assignment(b"\x00") is None
+
+
+def test_offsets_expire_after_the_retention(make_log) -> None:
+    """offsets.retention.minutes: a standalone group's offsets from their commit (then the
+    group goes), a stable group's only for topics it does not read, an empty group's from
+    when it became empty."""
+    now = [1_000_000]
+    minute = 60_000
+    config = CoordinatorConfig(
+        initial_rebalance_delay_ms=0, min_session_timeout_ms=100, offsets_retention_minutes=1
+    )
+
+    async def scenario() -> None:
+        c = GroupCoordinator(make_log().redis, config, clock=lambda: now[0])
+        c.start()
+        offsets = {("t", 0): (1, "", -1), ("u", 0): (2, "", -1)}
+        assert await c.commit("solo", -1, "", None, offsets) == GroupError.NONE
+        a = await join(c, protocols=[("range", subscription(["t"]))])
+        await c.sync("g", 1, a.member_id, None, {})
+        assert await c.commit("g", 1, a.member_id, None, offsets) == GroupError.NONE
+
+        async def advance(ms: int) -> None:
+            now[0] += ms
+            await c.heartbeat("g", 1, a.member_id, None)  # the member stays alive
+            await c.tick_all(sweep=True)
+
+        await advance(minute - 1)
+        assert len(await c.committed("solo")) == 2 and len(await c.committed("g")) == 2
+        await advance(1)
+        assert await c.list_groups() == ["g"]  # solo's offsets expired, and solo with them
+        assert list(await c.committed("g")) == [("t", 0)]  # the member reads t
+        assert await c.leave("g", [(a.member_id, None)]) == [GroupError.NONE]
+        await advance(minute - 1)
+        assert list(await c.committed("g")) == [("t", 0)]  # empty for less than a minute
+        await advance(1)
+        assert await c.committed("g") == {} and await c.list_groups() == []
+        await c.stop()
+
+    asyncio.run(scenario())

@@ -102,8 +102,22 @@ BROKER_SETTINGS: dict[str, tuple[str, Kind, str]] = {
         Kind.INT,
         "a new group waits this long for more members",
     ),
-    "group.min.session.timeout.ms": ("groups.min_session_timeout_ms", Kind.INT, ""),
-    "group.max.session.timeout.ms": ("groups.max_session_timeout_ms", Kind.INT, ""),
+    "group.min.session.timeout.ms": (
+        "groups.min_session_timeout_ms",
+        Kind.INT,
+        "smallest session timeout a member may ask for",
+    ),
+    "group.max.session.timeout.ms": (
+        "groups.max_session_timeout_ms",
+        Kind.INT,
+        "largest session timeout a member may ask for",
+    ),
+    "group.max.size": ("groups.max_size", Kind.INT, "members of one classic group at most"),
+    "offsets.retention.minutes": (
+        "groups.offsets_retention_minutes",
+        Kind.INT,
+        "an empty group's committed offsets are kept this long",
+    ),
 }
 
 

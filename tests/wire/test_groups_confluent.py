@@ -226,3 +226,34 @@ def test_static_member_restart_keeps_its_partitions(broker, topic_name, tmp_path
         assert by_instance == {"static-a": split[0], "static-b": split[1]}, logs
     finally:
         gc.stop_all(members)
+
+
+def test_second_instance_of_a_static_member_fences_the_first(broker, topic_name, tmp_path):
+    """Two processes with one group.instance.id: the newer takes the member's place and
+    its partitions; the older is told FENCED_INSTANCE_ID (fatal in librdkafka)."""
+    topic, partitions = topic_name(), 2
+    group = f"g-{topic}"
+    create_topic(broker.bootstrap, topic, partitions)
+    common = ("confluent", broker.bootstrap, topic, group)
+    old = gc.MemberProcess(tmp_path, "old", *common, session_ms=10_000, instance_id="dup")
+    members = [old]
+    try:
+        old.wait_ready()
+        old.go()
+        assert gc.wait_for_split(members, partitions) == [[0, 1]]
+        new = gc.MemberProcess(tmp_path, "new", *common, session_ms=10_000, instance_id="dup")
+        members.append(new)
+        new.wait_ready()
+        new.go()
+        wait_until(lambda: new.current() == [0, 1], "the new instance's partitions")
+        wait_until(
+            lambda: any("fenced" in e.lower() for e in old.errors),
+            "the old instance to be fenced",
+            context=lambda: gc.describe_members(members),
+        )
+        with Connection(broker.bootstrap) as conn:
+            described = conn.describe_group(group)
+        assert [m.group_instance_id for m in described.members] == ["dup"], described
+        assert described.members[0].client_id.endswith("-new"), described
+    finally:
+        gc.stop_all(members)

@@ -1,53 +1,79 @@
 """Consumer group APIs: the coordinator's wire face (FindCoordinator, Join/Sync/Heartbeat/
-LeaveGroup, OffsetCommit/Fetch, Describe/List/DeleteGroups)."""
+LeaveGroup, Describe/List/DeleteGroups); committed offsets are in group_offsets.py."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.errors import StorageUnavailable, UnknownTopic
-from kafkaesque.group_state import MAX_METADATA, GroupState, JoinRequest
+from kafkaesque.errors import StorageUnavailable
+from kafkaesque.group_types import GroupState, JoinRequest
 from wire.broker import Broker
 from wire.errors import error_code
+from wire.handlers.group_offsets import UNAVAILABLE
 from wire.protocol import NO_THROTTLE, Request, build, schema_class
 
-GROUP_KEY = 0
-# What a coordinator says while it cannot reach the group's state (Redis away): clients
-# look the coordinator up again and retry.
-UNAVAILABLE = ErrorCode.coordinator_not_available
+log = logging.getLogger(__name__)
+
+GROUP_KEY, TRANSACTION_KEY, SHARE_KEY = 0, 1, 2  # FindCoordinator's key types
+FIRST_BATCHED_LOOKUP = 4  # FindCoordinator v4+: coordinator_keys (KIP-699)
+FIRST_SKIP_ASSIGNMENT = 9  # JoinGroup v9+ (KIP-814)
+GROUP_TYPE = "classic"  # ListGroups v5's group_type: every group here is a classic one
+# DescribeGroups' authorized_operations: "not asked for" (Kafka's Integer.MIN_VALUE), or,
+# with no authorizer, every operation a group supports: READ (3), DELETE (6), DESCRIBE (8).
+NOT_ASKED = -(2**31)
+GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 
 
-async def find_coordinator(broker: Broker, request: Request) -> Any:
-    schema = request.response_class
+def _coordinator(broker: Broker, key_type: int) -> dict[str, Any]:
+    """The answer for one key of a FindCoordinator: this broker for a group; refusals
+    that every client treats as fatal for what this broker does not coordinate."""
     c = broker.config
-    if getattr(request.body, "key_type", GROUP_KEY) != GROUP_KEY:
+    if key_type == GROUP_KEY:
+        return dict(
+            error_code=ErrorCode.none,
+            error_message=None,
+            node_id=c.node_id,
+            host=c.host,
+            port=c.port,
+        )
+    if key_type == TRANSACTION_KEY:
         # No transactions here. COORDINATOR_NOT_AVAILABLE would be retried until the
         # client's timeout; this error is fatal in every client, so init_transactions()
         # fails at once with the message.
-        return build(
-            schema,
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.transactional_id_authorization_failed,
-            error_message="transactions are not supported by this broker",
-            node_id=-1,
-            host="",
-            port=-1,
-        )
+        error = ErrorCode.transactional_id_authorization_failed
+        message = "transactions are not supported by this broker"
+    else:
+        # Share groups (KIP-932) and unknown types: Kafka answers INVALID_REQUEST below v6;
+        # so here at v6 too, where a retriable code would be retried until the caller's
+        # timeout for a share coordinator that will never be.
+        error = ErrorCode.invalid_request
+        kind = "share groups are" if key_type == SHARE_KEY else f"key type {key_type} is"
+        message = f"{kind} not supported by this broker"
+    return dict(error_code=error, error_message=message, node_id=-1, host="", port=-1)
+
+
+async def find_coordinator(broker: Broker, request: Request) -> Any:
+    body = request.body
+    schema = request.response_class
+    answer = _coordinator(broker, getattr(body, "key_type", GROUP_KEY))  # v1+
+    if request.api_version < FIRST_BATCHED_LOOKUP:
+        return build(schema, throttle_time=NO_THROTTLE, **answer)
+    coordinator = schema_class(schema, "Coordinator")
     return build(
         schema,
         throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        error_message=None,
-        node_id=c.node_id,
-        host=c.host,
-        port=c.port,
+        coordinators=tuple(build(coordinator, key=k, **answer) for k in body.coordinator_keys),
     )
 
 
 async def join_group(broker: Broker, request: Request) -> Any:
     body = request.body
+    reason = getattr(body, "reason", None)  # v8+
+    if reason:
+        log.info("group %s: member %r joins: %s", body.group_id, body.member_id, reason)
     result = await broker.groups.join(
         body.group_id,
         JoinRequest(
@@ -67,33 +93,46 @@ async def join_group(broker: Broker, request: Request) -> Any:
     )
     schema = request.response_class
     member_class = schema_class(schema, "JoinGroupResponseMember")
+    members = result.members
+    skip = result.skip_assignment and request.api_version >= FIRST_SKIP_ASSIGNMENT
+    if result.skip_assignment and not skip:
+        # Before v9 a static leader back in a stable group gets no members, so it cannot
+        # compute an assignment that would move the others' partitions, as in Kafka.
+        members = []
     return build(
         schema,
         throttle_time=NO_THROTTLE,
         error_code=error_code(result.error),
         generation_id=result.generation,
+        protocol_type=result.protocol_type,
         protocol_name=result.protocol or "",
         leader=result.leader,
+        skip_assignment=skip,
         member_id=result.member_id,
         members=tuple(
             build(member_class, member_id=m, group_instance_id=i, metadata=meta)
-            for m, i, meta in result.members
+            for m, i, meta in members
         ),
     )
 
 
 async def sync_group(broker: Broker, request: Request) -> Any:
     body = request.body
-    error, assignment = await broker.groups.sync(
+    result = await broker.groups.sync(
         body.group_id,
         body.generation_id,
         body.member_id,
-        getattr(body, "group_instance_id", None),
+        getattr(body, "group_instance_id", None),  # v3+
         {a.member_id: a.assignment for a in body.assignments},
+        (getattr(body, "protocol_type", None), getattr(body, "protocol_name", None)),  # v5+
     )
-    schema = request.response_class
     return build(
-        schema, throttle_time=NO_THROTTLE, error_code=error_code(error), assignment=assignment
+        request.response_class,
+        throttle_time=NO_THROTTLE,
+        error_code=error_code(result.error),
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name,
+        assignment=result.assignment,
     )
 
 
@@ -112,6 +151,9 @@ async def leave_group(broker: Broker, request: Request) -> Any:
         [error] = await broker.groups.leave(body.group_id, [(body.member_id, None)])
         return build(schema, throttle_time=NO_THROTTLE, error_code=error_code(error))
     leaving = [(m.member_id, m.group_instance_id) for m in body.members]
+    for m in body.members:
+        if getattr(m, "reason", None):  # v5+
+            log.info("group %s: member %r leaves: %s", body.group_id, m.member_id, m.reason)
     errors = await broker.groups.leave(body.group_id, leaving)
     member_class = schema_class(schema, "MemberResponse")
     return build(
@@ -125,106 +167,12 @@ async def leave_group(broker: Broker, request: Request) -> Any:
     )
 
 
-async def _commit(broker: Broker, body: Any) -> dict[tuple[str, int], ErrorCode]:
-    """Commit what is valid of an OffsetCommit; the error code of each partition."""
-    errors: dict[tuple[str, int], ErrorCode] = {}
-    offsets = {}
-    partitions_of: dict[str, int] = {}
-    for t in body.topics:
-        if t.name not in partitions_of:
-            try:
-                partitions_of[t.name] = (await broker.log.topic(t.name)).partitions
-            except UnknownTopic:
-                partitions_of[t.name] = 0
-        for p in t.partitions:
-            key = (t.name, p.partition_index)
-            if not 0 <= p.partition_index < partitions_of[t.name]:
-                errors[key] = ErrorCode.unknown_topic_or_partition
-            elif (
-                p.committed_metadata is not None
-                and len(p.committed_metadata.encode()) > MAX_METADATA
-            ):
-                errors[key] = ErrorCode.offset_metadata_too_large
-            else:
-                offsets[key] = (p.committed_offset, p.committed_metadata, -1)
-    group_error = await broker.groups.commit(
-        body.group_id,
-        body.generation_id_or_member_epoch,
-        body.member_id,
-        getattr(body, "group_instance_id", None),
-        offsets,
-    )
-    for key in offsets:
-        errors[key] = error_code(group_error)
-    return errors
-
-
-async def offset_commit(broker: Broker, request: Request) -> Any:
-    body = request.body
-    try:
-        errors = await _commit(broker, body)
-    except StorageUnavailable:
-        errors = {
-            (t.name, p.partition_index): UNAVAILABLE for t in body.topics for p in t.partitions
-        }
-    schema = request.response_class
-    topic_class = schema_class(schema, "OffsetCommitResponseTopic")
-    partition_class = schema_class(schema, "OffsetCommitResponsePartition")
-    return build(
-        schema,
-        throttle_time=NO_THROTTLE,
-        topics=tuple(
-            build(
-                topic_class,
-                name=t.name,
-                partitions=tuple(
-                    build(
-                        partition_class,
-                        partition_index=p.partition_index,
-                        error_code=errors[t.name, p.partition_index],
-                    )
-                    for p in t.partitions
-                ),
-            )
-            for t in body.topics
-        ),
-    )
-
-
-async def offset_fetch(broker: Broker, request: Request) -> Any:
-    body = request.body
-    committed = await broker.groups.committed(body.group_id)
-    if body.topics is None:  # v2+: every partition the group has committed
-        wanted: dict[str, list[int]] = {}
-        for topic, partition in sorted(committed):
-            wanted.setdefault(topic, []).append(partition)
-    else:
-        wanted = {t.name: list(t.partition_indexes) for t in body.topics}
-    schema = request.response_class
-    topic_class = schema_class(schema, "OffsetFetchResponseTopic")
-    partition_class = schema_class(schema, "OffsetFetchResponsePartition")
-    topics = []
-    for name, partitions in wanted.items():
-        entries = []
-        for p in partitions:
-            c = committed.get((name, p))
-            entries.append(
-                build(
-                    partition_class,
-                    partition_index=p,
-                    committed_offset=c.offset if c else -1,
-                    metadata=c.metadata if c else "",
-                    error_code=ErrorCode.none,
-                )
-            )
-        topics.append(build(topic_class, name=name, partitions=tuple(entries)))
-    return build(schema, throttle_time=NO_THROTTLE, topics=tuple(topics), error_code=ErrorCode.none)
-
-
 async def describe_groups(broker: Broker, request: Request) -> Any:
     schema = request.response_class
     group_class = schema_class(schema, "DescribedGroup")
     member_class = schema_class(schema, "DescribedGroupMember")
+    asked = getattr(request.body, "include_authorized_operations", False)  # v3+
+    operations = GROUP_OPERATIONS if asked else NOT_ASKED
     described = []
     for group_id in request.body.groups:
         try:
@@ -242,7 +190,7 @@ async def describe_groups(broker: Broker, request: Request) -> Any:
                     protocol_type="",
                     protocol_data="",
                     members=(),
-                    authorized_operations=-2147483648,
+                    authorized_operations=operations,
                 )
             )
             continue
@@ -267,7 +215,7 @@ async def describe_groups(broker: Broker, request: Request) -> Any:
                 protocol_type=group.protocol_type,
                 protocol_data=group.protocol or "",
                 members=members,
-                authorized_operations=-2147483648,
+                authorized_operations=operations,
             )
         )
     return build(schema, throttle_time=NO_THROTTLE, groups=tuple(described))
@@ -276,11 +224,25 @@ async def describe_groups(broker: Broker, request: Request) -> Any:
 async def list_groups(broker: Broker, request: Request) -> Any:
     schema = request.response_class
     listed_class = schema_class(schema, "ListedGroup")
+    # As Kafka, the filters (v4+ states, v5+ types) ignore case; empty: no filter.
+    states = {s.lower() for s in getattr(request.body, "states_filter", ())}
+    types = {t.lower() for t in getattr(request.body, "types_filter", ())}
+    if types and GROUP_TYPE not in types:
+        return build(schema, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=())
     listed = []
     for group_id in await broker.groups.list_groups():
         group = await broker.groups.load(group_id)
-        if group is not None:
-            listed.append(build(listed_class, group_id=group_id, protocol_type=group.protocol_type))
+        if group is None or (states and group.state.lower() not in states):
+            continue
+        listed.append(
+            build(
+                listed_class,
+                group_id=group_id,
+                protocol_type=group.protocol_type,
+                group_state=group.state,
+                group_type=GROUP_TYPE,
+            )
+        )
     return build(schema, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=tuple(listed))
 
 

@@ -1,0 +1,124 @@
+"""The classic group protocol's vocabulary: states, error codes, the coordinator's
+configuration, members, and what a JoinGroup asks and gets.
+
+Plain data, shared by the state machine (group_state.py), its per-request checks
+(group_rules.py) and the coordinator (groups.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
+
+MAX_METADATA = 4096  # Kafka's offset.metadata.max.bytes
+INT32_MAX = 2**31 - 1
+
+
+class GroupState(StrEnum):
+    """Kafka's group states, by the names DescribeGroups reports."""
+
+    EMPTY = "Empty"
+    PREPARING = "PreparingRebalance"
+    COMPLETING = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"  # a group that does not exist (DescribeGroups of an unknown id)
+
+
+class GroupError(IntEnum):
+    """The Kafka error codes the coordinator answers with."""
+
+    NONE = 0
+    OFFSET_METADATA_TOO_LARGE = 12
+    COORDINATOR_NOT_AVAILABLE = 15
+    ILLEGAL_GENERATION = 22
+    INCONSISTENT_GROUP_PROTOCOL = 23
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26
+    REBALANCE_IN_PROGRESS = 27
+    UNSUPPORTED_VERSION = 35
+    NON_EMPTY_GROUP = 68
+    GROUP_ID_NOT_FOUND = 69
+    MEMBER_ID_REQUIRED = 79
+    GROUP_MAX_SIZE_REACHED = 81
+    FENCED_INSTANCE_ID = 82
+    GROUP_SUBSCRIBED_TO_TOPIC = 86
+    STALE_MEMBER_EPOCH = 113
+
+
+@dataclass(slots=True)
+class CoordinatorConfig:
+    """The group.* and offsets.* broker configs the coordinator obeys (Kafka's defaults)."""
+
+    initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
+    min_session_timeout_ms: int = 6000  # group.min.session.timeout.ms
+    max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
+    max_size: int = INT32_MAX  # group.max.size: members of one group at most
+    # offsets.retention.minutes: how long an empty group keeps its committed offsets.
+    offsets_retention_minutes: int = 7 * 24 * 60
+
+    @property
+    def offsets_retention_ms(self) -> int:
+        return self.offsets_retention_minutes * 60_000
+
+
+@dataclass(slots=True)
+class Member:
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocols: list[tuple[str, bytes]]
+    generation: int = -1  # the generation whose join round included this member
+    joined: bool = False  # has joined the round in progress
+    assignment: bytes = b""
+
+    def metadata_for(self, protocol: str | None) -> bytes:
+        return next((m for name, m in self.protocols if name == protocol), b"")
+
+
+@dataclass(frozen=True, slots=True)
+class JoinRequest:
+    """A JoinGroup's fields the state machine needs."""
+
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    require_known_member: bool
+
+
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    error: GroupError
+    member_id: str
+    generation: int = -1
+    protocol: str | None = None
+    leader: str = ""
+    members: list[tuple[str, str | None, bytes]] = field(default_factory=list)  # leader only
+    protocol_type: str | None = None
+    # A static leader came back to a stable group: it gets the members' metadata, but must
+    # not compute a new assignment (KIP-814; only JoinGroup v9+ can say so).
+    skip_assignment: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class JoinStep:
+    """What a JoinGroup did: an answer now (``result``), or a member at the barrier that
+    waits for a generation past ``generation``. ``changed``: the group must be saved."""
+
+    member_id: str
+    result: JoinResult | None
+    generation: int
+    changed: bool
+
+    @property
+    def heartbeat(self) -> bool:
+        """Whether the join counts as the member's heartbeat (it is one unless refused)."""
+        return self.result is None or self.result.error == GroupError.NONE

@@ -1,0 +1,178 @@
+"""Committed offsets of consumer groups on the wire: OffsetCommit, OffsetFetch (one group
+before v8, a batch of groups from v8) and OffsetDelete."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kafkaesque.errors import StorageUnavailable, UnknownTopic
+from kafkaesque.group_types import MAX_METADATA
+from wire.broker import Broker
+from wire.errors import error_code
+from wire.protocol import NO_THROTTLE, Request, build, schema_class
+
+# What a coordinator says while it cannot reach the group's state (Redis away): clients
+# look the coordinator up again and retry.
+UNAVAILABLE = ErrorCode.coordinator_not_available
+NO_EPOCH = -1
+TopicPartition = tuple[str, int]
+
+
+async def _commit(broker: Broker, request: Request) -> dict[TopicPartition, ErrorCode]:
+    """Commit what is valid of an OffsetCommit; the error code of each partition."""
+    body = request.body
+    errors: dict[TopicPartition, ErrorCode] = {}
+    offsets = {}
+    partitions_of: dict[str, int] = {}
+    for t in body.topics:
+        if t.name not in partitions_of:
+            try:
+                partitions_of[t.name] = (await broker.log.topic(t.name)).partitions
+            except UnknownTopic:
+                partitions_of[t.name] = 0
+        for p in t.partitions:
+            key = (t.name, p.partition_index)
+            if not 0 <= p.partition_index < partitions_of[t.name]:
+                errors[key] = ErrorCode.unknown_topic_or_partition
+            elif (
+                p.committed_metadata is not None
+                and len(p.committed_metadata.encode()) > MAX_METADATA
+            ):
+                errors[key] = ErrorCode.offset_metadata_too_large
+            else:
+                epoch = getattr(p, "committed_leader_epoch", NO_EPOCH)  # v6+
+                offsets[key] = (p.committed_offset, p.committed_metadata, epoch)
+    # v2-v4's retention_time is not kept: offsets.retention.minutes decides, as for v5+.
+    group_error = await broker.groups.commit(
+        body.group_id,
+        body.generation_id_or_member_epoch,
+        body.member_id,
+        getattr(body, "group_instance_id", None),  # v7+
+        offsets,
+        request.api_version,
+    )
+    for key in offsets:
+        errors[key] = error_code(group_error)
+    return errors
+
+
+async def offset_commit(broker: Broker, request: Request) -> Any:
+    body = request.body
+    try:
+        errors = await _commit(broker, request)
+    except StorageUnavailable:
+        errors = {
+            (t.name, p.partition_index): UNAVAILABLE for t in body.topics for p in t.partitions
+        }
+    schema = request.response_class
+    topic_class = schema_class(schema, "OffsetCommitResponseTopic")
+    partition_class = schema_class(schema, "OffsetCommitResponsePartition")
+    return build(
+        schema,
+        throttle_time=NO_THROTTLE,
+        topics=tuple(
+            build(
+                topic_class,
+                name=t.name,
+                partitions=tuple(
+                    build(
+                        partition_class,
+                        partition_index=p.partition_index,
+                        error_code=errors[t.name, p.partition_index],
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in body.topics
+        ),
+    )
+
+
+async def _fetch_group(
+    broker: Broker, schema: type, group_id: str, topics: Any, batched: bool
+) -> tuple[tuple[Any, ...], ErrorCode]:
+    """One group's committed offsets as response topics, and the group's error code.
+    ``topics`` None: every partition the group has committed (v2+). No transactional
+    offsets are ever pending here, so require_stable (v7+) has nothing to wait for; a
+    classic group's offsets need no member id or epoch (v9), as in Kafka."""
+    try:
+        committed = await broker.groups.committed(group_id)
+    except StorageUnavailable:
+        return (), UNAVAILABLE
+    if topics is None:
+        wanted: dict[str, list[int]] = {}
+        for topic, partition in sorted(committed):
+            wanted.setdefault(topic, []).append(partition)
+    else:
+        wanted = {t.name: list(t.partition_indexes) for t in topics}
+    suffix = "s" if batched else ""  # v8 renamed the response's entities
+    topic_class = schema_class(schema, f"OffsetFetchResponseTopic{suffix}")
+    partition_class = schema_class(schema, f"OffsetFetchResponsePartition{suffix}")
+    out = []
+    for name, partitions in wanted.items():
+        entries = []
+        for p in partitions:
+            c = committed.get((name, p))
+            entries.append(
+                build(
+                    partition_class,
+                    partition_index=p,
+                    committed_offset=c.offset if c else -1,
+                    committed_leader_epoch=c.leader_epoch if c else NO_EPOCH,
+                    metadata=c.metadata if c else "",
+                    error_code=ErrorCode.none,
+                )
+            )
+        out.append(build(topic_class, name=name, partitions=tuple(entries)))
+    return tuple(out), ErrorCode.none
+
+
+async def offset_fetch(broker: Broker, request: Request) -> Any:
+    body = request.body
+    schema = request.response_class
+    if request.api_version < 8:
+        topics, code = await _fetch_group(broker, schema, body.group_id, body.topics, False)
+        return build(schema, throttle_time=NO_THROTTLE, topics=topics, error_code=code)
+    group_class = schema_class(schema, "OffsetFetchResponseGroup")
+    groups = []
+    for g in body.groups:  # each group has its own error
+        topics, code = await _fetch_group(broker, schema, g.group_id, g.topics, True)
+        groups.append(build(group_class, group_id=g.group_id, topics=topics, error_code=code))
+    return build(schema, throttle_time=NO_THROTTLE, groups=tuple(groups))
+
+
+async def offset_delete(broker: Broker, request: Request) -> Any:
+    body = request.body
+    partitions = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
+    try:
+        group_error, results = await broker.groups.delete_offsets(body.group_id, partitions)
+        code = error_code(group_error)
+    except StorageUnavailable:
+        code, results = UNAVAILABLE, {}
+    schema = request.response_class
+    topic_class = schema_class(schema, "OffsetDeleteResponseTopic")
+    partition_class = schema_class(schema, "OffsetDeleteResponsePartition")
+    if code != ErrorCode.none:  # as Kafka: a group-level refusal lists no topics
+        return build(schema, error_code=code, throttle_time=NO_THROTTLE, topics=())
+    return build(
+        schema,
+        error_code=ErrorCode.none,
+        throttle_time=NO_THROTTLE,
+        topics=tuple(
+            build(
+                topic_class,
+                name=t.name,
+                partitions=tuple(
+                    build(
+                        partition_class,
+                        partition_index=p.partition_index,
+                        error_code=error_code(results[t.name, p.partition_index]),
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in body.topics
+        ),
+    )
