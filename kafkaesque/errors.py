@@ -63,7 +63,12 @@ class PolicyViolation(KafkaesqueError):
 # -- appends -------------------------------------------------------------------------------
 class InvalidRecord(KafkaesqueError, ValueError):
     """A batch whose content breaks the format's rules (Kafka's INVALID_RECORD: a client
-    sending the same bytes again gets the same answer)."""
+    sending the same bytes again gets the same answer). ``records`` are the indexes, within
+    their batch, of the records at fault when they are known (Produce v8+ record_errors)."""
+
+    def __init__(self, message: str, records: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.records = records
 
 
 class CorruptBatch(InvalidRecord):
