@@ -51,6 +51,14 @@ class UnknownTopic(KafkaesqueError):
     """No such topic, or no such partition of it."""
 
 
+class UnknownTopicId(KafkaesqueError):
+    """No topic has this topic id (Fetch v13+ names topics by id only)."""
+
+
+class InvalidRequest(KafkaesqueError):
+    """A request whose fields contradict each other or ask for what is not offered."""
+
+
 class Conflict(KafkaesqueError):
     """The topic changed between a read and a write: read again and retry."""
 
@@ -128,8 +136,18 @@ class UnknownLeaderEpoch(KafkaesqueError):
 
 
 class UnsupportedLookup(KafkaesqueError):
-    """A ListOffsets special timestamp (-3 max timestamp, -4 earliest local, ...) that the
-    advertised versions do not have: an error, not a wrong answer."""
+    """A ListOffsets special timestamp the request's version does not have (-3 max
+    timestamp before v7, -4 earliest local before v8, -5 latest tiered before v9) or that
+    is unknown: an error, not a wrong answer."""
+
+
+class LookupTimedOut(KafkaesqueError):
+    """An offset lookup that did not finish within the request's timeout (ListOffsets v10)."""
+
+
+class UnknownFetchSession(KafkaesqueError):
+    """An incremental fetch of a session this broker does not have: it creates none, so
+    clients go on with full fetches (KIP-227)."""
 
 
 # -- storage -------------------------------------------------------------------------------

@@ -39,7 +39,9 @@ from kafkaesque.records import split_batches
 
 log = logging.getLogger(__name__)
 
-LATEST, EARLIEST = -1, -2  # ListOffsets' special timestamps
+# ListOffsets' special timestamps (KIP-734: MAX_TIMESTAMP, KIP-1005: the local and tiered
+# ends of the log; here Redis is local, the archive tiered).
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 MAX_MESSAGE_BYTES = 1024 * 1024 + 12  # Kafka's message.max.bytes default
 NO_EPOCH = -1  # a client that does not send its leader epoch
 
@@ -312,8 +314,10 @@ class Partitions:
     async def list_offset(
         self, topic: str, partition: int, timestamp: int, current_leader_epoch: int = NO_EPOCH
     ) -> FoundOffset | None:
-        """The offset for ``timestamp`` (LATEST, EARLIEST, or ms: the first record at or
-        after it; None when there is none, as Kafka answers -1)."""
+        """The offset for ``timestamp``: LATEST, EARLIEST, MAX_TIMESTAMP (the record with
+        the largest timestamp), EARLIEST_LOCAL (the first offset in Redis), LATEST_TIERED
+        (the last archived), or ms: the first record at or after it. None when there is
+        none, as Kafka answers -1."""
         config = await self.log.topic(topic)
         if not 0 <= partition < config.partitions:
             raise UnknownTopic(f"unknown topic or partition: {topic}[{partition}]")
@@ -326,9 +330,17 @@ class Partitions:
             return FoundOffset((await self.log.state(topic, partition)).log_end, -1, epoch)
         if timestamp == EARLIEST:
             return FoundOffset(await self.log.earliest_offset(topic, partition), -1, epoch)
-        if timestamp < 0:
+        if timestamp == EARLIEST_LOCAL:
+            return FoundOffset((await self.log.state(topic, partition)).log_start, -1, epoch)
+        if timestamp == LATEST_TIERED:
+            last = await self.log.last_archived_offset(topic, partition)
+            return None if last is None else FoundOffset(last, -1, epoch)
+        if timestamp == MAX_TIMESTAMP:
+            found = await self.log.max_timestamp_offset(topic, partition)
+        elif timestamp < 0:
             raise UnsupportedLookup(f"offset lookup {timestamp} is not supported")
-        found = await self.log.offset_for_timestamp(topic, partition, timestamp)
+        else:
+            found = await self.log.offset_for_timestamp(topic, partition, timestamp)
         return None if found is None else FoundOffset(found[0], found[1], epoch)
 
     async def epoch_end_offset(

@@ -17,6 +17,8 @@ ERROR_CODES: dict[type[core.KafkaesqueError], ErrorCode] = {
     core.InvalidReplication: ErrorCode.invalid_replication_factor,
     core.TopicExists: ErrorCode.topic_already_exists,
     core.UnknownTopic: ErrorCode.unknown_topic_or_partition,
+    core.UnknownTopicId: ErrorCode.unknown_topic_id,
+    core.InvalidRequest: ErrorCode.invalid_request,
     # Only seen when a retry loop gives up; clients retry a storage error.
     core.Conflict: ErrorCode.kafka_storage_error,
     core.PolicyViolation: ErrorCode.policy_violation,
@@ -36,6 +38,8 @@ ERROR_CODES: dict[type[core.KafkaesqueError], ErrorCode] = {
     core.FencedLeaderEpoch: ErrorCode.fenced_leader_epoch,
     core.UnknownLeaderEpoch: ErrorCode.unknown_leader_epoch,
     core.UnsupportedLookup: ErrorCode.unsupported_version,
+    core.LookupTimedOut: ErrorCode.request_timed_out,
+    core.UnknownFetchSession: ErrorCode.fetch_session_id_not_found,
     # Redis lost its data and the archive cannot restore the offsets yet, or the archive
     # an old offset lives in cannot be reached: retriable.
     core.StorageUnavailable: ErrorCode.kafka_storage_error,
