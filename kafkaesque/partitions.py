@@ -70,6 +70,8 @@ class FetchRequest:
     offset: int
     max_bytes: int
     current_leader_epoch: int = NO_EPOCH
+    # The epoch of the last record the client read (Fetch v12+), to detect divergence.
+    last_fetched_epoch: int = NO_EPOCH
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,10 @@ class Fetched:
     high_watermark: int = -1
     log_start: int = -1
     batches: list[bytes] = field(default_factory=list)
+    leader_epoch: int = NO_EPOCH  # the partition's, when it was read
+    # (epoch, end offset) where the client's log diverges from this one: it must truncate
+    # to there before fetching on (Fetch v12+); no batches then.
+    diverging_epoch: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,12 +281,14 @@ class Partitions:
         except (UnknownTopic, StorageUnavailable) as exc:
             # StorageUnavailable: the offset is only in the archive, which is unreachable.
             return Fetched(exc)
-        end, start = result.log_end, result.log_start
+        end, start, epoch = result.log_end, result.log_start, result.leader_epoch
         try:
-            check_leader_epoch(r.current_leader_epoch, result.leader_epoch)
-            if r.current_leader_epoch < 0 and await self._lost_position(
-                r, result.leader_epoch, seen_epochs
-            ):
+            check_leader_epoch(r.current_leader_epoch, epoch)
+            if r.last_fetched_epoch >= 0:
+                diverging = await self._diverging_epoch(r)
+                if diverging is not None:
+                    return Fetched(None, end, start, [], epoch, diverging)
+            if r.current_leader_epoch < 0 and await self._lost_position(r, epoch, seen_epochs):
                 # Out of range makes the client reset by its auto.offset.reset (or raise)
                 # instead of going on silently over offsets that now hold other records.
                 raise OffsetOutOfRange(f"{r.topic}[{r.partition}] was truncated")
@@ -290,8 +298,21 @@ class Partitions:
                     f"(offsets {start}..{end})"
                 )
         except KafkaesqueError as exc:
-            return Fetched(exc, end, start)
-        return Fetched(None, end, start, result.batches)
+            return Fetched(exc, end, start, leader_epoch=epoch)
+        return Fetched(None, end, start, result.batches, epoch)
+
+    async def _diverging_epoch(self, r: FetchRequest) -> tuple[int, int] | None:
+        """As Kafka's leader: the client's last fetched epoch ends here before its fetch
+        offset, or this partition never had that epoch (a restore truncated it and began
+        a new one): then (the largest epoch <= it, where that ended), else None."""
+        epoch, end = await self.log.epoch_end_offset(r.topic, r.partition, r.last_fetched_epoch)
+        if epoch < 0:
+            raise OffsetOutOfRange(
+                f"leader epoch {r.last_fetched_epoch} of {r.topic}[{r.partition}] is unknown"
+            )
+        if epoch < r.last_fetched_epoch or end < r.offset:
+            return epoch, end
+        return None
 
     async def _lost_position(
         self, r: FetchRequest, epoch: int, seen_epochs: dict[TopicPartition, int] | None
