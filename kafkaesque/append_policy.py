@@ -123,7 +123,7 @@ class AppendPolicy:
         if header.is_control:
             return batch  # a transaction marker is the broker's own: stored as written
         if self.bounds_timestamps:
-            self._check_timestamps(header, now_ms)
+            self._check_timestamps(batch, header, now_ms)
         records = None
         recompress = self.codec is not None and header.compression != self.codec
         if self.compact or recompress:
@@ -141,23 +141,34 @@ class AppendPolicy:
             log_append_time=now_ms if self.log_append_time else None,
         )
 
-    def _check_timestamps(self, header: BatchHeader, now_ms: int) -> None:
+    def _check_timestamps(self, batch: bytes, header: BatchHeader, now_ms: int) -> None:
         """The batch's first (baseTimestamp) and largest (maxTimestamp) timestamps against
         the bounds: a producer gives its records timestamps in order, so these two stand
         for all of them without decoding the records (a record older than the batch's
-        first is not checked)."""
+        first is not checked). Only a refused batch is decoded, to name its records."""
         low, high = now_ms - self.before_max_ms, now_ms + self.after_max_ms
-        for timestamp in (header.base_timestamp, header.max_timestamp):
-            if timestamp != NO_TIMESTAMP and not low <= timestamp <= high:
-                raise InvalidTimestamp(
-                    f"Timestamp {timestamp} of a record for topic {self.topic} is out of"
-                    f" range. The timestamp should be within [{low}, {high}]"
-                )
+
+        def outside(timestamp: int) -> bool:
+            return timestamp != NO_TIMESTAMP and not low <= timestamp <= high
+
+        bad = next((t for t in (header.base_timestamp, header.max_timestamp) if outside(t)), None)
+        if bad is None:
+            return
+        header, data, start, end = records_data(batch, 0, MAX_CLIENT_RECORDS_BYTES)
+        records = decode_records(header, data, start, end)
+        raise InvalidTimestamp(
+            f"Timestamp {bad} of a record for topic {self.topic} is out of"
+            f" range. The timestamp should be within [{low}, {high}]",
+            tuple(i for i, r in enumerate(records) if outside(r.timestamp)),
+        )
 
     def _check_keys(self, header: BatchHeader, data: bytes, start: int, end: int) -> None:
-        if any(r.key is None for r in decode_records(header, data, start, end)):
+        records = decode_records(header, data, start, end)
+        keyless = tuple(i for i, r in enumerate(records) if r.key is None)
+        if keyless:
             raise InvalidRecord(
-                f"Compacted topic cannot accept message without key in topic {self.topic}"
+                f"Compacted topic cannot accept message without key in topic {self.topic}",
+                keyless,
             )
 
 

@@ -56,12 +56,12 @@ class UnknownTopic(KafkaesqueError):
     """No such topic, or no such partition of it."""
 
 
-class UnknownTopicId(UnknownTopic):
-    """No topic has this topic id."""
+class UnknownTopicId(KafkaesqueError):
+    """No topic has this topic id (Fetch v13+ names topics by id only)."""
 
 
 class InvalidRequest(KafkaesqueError):
-    """A request whose fields contradict each other (a topic named by name and id)."""
+    """A request whose fields contradict each other or ask for what is not offered."""
 
 
 # -- replicas: one broker holds and leads every partition --------------------------------
@@ -85,7 +85,12 @@ class PolicyViolation(KafkaesqueError):
 # -- appends -------------------------------------------------------------------------------
 class InvalidRecord(KafkaesqueError, ValueError):
     """A batch whose content breaks the format's rules (Kafka's INVALID_RECORD: a client
-    sending the same bytes again gets the same answer)."""
+    sending the same bytes again gets the same answer). ``records`` are the indexes, within
+    their batch, of the records at fault when they are known (Produce v8+ record_errors)."""
+
+    def __init__(self, message: str, records: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.records = records
 
 
 class CorruptBatch(InvalidRecord):
@@ -145,8 +150,18 @@ class UnknownLeaderEpoch(KafkaesqueError):
 
 
 class UnsupportedLookup(KafkaesqueError):
-    """A ListOffsets special timestamp (-3 max timestamp, -4 earliest local, ...) that the
-    advertised versions do not have: an error, not a wrong answer."""
+    """A ListOffsets special timestamp the request's version does not have (-3 max
+    timestamp before v7, -4 earliest local before v8, -5 latest tiered before v9) or that
+    is unknown: an error, not a wrong answer."""
+
+
+class LookupTimedOut(KafkaesqueError):
+    """An offset lookup that did not finish within the request's timeout (ListOffsets v10)."""
+
+
+class UnknownFetchSession(KafkaesqueError):
+    """An incremental fetch of a session this broker does not have: it creates none, so
+    clients go on with full fetches (KIP-227)."""
 
 
 # -- storage -------------------------------------------------------------------------------

@@ -277,6 +277,32 @@ class Log(TopicsLog, ArchivingLog):
             # Only the records below the log start of a batch across it were that late.
             start = next_offset(batch)
 
+    async def max_timestamp_offset(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the record with the largest timestamp, the first of them
+        on a tie (ListOffsets MAX_TIMESTAMP); None when no record has one. Only Redis is
+        searched, as Kafka searches only its local segments, not the tiered ones."""
+        state = await self.state(topic, partition)  # raises UnknownTopic; applies retention
+        p = self.keys.partition(topic, partition)
+        batch = await self.scripts.max_time(
+            keys=[p.index, p.meta, p.stats], args=[p.prefix, state.log_start]
+        )
+        if batch is None:
+            return None
+        # A batch across the log start may owe its max timestamp to a deleted record.
+        records = [r for r in decode_batch(batch) if r.offset >= state.log_start]
+        if not records:
+            return None
+        best = max(records, key=lambda r: r.timestamp)  # max keeps the first on a tie
+        return best.offset, best.timestamp
+
+    async def last_archived_offset(self, topic: str, partition: int) -> int | None:
+        """The last offset archived, as Redis last heard from the archiver (ListOffsets
+        LATEST_TIERED); None without an archive or before anything was archived."""
+        if self.cold is None:
+            return None
+        [archived] = await self._meta_values(topic, [partition], "archived")
+        return archived - 1 if archived > 0 else None
+
     async def leader_epochs(self, topic: str, partitions: Iterable[int]) -> list[int]:
         """The current leader epoch of each of ``partitions`` (one round trip)."""
         return await self._meta_values(topic, partitions, "epoch")

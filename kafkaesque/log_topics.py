@@ -128,6 +128,17 @@ class TopicsLog:
             await self.ensure_recovered()  # after a loss of Redis' data, list what is restored
         return sorted(n.decode() for n in await self.redis.smembers(self.keys.topics))
 
+    async def topic_ids(self) -> dict[bytes, str]:
+        """Every topic's id -> its name (two round trips whatever the number of topics)."""
+        names = await self.list_topics()
+        if not names:
+            return {}
+        packed = await self.redis.mget([self.keys.topic(n) for n in names])
+        # A topic deleted between the two reads has no config any more.
+        return {
+            msgpack.unpackb(data)["id"]: n for n, data in zip(names, packed, strict=True) if data
+        }
+
     async def delete_topic(self, name: str) -> None:
         """Delete the topic and its records, the archived ones first: if the archive cannot
         be reached, nothing is deleted. A topic only the archive still has (deleted while

@@ -39,7 +39,9 @@ from kafkaesque.records import split_batches
 
 log = logging.getLogger(__name__)
 
-LATEST, EARLIEST = -1, -2  # ListOffsets' special timestamps
+# ListOffsets' special timestamps (KIP-734: MAX_TIMESTAMP, KIP-1005: the local and tiered
+# ends of the log; here Redis is local, the archive tiered).
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 MAX_MESSAGE_BYTES = 1024 * 1024 + 12  # Kafka's message.max.bytes default
 NO_EPOCH = -1  # a client that does not send its leader epoch
 
@@ -68,6 +70,8 @@ class FetchRequest:
     offset: int
     max_bytes: int
     current_leader_epoch: int = NO_EPOCH
+    # The epoch of the last record the client read (Fetch v12+), to detect divergence.
+    last_fetched_epoch: int = NO_EPOCH
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +82,10 @@ class Fetched:
     high_watermark: int = -1
     log_start: int = -1
     batches: list[bytes] = field(default_factory=list)
+    leader_epoch: int = NO_EPOCH  # the partition's, when it was read
+    # (epoch, end offset) where the client's log diverges from this one: it must truncate
+    # to there before fetching on (Fetch v12+); no batches then.
+    diverging_epoch: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,12 +281,14 @@ class Partitions:
         except (UnknownTopic, StorageUnavailable) as exc:
             # StorageUnavailable: the offset is only in the archive, which is unreachable.
             return Fetched(exc)
-        end, start = result.log_end, result.log_start
+        end, start, epoch = result.log_end, result.log_start, result.leader_epoch
         try:
-            check_leader_epoch(r.current_leader_epoch, result.leader_epoch)
-            if r.current_leader_epoch < 0 and await self._lost_position(
-                r, result.leader_epoch, seen_epochs
-            ):
+            check_leader_epoch(r.current_leader_epoch, epoch)
+            if r.last_fetched_epoch >= 0:
+                diverging = await self._diverging_epoch(r)
+                if diverging is not None:
+                    return Fetched(None, end, start, [], epoch, diverging)
+            if r.current_leader_epoch < 0 and await self._lost_position(r, epoch, seen_epochs):
                 # Out of range makes the client reset by its auto.offset.reset (or raise)
                 # instead of going on silently over offsets that now hold other records.
                 raise OffsetOutOfRange(f"{r.topic}[{r.partition}] was truncated")
@@ -288,8 +298,21 @@ class Partitions:
                     f"(offsets {start}..{end})"
                 )
         except KafkaesqueError as exc:
-            return Fetched(exc, end, start)
-        return Fetched(None, end, start, result.batches)
+            return Fetched(exc, end, start, leader_epoch=epoch)
+        return Fetched(None, end, start, result.batches, epoch)
+
+    async def _diverging_epoch(self, r: FetchRequest) -> tuple[int, int] | None:
+        """As Kafka's leader: the client's last fetched epoch ends here before its fetch
+        offset, or this partition never had that epoch (a restore truncated it and began
+        a new one): then (the largest epoch <= it, where that ended), else None."""
+        epoch, end = await self.log.epoch_end_offset(r.topic, r.partition, r.last_fetched_epoch)
+        if epoch < 0:
+            raise OffsetOutOfRange(
+                f"leader epoch {r.last_fetched_epoch} of {r.topic}[{r.partition}] is unknown"
+            )
+        if epoch < r.last_fetched_epoch or end < r.offset:
+            return epoch, end
+        return None
 
     async def _lost_position(
         self, r: FetchRequest, epoch: int, seen_epochs: dict[TopicPartition, int] | None
@@ -312,8 +335,10 @@ class Partitions:
     async def list_offset(
         self, topic: str, partition: int, timestamp: int, current_leader_epoch: int = NO_EPOCH
     ) -> FoundOffset | None:
-        """The offset for ``timestamp`` (LATEST, EARLIEST, or ms: the first record at or
-        after it; None when there is none, as Kafka answers -1)."""
+        """The offset for ``timestamp``: LATEST, EARLIEST, MAX_TIMESTAMP (the record with
+        the largest timestamp), EARLIEST_LOCAL (the first offset in Redis), LATEST_TIERED
+        (the last archived), or ms: the first record at or after it. None when there is
+        none, as Kafka answers -1."""
         config = await self.log.topic(topic)
         if not 0 <= partition < config.partitions:
             raise UnknownTopic(f"unknown topic or partition: {topic}[{partition}]")
@@ -326,9 +351,17 @@ class Partitions:
             return FoundOffset((await self.log.state(topic, partition)).log_end, -1, epoch)
         if timestamp == EARLIEST:
             return FoundOffset(await self.log.earliest_offset(topic, partition), -1, epoch)
-        if timestamp < 0:
+        if timestamp == EARLIEST_LOCAL:
+            return FoundOffset((await self.log.state(topic, partition)).log_start, -1, epoch)
+        if timestamp == LATEST_TIERED:
+            last = await self.log.last_archived_offset(topic, partition)
+            return None if last is None else FoundOffset(last, -1, epoch)
+        if timestamp == MAX_TIMESTAMP:
+            found = await self.log.max_timestamp_offset(topic, partition)
+        elif timestamp < 0:
             raise UnsupportedLookup(f"offset lookup {timestamp} is not supported")
-        found = await self.log.offset_for_timestamp(topic, partition, timestamp)
+        else:
+            found = await self.log.offset_for_timestamp(topic, partition, timestamp)
         return None if found is None else FoundOffset(found[0], found[1], epoch)
 
     async def epoch_end_offset(

@@ -23,6 +23,7 @@ SCRIPT_NAMES = (
     "state",
     "delete",
     "find_time",
+    "max_time",
     "configure",
     "closed_pages",
     "mark_archived",
@@ -70,6 +71,7 @@ class Scripts:
     state: Script
     delete: Script
     find_time: Script
+    max_time: Script
     configure: Script
     closed_pages: Script
     mark_archived: Script

@@ -156,9 +156,15 @@ def fetch_request(
 
 
 def list_offsets_request(
-    topic: str, partition: int, timestamp: int, current_leader_epoch: int = -1, version: int = 2
+    topic: str,
+    partition: int,
+    timestamp: int,
+    current_leader_epoch: int = -1,
+    version: int = 2,
+    timeout_ms: int = 10_000,
 ) -> Any:
-    """The offset of one partition at ``timestamp``: -1 latest, -2 earliest, or a time."""
+    """The offset of one partition at ``timestamp``: -1 latest, -2 earliest, -3 max
+    timestamp, -4 earliest local, -5 latest tiered, or a time; v10+ within ``timeout_ms``."""
     wanted = {
         "partition_index": partition,
         "current_leader_epoch": current_leader_epoch,
@@ -170,6 +176,7 @@ def list_offsets_request(
         replica_id=-1,
         isolation_level=0,
         topics=[{"name": topic, "partitions": [wanted]}],
+        timeout=timeout_ms,
     )
 
 

@@ -70,7 +70,7 @@ def test_api_versions_advertises_every_handler(redis_url: str) -> None:
             assert response.error_code == ErrorCode.none
             ranges = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
             assert ranges == supported()
-            assert ranges[0] == (0, 7)  # Produce from v0 keeps old librdkafka compressing
+            assert ranges[0] == (0, 12)  # Produce from v0 keeps old librdkafka compressing
         await client.close()
 
     run(redis_url, scenario)
@@ -574,5 +574,96 @@ def test_epochless_fetch_past_a_restore_is_out_of_range_once(redis_url: str) -> 
         assert error(await fresh.request(fetch("el", {0: 5}))) == ErrorCode.none
         for client in (lagging, reader, fresh):
             await client.close()
+
+    run(redis_url, scenario)
+
+
+def fetch_v(version: int, offset: int, topic_id: uuid.UUID | None = None, **partition: int) -> Any:
+    """A Fetch of "ep" partition 0 at ``version``: by name, from v13 by ``topic_id``."""
+    wanted = {"partition": 0, "fetch_offset": offset, "partition_max_bytes": 1 << 20}
+    topic = {"topic": "ep"} if version < 13 else {"topic_id": topic_id}
+    return request(
+        1,
+        version,
+        max_wait=0,
+        min_bytes=0,
+        topics=[{**topic, "partitions": [{**wanted, **partition}]}],
+        forgotten_topics_data=(),
+    )
+
+
+def test_fetch_tells_a_diverged_or_fenced_client_where_it_stands(redis_url: str) -> None:
+    """After a restore began epoch 1 at offset 10: a client whose last fetched epoch 0 ran
+    past 10 gets diverging_epoch (0, 10) and no records (v12+); a fenced one learns the
+    current leader and its endpoint (v16+, KIP-951)."""
+
+    async def scenario(server: Server) -> None:
+        log = server.broker.log
+        client = await AsyncConnection.connect(server.port)
+        await client.request(metadata("ep"))
+        await client.request(produce("ep", {0: build_batch([b"a", b"b", b"c"], timestamp=1)}))
+        config = await log.topic("ep")
+        await log.restore([RestoredTopic(config, [RestoredPartition(10, 0)])], 0, 0)
+        await client.request(produce("ep", {0: build_batch([b"d", b"e"], timestamp=1)}))
+
+        async def partition(version: int, offset: int, **fields: int) -> Any:
+            return partitions_of(await client.request(fetch_v(version, offset, **fields)))[0]
+
+        diverged = await partition(12, 11, last_fetched_epoch=0)
+        assert diverged.error_code == ErrorCode.none and diverged.records == b""
+        assert (diverged.diverging_epoch.epoch, diverged.diverging_epoch.end_offset) == (0, 10)
+        # Epoch 0 ending at 10 is where the client is: no divergence, records come.
+        at_end = await partition(12, 10, last_fetched_epoch=0)
+        assert at_end.diverging_epoch.epoch == -1
+        assert [r.value for r in decode_batch(at_end.records)] == [b"d", b"e"]
+        current = await partition(12, 11, last_fetched_epoch=1)
+        assert current.diverging_epoch.epoch == -1 and current.records
+        never = await partition(12, 11, last_fetched_epoch=5)  # an epoch never had
+        assert never.error_code == ErrorCode.offset_out_of_range
+
+        topic_id = uuid.UUID(bytes=config.topic_id)
+        for version in (15, 16, 17):
+            response = await client.request(fetch_v(version, 10, topic_id, current_leader_epoch=0))
+            fenced = partitions_of(response)[0]
+            assert fenced.error_code == ErrorCode.fenced_leader_epoch
+            if version < 16:
+                assert fenced.current_leader.leader_id == -1  # v15 has no node_endpoints
+                continue
+            leader = fenced.current_leader
+            assert (leader.leader_id, leader.leader_epoch) == (0, 1)
+            assert [(e.node_id, e.host, e.port) for e in response.node_endpoints] == [
+                (0, "127.0.0.1", server.port)
+            ]
+        await client.close()
+
+    run(redis_url, scenario)
+
+
+def test_list_offsets_v10_times_out_a_slow_lookup(redis_url: str) -> None:
+    """v10's timeout bounds the lookups (REQUEST_TIMED_OUT); 0, what clients that leave
+    it unset send, waits as before v10."""
+
+    async def scenario(server: Server) -> None:
+        client = await AsyncConnection.connect(server.port)
+        await client.request(metadata("slow"))
+        partitions = server.broker.partitions
+        lookup = partitions.list_offset
+
+        async def slow(*args: Any) -> Any:
+            await asyncio.sleep(0.3)
+            return await lookup(*args)
+
+        partitions.list_offset = slow  # type: ignore[method-assign]
+
+        async def answer(timeout_ms: int) -> Any:
+            body = list_offsets_request("slow", 0, -1, version=10, timeout_ms=timeout_ms)
+            return (await client.request(body)).topics[0].partitions[0]
+
+        late = await answer(50)
+        assert (late.error_code, late.offset) == (ErrorCode.request_timed_out, -1)
+        for timeout_ms in (0, 5_000):
+            ok = await answer(timeout_ms)
+            assert (ok.error_code, ok.offset) == (ErrorCode.none, 0)
+        await client.close()
 
     run(redis_url, scenario)

@@ -18,6 +18,7 @@ from kafkaesque.notify import Notifier
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
 from kafkaesque.partitions import MAX_MESSAGE_BYTES, Partitions
 from kafkaesque.tasks import cancel_and_wait
+from kafkaesque.topic_ids import TopicIds
 from wire.protocol import MAX_REQUEST_SIZE
 
 log = logging.getLogger(__name__)
@@ -145,6 +146,7 @@ class Broker:
         self.config = config
         self.notifier = Notifier(log.redis, log.channel(""))
         self.partitions = Partitions(log, self.notifier, config.max_message_bytes)
+        self.topic_ids = TopicIds(log)  # for requests naming topics by id
         self.groups = GroupCoordinator(log.redis, config.groups, log.ns)
         self.cluster_id = ""
         self.memory = MemoryGuard(log.redis, log.release_archived)

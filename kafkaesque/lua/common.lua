@@ -65,6 +65,33 @@ local function max_timestamp(batch)
   return n
 end
 
+-- The largest batch maxTimestamp of a page, as a function of the page number: the stats
+-- of a closed page, the meta hash of the open one; nil when unknown (a page closed before
+-- it was kept), so the caller reads the page.
+local function page_max_timestamps(meta, stats)
+  local open = redis.call('HMGET', meta, 'page', 'page_max_ts')
+  return function(page)
+    if page == open[1] then return tonumber(open[2]) end
+    local stat = redis.call('HGET', stats, page)
+    return stat and tonumber(string.match(stat, '^%d+ %d+ (%-?%d+)'))
+  end
+end
+
+-- visit(batch, last offset) for each batch of a page in order, read 64 at a time, until
+-- visit returns true; returns whether it did.
+local function each_batch(key, visit)
+  local pos, chunk = 0, 64
+  while true do
+    local batches = redis.call('LRANGE', key, pos, pos + chunk - 1)
+    for _, batch in ipairs(batches) do
+      local last = unpack_uint(batch, BASE_OFFSET, BASE_OFFSET_WIDTH) + offset_count(batch) - 1
+      if visit(batch, last) then return true end
+    end
+    if #batches < chunk then return false end
+    pos = pos + chunk
+  end
+end
+
 -- The bytes of a page as its stats have them (0 for the open page).
 local function page_stat_bytes(stats, page)
   local stat = redis.call('HGET', stats, page)

@@ -7,26 +7,19 @@
 -- start: a page may still hold records below DeleteRecords' floor)
 -- Returns the batch, or nothing when every record is older.
 local prefix, target, from = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local open = redis.call('HMGET', KEYS[2], 'page', 'page_max_ts')
-local function page_max_ts(page)
-  if page == open[1] then return tonumber(open[2]) end
-  local stat = redis.call('HGET', KEYS[3], page)
-  return stat and tonumber(string.match(stat, '^%d+ %d+ (%-?%d+)'))
+local page_max_ts = page_max_timestamps(KEYS[2], KEYS[3])
+local found = false
+local function reaches(batch, last)
+  if last >= from and max_timestamp(batch) >= target then
+    found = batch
+    return true
+  end
 end
 for _, page in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   local known = page_max_ts(page)
-  if known == nil or known >= target then  -- nil: unknown, read the page
-    local key = page_key(prefix, page)
-    local pos, chunk = 0, 64
-    while true do
-      local batches = redis.call('LRANGE', key, pos, pos + chunk - 1)
-      for _, batch in ipairs(batches) do
-        local last = unpack_uint(batch, BASE_OFFSET, BASE_OFFSET_WIDTH) + offset_count(batch) - 1
-        if last >= from and max_timestamp(batch) >= target then return batch end
-      end
-      if #batches < chunk then break end
-      pos = pos + chunk
-    end
+  -- nil: unknown, read the page
+  if (known == nil or known >= target) and each_batch(page_key(prefix, page), reaches) then
+    return found
   end
 end
 return false

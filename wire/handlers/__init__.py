@@ -78,13 +78,17 @@ async def api_versions(broker: Broker, request: Request) -> Any:
 
 # api key (names: kio.schema.index.api_key_map) -> versions and handler.
 HANDLERS: dict[int, Api] = {
+    # The data path at Kafka 4.0's versions, so clients infer a 4.x broker (kafka-python
+    # takes ListOffsets v10 for 4.0) and use its newest features.
     # Produce from v0 because librdkafka before 2.11 only compresses when Produce v0 is
-    # offered; kio (like Kafka 4) parses v3 and later, and no current client sends older.
-    0: Api(0, 7, produce.produce),
-    1: Api(4, 11, fetch.fetch),
-    # ListOffsets v4+ carries leader epochs (KIP-320), v6 is flexible; v7+ adds lookups
-    # not implemented here.
-    2: Api(1, 6, offsets.list_offsets),
+    # offered (Kafka 4 advertises it too); kio (like Kafka 4) parses v3 and later, and no
+    # current client sends older. v8: record_errors, v9 flexible, v10 leader hints.
+    0: Api(0, 12, produce.produce),
+    # v12 diverging_epoch, v13 topic ids, v15 replica_state, v16 leader hints.
+    1: Api(4, 17, fetch.fetch),
+    # ListOffsets v4+ carries leader epochs (KIP-320), v6 is flexible; v7 max timestamp
+    # (-3), v8 earliest local (-4), v9 latest tiered (-5), v10 a timeout.
+    2: Api(1, 10, offsets.list_offsets),
     # v9+ is what makes librdkafka trust the leader epochs (rd_kafka_has_reliable_leader_
     # epochs), so it sends them in Fetch and validates its position after an epoch change.
     3: Api(0, 12, metadata.metadata),
@@ -102,8 +106,8 @@ HANDLERS: dict[int, Api] = {
     19: Api(2, 7, admin.create_topics),
     20: Api(1, 6, admin.delete_topics),  # v6: by topic id
     21: Api(0, 2, records.delete_records),  # v2 is flexible
-    22: Api(0, 0, offsets.init_producer_id),
-    23: Api(2, 3, offsets.offset_for_leader_epoch),
+    22: Api(0, 5, offsets.init_producer_id),  # v3+ may carry the producer's id and epoch
+    23: Api(2, 4, offsets.offset_for_leader_epoch),  # v4 is flexible
     32: Api(1, 4, configs.describe_configs),
     33: Api(0, 2, configs.alter_configs),
     35: Api(1, 4, log_dirs.describe_log_dirs),  # Kafka 4 dropped v0

@@ -62,15 +62,15 @@ def broker_entries(broker: Broker, entry_class: type) -> tuple[Any, ...]:
 
 
 async def topic_by_id(broker: Broker, topic_id: uuid.UUID) -> TopicConfig | None:
-    """The topic with this id (Metadata v12 may name topics by id only); rare, so a scan."""
-    for name in await broker.log.list_topics():
-        try:
-            config = await broker.log.topic(name)
-        except UnknownTopic:  # deleted meanwhile
-            continue
-        if config.topic_id == topic_id.bytes:
-            return config
-    return None
+    """The topic with this id (Metadata v12 may name topics by id only)."""
+    name = await broker.topic_ids.name(topic_id.bytes)
+    if name is None:
+        return None
+    try:
+        config = await broker.log.topic(name)
+    except UnknownTopic:  # deleted meanwhile
+        return None
+    return config if config.topic_id == topic_id.bytes else None
 
 
 async def requested_topic(

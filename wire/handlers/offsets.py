@@ -1,33 +1,66 @@
-"""ListOffsets (earliest, latest, by timestamp), OffsetForLeaderEpoch and InitProducerId."""
+"""ListOffsets (earliest, latest, by timestamp, max timestamp, local and tiered ends),
+OffsetForLeaderEpoch and InitProducerId."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.errors import KafkaesqueError
-from kafkaesque.partitions import FoundOffset
+from kafkaesque.errors import (
+    InvalidRequest,
+    KafkaesqueError,
+    LookupTimedOut,
+    UnsupportedLookup,
+)
+from kafkaesque.partitions import EARLIEST_LOCAL, LATEST_TIERED, MAX_TIMESTAMP, FoundOffset
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.protocol import NO_THROTTLE, Request, build, per_partition, schema_class
 
 log = logging.getLogger(__name__)
 
+# The ListOffsets version that brought each special timestamp: an older request asking
+# for one gets UNSUPPORTED_VERSION, as Kafka's clients refuse to send it.
+LOOKUP_VERSIONS = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
+NO_PRODUCER_ID, NO_PRODUCER_EPOCH = -1, -1
+
 
 async def list_offsets(broker: Broker, request: Request) -> Any:
     schema = request.response_class
     topic_class = schema_class(schema, "ListOffsetsTopicResponse")
     partition_class = schema_class(schema, "ListOffsetsPartitionResponse")
+    version = request.api_version
+    # v10: the whole request answers within its timeout; a lookup still running then (the
+    # archive is slow, say) answers REQUEST_TIMED_OUT. Kafka times only lookups in tiered
+    # storage, and a client that leaves the field unset (kafka-python) sends 0: that
+    # cannot mean "answer nothing", so 0 is no limit, as before v10.
+    timeout = getattr(request.body, "timeout", None)
+    deadline = None
+    if timeout is not None and timeout.total_seconds() > 0:
+        deadline = asyncio.get_running_loop().time() + timeout.total_seconds()
+
+    async def lookup(topic: str, p: Any) -> FoundOffset | None:
+        if version < LOOKUP_VERSIONS.get(p.timestamp, 0):
+            raise UnsupportedLookup(
+                f"offset lookup {p.timestamp} needs ListOffsets v{LOOKUP_VERSIONS[p.timestamp]}"
+            )
+        epoch = getattr(p, "current_leader_epoch", -1)
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await broker.partitions.list_offset(
+                    topic, p.partition_index, p.timestamp, epoch
+                )
+        except TimeoutError:
+            raise LookupTimedOut(f"offset lookup {p.timestamp} timed out") from None
 
     async def partition(topic: str, p: Any) -> Any:
         error: KafkaesqueError | None = None
         found: FoundOffset | None = None
         try:
-            found = await broker.partitions.list_offset(
-                topic, p.partition_index, p.timestamp, getattr(p, "current_leader_epoch", -1)
-            )
+            found = await lookup(topic, p)
         except KafkaesqueError as exc:
             error = exc
         return build(
@@ -45,24 +78,30 @@ async def list_offsets(broker: Broker, request: Request) -> Any:
 
 
 async def init_producer_id(broker: Broker, request: Request) -> Any:
-    schema = request.response_class
-    if request.body.transactional_id is not None:
-        # Transactions are not implemented (and their APIs are not advertised).
-        log.info("refusing transactional producer %r", request.body.transactional_id)
-        return build(
-            schema,
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.invalid_request,
-            producer_id=-1,
-            producer_epoch=-1,
-        )
-    producer_id = await broker.log.new_producer_id()
+    """A new producer id at epoch 0. From v3 an idempotent producer may send its current
+    id and epoch to have the epoch bumped (KIP-360); as Kafka, which does so only for
+    transactional ids, it gets a new id instead: its sequence numbers start over at 0
+    either way, and a new id cannot collide with what the partitions remember of the old."""
+    body = request.body
+    try:
+        if body.transactional_id is not None:
+            # Transactions are not implemented (and their APIs are not advertised).
+            log.info("refusing transactional producer %r", body.transactional_id)
+            raise InvalidRequest("transactions are not supported")
+        current = (getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1))
+        if (current[0] == NO_PRODUCER_ID) != (current[1] == NO_PRODUCER_EPOCH):
+            raise InvalidRequest("producer id and epoch must be given both or neither")
+        producer_id, epoch = await broker.log.new_producer_id(), 0
+    except InvalidRequest as exc:
+        producer_id, epoch, code = NO_PRODUCER_ID, NO_PRODUCER_EPOCH, error_code(exc)
+    else:
+        code = ErrorCode.none
     return build(
-        schema,
+        request.response_class,
         throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
+        error_code=code,
         producer_id=producer_id,
-        producer_epoch=0,
+        producer_epoch=epoch,
     )
 
 

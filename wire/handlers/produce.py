@@ -8,9 +8,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kafkaesque.errors import InvalidRecord, KafkaesqueError
 from kafkaesque.partitions import Appended
 from wire.broker import Broker
-from wire.errors import error_code
+from wire.errors import error_code, error_message
 from wire.protocol import DropConnection, Request, build, schema_class
 
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
@@ -19,6 +20,17 @@ EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 def timestamp(ms: int) -> datetime.datetime | None:
     """A Kafka timestamp field's value: -1 (none) is None."""
     return None if ms < 0 else EPOCH + datetime.timedelta(milliseconds=ms)
+
+
+def record_errors(error_class: type | None, error: KafkaesqueError | None) -> tuple[Any, ...]:
+    """Produce v8+: the records (by index in their batch) that made the batch be refused,
+    where the core knew them; the partition's error_message says why."""
+    if error_class is None or not isinstance(error, InvalidRecord):
+        return ()
+    message = str(error)
+    return tuple(
+        build(error_class, batch_index=i, batch_index_error_message=message) for i in error.records
+    )
 
 
 async def produce(broker: Broker, request: Request) -> Any:
@@ -47,8 +59,13 @@ async def produce(broker: Broker, request: Request) -> Any:
     schema = request.response_class
     topic_class = schema_class(schema, "TopicProduceResponse")
     partition_class = schema_class(schema, "PartitionProduceResponse")
+    error_class = (
+        schema_class(schema, "BatchIndexAndErrorMessage") if request.api_version >= 8 else None
+    )
 
     def partition(topic: str, index: int) -> Any:
+        # v10's current_leader (KIP-951) keeps its default: it is only for
+        # NOT_LEADER_OR_FOLLOWER, which the one broker, leader of all, never answers.
         code, result = codes[topic, index]
         return build(
             partition_class,
@@ -57,6 +74,8 @@ async def produce(broker: Broker, request: Request) -> Any:
             base_offset=result.base_offset,
             log_append_time=timestamp(result.log_append_time),
             log_start_offset=result.log_start,
+            record_errors=record_errors(error_class, result.error),
+            error_message=error_message(result.error),
         )
 
     return build(
