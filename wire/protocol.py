@@ -24,6 +24,8 @@ from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_re
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 
+from wire.array_guard import check_flexible
+
 NO_THROTTLE = datetime.timedelta(0)  # every response's throttle_time: no quotas here
 # Kafka's socket.request.max.bytes default (BrokerConfig.socket_request_max_bytes): larger
 # frames are refused before reading them.
@@ -125,6 +127,8 @@ def parse_request(
         raise UnsupportedVersion(api_key, api_version, correlation_id)
     try:
         header, used = _reader(schema.__header_schema__)(frame, 0)
+        if schema.__flexible__:
+            check_flexible(schema, frame, used)  # before kio reserves memory for arrays
         body, body_size = _reader(schema)(frame, used)
     except (SerialError, KeyError, ValueError, TypeError) as exc:
         # kio raises KeyError for an unknown tagged field.

@@ -197,11 +197,12 @@ def fill_in(entity: Any, values: dict[str, Any]) -> Any:
     changes = {}
     for f in dataclasses.fields(entity):
         value = getattr(entity, f.name)
-        if f.name in values:
+        entities = isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0])
+        if f.name in values and not entities:  # OffsetFetch v8+ `groups` holds entities
             changes[f.name] = values[f.name]
         elif dataclasses.is_dataclass(value):
             changes[f.name] = fill_in(value, values)
-        elif isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
+        elif entities:
             changes[f.name] = tuple(fill_in(item, values) for item in value)
     return dataclasses.replace(entity, **changes)
 
