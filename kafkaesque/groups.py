@@ -20,6 +20,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from kafkaesque.consumer_group import consumer_commit_error, make_room_for_classic
+from kafkaesque.consumer_group_state import ConsumerGroupError
 from kafkaesque.errors import GroupBusy
 from kafkaesque.group_offsets import CommittedOffset, OffsetStore
 from kafkaesque.group_state import (
@@ -102,6 +104,10 @@ class GroupCoordinator:
     # -- the join barrier ---------------------------------------------------------
     async def join(self, group_id: str, request: JoinRequest) -> JoinResult:
         async with self._lock(group_id):
+            # KIP-848 hook (kafkaesque/consumer_group.py): a consumer-protocol group with
+            # members refuses classic members; an empty one gives way.
+            if not await make_room_for_classic(self.redis, self.keys, group_id):
+                return JoinResult(GroupError.INCONSISTENT_GROUP_PROTOCOL, request.member_id)
             group = await self.load(group_id) or Group(group_id)
             step = group.join(request, _now_ms(), self.config)
             if step.changed:
@@ -229,17 +235,22 @@ class GroupCoordinator:
         member_id: str,
         instance_id: str | None,
         offsets: dict[tuple[str, int], tuple[int, str | None, int]],
-    ) -> GroupError:
+    ) -> GroupError | ConsumerGroupError:
         """Store offsets (topic, partition) -> (offset, metadata, leader epoch). A commit with
         generation -1 and no member is a standalone one, allowed while the group is empty."""
         if not group_id:
             return GroupError.INVALID_GROUP_ID
         async with self._lock(group_id):
             group = await self.load(group_id)
+            # KIP-848 hook: a consumer-protocol group checks member epochs instead.
+            consumer = await consumer_commit_error(
+                self.redis, self.keys, group_id, member_id, generation
+            )
             error = commit_error(group, member_id, instance_id, generation)
+            error = error if consumer is None else consumer
             if error:
                 return error
-            if group is None:
+            if group is None and consumer is None:
                 await self._save(Group(group_id))
             now = _now_ms()
             await self.offsets.write(
