@@ -15,7 +15,17 @@ from kio.schema.errors import ErrorCode
 from kafkaesque.errors import KafkaesqueError, StorageUnavailable
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.handlers import admin, configs, fetch, groups, metadata, offsets, produce, records
+from wire.handlers import (
+    admin,
+    configs,
+    consumer_groups,
+    fetch,
+    groups,
+    metadata,
+    offsets,
+    produce,
+    records,
+)
 from wire.protocol import NO_THROTTLE, Request, build, error_response, schema_class
 
 Handler = Callable[[Broker, Request], Awaitable[Any]]
@@ -93,6 +103,9 @@ HANDLERS: dict[int, Api] = {
     42: Api(0, 1, groups.delete_groups, coordinator=True),
     44: Api(0, 1, configs.incremental_alter_configs),
     60: Api(0, 1, metadata.describe_cluster),
+    # KIP-848, the consumer group protocol: v1 has client-generated member ids (KIP-1082).
+    68: Api(0, 1, consumer_groups.consumer_group_heartbeat, coordinator=True),
+    69: Api(0, 1, consumer_groups.consumer_group_describe, coordinator=True),
 }
 
 
