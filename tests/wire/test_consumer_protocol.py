@@ -274,6 +274,27 @@ def test_range_assignor_and_session_expiry(broker, topic_name):
         assert [m.member_id for m in describe(conn, group).members] == ["a"]
 
 
+def test_two_brokers_on_one_redis_run_one_group(broker, broker_factory, topic_name):
+    topic = topic_name()
+    group = f"g-{topic}"
+    create_topic(broker.bootstrap, topic, 4)
+    other = broker_factory(*BROKER_ARGS)  # the same Redis, another process
+    with Connection(broker.bootstrap) as one, Connection(other.bootstrap) as two:
+        topic_id(one, topic)
+        a, b = Member(one, group, "a"), Member(two, group, "b")
+        a.join([topic])
+        b.join([topic])  # through the other broker: the same group, a new epoch
+        a.beat(owned=a.assigned)
+        a.beat(owned=a.assigned)
+        b.beat()
+        assert len(a.assigned) == len(b.assigned) == 2 and not a.assigned & b.assigned
+        assert a.epoch == b.epoch
+        # a's next heartbeat goes to the other broker: its epoch is known there too.
+        a.conn = two
+        assert a.beat().error_code == ErrorCode.none
+        assert {m.member_id for m in describe(one, group).members} == {"a", "b"}
+
+
 def test_regex_subscriptions_follow_new_topics(broker, topic_name):
     base = topic_name("re")
     first, other = f"{base}-one", f"{base}x-other"
@@ -438,3 +459,31 @@ def test_confluent_consumers_share_partitions_and_take_over(broker, topic_name):
         assert describe(conn, group).group_state == "Empty"
         listed = conn.offset_fetch(group, {topic: list(range(partitions))})
         assert sum(offset for offset, _, _ in listed.values()) == total
+
+
+def test_confluent_regex_subscription(broker, topic_name):
+    base = topic_name("re")
+    topics = [f"{base}-a", f"{base}-b"]
+    for t in topics:
+        create_topic(broker.bootstrap, t, 2)
+        produce_numbered(broker.bootstrap, t, 2, 0, 10)
+    create_topic(broker.bootstrap, f"{base}x", 1)  # not matched
+    produce_numbered(broker.bootstrap, f"{base}x", 1, 0, 10)
+    logs = Logs()
+    c = consumer(broker.bootstrap, f"g-{base}", logs)
+    got: list[tuple[str, str]] = []
+    try:
+        c.subscribe([f"^{base}-.*"])
+
+        def all_came() -> bool:
+            got.extend(
+                (m.topic(), m.value().decode()) for m in c.consume(100, 0.2) if not m.error()
+            )
+            return len(got) >= 20
+
+        wait_for(all_came, "both matching topics' records", context=lambda: str(logs))
+        time.sleep(0.5)
+        all_came()
+        assert sorted(got) == sorted((t, value_of(i)) for t in topics for i in range(10))
+    finally:
+        c.close()
