@@ -119,6 +119,7 @@ class HeartbeatResult:
     member_id: str
     epoch: int
     assignment: list[TopicPartition] | None  # None: unchanged, not sent
+    topic_ids: dict[str, bytes] = field(default_factory=dict)  # of the assignment's topics
 
 
 def new_member_id() -> str:
@@ -349,7 +350,12 @@ class ConsumerGroup:
         self.assign_if_needed()
         self.reconcile(member, self.resolve(hb.owned), now)
         send = joined or hb.full or before != (member.epoch, member.assigned)
-        return HeartbeatResult(member.member_id, member.epoch, member.assigned if send else None)
+        if not send:
+            return HeartbeatResult(member.member_id, member.epoch, None)
+        # A topic deleted meanwhile is left out: the member has nothing to consume there.
+        assigned = [tp for tp in member.assigned if tp[0] in self.topics]
+        ids = {t: bytes(self.topics[t][0]) for t, _ in assigned}
+        return HeartbeatResult(member.member_id, member.epoch, assigned, ids)
 
     # -- expiry -----------------------------------------------------------------------
     def expire(

@@ -84,14 +84,15 @@ async def consumer_group_heartbeat(broker: Broker, request: Request) -> Any:
         )
     assignment = None
     if result.assignment is not None:
-        group = await coordinator.load(body.group_id)
-        assert group is not None  # it answered for a member: the group exists
+        by_topic: dict[str, list[int]] = {}
+        for topic, p in result.assignment:
+            by_topic.setdefault(topic, []).append(p)
         tp_class = schema_class(schema, "TopicPartitions")
         assignment = build(
             schema_class(schema, "Assignment"),
             topic_partitions=tuple(
-                build(tp_class, topic_id=_topic_id(group, t), partitions=tuple(ps))
-                for t, ps in _by_topic(group, result.assignment).items()
+                build(tp_class, topic_id=uuid.UUID(bytes=result.topic_ids[t]), partitions=tuple(ps))
+                for t, ps in by_topic.items()
             ),
         )
     return build(
