@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from kafkaesque import topic_regex
 from kafkaesque.assignors import range_, uniform
 from kafkaesque.consumer_group import validate
 from kafkaesque.consumer_group_state import (
@@ -168,3 +169,21 @@ def test_pack_round_trip():
     join(group, "m1", instance_id="i")
     again = ConsumerGroup.unpack(group.pack())
     assert again == group
+
+
+@pytest.mark.parametrize(
+    ("regex", "refused"),
+    [
+        ("orders-.*", False),
+        ("[a-z]+-(eu|us)-\\d+", False),
+        ("(unclosed", True),
+        ("a(?=b).*", True),  # no lookarounds in RE2
+        ("(a)\\1", True),  # nor backreferences
+        ("(a+)+$", True),  # exponential backtracking in Python's re
+        ("((foo|bar)-x)*", True),
+        (".*a.*a.*a.*a.*z", True),  # seconds per topic name
+        ("x" * 1001, True),
+    ],
+)
+def test_topic_regexes(regex, refused):
+    assert (topic_regex.problem(regex) is not None) == refused
