@@ -20,6 +20,8 @@ from typing import Any, NamedTuple
 
 from redis.asyncio import Redis
 
+from kafkaesque.consumer_group import consumer_commit_error, make_room_for_classic
+from kafkaesque.consumer_group_state import ConsumerGroupError
 from kafkaesque.consumer_protocol import decode_assignment as decode_consumer_assignment
 from kafkaesque.errors import GroupBusy
 from kafkaesque.group_offsets import CommittedOffset, OffsetStore
@@ -124,6 +126,10 @@ class GroupCoordinator:
     # -- the join barrier ---------------------------------------------------------
     async def join(self, group_id: str, request: JoinRequest) -> JoinResult:
         async with self._lock(group_id):
+            # KIP-848 hook (kafkaesque/consumer_group.py): a consumer-protocol group with
+            # members refuses classic members; an empty one gives way.
+            if not await make_room_for_classic(self.redis, self.keys, group_id):
+                return JoinResult(GroupError.INCONSISTENT_GROUP_PROTOCOL, request.member_id)
             group = await self.load(group_id) or Group(group_id)
             step = group.join(request, self.clock(), self.config)
             if step.changed:
@@ -282,7 +288,7 @@ class GroupCoordinator:
         instance_id: str | None,
         offsets: dict[tuple[str, int], tuple[int, str | None, int]],
         api_version: int = FIRST_EPOCH_AWARE_COMMIT,
-    ) -> GroupError:
+    ) -> GroupError | ConsumerGroupError:
         """Store offsets (topic, partition) -> (offset, metadata, leader epoch). A commit with
         generation -1 and no member is a standalone one, allowed while the group is empty;
         ``api_version`` (of OffsetCommit) picks the codes of some refusals."""
@@ -290,10 +296,15 @@ class GroupCoordinator:
             return GroupError.INVALID_GROUP_ID
         async with self._lock(group_id):
             group = await self.load(group_id)
+            # KIP-848 hook: a consumer-protocol group checks member epochs instead.
+            consumer = await consumer_commit_error(
+                self.redis, self.keys, group_id, member_id, generation
+            )
             error = commit_error(group, member_id, instance_id, generation, api_version)
+            error = error if consumer is None else consumer
             if error:
                 return error
-            if group is None:
+            if group is None and consumer is None:
                 await self._save(Group(group_id))
             now = self.clock()
             await self.offsets.write(

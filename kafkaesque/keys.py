@@ -122,8 +122,14 @@ class Keys:
         """The groups with members: the only ones the periodic expiry tick visits."""
         return f"{self.ns}:groups:active"
 
+    @property
+    def consumer_groups_active(self) -> str:
+        """The consumer-protocol (KIP-848) groups with members, for the expiry tick."""
+        return f"{self.ns}:groups:consumer"
+
     def group(self, group_id: str, part: str = "") -> str:
-        """A group's state (``part`` ""), or its ":heartbeats", ":offsets", ":lock"."""
+        """A group's state (``part`` ""), or its ":heartbeats", ":offsets", ":lock", or
+        ":consumer" (a consumer-protocol group's state, instead of the classic one)."""
         return f"{self.ns}:group:{{{group_id}}}{part}"
 
     def group_events(self, group_id: str) -> str:
@@ -160,7 +166,8 @@ class Keys:
                 "partition": rf"\{{.+:\d+\}}:(?:{suffix})",
                 "groups": "groups",
                 "groups_active": r"groups:active",
-                "group": r"group:\{.*\}(?::heartbeats|:offsets|:lock)?",
+                "consumer_groups_active": r"groups:consumer",
+                "group": r"group:\{.*\}(?::heartbeats|:offsets|:lock|:consumer)?",
                 "quotas": "quotas",
                 "quotas_version": r"quotas:version",
             }.items()

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from kafkaesque.cluster import cluster_id
 from kafkaesque.compaction import Compactor
 from kafkaesque.config_keys import BROKER_SYNONYMS, UNIT_SYNONYMS, Kind, broker_defaults
+from kafkaesque.consumer_group import ConsumerGroupCoordinator
+from kafkaesque.consumer_group_state import ConsumerGroupConfig
 from kafkaesque.durability import probe
 from kafkaesque.errors import InvalidConfig
 from kafkaesque.groups import CoordinatorConfig, GroupCoordinator
@@ -45,6 +47,8 @@ class BrokerConfig:
     # 1 waits for no replica: only the AOF fsync).
     min_insync_replicas: int = 1
     groups: CoordinatorConfig = field(default_factory=CoordinatorConfig)
+    # The consumer group protocol's (KIP-848) session timeout and heartbeat interval.
+    consumer_groups: ConsumerGroupConfig = field(default_factory=ConsumerGroupConfig)
     # Seconds between compaction passes over compact topics (Kafka's log cleaner); 0: none.
     compaction_interval: float = 5.0
     # Every topic's config defaults (topic config name -> value), from ``serve --config``.
@@ -65,6 +69,8 @@ class BrokerConfig:
             target, attribute = self, BROKER_SETTINGS[name][0]
             if attribute.startswith("groups."):
                 target, attribute = self.groups, attribute.removeprefix("groups.")
+            if attribute.startswith("consumer_groups."):
+                target, attribute = self.consumer_groups, attribute.split(".", 1)[1]
             setattr(target, attribute, value)
         self.topic_defaults = {**self.topic_defaults, **defaults}
 
@@ -78,6 +84,8 @@ class BrokerConfig:
             target: object = self
             if attribute.startswith("groups."):
                 target, attribute = self.groups, attribute.removeprefix("groups.")
+            if attribute.startswith("consumer_groups."):
+                target, attribute = self.consumer_groups, attribute.split(".", 1)[1]
             value = getattr(target, attribute)
             text = (
                 "" if value is None else str(value).lower() if kind is Kind.BOOLEAN else str(value)
@@ -119,6 +127,16 @@ BROKER_SETTINGS: dict[str, tuple[str, Kind, str]] = {
         Kind.INT,
         "an empty group's committed offsets are kept this long",
     ),
+    "group.consumer.session.timeout.ms": (
+        "consumer_groups.session_timeout_ms",
+        Kind.INT,
+        "a consumer-protocol member without heartbeats this long is removed",
+    ),
+    "group.consumer.heartbeat.interval.ms": (
+        "consumer_groups.heartbeat_interval_ms",
+        Kind.INT,
+        "how often consumer-protocol members heartbeat",
+    ),
 }
 
 
@@ -148,6 +166,7 @@ class Broker:
         self.partitions = Partitions(log, self.notifier, config.max_message_bytes)
         self.topic_ids = TopicIds(log)  # for requests naming topics by id
         self.groups = GroupCoordinator(log.redis, config.groups, log.ns)
+        self.consumer_groups = ConsumerGroupCoordinator(log, config.consumer_groups)
         self.cluster_id = ""
         self.memory = MemoryGuard(log.redis, log.release_archived)
         self.partitions.memory = self.memory
@@ -195,6 +214,7 @@ class Broker:
             try:
                 # Every group at the start and once a minute, else those with members.
                 await self.groups.tick_all(sweep=ticks % 120 == 0)
+                await self.consumer_groups.tick_all()
                 ticks += 1
             except REDIS_CONNECTION_ERRORS as exc:
                 REDIS.failed(exc)  # logged once per outage; the next tick retries

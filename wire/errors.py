@@ -5,6 +5,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from kafkaesque import errors as core
+from kafkaesque.consumer_group_state import ConsumerGroupError
 from kafkaesque.group_state import GroupError
 
 # Most specific class first is not needed: ``error_code`` walks each exception's MRO, so
@@ -58,11 +59,11 @@ ERROR_CODES: dict[type[core.KafkaesqueError], ErrorCode] = {
 }
 
 
-def error_code(error: BaseException | GroupError | None) -> ErrorCode:
+def error_code(error: BaseException | GroupError | ConsumerGroupError | None) -> ErrorCode:
     """The Kafka error code for a core exception (or a group outcome, or none)."""
     if error is None:
         return ErrorCode.none
-    if isinstance(error, GroupError):
+    if isinstance(error, (GroupError, ConsumerGroupError)):
         return ErrorCode(int(error))  # the group state machine speaks Kafka's codes
     for cls in type(error).__mro__:
         code = ERROR_CODES.get(cls)  # type: ignore[call-overload]

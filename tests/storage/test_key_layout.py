@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 
 from kafkaesque.cluster import cluster_id
+from kafkaesque.consumer_group import ConsumerGroupCoordinator
+from kafkaesque.consumer_group_state import Heartbeat
 from kafkaesque.group_state import JoinRequest
 from kafkaesque.groups import CoordinatorConfig, GroupCoordinator
 from kafkaesque.keys import PARTITION, Keys
@@ -57,6 +59,10 @@ def test_every_key_matches_the_documented_layout(redis_url: str, pg_dsn: str) ->
             "g{1}", joined.generation, joined.member_id, None, {("t.1", 0): (2, None, -1)}
         )
         await groups.stop()
+        # A consumer-protocol (KIP-848) group: its state and the active set.
+        await ConsumerGroupCoordinator(log).heartbeat(
+            "cg", Heartbeat("m", 0, rebalance_timeout_ms=1000, topics=["t.1"]), 1
+        )
 
         pool = await create_pool(pg_dsn)
         await ensure_schema(pool)

@@ -19,6 +19,7 @@ from wire.handlers import (
     admin,
     cluster,
     configs,
+    consumer_groups,
     fetch,
     group_offsets,
     groups,
@@ -123,6 +124,9 @@ HANDLERS: dict[int, Api] = {
     55: Api(0, 2, cluster.describe_quorum),
     60: Api(0, 2, metadata.describe_cluster),
     61: Api(0, 0, producers.describe_producers),
+    # KIP-848, the consumer group protocol: v1 has client-generated member ids (KIP-1082).
+    68: Api(0, 1, consumer_groups.consumer_group_heartbeat, coordinator=True),
+    69: Api(0, 1, consumer_groups.consumer_group_describe, coordinator=True),
     71: Api(0, 0, telemetry.get_telemetry_subscriptions),
     75: Api(0, 0, topic_partitions.describe_topic_partitions),
 }

@@ -1,0 +1,258 @@
+"""Consumer groups of the KIP-848 protocol (ConsumerGroupHeartbeat): the coordinator, with
+all state in Redis.
+
+The rules live in kafkaesque/consumer_group_state.py; this module is their store. A
+group's state is one msgpack value beside the classic group's keys (``ks:group:{G}:consumer``)
+and it is changed only under the same per-group lock the classic coordinator takes, so
+brokers sharing a Redis agree, and a group id is a classic group or a consumer group,
+never both: the functions at the end are the classic coordinator's hooks for that (a
+JoinGroup to a consumer group, an OffsetCommit from a consumer-protocol member).
+Committed offsets are the classic groups' store (``ks:group:{G}:offsets``), shared.
+
+Unlike the classic protocol nothing waits here: members learn of changes by heartbeat.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import TYPE_CHECKING, Any
+
+from redis.asyncio import Redis
+
+from kafkaesque import topic_regex
+from kafkaesque.assignors import ASSIGNORS
+from kafkaesque.consumer_group_state import (
+    LEAVE_EPOCH,
+    STATIC_LEAVE_EPOCH,
+    ConsumerGroup,
+    ConsumerGroupConfig,
+    ConsumerGroupError,
+    Heartbeat,
+    HeartbeatRefused,
+    HeartbeatResult,
+    new_member_id,
+)
+from kafkaesque.errors import UnknownTopic
+from kafkaesque.group_state import Group
+from kafkaesque.keys import Keys
+
+if TYPE_CHECKING:
+    from kafkaesque.log import Log
+
+# How often a heartbeat re-reads the subscribed topics (new topics matching a regex, new
+# partitions) when nothing else made it: Kafka's metadata refresh, roughly.
+TOPIC_REFRESH_MS = 1000
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _lock(redis: Redis, keys: Keys, group_id: str) -> Any:
+    # The classic coordinator's lock (GroupCoordinator._lock): one lock per group id
+    # whichever protocol it speaks, so converting a group cannot race a join.
+    return redis.lock(keys.group(group_id, ":lock"), timeout=10, blocking_timeout=10)
+
+
+async def _load(redis: Redis, keys: Keys, group_id: str) -> ConsumerGroup | None:
+    data = await redis.get(keys.group(group_id, ":consumer"))
+    return None if data is None else ConsumerGroup.unpack(data)
+
+
+def validate(hb: Heartbeat, version: int) -> None:
+    """Kafka's request checks, before the group is looked at."""
+
+    def invalid(message: str) -> HeartbeatRefused:
+        return HeartbeatRefused(ConsumerGroupError.INVALID_REQUEST, message)
+
+    if not hb.member_id and (version >= 1 or hb.epoch != 0):
+        raise invalid("MemberId can't be empty.")
+    if hb.instance_id is not None and not hb.instance_id:
+        raise invalid("InstanceId can't be empty.")
+    if hb.epoch == STATIC_LEAVE_EPOCH and hb.instance_id is None:
+        raise invalid("InstanceId can't be null.")
+    if hb.epoch < STATIC_LEAVE_EPOCH:
+        raise invalid(f"MemberEpoch {hb.epoch} is invalid.")
+    if hb.epoch == 0:
+        if hb.rebalance_timeout_ms == -1:
+            raise invalid("RebalanceTimeoutMs must be provided in first request.")
+        if hb.topics is None and hb.regex is None:
+            raise invalid(
+                "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
+            )
+        if hb.owned:
+            raise invalid("TopicPartitions must be empty when (re-)joining.")
+    if hb.assignor is not None and hb.assignor not in ASSIGNORS:
+        raise HeartbeatRefused(
+            ConsumerGroupError.UNSUPPORTED_ASSIGNOR, f"unknown assignor {hb.assignor!r}"
+        )
+    if hb.regex:
+        check_regex(hb.regex)
+
+
+def check_regex(regex: str) -> None:
+    """INVALID_REGULAR_EXPRESSION for a regex RE2/J refuses or we could not match safely."""
+    why = topic_regex.problem(regex)
+    if why is not None:
+        raise HeartbeatRefused(
+            ConsumerGroupError.INVALID_REGULAR_EXPRESSION, f"invalid regex {regex!r}: {why}"
+        )
+
+
+class ConsumerGroupCoordinator:
+    """ConsumerGroupHeartbeat and ConsumerGroupDescribe over Redis."""
+
+    def __init__(self, log: Log, config: ConsumerGroupConfig | None = None) -> None:
+        self.log = log
+        self.redis = log.redis
+        self.config = config or ConsumerGroupConfig()
+        self.keys = Keys(log.ns)
+
+    async def load(self, group_id: str) -> ConsumerGroup | None:
+        return await _load(self.redis, self.keys, group_id)
+
+    async def _save(self, group: ConsumerGroup, heartbeat: str | None = None) -> None:
+        gid = group.group_id
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.set(self.keys.group(gid, ":consumer"), group.pack())
+        pipe.sadd(self.keys.groups, gid)  # listed, and its offsets archived, with the rest
+        if group.members:
+            pipe.sadd(self.keys.consumer_groups_active, gid)
+        else:
+            pipe.srem(self.keys.consumer_groups_active, gid)
+            pipe.delete(self.keys.group(gid, ":heartbeats"))
+        if heartbeat is not None and heartbeat in group.members:
+            pipe.hset(self.keys.group(gid, ":heartbeats"), heartbeat, _now_ms())
+        await pipe.execute()
+
+    async def heartbeat(self, group_id: str, hb: Heartbeat, version: int) -> HeartbeatResult:
+        """One ConsumerGroupHeartbeat; raises HeartbeatRefused with the error to answer."""
+        if not group_id:
+            raise HeartbeatRefused(ConsumerGroupError.INVALID_REQUEST, "GroupId can't be empty.")
+        validate(hb, version)
+        if not hb.member_id:  # v0: the coordinator names new members
+            hb = dataclasses.replace(hb, member_id=new_member_id())
+        now = _now_ms()
+        async with _lock(self.redis, self.keys, group_id):
+            group = await self.load(group_id)
+            if group is None:
+                if hb.epoch != 0:
+                    raise HeartbeatRefused(
+                        ConsumerGroupError.GROUP_ID_NOT_FOUND, f"group {group_id} not found"
+                    )
+                await self._take_over_classic(group_id)
+                group = ConsumerGroup(group_id)
+            before = group.pack()
+            if hb.epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+                group.leave(hb.member_id, hb.epoch)
+                await self._save(group)
+                return HeartbeatResult(hb.member_id, hb.epoch, None)
+            epoch = group.epoch
+            member, joined = group.update_member(hb)
+            if joined or group.epoch != epoch or now - group.refreshed_ms >= TOPIC_REFRESH_MS:
+                group.set_topics(await self._topics(group), now)
+            result = group.heartbeat(hb, member, joined, now)
+            if group.pack() != before:
+                await self._save(group, heartbeat=member.member_id)
+            else:
+                await self.redis.hset(
+                    self.keys.group(group_id, ":heartbeats"), member.member_id, now
+                )
+            return result
+
+    async def _take_over_classic(self, group_id: str) -> None:
+        """A new consumer group under an id a classic group has: refused while that group
+        has members (Kafka with group.consumer.migration.policy=disabled); an empty one
+        is dropped (its committed offsets stay)."""
+        raw = await self.redis.get(self.keys.group(group_id))
+        if raw is None:
+            return
+        if Group.unpack(raw).members:
+            raise HeartbeatRefused(
+                ConsumerGroupError.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
+            )
+        await self.redis.delete(self.keys.group(group_id), self.keys.group(group_id, ":heartbeats"))
+        await self.redis.srem(self.keys.groups_active, group_id)
+
+    async def _topics(self, group: ConsumerGroup) -> dict[str, list]:
+        """The subscribed topics' [topic id, partition count] from the log."""
+        every = await self.log.list_topics() if group.has_regex() else None
+        out: dict[str, list] = {}
+        for name in sorted(group.wanted_topics(every)):
+            try:
+                config = await self.log.topic(name)
+            except UnknownTopic:
+                continue
+            out[name] = [config.topic_id, config.partitions]
+        return out
+
+    # -- expiry ---------------------------------------------------------------------------
+    async def tick(self, group_id: str) -> None:
+        """Remove members whose session expired or that did not revoke in time."""
+        key = self.keys.group(group_id, ":heartbeats")
+        heartbeats = {k.decode(): int(v) for k, v in (await self.redis.hgetall(key)).items()}
+        async with _lock(self.redis, self.keys, group_id):
+            group = await self.load(group_id)
+            if group is None:
+                await self.redis.srem(self.keys.consumer_groups_active, group_id)
+                return
+            gone = group.expire(heartbeats, _now_ms(), self.config)
+            if gone:
+                await self.redis.hdel(key, *gone)
+                await self._save(group)
+
+    async def tick_all(self) -> None:
+        """Tick every consumer group with members (``Broker._expire_members``)."""
+        for raw in sorted(await self.redis.smembers(self.keys.consumer_groups_active)):
+            await self.tick(raw.decode())
+
+    # -- for the classic group APIs ----------------------------------------------------------
+    async def listing(self, group_ids: list[str]) -> dict[str, str]:
+        """Of ``group_ids``, the consumer groups and their states (for ListGroups)."""
+        if not group_ids:
+            return {}
+        raws = await self.redis.mget([self.keys.group(g, ":consumer") for g in group_ids])
+        return {
+            g: ConsumerGroup.unpack(raw).state
+            for g, raw in zip(group_ids, raws, strict=True)
+            if raw is not None
+        }
+
+    async def delete(self, group_id: str) -> ConsumerGroupError | None:
+        """DeleteGroups of a consumer group (None: it is none): refused with members."""
+        async with _lock(self.redis, self.keys, group_id):
+            group = await self.load(group_id)
+            if group is None:
+                return None
+            if group.members:
+                return ConsumerGroupError.NON_EMPTY_GROUP
+            await self.redis.delete(
+                self.keys.group(group_id, ":consumer"), self.keys.group(group_id, ":offsets")
+            )
+            await self.redis.srem(self.keys.groups, group_id)
+        return ConsumerGroupError.NONE
+
+
+# -- hooks of the classic coordinator (kafkaesque/groups.py), called under the group's lock --
+
+
+async def make_room_for_classic(redis: Redis, keys: Keys, group_id: str) -> bool:
+    """Whether a classic JoinGroup may go on: not while a consumer group of that id has
+    members (INCONSISTENT_GROUP_PROTOCOL); an empty one is dropped, offsets kept."""
+    group = await _load(redis, keys, group_id)
+    if group is None:
+        return True
+    if group.members:
+        return False
+    await redis.delete(keys.group(group_id, ":consumer"))
+    return True
+
+
+async def consumer_commit_error(
+    redis: Redis, keys: Keys, group_id: str, member_id: str, epoch: int
+) -> ConsumerGroupError | None:
+    """An OffsetCommit's check when ``group_id`` is a consumer group (the generation id is
+    the member epoch: STALE_MEMBER_EPOCH if it is not the member's); None otherwise."""
+    group = await _load(redis, keys, group_id)
+    return None if group is None else group.commit_error(member_id, epoch)

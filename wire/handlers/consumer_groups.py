@@ -1,0 +1,242 @@
+"""The consumer group protocol's wire face (KIP-848): ConsumerGroupHeartbeat (API 68) and
+ConsumerGroupDescribe (API 69), plus what the classic DescribeGroups needs to show a
+consumer group (``described_as_classic``)."""
+
+from __future__ import annotations
+
+import datetime
+import io
+import struct
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssignment
+from kio.schema.consumer_protocol_assignment.v0.data import TopicPartition as AssignedTopic
+from kio.schema.consumer_protocol_subscription.v0 import ConsumerProtocolSubscription
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_writer
+
+from kafkaesque.assignors import TopicPartition
+from kafkaesque.consumer_group_state import ConsumerGroup, Heartbeat, HeartbeatRefused
+from kafkaesque.errors import StorageUnavailable
+from wire.broker import Broker
+from wire.protocol import NO_THROTTLE, Request, build, schema_class
+
+NO_OPERATIONS = -2147483648  # authorized operations: not requested / not supported
+CONSUMER_MEMBER = 1  # ConsumerGroupDescribe v1 member_type: a consumer-protocol member
+
+
+def _ms(value: datetime.timedelta | None) -> int:
+    return -1 if value is None else int(value.total_seconds() * 1000)
+
+
+def _by_topic(group: ConsumerGroup, partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for topic, p in sorted(partitions):
+        if topic in group.topics:
+            out.setdefault(topic, []).append(p)
+    return out
+
+
+def _topic_id(group: ConsumerGroup, topic: str) -> uuid.UUID:
+    return uuid.UUID(bytes=bytes(group.topics[topic][0]))
+
+
+async def consumer_group_heartbeat(broker: Broker, request: Request) -> Any:
+    body = request.body
+    schema = request.response_class
+    hb = Heartbeat(
+        member_id=body.member_id,
+        epoch=body.member_epoch,
+        instance_id=body.instance_id,
+        rack_id=body.rack_id,
+        rebalance_timeout_ms=_ms(body.rebalance_timeout),
+        topics=None if body.subscribed_topic_names is None else list(body.subscribed_topic_names),
+        regex=getattr(body, "subscribed_topic_regex", None),  # v1+
+        assignor=body.server_assignor,
+        owned=None
+        if body.topic_partitions is None
+        else {t.topic_id.bytes: list(t.partitions) for t in body.topic_partitions if t.topic_id},
+        client_id=request.client_id or "",
+        client_host=request.client_host,
+    )
+    coordinator = broker.consumer_groups
+    try:
+        result = await coordinator.heartbeat(body.group_id, hb, request.api_version)
+    except HeartbeatRefused as refused:
+        return build(
+            schema,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode(int(refused.code)),
+            error_message=str(refused),
+            member_id=None,
+            member_epoch=-1,
+            heartbeat_interval=datetime.timedelta(0),
+        )
+    except StorageUnavailable:
+        return build(
+            schema,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.coordinator_not_available,
+            member_epoch=-1,
+            heartbeat_interval=datetime.timedelta(0),
+        )
+    assignment = None
+    if result.assignment is not None:
+        by_topic: dict[str, list[int]] = {}
+        for topic, p in result.assignment:
+            by_topic.setdefault(topic, []).append(p)
+        tp_class = schema_class(schema, "TopicPartitions")
+        assignment = build(
+            schema_class(schema, "Assignment"),
+            topic_partitions=tuple(
+                build(tp_class, topic_id=uuid.UUID(bytes=result.topic_ids[t]), partitions=tuple(ps))
+                for t, ps in by_topic.items()
+            ),
+        )
+    return build(
+        schema,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        member_id=result.member_id,
+        member_epoch=result.epoch,
+        heartbeat_interval=datetime.timedelta(
+            milliseconds=coordinator.config.heartbeat_interval_ms
+        ),
+        assignment=assignment,
+    )
+
+
+async def consumer_group_describe(broker: Broker, request: Request) -> Any:
+    schema = request.response_class
+    group_class = schema_class(schema, "DescribedGroup")
+    described = []
+    for group_id in request.body.group_ids:
+        try:
+            group = await broker.consumer_groups.load(group_id)
+            code, message = ErrorCode.none, None
+            if group is None:
+                code, message = ErrorCode.group_id_not_found, f"Group {group_id} not found."
+        except StorageUnavailable:
+            group, code, message = None, ErrorCode.coordinator_not_available, None
+        if group is None:
+            described.append(
+                build(
+                    group_class,
+                    error_code=code,
+                    error_message=message,
+                    group_id=group_id,
+                    group_state="Dead",
+                    group_epoch=-1,
+                    assignment_epoch=-1,
+                    assignor_name="",
+                    members=(),
+                    authorized_operations=NO_OPERATIONS,
+                )
+            )
+            continue
+        described.append(
+            build(
+                group_class,
+                error_code=ErrorCode.none,
+                error_message=None,
+                group_id=group_id,
+                group_state=group.state,
+                group_epoch=group.epoch,
+                assignment_epoch=group.assignment_epoch,
+                assignor_name=group.assignor,
+                members=_members(schema, group),
+                authorized_operations=NO_OPERATIONS,
+            )
+        )
+    return build(schema, throttle_time=NO_THROTTLE, groups=tuple(described))
+
+
+def _members(schema: type, group: ConsumerGroup) -> tuple[Any, ...]:
+    member_class = schema_class(schema, "Member")
+    assignment_class = schema_class(schema, "Assignment")
+    tp_class = schema_class(schema, "TopicPartitions")
+
+    def assignment(partitions: Iterable[TopicPartition]) -> Any:
+        return build(
+            assignment_class,
+            topic_partitions=tuple(
+                build(tp_class, topic_id=_topic_id(group, t), topic_name=t, partitions=tuple(ps))
+                for t, ps in _by_topic(group, partitions).items()
+            ),
+        )
+
+    return tuple(
+        build(
+            member_class,
+            member_id=m.member_id,
+            instance_id=m.instance_id,
+            rack_id=m.rack_id,
+            member_epoch=m.epoch,
+            client_id=m.client_id,
+            client_host=m.client_host,
+            subscribed_topic_names=tuple(m.topics),
+            subscribed_topic_regex=m.regex,
+            assignment=assignment(m.assigned),
+            target_assignment=assignment(group.target.get(m.member_id, ())),
+            member_type=CONSUMER_MEMBER,
+        )
+        for m in group.members.values()
+    )
+
+
+# -- for the classic DescribeGroups (wire/handlers/groups.py) ------------------------------
+
+
+def _encoded(entity: Any) -> bytes:
+    buf = io.BytesIO()
+    buf.write(struct.pack(">h", 0))  # the embedded protocol's version
+    entity_writer(type(entity))(buf, entity)
+    return buf.getvalue()
+
+
+async def described_as_classic(
+    broker: Broker, group_id: str, group_class: type, member_class: type
+) -> Any | None:
+    """DescribeGroups' entry for a consumer group (protocol type "consumer", the assignor
+    as protocol, members' subscriptions and assignments in the classic embedded format),
+    as Kafka shows one; None if ``group_id`` is not a consumer group."""
+    group = await broker.consumer_groups.load(group_id)
+    if group is None:
+        return None
+    members = tuple(
+        build(
+            member_class,
+            member_id=m.member_id,
+            group_instance_id=m.instance_id,
+            client_id=m.client_id,
+            client_host=m.client_host,
+            member_metadata=_encoded(
+                ConsumerProtocolSubscription(
+                    topics=tuple(sorted(m.subscribed(group.topics))), user_data=None
+                )
+            ),
+            member_assignment=_encoded(
+                ConsumerProtocolAssignment(
+                    assigned_partitions=tuple(
+                        AssignedTopic(topic=t, partitions=tuple(ps))
+                        for t, ps in _by_topic(group, m.assigned).items()
+                    ),
+                    user_data=None,
+                )
+            ),
+        )
+        for m in group.members.values()
+    )
+    return build(
+        group_class,
+        error_code=ErrorCode.none,
+        group_id=group_id,
+        group_state=group.state,
+        protocol_type="consumer",
+        protocol_data=group.assignor,
+        members=members,
+        authorized_operations=NO_OPERATIONS,
+    )
