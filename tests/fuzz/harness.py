@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
+from kio.serial._introspect import EntityTupleField, classify_field
 
 from kafkaesque.batch_build import build_batch
 from kafkaesque.records import decode_values
@@ -197,12 +198,12 @@ def fill_in(entity: Any, values: dict[str, Any]) -> Any:
     changes = {}
     for f in dataclasses.fields(entity):
         value = getattr(entity, f.name)
-        entities = isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0])
+        entities = isinstance(classify_field(f), EntityTupleField)
         if f.name in values and not entities:  # OffsetFetch v8+ `groups` holds entities
             changes[f.name] = values[f.name]
         elif dataclasses.is_dataclass(value):
             changes[f.name] = fill_in(value, values)
-        elif entities:
+        elif entities and value is not None:
             changes[f.name] = tuple(fill_in(item, values) for item in value)
     return dataclasses.replace(entity, **changes)
 
