@@ -67,26 +67,34 @@ async def offset_commit(broker: Broker, request: Request) -> Any:
             (t.name, p.partition_index): UNAVAILABLE for t in body.topics for p in t.partitions
         }
     schema = request.response_class
-    topic_class = schema_class(schema, "OffsetCommitResponseTopic")
-    partition_class = schema_class(schema, "OffsetCommitResponsePartition")
     return build(
         schema,
         throttle_time=NO_THROTTLE,
-        topics=tuple(
-            build(
-                topic_class,
-                name=t.name,
-                partitions=tuple(
-                    build(
-                        partition_class,
-                        partition_index=p.partition_index,
-                        error_code=errors[t.name, p.partition_index],
-                    )
-                    for p in t.partitions
-                ),
-            )
-            for t in body.topics
-        ),
+        topics=_topic_errors(schema, "OffsetCommit", body, errors),
+    )
+
+
+def _topic_errors(
+    schema: type, api: str, body: Any, errors: dict[tuple[str, int], ErrorCode]
+) -> tuple[Any, ...]:
+    """The per-topic, per-partition error codes of an OffsetCommit or OffsetDelete answer,
+    in the request's order."""
+    topic_class = schema_class(schema, f"{api}ResponseTopic")
+    partition_class = schema_class(schema, f"{api}ResponsePartition")
+    return tuple(
+        build(
+            topic_class,
+            name=t.name,
+            partitions=tuple(
+                build(
+                    partition_class,
+                    partition_index=p.partition_index,
+                    error_code=errors[t.name, p.partition_index],
+                )
+                for p in t.partitions
+            ),
+        )
+        for t in body.topics
     )
 
 
@@ -152,27 +160,8 @@ async def offset_delete(broker: Broker, request: Request) -> Any:
     except StorageUnavailable:
         code, results = UNAVAILABLE, {}
     schema = request.response_class
-    topic_class = schema_class(schema, "OffsetDeleteResponseTopic")
-    partition_class = schema_class(schema, "OffsetDeleteResponsePartition")
     if code != ErrorCode.none:  # as Kafka: a group-level refusal lists no topics
         return build(schema, error_code=code, throttle_time=NO_THROTTLE, topics=())
-    return build(
-        schema,
-        error_code=ErrorCode.none,
-        throttle_time=NO_THROTTLE,
-        topics=tuple(
-            build(
-                topic_class,
-                name=t.name,
-                partitions=tuple(
-                    build(
-                        partition_class,
-                        partition_index=p.partition_index,
-                        error_code=error_code(results[t.name, p.partition_index]),
-                    )
-                    for p in t.partitions
-                ),
-            )
-            for t in body.topics
-        ),
-    )
+    errors = {key: error_code(result) for key, result in results.items()}
+    topics = _topic_errors(schema, "OffsetDelete", body, errors)
+    return build(schema, error_code=ErrorCode.none, throttle_time=NO_THROTTLE, topics=topics)
