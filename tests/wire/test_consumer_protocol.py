@@ -351,6 +351,44 @@ def test_mixed_groups_are_refused_and_empty_ones_convert(broker, topic_name):
         assert describe(conn, classic).error_code == ErrorCode.group_id_not_found
 
 
+def test_classic_group_apis_list_describe_and_delete_consumer_groups(broker, topic_name):
+    """ListGroups (type "consumer"), DescribeGroups and DeleteGroups see KIP-848 groups, as
+    kafka-consumer-groups --list / --describe / --delete expect."""
+    topic = topic_name()
+    create_topic(broker.bootstrap, topic, 2)
+    group = f"listed-{topic}"
+    with Connection(broker.bootstrap) as conn:
+        topic_id(conn, topic)
+        member = Member(conn, group)
+        member.join([topic])
+
+        def listed(**filters: Any) -> dict[str, tuple[str, str, str]]:
+            answer = conn.request(request(16, 5, **filters))
+            return {
+                g.group_id: (g.protocol_type, g.group_state, g.group_type) for g in answer.groups
+            }
+
+        assert listed()[group][0::2] == ("consumer", "consumer")
+        assert group in listed(types_filter=["Consumer"])
+        assert group not in listed(types_filter=["classic"])
+        state = listed()[group][1]
+        assert group in listed(states_filter=[state]) and group not in listed(
+            states_filter=["Dead"]
+        )
+        [described] = conn.request(
+            request(15, 5, groups=[group], include_authorized_operations=False)
+        ).groups
+        assert (described.error_code, described.protocol_type) == (ErrorCode.none, "consumer")
+        assert [m.member_id for m in described.members] == [member.member_id]
+        # Deleting a group with a member is refused; once it left, the group goes.
+        [refused] = conn.request(request(42, 2, groups_names=[group])).results
+        assert refused.error_code == ErrorCode.non_empty_group
+        member.beat(epoch=-1)
+        [deleted] = conn.request(request(42, 2, groups_names=[group])).results
+        assert deleted.error_code == ErrorCode.none
+        assert group not in listed()
+
+
 # -- librdkafka with group.protocol=consumer ------------------------------------------------
 
 confluent_kafka = pytest.importorskip("confluent_kafka")

@@ -12,6 +12,7 @@ from kafkaesque.errors import StorageUnavailable
 from kafkaesque.group_types import GroupState, JoinRequest
 from wire.broker import Broker
 from wire.errors import error_code
+from wire.handlers.consumer_groups import described_as_classic
 from wire.handlers.group_offsets import UNAVAILABLE
 from wire.protocol import NO_THROTTLE, Request, build, schema_class
 
@@ -20,7 +21,8 @@ log = logging.getLogger(__name__)
 GROUP_KEY, TRANSACTION_KEY, SHARE_KEY = 0, 1, 2  # FindCoordinator's key types
 FIRST_BATCHED_LOOKUP = 4  # FindCoordinator v4+: coordinator_keys (KIP-699)
 FIRST_SKIP_ASSIGNMENT = 9  # JoinGroup v9+ (KIP-814)
-GROUP_TYPE = "classic"  # ListGroups v5's group_type: every group here is a classic one
+GROUP_TYPE = "classic"  # ListGroups v5's group_type of the classic groups
+CONSUMER_TYPE = "consumer"  # ... and of KIP-848 ones
 # DescribeGroups' authorized_operations: "not asked for" (Kafka's Integer.MIN_VALUE), or,
 # with no authorizer, every operation a group supports: READ (3), DELETE (6), DESCRIBE (8).
 NOT_ASKED = -(2**31)
@@ -180,6 +182,11 @@ async def describe_groups(broker: Broker, request: Request) -> Any:
             code = ErrorCode.none
         except StorageUnavailable:
             group, code = None, UNAVAILABLE
+        if group is None and code == ErrorCode.none:  # a KIP-848 group, if any
+            consumer = await described_as_classic(broker, group_id, group_class, member_class)
+            if consumer is not None:
+                described.append(consumer)
+                continue
         if group is None:
             described.append(
                 build(
@@ -227,23 +234,22 @@ async def list_groups(broker: Broker, request: Request) -> Any:
     # As Kafka, the filters (v4+ states, v5+ types) ignore case; empty: no filter.
     states = {s.lower() for s in getattr(request.body, "states_filter", ())}
     types = {t.lower() for t in getattr(request.body, "types_filter", ())}
-    if types and GROUP_TYPE not in types:
-        return build(schema, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=())
-    listed = []
+    found: list[tuple[str, str, str, str]] = []  # id, protocol type, state, group type
+    others = []  # ids without a classic group's state: KIP-848 groups, if any
     for group_id in await broker.groups.list_groups():
         group = await broker.groups.load(group_id)
-        if group is None or (states and group.state.lower() not in states):
-            continue
-        listed.append(
-            build(
-                listed_class,
-                group_id=group_id,
-                protocol_type=group.protocol_type,
-                group_state=group.state,
-                group_type=GROUP_TYPE,
-            )
-        )
-    return build(schema, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=tuple(listed))
+        if group is None:
+            others.append(group_id)
+        else:
+            found.append((group_id, group.protocol_type, group.state, GROUP_TYPE))
+    for group_id, state in (await broker.consumer_groups.listing(others)).items():
+        found.append((group_id, CONSUMER_TYPE, state, CONSUMER_TYPE))
+    listed = tuple(
+        build(listed_class, group_id=g, protocol_type=p, group_state=s, group_type=t)
+        for g, p, s, t in found
+        if (not states or s.lower() in states) and (not types or t in types)
+    )
+    return build(schema, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=listed)
 
 
 async def delete_groups(broker: Broker, request: Request) -> Any:
@@ -253,6 +259,9 @@ async def delete_groups(broker: Broker, request: Request) -> Any:
     for group_id in request.body.groups_names:
         try:
             code = error_code(await broker.groups.delete(group_id))
+            if code == ErrorCode.group_id_not_found:  # a KIP-848 group, if any
+                refused = await broker.consumer_groups.delete(group_id)
+                code = code if refused is None else error_code(refused)
         except StorageUnavailable:
             code = UNAVAILABLE
         results.append(build(result_class, group_id=group_id, error_code=code))
