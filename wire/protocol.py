@@ -63,6 +63,12 @@ class ConnectionState:
     # (topic, partition) -> the leader epoch of the partition at this connection's last
     # fetch of it, for clients that do not send theirs (see wire/handlers/fetch.py).
     fetch_epochs: dict[tuple[str, int], int] = field(default_factory=dict)
+    # Who the client is, as Kafka's authorizer names it ("User:NAME"); ANONYMOUS until it
+    # authenticates, and always on a PLAINTEXT listener.
+    principal: str = "User:ANONYMOUS"
+    # The listener the client came in on (its Kafka name: PLAINTEXT, SASL_SSL, ...), so
+    # Metadata can answer with that listener's advertised address.
+    listener: str = "PLAINTEXT"
 
 
 @dataclass(frozen=True, slots=True)
