@@ -90,12 +90,12 @@ async def create_acls(broker: Broker, request: Request) -> Any:
     """Each creation checked on its own; the valid ones are added in one transaction."""
     schema = request.response_class
     result_class = schema_class(schema, "AclCreationResult")
-    check_cluster(broker, request, Operation.ALTER)
     valid: list[AclBinding] = []
     results = []
     for c in request.body.creations:
         error: KafkaesqueError | None = None
         try:
+            check_cluster(broker, request, Operation.ALTER)  # no top-level error: per entry
             authorizer = _authorizer(broker)
             valid.append(
                 check_binding(
@@ -128,11 +128,11 @@ async def delete_acls(broker: Broker, request: Request) -> Any:
     schema = request.response_class
     result_class = schema_class(schema, "DeleteAclsFilterResult")
     matching_class = schema_class(schema, "DeleteAclsMatchingAcl")
-    check_cluster(broker, request, Operation.ALTER)
     filters = []
     errors: list[KafkaesqueError | None] = []
     for entry in request.body.filters:
         try:
+            check_cluster(broker, request, Operation.ALTER)  # no top-level error: per filter
             _authorizer(broker)
             filters.append(_filter(entry))
             errors.append(None)
