@@ -197,6 +197,31 @@ class GroupBusy(KafkaesqueError):
     """The group has active members, so it cannot be changed from outside."""
 
 
+# -- authorization -------------------------------------------------------------------------
+class AuthorizationFailed(KafkaesqueError):
+    """The client's principal may not do this (the ACLs say no)."""
+
+
+class TopicAuthorizationFailed(AuthorizationFailed):
+    pass
+
+
+class GroupAuthorizationFailed(AuthorizationFailed):
+    pass
+
+
+class ClusterAuthorizationFailed(AuthorizationFailed):
+    pass
+
+
+class TransactionalIdAuthorizationFailed(AuthorizationFailed):
+    pass
+
+
+class SecurityDisabled(KafkaesqueError):
+    """An ACL request to a broker whose authorizer is off."""
+
+
 def all_errors() -> list[type[KafkaesqueError]]:
     """Every core exception class (for the tests that check each has a mapping)."""
     found, todo = [], [KafkaesqueError]

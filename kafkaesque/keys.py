@@ -147,6 +147,18 @@ class Keys:
         """Grows with every quota change: brokers re-read ``quotas`` when it moved."""
         return f"{self.ns}:quotas:version"
 
+    # -- ACLs ----------------------------------------------------------------------------
+    @property
+    def acls(self) -> str:
+        """Every ACL binding: field JSON ``[resource type, name, pattern type, principal,
+        host, operation, permission]`` -> ``1``."""
+        return f"{self.ns}:acls"
+
+    @property
+    def acls_version(self) -> str:
+        """Grows with every ACL change: brokers re-read ``acls`` when it moved."""
+        return f"{self.ns}:acls:version"
+
     # -- the layout, for checking --------------------------------------------------------
     def patterns(self) -> dict[str, re.Pattern[str]]:
         """Every key that may exist, by name: what a full SCAN must match."""
@@ -170,5 +182,7 @@ class Keys:
                 "group": r"group:\{.*\}(?::heartbeats|:offsets|:lock|:consumer)?",
                 "quotas": "quotas",
                 "quotas_version": r"quotas:version",
+                "acls": "acls",
+                "acls_version": r"acls:version",
             }.items()
         }

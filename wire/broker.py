@@ -6,6 +6,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
+from kafkaesque.acls import AclStore, Authorizer
 from kafkaesque.cluster import cluster_id
 from kafkaesque.compaction import Compactor
 from kafkaesque.config_keys import BROKER_SYNONYMS, UNIT_SYNONYMS, Kind, broker_defaults
@@ -53,6 +54,11 @@ class BrokerConfig:
     compaction_interval: float = 5.0
     # Every topic's config defaults (topic config name -> value), from ``serve --config``.
     topic_defaults: dict[str, str] = field(default_factory=dict)
+    # Kafka's authorizer.class.name: "acl" checks every request against the ACLs
+    # (kafkaesque/acls.py); "" (the default) lets every client do everything.
+    authorizer: str = ""
+    super_users: tuple[str, ...] = ()  # Kafka's super.users: pass every check
+    allow_everyone_if_no_acl_found: bool = False  # a resource without ACLs: allowed
 
     def apply(self, settings: dict[str, str]) -> None:
         """Apply Kafka broker configs (``serve --config``): the broker's own settings and
@@ -137,6 +143,11 @@ BROKER_SETTINGS: dict[str, tuple[str, Kind, str]] = {
         Kind.INT,
         "how often consumer-protocol members heartbeat",
     ),
+    "allow.everyone.if.no.acl.found": (
+        "allow_everyone_if_no_acl_found",
+        Kind.BOOLEAN,
+        "with the authorizer on, a resource no ACL names is allowed to everyone",
+    ),
 }
 
 
@@ -173,6 +184,15 @@ class Broker:
         self._reaper: asyncio.Task[None] | None = None
         self._memory_watch: asyncio.Task[None] | None = None
         self._compaction: asyncio.Task[None] | None = None
+        # None: no authorizer, every request is allowed (wire/authorize.py).
+        self.authorizer: Authorizer | None = None
+        if config.authorizer:
+            self.authorizer = Authorizer(
+                AclStore(log.redis, log.ns),
+                config.super_users,
+                config.allow_everyone_if_no_acl_found,
+            )
+        self._acl_refresh: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         self.cluster_id = await cluster_id(self.log.redis, self.log.ns)
@@ -183,6 +203,9 @@ class Broker:
         self.partitions.durability = durability
         log.info("acks=all: %s", promise)
         await self.memory.start()
+        if self.authorizer is not None:
+            await self.authorizer.refresh()  # no request is served before the ACLs are read
+            self._acl_refresh = asyncio.create_task(self.authorizer.run(), name="acl refresh")
         self._memory_watch = asyncio.create_task(self.memory.watch(), name="memory watch")
         self.notifier.start()
         self.groups.start()
@@ -199,7 +222,7 @@ class Broker:
         self.groups.notifier.close()
 
     async def stop(self) -> None:
-        for task in (self._reaper, self._memory_watch, self._compaction):
+        for task in (self._reaper, self._memory_watch, self._compaction, self._acl_refresh):
             if task is not None:
                 await cancel_and_wait(task)
         await self.notifier.stop()

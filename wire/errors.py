@@ -56,6 +56,12 @@ ERROR_CODES: dict[type[core.KafkaesqueError], ErrorCode] = {
     # Appended but not yet on disk (WAITAOF) or at the replicas (WAIT) in time.
     core.NotDurable: ErrorCode.not_enough_replicas_after_append,
     core.GroupBusy: ErrorCode.non_empty_group,
+    core.AuthorizationFailed: ErrorCode.cluster_authorization_failed,
+    core.TopicAuthorizationFailed: ErrorCode.topic_authorization_failed,
+    core.GroupAuthorizationFailed: ErrorCode.group_authorization_failed,
+    core.ClusterAuthorizationFailed: ErrorCode.cluster_authorization_failed,
+    core.TransactionalIdAuthorizationFailed: ErrorCode.transactional_id_authorization_failed,
+    core.SecurityDisabled: ErrorCode.security_disabled,
 }
 
 

@@ -2,6 +2,7 @@
 (the only place that imports both ``wire`` and ``storage_pg``)."""
 
 from kafkaesque.cli import (  # noqa: F401  (register the commands)
+    acls,
     archive,
     compact,
     groups,

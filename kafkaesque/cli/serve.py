@@ -155,6 +155,26 @@ def host_port(
     help="Seconds between compaction passes over topics whose cleanup.policy has compact "
     "(0: none; then run `kafkaesque compact` from cron).",
 )
+@click.option(
+    "--authorizer",
+    type=click.Choice(["none", "acl"]),
+    default="none",
+    show_default=True,
+    help="Kafka's authorizer.class.name: acl checks every request against the ACLs "
+    "(`kafkaesque acls`); none lets every client do everything.",
+)
+@click.option(
+    "--super-user",
+    "super_users",
+    multiple=True,
+    metavar="PRINCIPAL",
+    help="A principal (User:NAME) every ACL check lets through (repeatable).",
+)
+@click.option(
+    "--allow-everyone-if-no-acl-found",
+    is_flag=True,
+    help="With --authorizer acl: a resource no ACL names is allowed to everyone.",
+)
 @pass_context
 def serve(
     ctx: Context,
@@ -177,6 +197,9 @@ def serve(
     archive: bool,
     archive_interval: float,
     compaction_interval: float,
+    authorizer: str,
+    super_users: tuple[str, ...],
+    allow_everyone_if_no_acl_found: bool,
 ) -> None:
     """Serve the Kafka protocol: unmodified Kafka clients produce and fetch here."""
     from kafkaesque.groups import CoordinatorConfig
@@ -201,11 +224,19 @@ def serve(
         max_connections_per_ip=max_connections_per_ip,
         min_insync_replicas=min_insync_replicas,
         compaction_interval=compaction_interval,
+        authorizer="" if authorizer == "none" else authorizer,
+        super_users=super_users,
+        allow_everyone_if_no_acl_found=allow_everyone_if_no_acl_found,
         groups=CoordinatorConfig(
             initial_rebalance_delay_ms=group_initial_rebalance_delay_ms,
             min_session_timeout_ms=group_min_session_timeout_ms,
         ),
     )
+    for principal in super_users:
+        if ":" not in principal.strip(":"):
+            raise click.BadParameter(
+                f"expected TYPE:NAME (User:admin), got {principal!r}", param_hint="'--super-user'"
+            )
     try:
         config.apply(settings)
     except KafkaesqueError as exc:

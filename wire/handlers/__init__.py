@@ -16,6 +16,7 @@ from kafkaesque.errors import KafkaesqueError, StorageUnavailable
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.handlers import (
+    acls,
     admin,
     cluster,
     configs,
@@ -129,6 +130,10 @@ HANDLERS: dict[int, Api] = {
     69: Api(0, 1, consumer_groups.consumer_group_describe, coordinator=True),
     71: Api(0, 0, telemetry.get_telemetry_subscriptions),
     75: Api(0, 0, topic_partitions.describe_topic_partitions),
+    # ACLs at Kafka 4's versions (v0 is gone there); SECURITY_DISABLED without --authorizer.
+    29: Api(1, 3, acls.describe_acls),
+    30: Api(1, 3, acls.create_acls),
+    31: Api(1, 3, acls.delete_acls),
 }
 
 

@@ -21,6 +21,7 @@ from kafkaesque.errors import (
 )
 from kafkaesque.replicas import check_replicas
 from kafkaesque.topic_config import TopicConfig, check_topic_name
+from wire.authorize import Operation, check_create_topic, check_topic
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.handlers.configs import created_configs
@@ -67,6 +68,7 @@ async def create_topics(broker: Broker, request: Request) -> Any:
     for topic in request.body.topics:
         error, message, config = ErrorCode.none, None, None
         try:
+            check_create_topic(broker, request, topic.name)
             config = config_from_request(broker, topic)
             if request.body.validate_only:
                 check_topic_name(topic.name)
@@ -141,6 +143,7 @@ async def delete_topics(broker: Broker, request: Request) -> Any:
         error, message = ErrorCode.none, None
         try:
             name, topic_id = await _deletion_target(broker, entry)
+            check_topic(broker, request, Operation.DELETE, name)
             await broker.log.delete_topic(name)
             broker.partitions.forget_config(name)
             await broker.groups.forget_topic(name)
@@ -165,6 +168,7 @@ async def create_partitions(broker: Broker, request: Request) -> Any:
     for topic in request.body.topics:
         error, message = ErrorCode.none, None
         try:
+            check_topic(broker, request, Operation.ALTER, topic.name)
             current = await broker.log.topic(topic.name)
             if topic.count <= current.partitions:
                 raise InvalidPartitions(

@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from kafkaesque.errors import InvalidRequest, KafkaesqueError
 from kafkaesque.replicas import PREFERRED, UNCLEAN, Replicas
+from wire.authorize import Operation, check_cluster
 from wire.broker import Broker
 from wire.errors import error_code, error_message
 from wire.protocol import NO_THROTTLE, Request, build, schema_class
@@ -57,6 +58,7 @@ async def _all_partitions(broker: Broker) -> list[tuple[str, list[int]]]:
 
 async def elect_leaders(broker: Broker, request: Request) -> Any:
     body, version = request.body, request.api_version
+    check_cluster(broker, request, Operation.ALTER)
     schema = request.response_class
     topic_class = schema_class(schema, "ReplicaElectionResult")
     partition_class = schema_class(schema, "PartitionResult")
@@ -99,6 +101,7 @@ async def elect_leaders(broker: Broker, request: Request) -> Any:
 
 
 async def alter_partition_reassignments(broker: Broker, request: Request) -> Any:
+    check_cluster(broker, request, Operation.ALTER)
     schema = request.response_class
     topic_class = schema_class(schema, "ReassignableTopicResponse")
     partition_class = schema_class(schema, "ReassignablePartitionResponse")
@@ -131,6 +134,7 @@ async def alter_partition_reassignments(broker: Broker, request: Request) -> Any
 async def list_partition_reassignments(broker: Broker, request: Request) -> Any:
     """None is ever in progress; like KRaft, partitions that do not exist are not an
     error here, they have no reassignment either."""
+    check_cluster(broker, request, Operation.DESCRIBE)
     return build(
         request.response_class,
         throttle_time=NO_THROTTLE,
@@ -147,6 +151,7 @@ async def describe_quorum(broker: Broker, request: Request) -> Any:
     """The quorum of a single KRaft node in combined mode: this node, the only voter,
     leads. kafkaesque keeps its metadata in Redis, not in a replicated log, so the
     metadata log's offsets are 0 (nothing to replicate, no voter lags)."""
+    check_cluster(broker, request, Operation.DESCRIBE)
     schema = request.response_class
     topics = request.body.topics
     asked = [(t.topic_name, p.partition_index) for t in topics for p in t.partitions]

@@ -23,6 +23,7 @@ from kafkaesque.topic_config import (
     describe,
     replaced,
 )
+from wire.authorize import Operation, check_cluster, check_topic, cluster_allowed
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.protocol import NO_THROTTLE, Request, build, schema_class
@@ -48,6 +49,14 @@ def broker_entries(broker: Broker) -> list[ConfigEntry]:
     return entries
 
 
+def _check_access(broker: Broker, request: Request, resource: Any, operation: Operation) -> None:
+    """A topic's configs need ``operation`` on the topic, the broker's on the cluster."""
+    if resource.resource_type == TOPIC_RESOURCE:
+        check_topic(broker, request, operation, resource.resource_name)
+    else:
+        check_cluster(broker, request, operation)
+
+
 def _resource_error(resource: Any) -> tuple[ErrorCode, str] | None:
     if resource.resource_type in (TOPIC_RESOURCE, BROKER_RESOURCE):
         return None
@@ -69,11 +78,14 @@ async def describe_configs(broker: Broker, request: Request) -> Any:
             error, message = problem
         elif resource.resource_type == TOPIC_RESOURCE:
             try:
+                _check_access(broker, request, resource, Operation.DESCRIBE_CONFIGS)
                 entries = describe(await broker.log.topic(resource.resource_name))
             except KafkaesqueError as exc:
                 error, message = error_code(exc), str(exc)
         elif resource.resource_name not in ("", str(broker.config.node_id)):
             error, message = ErrorCode.invalid_request, f"no broker {resource.resource_name}"
+        elif not cluster_allowed(broker, request, Operation.DESCRIBE_CONFIGS):
+            error, message = ErrorCode.cluster_authorization_failed, None
         else:
             entries = broker_entries(broker)
         wanted = resource.configuration_keys
@@ -124,6 +136,8 @@ async def _alter(broker: Broker, request: Request, incremental: bool) -> Any:
         error, message = ErrorCode.none, None
         try:
             problem = _resource_error(resource)
+            if problem is None:
+                _check_access(broker, request, resource, Operation.ALTER_CONFIGS)
             if problem is not None:
                 error, message = problem
             elif resource.resource_type == BROKER_RESOURCE:

@@ -19,7 +19,8 @@ from kio.serial import entity_writer
 
 from kafkaesque.assignors import TopicPartition
 from kafkaesque.consumer_group_state import ConsumerGroup, Heartbeat, HeartbeatRefused
-from kafkaesque.errors import StorageUnavailable
+from kafkaesque.errors import GroupAuthorizationFailed, StorageUnavailable
+from wire.authorize import Operation, check_group
 from wire.broker import Broker
 from wire.protocol import NO_THROTTLE, Request, build, schema_class
 
@@ -45,6 +46,7 @@ def _topic_id(group: ConsumerGroup, topic: str) -> uuid.UUID:
 
 async def consumer_group_heartbeat(broker: Broker, request: Request) -> Any:
     body = request.body
+    check_group(broker, request, Operation.READ, body.group_id)
     schema = request.response_class
     hb = Heartbeat(
         member_id=body.member_id,
@@ -115,12 +117,15 @@ async def consumer_group_describe(broker: Broker, request: Request) -> Any:
     described = []
     for group_id in request.body.group_ids:
         try:
+            check_group(broker, request, Operation.DESCRIBE, group_id)
             group = await broker.consumer_groups.load(group_id)
             code, message = ErrorCode.none, None
             if group is None:
                 code, message = ErrorCode.group_id_not_found, f"Group {group_id} not found."
         except StorageUnavailable:
             group, code, message = None, ErrorCode.coordinator_not_available, None
+        except GroupAuthorizationFailed as exc:
+            group, code, message = None, ErrorCode.group_authorization_failed, str(exc)
         if group is None:
             described.append(
                 build(

@@ -12,8 +12,14 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.errors import FencedLeaderEpoch, UnknownFetchSession, UnknownTopicId
+from kafkaesque.errors import (
+    FencedLeaderEpoch,
+    TopicAuthorizationFailed,
+    UnknownFetchSession,
+    UnknownTopicId,
+)
 from kafkaesque.partitions import Fetched, FetchRequest
+from wire.authorize import Operation, topics_allowed
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.handlers.metadata import broker_entries
@@ -39,6 +45,7 @@ async def fetch(broker: Broker, request: Request) -> Any:
         # An incremental fetch: no session of ours can exist (every answer said 0).
         raise UnknownFetchSession(f"no fetch session {body.session_id}")
     names = [await topic_name(broker, t, version) for t in body.topics]
+    readable = topics_allowed(broker, request, Operation.READ, {n for n in names if n})
     results = await broker.partitions.fetch(
         [
             FetchRequest(
@@ -50,7 +57,7 @@ async def fetch(broker: Broker, request: Request) -> Any:
                 getattr(p, "last_fetched_epoch", -1),  # v12+
             )
             for name, t in zip(names, body.topics, strict=True)
-            if name is not None
+            if name in readable
             for p in t.partitions
         ],
         max_bytes=body.max_bytes,
@@ -68,6 +75,8 @@ async def fetch(broker: Broker, request: Request) -> Any:
     def partition(name: str | None, topic_id: uuid.UUID | None, index: int) -> Any:
         if name is None:
             r = Fetched(UnknownTopicId(f"no topic has the id {topic_id}"))
+        elif name not in readable:
+            r = Fetched(TopicAuthorizationFailed(f"Not authorized to READ topic {name}"))
         else:
             r = results[name, index]
         tagged: dict[str, Any] = {}

@@ -9,6 +9,7 @@ from kio.schema.errors import ErrorCode
 
 from kafkaesque.errors import StorageUnavailable, UnknownTopic
 from kafkaesque.group_types import MAX_METADATA
+from wire.authorize import Operation, ResourceType, allowed, topics_allowed
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.protocol import NO_THROTTLE, Request, build, schema_class
@@ -24,9 +25,19 @@ async def _commit(broker: Broker, request: Request) -> dict[TopicPartition, Erro
     """Commit what is valid of an OffsetCommit; the error code of each partition."""
     body = request.body
     errors: dict[TopicPartition, ErrorCode] = {}
+    if not allowed(broker, request, Operation.READ, ResourceType.GROUP, body.group_id):
+        code = ErrorCode.group_authorization_failed
+        return {(t.name, p.partition_index): code for t in body.topics for p in t.partitions}
+    readable = topics_allowed(broker, request, Operation.READ, {t.name for t in body.topics})
     offsets = {}
     partitions_of: dict[str, int] = {}
     for t in body.topics:
+        if t.name not in readable:
+            errors.update(
+                ((t.name, p.partition_index), ErrorCode.topic_authorization_failed)
+                for p in t.partitions
+            )
+            continue
         if t.name not in partitions_of:
             try:
                 partitions_of[t.name] = (await broker.log.topic(t.name)).partitions
@@ -99,12 +110,16 @@ def _topic_errors(
 
 
 async def _fetch_group(
-    broker: Broker, schema: type, group_id: str, topics: Any, batched: bool
+    broker: Broker, request: Request, group_id: str, topics: Any, batched: bool
 ) -> tuple[tuple[Any, ...], ErrorCode]:
     """One group's committed offsets as response topics, and the group's error code.
     ``topics`` None: every partition the group has committed (v2+). No transactional
     offsets are ever pending here, so require_stable (v7+) has nothing to wait for; a
-    classic group's offsets need no member id or epoch (v9), as in Kafka."""
+    classic group's offsets need no member id or epoch (v9), as in Kafka. The principal
+    needs READ on the group, and sees only the topics it may DESCRIBE."""
+    schema = request.response_class
+    if not allowed(broker, request, Operation.READ, ResourceType.GROUP, group_id):
+        return (), ErrorCode.group_authorization_failed
     try:
         committed = await broker.groups.committed(group_id)
     except StorageUnavailable:
@@ -115,6 +130,9 @@ async def _fetch_group(
             wanted.setdefault(topic, []).append(partition)
     else:
         wanted = {t.name: list(t.partition_indexes) for t in topics}
+    visible = topics_allowed(broker, request, Operation.DESCRIBE, wanted)
+    if topics is None:
+        wanted = {name: ps for name, ps in wanted.items() if name in visible}
     suffix = "s" if batched else ""  # v8 renamed the response's entities
     topic_class = schema_class(schema, f"OffsetFetchResponseTopic{suffix}")
     partition_class = schema_class(schema, f"OffsetFetchResponsePartition{suffix}")
@@ -130,7 +148,9 @@ async def _fetch_group(
                     committed_offset=c.offset if c else -1,
                     committed_leader_epoch=c.leader_epoch if c else NO_EPOCH,
                     metadata=c.metadata if c else "",
-                    error_code=ErrorCode.none,
+                    error_code=(
+                        ErrorCode.none if name in visible else ErrorCode.topic_authorization_failed
+                    ),
                 )
             )
         out.append(build(topic_class, name=name, partitions=tuple(entries)))
@@ -141,27 +161,40 @@ async def offset_fetch(broker: Broker, request: Request) -> Any:
     body = request.body
     schema = request.response_class
     if request.api_version < 8:
-        topics, code = await _fetch_group(broker, schema, body.group_id, body.topics, False)
+        topics, code = await _fetch_group(broker, request, body.group_id, body.topics, False)
         return build(schema, throttle_time=NO_THROTTLE, topics=topics, error_code=code)
     group_class = schema_class(schema, "OffsetFetchResponseGroup")
     groups = []
     for g in body.groups:  # each group has its own error
-        topics, code = await _fetch_group(broker, schema, g.group_id, g.topics, True)
+        topics, code = await _fetch_group(broker, request, g.group_id, g.topics, True)
         groups.append(build(group_class, group_id=g.group_id, topics=topics, error_code=code))
     return build(schema, throttle_time=NO_THROTTLE, groups=tuple(groups))
 
 
 async def offset_delete(broker: Broker, request: Request) -> Any:
     body = request.body
-    partitions = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
+    readable = topics_allowed(broker, request, Operation.READ, {t.name for t in body.topics})
+    partitions = [
+        (t.name, p.partition_index) for t in body.topics if t.name in readable for p in t.partitions
+    ]
     try:
-        group_error, results = await broker.groups.delete_offsets(body.group_id, partitions)
-        code = error_code(group_error)
+        if not allowed(broker, request, Operation.DELETE, ResourceType.GROUP, body.group_id):
+            code, results = ErrorCode.group_authorization_failed, {}
+        else:
+            group_error, results = await broker.groups.delete_offsets(body.group_id, partitions)
+            code = error_code(group_error)
     except StorageUnavailable:
         code, results = UNAVAILABLE, {}
     schema = request.response_class
     if code != ErrorCode.none:  # as Kafka: a group-level refusal lists no topics
         return build(schema, error_code=code, throttle_time=NO_THROTTLE, topics=())
     errors = {key: error_code(result) for key, result in results.items()}
+    denied = ErrorCode.topic_authorization_failed
+    errors.update(
+        ((t.name, p.partition_index), denied)
+        for t in body.topics
+        for p in t.partitions
+        if t.name not in readable
+    )
     topics = _topic_errors(schema, "OffsetDelete", body, errors)
     return build(schema, error_code=ErrorCode.none, throttle_time=NO_THROTTLE, topics=topics)

@@ -8,8 +8,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.errors import StorageUnavailable
+from kafkaesque.errors import GroupAuthorizationFailed, StorageUnavailable
 from kafkaesque.group_types import GroupState, JoinRequest
+from wire.authorize import Operation, ResourceType, allowed, check_group, cluster_allowed
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.handlers.consumer_groups import described_as_classic
@@ -57,22 +58,45 @@ def _coordinator(broker: Broker, key_type: int) -> dict[str, Any]:
     return dict(error_code=error, error_message=message, node_id=-1, host="", port=-1)
 
 
+def _authorized_coordinator(
+    broker: Broker, request: Request, key_type: int, key: str
+) -> dict[str, Any]:
+    """``_coordinator``, unless the principal may not DESCRIBE the group (or transactional
+    id) the key names."""
+    resource = {GROUP_KEY: ResourceType.GROUP, TRANSACTION_KEY: ResourceType.TRANSACTIONAL_ID}
+    if key_type in resource and not allowed(
+        broker, request, Operation.DESCRIBE, resource[key_type], key
+    ):
+        code = (
+            ErrorCode.group_authorization_failed
+            if key_type == GROUP_KEY
+            else ErrorCode.transactional_id_authorization_failed
+        )
+        return dict(error_code=code, error_message=None, node_id=-1, host="", port=-1)
+    return _coordinator(broker, key_type)
+
+
 async def find_coordinator(broker: Broker, request: Request) -> Any:
     body = request.body
     schema = request.response_class
-    answer = _coordinator(broker, getattr(body, "key_type", GROUP_KEY))  # v1+
+    key_type = getattr(body, "key_type", GROUP_KEY)  # v1+
     if request.api_version < FIRST_BATCHED_LOOKUP:
+        answer = _authorized_coordinator(broker, request, key_type, body.key)
         return build(schema, throttle_time=NO_THROTTLE, **answer)
     coordinator = schema_class(schema, "Coordinator")
     return build(
         schema,
         throttle_time=NO_THROTTLE,
-        coordinators=tuple(build(coordinator, key=k, **answer) for k in body.coordinator_keys),
+        coordinators=tuple(
+            build(coordinator, key=k, **_authorized_coordinator(broker, request, key_type, k))
+            for k in body.coordinator_keys
+        ),
     )
 
 
 async def join_group(broker: Broker, request: Request) -> Any:
     body = request.body
+    check_group(broker, request, Operation.READ, body.group_id)
     reason = getattr(body, "reason", None)  # v8+
     if reason:
         log.info("group %s: member %r joins: %s", body.group_id, body.member_id, reason)
@@ -120,6 +144,7 @@ async def join_group(broker: Broker, request: Request) -> Any:
 
 async def sync_group(broker: Broker, request: Request) -> Any:
     body = request.body
+    check_group(broker, request, Operation.READ, body.group_id)
     result = await broker.groups.sync(
         body.group_id,
         body.generation_id,
@@ -140,6 +165,7 @@ async def sync_group(broker: Broker, request: Request) -> Any:
 
 async def heartbeat(broker: Broker, request: Request) -> Any:
     body = request.body
+    check_group(broker, request, Operation.READ, body.group_id)
     error = await broker.groups.heartbeat(
         body.group_id, body.generation_id, body.member_id, getattr(body, "group_instance_id", None)
     )
@@ -148,6 +174,7 @@ async def heartbeat(broker: Broker, request: Request) -> Any:
 
 async def leave_group(broker: Broker, request: Request) -> Any:
     body = request.body
+    check_group(broker, request, Operation.READ, body.group_id)
     schema = request.response_class
     if request.api_version < 3:
         [error] = await broker.groups.leave(body.group_id, [(body.member_id, None)])
@@ -178,10 +205,13 @@ async def describe_groups(broker: Broker, request: Request) -> Any:
     described = []
     for group_id in request.body.groups:
         try:
+            check_group(broker, request, Operation.DESCRIBE, group_id)
             group = await broker.groups.load(group_id)
             code = ErrorCode.none
         except StorageUnavailable:
             group, code = None, UNAVAILABLE
+        except GroupAuthorizationFailed as exc:
+            group, code = None, error_code(exc)
         if group is None and code == ErrorCode.none:  # a KIP-848 group, if any
             consumer = await described_as_classic(broker, group_id, group_class, member_class)
             if consumer is not None:
@@ -244,10 +274,14 @@ async def list_groups(broker: Broker, request: Request) -> Any:
             found.append((group_id, group.protocol_type, group.state, GROUP_TYPE))
     for group_id, state in (await broker.consumer_groups.listing(others)).items():
         found.append((group_id, CONSUMER_TYPE, state, CONSUMER_TYPE))
+    # DESCRIBE on the cluster lists every group; else those the principal may DESCRIBE.
+    everything = cluster_allowed(broker, request, Operation.DESCRIBE)
     listed = tuple(
         build(listed_class, group_id=g, protocol_type=p, group_state=s, group_type=t)
         for g, p, s, t in found
-        if (not states or s.lower() in states) and (not types or t in types)
+        if (not states or s.lower() in states)
+        and (not types or t in types)
+        and (everything or allowed(broker, request, Operation.DESCRIBE, ResourceType.GROUP, g))
     )
     return build(schema, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=listed)
 
@@ -257,6 +291,10 @@ async def delete_groups(broker: Broker, request: Request) -> Any:
     result_class = schema_class(schema, "DeletableGroupResult")
     results = []
     for group_id in request.body.groups_names:
+        if not allowed(broker, request, Operation.DELETE, ResourceType.GROUP, group_id):
+            code = ErrorCode.group_authorization_failed
+            results.append(build(result_class, group_id=group_id, error_code=code))
+            continue
         try:
             code = error_code(await broker.groups.delete(group_id))
             if code == ErrorCode.group_id_not_found:  # a KIP-848 group, if any

@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from kafkaesque.errors import StorageUnavailable, UnknownTopic
 from kafkaesque.memory import memory_use
+from wire.authorize import Operation, cluster_allowed
 from wire.broker import Broker
 from wire.protocol import NO_THROTTLE, Request, build, schema_class
 
@@ -79,6 +80,9 @@ async def describe_log_dirs(broker: Broker, request: Request) -> Any:
     result_class = schema_class(schema, "DescribeLogDirsResult")
     topic_class = schema_class(schema, "DescribeLogDirsTopic")
     partition_class = schema_class(schema, "DescribeLogDirsPartition")
+    if not cluster_allowed(broker, request, Operation.DESCRIBE):  # v1-2: no dirs, as Kafka
+        code = ErrorCode.cluster_authorization_failed
+        return build(schema, throttle_time=NO_THROTTLE, error_code=code, results=())
     partitions = await _partitions(broker, request.body.topics)
 
     async def result(

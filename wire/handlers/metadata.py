@@ -9,6 +9,7 @@ from kio.schema.errors import ErrorCode
 
 from kafkaesque.errors import KafkaesqueError, StorageUnavailable, TopicExists, UnknownTopic
 from kafkaesque.topic_config import TopicConfig, check_topic_name
+from wire.authorize import Operation, ResourceType, allowed, cluster_allowed, topics_allowed
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.protocol import NO_THROTTLE, Request, build, error_response, schema_class
@@ -88,6 +89,29 @@ async def requested_topic(
     return entry.name, await topic_config(broker, entry.name, auto_create)
 
 
+async def authorized_topic(
+    broker: Broker, request: Request, entry: Any, auto_create: bool, version: int
+) -> tuple[str | None, TopicConfig | ErrorCode]:
+    """``requested_topic`` as the principal may see it: DESCRIBE to see a topic, CREATE
+    (on the cluster or the topic) to have it auto-created; else TOPIC_AUTHORIZATION_FAILED,
+    as Kafka answers."""
+    may_create = True
+    if entry.name is not None:
+        if not allowed(broker, request, Operation.DESCRIBE, ResourceType.TOPIC, entry.name):
+            return entry.name, ErrorCode.topic_authorization_failed
+        may_create = cluster_allowed(broker, request, Operation.CREATE) or allowed(
+            broker, request, Operation.CREATE, ResourceType.TOPIC, entry.name
+        )
+    name, config = await requested_topic(broker, entry, auto_create and may_create, version)
+    if config == ErrorCode.unknown_topic_or_partition and not may_create:
+        if auto_create and broker.config.auto_create_topics:
+            return name, ErrorCode.topic_authorization_failed
+    if name is not None and entry.name is None:  # by id: DESCRIBE on the name it has
+        if not allowed(broker, request, Operation.DESCRIBE, ResourceType.TOPIC, name):
+            return name, ErrorCode.topic_authorization_failed
+    return name, config
+
+
 async def metadata(broker: Broker, request: Request) -> Any:
     body, version = request.body, request.api_version
     schema = request.response_class
@@ -95,13 +119,16 @@ async def metadata(broker: Broker, request: Request) -> Any:
     partition_class = schema_class(schema, "MetadataResponsePartition")
     # Null means all topics; so does an empty list in v0.
     if body.topics is None or (version == 0 and not body.topics):
+        names = await broker.log.list_topics()
+        visible = topics_allowed(broker, request, Operation.DESCRIBE, names)  # others hidden
         entries = [
-            (name, await topic_config(broker, name, False))
-            for name in await broker.log.list_topics()
+            (name, await topic_config(broker, name, False)) for name in names if name in visible
         ]
     else:
         auto_create = body.allow_auto_topic_creation if version >= 4 else True
-        entries = [await requested_topic(broker, t, auto_create, version) for t in body.topics]
+        entries = [
+            await authorized_topic(broker, request, t, auto_create, version) for t in body.topics
+        ]
     node = broker.config.node_id
     topics = []
     for name, config in entries:

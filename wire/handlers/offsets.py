@@ -10,12 +10,14 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.errors import (
+    AuthorizationFailed,
     InvalidRequest,
     KafkaesqueError,
     LookupTimedOut,
     UnsupportedLookup,
 )
 from kafkaesque.partitions import EARLIEST_LOCAL, LATEST_TIERED, MAX_TIMESTAMP, FoundOffset
+from wire.authorize import Operation, check_idempotent_write, check_topic
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.protocol import NO_THROTTLE, Request, build, per_partition, schema_class
@@ -60,6 +62,7 @@ async def list_offsets(broker: Broker, request: Request) -> Any:
         error: KafkaesqueError | None = None
         found: FoundOffset | None = None
         try:
+            check_topic(broker, request, Operation.DESCRIBE, topic)
             found = await lookup(topic, p)
         except KafkaesqueError as exc:
             error = exc
@@ -91,8 +94,9 @@ async def init_producer_id(broker: Broker, request: Request) -> Any:
         current = (getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1))
         if (current[0] == NO_PRODUCER_ID) != (current[1] == NO_PRODUCER_EPOCH):
             raise InvalidRequest("producer id and epoch must be given both or neither")
+        check_idempotent_write(broker, request)
         producer_id, epoch = await broker.log.new_producer_id(), 0
-    except InvalidRequest as exc:
+    except (InvalidRequest, AuthorizationFailed) as exc:
         producer_id, epoch, code = NO_PRODUCER_ID, NO_PRODUCER_EPOCH, error_code(exc)
     else:
         code = ErrorCode.none
@@ -115,6 +119,7 @@ async def offset_for_leader_epoch(broker: Broker, request: Request) -> Any:
         error: KafkaesqueError | None = None
         epoch, end = -1, -1
         try:
+            check_topic(broker, request, Operation.DESCRIBE, topic)
             epoch, end = await broker.partitions.epoch_end_offset(
                 topic, p.partition, p.leader_epoch, p.current_leader_epoch
             )

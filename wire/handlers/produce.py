@@ -8,8 +8,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.errors import InvalidRecord, KafkaesqueError
+from kafkaesque.errors import InvalidRecord, KafkaesqueError, TopicAuthorizationFailed
 from kafkaesque.partitions import Appended
+from wire.authorize import Operation, topics_allowed
 from wire.broker import Broker
 from wire.errors import error_code, error_message
 from wire.protocol import DropConnection, Request, build, schema_class
@@ -33,16 +34,33 @@ def record_errors(error_class: type | None, error: KafkaesqueError | None) -> tu
     )
 
 
+def denied_writes(
+    broker: Broker, request: Request, records: dict[tuple[str, int], Any]
+) -> dict[tuple[str, int], Appended]:
+    """The partitions of topics the principal may not WRITE, refused."""
+    topics = {t for t, _ in records}
+    refused = topics - topics_allowed(broker, request, Operation.WRITE, topics)
+    return {
+        (t, p): Appended(TopicAuthorizationFailed(f"Not authorized to WRITE topic {t}"))
+        for t, p in records
+        if t in refused
+    }
+
+
 async def produce(broker: Broker, request: Request) -> Any:
     body = request.body
     records = {(t.name, p.index): p.records for t in body.topic_data for p in t.partition_data}
     if body.acks not in (0, 1, -1):
         codes = {key: (ErrorCode.invalid_required_acks, Appended()) for key in records}
     else:
+        denied = denied_writes(broker, request, records)
         # acks=all waits up to the request's timeout for the append to be durable.
         results = await broker.partitions.append_many(
-            records, acks_all=body.acks == -1, timeout_ms=int(body.timeout.total_seconds() * 1000)
+            {key: r for key, r in records.items() if key not in denied},
+            acks_all=body.acks == -1,
+            timeout_ms=int(body.timeout.total_seconds() * 1000),
         )
+        results.update(denied)
         codes = {key: (error_code(r.error), r) for key, r in results.items()}
     # Redis short of memory: producers hold back (the response waits, and says so in
     # throttle_time, as Kafka's quotas do) while the archiver drains.

@@ -14,6 +14,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.errors import KafkaesqueError
+from wire.authorize import Operation, check_topic
 from wire.broker import Broker
 from wire.errors import error_code, error_message
 from wire.protocol import NO_THROTTLE, Request, build, per_partition, schema_class
@@ -28,6 +29,7 @@ async def describe_producers(broker: Broker, request: Request) -> Any:
 
     async def answer(topic: str, partition: int) -> Any:
         try:
+            check_topic(broker, request, Operation.READ, topic)
             states = await broker.log.producers(topic, partition)
         except KafkaesqueError as exc:
             return build(

@@ -10,6 +10,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kafkaesque.errors import ClusterAuthorizationFailed
 from kafkaesque.quota_rates import QuotaManager
 from kafkaesque.quotas import (
     ANONYMOUS,
@@ -24,7 +25,9 @@ from kafkaesque.quotas import (
     describe,
     describe_entity,
 )
+from wire.authorize import Operation, check_cluster, cluster_allowed
 from wire.broker import Broker
+from wire.errors import error_code
 from wire.protocol import NO_THROTTLE, Request, build, schema_class
 
 PRODUCE, FETCH, ALTER_CLIENT_QUOTAS = 0, 1, 49
@@ -36,6 +39,7 @@ def store(broker: Broker) -> QuotaStore:
 
 async def describe_client_quotas(broker: Broker, request: Request) -> Any:
     body = request.body
+    check_cluster(broker, request, Operation.DESCRIBE_CONFIGS)
     schema = request.response_class
     try:
         wanted = check_filter(
@@ -79,9 +83,12 @@ async def alter_client_quotas(broker: Broker, request: Request) -> Any:
     entity_class = schema_class(schema, "EntityData")
     valid: list[Alteration] = []
     results = []
+    may_alter = cluster_allowed(broker, request, Operation.ALTER_CONFIGS)
     for entry in body.entries:
         message = None
         try:
+            if not may_alter:
+                raise ClusterAuthorizationFailed("Cluster authorization failed: ALTER_CONFIGS")
             alteration = check_alteration(
                 ((e.entity_type, e.entity_name) for e in entry.entity),
                 ((op.key, op.value, op.remove) for op in entry.ops),
@@ -91,12 +98,13 @@ async def alter_client_quotas(broker: Broker, request: Request) -> Any:
                     f"Ignoring duplicate entity {describe_entity(alteration.entity)}"
                 )
             valid.append(alteration)
-        except InvalidQuota as exc:
+        except (InvalidQuota, ClusterAuthorizationFailed) as exc:
             message = str(exc)
+            code = error_code(exc) if isinstance(exc, ClusterAuthorizationFailed) else None
         results.append(
             build(
                 entry_class,
-                error_code=ErrorCode.none if message is None else ErrorCode.invalid_request,
+                error_code=ErrorCode.none if message is None else code or ErrorCode.invalid_request,
                 error_message=message,
                 entity=tuple(
                     build(entity_class, entity_type=e.entity_type, entity_name=e.entity_name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kafkaesque.errors import KafkaesqueError
+from wire.authorize import Operation, check_topic
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.protocol import NO_THROTTLE, Request, build, per_partition, schema_class
@@ -24,6 +25,7 @@ async def delete_records(broker: Broker, request: Request) -> Any:
         error: KafkaesqueError | None = None
         low_watermark = NO_WATERMARK
         try:
+            check_topic(broker, request, Operation.DELETE, topic)
             low_watermark = await broker.log.delete_records(topic, p.partition_index, p.offset)
         except KafkaesqueError as exc:
             error = exc

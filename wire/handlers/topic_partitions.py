@@ -11,12 +11,15 @@ deleted meanwhile is left out) and takes no room on the page. Never auto-creates
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.errors import InvalidRequest, InvalidTopic, StorageUnavailable, UnknownTopic
 from kafkaesque.topic_config import TopicConfig, check_topic_name
+from wire.authorize import Operation, ResourceType, allowed
 from wire.broker import Broker
 from wire.handlers.metadata import NO_OPERATIONS, NO_TOPIC_ID
 from wire.protocol import NO_THROTTLE, Request, build, schema_class
@@ -54,7 +57,8 @@ async def describe_topic_partitions(broker: Broker, request: Request) -> Any:
     schema = request.response_class
     topic_class = schema_class(schema, "DescribeTopicPartitionsResponseTopic")
     try:
-        topics, next_cursor = await _page(broker, request.body, schema, topic_class)
+        visible = partial(allowed, broker, request, Operation.DESCRIBE, ResourceType.TOPIC)
+        topics, next_cursor = await _page(broker, request.body, schema, topic_class, visible)
     except InvalidRequest:
         topics = [
             _topic_error(topic_class, t.name, ErrorCode.invalid_request)
@@ -65,13 +69,16 @@ async def describe_topic_partitions(broker: Broker, request: Request) -> Any:
 
 
 async def _page(
-    broker: Broker, body: Any, schema: type, topic_class: type
+    broker: Broker, body: Any, schema: type, topic_class: type, visible: Callable[[str], bool]
 ) -> tuple[list[Any], Any]:
-    """(the page's topics, the next cursor or None)."""
+    """(the page's topics, the next cursor or None); topics not ``visible`` to the
+    principal are left out of a listing and refused when named."""
     partition_class = schema_class(schema, "DescribeTopicPartitionsResponsePartition")
     listing = not body.topics
     names = sorted(
-        set(await broker.log.list_topics()) if listing else {t.name for t in body.topics}
+        {n for n in await broker.log.list_topics() if visible(n)}
+        if listing
+        else {t.name for t in body.topics}
     )
     cursor = body.cursor
     if cursor is not None:
@@ -90,7 +97,9 @@ async def _page(
         if remaining == 0:  # the page is full: the next one starts at this topic
             next_cursor = build(schema_class(schema, "Cursor"), topic_name=name, partition_index=0)
             break
-        config = await _config(broker, name)
+        config = (
+            await _config(broker, name) if visible(name) else ErrorCode.topic_authorization_failed
+        )
         if isinstance(config, ErrorCode):
             if not listing:
                 topics.append(_topic_error(topic_class, name, config))

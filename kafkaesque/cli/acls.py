@@ -1,0 +1,235 @@
+"""ACLs from the command line: acls add, acls list, acls remove (Kafka's kafka-acls.sh
+--add/--list/--remove, with its options). They take effect on every broker started with
+``serve --authorizer acl`` within its refresh interval (half a second)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from kafkaesque.acls import (
+    CLUSTER_NAME,
+    AclBinding,
+    AclFilter,
+    AclStore,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+    check_binding,
+)
+from kafkaesque.cli.base import Context, echo_table, main, pass_context, run_async
+
+# kafka-acls.sh spells operations Read, DescribeConfigs, ...; so do these, in any case,
+# with or without underscores.
+OPERATIONS = {
+    op.name.replace("_", "").lower(): op
+    for op in Operation
+    if op
+    not in (Operation.UNKNOWN, Operation.ANY, Operation.CREATE_TOKENS, Operation.DESCRIBE_TOKENS)
+}
+
+
+def operation(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> list[Operation]:
+    found = []
+    for value in values:
+        op = OPERATIONS.get(value.replace("_", "").replace("-", "").lower())
+        if op is None:
+            names = ", ".join(o.name for o in OPERATIONS.values())
+            raise click.BadParameter(f"unknown operation {value!r} (one of {names})")
+        found.append(op)
+    return found
+
+
+def resource_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option(
+            "--topic", "topics", multiple=True, metavar="NAME", help="A topic (repeatable)."
+        ),
+        click.option("--group", "groups", multiple=True, metavar="NAME", help="A consumer group."),
+        click.option("--cluster", is_flag=True, help="The cluster."),
+        click.option(
+            "--transactional-id",
+            "transactional_ids",
+            multiple=True,
+            metavar="ID",
+            help="A transactional id.",
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def resources(options: dict[str, Any]) -> list[tuple[ResourceType, str]]:
+    found = [(ResourceType.TOPIC, t) for t in options["topics"]]
+    found += [(ResourceType.GROUP, g) for g in options["groups"]]
+    found += [(ResourceType.CLUSTER, CLUSTER_NAME)] if options["cluster"] else []
+    found += [(ResourceType.TRANSACTIONAL_ID, i) for i in options["transactional_ids"]]
+    return found
+
+
+def principal_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option(
+            "--allow-principal", multiple=True, metavar="PRINCIPAL", help="User:NAME to allow."
+        ),
+        click.option(
+            "--deny-principal", multiple=True, metavar="PRINCIPAL", help="User:NAME to deny."
+        ),
+        click.option(
+            "--allow-host", multiple=True, metavar="IP", help="Host of the allowed principals."
+        ),
+        click.option(
+            "--deny-host", multiple=True, metavar="IP", help="Host of the denied principals."
+        ),
+        click.option(
+            "--operation",
+            "operations",
+            multiple=True,
+            callback=operation,
+            help="Read, Write, Create, Delete, Alter, Describe, ClusterAction, DescribeConfigs, "
+            "AlterConfigs, IdempotentWrite or All (repeatable).",
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def pattern_option(default: str) -> Callable[..., Any]:
+    choices = (
+        ["literal", "prefixed"] if default == "literal" else ["any", "match", "literal", "prefixed"]
+    )
+    return click.option(
+        "--resource-pattern-type",
+        type=click.Choice(choices, case_sensitive=False),
+        default=default,
+        show_default=True,
+        help="literal names one resource (* every one), prefixed every name starting so; "
+        "to find: any (the name as given) or match (every ACL that applies to the name).",
+    )
+
+
+def store(ctx: Context) -> AclStore:
+    log = ctx.log(archive=False)
+    return AclStore(log.redis, log.ns)
+
+
+def show(binding: AclBinding) -> list[object]:
+    return [
+        f"{binding.resource_type.name}:{binding.pattern_type.name}:{binding.name}",
+        binding.principal,
+        binding.host,
+        binding.operation.name,
+        binding.permission.name,
+    ]
+
+
+@main.group()
+def acls() -> None:
+    """ACLs: who may do what, for brokers serving with --authorizer acl."""
+
+
+@acls.command("add")
+@resource_options
+@principal_options
+@pattern_option("literal")
+@pass_context
+@run_async
+async def add_acls(ctx: Context, resource_pattern_type: str, **options: Any) -> None:
+    """Allow (or deny) principals operations on resources, e.g. --allow-principal
+    User:alice --operation Read --topic orders."""
+    targets = resources(options)
+    if not targets:
+        raise click.UsageError("give a resource: --topic, --group, --cluster or --transactional-id")
+    who = [
+        (p, Permission.ALLOW, options["allow_host"] or ("*",)) for p in options["allow_principal"]
+    ]
+    who += [(p, Permission.DENY, options["deny_host"] or ("*",)) for p in options["deny_principal"]]
+    if not who:
+        raise click.UsageError("give a principal: --allow-principal or --deny-principal User:NAME")
+    pattern = PatternType[resource_pattern_type.upper()]
+    bindings = [
+        check_binding(rtype, name, pattern, principal, host, op, permission)
+        for rtype, name in targets
+        for principal, permission, hosts in who
+        for host in hosts
+        for op in options["operations"] or [Operation.ALL]
+    ]
+    await store(ctx).add(bindings)
+    for binding in bindings:
+        click.echo(f"added {binding.describe()}")
+
+
+def filters(options: dict[str, Any], resource_pattern_type: str) -> list[AclFilter]:
+    """The filters the options name: each resource (any without) by each principal (any
+    without), host and operation."""
+    pattern = PatternType[resource_pattern_type.upper()]
+    targets: list[tuple[ResourceType, str | None]] = list(resources(options)) or [
+        (ResourceType.ANY, None)
+    ]
+    who: list[tuple[str | None, Permission, tuple[str | None, ...]]] = [
+        (p, Permission.ALLOW, options["allow_host"] or (None,)) for p in options["allow_principal"]
+    ]
+    who += [
+        (p, Permission.DENY, options["deny_host"] or (None,)) for p in options["deny_principal"]
+    ]
+    if not who:
+        who = [(None, Permission.ANY, (None,))]
+    return [
+        AclFilter(rtype, name, pattern, principal, host, op, permission)
+        for rtype, name in targets
+        for principal, permission, hosts in who
+        for host in hosts
+        for op in options["operations"] or [Operation.ANY]
+    ]
+
+
+@acls.command("list")
+@resource_options
+@principal_options
+@pattern_option("any")
+@pass_context
+@run_async
+async def list_acls(ctx: Context, resource_pattern_type: str, **options: Any) -> None:
+    """List the ACLs of the given resources and principals (all without any)."""
+    wanted = filters(options, resource_pattern_type)
+    found = sorted({b for b in await store(ctx).read() if any(f.matches(b) for f in wanted)})
+    if found:
+        echo_table(
+            ["RESOURCE", "PRINCIPAL", "HOST", "OPERATION", "PERMISSION"], [show(b) for b in found]
+        )
+    else:  # on stderr: stdout stays a table, empty
+        click.echo("no ACLs", err=True)
+
+
+@acls.command("remove")
+@resource_options
+@principal_options
+@pattern_option("any")
+@click.option("--force", is_flag=True, help="Do not ask for confirmation.")
+@pass_context
+@run_async
+async def remove_acls(
+    ctx: Context, resource_pattern_type: str, force: bool, **options: Any
+) -> None:
+    """Remove the ACLs of the given resources (and principals, hosts, operations)."""
+    if not resources(options):
+        raise click.UsageError("give a resource: --topic, --group, --cluster or --transactional-id")
+    wanted = filters(options, resource_pattern_type)
+    acl_store = store(ctx)
+    found = sorted({b for b in await acl_store.read() if any(f.matches(b) for f in wanted)})
+    if not found:
+        raise click.ClickException("no ACL matches")
+    if not force:
+        for binding in found:
+            click.echo(binding.describe())
+        click.confirm(f"Remove these {len(found)} ACLs?", abort=True)
+    removed = {b for gone in await acl_store.remove(wanted) for b in gone}
+    for binding in sorted(removed):
+        click.echo(f"removed {binding.describe()}")

@@ -1,0 +1,114 @@
+"""The authorization checks handlers make, as Kafka's KafkaApis (AuthHelper) makes them.
+
+Each check asks the broker's ``Authorizer`` (kafkaesque/acls.py) about the request's
+principal and peer host; without an authorizer (``serve`` without ``--authorizer acl``)
+everything is allowed and a check costs one attribute test. The ``check_*`` functions
+raise the core's ``*AuthorizationFailed``, which ``wire/errors.py`` turns into Kafka's
+TOPIC/GROUP/CLUSTER/TRANSACTIONAL_ID_AUTHORIZATION_FAILED wherever the handler puts
+errors (per partition, per topic, or the whole response).
+
+For transactions (not in this module's callers yet), Kafka checks: InitProducerId,
+AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit: WRITE on the transactional
+id (``check_transactional_id``); FindCoordinator with key type TRANSACTION: DESCRIBE on it;
+AddPartitionsToTxn also WRITE on each topic, TxnOffsetCommit READ on the group and topics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from kafkaesque.acls import CLUSTER_NAME, Operation, ResourceType
+from kafkaesque.errors import (
+    ClusterAuthorizationFailed,
+    GroupAuthorizationFailed,
+    TopicAuthorizationFailed,
+    TransactionalIdAuthorizationFailed,
+)
+from wire.broker import Broker
+from wire.protocol import Request
+
+__all__ = ["Operation", "ResourceType"]
+
+
+def peer_host(request: Request) -> str:
+    """The client's IP as ACL hosts name it (``client_host`` is Kafka's "/IP")."""
+    return request.client_host.removeprefix("/")
+
+
+def allowed(
+    broker: Broker, request: Request, operation: Operation, resource_type: ResourceType, name: str
+) -> bool:
+    """May the request's principal do ``operation`` on the resource?"""
+    authorizer = broker.authorizer
+    if authorizer is None:
+        return True
+    return authorizer.authorize(
+        request.connection.principal, peer_host(request), operation, resource_type, name
+    )
+
+
+def cluster_allowed(broker: Broker, request: Request, operation: Operation) -> bool:
+    return allowed(broker, request, operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+
+def any_allowed(
+    broker: Broker, request: Request, operation: Operation, resource_type: ResourceType
+) -> bool:
+    """Is ``operation`` allowed on some resource of the type (Kafka's
+    authorizeByResourceType)?"""
+    authorizer = broker.authorizer
+    if authorizer is None:
+        return True
+    return authorizer.authorize_any(
+        request.connection.principal, peer_host(request), operation, resource_type
+    )
+
+
+def topics_allowed(
+    broker: Broker, request: Request, operation: Operation, names: Iterable[str]
+) -> set[str]:
+    """The names among ``names`` the principal may do ``operation`` on."""
+    return {n for n in names if allowed(broker, request, operation, ResourceType.TOPIC, n)}
+
+
+def check_cluster(broker: Broker, request: Request, operation: Operation) -> None:
+    if not cluster_allowed(broker, request, operation):
+        raise ClusterAuthorizationFailed(
+            f"Cluster authorization failed: {operation.name} on the cluster"
+        )
+
+
+def check_topic(broker: Broker, request: Request, operation: Operation, name: str) -> None:
+    if not allowed(broker, request, operation, ResourceType.TOPIC, name):
+        raise TopicAuthorizationFailed(f"Not authorized to {operation.name} topic {name}")
+
+
+def check_group(broker: Broker, request: Request, operation: Operation, group: str) -> None:
+    if not allowed(broker, request, operation, ResourceType.GROUP, group):
+        raise GroupAuthorizationFailed(f"Not authorized to {operation.name} group {group}")
+
+
+def check_transactional_id(
+    broker: Broker, request: Request, operation: Operation, transactional_id: str
+) -> None:
+    if not allowed(broker, request, operation, ResourceType.TRANSACTIONAL_ID, transactional_id):
+        raise TransactionalIdAuthorizationFailed(
+            f"Not authorized to {operation.name} transactional id {transactional_id}"
+        )
+
+
+def check_create_topic(broker: Broker, request: Request, name: str) -> None:
+    """CreateTopics and auto-creation: CREATE on the cluster or on the topic."""
+    if not cluster_allowed(broker, request, Operation.CREATE):
+        check_topic(broker, request, Operation.CREATE, name)
+
+
+def check_idempotent_write(broker: Broker, request: Request) -> None:
+    """An idempotent producer's InitProducerId: IDEMPOTENT_WRITE on the cluster, or (Kafka
+    2.8+) WRITE on any topic."""
+    if not cluster_allowed(broker, request, Operation.IDEMPOTENT_WRITE) and not any_allowed(
+        broker, request, Operation.WRITE, ResourceType.TOPIC
+    ):
+        raise ClusterAuthorizationFailed(
+            "Cluster authorization failed: IDEMPOTENT_WRITE on the cluster (or WRITE on a topic)"
+        )

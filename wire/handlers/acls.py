@@ -1,0 +1,169 @@
+"""DescribeAcls, CreateAcls, DeleteAcls: the ACLs of the authorizer (kafkaesque/acls.py).
+
+As Kafka: DESCRIBE on the cluster to list them, ALTER to change them; a broker without an
+authorizer answers SECURITY_DISABLED; a filter or binding with unknown or (for a binding)
+ANY/MATCH elements is INVALID_REQUEST.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kafkaesque.acls import AclBinding, Authorizer, check_binding, check_filter
+from kafkaesque.errors import InvalidRequest, KafkaesqueError, SecurityDisabled
+from wire.authorize import Operation, check_cluster
+from wire.broker import Broker
+from wire.errors import error_code
+from wire.protocol import NO_THROTTLE, Request, build, schema_class
+
+NO_AUTHORIZER = "No Authorizer is configured."
+
+
+def _authorizer(broker: Broker) -> Authorizer:
+    if broker.authorizer is None:
+        raise SecurityDisabled(NO_AUTHORIZER)
+    return broker.authorizer
+
+
+def _filter(entry: Any) -> Any:
+    return check_filter(
+        entry.resource_type_filter,
+        entry.resource_name_filter,
+        entry.pattern_type_filter,
+        entry.principal_filter,
+        entry.host_filter,
+        entry.operation,
+        entry.permission_type,
+    )
+
+
+async def describe_acls(broker: Broker, request: Request) -> Any:
+    schema = request.response_class
+    check_cluster(broker, request, Operation.DESCRIBE)
+    try:
+        authorizer = _authorizer(broker)
+        found = await authorizer.store.describe(_filter(request.body))
+    except (SecurityDisabled, InvalidRequest) as exc:
+        return build(
+            schema,
+            throttle_time=NO_THROTTLE,
+            error_code=error_code(exc),
+            error_message=str(exc),
+            resources=(),
+        )
+    resource_class = schema_class(schema, "DescribeAclsResource")
+    acl_class = schema_class(schema, "AclDescription")
+    by_resource: dict[tuple[int, str, int], list[AclBinding]] = {}
+    for b in found:
+        by_resource.setdefault((b.resource_type, b.name, b.pattern_type), []).append(b)
+    resources = tuple(
+        build(
+            resource_class,
+            resource_type=int(rtype),
+            resource_name=name,
+            pattern_type=int(pattern),
+            acls=tuple(
+                build(
+                    acl_class,
+                    principal=b.principal,
+                    host=b.host,
+                    operation=int(b.operation),
+                    permission_type=int(b.permission),
+                )
+                for b in bindings
+            ),
+        )
+        for (rtype, name, pattern), bindings in by_resource.items()
+    )
+    return build(
+        schema,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        resources=resources,
+    )
+
+
+async def create_acls(broker: Broker, request: Request) -> Any:
+    """Each creation checked on its own; the valid ones are added in one transaction."""
+    schema = request.response_class
+    result_class = schema_class(schema, "AclCreationResult")
+    valid: list[AclBinding] = []
+    results = []
+    for c in request.body.creations:
+        error: KafkaesqueError | None = None
+        try:
+            check_cluster(broker, request, Operation.ALTER)  # no top-level error: per entry
+            authorizer = _authorizer(broker)
+            valid.append(
+                check_binding(
+                    c.resource_type,
+                    c.resource_name,
+                    c.resource_pattern_type,
+                    c.principal,
+                    c.host,
+                    c.operation,
+                    c.permission_type,
+                )
+            )
+        except KafkaesqueError as exc:
+            error = exc
+        results.append(
+            build(
+                result_class,
+                error_code=error_code(error),
+                error_message=None if error is None else str(error),
+            )
+        )
+    if valid:
+        await authorizer.store.add(valid)
+        await authorizer.refresh()  # this broker's next request sees them
+    return build(schema, throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+async def delete_acls(broker: Broker, request: Request) -> Any:
+    """Every valid filter's matching bindings go, in one transaction."""
+    schema = request.response_class
+    result_class = schema_class(schema, "DeleteAclsFilterResult")
+    matching_class = schema_class(schema, "DeleteAclsMatchingAcl")
+    filters = []
+    errors: list[KafkaesqueError | None] = []
+    for entry in request.body.filters:
+        try:
+            check_cluster(broker, request, Operation.ALTER)  # no top-level error: per filter
+            _authorizer(broker)
+            filters.append(_filter(entry))
+            errors.append(None)
+        except KafkaesqueError as exc:
+            errors.append(exc)
+    removed = iter(await broker.authorizer.store.remove(filters) if filters else [])
+    if filters:
+        await broker.authorizer.refresh()  # type: ignore[union-attr]
+    results = []
+    for error in errors:
+        gone = [] if error is not None else next(removed)
+        results.append(
+            build(
+                result_class,
+                error_code=error_code(error),
+                error_message=None if error is None else str(error),
+                matching_acls=tuple(
+                    build(
+                        matching_class,
+                        error_code=ErrorCode.none,
+                        error_message=None,
+                        resource_type=int(b.resource_type),
+                        resource_name=b.name,
+                        pattern_type=int(b.pattern_type),
+                        principal=b.principal,
+                        host=b.host,
+                        operation=int(b.operation),
+                        permission_type=int(b.permission),
+                    )
+                    for b in gone
+                ),
+            )
+        )
+    return build(schema, throttle_time=NO_THROTTLE, filter_results=tuple(results))
