@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
+from kafkaesque.acls import AclBinding, AclStore, Operation, PatternType, Permission, ResourceType
 from kafkaesque.cluster import cluster_id
 from kafkaesque.consumer_group import ConsumerGroupCoordinator
 from kafkaesque.consumer_group_state import Heartbeat
@@ -43,6 +44,16 @@ def test_every_key_matches_the_documented_layout(redis_url: str, pg_dsn: str) ->
         await log.set_topic_defaults({"retention.ms": "86400000"})  # serve --config's
         quota = check_alteration([("client-id", "c")], [("producer_byte_rate", 1024.0, False)])
         await QuotaStore(log.redis, "lay").alter([quota])  # AlterClientQuotas, `quotas set`
+        acl = AclBinding(
+            ResourceType.TOPIC,
+            "t.1",
+            PatternType.LITERAL,
+            "User:a",
+            "*",
+            Operation.READ,
+            Permission.ALLOW,
+        )
+        await AclStore(log.redis, "lay").add([acl])  # CreateAcls, `acls add`
         # A compact topic whose compaction removes pages.
         await log.create_topic(TopicConfig("kv", 1, configs={"cleanup.policy": "compact"}))
         for _ in range(3):
