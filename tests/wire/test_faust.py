@@ -38,7 +38,7 @@ class FaustWorker:
     def start(self) -> None:
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, str(APP), "worker", "--loglevel", "info"],
+                [sys.executable, str(APP), "worker", "--without-web", "--loglevel", "info"],
                 env=self.env,
                 cwd=self.log.parent,
                 stdin=subprocess.DEVNULL,
