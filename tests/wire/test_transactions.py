@@ -606,3 +606,25 @@ def test_aiokafka_transaction(broker, topic_name):
         b"aio",
         b"aio-aborted",
     ]
+
+
+# -- the CLI ------------------------------------------------------------------------------
+def test_cli_list_and_describe(broker, topic_name):
+    topic = topic_name()
+    create_topic(broker.bootstrap, topic, 1)
+    tid = f"tx-{topic}"
+    p = producer(broker.bootstrap, tid)
+    p.begin_transaction()
+    p.produce(topic, b"open", partition=0)
+    p.flush(TIMEOUT)
+    listed = broker.cli("transactions", "list", "--state", "Ongoing").stdout.decode()
+    assert any(
+        line.split()[0] == tid and line.split()[-1] == "Ongoing" for line in listed.splitlines()
+    ), listed
+    described = broker.cli("transactions", "describe", tid).stdout.decode()
+    assert f"{topic}-0" in described and "Ongoing" in described, described
+    p.abort_transaction(TIMEOUT)
+    missing = broker.cli("transactions", "describe", "no-such-id", check=False)
+    assert missing.returncode != 0
+    err = missing.stderr.decode().strip().splitlines()
+    assert len(err) == 1 and "no such transactional id: no-such-id" in err[0], err
