@@ -159,6 +159,26 @@ class Keys:
         """Grows with every ACL change: brokers re-read ``acls`` when it moved."""
         return f"{self.ns}:acls:version"
 
+    # -- transactions ---------------------------------------------------------------------
+    @property
+    def transactions(self) -> str:
+        """Every transactional id the coordinator knows."""
+        return f"{self.ns}:txns"
+
+    @property
+    def transactions_due(self) -> str:
+        """Sorted set: transactional id by when the coordinator must act on its own (an
+        open transaction's timeout; a prepared one's markers, at once)."""
+        return f"{self.ns}:txns:due"
+
+    def transaction(self, transactional_id: str, part: str = "") -> str:
+        """A transactional id's state (hash; ``part`` "") or its ":lock"."""
+        return f"{self.ns}:txn:{{{transactional_id}}}{part}"
+
+    def group_txn_offsets(self, group_id: str) -> str:
+        """A group's offsets pending on open transactions (TxnOffsetCommit)."""
+        return self.group(group_id, ":txnoffsets")
+
     # -- the layout, for checking --------------------------------------------------------
     def patterns(self) -> dict[str, re.Pattern[str]]:
         """Every key that may exist, by name: what a full SCAN must match."""
@@ -179,10 +199,13 @@ class Keys:
                 "groups": "groups",
                 "groups_active": r"groups:active",
                 "consumer_groups_active": r"groups:consumer",
-                "group": r"group:\{.*\}(?::heartbeats|:offsets|:lock|:consumer)?",
+                "group": r"group:\{.*\}(?::heartbeats|:offsets|:lock|:consumer|:txnoffsets)?",
                 "quotas": "quotas",
                 "quotas_version": r"quotas:version",
                 "acls": "acls",
                 "acls_version": r"acls:version",
+                "transactions": "txns",
+                "transactions_due": r"txns:due",
+                "transaction": r"txn:\{.*\}(?::lock)?",
             }.items()
         }

@@ -375,6 +375,29 @@ class Partitions:
         check_leader_epoch(current_leader_epoch, current)
         return await self.log.epoch_end_offset(topic, partition, epoch)
 
+    # PLACEHOLDER until the log side's write_markers lands (same signature): the merge
+    # replaces this whole method with the one that appends the control batches.
+    async def write_markers(
+        self,
+        partitions: Iterable[tuple[str, int]],
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int = 0,
+    ) -> dict[tuple[str, int], KafkaesqueError | None]:
+        """Append a COMMIT or ABORT control batch for the producer's transaction to each
+        partition (atomic per partition), ending it there. Per partition: None or the error."""
+        outcome: dict[tuple[str, int], KafkaesqueError | None] = {}
+        for topic, partition in partitions:
+            try:
+                config = await self.log.topic(topic)
+                if not 0 <= partition < config.partitions:
+                    raise UnknownTopic(f"no partition {partition} in {topic}")
+                outcome[topic, partition] = None
+            except KafkaesqueError as exc:
+                outcome[topic, partition] = exc
+        return outcome
+
 
 class AppendWait:
     """A registered wait for appends to some topics (see ``Partitions.appends``)."""

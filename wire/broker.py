@@ -22,6 +22,8 @@ from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
 from kafkaesque.partitions import MAX_MESSAGE_BYTES, Partitions
 from kafkaesque.tasks import cancel_and_wait
 from kafkaesque.topic_ids import TopicIds
+from kafkaesque.transactions import TxnConfig
+from kafkaesque.txn_store import TransactionCoordinator
 from wire.protocol import MAX_REQUEST_SIZE
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,17 @@ class BrokerConfig:
     authorizer: str = ""
     super_users: tuple[str, ...] = ()  # Kafka's super.users: pass every check
     allow_everyone_if_no_acl_found: bool = False  # a resource without ACLs: allowed
+    # The transaction coordinator's configs (Kafka's names and defaults).
+    transaction_max_timeout_ms: int = 900_000
+    transactional_id_expiration_ms: int = 7 * 24 * 3_600_000
+    transaction_abort_interval_ms: int = 10_000
+
+    def transactions(self) -> TxnConfig:
+        return TxnConfig(
+            self.transaction_max_timeout_ms,
+            self.transactional_id_expiration_ms,
+            self.transaction_abort_interval_ms,
+        )
 
     def apply(self, settings: dict[str, str]) -> None:
         """Apply Kafka broker configs (``serve --config``): the broker's own settings and
@@ -148,6 +161,21 @@ BROKER_SETTINGS: dict[str, tuple[str, Kind, str]] = {
         Kind.BOOLEAN,
         "with the authorizer on, a resource no ACL names is allowed to everyone",
     ),
+    "transaction.max.timeout.ms": (
+        "transaction_max_timeout_ms",
+        Kind.INT,
+        "largest transaction.timeout.ms a producer may ask for",
+    ),
+    "transactional.id.expiration.ms": (
+        "transactional_id_expiration_ms",
+        Kind.INT,
+        "a transactional id idle this long is forgotten",
+    ),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
+        "transaction_abort_interval_ms",
+        Kind.INT,
+        "how often transactions past their timeout are looked for and aborted",
+    ),
 }
 
 
@@ -193,6 +221,10 @@ class Broker:
                 config.allow_everyone_if_no_acl_found,
             )
         self._acl_refresh: asyncio.Task[None] | None = None
+        self.transactions = TransactionCoordinator(
+            log, self.partitions, self.groups, config.transactions()
+        )
+        self._transactions: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         self.cluster_id = await cluster_id(self.log.redis, self.log.ns)
@@ -215,6 +247,9 @@ class Broker:
             self._compaction = asyncio.create_task(
                 compactor.run_forever(self.config.compaction_interval), name="compaction"
             )
+        self._transactions = asyncio.create_task(
+            self.transactions.run_forever(), name="transaction timeouts"
+        )
 
     def closing(self) -> None:
         """Shutting down: waiting fetches and group requests answer now."""
@@ -222,7 +257,8 @@ class Broker:
         self.groups.notifier.close()
 
     async def stop(self) -> None:
-        for task in (self._reaper, self._memory_watch, self._compaction, self._acl_refresh):
+        tasks = (self._reaper, self._memory_watch, self._compaction, self._acl_refresh)
+        for task in (*tasks, self._transactions):
             if task is not None:
                 await cancel_and_wait(task)
         await self.notifier.stop()

@@ -7,6 +7,7 @@ from kio.schema.errors import ErrorCode
 from kafkaesque import errors as core
 from kafkaesque.consumer_group_state import ConsumerGroupError
 from kafkaesque.group_state import GroupError
+from kafkaesque.transactions import TxnError
 
 # Most specific class first is not needed: ``error_code`` walks each exception's MRO, so
 # a subclass without its own entry gets its parent's code.
@@ -65,12 +66,15 @@ ERROR_CODES: dict[type[core.KafkaesqueError], ErrorCode] = {
 }
 
 
-def error_code(error: BaseException | GroupError | ConsumerGroupError | None) -> ErrorCode:
+def error_code(
+    error: BaseException | GroupError | ConsumerGroupError | TxnError | int | None,
+) -> ErrorCode:
     """The Kafka error code for a core exception (or a group outcome, or none)."""
     if error is None:
         return ErrorCode.none
-    if isinstance(error, (GroupError, ConsumerGroupError)):
-        return ErrorCode(int(error))  # the group state machine speaks Kafka's codes
+    if isinstance(error, (GroupError, ConsumerGroupError, TxnError, int)):
+        # the group and transaction state machines speak Kafka's codes
+        return ErrorCode(int(error))
     for cls in type(error).__mro__:
         code = ERROR_CODES.get(cls)  # type: ignore[call-overload]
         if code is not None:

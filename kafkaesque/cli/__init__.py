@@ -11,6 +11,7 @@ from kafkaesque.cli import (  # noqa: F401  (register the commands)
     serve,
     spark,
     topics,
+    transactions,
 )
 from kafkaesque.cli.base import main
 

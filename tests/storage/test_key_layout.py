@@ -15,8 +15,10 @@ from kafkaesque.group_state import JoinRequest
 from kafkaesque.groups import CoordinatorConfig, GroupCoordinator
 from kafkaesque.keys import PARTITION, Keys
 from kafkaesque.log_types import RestoredPartition, RestoredTopic
+from kafkaesque.partitions import Partitions
 from kafkaesque.quotas import QuotaStore, check_alteration
 from kafkaesque.topic_config import TopicConfig
+from kafkaesque.txn_store import TransactionCoordinator
 from storage_pg import Archiver, create_pool, ensure_schema
 from tests.storage.common import make_log, produce
 
@@ -68,6 +70,15 @@ def test_every_key_matches_the_documented_layout(redis_url: str, pg_dsn: str) ->
         await groups.sync("g{1}", joined.generation, joined.member_id, None, {})
         await groups.commit(
             "g{1}", joined.generation, joined.member_id, None, {("t.1", 0): (2, None, -1)}
+        )
+        # An open transaction with offsets pending on it: its state, the id sets, and the
+        # group's pending offsets (markers are never written here: no EndTxn).
+        txns = TransactionCoordinator(log, Partitions(log, None), groups)
+        init = await txns.init_producer("tx{1}", 60_000)
+        await txns.add_partitions("tx{1}", init.producer_id, init.producer_epoch, [("t.1", 0)])
+        await txns.add_offsets("tx{1}", init.producer_id, init.producer_epoch, "g{1}")
+        await txns.commit_offsets(
+            "tx{1}", "g{1}", init.producer_id, init.producer_epoch, {("t.1", 0): (1, None, -1)}
         )
         await groups.stop()
         # A consumer-protocol (KIP-848) group: its state and the active set.

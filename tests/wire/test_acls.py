@@ -468,3 +468,34 @@ def test_the_authorizer_reads_what_the_cli_wrote(broker: Broker) -> None:
 
     assert asyncio.run(check())
     broker.cli("acls", "remove", "--group", "z", "--force")
+
+
+def test_transactions_need_write_on_the_transactional_id(
+    broker: Broker, identity: Identity, acls, topic_name
+):
+    topic, txn_id = topic_name(), topic_name("txn")
+    created(broker, topic)
+    config = {"bootstrap.servers": broker.bootstrap, "transactional.id": txn_id, **identity.config}
+    acls(
+        (Operation.WRITE, ResourceType.TOPIC, topic),
+        (Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id),  # FindCoordinator only
+        grantee=identity.grantee,
+    )
+    with pytest.raises(KafkaException) as refused:
+        Producer(config).init_transactions(20)
+    assert refused.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    with Connection(broker.bootstrap) as conn:  # EndTxn: the same check, before any state
+        answer = conn.request(
+            request(26, 3, transactional_id=txn_id, producer_id=1, producer_epoch=0, committed=True)
+        )
+        assert answer.error_code == ErrorCode.transactional_id_authorization_failed
+    acls(
+        (Operation.WRITE, ResourceType.TOPIC, topic),
+        (Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id),
+        grantee=identity.grantee,
+    )
+    producer = Producer(config)
+    producer.init_transactions(20)
+    producer.begin_transaction()
+    producer.produce(topic, b"in a transaction")
+    producer.commit_transaction(20)

@@ -33,6 +33,7 @@ from wire.handlers import (
     records,
     telemetry,
     topic_partitions,
+    transactions,
 )
 from wire.protocol import NO_THROTTLE, Request, build, error_response, schema_class
 
@@ -134,6 +135,16 @@ HANDLERS: dict[int, Api] = {
     29: Api(1, 3, acls.describe_acls),
     30: Api(1, 3, acls.create_acls),
     31: Api(1, 3, acls.delete_acls),
+    # Transactions (protocol version 1): EndTxn v5 and TxnOffsetCommit v5 are KIP-890's
+    # version 2 (an epoch bump per transaction, implicit AddOffsetsToTxn); not offered.
+    # AddPartitionsToTxn v4+ is the brokers' batched form, v5 and AddOffsetsToTxn v4 only
+    # allow TRANSACTION_ABORTABLE, which this coordinator never answers.
+    24: Api(0, 5, transactions.add_partitions_to_txn, coordinator=True),
+    25: Api(0, 4, transactions.add_offsets_to_txn, coordinator=True),
+    26: Api(0, 4, transactions.end_txn, coordinator=True),
+    28: Api(0, 4, transactions.txn_offset_commit, coordinator=True),
+    65: Api(0, 0, transactions.describe_transactions),
+    66: Api(0, 2, transactions.list_transactions),
 }
 
 

@@ -110,18 +110,25 @@ def _topic_errors(
 
 
 async def _fetch_group(
-    broker: Broker, request: Request, group_id: str, topics: Any, batched: bool
+    broker: Broker,
+    request: Request,
+    group_id: str,
+    topics: Any,
+    batched: bool,
+    require_stable: bool = False,
 ) -> tuple[tuple[Any, ...], ErrorCode]:
     """One group's committed offsets as response topics, and the group's error code.
-    ``topics`` None: every partition the group has committed (v2+). No transactional
-    offsets are ever pending here, so require_stable (v7+) has nothing to wait for; a
-    classic group's offsets need no member id or epoch (v9), as in Kafka. The principal
-    needs READ on the group, and sees only the topics it may DESCRIBE."""
+    ``topics`` None: every partition the group has committed (v2+). With require_stable
+    (v7+) a partition with offsets pending on an open transaction answers
+    UNSTABLE_OFFSET_COMMIT (the client asks again); a classic group's offsets need no
+    member id or epoch (v9), as in Kafka. The principal needs READ on the group, and sees
+    only the topics it may DESCRIBE."""
     schema = request.response_class
     if not allowed(broker, request, Operation.READ, ResourceType.GROUP, group_id):
         return (), ErrorCode.group_authorization_failed
     try:
         committed = await broker.groups.committed(group_id)
+        pending = await broker.transactions.pending_offsets(group_id) if require_stable else set()
     except StorageUnavailable:
         return (), UNAVAILABLE
     if topics is None:
@@ -141,6 +148,8 @@ async def _fetch_group(
         entries = []
         for p in partitions:
             c = committed.get((name, p))
+            unstable = (name, p) in pending
+            c = None if unstable else c
             entries.append(
                 build(
                     partition_class,
@@ -149,7 +158,11 @@ async def _fetch_group(
                     committed_leader_epoch=c.leader_epoch if c else NO_EPOCH,
                     metadata=c.metadata if c else "",
                     error_code=(
-                        ErrorCode.none if name in visible else ErrorCode.topic_authorization_failed
+                        ErrorCode.topic_authorization_failed
+                        if name not in visible
+                        else ErrorCode.unstable_offset_commit
+                        if unstable
+                        else ErrorCode.none
                     ),
                 )
             )
@@ -161,12 +174,17 @@ async def offset_fetch(broker: Broker, request: Request) -> Any:
     body = request.body
     schema = request.response_class
     if request.api_version < 8:
-        topics, code = await _fetch_group(broker, request, body.group_id, body.topics, False)
+        stable = getattr(body, "require_stable", False)  # v7+ (KIP-447)
+        topics, code = await _fetch_group(
+            broker, request, body.group_id, body.topics, False, stable
+        )
         return build(schema, throttle_time=NO_THROTTLE, topics=topics, error_code=code)
     group_class = schema_class(schema, "OffsetFetchResponseGroup")
     groups = []
     for g in body.groups:  # each group has its own error
-        topics, code = await _fetch_group(broker, request, g.group_id, g.topics, True)
+        topics, code = await _fetch_group(
+            broker, request, g.group_id, g.topics, True, body.require_stable
+        )
         groups.append(build(group_class, group_id=g.group_id, topics=topics, error_code=code))
     return build(schema, throttle_time=NO_THROTTLE, groups=tuple(groups))
 

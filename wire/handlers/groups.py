@@ -31,10 +31,11 @@ GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 
 
 def _coordinator(broker: Broker, key_type: int) -> dict[str, Any]:
-    """The answer for one key of a FindCoordinator: this broker for a group; refusals
-    that every client treats as fatal for what this broker does not coordinate."""
+    """The answer for one key of a FindCoordinator: this broker for a group or a
+    transactional id; refusals that every client treats as fatal for what this broker
+    does not coordinate."""
     c = broker.config
-    if key_type == GROUP_KEY:
+    if key_type in (GROUP_KEY, TRANSACTION_KEY):
         return dict(
             error_code=ErrorCode.none,
             error_message=None,
@@ -42,19 +43,12 @@ def _coordinator(broker: Broker, key_type: int) -> dict[str, Any]:
             host=c.host,
             port=c.port,
         )
-    if key_type == TRANSACTION_KEY:
-        # No transactions here. COORDINATOR_NOT_AVAILABLE would be retried until the
-        # client's timeout; this error is fatal in every client, so init_transactions()
-        # fails at once with the message.
-        error = ErrorCode.transactional_id_authorization_failed
-        message = "transactions are not supported by this broker"
-    else:
-        # Share groups (KIP-932) and unknown types: Kafka answers INVALID_REQUEST below v6;
-        # so here at v6 too, where a retriable code would be retried until the caller's
-        # timeout for a share coordinator that will never be.
-        error = ErrorCode.invalid_request
-        kind = "share groups are" if key_type == SHARE_KEY else f"key type {key_type} is"
-        message = f"{kind} not supported by this broker"
+    # Share groups (KIP-932) and unknown types: Kafka answers INVALID_REQUEST below v6;
+    # so here at v6 too, where a retriable code would be retried until the caller's
+    # timeout for a share coordinator that will never be.
+    error = ErrorCode.invalid_request
+    kind = "share groups are" if key_type == SHARE_KEY else f"key type {key_type} is"
+    message = f"{kind} not supported by this broker"
     return dict(error_code=error, error_message=message, node_id=-1, host="", port=-1)
 
 

@@ -20,6 +20,7 @@ from kafkaesque.partitions import EARLIEST_LOCAL, LATEST_TIERED, MAX_TIMESTAMP, 
 from wire.authorize import Operation, check_idempotent_write, check_topic
 from wire.broker import Broker
 from wire.errors import error_code
+from wire.handlers import transactions
 from wire.protocol import NO_THROTTLE, Request, build, per_partition, schema_class
 
 log = logging.getLogger(__name__)
@@ -81,16 +82,15 @@ async def list_offsets(broker: Broker, request: Request) -> Any:
 
 
 async def init_producer_id(broker: Broker, request: Request) -> Any:
-    """A new producer id at epoch 0. From v3 an idempotent producer may send its current
+    """A transactional producer's id goes to the transaction coordinator. Otherwise a new
+    producer id at epoch 0. From v3 an idempotent producer may send its current
     id and epoch to have the epoch bumped (KIP-360); as Kafka, which does so only for
     transactional ids, it gets a new id instead: its sequence numbers start over at 0
     either way, and a new id cannot collide with what the partitions remember of the old."""
     body = request.body
     try:
         if body.transactional_id is not None:
-            # Transactions are not implemented (and their APIs are not advertised).
-            log.info("refusing transactional producer %r", body.transactional_id)
-            raise InvalidRequest("transactions are not supported")
+            return await transactions.init_transactional(broker, request)
         current = (getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1))
         if (current[0] == NO_PRODUCER_ID) != (current[1] == NO_PRODUCER_EPOCH):
             raise InvalidRequest("producer id and epoch must be given both or neither")

@@ -8,9 +8,14 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.errors import InvalidRecord, KafkaesqueError, TopicAuthorizationFailed
+from kafkaesque.errors import (
+    InvalidRecord,
+    KafkaesqueError,
+    TopicAuthorizationFailed,
+    TransactionalIdAuthorizationFailed,
+)
 from kafkaesque.partitions import Appended
-from wire.authorize import Operation, topics_allowed
+from wire.authorize import Operation, ResourceType, allowed, topics_allowed
 from wire.broker import Broker
 from wire.errors import error_code, error_message
 from wire.protocol import DropConnection, Request, build, schema_class
@@ -37,7 +42,14 @@ def record_errors(error_class: type | None, error: KafkaesqueError | None) -> tu
 def denied_writes(
     broker: Broker, request: Request, records: dict[tuple[str, int], Any]
 ) -> dict[tuple[str, int], Appended]:
-    """The partitions of topics the principal may not WRITE, refused."""
+    """The partitions of topics the principal may not WRITE, refused; all of them for a
+    transactional producer without WRITE on its transactional id."""
+    txn_id = getattr(request.body, "transactional_id", None)  # v3+
+    if txn_id is not None and not allowed(
+        broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id
+    ):
+        refusal = TransactionalIdAuthorizationFailed(f"Not authorized to WRITE {txn_id}")
+        return {key: Appended(refusal) for key in records}
     topics = {t for t, _ in records}
     refused = topics - topics_allowed(broker, request, Operation.WRITE, topics)
     return {

@@ -111,9 +111,6 @@ class Client:
     name: ClassVar[str]
     null_header_values: ClassVar[bool] = True  # whether it sends headers with null values
     idempotent: ClassVar[dict[str, Any]] = {}  # producer options that turn idempotence on
-    # what init_transactions() raises: the server has no transactions
-    transactions_error: ClassVar[type[Exception]]
-    transactions_message: ClassVar[str | None] = None
 
     def __init__(self, broker: Any) -> None:
         self.broker = broker

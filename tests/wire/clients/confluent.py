@@ -243,9 +243,6 @@ class Confluent(Client):
         cluster = client.describe_cluster(request_timeout=TIMEOUT).result(timeout=TIMEOUT)
         return [n.id for n in cluster.nodes], cluster.controller.id
 
-    transactions_error = KafkaException
-    transactions_message = "transactions are not supported"
-
     def init_transactions(self) -> None:
         producer = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": "tx"})
         producer.init_transactions(TIMEOUT)

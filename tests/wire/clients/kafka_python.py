@@ -183,8 +183,6 @@ class KafkaPython(Client):
             cluster = client.describe_cluster()
         return [b["broker_id"] for b in cluster["brokers"]], cluster["controller_id"]
 
-    transactions_error = kafka.errors.TransactionalIdAuthorizationFailedError
-
     def init_transactions(self) -> None:
         producer = KafkaProducer(bootstrap_servers=self.bootstrap, transactional_id="tx")
         try:

@@ -1,0 +1,531 @@
+"""The transaction coordinator: its Redis store, lock, marker writes and timeouts.
+
+The rules live in kafkaesque/transactions.py (a pure state machine); this module loads a
+transactional id's state (one hash), applies one transition under a short per-id Redis
+lock and saves it, so every broker process on the same Redis coordinates the same ids and
+the state survives a restart. Ending a transaction is two steps, as in Kafka: the
+PrepareCommit/PrepareAbort state is saved first, then the markers are written to every
+partition (``MarkerWriter``, the partition layer) and pending offsets committed or
+dropped, then CompleteCommit/CompleteAbort is saved. A broker that dies in between leaves
+the prepared state, which the next access to the id, or any broker's periodic ``tick``,
+rolls forward. Offsets a transaction commits (TxnOffsetCommit) wait in the group's
+``txnoffsets`` hash until then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+import msgpack
+from redis.asyncio import Redis
+from redis.exceptions import LockError
+
+from kafkaesque.consumer_group import consumer_commit_error
+from kafkaesque.consumer_group_state import ConsumerGroupError
+from kafkaesque.errors import KafkaesqueError, UnknownTopic
+from kafkaesque.group_offsets import CommittedOffset
+from kafkaesque.group_rules import check_member
+from kafkaesque.group_types import MAX_METADATA, GroupError, GroupState
+from kafkaesque.groups import GroupCoordinator
+from kafkaesque.keys import Keys
+from kafkaesque.log import Log
+from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
+from kafkaesque.transactions import PREPARING, Transaction, TxnConfig, TxnError, TxnState
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+# An offset a transaction commits: (offset, metadata, leader epoch).
+PendingOffset = tuple[int, str | None, int]
+INVALID_REGULAR_EXPRESSION = 128  # ListTransactions v2's pattern
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class MarkerWriter(Protocol):
+    """The log side: appends a transaction's COMMIT or ABORT control batch to partitions
+    (kafkaesque/partitions.py ``Partitions``)."""
+
+    async def write_markers(
+        self,
+        partitions: Iterable[TopicPartition],
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int = 0,
+    ) -> dict[TopicPartition, KafkaesqueError | None]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class InitResult:
+    error: TxnError
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """ListTransactions' answer: the matching ids, and the state filters not known."""
+
+    transactions: list[Transaction]
+    unknown_states: list[str]
+    error: int = 0
+
+
+class TransactionCoordinator:
+    """Kafka's TransactionCoordinator over Redis; ``tick`` is its periodic work."""
+
+    def __init__(
+        self,
+        log: Log,
+        markers: MarkerWriter,
+        groups: GroupCoordinator,
+        config: TxnConfig | None = None,
+        clock: Callable[[], int] = _now_ms,
+    ) -> None:
+        self.log = log
+        self.redis: Redis = log.redis
+        self.keys = Keys(log.ns)
+        self.markers = markers
+        self.groups = groups
+        self.config = config or TxnConfig()
+        self.clock = clock  # milliseconds; tests move it to time transactions out
+
+    # -- storage ----------------------------------------------------------------------
+    async def load(self, transactional_id: str) -> Transaction | None:
+        raw = await self.redis.hgetall(self.keys.transaction(transactional_id))
+        return Transaction.from_fields(transactional_id, raw) if raw else None
+
+    async def _save(self, txn: Transaction) -> None:
+        key = self.keys.transaction(txn.transactional_id)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hset(key, mapping=txn.fields())
+        pipe.sadd(self.keys.transactions, txn.transactional_id)
+        deadline = txn.deadline_ms()
+        if deadline is None:
+            pipe.zrem(self.keys.transactions_due, txn.transactional_id)
+        else:
+            pipe.zadd(self.keys.transactions_due, {txn.transactional_id: deadline})
+        await pipe.execute()
+
+    async def _drop(self, transactional_id: str) -> None:
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.delete(self.keys.transaction(transactional_id))
+        pipe.srem(self.keys.transactions, transactional_id)
+        pipe.zrem(self.keys.transactions_due, transactional_id)
+        await pipe.execute()
+
+    @contextlib.asynccontextmanager
+    async def _locked(self, transactional_id: str) -> AsyncIterator[None]:
+        """The id's lock for one read-modify-write (markers included); its timeout frees
+        it if a process dies holding it. Raises LockError if it cannot be had in time."""
+        lock = self.redis.lock(
+            self.keys.transaction(transactional_id, ":lock"), timeout=15, blocking_timeout=15
+        )
+        async with lock:
+            yield
+
+    async def _finish(self, txn: Transaction) -> bool:
+        """Write the prepared transaction's markers, settle its pending offsets, save it
+        complete. False (state left prepared, retried later) if a partition failed."""
+        commit = txn.state == TxnState.PREPARE_COMMIT
+        if txn.partitions:
+            results = await self.markers.write_markers(
+                sorted(txn.partitions), txn.producer_id, txn.producer_epoch, commit
+            )
+            # A deleted topic's markers are dropped, as Kafka's marker channel does.
+            failed = {
+                tp: e
+                for tp, e in results.items()
+                if e is not None and not isinstance(e, UnknownTopic)
+            }
+            if failed:
+                log.warning(
+                    "transaction %r: markers not written, will retry: %s",
+                    txn.transactional_id,
+                    "; ".join(f"{t}-{p}: {e}" for (t, p), e in sorted(failed.items())),
+                )
+                return False
+        for group_id in sorted(txn.groups):
+            await self._settle_offsets(group_id, txn.transactional_id, commit)
+        txn.complete(self.clock())
+        await self._save(txn)
+        return True
+
+    async def _settle(self, txn: Transaction) -> bool:
+        """Roll a prepared transaction forward (its broker died, or its markers failed);
+        True when nothing is left to finish."""
+        if txn.state not in PREPARING:
+            return True
+        log.info("completing transaction %r (%s)", txn.transactional_id, txn.state)
+        return await self._finish(txn)
+
+    # -- InitProducerId ---------------------------------------------------------------
+    async def init_producer(
+        self, transactional_id: str, timeout_ms: int, expected: tuple[int, int] | None = None
+    ) -> InitResult:
+        """A transactional producer's id and new epoch; the previous epoch's open
+        transaction is aborted first (zombie fencing). ``expected``: the id and epoch the
+        producer had (KIP-360)."""
+        if not transactional_id:
+            return InitResult(TxnError.INVALID_REQUEST)
+        error = self.config.timeout_error(timeout_ms)
+        if error:
+            return InitResult(error)
+        try:
+            async with self._locked(transactional_id):
+                return await self._init(transactional_id, timeout_ms, expected)
+        except LockError:
+            return InitResult(TxnError.CONCURRENT_TRANSACTIONS)
+
+    async def _init(
+        self, transactional_id: str, timeout_ms: int, expected: tuple[int, int] | None
+    ) -> InitResult:
+        now = self.clock()
+        txn = await self.load(transactional_id)
+        if txn is None or txn.state == TxnState.DEAD:
+            txn = Transaction(transactional_id, await self.log.new_producer_id(), updated_ms=now)
+        error = txn.init_error(expected)
+        if error:
+            return InitResult(error)
+        if txn.state == TxnState.ONGOING:
+            log.info("fencing transactional id %r: aborting its open transaction", transactional_id)
+            txn.fence(now)
+            await self._save(txn)
+        if not await self._settle(txn):
+            return InitResult(TxnError.CONCURRENT_TRANSACTIONS)  # Kafka's "retry"
+        if txn.needs_new_id(expected):
+            txn.rotate(await self.log.new_producer_id(), timeout_ms, now, expected is not None)
+        else:
+            error = txn.bump(timeout_ms, None if expected is None else expected[1], now)
+            if error:
+                return InitResult(error)
+        await self._save(txn)
+        return InitResult(TxnError.NONE, txn.producer_id, txn.producer_epoch)
+
+    # -- AddPartitionsToTxn, AddOffsetsToTxn --------------------------------------------
+    async def _unknown(self, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
+        counts: dict[str, int] = {}
+        for topic in {t for t, _ in partitions}:
+            try:
+                counts[topic] = (await self.log.topic(topic)).partitions
+            except UnknownTopic:
+                counts[topic] = 0
+        return {(t, p) for t, p in partitions if not 0 <= p < counts[t]}
+
+    async def add_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Iterable[TopicPartition],
+    ) -> dict[TopicPartition, TxnError]:
+        """Add partitions to the transaction (opening it); per partition its code. A
+        partition that does not exist fails the request: UNKNOWN_TOPIC_OR_PARTITION for
+        it, OPERATION_NOT_ATTEMPTED for the others, nothing added."""
+        wanted = set(partitions)
+
+        def every(code: TxnError) -> dict[TopicPartition, TxnError]:
+            return dict.fromkeys(wanted, code)
+
+        if not transactional_id:
+            return every(TxnError.INVALID_REQUEST)
+        unknown = await self._unknown(wanted)
+        if unknown:
+            return {
+                tp: TxnError.UNKNOWN_TOPIC_OR_PARTITION
+                if tp in unknown
+                else TxnError.OPERATION_NOT_ATTEMPTED
+                for tp in wanted
+            }
+        return every(await self._add(transactional_id, producer_id, producer_epoch, wanted, set()))
+
+    async def add_offsets(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
+    ) -> TxnError:
+        """Add a group's offsets to the transaction (TxnOffsetCommit may then store them)."""
+        if not transactional_id:
+            return TxnError.INVALID_REQUEST
+        return await self._add(transactional_id, producer_id, producer_epoch, set(), {group_id})
+
+    async def _add(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: set[TopicPartition],
+        groups: set[str],
+    ) -> TxnError:
+        try:
+            async with self._locked(transactional_id):
+                txn = await self.load(transactional_id)
+                if txn is None:
+                    return TxnError.INVALID_PRODUCER_ID_MAPPING
+                if txn.producer_error(producer_id, producer_epoch) == TxnError.NONE:
+                    await self._settle(txn)
+                error = txn.add(producer_id, producer_epoch, self.clock(), partitions, groups)
+                if not error:
+                    await self._save(txn)
+                return error
+        except LockError:
+            return TxnError.CONCURRENT_TRANSACTIONS
+
+    async def verify_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Iterable[TopicPartition],
+    ) -> dict[TopicPartition, TxnError]:
+        """AddPartitionsToTxn v4+ verify_only: whether each partition is in the
+        transaction (NONE) or not (INVALID_TXN_STATE); nothing changes."""
+        wanted = set(partitions)
+        txn = await self.load(transactional_id) if transactional_id else None
+        error = (
+            TxnError.INVALID_PRODUCER_ID_MAPPING
+            if txn is None
+            else txn.verify(producer_id, producer_epoch)
+        )
+        if error or txn is None:
+            return dict.fromkeys(wanted, error)
+        return {
+            tp: TxnError.NONE if tp in txn.partitions else TxnError.INVALID_TXN_STATE
+            for tp in wanted
+        }
+
+    # -- EndTxn -----------------------------------------------------------------------
+    async def end(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> TxnError:
+        """Commit or abort the open transaction: PrepareCommit/PrepareAbort is saved, then
+        the markers and offsets are written and the transaction completes. Markers that
+        fail are retried by ``tick``; the prepared state alone makes the outcome certain."""
+        if not transactional_id:
+            return TxnError.INVALID_REQUEST
+        try:
+            async with self._locked(transactional_id):
+                txn = await self.load(transactional_id)
+                if txn is None:
+                    return TxnError.INVALID_PRODUCER_ID_MAPPING
+                if txn.producer_error(producer_id, producer_epoch) == TxnError.NONE:
+                    await self._settle(txn)  # an earlier end whose broker died
+                error = txn.end(producer_id, producer_epoch, commit, self.clock())
+                if error or txn.state not in PREPARING:
+                    return error
+                await self._save(txn)
+                await self._finish(txn)
+                return TxnError.NONE
+        except LockError:
+            return TxnError.CONCURRENT_TRANSACTIONS
+
+    # -- TxnOffsetCommit ------------------------------------------------------------------
+    async def commit_offsets(
+        self,
+        transactional_id: str,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        offsets: dict[TopicPartition, PendingOffset],
+        generation: int = -1,
+        member_id: str = "",
+        instance_id: str | None = None,
+    ) -> dict[TopicPartition, int]:
+        """Store offsets pending on the transaction, committed by its EndTxn commit; per
+        partition a Kafka code (TxnError or the group's GroupError)."""
+
+        def every(code: int) -> dict[TopicPartition, int]:
+            return dict.fromkeys(offsets, code)
+
+        if not transactional_id or not group_id:
+            return every(
+                TxnError.INVALID_REQUEST if not transactional_id else GroupError.INVALID_GROUP_ID
+            )
+        try:
+            async with self._locked(transactional_id):
+                txn = await self.load(transactional_id)
+                if txn is None:
+                    return every(TxnError.INVALID_PRODUCER_ID_MAPPING)
+                error = txn.offsets_error(producer_id, producer_epoch, group_id)
+                if error:
+                    return every(error)
+                group_error = await self._group_error(group_id, generation, member_id, instance_id)
+                if group_error:
+                    return every(group_error)
+                codes: dict[TopicPartition, int] = {}
+                values = {}
+                for (topic, partition), (offset, metadata, epoch) in offsets.items():
+                    if metadata is not None and len(metadata) > MAX_METADATA:
+                        codes[topic, partition] = GroupError.OFFSET_METADATA_TOO_LARGE
+                        continue
+                    codes[topic, partition] = TxnError.NONE
+                    field = f"{transactional_id}\0{topic}\0{partition}"
+                    values[field] = msgpack.packb([offset, metadata or "", epoch])
+                if values:
+                    await self.redis.hset(self.keys.group_txn_offsets(group_id), mapping=values)
+                return codes
+        except LockError:
+            return every(TxnError.CONCURRENT_TRANSACTIONS)
+
+    async def _group_error(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None
+    ) -> int:
+        """Kafka's validateTransactionalOffsetCommit: a commit naming a member or a
+        generation must match the group's; an anonymous one (generation -1, no member) is
+        accepted whatever the group's state."""
+        if member_id:
+            # A consumer-protocol (KIP-848) group: the generation is the member epoch.
+            consumer = await consumer_commit_error(
+                self.redis, self.keys, group_id, member_id, generation
+            )
+            if consumer == ConsumerGroupError.STALE_MEMBER_EPOCH:
+                return GroupError.ILLEGAL_GENERATION
+            if consumer is not None:
+                return int(consumer)
+        group = await self.groups.load(group_id)
+        if group is None:
+            return GroupError.NONE if generation < 0 else GroupError.ILLEGAL_GENERATION
+        if generation < 0 and group.state == GroupState.EMPTY:
+            return GroupError.NONE
+        if generation >= 0 or member_id or instance_id is not None:
+            return int(check_member(group, member_id, instance_id, generation))
+        return GroupError.NONE
+
+    async def pending_offsets(self, group_id: str) -> set[TopicPartition]:
+        """The group's partitions with offsets pending on an open transaction (OffsetFetch
+        require_stable answers UNSTABLE_OFFSET_COMMIT for them)."""
+        fields = await self.redis.hkeys(self.keys.group_txn_offsets(group_id))
+        pending = set()
+        for raw in fields:
+            _, topic, partition = raw.decode().split("\0")
+            pending.add((topic, int(partition)))
+        return pending
+
+    async def _settle_offsets(self, group_id: str, transactional_id: str, commit: bool) -> None:
+        key = self.keys.group_txn_offsets(group_id)
+        prefix = f"{transactional_id}\0".encode()
+        raw = {k: v for k, v in (await self.redis.hgetall(key)).items() if k.startswith(prefix)}
+        if not raw:
+            return
+        if commit:
+            now = self.clock()
+            offsets = {}
+            for k, v in raw.items():
+                _, topic, partition = k.decode().split("\0")
+                offset, metadata, epoch = msgpack.unpackb(v)
+                offsets[topic, int(partition)] = CommittedOffset(offset, metadata, now, epoch)
+            await self.groups.offsets.write(group_id, offsets)
+        await self.redis.hdel(key, *raw)
+
+    # -- admin ----------------------------------------------------------------------------
+    async def describe(self, transactional_id: str) -> Transaction | None:
+        return await self.load(transactional_id)
+
+    async def all(self) -> list[Transaction]:
+        ids = sorted(i.decode() for i in await self.redis.smembers(self.keys.transactions))
+        pipe = self.redis.pipeline(transaction=False)
+        for transactional_id in ids:
+            pipe.hgetall(self.keys.transaction(transactional_id))
+        found = []
+        for transactional_id, raw in zip(ids, await pipe.execute(), strict=True):
+            if raw:
+                found.append(Transaction.from_fields(transactional_id, raw))
+        return found
+
+    async def listing(
+        self,
+        states: Iterable[str] = (),
+        producer_ids: Iterable[int] = (),
+        duration_ms: int = -1,
+        pattern: str | None = None,
+    ) -> Listing:
+        """ListTransactions: ids whose state, producer id, running time (longer than
+        ``duration_ms``, if >= 0) and id (a regular expression, whole) match."""
+        known = {str(s) for s in TxnState}
+        wanted_states = set(states)
+        unknown = sorted(wanted_states - known)
+        pids = set(producer_ids)
+        try:
+            regex = re.compile(pattern) if pattern else None
+        except re.error:
+            return Listing([], unknown, INVALID_REGULAR_EXPRESSION)
+        now = self.clock()
+        found = [
+            txn
+            for txn in await self.all()
+            if txn.state != TxnState.DEAD
+            and (not pids or txn.producer_id in pids)
+            and (not wanted_states or str(txn.state) in wanted_states)
+            and (duration_ms < 0 or now - txn.start_ms > duration_ms)
+            and (regex is None or regex.fullmatch(txn.transactional_id))
+        ]
+        return Listing(found, unknown)
+
+    # -- the periodic work --------------------------------------------------------------
+    async def tick(self, sweep: bool = False) -> None:
+        """Abort transactions open longer than their timeout, fencing their producer
+        (the epoch is bumped), and finish prepared ones; with ``sweep``, forget ids idle
+        longer than transactional.id.expiration.ms."""
+        now = self.clock()
+        due = await self.redis.zrangebyscore(self.keys.transactions_due, "-inf", now)
+        for raw in due:
+            transactional_id = raw.decode()
+            try:
+                async with self._locked(transactional_id):
+                    await self._time_out(transactional_id)
+            except LockError:
+                continue  # busy: the next tick
+        if sweep:
+            for txn in await self.all():
+                if txn.expired(self.clock(), self.config):
+                    with contextlib.suppress(LockError):
+                        async with self._locked(txn.transactional_id):
+                            again = await self.load(txn.transactional_id)
+                            if again is not None and again.expired(self.clock(), self.config):
+                                log.info(
+                                    "forgetting idle transactional id %r", txn.transactional_id
+                                )
+                                await self._drop(txn.transactional_id)
+
+    async def _time_out(self, transactional_id: str) -> None:
+        txn = await self.load(transactional_id)
+        if txn is None:
+            await self.redis.zrem(self.keys.transactions_due, transactional_id)
+            return
+        now = self.clock()
+        if txn.state == TxnState.ONGOING and txn.start_ms + txn.timeout_ms <= now:
+            log.info(
+                "aborting transaction %r: open longer than its timeout (%d ms)",
+                transactional_id,
+                txn.timeout_ms,
+            )
+            txn.fence(now)
+            await self._save(txn)
+        await self._settle(txn)
+
+    async def run_forever(self) -> None:
+        """``tick`` every transaction.abort.timed.out.transaction.cleanup.interval.ms (at
+        once at the start: a broker that died mid-commit left it prepared), sweeping the
+        idle ids once an hour, as Kafka."""
+        last_sweep = 0.0
+        while True:
+            try:
+                sweep = time.monotonic() - last_sweep >= 3600 or not last_sweep
+                await self.tick(sweep=sweep)
+                if sweep:
+                    last_sweep = time.monotonic()
+            except REDIS_CONNECTION_ERRORS as exc:
+                REDIS.failed(exc)
+            except Exception:
+                log.exception("transaction coordinator tick failed")
+            else:
+                REDIS.recovered()
+            await asyncio.sleep(self.config.abort_interval_ms / 1000)

@@ -1,0 +1,226 @@
+"""The transaction coordinator: its state machine (no I/O), and its store on fakeredis and a
+real Redis with a fake marker writer: fencing, epochs, ending, roll-forward after a broker
+died between prepare and complete, timeouts, expiry, pending offsets."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+
+import pytest
+
+from kafkaesque.errors import HotTierUnavailable, KafkaesqueError
+from kafkaesque.groups import GroupCoordinator
+from kafkaesque.log import Log
+from kafkaesque.topic_config import TopicConfig
+from kafkaesque.transactions import MAX_EPOCH, Transaction, TxnConfig, TxnError, TxnState
+from kafkaesque.txn_store import TransactionCoordinator
+
+
+# -- the state machine ------------------------------------------------------------------------
+def test_init_bumps_and_fences() -> None:
+    txn = Transaction("t", 5)
+    assert txn.bump(1000, None, now=1) == TxnError.NONE and txn.producer_epoch == 0
+    assert txn.bump(1000, None, now=2) == TxnError.NONE and txn.producer_epoch == 1
+    # KIP-360: the current epoch recovering is bumped; a retry of that bump gets it again.
+    assert txn.bump(1000, 1, now=3) == TxnError.NONE and txn.producer_epoch == 2
+    assert txn.bump(1000, 1, now=4) == TxnError.NONE and txn.producer_epoch == 2
+    assert txn.bump(1000, 0, now=5) == TxnError.PRODUCER_FENCED
+    assert txn.init_error((6, 2)) == TxnError.PRODUCER_FENCED  # another producer id
+
+
+def test_exhausted_epoch_rotates_the_id() -> None:
+    txn = Transaction("t", 5, producer_epoch=MAX_EPOCH - 1)
+    assert txn.needs_new_id(None)
+    txn.rotate(9, 1000, now=1, keep_last=True)
+    assert (txn.producer_id, txn.producer_epoch, txn.last_producer_id) == (9, 0, 5)
+    # The old producer retrying its bump with the exhausted epoch is not fenced.
+    assert txn.init_error((5, MAX_EPOCH - 1)) == TxnError.NONE
+
+
+def test_end_states() -> None:
+    txn = Transaction("t", 5, producer_epoch=0)
+    assert txn.end(5, 0, True, now=1) == TxnError.INVALID_TXN_STATE  # Empty
+    assert txn.add(5, 0, 2, partitions={("a", 0)}) == TxnError.NONE
+    assert (txn.state, txn.start_ms) == (TxnState.ONGOING, 2)
+    assert txn.end(5, 1, True, now=3) == TxnError.PRODUCER_FENCED
+    assert txn.end(6, 0, True, now=3) == TxnError.INVALID_PRODUCER_ID_MAPPING
+    assert txn.end(5, 0, True, now=3) == TxnError.NONE and txn.state == TxnState.PREPARE_COMMIT
+    assert txn.end(5, 0, True, now=4) == TxnError.CONCURRENT_TRANSACTIONS
+    assert txn.end(5, 0, False, now=4) == TxnError.INVALID_TXN_STATE
+    assert txn.add(5, 0, 4, partitions={("a", 1)}) == TxnError.CONCURRENT_TRANSACTIONS
+    txn.complete(now=5)
+    assert (txn.state, txn.partitions) == (TxnState.COMPLETE_COMMIT, set())
+    assert txn.end(5, 0, True, now=6) == TxnError.NONE  # a retry
+    assert txn.end(5, 0, False, now=6) == TxnError.INVALID_TXN_STATE
+
+
+def test_timeout_config() -> None:
+    config = TxnConfig(max_timeout_ms=1000)
+    assert config.timeout_error(1000) == TxnError.NONE
+    assert config.timeout_error(1001) == TxnError.INVALID_TRANSACTION_TIMEOUT
+    assert config.timeout_error(0) == TxnError.INVALID_TRANSACTION_TIMEOUT
+
+
+# -- the coordinator over Redis -------------------------------------------------------------
+class Markers:
+    """Records the markers asked for; ``fail`` makes every partition fail."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[tuple[str, int]], int, int, bool]] = []
+        self.fail = False
+
+    async def write_markers(
+        self,
+        partitions: Iterable[tuple[str, int]],
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int = 0,
+    ) -> dict[tuple[str, int], KafkaesqueError | None]:
+        wanted = list(partitions)
+        self.calls.append((wanted, producer_id, producer_epoch, commit))
+        error = HotTierUnavailable("down") if self.fail else None
+        return dict.fromkeys(wanted, error)
+
+
+def run(scenario: Callable) -> Callable:
+    """A test running the async ``scenario`` in its own event loop."""
+
+    def test(setup: Callable) -> None:
+        asyncio.run(scenario(setup))
+
+    test.__name__ = scenario.__name__
+    return test
+
+
+@pytest.fixture
+def setup(make_log: Callable[[], Log]) -> Callable:
+    async def build(clock: list[int] | None = None) -> tuple[TransactionCoordinator, Markers]:
+        log = make_log()
+        await log.ensure_recovered()
+        await log.create_topic(TopicConfig("a", 2))
+        markers = Markers()
+        now = clock or [1_000_000]
+        groups = GroupCoordinator(log.redis)
+        coordinator = TransactionCoordinator(
+            log, markers, groups, TxnConfig(id_expiration_ms=10_000), clock=lambda: now[0]
+        )
+        return coordinator, markers
+
+    return build
+
+
+@run
+async def test_commit_writes_markers_and_offsets(setup) -> None:
+    c, markers = await setup()
+    init = await c.init_producer("t", 60_000)
+    pid, epoch = init.producer_id, init.producer_epoch
+    assert (init.error, epoch) == (TxnError.NONE, 0)
+    assert await c.add_partitions("t", pid, epoch, [("a", 0), ("a", 1)]) == {
+        ("a", 0): TxnError.NONE,
+        ("a", 1): TxnError.NONE,
+    }
+    assert await c.add_offsets("t", pid, epoch, "g") == TxnError.NONE
+    codes = await c.commit_offsets("t", "g", pid, epoch, {("a", 0): (4, "m", -1)})
+    assert codes == {("a", 0): TxnError.NONE}
+    assert await c.pending_offsets("g") == {("a", 0)}
+    assert await c.groups.offsets.read("g") == {}
+    assert await c.end("t", pid, epoch, True) == TxnError.NONE
+    assert markers.calls == [([("a", 0), ("a", 1)], pid, epoch, True)]
+    assert (await c.groups.offsets.read("g"))[("a", 0)].offset == 4
+    assert await c.pending_offsets("g") == set()
+    assert (await c.load("t")).state == TxnState.COMPLETE_COMMIT
+
+
+@run
+async def test_unknown_partition_fails_the_request(setup) -> None:
+    c, _ = await setup()
+    init = await c.init_producer("t", 60_000)
+    outcome = await c.add_partitions("t", init.producer_id, 0, [("a", 0), ("a", 2), ("b", 0)])
+    assert outcome == {
+        ("a", 0): TxnError.OPERATION_NOT_ATTEMPTED,
+        ("a", 2): TxnError.UNKNOWN_TOPIC_OR_PARTITION,
+        ("b", 0): TxnError.UNKNOWN_TOPIC_OR_PARTITION,
+    }
+    assert (await c.load("t")).state == TxnState.EMPTY
+
+
+@run
+async def test_new_instance_aborts_and_fences(setup) -> None:
+    c, markers = await setup()
+    first = await c.init_producer("t", 60_000)
+    await c.add_partitions("t", first.producer_id, 0, [("a", 0)])
+    second = await c.init_producer("t", 60_000)
+    assert (second.producer_id, second.producer_epoch) == (first.producer_id, 2)
+    assert markers.calls == [([("a", 0)], first.producer_id, 1, False)]  # the fenced epoch
+    assert await c.end("t", first.producer_id, 0, True) == TxnError.PRODUCER_FENCED
+
+
+@run
+async def test_prepared_commit_rolls_forward(setup) -> None:
+    """The broker died after PrepareCommit was saved (the markers failed here): the
+    outcome stays commit, and the periodic tick finishes it."""
+    c, markers = await setup()
+    init = await c.init_producer("t", 60_000)
+    pid = init.producer_id
+    await c.add_partitions("t", pid, 0, [("a", 1)])
+    await c.add_offsets("t", pid, 0, "g")
+    await c.commit_offsets("t", "g", pid, 0, {("a", 1): (9, None, -1)})
+    markers.fail = True
+    assert await c.end("t", pid, 0, True) == TxnError.NONE
+    assert (await c.load("t")).state == TxnState.PREPARE_COMMIT
+    assert await c.add_partitions("t", pid, 0, [("a", 0)]) == {
+        ("a", 0): TxnError.CONCURRENT_TRANSACTIONS
+    }
+    markers.fail = False
+    await c.tick()
+    assert (await c.load("t")).state == TxnState.COMPLETE_COMMIT
+    assert markers.calls[-1] == ([("a", 1)], pid, 0, True)
+    assert (await c.groups.offsets.read("g"))[("a", 1)].offset == 9
+
+
+@run
+async def test_timeout_aborts_then_expiry_forgets(setup) -> None:
+    clock = [1_000_000]
+    c, markers = await setup(clock)
+    init = await c.init_producer("t", 1000)
+    pid = init.producer_id
+    await c.add_partitions("t", pid, 0, [("a", 0)])
+    await c.add_offsets("t", pid, 0, "g")
+    await c.commit_offsets("t", "g", pid, 0, {("a", 0): (1, None, -1)})
+    clock[0] += 999
+    await c.tick()
+    assert (await c.load("t")).state == TxnState.ONGOING
+    clock[0] += 2
+    await c.tick()
+    txn = await c.load("t")
+    assert (txn.state, txn.producer_epoch) == (TxnState.COMPLETE_ABORT, 1)
+    assert markers.calls == [([("a", 0)], pid, 1, False)]
+    assert await c.pending_offsets("g") == set()  # dropped, not committed
+    assert await c.groups.offsets.read("g") == {}
+    assert await c.end("t", pid, 0, True) == TxnError.PRODUCER_FENCED
+    clock[0] += 10_001
+    await c.tick(sweep=True)
+    assert await c.load("t") is None
+    assert (await c.listing()).transactions == []
+
+
+@run
+async def test_listing_filters(setup) -> None:
+    clock = [1_000_000]
+    c, _ = await setup(clock)
+    a = await c.init_producer("a-1", 60_000)
+    await c.init_producer("b-1", 60_000)
+    await c.add_partitions("a-1", a.producer_id, 0, [("a", 0)])
+    clock[0] += 500
+    assert [t.transactional_id for t in (await c.listing()).transactions] == ["a-1", "b-1"]
+    assert [t.transactional_id for t in (await c.listing(["Ongoing"])).transactions] == ["a-1"]
+    assert [t.transactional_id for t in (await c.listing(pattern="b-.*")).transactions] == ["b-1"]
+    assert [
+        t.transactional_id for t in (await c.listing(producer_ids=[a.producer_id])).transactions
+    ] == ["a-1"]
+    # Running longer than 400 ms: a-1; an idle id (no start time) counts as Kafka counts it.
+    assert (await c.listing(["Ongoing"], duration_ms=400)).transactions[0].transactional_id == "a-1"
+    assert (await c.listing(["Ongoing"], duration_ms=600)).transactions == []
+    assert (await c.listing(["Nope"])).unknown_states == ["Nope"]

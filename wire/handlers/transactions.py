@@ -1,0 +1,323 @@
+"""The transaction coordinator's APIs: InitProducerId with a transactional id,
+AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit, DescribeTransactions and
+ListTransactions. They translate to kafkaesque/txn_store.py ``TransactionCoordinator``."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kafkaesque.transactions import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TxnError, fenced_code
+from wire.authorize import Operation, ResourceType, allowed, cluster_allowed
+from wire.broker import Broker
+from wire.errors import error_code
+from wire.protocol import NO_THROTTLE, Request, build, schema_class
+
+# The first version of each API whose clients know PRODUCER_FENCED (KIP-588); older ones
+# get INVALID_PRODUCER_EPOCH, as Kafka answers them.
+FENCED_SINCE = {"init": 4, "add_partitions": 2, "add_offsets": 2, "end": 2}
+FIRST_BATCHED_ADD = 4  # AddPartitionsToTxn v4+: the brokers' batched form (KIP-890)
+
+
+# Kafka's authorization of the transactional APIs (KafkaApis): WRITE on the transactional
+# id for the producer's own calls, DESCRIBE to see one; READ on the group whose offsets a
+# transaction carries, WRITE on the topics it writes; the brokers' batched
+# AddPartitionsToTxn needs CLUSTER_ACTION.
+TXN_DENIED = ErrorCode.transactional_id_authorization_failed
+
+
+def _txn_allowed(broker: Broker, request: Request, transactional_id: str, op: Operation) -> bool:
+    return allowed(broker, request, op, ResourceType.TRANSACTIONAL_ID, transactional_id)
+
+
+def _group_allowed(broker: Broker, request: Request, group_id: str) -> bool:
+    return allowed(broker, request, Operation.READ, ResourceType.GROUP, group_id)
+
+
+def _millis(value: Any) -> int:
+    return int(value.total_seconds() * 1000) if isinstance(value, datetime.timedelta) else value
+
+
+async def init_transactional(broker: Broker, request: Request) -> Any:
+    """InitProducerId with a transactional id: the id's producer id and a new epoch."""
+    body = request.body
+    producer_id = getattr(body, "producer_id", NO_PRODUCER_ID)  # v3+ (KIP-360)
+    epoch = getattr(body, "producer_epoch", NO_PRODUCER_EPOCH)
+    if not _txn_allowed(broker, request, body.transactional_id, Operation.WRITE):
+        code: int = TXN_DENIED
+        result_id, result_epoch = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+    elif (producer_id == NO_PRODUCER_ID) != (epoch == NO_PRODUCER_EPOCH):
+        code = TxnError.INVALID_REQUEST
+        result_id, result_epoch = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+    else:
+        expected = None if producer_id == NO_PRODUCER_ID else (producer_id, epoch)
+        result = await broker.transactions.init_producer(
+            body.transactional_id, _millis(body.transaction_timeout), expected
+        )
+        code = fenced_code(result.error, request.api_version, FENCED_SINCE["init"])
+        result_id, result_epoch = result.producer_id, result.producer_epoch
+    return build(
+        request.response_class,
+        throttle_time=NO_THROTTLE,
+        error_code=error_code(code),
+        producer_id=result_id,
+        producer_epoch=result_epoch,
+    )
+
+
+def _topic_results(schema: type, outcome: dict[tuple[str, int], TxnError]) -> tuple[Any, ...]:
+    topic_class = schema_class(schema, "AddPartitionsToTxnTopicResult")
+    partition_class = schema_class(schema, "AddPartitionsToTxnPartitionResult")
+    topics: dict[str, list[Any]] = {}
+    for (topic, partition), code in sorted(outcome.items()):
+        topics.setdefault(topic, []).append(
+            build(partition_class, partition_index=partition, partition_error_code=error_code(code))
+        )
+    return tuple(
+        build(topic_class, name=name, results_by_partition=tuple(parts))
+        for name, parts in topics.items()
+    )
+
+
+def _partitions(topics: Iterable[Any]) -> list[tuple[str, int]]:
+    return [(t.name, p) for t in topics for p in t.partitions]
+
+
+def _add_refusal(
+    broker: Broker, request: Request, transactional_id: str, partitions: list[tuple[str, int]]
+) -> dict[tuple[str, int], int] | None:
+    """Per partition, why the producer may not add these partitions (WRITE on the
+    transactional id, WRITE on each topic; the others OPERATION_NOT_ATTEMPTED, as Kafka
+    answers), or None when it may."""
+    if not _txn_allowed(broker, request, transactional_id, Operation.WRITE):
+        return dict.fromkeys(partitions, TXN_DENIED)
+    denied = {
+        t
+        for t, _ in partitions
+        if not allowed(broker, request, Operation.WRITE, ResourceType.TOPIC, t)
+    }
+    if not denied:
+        return None
+    return {
+        (t, p): ErrorCode.topic_authorization_failed
+        if t in denied
+        else ErrorCode.operation_not_attempted
+        for t, p in partitions
+    }
+
+
+async def add_partitions_to_txn(broker: Broker, request: Request) -> Any:
+    """v0-3: one producer's partitions; v4+: the brokers' batched form, several
+    transactions, each added to or (verify_only) checked."""
+    body = request.body
+    schema = request.response_class
+    coordinator = broker.transactions
+    if request.api_version < FIRST_BATCHED_ADD:
+        partitions = _partitions(body.v3_and_below_topics)
+        refusal = _add_refusal(broker, request, body.v3_and_below_transactional_id, partitions)
+        if refusal is not None:
+            return build(
+                schema,
+                throttle_time=NO_THROTTLE,
+                results_by_topic_v3_and_below=_topic_results(schema, refusal),
+            )
+        outcome = await coordinator.add_partitions(
+            body.v3_and_below_transactional_id,
+            body.v3_and_below_producer_id,
+            body.v3_and_below_producer_epoch,
+            partitions,
+        )
+        version = request.api_version
+        outcome = {
+            tp: fenced_code(c, version, FENCED_SINCE["add_partitions"]) for tp, c in outcome.items()
+        }
+        return build(
+            schema,
+            throttle_time=NO_THROTTLE,
+            results_by_topic_v3_and_below=_topic_results(schema, outcome),
+        )
+    result_class = schema_class(schema, "AddPartitionsToTxnResult")
+    if not cluster_allowed(broker, request, Operation.CLUSTER_ACTION):
+        return build(
+            schema,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.cluster_authorization_failed,
+            results_by_transaction=(),
+        )
+    results = []
+    for txn in body.transactions:
+        call = coordinator.verify_partitions if txn.verify_only else coordinator.add_partitions
+        outcome = await call(
+            txn.transactional_id, txn.producer_id, txn.producer_epoch, _partitions(txn.topics)
+        )
+        results.append(
+            build(
+                result_class,
+                transactional_id=txn.transactional_id,
+                topic_results=_topic_results(schema, outcome),
+            )
+        )
+    return build(
+        schema,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        results_by_transaction=tuple(results),
+    )
+
+
+async def add_offsets_to_txn(broker: Broker, request: Request) -> Any:
+    body = request.body
+    if not _txn_allowed(broker, request, body.transactional_id, Operation.WRITE):
+        code: int = TXN_DENIED
+    elif not _group_allowed(broker, request, body.group_id):
+        code = ErrorCode.group_authorization_failed
+    else:
+        code = await broker.transactions.add_offsets(
+            body.transactional_id, body.producer_id, body.producer_epoch, body.group_id
+        )
+    code = fenced_code(code, request.api_version, FENCED_SINCE["add_offsets"])
+    return build(request.response_class, throttle_time=NO_THROTTLE, error_code=error_code(code))
+
+
+async def end_txn(broker: Broker, request: Request) -> Any:
+    body = request.body
+    if not _txn_allowed(broker, request, body.transactional_id, Operation.WRITE):
+        return build(request.response_class, throttle_time=NO_THROTTLE, error_code=TXN_DENIED)
+    code = await broker.transactions.end(
+        body.transactional_id, body.producer_id, body.producer_epoch, body.committed
+    )
+    code = fenced_code(code, request.api_version, FENCED_SINCE["end"])
+    return build(request.response_class, throttle_time=NO_THROTTLE, error_code=error_code(code))
+
+
+async def txn_offset_commit(broker: Broker, request: Request) -> Any:
+    body = request.body
+    schema = request.response_class
+    offsets = {
+        (t.name, p.partition_index): (
+            p.committed_offset,
+            p.committed_metadata,
+            getattr(p, "committed_leader_epoch", -1),  # v2+
+        )
+        for t in body.topics
+        for p in t.partitions
+    }
+    codes: dict[tuple[str, int], Any]
+    if not _txn_allowed(broker, request, body.transactional_id, Operation.WRITE):
+        codes = dict.fromkeys(offsets, TXN_DENIED)
+    elif not _group_allowed(broker, request, body.group_id):
+        codes = dict.fromkeys(offsets, ErrorCode.group_authorization_failed)
+    else:
+        readable = {
+            t for t, _ in offsets if allowed(broker, request, Operation.READ, ResourceType.TOPIC, t)
+        }
+        codes = await broker.transactions.commit_offsets(
+            body.transactional_id,
+            body.group_id,
+            body.producer_id,
+            body.producer_epoch,
+            {tp: o for tp, o in offsets.items() if tp[0] in readable},
+            generation=getattr(body, "generation_id", -1),  # v3+ (KIP-447)
+            member_id=getattr(body, "member_id", ""),
+            instance_id=getattr(body, "group_instance_id", None),
+        )
+        for tp in offsets:
+            if tp[0] not in readable:
+                codes[tp] = ErrorCode.topic_authorization_failed
+    topic_class = schema_class(schema, "TxnOffsetCommitResponseTopic")
+    partition_class = schema_class(schema, "TxnOffsetCommitResponsePartition")
+    topics = tuple(
+        build(
+            topic_class,
+            name=t.name,
+            partitions=tuple(
+                build(
+                    partition_class,
+                    partition_index=p.partition_index,
+                    error_code=error_code(codes[t.name, p.partition_index]),
+                )
+                for p in t.partitions
+            ),
+        )
+        for t in body.topics
+    )
+    return build(schema, throttle_time=NO_THROTTLE, topics=topics)
+
+
+def _time(ms: int) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
+
+
+async def describe_transactions(broker: Broker, request: Request) -> Any:
+    schema = request.response_class
+    state_class = schema_class(schema, "TransactionState")
+    topic_class = schema_class(schema, "TopicData")
+    states = []
+    for transactional_id in request.body.transactional_ids:
+        visible = _txn_allowed(broker, request, transactional_id, Operation.DESCRIBE)
+        txn = await broker.transactions.describe(transactional_id) if visible else None
+        if txn is None:
+            states.append(
+                build(
+                    state_class,
+                    error_code=ErrorCode.transactional_id_not_found if visible else TXN_DENIED,
+                    transactional_id=transactional_id,
+                    transaction_state="",
+                    transaction_timeout=datetime.timedelta(0),
+                    transaction_start_time=_time(-1),
+                    producer_id=NO_PRODUCER_ID,
+                    producer_epoch=NO_PRODUCER_EPOCH,
+                    topics=(),
+                )
+            )
+            continue
+        topics: dict[str, list[int]] = {}
+        for topic, partition in sorted(txn.partitions):
+            topics.setdefault(topic, []).append(partition)
+        states.append(
+            build(
+                state_class,
+                error_code=ErrorCode.none,
+                transactional_id=transactional_id,
+                transaction_state=str(txn.state),
+                transaction_timeout=datetime.timedelta(milliseconds=txn.timeout_ms),
+                transaction_start_time=_time(txn.start_ms),
+                producer_id=txn.producer_id,
+                producer_epoch=txn.producer_epoch,
+                topics=tuple(
+                    build(topic_class, topic=t, partitions=tuple(p)) for t, p in topics.items()
+                ),
+            )
+        )
+    return build(schema, throttle_time=NO_THROTTLE, transaction_states=tuple(states))
+
+
+async def list_transactions(broker: Broker, request: Request) -> Any:
+    body = request.body
+    schema = request.response_class
+    state_class = schema_class(schema, "TransactionState")
+    listing = await broker.transactions.listing(
+        body.state_filters,
+        body.producer_id_filters,
+        getattr(body, "duration_filter", -1),  # v1+
+        getattr(body, "transactional_id_pattern", None),  # v2+
+    )
+    return build(
+        schema,
+        throttle_time=NO_THROTTLE,
+        error_code=error_code(listing.error),
+        unknown_state_filters=tuple(listing.unknown_states),
+        transaction_states=tuple(
+            build(
+                state_class,
+                transactional_id=t.transactional_id,
+                producer_id=t.producer_id,
+                transaction_state=str(t.state),
+            )
+            for t in listing.transactions
+            if _txn_allowed(broker, request, t.transactional_id, Operation.DESCRIBE)
+        ),
+    )
