@@ -14,7 +14,9 @@ In one process, against throwaway servers (the test suite's server binary):
 
 Each scheme runs ``--seconds`` with ``--tasks`` concurrent appenders per partition, for
 batches of 1 and of 100 records (100 bytes each), ``--rounds`` times in turn, and prints
-the median appends/s, records/s and the ratio to its baseline.
+the median appends/s, records/s and the ratio to its baseline; on the single server also
+the server's own time per append script (INFO commandstats), which the one client process
+does not limit.
 
     python scripts/bench/cluster_probe.py [--seconds S] [--tasks N] [--rounds N]
 """
@@ -32,6 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+import redis
 import redis.asyncio
 import redis.asyncio.cluster
 
@@ -153,26 +156,47 @@ async def cluster_schemes(url: str) -> dict[str, list[Appender]]:
     }
 
 
+def script_cost(server: redis.Redis | None) -> float | None:
+    """The server's microseconds per EVALSHA since the last CONFIG RESETSTAT: the script's
+    own cost, whatever the client process can drive."""
+    if server is None:
+        return None
+    stats = server.info("commandstats").get("cmdstat_evalsha")
+    return stats["usec_per_call"] if stats else None
+
+
 async def measure(
-    schemes: dict[str, list[Appender]], seconds: float, tasks: int, rounds: int
+    schemes: dict[str, list[Appender]],
+    seconds: float,
+    tasks: int,
+    rounds: int,
+    server: redis.Redis | None = None,
 ) -> None:
     """The median of ``rounds`` runs of each scheme, the schemes taking turns (a loaded
-    machine then slows them alike)."""
+    machine then slows them alike); with ``server``, also the script's time in it."""
     baseline_name = next(iter(schemes))
     for records in (1, 100):
         batch = build_batch([b"v" * 100] * records)
         for appenders in schemes.values():
             await run(appenders, batch, 0.3, tasks)  # warm up
         samples: dict[str, list[float]] = {name: [] for name in schemes}
+        costs: dict[str, list[float]] = {name: [] for name in schemes}
         for _ in range(rounds):
             for name, appenders in schemes.items():
+                if server is not None:
+                    server.config_resetstat()
                 samples[name].append(await run(appenders, batch, seconds, tasks))
+                cost = script_cost(server)
+                if cost is not None:
+                    costs[name].append(cost)
         results = {name: statistics.median(rates) for name, rates in samples.items()}
         base = results[baseline_name]
         for name, rate in results.items():
+            cost = f"  script {statistics.median(costs[name]):5.1f} us" if costs[name] else ""
             print(
                 f"  {name:16} batch of {records:3}: {rate:9.0f} appends/s "
                 f"{rate * records:10.0f} records/s  x{rate / base:.2f} of {baseline_name}"
+                f"{cost}"
             )
 
 
@@ -181,7 +205,9 @@ async def main(seconds: float, tasks: int, rounds: int) -> None:
         server = RedisServer(Path(directory) / "single")
         try:
             print(f"one server ({tasks} concurrent appenders):")
-            await measure(await single_schemes(server.url), seconds, tasks, rounds)
+            schemes = await single_schemes(server.url)
+            stats = redis.Redis.from_url(server.url)
+            await measure(schemes, seconds, tasks, rounds, stats)
         finally:
             server.stop()
         cluster = ClusterServers(Path(directory) / "cluster")
