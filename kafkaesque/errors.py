@@ -197,6 +197,31 @@ class GroupBusy(KafkaesqueError):
     """The group has active members, so it cannot be changed from outside."""
 
 
+# -- authentication and SCRAM users --------------------------------------------------------
+class AuthenticationFailed(KafkaesqueError):
+    """SASL authentication refused: wrong password, unknown user, bad SCRAM message."""
+
+
+class UnsupportedSaslMechanism(KafkaesqueError):
+    """A SASL or SCRAM mechanism this broker does not offer."""
+
+
+class IllegalSaslState(KafkaesqueError):
+    """A SASL request out of order (or on a listener without SASL)."""
+
+
+class UnacceptableCredential(KafkaesqueError):
+    """A SCRAM credential Kafka would refuse: too few or too many iterations, no name."""
+
+
+class CredentialNotFound(KafkaesqueError):
+    """A SCRAM credential asked for (described, deleted) that does not exist."""
+
+
+class DuplicateResource(KafkaesqueError):
+    """The same user named twice in one SCRAM credentials request."""
+
+
 def all_errors() -> list[type[KafkaesqueError]]:
     """Every core exception class (for the tests that check each has a mapping)."""
     found, todo = [], [KafkaesqueError]

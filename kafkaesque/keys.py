@@ -147,6 +147,13 @@ class Keys:
         """Grows with every quota change: brokers re-read ``quotas`` when it moved."""
         return f"{self.ns}:quotas:version"
 
+    # -- SCRAM users ---------------------------------------------------------------------
+    @property
+    def scram_credentials(self) -> str:
+        """Every SCRAM credential: field "MECHANISM:user" -> "iterations salt stored_key
+        server_key" (base64); never a password."""
+        return f"{self.ns}:scram"
+
     # -- the layout, for checking --------------------------------------------------------
     def patterns(self) -> dict[str, re.Pattern[str]]:
         """Every key that may exist, by name: what a full SCAN must match."""
@@ -170,5 +177,6 @@ class Keys:
                 "group": r"group:\{.*\}(?::heartbeats|:offsets|:lock|:consumer)?",
                 "quotas": "quotas",
                 "quotas_version": r"quotas:version",
+                "scram_credentials": "scram",
             }.items()
         }

@@ -56,6 +56,12 @@ ERROR_CODES: dict[type[core.KafkaesqueError], ErrorCode] = {
     # Appended but not yet on disk (WAITAOF) or at the replicas (WAIT) in time.
     core.NotDurable: ErrorCode.not_enough_replicas_after_append,
     core.GroupBusy: ErrorCode.non_empty_group,
+    core.AuthenticationFailed: ErrorCode.sasl_authentication_failed,
+    core.UnsupportedSaslMechanism: ErrorCode.unsupported_sasl_mechanism,
+    core.IllegalSaslState: ErrorCode.illegal_sasl_state,
+    core.UnacceptableCredential: ErrorCode.unacceptable_credential,
+    core.CredentialNotFound: ErrorCode.resource_not_found,
+    core.DuplicateResource: ErrorCode.duplicate_resource,
 }
 
 

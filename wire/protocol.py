@@ -69,6 +69,8 @@ class ConnectionState:
     # The listener the client came in on (its Kafka name: PLAINTEXT, SASL_SSL, ...), so
     # Metadata can answer with that listener's advertised address.
     listener: str = "PLAINTEXT"
+    # wire.sasl.SaslState on a SASL listener (None elsewhere): the authentication's state.
+    sasl: Any = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from kafkaesque.cli import (  # noqa: F401  (register the commands)
     serve,
     spark,
     topics,
+    users,
 )
 from kafkaesque.cli.base import main
 

@@ -30,6 +30,8 @@ from wire.handlers import (
     producers,
     quotas,
     records,
+    sasl,
+    scram_users,
     telemetry,
     topic_partitions,
 )
@@ -129,6 +131,11 @@ HANDLERS: dict[int, Api] = {
     69: Api(0, 1, consumer_groups.consumer_group_describe, coordinator=True),
     71: Api(0, 0, telemetry.get_telemetry_subscriptions),
     75: Api(0, 0, topic_partitions.describe_topic_partitions),
+    # SASL (on SASL listeners; v0 handshake: raw tokens follow) and SCRAM users (KIP-554).
+    17: Api(0, 1, sasl.sasl_handshake),
+    36: Api(0, 2, sasl.sasl_authenticate),
+    50: Api(0, 0, scram_users.describe_user_scram_credentials),
+    51: Api(0, 0, scram_users.alter_user_scram_credentials),
 }
 
 

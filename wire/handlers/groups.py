@@ -29,17 +29,18 @@ NOT_ASKED = -(2**31)
 GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 
 
-def _coordinator(broker: Broker, key_type: int) -> dict[str, Any]:
+def _coordinator(broker: Broker, key_type: int, listener: str) -> dict[str, Any]:
     """The answer for one key of a FindCoordinator: this broker for a group; refusals
     that every client treats as fatal for what this broker does not coordinate."""
     c = broker.config
     if key_type == GROUP_KEY:
+        host, port = c.endpoint(listener)  # the address of the listener the client used
         return dict(
             error_code=ErrorCode.none,
             error_message=None,
             node_id=c.node_id,
-            host=c.host,
-            port=c.port,
+            host=host,
+            port=port,
         )
     if key_type == TRANSACTION_KEY:
         # No transactions here. COORDINATOR_NOT_AVAILABLE would be retried until the
@@ -60,7 +61,8 @@ def _coordinator(broker: Broker, key_type: int) -> dict[str, Any]:
 async def find_coordinator(broker: Broker, request: Request) -> Any:
     body = request.body
     schema = request.response_class
-    answer = _coordinator(broker, getattr(body, "key_type", GROUP_KEY))  # v1+
+    key_type = getattr(body, "key_type", GROUP_KEY)  # v1+
+    answer = _coordinator(broker, key_type, request.connection.listener)
     if request.api_version < FIRST_BATCHED_LOOKUP:
         return build(schema, throttle_time=NO_THROTTLE, **answer)
     coordinator = schema_class(schema, "Coordinator")
