@@ -197,7 +197,9 @@ class ScramExchange:
         channel = base64.b64encode(self.first.gs2_header.encode()).decode()
         if attributes[0][1] != channel:
             raise AuthenticationFailed("SCRAM: channel binding does not match")
-        if attributes[1][1] != self.nonce:
+        # Kafka's check (ScramSaslServer): the nonce ends with the one sent. librdkafka
+        # 2.0 sends the client nonce twice ("r=" + client nonce + combined nonce).
+        if not attributes[1][1].endswith(self.nonce):
             raise AuthenticationFailed("SCRAM: nonce does not match")
         try:
             proof = base64.b64decode(attributes[-1][1], validate=True)

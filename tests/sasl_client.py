@@ -42,7 +42,7 @@ class ScramClient:
         stored_key = hashlib.new(self.hash, client_key).digest()
         without_proof = f"c=biws,r={nonce or attrs['r']}"
         auth = f"{self.bare},{server_first.decode()},{without_proof}".encode()
-        proof = bytes(a ^ b for a, b in zip(client_key, self._hmac(stored_key, auth)))
+        proof = bytes(a ^ b for a, b in zip(client_key, self._hmac(stored_key, auth), strict=True))
         if tamper:
             proof = bytes([proof[0] ^ 1]) + proof[1:]
         server_key = self._hmac(salted, b"Server Key")
