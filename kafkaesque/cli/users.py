@@ -30,6 +30,10 @@ def read_password(password_stdin: bool, password_env: str | None) -> str:
             raise click.ClickException(f"the environment variable {password_env} is not set")
     elif password_stdin:
         password = sys.stdin.readline().rstrip("\r\n")
+    elif not sys.stdin.isatty():  # a prompt would echo, or read a script's input
+        raise click.ClickException(
+            "no terminal to ask for the password on: give --password-stdin or --password-env"
+        )
     else:
         password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
     if not password:
