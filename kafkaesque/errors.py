@@ -12,6 +12,7 @@ import os
 import re
 
 from redis.exceptions import (
+    AuthenticationError,
     BusyLoadingError,
     OutOfMemoryError,
     ReadOnlyError,
@@ -283,6 +284,13 @@ def from_redis(exc: RedisError) -> KafkaesqueError | None:
     text = str(exc)
     if isinstance(exc, BusyLoadingError):
         return HotTierUnavailable(f"Redis is loading its data: {text}")
+    if isinstance(exc, AuthenticationError):  # before the connection error it is one of
+        if "HELLO must be called" in text or "NOAUTH" in text:
+            return HotTierUnavailable(
+                "Redis wants a password (give it in the URL, --redis-password-file or "
+                "REDIS_PASSWORD)"
+            )
+        return HotTierUnavailable(f"Redis refused the login: {text.rstrip('.')}")
     if isinstance(exc, RedisConnectionError | RedisTimeoutError):
         return HotTierUnavailable(f"cannot reach Redis: {describe_redis_error(exc)}")
     if not isinstance(exc, ResponseError):
