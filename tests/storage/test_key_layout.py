@@ -10,11 +10,13 @@ import asyncio
 from kafkaesque.cluster import cluster_id
 from kafkaesque.consumer_group import ConsumerGroupCoordinator
 from kafkaesque.consumer_group_state import Heartbeat
+from kafkaesque.credentials import CredentialStore
 from kafkaesque.group_state import JoinRequest
 from kafkaesque.groups import CoordinatorConfig, GroupCoordinator
 from kafkaesque.keys import PARTITION, Keys
 from kafkaesque.log_types import RestoredPartition, RestoredTopic
 from kafkaesque.quotas import QuotaStore, check_alteration
+from kafkaesque.scram import SCRAM_SHA_512, new_credential
 from kafkaesque.topic_config import TopicConfig
 from storage_pg import Archiver, create_pool, ensure_schema
 from tests.storage.common import make_log, produce
@@ -43,6 +45,8 @@ def test_every_key_matches_the_documented_layout(redis_url: str, pg_dsn: str) ->
         await log.set_topic_defaults({"retention.ms": "86400000"})  # serve --config's
         quota = check_alteration([("client-id", "c")], [("producer_byte_rate", 1024.0, False)])
         await QuotaStore(log.redis, "lay").alter([quota])  # AlterClientQuotas, `quotas set`
+        credential = new_credential(SCRAM_SHA_512, "pw")  # `users add`, AlterUserScram...
+        await CredentialStore(log.redis, "lay").put("u", credential)
         # A compact topic whose compaction removes pages.
         await log.create_topic(TopicConfig("kv", 1, configs={"cleanup.policy": "compact"}))
         for _ in range(3):
