@@ -237,3 +237,32 @@ def test_the_v0_handshake_takes_bare_tokens(strict: Secured) -> None:
         token = client.final(conn.read_frame())
         conn.send(len(token).to_bytes(4, "big") + token)
         assert conn.read_frame() is None
+
+
+def test_librdkafka_reauthenticates_within_its_sessions(strict: Secured, topic_name) -> None:
+    """KIP-368 with a real client: librdkafka re-authenticates before each 1.5 s session
+    ends, so its connection is never closed for an expired session."""
+    from confluent_kafka import Producer
+
+    start = strict.broker.stderr_size()
+    producer = Producer(
+        {
+            "bootstrap.servers": strict.address("SASL_SSL"),
+            "security.protocol": "SASL_SSL",
+            "ssl.ca.location": strict.certs.ca,
+            "sasl.mechanisms": "SCRAM-SHA-512",
+            "sasl.username": "alice",
+            "sasl.password": PASSWORD,
+        }
+    )
+    topic = topic_name()
+    deadline = time.monotonic() + 3 * REAUTH_MS / 1000
+    sent = 0
+    while time.monotonic() < deadline:
+        producer.produce(topic, b"x")
+        sent += 1
+        assert producer.flush(10) == 0
+        time.sleep(0.05)
+    assert sent > 10
+    log = strict.broker.stderr(start)
+    assert "expired" not in log and "authentication failed" not in log, log
