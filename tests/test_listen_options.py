@@ -42,6 +42,7 @@ def test_metrics_bind_to_loopback_unless_a_host_is_given() -> None:
         (["--listen", "FOO://127.0.0.1:0"], "unknown security protocol 'FOO'"),
         (["--advertised-listener", "SSL://h:1"], "no --listen for SSL"),
         (["--sasl-enabled-mechanisms", "GSSAPI"], "expected some of PLAIN"),
+        (["--config", "connections.max.reauth.ms=-1"], "connections.max.reauth.ms: below 0"),
         (
             ["--listen", "SSL://127.0.0.1:0", "--tls-cert", "/nonexistent.pem", "--tls-key", "/x"],
             "No such file or directory",

@@ -91,6 +91,7 @@ class BrokerConfig:
         entries = [
             ("broker.id", str(self.node_id), Kind.INT, "this broker's node id"),
             ("advertised.listeners", self.advertised_text(), Kind.STRING, ""),
+            ("sasl.enabled.mechanisms", ",".join(self.sasl_mechanisms), Kind.LIST, ""),
         ]
         for name, (attribute, kind, doc) in BROKER_SETTINGS.items():
             target: object = self
@@ -154,7 +155,25 @@ BROKER_SETTINGS: dict[str, tuple[str, Kind, str]] = {
         Kind.INT,
         "how often consumer-protocol members heartbeat",
     ),
+    "connections.max.reauth.ms": (
+        "connections_max_reauth_ms",
+        Kind.LONG,
+        "SASL session lifetime (0: none)",
+    ),
+    "connection.failed.authentication.delay.ms": (
+        "failed_authentication_delay_ms",
+        Kind.INT,
+        "delay before a failed authentication is answered",
+    ),
 }
+# Settings of BROKER_SETTINGS for which 0 is allowed (off, or no wait).
+_ZERO_ALLOWED = frozenset(
+    {
+        "group.initial.rebalance.delay.ms",
+        "connections.max.reauth.ms",
+        "connection.failed.authentication.delay.ms",
+    }
+)
 
 
 def _broker_value(name: str, text: str) -> object:
@@ -169,7 +188,7 @@ def _broker_value(name: str, text: str) -> object:
         raise InvalidConfig(
             f"Invalid value {text} for configuration {name}: not a number"
         ) from None
-    low = 0 if name == "group.initial.rebalance.delay.ms" else 1
+    low = 0 if name in _ZERO_ALLOWED else 1
     if number < low:
         raise InvalidConfig(f"Invalid value {text} for configuration {name}: below {low}")
     return number

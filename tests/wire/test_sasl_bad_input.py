@@ -266,3 +266,19 @@ def test_librdkafka_reauthenticates_within_its_sessions(strict: Secured, topic_n
     assert sent > 10
     log = strict.broker.stderr(start)
     assert "expired" not in log and "authentication failed" not in log, log
+
+
+def test_describe_configs_shows_the_security_settings(strict: Secured) -> None:
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    admin = AdminClient({"bootstrap.servers": strict.address("PLAINTEXT")})
+    resource = ConfigResource(ResourceType.BROKER, "0")
+    configs = admin.describe_configs([resource])[resource].result(30)
+    values = {name: entry.value for name, entry in configs.items()}
+    assert values["advertised.listeners"].split(",") == [
+        f"{name}://127.0.0.1:{strict.ports[name]}"
+        for name in ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL")
+    ]
+    assert values["sasl.enabled.mechanisms"] == "SCRAM-SHA-512,SCRAM-SHA-256"
+    assert values["connections.max.reauth.ms"] == str(REAUTH_MS)
+    assert values["connection.failed.authentication.delay.ms"] == str(DELAY_MS)
