@@ -27,7 +27,9 @@ from tests.sasl_client import ScramClient
 CLIENT_FIRST = b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO"
 SERVER_NONCE = "%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0"
 SALT = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
-SERVER_FIRST = b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
+SERVER_FIRST = (
+    b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
+)
 CLIENT_FINAL = (
     b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
     b"p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
@@ -132,3 +134,18 @@ def test_the_store_on_fakeredis() -> None:
         assert set(await redis.keys()) == {Keys().scram_credentials.encode()}
 
     asyncio.run(scenario())
+
+
+def test_a_final_nonce_ending_with_the_servers_is_accepted() -> None:
+    """Kafka checks endsWith: librdkafka 2.0 (Debian's kcat) sends the client nonce, then
+    the combined one. The proof still covers exactly what the client sent."""
+    credential = new_credential(SCRAM_SHA_512, "pw")
+    client = ScramClient("SCRAM-SHA-512", "u", "pw")
+    exchange = ScramExchange(parse_client_first(client.first()), credential)
+    server_first = exchange.server_first_message()
+    doubled = client.nonce + exchange.nonce
+    assert client.verify(exchange.final(client.final(server_first, nonce=doubled)))
+    exchange = ScramExchange(parse_client_first(client.first()), credential)
+    server_first = exchange.server_first_message()
+    with pytest.raises(AuthenticationFailed, match="nonce"):
+        exchange.final(client.final(server_first, nonce=exchange.nonce + "x"))
