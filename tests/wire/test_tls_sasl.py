@@ -278,9 +278,11 @@ def test_metadata_advertises_the_listener_the_client_used(secured: Secured, list
             assert login(conn, "SCRAM-SHA-512", "alice", USERS["alice"][1]).error_code == 0
         brokers = conn.metadata([]).brokers
         coordinator = conn.request(request(10, 2, key="g", key_type=0))
+        cluster = conn.request(request(60, 1, include_cluster_authorized_operations=False))
     host = "localhost" if listener == "SSL" else "127.0.0.1"
     assert [(b.host, b.port) for b in brokers] == [(host, secured.ports[listener])]
     assert (coordinator.host, coordinator.port) == (host, secured.ports[listener])
+    assert [(b.host, b.port) for b in cluster.brokers] == [(host, secured.ports[listener])]
 
 
 def test_a_plaintext_client_on_a_tls_port_is_closed(secured: Secured) -> None:
