@@ -71,11 +71,19 @@ class HotTier(Redis):
         )
 
 
-def redis_client(url: str, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> HotTier:
+def redis_client(
+    url: str, max_connections: int = DEFAULT_MAX_CONNECTIONS, password: str | None = None
+) -> HotTier:
     """A client whose pool waits for a free connection when all ``max_connections`` are
     busy. redis-py's default pool raises MaxConnectionsError at its limit instead, which
-    failed every request beyond the 100th in flight."""
+    failed every request beyond the 100th in flight. ``password`` counts only when the
+    URL has none (rediss:// URLs connect over TLS, redis-py's ssl_* query options apply)."""
+    extra = {} if password is None else {"password": password}
     pool = BlockingConnectionPool.from_url(
-        url, max_connections=max_connections, timeout=POOL_TIMEOUT, socket_connect_timeout=5
+        url,
+        max_connections=max_connections,
+        timeout=POOL_TIMEOUT,
+        socket_connect_timeout=5,
+        **extra,
     )
     return HotTier.from_pool(pool)

@@ -12,6 +12,7 @@ import os
 import re
 
 from redis.exceptions import (
+    AuthenticationError,
     BusyLoadingError,
     OutOfMemoryError,
     ReadOnlyError,
@@ -222,6 +223,31 @@ class SecurityDisabled(KafkaesqueError):
     """An ACL request to a broker whose authorizer is off."""
 
 
+# -- authentication and SCRAM users --------------------------------------------------------
+class AuthenticationFailed(KafkaesqueError):
+    """SASL authentication refused: wrong password, unknown user, bad SCRAM message."""
+
+
+class UnsupportedSaslMechanism(KafkaesqueError):
+    """A SASL or SCRAM mechanism this broker does not offer."""
+
+
+class IllegalSaslState(KafkaesqueError):
+    """A SASL request out of order (or on a listener without SASL)."""
+
+
+class UnacceptableCredential(KafkaesqueError):
+    """A SCRAM credential Kafka would refuse: too few or too many iterations, no name."""
+
+
+class CredentialNotFound(KafkaesqueError):
+    """A SCRAM credential asked for (described, deleted) that does not exist."""
+
+
+class DuplicateResource(KafkaesqueError):
+    """The same user named twice in one SCRAM credentials request."""
+
+
 def all_errors() -> list[type[KafkaesqueError]]:
     """Every core exception class (for the tests that check each has a mapping)."""
     found, todo = [], [KafkaesqueError]
@@ -283,6 +309,13 @@ def from_redis(exc: RedisError) -> KafkaesqueError | None:
     text = str(exc)
     if isinstance(exc, BusyLoadingError):
         return HotTierUnavailable(f"Redis is loading its data: {text}")
+    if isinstance(exc, AuthenticationError):  # before the connection error it is one of
+        if "HELLO must be called" in text or "NOAUTH" in text:
+            return HotTierUnavailable(
+                "Redis wants a password (give it in the URL, --redis-password-file or "
+                "REDIS_PASSWORD)"
+            )
+        return HotTierUnavailable(f"Redis refused the login: {text.rstrip('.')}")
     if isinstance(exc, RedisConnectionError | RedisTimeoutError):
         return HotTierUnavailable(f"cannot reach Redis: {describe_redis_error(exc)}")
     if not isinstance(exc, ResponseError):

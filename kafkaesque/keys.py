@@ -179,6 +179,13 @@ class Keys:
         """A group's offsets pending on open transactions (TxnOffsetCommit)."""
         return self.group(group_id, ":txnoffsets")
 
+    # -- SCRAM users ---------------------------------------------------------------------
+    @property
+    def scram_credentials(self) -> str:
+        """Every SCRAM credential: field "MECHANISM:user" -> "iterations salt stored_key
+        server_key" (base64); never a password."""
+        return f"{self.ns}:scram"
+
     # -- the layout, for checking --------------------------------------------------------
     def patterns(self) -> dict[str, re.Pattern[str]]:
         """Every key that may exist, by name: what a full SCAN must match."""
@@ -207,5 +214,6 @@ class Keys:
                 "transactions": "txns",
                 "transactions_due": r"txns:due",
                 "transaction": r"txn:\{.*\}(?::lock)?",
+                "scram_credentials": "scram",
             }.items()
         }

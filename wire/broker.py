@@ -12,6 +12,7 @@ from kafkaesque.compaction import Compactor
 from kafkaesque.config_keys import BROKER_SYNONYMS, UNIT_SYNONYMS, Kind, broker_defaults
 from kafkaesque.consumer_group import ConsumerGroupCoordinator
 from kafkaesque.consumer_group_state import ConsumerGroupConfig
+from kafkaesque.credentials import CredentialStore
 from kafkaesque.durability import probe
 from kafkaesque.errors import InvalidConfig
 from kafkaesque.groups import CoordinatorConfig, GroupCoordinator
@@ -20,6 +21,7 @@ from kafkaesque.memory import MemoryGuard
 from kafkaesque.notify import Notifier
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
 from kafkaesque.partitions import MAX_MESSAGE_BYTES, Partitions
+from kafkaesque.scram import SASL_MECHANISMS
 from kafkaesque.tasks import cancel_and_wait
 from kafkaesque.topic_ids import TopicIds
 from kafkaesque.transactions import TxnConfig
@@ -73,6 +75,17 @@ class BrokerConfig:
             self.transaction_abort_interval_ms,
         )
 
+    # Listener name (PLAINTEXT, SASL_SSL, ...) -> the (host, port) Metadata gives clients
+    # that came in on it; a listener not named here advertises ``host`` and ``port``.
+    advertised_listeners: dict[str, tuple[str, int]] = field(default_factory=dict)
+    sasl_mechanisms: tuple[str, ...] = SASL_MECHANISMS  # sasl.enabled.mechanisms
+    connections_max_reauth_ms: int = 0  # KIP-368; 0: SASL sessions never expire
+    failed_authentication_delay_ms: int = 100  # connection.failed.authentication.delay.ms
+
+    def endpoint(self, listener: str) -> tuple[str, int]:
+        """The advertised (host, port) of the listener a client came in on."""
+        return self.advertised_listeners.get(listener, (self.host, self.port))
+
     def apply(self, settings: dict[str, str]) -> None:
         """Apply Kafka broker configs (``serve --config``): the broker's own settings and
         every topic's defaults (log.retention.ms, ...); raises InvalidConfig naming a bad or
@@ -97,7 +110,8 @@ class BrokerConfig:
         """(name, value, kind, doc) of the broker's own configs, as DescribeConfigs has them."""
         entries = [
             ("broker.id", str(self.node_id), Kind.INT, "this broker's node id"),
-            ("advertised.listeners", f"PLAINTEXT://{self.host}:{self.port}", Kind.STRING, ""),
+            ("advertised.listeners", self.advertised_text(), Kind.STRING, ""),
+            ("sasl.enabled.mechanisms", ",".join(self.sasl_mechanisms), Kind.LIST, ""),
         ]
         for name, (attribute, kind, doc) in BROKER_SETTINGS.items():
             target: object = self
@@ -111,6 +125,11 @@ class BrokerConfig:
             )
             entries.append((name, text, kind, doc))
         return entries
+
+    def advertised_text(self) -> str:
+        """advertised.listeners as Kafka writes it: NAME://HOST:PORT,..."""
+        listeners = self.advertised_listeners or {"PLAINTEXT": (self.host, self.port)}
+        return ",".join(f"{name}://{host}:{port}" for name, (host, port) in listeners.items())
 
 
 # Kafka broker configs ``serve --config`` sets, besides the topic defaults:
@@ -176,7 +195,25 @@ BROKER_SETTINGS: dict[str, tuple[str, Kind, str]] = {
         Kind.INT,
         "how often transactions past their timeout are looked for and aborted",
     ),
+    "connections.max.reauth.ms": (
+        "connections_max_reauth_ms",
+        Kind.LONG,
+        "SASL session lifetime (0: none)",
+    ),
+    "connection.failed.authentication.delay.ms": (
+        "failed_authentication_delay_ms",
+        Kind.INT,
+        "delay before a failed authentication is answered",
+    ),
 }
+# Settings of BROKER_SETTINGS for which 0 is allowed (off, or no wait).
+_ZERO_ALLOWED = frozenset(
+    {
+        "group.initial.rebalance.delay.ms",
+        "connections.max.reauth.ms",
+        "connection.failed.authentication.delay.ms",
+    }
+)
 
 
 def _broker_value(name: str, text: str) -> object:
@@ -191,7 +228,7 @@ def _broker_value(name: str, text: str) -> object:
         raise InvalidConfig(
             f"Invalid value {text} for configuration {name}: not a number"
         ) from None
-    low = 0 if name == "group.initial.rebalance.delay.ms" else 1
+    low = 0 if name in _ZERO_ALLOWED else 1
     if number < low:
         raise InvalidConfig(f"Invalid value {text} for configuration {name}: below {low}")
     return number
@@ -206,6 +243,7 @@ class Broker:
         self.topic_ids = TopicIds(log)  # for requests naming topics by id
         self.groups = GroupCoordinator(log.redis, config.groups, log.ns)
         self.consumer_groups = ConsumerGroupCoordinator(log, config.consumer_groups)
+        self.credentials = CredentialStore(log.redis, log.ns)  # SCRAM users
         self.cluster_id = ""
         self.memory = MemoryGuard(log.redis, log.release_archived)
         self.partitions.memory = self.memory

@@ -63,6 +63,12 @@ ERROR_CODES: dict[type[core.KafkaesqueError], ErrorCode] = {
     core.ClusterAuthorizationFailed: ErrorCode.cluster_authorization_failed,
     core.TransactionalIdAuthorizationFailed: ErrorCode.transactional_id_authorization_failed,
     core.SecurityDisabled: ErrorCode.security_disabled,
+    core.AuthenticationFailed: ErrorCode.sasl_authentication_failed,
+    core.UnsupportedSaslMechanism: ErrorCode.unsupported_sasl_mechanism,
+    core.IllegalSaslState: ErrorCode.illegal_sasl_state,
+    core.UnacceptableCredential: ErrorCode.unacceptable_credential,
+    core.CredentialNotFound: ErrorCode.resource_not_found,
+    core.DuplicateResource: ErrorCode.duplicate_resource,
 }
 
 

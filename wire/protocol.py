@@ -35,8 +35,9 @@ _HEADER_PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id
 # Api keys whose requests may carry bytes past their last field, which Kafka ignores:
 # librdkafka writes the null topic array of a flexible Metadata request ("all topics") as
 # 4 bytes, not one varint (librdkafka issue 5049); the first byte reads as null, as Kafka
-# reads it, and the three zero bytes as the fields after it.
-_TRAILING_BYTES_IGNORED = frozenset({3})
+# reads it, and the three zero bytes as the fields after it. librdkafka ends an
+# AlterUserScramCredentials request (51) with a second empty tagged-field buffer.
+_TRAILING_BYTES_IGNORED = frozenset({3, 51})
 
 
 class MalformedRequest(Exception):
@@ -69,6 +70,8 @@ class ConnectionState:
     # The listener the client came in on (its Kafka name: PLAINTEXT, SASL_SSL, ...), so
     # Metadata can answer with that listener's advertised address.
     listener: str = "PLAINTEXT"
+    # wire.sasl.SaslState on a SASL listener (None elsewhere): the authentication's state.
+    sasl: Any = None
 
 
 @dataclass(frozen=True, slots=True)

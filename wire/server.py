@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import resource
 import signal
+import ssl
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 
+from kafkaesque.errors import KafkaesqueError
 from kafkaesque.log import Log
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
 from kafkaesque.quota_rates import REFRESH_SECONDS, QuotaManager
@@ -30,6 +33,8 @@ from wire.protocol import (
     encode_response,
     parse_request,
 )
+from wire.sasl import MAX_RECEIVE_SIZE, SaslSettings, SaslState
+from wire.security import TLS_HANDSHAKE_TIMEOUT, Listener, distinguished_name
 
 log = logging.getLogger(__name__)
 
@@ -128,10 +133,25 @@ class Server:
         port: int,
         metrics: Metrics | None = None,
         quota_refresh: float = REFRESH_SECONDS,
+        listeners: Sequence[Listener] = (),
+        tls: ssl.SSLContext | None = None,
     ):
         self.broker = broker
-        self.host = host
-        self.port = port
+        # Without listeners: one PLAINTEXT listener on host:port. ``host`` and ``port``
+        # are the first listener's (its port once listening, when asked for port 0).
+        self.listeners = list(listeners) or [Listener("PLAINTEXT", host, port)]
+        self.host = self.listeners[0].host
+        self.port = self.listeners[0].port
+        self.ports: dict[str, int] = {}  # listener name -> the port it listens on
+        self.tls = tls
+        if tls is None and any(listener.tls for listener in self.listeners):
+            raise ValueError("an SSL or SASL_SSL listener needs a TLS certificate and key")
+        config = broker.config
+        self.sasl = SaslSettings(
+            config.sasl_mechanisms,
+            config.connections_max_reauth_ms,
+            config.failed_authentication_delay_ms,
+        )
         self.metrics = metrics or Metrics()
         self.metrics.watch_memory(lambda: broker.memory.use)
         self.budget = RequestBudget(broker.config.queued_max_request_bytes)
@@ -140,7 +160,7 @@ class Server:
         self.quotas = QuotaManager(QuotaStore(broker.log.redis, broker.log.ns), quota_refresh)
         self.throttling = Throttling(self.quotas)
         self._quota_refresh: asyncio.Task[None] | None = None
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
         self._idle: dict[asyncio.StreamWriter, bool] = {}  # connection -> waiting for a request
         self._per_ip: Counter[str] = Counter()
         self._stopping = False
@@ -152,21 +172,33 @@ class Server:
 
     async def start(self) -> None:
         await self.broker.start()
+        listener = self.listeners[0]
         try:
-            self._server = await asyncio.start_server(
-                self._connection, self.host, self.port, backlog=LISTEN_BACKLOG
-            )
+            for listener in self.listeners:
+                server = await asyncio.start_server(
+                    functools.partial(self._connection, listener),
+                    listener.host,
+                    listener.port,
+                    backlog=LISTEN_BACKLOG,
+                )
+                self._servers.append(server)
+                self.ports[listener.name] = server.sockets[0].getsockname()[1]
         except OSError as exc:  # the address is taken or not ours: stop what started
+            await self._close_listeners()
             await self.broker.stop()
             reason = exc.strerror or str(exc)
             raise OSError(
-                exc.errno, f"cannot listen on {self.host}:{self.port}: {reason}"
+                exc.errno, f"cannot listen on {listener.host}:{listener.port}: {reason}"
             ) from None
         except BaseException:
+            await self._close_listeners()
             await self.broker.stop()
             raise
-        if self.port == 0:
-            self.port = self._server.sockets[0].getsockname()[1]
+        self.port = self.ports[self.listeners[0].name]
+        advertised = self.broker.config.advertised_listeners
+        for name, (host, port) in list(advertised.items()):
+            if port == 0 and name in self.ports:  # asked for any port: advertise the one got
+                advertised[name] = (host, self.ports[name])
         self._quota_refresh = asyncio.create_task(self.quotas.run(), name="quota refresh")
 
     async def serve(self) -> None:
@@ -176,7 +208,13 @@ class Server:
         for sig in (signal.SIGTERM, signal.SIGINT):  # before listening: no window where
             loop.add_signal_handler(sig, stop.set)  # a signal kills a listening broker
         await self.start()
-        log.info("kafkaesque broker listening on %s:%d", self.host, self.port)
+        for listener in self.listeners:
+            log.info(
+                "kafkaesque broker listening on %s://%s:%d",
+                listener.name,
+                listener.host,
+                self.ports[listener.name],
+            )
         await stop.wait()
         await self.shutdown()
 
@@ -184,8 +222,8 @@ class Server:
         """Stop accepting, let in-flight requests finish, close connections."""
         self._stopping = True
         self._stopped.set()
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         self.broker.closing()  # long-polling fetches and group joins answer now
         for writer, idle in list(self._idle.items()):
             if idle:
@@ -200,6 +238,24 @@ class Server:
         await self.broker.stop()
         log.info("stopped")
 
+    async def _close_listeners(self) -> None:
+        for server in self._servers:
+            server.close()
+        self._servers.clear()
+
+    async def _start_tls(self, writer: asyncio.StreamWriter, peer: object) -> bool:
+        """The TLS handshake of a new connection on an SSL or SASL_SSL listener; a failed
+        one (a plaintext client, a bad or missing client certificate) is one log line."""
+        try:
+            await writer.start_tls(self.tls, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT)
+        except (OSError, TimeoutError, ssl.SSLError, EOFError) as exc:
+            reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+            log.warning("closing connection from %s: TLS handshake failed: %s", peer, reason)
+            self.metrics.errors.labels("tls").inc()
+            writer.transport.abort()
+            return False
+        return True
+
     def _refusal(self, ip: str) -> tuple[str, int] | None:
         """The limit (option name, value) that refuses a new connection from ``ip``: Kafka's
         max.connections and max.connections.per.ip; None if it is accepted."""
@@ -212,7 +268,9 @@ class Server:
             return "max-connections-per-ip", limit
         return None
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _connection(
+        self, listener: Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         peer = writer.get_extra_info("peername")
         ip = peer[0] if isinstance(peer, tuple) else ""
         refusal = self._refusal(ip)
@@ -232,8 +290,16 @@ class Server:
             return
         if self.quotas.table.ip_active and await self._over_connection_rate(ip, writer):
             return
+        if listener.tls and not await self._start_tls(writer, peer):
+            return
         client_host = f"/{ip}" if ip else ""
-        connection = ConnectionState()
+        connection = ConnectionState(listener=listener.name)
+        if listener.sasl:
+            connection.sasl = SaslState(self.sasl, self.broker.credentials, str(peer))
+        elif listener.tls:
+            certificate = writer.get_extra_info("peercert")
+            if certificate:  # mutual TLS: the principal is the certificate's subject
+                connection.principal = f"User:{distinguished_name(certificate)}"
         self._idle[writer] = True
         self._per_ip[ip] += 1
         self.metrics.connections.inc()
@@ -261,10 +327,18 @@ class Server:
                         f"request stalled: a partial size, then nothing for {stall:g} s"
                     ) from None
                 size = int.from_bytes(prefix, "big", signed=True)
+                if prefix[:2] == b"\x16\x03" and not listener.tls:  # a TLS ClientHello
+                    raise MalformedRequest(f"TLS handshake on the {listener.name} listener")
                 if not 0 < size <= config.socket_request_max_bytes:
                     raise MalformedRequest(
                         f"request size {size} out of range (--socket-request-max-bytes "
                         f"{config.socket_request_max_bytes})"
+                    )
+                sasl = connection.sasl
+                if sasl is not None and not sasl.authenticated and size > MAX_RECEIVE_SIZE:
+                    raise MalformedRequest(
+                        f"SASL frame of {size} bytes before authentication (at most "
+                        f"{MAX_RECEIVE_SIZE})"
                     )
                 # Back-pressure: the body is read only once its bytes fit in the budget;
                 # meanwhile the socket is read no further than asyncio's buffer (128 KiB), and
@@ -273,9 +347,12 @@ class Server:
                 try:
                     frame = await read_body(reader, size, stall)
                     self.metrics.bytes_in.inc(size + 4)
-                    response_bytes, mute_ms = await self._handle(
-                        frame, supported_apis, client_host, connection
-                    )
+                    if sasl is not None and sasl.raw_tokens:  # after a v0 SaslHandshake
+                        response_bytes, mute_ms = await self._raw_token(frame, connection), 0
+                    else:
+                        response_bytes, mute_ms = await self._handle(
+                            frame, supported_apis, client_host, connection
+                        )
                     del frame  # not kept while the next request is awaited
                 finally:
                     self.budget.release(size)
@@ -283,6 +360,9 @@ class Server:
                     writer.write(response_bytes)
                     self.metrics.bytes_out.inc(len(response_bytes))
                     await writer.drain()
+                if sasl is not None and sasl.failed:  # logged by the SASL state
+                    self.metrics.errors.labels("sasl").inc()
+                    break
                 if mute_ms:
                     # Over its quota: the next request is not read until the throttle time
                     # has passed (KIP-219's muted channel). Nothing is in flight meanwhile.
@@ -327,6 +407,8 @@ class Server:
             if exc.api_key != API_VERSIONS:
                 raise
             return api_versions_fallback(exc.correlation_id, supported_apis), 0
+        if connection.sasl is not None:  # before authentication only SASL and ApiVersions
+            connection.sasl.check_request(request.api_key)
         request = self.throttling.before(request)
         response = await handle(self.broker, request)
         name = api_name(request.api_key)
@@ -337,6 +419,18 @@ class Server:
         if throttled is not response:  # a throttle time or an emptied fetch to tell
             encoded = encode_response(request.correlation_id, throttled)
         return encoded, mute_ms
+
+    async def _raw_token(self, frame: bytes | memoryview, connection: ConnectionState) -> bytes:
+        """A bare SASL token after a v0 SaslHandshake, answered with a bare token (Kafka's
+        original framing); a refusal closes the connection (``failed``) with no answer."""
+        sasl = connection.sasl
+        try:
+            answer, _ = await sasl.authenticate(bytes(frame))
+        except KafkaesqueError:
+            return b""
+        if sasl.authenticated:
+            connection.principal = f"User:{sasl.user}"
+        return len(answer).to_bytes(4, "big") + answer
 
     async def _over_connection_rate(self, ip: str, writer: asyncio.StreamWriter) -> bool:
         """Whether a new connection from ``ip`` is over its connection_creation_rate: it is
@@ -384,6 +478,8 @@ async def run(
     config: BrokerConfig,
     metrics_address: tuple[str, int] | None = None,
     companions: Sequence[Companion] = (),
+    listeners: Sequence[Listener] = (),
+    tls: ssl.SSLContext | None = None,
 ) -> None:
     """Run a broker on ``log_`` until SIGTERM/SIGINT: the `kafkaesque serve` command.
 
@@ -394,7 +490,7 @@ async def run(
     metrics = Metrics()
     if metrics_address is not None:
         metrics.serve(*metrics_address)
-    server = Server(Broker(log_, config), host, port, metrics)
+    server = Server(Broker(log_, config), host, port, metrics, listeners=listeners, tls=tls)
     stopping = asyncio.Event()
     tasks = [asyncio.create_task(companion(stopping)) for companion in companions]
     try:

@@ -12,6 +12,7 @@ from kafkaesque.cli import (  # noqa: F401  (register the commands)
     spark,
     topics,
     transactions,
+    users,
 )
 from kafkaesque.cli.base import main
 

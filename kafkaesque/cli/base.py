@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import re
 import sys
 import urllib.parse
@@ -35,8 +36,16 @@ if TYPE_CHECKING:
 class Context:
     """What every command needs: where Redis is, started on demand when embedded."""
 
-    def __init__(self, redis_url: str | None, home: str | None, pg_dsn: str | None = None) -> None:
+    def __init__(
+        self,
+        redis_url: str | None,
+        home: str | None,
+        pg_dsn: str | None = None,
+        redis_password: str | None = None,
+    ) -> None:
         self.redis_url = redis_url
+        # For a --redis-url without a password of its own (never the embedded Redis).
+        self.redis_password = redis_password
         self.home = default_home() if home is None else click.format_filename(home)
         self.pg_dsn = pg_dsn
         self._archives: list[Archive] = []
@@ -96,7 +105,8 @@ class Context:
         """The log on Redis (at most ``max_connections`` to it; requests beyond wait for
         one); with ``archive``, and an archive configured or set up before, tiered over
         it: old offsets read from it, offsets restored from it if Redis lost its data."""
-        log = Log(redis_client(self.url(), max_connections))
+        password = None if self.embedded_redis() else self.redis_password
+        log = Log(redis_client(self.url(), max_connections, password))
         dsn = self.archive_dsn(start=False) if archive else None
         if dsn is not None:
             self.attach_archive(log, dsn, strict=True)
@@ -317,11 +327,22 @@ check_pg_dsn = url_option("postgresql", "postgres", form="postgresql://user:pass
     "private PostgreSQL under the data directory (serve and archive start it; other "
     "commands use it once it exists).",
 )
+@click.option(
+    "--redis-password-file",
+    type=click.File("r"),
+    help="A file holding the password of --redis-url (its first line), when the URL has "
+    "none. Default: the REDIS_PASSWORD environment variable, if set.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log details to stderr.")
 @click.version_option(package_name="kafkaesque")
 @click.pass_context
 def main(
-    ctx: click.Context, redis_url: str | None, home: str | None, pg_dsn: str | None, verbose: bool
+    ctx: click.Context,
+    redis_url: str | None,
+    home: str | None,
+    pg_dsn: str | None,
+    redis_password_file: Any,
+    verbose: bool,
 ) -> None:
     """A Kafka-compatible log service whose hot data lives in Redis."""
     logging.basicConfig(
@@ -329,7 +350,12 @@ def main(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    ctx.obj = Context(redis_url, home, pg_dsn)
+    password = os.environ.get("REDIS_PASSWORD") or None
+    if redis_password_file is not None:
+        password = redis_password_file.readline().rstrip("\r\n")
+    if redis_url is not None and urllib.parse.urlsplit(redis_url).password is not None:
+        password = None  # the URL's own wins
+    ctx.obj = Context(redis_url, home, pg_dsn, password)
 
 
 pass_context = click.make_pass_decorator(Context)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from pathlib import Path
 
 import click
@@ -32,19 +33,88 @@ def host_port(
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+def metrics_address(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> tuple[str, int] | None:
+    """[HOST:]PORT for the metrics endpoint: loopback unless a host is given."""
+    if value is not None and value.isdigit():
+        value = f"127.0.0.1:{value}"
+    address = host_port(ctx, param, value)
+    if address is not None and value is not None and value.startswith(":"):
+        return "127.0.0.1", address[1]
+    return address
+
+
+def listeners_option(
+    ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
+) -> list[tuple[str, str, int]]:
+    """Repeated [PROTOCOL://]HOST:PORT: (protocol, host, port), one listener per protocol."""
+    from wire.security import parse_listener
+
+    found: list[tuple[str, str, int]] = []
+    for text in value:
+        try:
+            protocol, host, port = parse_listener(text)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+        if any(protocol == other for other, _, _ in found):
+            raise click.BadParameter(f"two {protocol} listeners: one per security protocol")
+        found.append((protocol, host or "0.0.0.0", port))
+    return found
+
+
 @main.command()
 @click.option(
     "--listen",
     envvar="KAFKAESQUE_LISTEN",
-    default="127.0.0.1:9092",
+    multiple=True,
+    default=["127.0.0.1:9092"],
     show_default=True,
-    callback=host_port,
-    help="Address to accept Kafka clients on (env KAFKAESQUE_LISTEN).",
+    callback=listeners_option,
+    help="A listener, [PROTOCOL://]HOST:PORT (repeatable; env KAFKAESQUE_LISTEN): "
+    "PLAINTEXT (the default), SSL, SASL_PLAINTEXT or SASL_SSL.",
 )
 @click.option(
     "--advertised-host",
     help="Host given to clients in metadata. Default: the listen host, or 127.0.0.1 "
     "when listening on all interfaces.",
+)
+@click.option(
+    "--advertised-listener",
+    "advertised_listeners",
+    multiple=True,
+    callback=listeners_option,
+    help="PROTOCOL://HOST:PORT given in metadata to clients of that listener (repeatable). "
+    "Default: --advertised-host and the listener's port.",
+)
+@click.option("--tls-cert", type=click.Path(dir_okay=False), help="PEM certificate (chain).")
+@click.option("--tls-key", type=click.Path(dir_okay=False), help="PEM private key of --tls-cert.")
+@click.option(
+    "--tls-ca",
+    type=click.Path(dir_okay=False),
+    help="PEM CA certificates: clients of SSL and SASL_SSL listeners must present a "
+    "certificate signed by one (mutual TLS; on SSL the principal is its subject).",
+)
+@click.option(
+    "--sasl-enabled-mechanisms",
+    default="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+    show_default=True,
+    help="SASL mechanisms of SASL listeners, comma-separated.",
+)
+@click.option(
+    "--connections-max-reauth-ms",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    help="SASL session lifetime: clients re-authenticate within it, else their connection "
+    "closes (0: sessions never expire).",
+)
+@click.option(
+    "--failed-authentication-delay-ms",
+    type=click.IntRange(0),
+    default=100,
+    show_default=True,
+    help="Delay before answering (and closing) a failed SASL authentication.",
 )
 @click.option(
     "--auto-create-topics/--no-auto-create-topics",
@@ -55,7 +125,11 @@ def host_port(
 @click.option(
     "--default-partitions", type=click.IntRange(1, MAX_PARTITIONS), default=1, show_default=True
 )
-@click.option("--metrics", callback=host_port, help="Serve Prometheus metrics on HOST:PORT.")
+@click.option(
+    "--metrics",
+    callback=metrics_address,
+    help="Serve Prometheus metrics on [HOST:]PORT (127.0.0.1 unless a host is given).",
+)
 @click.option(
     "--group-initial-rebalance-delay-ms",
     type=click.IntRange(0),
@@ -178,8 +252,15 @@ def host_port(
 @pass_context
 def serve(
     ctx: Context,
-    listen: tuple[str, int],
+    listen: list[tuple[str, str, int]],
     advertised_host: str | None,
+    advertised_listeners: list[tuple[str, str, int]],
+    tls_cert: str | None,
+    tls_key: str | None,
+    tls_ca: str | None,
+    sasl_enabled_mechanisms: str,
+    connections_max_reauth_ms: int,
+    failed_authentication_delay_ms: int,
     auto_create_topics: bool,
     default_partitions: int,
     metrics: tuple[str, int] | None,
@@ -204,11 +285,36 @@ def serve(
     """Serve the Kafka protocol: unmodified Kafka clients produce and fetch here."""
     from kafkaesque.groups import CoordinatorConfig
     from wire.broker import BrokerConfig
+    from wire.security import Listener, tls_context
     from wire.server import Companion, run
 
-    host, port = listen
+    listeners = [Listener(*item) for item in listen]
+    host, port = listeners[0].host, listeners[0].port
     if advertised_host is None:
         advertised_host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+    advertised = {name: (h, p) for name, h, p in advertised_listeners}
+    unknown = set(advertised) - {listener.name for listener in listeners}
+    if unknown:
+        raise click.BadParameter(
+            f"no --listen for {', '.join(sorted(unknown))}", param_hint="'--advertised-listener'"
+        )
+    for listener in listeners:
+        advertised.setdefault(listener.name, (advertised_host, listener.port))
+    mechanisms = tuple(m.strip().upper() for m in sasl_enabled_mechanisms.split(",") if m.strip())
+    known = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+    if not mechanisms or set(mechanisms) - set(known):
+        raise click.BadParameter(
+            f"expected some of {', '.join(known)}", param_hint="'--sasl-enabled-mechanisms'"
+        )
+    tls = None
+    if any(listener.tls for listener in listeners):
+        if tls_cert is None or tls_key is None:
+            raise click.UsageError("SSL and SASL_SSL listeners need --tls-cert and --tls-key")
+        with one_line_errors():
+            try:
+                tls = tls_context(tls_cert, tls_key, tls_ca)
+            except ssl.SSLError as exc:
+                raise click.ClickException(f"cannot load the TLS files: {exc}") from None
     if logging.getLogger().level > logging.INFO:
         logging.getLogger().setLevel(logging.INFO)
     config = BrokerConfig(
@@ -227,6 +333,10 @@ def serve(
         authorizer="" if authorizer == "none" else authorizer,
         super_users=super_users,
         allow_everyone_if_no_acl_found=allow_everyone_if_no_acl_found,
+        advertised_listeners=advertised,
+        sasl_mechanisms=mechanisms,
+        connections_max_reauth_ms=connections_max_reauth_ms,
+        failed_authentication_delay_ms=failed_authentication_delay_ms,
         groups=CoordinatorConfig(
             initial_rebalance_delay_ms=group_initial_rebalance_delay_ms,
             min_session_timeout_ms=group_min_session_timeout_ms,
@@ -256,7 +366,7 @@ def serve(
 
             companions.append(archive_forever)
         try:
-            await run(log, host, port, config, metrics, companions)
+            await run(log, host, port, config, metrics, companions, listeners, tls)
         finally:
             await ctx.aclose()
             await log.redis.aclose()

@@ -84,10 +84,11 @@ def produce(
     partitions: int = 1,
     acks: str = "1",
     idempotent: bool = False,
+    config: dict[str, object] | None = None,
 ) -> float:
     """Seconds a confluent-kafka producer (acks=1, linger 5 ms, big batches, not idempotent
-    unless asked) takes to deliver ``n`` records of 100 bytes, spread round-robin over
-    ``partitions``."""
+    unless asked; updated with ``config``) takes to deliver ``n`` records of 100 bytes,
+    spread round-robin over ``partitions``."""
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -96,6 +97,7 @@ def produce(
             "batch.size": 1_000_000,
             "queue.buffering.max.messages": 2_000_000,
             "enable.idempotence": idempotent,
+            **(config or {}),
         }
     )
     started = time.perf_counter()

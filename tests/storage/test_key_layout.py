@@ -11,12 +11,14 @@ from kafkaesque.acls import AclBinding, AclStore, Operation, PatternType, Permis
 from kafkaesque.cluster import cluster_id
 from kafkaesque.consumer_group import ConsumerGroupCoordinator
 from kafkaesque.consumer_group_state import Heartbeat
+from kafkaesque.credentials import CredentialStore
 from kafkaesque.group_state import JoinRequest
 from kafkaesque.groups import CoordinatorConfig, GroupCoordinator
 from kafkaesque.keys import PARTITION, Keys
 from kafkaesque.log_types import RestoredPartition, RestoredTopic
 from kafkaesque.partitions import Partitions
 from kafkaesque.quotas import QuotaStore, check_alteration
+from kafkaesque.scram import SCRAM_SHA_512, new_credential
 from kafkaesque.topic_config import TopicConfig
 from kafkaesque.txn_store import TransactionCoordinator
 from storage_pg import Archiver, create_pool, ensure_schema
@@ -56,6 +58,8 @@ def test_every_key_matches_the_documented_layout(redis_url: str, pg_dsn: str) ->
             Permission.ALLOW,
         )
         await AclStore(log.redis, "lay").add([acl])  # CreateAcls, `acls add`
+        credential = new_credential(SCRAM_SHA_512, "pw")  # `users add`, AlterUserScram...
+        await CredentialStore(log.redis, "lay").put("u", credential)
         # A compact topic whose compaction removes pages.
         await log.create_topic(TopicConfig("kv", 1, configs={"cleanup.policy": "compact"}))
         for _ in range(3):

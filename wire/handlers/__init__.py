@@ -31,6 +31,8 @@ from wire.handlers import (
     producers,
     quotas,
     records,
+    sasl,
+    scram_users,
     telemetry,
     topic_partitions,
     transactions,
@@ -145,6 +147,11 @@ HANDLERS: dict[int, Api] = {
     28: Api(0, 4, transactions.txn_offset_commit, coordinator=True),
     65: Api(0, 0, transactions.describe_transactions),
     66: Api(0, 2, transactions.list_transactions),
+    # SASL (on SASL listeners; v0 handshake: raw tokens follow) and SCRAM users (KIP-554).
+    17: Api(0, 1, sasl.sasl_handshake),
+    36: Api(0, 2, sasl.sasl_authenticate),
+    50: Api(0, 0, scram_users.describe_user_scram_credentials),
+    51: Api(0, 0, scram_users.alter_user_scram_credentials),
 }
 
 

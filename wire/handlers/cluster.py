@@ -197,10 +197,12 @@ async def describe_quorum(broker: Broker, request: Request) -> Any:
 
     nodes: tuple[Any, ...] = ()
     if valid and request.api_version >= 2:  # v2 lists the voters' endpoints (KIP-853)
-        listener = build(
-            schema_class(schema, "Listener"), name="PLAINTEXT", host=config.host, port=config.port
+        advertised = config.advertised_listeners or {"PLAINTEXT": (config.host, config.port)}
+        listeners = tuple(
+            build(schema_class(schema, "Listener"), name=name, host=host, port=port)
+            for name, (host, port) in advertised.items()
         )
-        nodes = (build(schema_class(schema, "Node"), node_id=node, listeners=(listener,)),)
+        nodes = (build(schema_class(schema, "Node"), node_id=node, listeners=listeners),)
     return build(
         schema,
         error_code=ErrorCode.none,

@@ -125,6 +125,10 @@ async def fetch(broker: Broker, request: Request) -> Any:
         responses=responses,
         # KIP-951: the endpoints of the leaders named in current_leader, i.e. this broker.
         node_endpoints=(
-            broker_entries(broker, schema_class(schema, "NodeEndpoint")) if fenced else ()
+            broker_entries(
+                broker, schema_class(schema, "NodeEndpoint"), request.connection.listener
+            )
+            if fenced
+            else ()
         ),
     )

@@ -30,18 +30,19 @@ NOT_ASKED = -(2**31)
 GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 
 
-def _coordinator(broker: Broker, key_type: int) -> dict[str, Any]:
+def _coordinator(broker: Broker, key_type: int, listener: str) -> dict[str, Any]:
     """The answer for one key of a FindCoordinator: this broker for a group or a
-    transactional id; refusals that every client treats as fatal for what this broker
-    does not coordinate."""
+    transactional id, at the address of the listener the client used; refusals that every
+    client treats as fatal for what this broker does not coordinate."""
     c = broker.config
     if key_type in (GROUP_KEY, TRANSACTION_KEY):
+        host, port = c.endpoint(listener)
         return dict(
             error_code=ErrorCode.none,
             error_message=None,
             node_id=c.node_id,
-            host=c.host,
-            port=c.port,
+            host=host,
+            port=port,
         )
     # Share groups (KIP-932) and unknown types: Kafka answers INVALID_REQUEST below v6;
     # so here at v6 too, where a retriable code would be retried until the caller's
@@ -67,7 +68,7 @@ def _authorized_coordinator(
             else ErrorCode.transactional_id_authorization_failed
         )
         return dict(error_code=code, error_message=None, node_id=-1, host="", port=-1)
-    return _coordinator(broker, key_type)
+    return _coordinator(broker, key_type, request.connection.listener)
 
 
 async def find_coordinator(broker: Broker, request: Request) -> Any:

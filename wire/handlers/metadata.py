@@ -47,15 +47,19 @@ async def _topic_config(broker: Broker, name: str, auto_create: bool) -> TopicCo
         return error_code(exc)
 
 
-def broker_entries(broker: Broker, entry_class: type) -> tuple[Any, ...]:
+def broker_entries(
+    broker: Broker, entry_class: type, listener: str = "PLAINTEXT"
+) -> tuple[Any, ...]:
+    """This broker, at the advertised address of the ``listener`` the client used."""
     c = broker.config
+    host, port = c.endpoint(listener)
     return (
         build(
             entry_class,
             node_id=c.node_id,
             broker_id=c.node_id,
-            host=c.host,
-            port=c.port,
+            host=host,
+            port=port,
             rack=None,
             is_fenced=False,  # DescribeCluster v2: serving, so not fenced
         ),
@@ -177,7 +181,9 @@ async def metadata(broker: Broker, request: Request) -> Any:
     return build(
         schema,
         throttle_time=NO_THROTTLE,
-        brokers=broker_entries(broker, schema_class(schema, "MetadataResponseBroker")),
+        brokers=broker_entries(
+            broker, schema_class(schema, "MetadataResponseBroker"), request.connection.listener
+        ),
         cluster_id=broker.cluster_id,
         controller_id=node,
         topics=tuple(topics),
@@ -209,7 +215,9 @@ async def describe_cluster(broker: Broker, request: Request) -> Any:
         error_message=None,
         cluster_id=broker.cluster_id,
         controller_id=broker.config.node_id,
-        brokers=broker_entries(broker, schema_class(schema, "DescribeClusterBroker")),
+        brokers=broker_entries(
+            broker, schema_class(schema, "DescribeClusterBroker"), request.connection.listener
+        ),
         cluster_authorized_operations=NO_OPERATIONS,
         endpoint_type=1,  # v1+: these are broker endpoints
     )

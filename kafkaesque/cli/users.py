@@ -1,0 +1,120 @@
+"""SCRAM users from the command line: users add, users list, users delete (Kafka's
+kafka-configs.sh --alter --add-config 'SCRAM-SHA-512=[password=...]' --entity-type users).
+The password never comes as an argument: a prompt, stdin, or an environment variable."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from kafkaesque.cli.base import Context, echo_table, main, pass_context, run_async
+from kafkaesque.credentials import CredentialStore, mechanism_named
+from kafkaesque.scram import DEFAULT_ITERATIONS, MAX_ITERATIONS, MECHANISMS, new_credential
+
+MECHANISM_CHOICE = click.Choice(sorted(MECHANISMS), case_sensitive=False)
+
+
+def store(ctx: Context) -> CredentialStore:
+    log = ctx.log(archive=False)
+    return CredentialStore(log.redis, log.ns)
+
+
+def read_password(password_stdin: bool, password_env: str | None) -> str:
+    if password_stdin and password_env:
+        raise click.UsageError("--password-stdin and --password-env exclude each other")
+    if password_env is not None:
+        password = os.environ.get(password_env)
+        if password is None:
+            raise click.ClickException(f"the environment variable {password_env} is not set")
+    elif password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    elif not sys.stdin.isatty():  # a prompt would echo, or read a script's input
+        raise click.ClickException(
+            "no terminal to ask for the password on: give --password-stdin or --password-env"
+        )
+    else:
+        password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
+    if not password:
+        raise click.ClickException("the password must not be empty")
+    return password
+
+
+@main.group()
+def users() -> None:
+    """SCRAM users: the credentials SASL clients authenticate with."""
+
+
+@users.command("add")
+@click.argument("name")
+@click.option(
+    "--mechanism",
+    type=MECHANISM_CHOICE,
+    default="SCRAM-SHA-512",
+    show_default=True,
+    help="The SCRAM mechanism (PLAIN clients are checked against either).",
+)
+@click.option(
+    "--iterations",
+    type=click.IntRange(DEFAULT_ITERATIONS, MAX_ITERATIONS),
+    default=DEFAULT_ITERATIONS,
+    show_default=True,
+)
+@click.option("--password-stdin", is_flag=True, help="Read the password from stdin's first line.")
+@click.option("--password-env", metavar="VAR", help="Take the password from this variable.")
+@pass_context
+@run_async
+async def add_user(
+    ctx: Context,
+    name: str,
+    mechanism: str,
+    iterations: int,
+    password_stdin: bool,
+    password_env: str | None,
+) -> None:
+    """Add a user, or set a user's password (prompted for, twice, by default)."""
+    if not name:
+        raise click.BadParameter("a user name must not be empty", param_hint="NAME")
+    password = read_password(password_stdin, password_env)
+    scram = mechanism_named(mechanism)
+    await store(ctx).put(name, new_credential(scram, password, iterations))
+    click.echo(f"user {name}: {scram.name} credential set ({iterations} iterations)")
+
+
+@users.command("list")
+@pass_context
+@run_async
+async def list_users(ctx: Context) -> None:
+    """The users and their mechanisms (never a secret)."""
+    found = await store(ctx).users()
+    rows: list[list[object]] = [
+        [user, c.mechanism.name, c.iterations] for user, creds in found.items() for c in creds
+    ]
+    if rows:
+        echo_table(["USER", "MECHANISM", "ITERATIONS"], rows)
+    else:
+        click.echo("no users", err=True)
+
+
+@users.command("delete")
+@click.argument("name")
+@click.option(
+    "--mechanism",
+    type=MECHANISM_CHOICE,
+    help="Delete only this mechanism's credential. Default: every one of the user's.",
+)
+@pass_context
+@run_async
+async def delete_user(ctx: Context, name: str, mechanism: str | None) -> None:
+    """Delete a user's credentials: its connections fail their next re-authentication."""
+    credentials = store(ctx)
+    if mechanism is not None:
+        await credentials.delete(name, mechanism_named(mechanism))
+        gone = [mechanism_named(mechanism).name]
+    else:
+        held = await credentials.describe(name)  # CredentialNotFound: no such user
+        gone = [c.mechanism.name for c in held]
+        for c in held:
+            await credentials.delete(name, c.mechanism)
+    click.echo(f"user {name}: deleted {', '.join(gone)}")

@@ -1,0 +1,63 @@
+"""serve's listener, TLS and metrics options: parsed or refused in one line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+
+from kafkaesque.cli.serve import listeners_option, metrics_address
+from wire.security import parse_listener
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_listeners() -> None:
+    assert parse_listener("127.0.0.1:9092") == ("PLAINTEXT", "127.0.0.1", 9092)
+    assert parse_listener("sasl_ssl://[::1]:9093") == ("SASL_SSL", "::1", 9093)
+    assert listeners_option(None, None, ("SSL://:9094", "h:1")) == [  # type: ignore[arg-type]
+        ("SSL", "0.0.0.0", 9094),
+        ("PLAINTEXT", "h", 1),
+    ]
+    for bad in ("KERBEROS://h:1", "h", "SSL://h:65536", "h:x"):
+        with pytest.raises(ValueError):
+            parse_listener(bad)
+    with pytest.raises(click.BadParameter, match="two SSL listeners"):
+        listeners_option(None, None, ("SSL://a:1", "SSL://b:2"))  # type: ignore[arg-type]
+
+
+def test_metrics_bind_to_loopback_unless_a_host_is_given() -> None:
+    assert metrics_address(None, None, "9100") == ("127.0.0.1", 9100)  # type: ignore[arg-type]
+    assert metrics_address(None, None, ":9100") == ("127.0.0.1", 9100)  # type: ignore[arg-type]
+    assert metrics_address(None, None, "0.0.0.0:9100") == ("0.0.0.0", 9100)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--listen", "SSL://127.0.0.1:0"], "need --tls-cert and --tls-key"),
+        (["--listen", "FOO://127.0.0.1:0"], "unknown security protocol 'FOO'"),
+        (["--advertised-listener", "SSL://h:1"], "no --listen for SSL"),
+        (["--sasl-enabled-mechanisms", "GSSAPI"], "expected some of PLAIN"),
+        (["--config", "connections.max.reauth.ms=-1"], "connections.max.reauth.ms: below 0"),
+        (
+            ["--listen", "SSL://127.0.0.1:0", "--tls-cert", "/nonexistent.pem", "--tls-key", "/x"],
+            "No such file or directory",
+        ),
+    ],
+)
+def test_refusals(args: list[str], message: str) -> None:
+    command = [sys.executable, "-m", "kafkaesque", "--redis-url", "redis://127.0.0.1:1/0"]
+    result = subprocess.run(
+        [*command, "serve", "--no-archive", *args],
+        cwd=REPO,
+        capture_output=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    err = result.stderr.decode()
+    assert result.returncode != 0 and message in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err

@@ -1,0 +1,121 @@
+"""DescribeUserScramCredentials and AlterUserScramCredentials (KIP-554)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kafkaesque.credentials import (
+    CredentialStore,
+    check_distinct,
+    check_user,
+    duplicate,
+    mechanism_of,
+)
+from kafkaesque.errors import DuplicateResource, KafkaesqueError, UnacceptableCredential
+from kafkaesque.scram import Credential, check_iterations, from_salted
+from wire.authorize import Operation, check_cluster, cluster_allowed
+from wire.broker import Broker
+from wire.errors import error_code
+from wire.protocol import NO_THROTTLE, Request, build, schema_class
+
+
+async def describe_user_scram_credentials(broker: Broker, request: Request) -> Any:
+    """The mechanisms and iterations of the users asked for (null or empty: all); DESCRIBE
+    on the cluster, as Kafka checks."""
+    check_cluster(broker, request, Operation.DESCRIBE)  # the response's top-level code
+    schema = request.response_class
+    result_class = schema_class(schema, "DescribeUserScramCredentialsResult")
+    info_class = schema_class(schema, "CredentialInfo")
+    store: CredentialStore = broker.credentials
+    asked = [u.name for u in request.body.users or ()]
+    found: dict[str, list[Credential] | KafkaesqueError] = {}
+    if not asked:
+        found.update(await store.users())
+    twice = check_distinct(asked)
+    for user in dict.fromkeys(asked):
+        try:
+            if user in twice:
+                raise duplicate(user)
+            found[user] = await store.describe(user)
+        except KafkaesqueError as exc:
+            found[user] = exc
+    results = []
+    for user, outcome in found.items():
+        failed = isinstance(outcome, KafkaesqueError)
+        infos = () if failed else outcome
+        results.append(
+            build(
+                result_class,
+                user=user,
+                error_code=error_code(outcome) if failed else ErrorCode.none,
+                error_message=str(outcome) if failed else None,
+                credential_infos=tuple(
+                    build(info_class, mechanism=c.mechanism.kafka_id, iterations=c.iterations)
+                    for c in infos
+                ),
+            )
+        )
+    return build(
+        schema,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        results=tuple(results),
+    )
+
+
+async def alter_user_scram_credentials(broker: Broker, request: Request) -> Any:
+    """Upsert and delete credentials, user by user: a user's changes are all refused when
+    one is (a (user, mechanism) pair named twice, an unknown mechanism, too few or too
+    many iterations, deleting what does not exist). ALTER on the cluster, or every user
+    answers CLUSTER_AUTHORIZATION_FAILED."""
+    schema = request.response_class
+    result_class = schema_class(schema, "AlterUserScramCredentialsResult")
+    store: CredentialStore = broker.credentials
+    body = request.body
+    changes: dict[str, list[Any]] = defaultdict(list)
+    for change in (*body.deletions, *body.upsertions):
+        changes[change.name].append(change)
+    results = []
+    if not cluster_allowed(broker, request, Operation.ALTER):
+        code = ErrorCode.cluster_authorization_failed
+        message = "Cluster authorization failed: ALTER on the cluster"
+        results = [
+            build(result_class, user=u, error_code=code, error_message=message) for u in changes
+        ]
+        changes.clear()
+    for user, items in changes.items():
+        try:
+            check_user(user)
+            pairs = [f"{c.mechanism}" for c in items]
+            if check_distinct(pairs):
+                raise DuplicateResource(
+                    "A user credential cannot be altered twice in the same request"
+                )
+            planned: list[tuple[Any, Credential | None]] = []
+            for c in items:
+                mechanism = mechanism_of(c.mechanism)
+                if hasattr(c, "salted_password"):
+                    check_iterations(c.iterations)
+                    if not c.salt or not c.salted_password:
+                        raise UnacceptableCredential("an empty salt or salted password")
+                    credential = from_salted(mechanism, c.salted_password, c.salt, c.iterations)
+                    planned.append((mechanism, credential))
+                else:
+                    planned.append((mechanism, None))
+            for mechanism, credential in planned:  # deletions of missing ones refuse first
+                if credential is None and await store.get(user, mechanism) is None:
+                    await store.delete(user, mechanism)  # raises CredentialNotFound
+            for mechanism, credential in planned:
+                if credential is None:
+                    await store.delete(user, mechanism)
+                else:
+                    await store.put(user, credential)
+            code, message = ErrorCode.none, None
+        except KafkaesqueError as exc:
+            code, message = error_code(exc), str(exc)
+        results.append(build(result_class, user=user, error_code=code, error_message=message))
+    return build(schema, throttle_time=NO_THROTTLE, results=tuple(results))
