@@ -267,7 +267,7 @@ async def describe_transactions(broker: Broker, request: Request) -> Any:
                     transactional_id=transactional_id,
                     transaction_state="",
                     transaction_timeout=datetime.timedelta(0),
-                    transaction_start_time=_time(-1),
+                    transaction_start_time=_time(0),  # the schema default, as Kafka sends
                     producer_id=NO_PRODUCER_ID,
                     producer_epoch=NO_PRODUCER_EPOCH,
                     topics=(),
