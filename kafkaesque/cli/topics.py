@@ -290,6 +290,14 @@ def _file_size(file: Any) -> int | None:
     show_default=True,
     help="value: the value; offset: partition TAB offset TAB value; json: all fields.",
 )
+@click.option(
+    "--isolation",
+    type=click.Choice(["read_committed", "read_uncommitted"]),
+    default="read_committed",
+    show_default=True,
+    help="read_committed: only records of committed transactions, up to the last stable "
+    "offset; read_uncommitted: every record, up to the log end.",
+)
 @pass_context
 @run_async
 async def consume(
@@ -304,6 +312,7 @@ async def consume(
     on_truncation: str,
     group: str | None,
     fmt: str,
+    isolation: str,
 ) -> None:
     """Print TOPIC's records, one per line, from the beginning to the end of the log."""
     if offset is not None and from_beginning:
@@ -366,6 +375,7 @@ async def consume(
             err=True,
         ),
         epochs={p: e for p, e in epochs.items() if p in offsets},
+        read_committed=isolation == "read_committed",
         on_truncation=None
         if on_truncation == "error"
         else lambda p, at, was: click.echo(
