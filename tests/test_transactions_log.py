@@ -11,6 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from kafkaesque.batch_build import ABORT, COMMIT, build_batch, build_control_batch
+from kafkaesque.compaction import Compactor
 from kafkaesque.errors import InvalidProducerEpoch, InvalidRecord, UnknownTopic
 from kafkaesque.log import Log
 from kafkaesque.partitions import LATEST, Partitions
@@ -227,5 +228,46 @@ def test_delete_topic_removes_the_transaction_keys(make_log: Callable[[], Log]) 
         assert await log.open_transactions("t", 0) == []
         assert await log.aborted_transactions("t", 0) == []
         assert await log.last_stable_offset("t", 0) == 0
+
+    asyncio.run(scenario())
+
+
+def test_compaction_drops_aborted_and_keeps_open_transactions(
+    make_log: Callable[[], Log],
+) -> None:
+    async def scenario() -> None:
+        log = make_log()
+        configs = {"cleanup.policy": "compact", "kafkaesque.page.size": "4"}
+        await log.create_topic(TopicConfig("c", 1, configs=configs))
+        parts = Partitions(log)
+
+        def keyed(key: bytes, value: bytes, pid: int = -1, seq: int = -1) -> bytes:
+            if pid < 0:
+                return build_batch([value], [key])
+            return build_batch(
+                [value], [key], producer_id=pid, producer_epoch=0, base_sequence=seq,
+                transactional=True,
+            )  # fmt: skip
+
+        await log.append("c", 0, [keyed(b"a", b"a1")])  # 0
+        await log.append("c", 0, [keyed(b"a", b"a2", PID, 0)])  # 1: aborted below
+        await log.append("c", 0, [keyed(b"b", b"b1", OTHER, 0)])  # 2: committed below
+        await log.append("c", 0, [keyed(b"b", b"b2")])  # 3 (page 0 closes)
+        await parts.write_markers([("c", 0)], PID, 0, commit=False)  # 4
+        await parts.write_markers([("c", 0)], OTHER, 0, commit=True)  # 5
+        await log.append("c", 0, [keyed(b"a", b"a3", 3000, 0)])  # 6: stays open
+        await log.append("c", 0, [keyed(b"c", b"c1")])  # 7 (page 1 closes)
+        await log.append("c", 0, [keyed(b"d", b"d1")])  # 8, the open page
+
+        [done] = await Compactor(log).run_once()
+        assert done.compacted
+        batches = (await log.read("c", 0, 0)).batches
+        markers = [read_header(b).base_offset for b in batches if is_control(b)]
+        assert markers == [4, 5]  # markers stay
+        rows = [(r.offset, r.value) for b in batches if not is_control(b) for r in decode_batch(b)]
+        # a2 (aborted) and b1 (committed, then superseded) went; a1 stays: a3 may yet abort.
+        assert rows == [(0, b"a1"), (3, b"b2"), (6, b"a3"), (7, b"c1"), (8, b"d1")]
+        assert await log.open_transactions("c", 0) == [(3000, 6)]
+        assert await committed_values(log, "c") == [b"a1", b"b2"]
 
     asyncio.run(scenario())
