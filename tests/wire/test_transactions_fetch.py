@@ -239,3 +239,51 @@ def test_confluent_read_committed_sees_only_committed_records(broker, topic_name
     assert consume(broker, topic, "read_uncommitted", 8) == [
         b"p0", b"a0", b"a1", b"b0", b"p1", b"p2", b"c0", b"p3"
     ]  # fmt: skip
+
+
+def test_kafka_python_and_aiokafka_read_committed(broker, topic_name):
+    topic = topic_name()
+    setup(broker, topic)
+    kafka = pytest.importorskip("kafka")
+    for isolation, expected in (
+        ("read_committed", [b"p0", b"b0", b"p1", b"p2"]),
+        ("read_uncommitted", [b"p0", b"a0", b"a1", b"b0", b"p1", b"p2", b"c0", b"p3"]),
+    ):
+        consumer = kafka.KafkaConsumer(
+            topic,
+            bootstrap_servers=broker.bootstrap,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            isolation_level=isolation,
+            consumer_timeout_ms=3000,
+        )
+        try:
+            assert [m.value for m in consumer] == expected, isolation
+        finally:
+            consumer.close()
+
+    aiokafka = pytest.importorskip("aiokafka")
+
+    async def read(isolation: str) -> list[bytes]:
+        consumer = aiokafka.AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=broker.bootstrap,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            isolation_level=isolation,
+        )
+        await consumer.start()
+        try:
+            values: list[bytes] = []
+            while True:
+                batch = await consumer.getmany(timeout_ms=2000)
+                if not batch:
+                    return values
+                values += [m.value for msgs in batch.values() for m in msgs]
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(read("read_committed")) == [b"p0", b"b0", b"p1", b"p2"]
+    assert asyncio.run(read("read_uncommitted")) == [
+        b"p0", b"a0", b"a1", b"b0", b"p1", b"p2", b"c0", b"p3"
+    ]  # fmt: skip
