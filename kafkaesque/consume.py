@@ -246,7 +246,7 @@ class Consumer:
         if not following:
             return partitions
         if self.read_committed:
-            ends = [await self.log.last_stable_offset(self.topic, p) for p in partitions]
+            ends = await self.log.last_stable_offsets(self.topic, partitions)
         else:
             ends = await self.log.log_ends(self.topic, partitions)
         return [p for p, end in zip(partitions, ends, strict=True) if end != self.offsets[p]]

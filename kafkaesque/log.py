@@ -429,14 +429,25 @@ class Log(TopicsLog, ArchivingLog):
 
     async def last_stable_offset(self, topic: str, partition: int) -> int:
         """The first offset of the oldest open transaction, else the log end."""
-        p = self.keys.partition(topic, partition)
+        [lso] = await self.last_stable_offsets(topic, [partition])
+        return lso
+
+    async def last_stable_offsets(self, topic: str, partitions: Iterable[int]) -> list[int]:
+        """The last stable offset of each of ``partitions`` (one round trip); raises
+        UnknownTopic if one does not exist."""
+        numbers = list(partitions)
         pipe = self.redis.pipeline(transaction=True)
-        pipe.hget(p.meta, "end")
-        pipe.hvals(p.txn_open)
-        end, firsts = await pipe.execute()
-        if end is None:
-            raise UnknownTopic(f"unknown topic or partition: {topic}[{partition}]")
-        return min([int(end), *map(int, firsts)])
+        for number in numbers:
+            p = self.keys.partition(topic, number)
+            pipe.hget(p.meta, "end")
+            pipe.hvals(p.txn_open)
+        replies = await pipe.execute()
+        found = []
+        for number, end, firsts in zip(numbers, replies[::2], replies[1::2], strict=True):
+            if end is None:
+                raise UnknownTopic(f"unknown topic or partition: {topic}[{number}]")
+            found.append(min([int(end), *map(int, firsts)]))
+        return found
 
     async def new_producer_id(self) -> int:
         """A producer id no other producer of this Redis has had, before or after a loss of

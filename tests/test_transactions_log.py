@@ -6,12 +6,14 @@ redis-server (``make_log``)."""
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import Callable
 
 import pytest
 
 from kafkaesque.batch_build import ABORT, COMMIT, build_batch, build_control_batch
 from kafkaesque.compaction import Compactor
+from kafkaesque.consume import Consumer
 from kafkaesque.errors import InvalidProducerEpoch, InvalidRecord, UnknownTopic
 from kafkaesque.log import Log
 from kafkaesque.partitions import LATEST, Partitions
@@ -269,5 +271,38 @@ def test_compaction_drops_aborted_and_keeps_open_transactions(
         assert rows == [(0, b"a1"), (3, b"b2"), (6, b"a3"), (7, b"c1"), (8, b"d1")]
         assert await log.open_transactions("c", 0) == [(3000, 6)]
         assert await committed_values(log, "c") == [b"a1", b"b2"]
+
+    asyncio.run(scenario())
+
+
+def test_following_consumer_waits_for_the_commit(make_log: Callable[[], Log]) -> None:
+    async def scenario() -> None:
+        log = make_log()
+        await log.create_topic(TopicConfig("t", 2))
+        await log.append("t", 0, [txn([b"t0"])])
+        await log.append("t", 0, [plain([b"p0"])])
+        await log.append("t", 1, [plain([b"other"])])
+        reads: list[int] = []
+        read = log.read
+
+        async def counting_read(topic: str, partition: int, *args, **kwargs):
+            reads.append(partition)
+            return await read(topic, partition, *args, **kwargs)
+
+        log.read = counting_read  # type: ignore[method-assign]
+        out = io.BytesIO()
+        following = asyncio.create_task(Consumer(log, "t", {0: 0, 1: 0}).run(out, follow=True))
+        await asyncio.sleep(0.5)
+        assert out.getvalue() == b"other\n"  # t0 and p0 wait behind the open transaction
+        idle_reads = len(reads)
+        await asyncio.sleep(1.2)  # a safety-net wakeup: partition 0's LSO did not move
+        assert len(reads) == idle_reads
+        await Partitions(log).write_markers([("t", 0)], PID, 0, commit=True)
+        for _ in range(100):
+            if out.getvalue().endswith(b"p0\n"):
+                break
+            await asyncio.sleep(0.05)
+        following.cancel()
+        assert out.getvalue() == b"other\nt0\np0\n"
 
     asyncio.run(scenario())
