@@ -12,7 +12,9 @@ from kafkaesque.compression import Compression, compress
 from kafkaesque.record_body import Record, encode_general, encode_simple
 from kafkaesque.records import (
     ATTR_COMPRESSION,
+    ATTR_CONTROL,
     ATTR_LOG_APPEND_TIME,
+    ATTR_TRANSACTIONAL,
     BATCH_LENGTH,
     HEADER_SIZE,
     MAGIC,
@@ -40,9 +42,11 @@ def build_batch(
     producer_epoch: int = -1,
     base_sequence: int = -1,
     offset_deltas: Sequence[int] | None = None,
+    transactional: bool = False,
 ) -> bytes:
     """Encode records into one batch with offset deltas 0..n-1 (or ``offset_deltas``,
-    increasing: a compacted batch, whose gaps were records the compactor removed).
+    increasing: a compacted batch, whose gaps were records the compactor removed);
+    ``transactional`` sets isTransactional (a transactional producer's batch).
 
     ``timestamp`` (ms, default now) applies to every record unless
     ``timestamps`` gives one per record.
@@ -76,7 +80,7 @@ def build_batch(
     return _assemble(
         base_offset,
         -1,
-        int(compression),
+        int(compression) | (ATTR_TRANSACTIONAL if transactional else 0),
         last_delta,
         base_ts,
         max_ts,
@@ -187,3 +191,42 @@ def _frame(
     crc = crc32c(records, crc32c(covered))
     length = HEADER_SIZE - _LOG_OVERHEAD + len(records)
     return b"".join((_PREFIX.pack(base_offset, length, leader_epoch, MAGIC, crc), covered, records))
+
+
+# Kafka's ControlRecordType: the key of a transaction marker's one record says which.
+ABORT, COMMIT = 0, 1
+_CONTROL_KEY = struct.Struct(">hh")  # version 0, type
+_MARKER_VALUE = struct.Struct(">hi")  # EndTransactionMarker: version 0, coordinatorEpoch
+
+
+def build_control_batch(
+    producer_id: int,
+    producer_epoch: int,
+    commit: bool,
+    coordinator_epoch: int = 0,
+    timestamp: int | None = None,
+) -> bytes:
+    """A transaction marker as Kafka's broker writes it: a batch with isControl and
+    isTransactional set, the producer's id and epoch, baseSequence -1, and one record whose
+    key is the control record key (version 0, COMMIT or ABORT) and whose value is the
+    EndTransactionMarker (version 0, the coordinator's epoch)."""
+    ts = int(time.time() * 1000) if timestamp is None else timestamp
+    body = encode_general(
+        [_MARKER_VALUE.pack(0, coordinator_epoch)],
+        [_CONTROL_KEY.pack(0, COMMIT if commit else ABORT)],
+        None,
+        ts,
+        None,
+        None,
+    )
+    return _assemble(
+        0,
+        -1,
+        ATTR_CONTROL | ATTR_TRANSACTIONAL,
+        0,
+        ts,
+        ts,
+        (producer_id, producer_epoch, -1),
+        1,
+        body,
+    )

@@ -22,6 +22,11 @@ here rather than per batch). Surviving records keep their offsets; a batch keeps
 offset and last offset delta (kafkaesque.batch_build.rebuild_batch), so the page's batch index
 and every record's global sequence number stay true.
 
+Transactions (as Kafka's cleaner treats them): a transaction marker is always kept; the
+records of an aborted transaction are dropped; those of a transaction still open are kept
+as they are and hide no older record (it may yet abort); those of a committed one are
+ordinary records.
+
 Each page is rewritten by one script (kafkaesque/lua/compact.lua) that refuses if the page
 changed since it was read. A pass stops at the first refusal: a page is only compacted
 after every older one was, so a tombstone can never outlive a value it hides. The next
@@ -43,7 +48,12 @@ from kafkaesque.config_keys import LONG_MAX
 from kafkaesque.errors import Conflict, InvalidConfig, InvalidRecord, UnknownTopic
 from kafkaesque.log import Log
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
-from kafkaesque.records import decode_batch_and_header, read_header, record_keys
+from kafkaesque.records import (
+    BatchHeader,
+    decode_batch_and_header,
+    read_header,
+    record_keys,
+)
 from kafkaesque.tables import plural
 from kafkaesque.topic_config import TopicConfig
 
@@ -51,6 +61,29 @@ log = logging.getLogger(__name__)
 
 KEEP, DROP = b"=", b""  # compact.lua's actions for a batch kept as is or dropped whole
 MAX_KEYS = 1_000_000  # keys mapped per pass at most (Kafka's dedupe buffer); the rest waits
+
+
+@dataclass(frozen=True, slots=True)
+class _Transactions:
+    """A partition's open transactions (producer id -> first offset) and aborted ones
+    (producer id, first offset, ABORT marker's offset) when a pass began."""
+
+    open: dict[int, int]
+    aborted: list[tuple[int, int, int]]
+
+    def untouchable(self, header: BatchHeader) -> bool:
+        """A marker, or a batch of a transaction still open: kept as it is, its keys hide
+        nothing."""
+        if header.is_control:
+            return True
+        first = self.open.get(header.producer_id)
+        return header.is_transactional and first is not None and header.base_offset >= first
+
+    def aborted_batch(self, header: BatchHeader) -> bool:
+        return header.is_transactional and any(
+            pid == header.producer_id and first <= header.base_offset < last
+            for pid, first, last in self.aborted
+        )
 
 
 def _now_ms() -> int:
@@ -209,7 +242,11 @@ class Compactor:
             self._quiet[(topic, partition)] = ((*seen, policy), plan.due_ms)
             return result
         self._quiet.pop((topic, partition), None)  # planned afresh next time
-        latest, pages = await self._map_keys(topic, partition, plan)
+        # Open ones first: a transaction ending in between is then seen open (kept), never
+        # as neither open nor aborted (which would count an abort as committed).
+        txns = _Transactions(dict(await self.log.open_transactions(topic, partition)), [])
+        txns.aborted.extend(await self.log.aborted_transactions(topic, partition))
+        latest, pages = await self._map_keys(topic, partition, plan, txns)
         if plan.first_dirty == len(plan.pages):
             # Only tombstones are due: no other record of the clean part can go, so only
             # their pages are read (the values they hid went when they were first compacted).
@@ -219,7 +256,7 @@ class Compactor:
                 if pg.tombstones and pg.cleaned_ms + policy.delete_retention_ms <= now  # type: ignore[operator]
             ]
         for page in pages:
-            if not await self._rewrite(topic, partition, page, latest, policy, now, result):
+            if not await self._rewrite(topic, partition, page, latest, policy, now, result, txns):
                 break
         return result
 
@@ -303,7 +340,7 @@ class Compactor:
         )
 
     async def _map_keys(
-        self, topic: str, partition: int, plan: _Plan
+        self, topic: str, partition: int, plan: _Plan, txns: _Transactions
     ) -> tuple[dict[bytes, int], list[_Page]]:
         """Every key of the dirty part with its latest offset, and the pages this pass
         rewrites: the map stops growing after the page that fills it to ``max_keys``, and
@@ -314,9 +351,11 @@ class Compactor:
             snapshot = await self._snapshot(topic, partition, plan.pages[i].number)
             for batch in snapshot.batches:
                 try:
-                    records = record_keys(batch)[1]
+                    header, records = record_keys(batch)
                 except InvalidRecord:
                     continue  # kept as it is (the archiver keeps it raw too)
+                if txns.untouchable(header) or txns.aborted_batch(header):
+                    continue
                 for offset, key, _ in records:
                     if key is not None:
                         latest[key] = offset
@@ -334,6 +373,7 @@ class Compactor:
         policy: Policy,
         now: int,
         result: PartitionCompaction,
+        txns: _Transactions,
     ) -> bool:
         """Compact one page; False when the pass must stop here (it changed meanwhile, or
         it would empty with no later page to take its offsets)."""
@@ -368,7 +408,12 @@ class Compactor:
                 header, keys = read_header(batch), []
                 kept = None
             else:
-                kept = [k for k in keys if retained(*k)]
+                if txns.untouchable(header):
+                    kept = None
+                elif txns.aborted_batch(header):
+                    kept = []
+                else:
+                    kept = [k for k in keys if retained(*k)]
             if kept is None or len(kept) == len(keys):
                 actions.append(KEEP)
                 new_header = header

@@ -15,6 +15,8 @@ from kafkaesque.records import (
     base_offset,
     decode_batch,
     decode_values,
+    is_aborted,
+    is_control,
     next_offset,
     offset_count,
     record_count,
@@ -97,6 +99,7 @@ class Consumer:
         on_gap: Callable[[int, int, int], None] | None = None,
         epochs: dict[int, int] | None = None,
         on_truncation: Callable[[int, int, int], None] | None = None,
+        read_committed: bool = True,
     ) -> None:
         """``commit`` is called with the partitions' next offsets (and their epochs) after
         records were written and flushed (at-least-once: a crash re-reads at most one fetch).
@@ -108,7 +111,12 @@ class Consumer:
         missing ones are taken at the first read. When a partition's epoch moves on and
         its new log ends that epoch below our offset (KIP-320's check), the records we
         read there are gone: ``on_truncation(partition, truncated_at, offset)`` is told and
-        reading goes on from the truncation point; without it, LogTruncated is raised."""
+        reading goes on from the truncation point; without it, LogTruncated is raised.
+
+        ``read_committed`` (as librdkafka's default isolation.level): read only up to the
+        last stable offset, skipping records of aborted transactions; otherwise every user
+        record. Transaction markers are never written out."""
+        self.read_committed = read_committed
         self.on_gap = on_gap
         self.epochs = dict(epochs or {})
         self.on_truncation = on_truncation
@@ -127,7 +135,11 @@ class Consumer:
         before archiving) are read across and reported to ``on_gap``."""
         offset = self.offsets[partition]
         result = await self.partitions.read(
-            self.topic, partition, offset, max_records=self.fetch_size
+            self.topic,
+            partition,
+            offset,
+            max_records=self.fetch_size,
+            committed=self.read_committed,
         )
         known = self.epochs.setdefault(partition, result.leader_epoch)
         if result.leader_epoch != known:
@@ -146,6 +158,9 @@ class Consumer:
         for batch in result.batches:
             base = base_offset(batch)
             offset = self._skip_gap(partition, offset, base)
+            if is_control(batch) or (self.read_committed and is_aborted(batch, result.aborted)):
+                offset = max(offset, next_offset(batch))  # no user records to write
+                continue
             formatted = self.format(partition, batch, offset)
             lines += formatted
             segments.append(_line_offsets(batch, offset, len(formatted)))
@@ -195,8 +210,11 @@ class Consumer:
                 async with self.partitions.appends([self.topic]) as appended:
                     got_any = False
                     for p in await self._to_poll(following=follow):
+                        before = self.offsets[p]
                         lines, segments = await self._poll(p)
                         if not lines:
+                            # Markers and aborted records only: read on past them.
+                            got_any = got_any or self.offsets[p] != before
                             continue
                         got_any = True
                         if max_records is not None and written + len(lines) >= max_records:
@@ -227,7 +245,10 @@ class Consumer:
         partitions = list(self.offsets)
         if not following:
             return partitions
-        ends = await self.log.log_ends(self.topic, partitions)
+        if self.read_committed:
+            ends = await self.log.last_stable_offsets(self.topic, partitions)
+        else:
+            ends = await self.log.log_ends(self.topic, partitions)
         return [p for p, end in zip(partitions, ends, strict=True) if end != self.offsets[p]]
 
     async def _add_new_partitions(self) -> None:

@@ -269,6 +269,7 @@ LUA_ERRORS: dict[str, type[KafkaesqueError]] = {
     "INVALID_PRODUCER_EPOCH": InvalidProducerEpoch,
     "UNKNOWN_PRODUCER_ID": UnknownProducerId,
     "OFFSET_OUT_OF_RANGE": OffsetOutOfRange,
+    "INVALID_RECORD": InvalidRecord,
 }
 
 

@@ -22,6 +22,8 @@ PARTITION = {
     "producers": "hash: producer id -> epoch and its last 5 batches' sequences and offsets",
     "producers_seen": "sorted set: producer id by last use (ms)",
     "epochs": "hash: leader epoch -> the offset it starts at",
+    "txn_open": "hash: producer id -> first offset of its open transaction",
+    "txn_aborted": "sorted set: 'pid:first:last' of aborted transactions by last offset",
 }
 
 
@@ -54,6 +56,16 @@ class PartitionKeys:
     @property
     def epochs(self) -> str:
         return self.prefix + "epochs"
+
+    @property
+    def txn_open(self) -> str:
+        """Open transactions: producer id -> the offset of its first transactional record."""
+        return self.prefix + "txn_open"
+
+    @property
+    def txn_aborted(self) -> str:
+        """Aborted transactions, "pid:first:last" scored by last (the ABORT marker's) offset."""
+        return self.prefix + "txn_aborted"
 
     def page(self, number: int) -> str:
         return f"{self.prefix}page:{number}"

@@ -14,6 +14,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from kafkaesque.archiving import ArchivingLog
+from kafkaesque.batch_build import build_control_batch
 from kafkaesque.durability import DEFAULT_TIMEOUT_MS, Durability
 from kafkaesque.errors import OffsetOutOfRange, PolicyViolation, UnknownTopic
 from kafkaesque.keys import Keys
@@ -35,6 +36,10 @@ HIGH_WATERMARK = -1
 _BELOW_START, _PAST_END, _DELETED = 1, 2, 3
 
 
+def _second(pair: tuple[int, int]) -> int:
+    return pair[1]
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -42,6 +47,12 @@ def _now_ms() -> int:
 def _after(offset: int, first: int) -> int | None:
     """``first`` when the data resumes after a gap beginning at ``offset``, else None."""
     return first if first > offset else None
+
+
+def _aborted(entry: bytes) -> tuple[int, int, int]:
+    """An aborted index entry "pid:first:last" as (producer id, first, last offset)."""
+    pid, first, last = entry.split(b":")
+    return int(pid), int(first), int(last)
 
 
 class Log(TopicsLog, ArchivingLog):
@@ -95,6 +106,7 @@ class Log(TopicsLog, ArchivingLog):
         for batch in batches:
             args += (offset_count(batch), *producer_fields(batch), batch)
         keys = [p.meta, p.index, p.stats, k.gseq, p.producers, k.archiving, k.incarnation]
+        keys.append(p.txn_open)
         if durability is None or not durability.waits:
             start, *bases = await self._call(self.scripts.append, keys, args)
         else:
@@ -121,24 +133,34 @@ class Log(TopicsLog, ArchivingLog):
         max_bytes: int = 1 << 20,
         max_records: int = 1 << 31,
         min_one: bool = True,
+        committed: bool = False,
     ) -> ReadResult:
         """Whole batches from the one holding ``offset`` within the limits; with ``min_one``
-        the first batch comes even when it alone exceeds them.
+        the first batch comes even when it alone exceeds them. ``committed``
+        (READ_COMMITTED): only whole batches below the last stable offset, with the aborted
+        transactions among them (``ReadResult.aborted``).
 
         Below Redis' oldest offset the archive (``cold``) answers; an offset no store holds
         lies in a gap (dropped by retention before archiving) and the read goes on from the
         next offset that exists, as Kafka's readers do across a compacted log's gaps.
         Without an archive such an offset is ``below_start`` (Kafka's retention), and so
         is, archive or not, an offset below the log start DeleteRecords moved."""
-        status, start, end, epoch, batches = await self._read_redis(
-            topic, partition, offset, max_bytes, max_records, min_one
+        status, start, end, epoch, lso, aborted, batches = await self._read_redis(
+            topic, partition, offset, max_bytes, max_records, min_one, committed
         )
         if status == _DELETED:  # deleted from the archive too: not a gap to read across
             earliest = await self._earliest(topic, partition, start)
-            return ReadResult([], earliest, end, epoch, below_start=True)
+            return ReadResult([], earliest, end, epoch, below_start=True, last_stable=lso)
         if status != _BELOW_START or self.cold is None:
             return ReadResult(
-                batches, start, end, epoch, status == _BELOW_START, status == _PAST_END
+                batches,
+                start,
+                end,
+                epoch,
+                status == _BELOW_START,
+                status == _PAST_END,
+                last_stable=lso,
+                aborted=aborted,
             )
         # Tiered storage: offsets Redis no longer holds are read from the archive.
         earliest = await self._earliest(topic, partition, start)
@@ -148,11 +170,15 @@ class Log(TopicsLog, ArchivingLog):
         # deleted from the archive but did not reach Redis yet).
         first = base_offset(batches[0]) if batches else start
         if first < start:
-            return ReadResult(batches, earliest, end, epoch, skipped_to=_after(offset, first))
+            # The archive holds only what ended transactions left (the archiver stops at
+            # the last stable offset) and no aborted records.
+            return ReadResult(
+                batches, earliest, end, epoch, skipped_to=_after(offset, first), last_stable=lso
+            )
         # Nothing at or after the offset is archived: the gap runs up to Redis' oldest.
         for _ in range(8):  # retention may move the start between two calls
-            status, start, end, epoch, batches = await self._read_redis(
-                topic, partition, start, max_bytes, max_records, min_one
+            status, start, end, epoch, lso, aborted, batches = await self._read_redis(
+                topic, partition, start, max_bytes, max_records, min_one, committed
             )
             if status != _BELOW_START:
                 break
@@ -164,6 +190,8 @@ class Log(TopicsLog, ArchivingLog):
             status in (_BELOW_START, _DELETED),
             status == _PAST_END,
             start,
+            lso,
+            aborted,
         )
 
     async def _read_redis(
@@ -174,14 +202,16 @@ class Log(TopicsLog, ArchivingLog):
         max_bytes: int,
         max_records: int,
         min_one: bool,
-    ) -> tuple[int, int, int, int, list[bytes]]:
-        """read.lua: (status, log start, log end, leader epoch, batches)."""
+        committed: bool = False,
+    ) -> tuple[int, int, int, int, int, list[tuple[int, int, int]], list[bytes]]:
+        """read.lua: (status, log start, log end, leader epoch, last stable offset,
+        aborted transactions, batches)."""
         p = self.keys.partition(topic, partition)
-        status, start, end, epoch, *batches = await self.scripts.read(
-            keys=[p.meta, p.index],
-            args=[p.prefix, offset, max_bytes, max_records, 1 if min_one else 0],
+        status, start, end, epoch, lso, aborted, *batches = await self.scripts.read(
+            keys=[p.meta, p.index, p.txn_open, p.txn_aborted],
+            args=[p.prefix, offset, max_bytes, max_records, int(min_one), int(committed)],
         )
-        return status, start, end, epoch, batches
+        return status, start, end, epoch, lso, [_aborted(a) for a in aborted], batches
 
     async def earliest_offset(self, topic: str, partition: int) -> int:
         """The first offset still readable: in the archive if there is one, else in Redis."""
@@ -352,6 +382,72 @@ class Log(TopicsLog, ArchivingLog):
             last = int(batches[-1].split(":")[1]) if batches else -1
             found.append(ProducerState(int(pid), int(epoch), last, used.get(int(pid), -1)))
         return sorted(found, key=lambda s: s.producer_id)
+
+    async def end_transaction(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int = 0,
+    ) -> tuple[int, int]:
+        """Write the producer's COMMIT or ABORT marker (end_txn.lua): its transaction on
+        the partition ends, an abort goes into the aborted index. Returns (log start, the
+        marker's offset); raises InvalidProducerEpoch for an epoch older than the
+        producer's here, UnknownTopic."""
+        k = self.keys
+        p = k.partition(topic, partition)
+        marker = build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch)
+        keys = [p.meta, p.index, p.stats, k.gseq, p.producers, k.archiving, k.incarnation]
+        keys += [p.txn_open, p.txn_aborted]
+        args = [p.prefix, k.appended(topic), _now_ms(), producer_id, producer_epoch]
+        args += [int(commit), marker]
+        start, offset = await self._call(self.scripts.end_txn, keys, args)
+        return start, offset
+
+    async def open_transactions(self, topic: str, partition: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of each transaction open on the partition, oldest
+        first; raises UnknownTopic for a partition that does not exist."""
+        p = self.keys.partition(topic, partition)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.exists(p.meta)
+        pipe.hgetall(p.txn_open)
+        exists, found = await pipe.execute()
+        if not exists:
+            raise UnknownTopic(f"unknown topic or partition: {topic}[{partition}]")
+        return sorted(((int(pid), int(first)) for pid, first in found.items()), key=_second)
+
+    async def aborted_transactions(
+        self, topic: str, partition: int, first: int = 0
+    ) -> list[tuple[int, int, int]]:
+        """(producer id, first offset, ABORT marker's offset) of the aborted transactions
+        Redis still knows that end at or after ``first``, by their end."""
+        p = self.keys.partition(topic, partition)
+        entries = await self.redis.zrangebyscore(p.txn_aborted, first, "+inf")
+        return [_aborted(e) for e in entries]
+
+    async def last_stable_offset(self, topic: str, partition: int) -> int:
+        """The first offset of the oldest open transaction, else the log end."""
+        [lso] = await self.last_stable_offsets(topic, [partition])
+        return lso
+
+    async def last_stable_offsets(self, topic: str, partitions: Iterable[int]) -> list[int]:
+        """The last stable offset of each of ``partitions`` (one round trip); raises
+        UnknownTopic if one does not exist."""
+        numbers = list(partitions)
+        pipe = self.redis.pipeline(transaction=True)
+        for number in numbers:
+            p = self.keys.partition(topic, number)
+            pipe.hget(p.meta, "end")
+            pipe.hvals(p.txn_open)
+        replies = await pipe.execute()
+        found = []
+        for number, end, firsts in zip(numbers, replies[::2], replies[1::2], strict=True):
+            if end is None:
+                raise UnknownTopic(f"unknown topic or partition: {topic}[{number}]")
+            found.append(min([int(end), *map(int, firsts)]))
+        return found
 
     async def new_producer_id(self) -> int:
         """A producer id no other producer of this Redis has had, before or after a loss of

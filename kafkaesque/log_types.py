@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from kafkaesque.topic_config import TopicConfig
@@ -21,6 +21,11 @@ class ReadResult:
     # The offset lies in a gap (dropped by retention before archiving): the batches start
     # at this later offset, the first one that exists.
     skipped_to: int | None = None
+    # The first offset of the oldest open transaction, else the log end; -1: not known.
+    last_stable: int = -1
+    # READ_COMMITTED reads: (producer id, first offset, ABORT marker's offset) of the
+    # aborted transactions overlapping the batches, whose records the reader drops.
+    aborted: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,6 +86,11 @@ class Fetched:
     # (epoch, end offset) where the client's log diverges from this one: it must truncate
     # to there before fetching on (Fetch v12+); no batches then.
     diverging_epoch: tuple[int, int] | None = None
+    # The first offset of the oldest open transaction, else the high watermark; -1 unknown.
+    last_stable: int = -1
+    # READ_COMMITTED: (producer id, first offset, ABORT marker's offset) of the aborted
+    # transactions overlapping the batches.
+    aborted: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,11 +206,53 @@ class Partitions:
         )
         return dict(zip(records, outcomes, strict=True))
 
+    # -- transactions -----------------------------------------------------------------
+    async def write_markers(
+        self,
+        partitions: Iterable[TopicPartition],
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int = 0,
+    ) -> dict[TopicPartition, KafkaesqueError | None]:
+        """Append a COMMIT or ABORT control batch for the producer's transaction to each
+        partition (atomic per partition), ending it there: the partition's last stable
+        offset moves past it, an abort is recorded in the partition's aborted-transaction
+        index. A partition where the producer has no open transaction still gets the
+        marker (Kafka writes it; harmless). Per partition: None, or the error
+        (UnknownTopic, InvalidProducerEpoch for a marker epoch older than the producer's
+        on that partition, StorageUnavailable...)."""
+        targets = list(dict.fromkeys(partitions))
+
+        async def one(topic: str, partition: int) -> KafkaesqueError | None:
+            try:
+                await self.log.end_transaction(
+                    topic, partition, producer_id, producer_epoch, commit, coordinator_epoch
+                )
+            except KafkaesqueError as exc:
+                return exc
+            if self.notifier is not None:
+                self.notifier.notify(topic)  # read_committed fetches wait for the LSO
+            return None
+
+        outcomes = await asyncio.gather(*(one(t, p) for t, p in targets))
+        return dict(zip(targets, outcomes, strict=True))
+
+    async def open_transactions(self, topic: str, partition: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of every transaction open on the partition, oldest
+        first (DescribeProducers' current_txn_start_offset); raises UnknownTopic."""
+        return await self.log.open_transactions(topic, partition)
+
     # -- reads ------------------------------------------------------------------------
-    async def read(self, topic: str, partition: int, offset: int, max_records: int) -> ReadResult:
+    async def read(
+        self, topic: str, partition: int, offset: int, max_records: int, committed: bool = False
+    ) -> ReadResult:
         """Whole batches from the one holding ``offset``, up to about ``max_records``
-        records (see Log.read): the CLI's consumer reads by records, not bytes."""
-        return await self.log.read(topic, partition, offset, max_records=max_records)
+        records (see Log.read): the CLI's consumer reads by records, not bytes. With
+        ``committed`` only below the last stable offset, with the aborted transactions."""
+        return await self.log.read(
+            topic, partition, offset, max_records=max_records, committed=committed
+        )
 
     async def fetch(
         self,
@@ -214,9 +261,12 @@ class Partitions:
         min_bytes: int = 1,
         max_wait: float = 0.0,
         seen_epochs: dict[TopicPartition, int] | None = None,
+        committed: bool = False,
     ) -> dict[TopicPartition, Fetched]:
         """Read every partition within ``max_bytes`` in all; unless an error came or
         ``min_bytes`` arrived, wait up to ``max_wait`` seconds for appends and read again.
+        ``committed`` (READ_COMMITTED): only below each partition's last stable offset; a
+        transaction marker wakes the wait as an append does.
 
         ``seen_epochs`` remembers, for a client that sends no leader epoch, the epoch of
         its last read of each partition (see ``_lost_position``)."""
@@ -225,7 +275,9 @@ class Partitions:
         topics = {r.topic for r in requests}
         while True:
             async with self.appends(topics) as appended:
-                results, total, failed = await self._read_all(requests, max_bytes, seen_epochs)
+                results, total, failed = await self._read_all(
+                    requests, max_bytes, seen_epochs, committed
+                )
                 timeout = deadline - loop.time()
                 # As Kafka, a fetch of no partitions is answered at once: no append could
                 # wake it (nor, at shutdown, the notifier).
@@ -254,6 +306,7 @@ class Partitions:
         requests: Sequence[FetchRequest],
         max_bytes: int,
         seen_epochs: dict[TopicPartition, int] | None,
+        committed: bool = False,
     ) -> tuple[dict[TopicPartition, Fetched], int, bool]:
         """Read every partition within the budget; (results, bytes, any error)."""
         results: dict[TopicPartition, Fetched] = {}
@@ -261,7 +314,7 @@ class Partitions:
         for r in requests:
             limit = min(r.max_bytes, remaining)
             # KIP-74: the first batch of the response comes even when over the limits.
-            outcome = await self._read_one(r, limit, total == 0, seen_epochs)
+            outcome = await self._read_one(r, limit, total == 0, seen_epochs, committed)
             size = sum(map(len, outcome.batches))
             total += size
             remaining -= size
@@ -275,19 +328,23 @@ class Partitions:
         limit: int,
         min_one: bool,
         seen_epochs: dict[TopicPartition, int] | None,
+        committed: bool = False,
     ) -> Fetched:
         try:
-            result = await self.log.read(r.topic, r.partition, r.offset, limit, min_one=min_one)
+            result = await self.log.read(
+                r.topic, r.partition, r.offset, limit, min_one=min_one, committed=committed
+            )
         except (UnknownTopic, StorageUnavailable) as exc:
             # StorageUnavailable: the offset is only in the archive, which is unreachable.
             return Fetched(exc)
         end, start, epoch = result.log_end, result.log_start, result.leader_epoch
+        lso = result.last_stable
         try:
             check_leader_epoch(r.current_leader_epoch, epoch)
             if r.last_fetched_epoch >= 0:
                 diverging = await self._diverging_epoch(r)
                 if diverging is not None:
-                    return Fetched(None, end, start, [], epoch, diverging)
+                    return Fetched(None, end, start, [], epoch, diverging, lso)
             if r.current_leader_epoch < 0 and await self._lost_position(r, epoch, seen_epochs):
                 # Out of range makes the client reset by its auto.offset.reset (or raise)
                 # instead of going on silently over offsets that now hold other records.
@@ -298,8 +355,10 @@ class Partitions:
                     f"(offsets {start}..{end})"
                 )
         except KafkaesqueError as exc:
-            return Fetched(exc, end, start, leader_epoch=epoch)
-        return Fetched(None, end, start, result.batches, epoch)
+            return Fetched(exc, end, start, leader_epoch=epoch, last_stable=lso)
+        return Fetched(
+            None, end, start, result.batches, epoch, last_stable=lso, aborted=result.aborted
+        )
 
     async def _diverging_epoch(self, r: FetchRequest) -> tuple[int, int] | None:
         """As Kafka's leader: the client's last fetched epoch ends here before its fetch
@@ -333,12 +392,18 @@ class Partitions:
 
     # -- offsets ----------------------------------------------------------------------
     async def list_offset(
-        self, topic: str, partition: int, timestamp: int, current_leader_epoch: int = NO_EPOCH
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        current_leader_epoch: int = NO_EPOCH,
+        committed: bool = False,
     ) -> FoundOffset | None:
         """The offset for ``timestamp``: LATEST, EARLIEST, MAX_TIMESTAMP (the record with
         the largest timestamp), EARLIEST_LOCAL (the first offset in Redis), LATEST_TIERED
         (the last archived), or ms: the first record at or after it. None when there is
-        none, as Kafka answers -1."""
+        none, as Kafka answers -1. With ``committed`` (READ_COMMITTED) LATEST is the last
+        stable offset."""
         config = await self.log.topic(topic)
         if not 0 <= partition < config.partitions:
             raise UnknownTopic(f"unknown topic or partition: {topic}[{partition}]")
@@ -347,6 +412,8 @@ class Partitions:
         # re-read at worst), never with a newer one that would hide a truncation.
         [epoch] = await self.log.leader_epochs(topic, [partition])
         check_leader_epoch(current_leader_epoch, epoch)
+        if timestamp == LATEST and committed:
+            return FoundOffset(await self.log.last_stable_offset(topic, partition), -1, epoch)
         if timestamp == LATEST:
             return FoundOffset((await self.log.state(topic, partition)).log_end, -1, epoch)
         if timestamp == EARLIEST:
@@ -374,29 +441,6 @@ class Partitions:
         [current] = await self.log.leader_epochs(topic, [partition])
         check_leader_epoch(current_leader_epoch, current)
         return await self.log.epoch_end_offset(topic, partition, epoch)
-
-    # PLACEHOLDER until the log side's write_markers lands (same signature): the merge
-    # replaces this whole method with the one that appends the control batches.
-    async def write_markers(
-        self,
-        partitions: Iterable[tuple[str, int]],
-        producer_id: int,
-        producer_epoch: int,
-        commit: bool,
-        coordinator_epoch: int = 0,
-    ) -> dict[tuple[str, int], KafkaesqueError | None]:
-        """Append a COMMIT or ABORT control batch for the producer's transaction to each
-        partition (atomic per partition), ending it there. Per partition: None or the error."""
-        outcome: dict[tuple[str, int], KafkaesqueError | None] = {}
-        for topic, partition in partitions:
-            try:
-                config = await self.log.topic(topic)
-                if not 0 <= partition < config.partitions:
-                    raise UnknownTopic(f"no partition {partition} in {topic}")
-                outcome[topic, partition] = None
-            except KafkaesqueError as exc:
-                outcome[topic, partition] = exc
-        return outcome
 
 
 class AppendWait:

@@ -352,3 +352,38 @@ def iter_records(buffers: Iterable[bytes]) -> Iterator[Record]:
             header, records = _decode(buf, pos)
             yield from records
             pos += header.length
+
+
+# --- transactions ---------------------------------------------------------------
+
+_ATTRIBUTES_AT = ATTRIBUTES.start
+_INT16 = struct.Struct(">h")
+
+
+def attributes(batch: bytes | memoryview) -> int:
+    """The batch's attributes (codec, timestamp type, isTransactional, isControl)."""
+    return _INT16.unpack_from(batch, _ATTRIBUTES_AT)[0]
+
+
+def is_control(batch: bytes | memoryview) -> bool:
+    """A transaction marker (control batch): no user records."""
+    return bool(attributes(batch) & ATTR_CONTROL)
+
+
+def is_aborted(batch: bytes | memoryview, aborted: Iterable[tuple[int, int, int]]) -> bool:
+    """Whether the batch belongs to one of the ``aborted`` transactions (producer id,
+    first offset, the ABORT marker's offset): a transactional batch of that producer
+    between the two. What a read_committed consumer skips."""
+    if not attributes(batch) & ATTR_TRANSACTIONAL:
+        return False
+    pid = producer_fields(batch)[0]
+    base = base_offset(batch)
+    return any(p == pid and first <= base < last for p, first, last in aborted)
+
+
+def control_type(batch: bytes | memoryview) -> int:
+    """The ControlRecordType of a control batch: 0 ABORT, 1 COMMIT."""
+    [record] = decode_batch(batch)
+    if record.key is None or len(record.key) < 4:
+        raise InvalidRecord("a control record needs a 4-byte key")
+    return _INT16.unpack_from(record.key, 2)[0]

@@ -33,6 +33,7 @@ SCRIPT_NAMES = (
     "producer_id",
     "delete_records",
     "compact",
+    "end_txn",
 )
 
 
@@ -81,3 +82,4 @@ class Scripts:
     producer_id: Script
     delete_records: Script
     compact: Script
+    end_txn: Script

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 
@@ -11,7 +11,7 @@ import asyncpg
 
 from kafkaesque.archiving import ClosedPage
 from kafkaesque.record_body import InvalidRecord
-from kafkaesque.records import read_header
+from kafkaesque.records import is_aborted, is_control, read_header
 from storage_pg.compacted import LatestKeys
 from storage_pg.rows import COLUMNS, Row, batch_rows
 
@@ -94,9 +94,13 @@ async def copy_pages(
     keys: LatestKeys | None = None,
     *,
     timeout: float,
+    aborted: Sequence[tuple[int, int, int]] = (),
 ) -> Chunk:
     """COPY the pages' records at offsets >= from_offset; keep undecodable batches raw.
-    ``keys`` notes the latest offset of each key on the way (compact topics)."""
+    ``keys`` notes the latest offset of each key on the way (compact topics). Transaction
+    markers and the records of the ``aborted`` transactions (producer id, first offset,
+    ABORT marker's offset) are left out: the archive holds what a read_committed consumer
+    reads."""
     chunk = Chunk()
 
     def rows() -> Iterator[list[Row]]:
@@ -106,6 +110,9 @@ async def copy_pages(
                     header = read_header(batch)
                     if header.base_offset + header.last_offset_delta < from_offset:
                         continue  # archived before
+                if is_control(batch) or is_aborted(batch, aborted):
+                    _note_producer(chunk, read_header(batch).producer_id)
+                    continue
                 try:
                     header, batch_rows_ = batch_rows(batch, first_id, topic, partition, from_offset)
                 except InvalidRecord as exc:
@@ -135,6 +142,12 @@ async def copy_pages(
         )
         await conn.execute(REJECT, topic, partition, base_offset, first_id, count, batch, error)
     return chunk
+
+
+def _note_producer(chunk: Chunk, pid: int) -> None:
+    """The highest producer id archived (a restore hands out ids above it)."""
+    if pid >= 0 and (chunk.max_producer_id is None or pid > chunk.max_producer_id):
+        chunk.max_producer_id = pid
 
 
 def _reject(chunk: Chunk, batch: bytes, first_id: int, exc: Exception) -> None:

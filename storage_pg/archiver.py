@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import time
@@ -246,6 +247,10 @@ class Archiver:
         if unchanged and self._keyed.get(key) == compact:
             await self.log.mark_archived(topic, partition, state.log_end)  # Redis may lag
             return  # nothing new since we archived everything
+        # Only pages wholly below the last stable offset: every transaction of their
+        # records has ended, so the aborted ones are known and left out, and nothing of a
+        # transaction that may still abort is archived (the watermark stays below it too).
+        stable = await self.log.last_stable_offset(topic, partition)
         archived_anything = False
         while True:
             pages: list[ClosedPage] = []
@@ -290,10 +295,21 @@ class Archiver:
                 pages = await self.log.closed_pages(
                     topic, partition, through, self.pages_per_transaction
                 )
+                held = len(pages)
+                pages = list(itertools.takewhile(lambda p: p.next_offset <= stable, pages))
+                held -= len(pages)
                 if pages:
                     keys = LatestKeys() if compact else None
+                    aborted = await self.log.aborted_transactions(topic, partition, through)
                     chunk = await archive_sql.copy_pages(
-                        conn, topic, partition, through, pages, keys, timeout=self.copy_timeout
+                        conn,
+                        topic,
+                        partition,
+                        through,
+                        pages,
+                        keys,
+                        timeout=self.copy_timeout,
+                        aborted=aborted,
                     )
                     if keys is not None:
                         await keys.save(conn, topic, partition)
@@ -324,7 +340,7 @@ class Archiver:
             summary.rejected += len(chunk.rejected)
             if progress is not None:
                 progress(summary)
-            if len(pages) < self.pages_per_transaction:
+            if len(pages) < self.pages_per_transaction or held:
                 break
         if archived_anything:
             summary.partitions += 1

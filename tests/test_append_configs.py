@@ -15,7 +15,7 @@ import fakeredis
 import pytest
 from crc32c import crc32c
 
-from kafkaesque.batch_build import build_batch
+from kafkaesque.batch_build import COMMIT, build_batch
 from kafkaesque.consume import format_json
 from kafkaesque.errors import (
     CorruptBatch,
@@ -35,6 +35,7 @@ from kafkaesque.records import (
     CRC,
     Compression,
     check_batch,
+    control_type,
     decode_batch,
     read_header,
 )
@@ -397,9 +398,14 @@ def test_control_batches_are_left_as_sent_and_transactional_ones_keep_their_bit(
             build_batch([b"d"], producer_id=3, producer_epoch=0, base_sequence=0),
             ATTR_TRANSACTIONAL,
         )
-        await partitions.append("t", 0, [data, marker])
+        # Markers are the broker's own: only Partitions.write_markers writes them.
+        with pytest.raises(InvalidRecord, match="broker only"):
+            await partitions.append("t", 0, [data, marker])
+        await partitions.append("t", 0, [data])
+        assert await partitions.write_markers([("t", 0)], 3, 0, commit=True) == {("t", 0): None}
         kept_data, kept_marker = await stored(log, "t")
-        assert since_crc(kept_marker) == since_crc(marker)
+        assert check_batch(kept_marker).attributes == ATTR_TRANSACTIONAL | ATTR_CONTROL
+        assert control_type(kept_marker) == COMMIT
         assert check_batch(kept_data).attributes == (
             ATTR_TRANSACTIONAL | ATTR_LOG_APPEND_TIME | Compression.ZSTD
         )

@@ -290,6 +290,14 @@ def _file_size(file: Any) -> int | None:
     show_default=True,
     help="value: the value; offset: partition TAB offset TAB value; json: all fields.",
 )
+@click.option(
+    "--isolation",
+    type=click.Choice(["read_committed", "read_uncommitted"]),
+    default="read_committed",
+    show_default=True,
+    help="read_committed: only records of committed transactions, up to the last stable "
+    "offset; read_uncommitted: every record, up to the log end.",
+)
 @pass_context
 @run_async
 async def consume(
@@ -304,6 +312,7 @@ async def consume(
     on_truncation: str,
     group: str | None,
     fmt: str,
+    isolation: str,
 ) -> None:
     """Print TOPIC's records, one per line, from the beginning to the end of the log."""
     if offset is not None and from_beginning:
@@ -349,6 +358,18 @@ async def consume(
             offsets[p] = (await log.state(topic, p)).floor
         else:
             offsets[p] = await log.earliest_offset(topic, p)
+    # The archive leaves out transaction markers and aborted records too: only a gap it
+    # recorded (retention dropped records before archiving) is news.
+    dropped = [] if log.cold is None else await log.cold.dropped_ranges(topic)
+
+    def report_gap(p: int, first: int, last: int) -> None:
+        if any(dp == p and df <= last and first <= dl for dp, df, dl in dropped):
+            click.echo(
+                f"offsets {first}..{last} of {topic}[{p}] were dropped by retention before "
+                "archiving: not in the log",
+                err=True,
+            )
+
     consumer = Consumer(
         log,
         topic,
@@ -358,14 +379,9 @@ async def consume(
         commit=commit,
         whole_topic=partition is None,
         # A compact topic's offsets have gaps wherever compaction removed records.
-        on_gap=None
-        if config.compact
-        else lambda p, first, last: click.echo(
-            f"offsets {first}..{last} of {topic}[{p}] were dropped by retention before "
-            "archiving: not in the log",
-            err=True,
-        ),
+        on_gap=None if config.compact else report_gap,
         epochs={p: e for p, e in epochs.items() if p in offsets},
+        read_committed=isolation == "read_committed",
         on_truncation=None
         if on_truncation == "error"
         else lambda p, at, was: click.echo(

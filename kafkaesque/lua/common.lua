@@ -198,3 +198,98 @@ local function init_partition(meta, log_end, epoch, page, settings)
     'page', page, 'page_records', 0, 'page_bytes', 0, 'page_opened', 0, 'bytes', 0,
     'expiry_page', page, 'closed_bytes', 0, unpack(settings_list(settings)))
 end
+
+-- Transactions (kafkaesque/keys.py names them): the open ones, producer id -> the offset
+-- of its first transactional record; the aborted ones, "pid:first:last" scored by last
+-- (the ABORT marker's offset).
+local function txn_open_key(prefix) return prefix .. 'txn_open' end
+local function txn_aborted_key(prefix) return prefix .. 'txn_aborted' end
+
+-- The attributes' low byte (byte 23 of a batch): bit 4 isTransactional, bit 5 isControl.
+local ATTRIBUTES_LOW = 23
+local function is_transactional(batch)
+  return math.floor(string.byte(batch, ATTRIBUTES_LOW) / 16) % 2 == 1
+end
+local function is_control(batch)
+  return math.floor(string.byte(batch, ATTRIBUTES_LOW) / 32) % 2 == 1
+end
+
+-- The open page of a partition as an append fills it: open_page reads it from meta (nil
+-- for a partition that does not exist), append_batch writes batches into it, rolling
+-- pages, and finish_append saves it and applies retention. append.lua and end_txn.lua
+-- (transaction markers) share them, so both assign offsets and roll pages alike.
+local function open_page(meta)
+  local m = redis.call('HMGET', meta, 'end', 'page', 'page_records', 'page_bytes',
+    'page_size', 'ttl', 'segment_bytes', 'epoch', 'archived', 'page_max_ts', 'segment_ms',
+    'page_opened')
+  if not m[1] then return nil end
+  return {
+    next_offset = tonumber(m[1]), page = tonumber(m[2]),
+    records = tonumber(m[3]), bytes = tonumber(m[4]),
+    page_size = tonumber(m[5]), ttl = tonumber(m[6]),
+    -- segment.bytes and segment.ms close a page too (absent for topics older than them).
+    segment_bytes = tonumber(m[7] or 0), segment_ms = tonumber(m[11] or 0),
+    leader_epoch = tonumber(m[8]), epoch = pack_uint(tonumber(m[8]), 4),
+    archived = tonumber(m[9]),
+    -- The open page's largest maxTimestamp (nil: unknown, for a page opened before it was kept).
+    max_ts = tonumber(m[10]),
+    opened = m[12],
+    appended = 0,
+  }
+end
+
+-- Append one batch of `count` offsets whose first record gets global sequence `gseq`:
+-- RPUSH with baseOffset and partitionLeaderEpoch rewritten, its bidx entry, the page
+-- opened (indexed) or closed as needed. Returns the batch's base offset.
+local function append_batch(o, meta, index, stats, prefix, archiving, batch, count, gseq, now)
+  local batch_max_ts = max_timestamp(batch)
+  if o.records > 0 and o.segment_ms > 0 and now - tonumber(o.opened or now) >= o.segment_ms then
+    close_page(meta, stats, prefix, o.page, o.records, o.bytes, o.ttl, archiving, o.max_ts)
+    o.page, o.records, o.bytes = o.page + 1, 0, 0
+  end
+  if o.records == 0 then
+    redis.call('ZADD', index, o.next_offset, o.page)
+    o.opened = string.format('%.0f', now)
+    redis.call('HSET', meta, 'page_opened', o.opened)
+    o.max_ts = batch_max_ts
+  elseif o.max_ts and batch_max_ts > o.max_ts then
+    o.max_ts = batch_max_ts
+  end
+  local base = o.next_offset
+  redis.call('RPUSH', page_key(prefix, o.page), with_offset_and_epoch(batch, base, o.epoch))
+  redis.call('APPEND', batch_index_key(prefix, o.page), pack_uint(base, 8) .. pack_uint(gseq, 8))
+  o.next_offset = base + count
+  o.records, o.bytes = o.records + count, o.bytes + #batch
+  o.appended = o.appended + #batch
+  if o.records >= o.page_size or (o.segment_bytes > 0 and o.bytes >= o.segment_bytes) then
+    close_page(meta, stats, prefix, o.page, o.records, o.bytes, o.ttl, archiving, o.max_ts)
+    o.page, o.records, o.bytes = o.page + 1, 0, 0
+  end
+  return base
+end
+
+-- Save the open page's counters and the log end, then apply retention: drop the oldest
+-- closed pages beyond max_pages or retention_bytes, and index entries of pages that
+-- expired, so the index never grows without bound. Returns the log start.
+local function finish_append(o, meta, index, stats, prefix, archiving)
+  redis.call('HSET', meta, 'end', o.next_offset, 'page', o.page, 'page_records', o.records,
+    'page_bytes', o.bytes)
+  if o.max_ts and o.records > 0 then
+    redis.call('HSET', meta, 'page_max_ts', string.format('%.0f', o.max_ts))
+  end
+  redis.call('HINCRBY', meta, 'bytes', o.appended)
+  local closed = redis.call('ZCARD', index) - (o.records > 0 and 1 or 0)
+  local start = trim_index(meta, index, stats, prefix, o.page, closed,
+    meta_limits(meta, o.bytes), o.next_offset, o.archived, archiving)
+  redis.call('HSET', meta, 'start', start)
+  return start
+end
+
+-- The last stable offset: the first offset of the oldest open transaction, else the log end.
+local function last_stable(txn_open, log_end)
+  local lso = log_end
+  for _, first in ipairs(redis.call('HVALS', txn_open)) do
+    lso = math.min(lso, tonumber(first))
+  end
+  return lso
+end

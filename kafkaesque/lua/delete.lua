@@ -17,6 +17,6 @@ for p = 0, (#KEYS - 2) / 4 - 1 do
     redis.call('DEL', page_key(prefix, open_page), batch_index_key(prefix, open_page))
   end
   redis.call('DEL', meta, index, stats, producers, producers_seen_key(prefix),
-    epochs_key(prefix))
+    epochs_key(prefix), txn_open_key(prefix), txn_aborted_key(prefix))
 end
 return 1

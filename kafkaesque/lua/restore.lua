@@ -28,6 +28,9 @@ for p = 0, (#KEYS - 2) / 3 - 1 do
       redis.call('DEL', page_key(prefix, page), batch_index_key(prefix, page))
     end
     redis.call('DEL', page_key(prefix, m[3]), batch_index_key(prefix, m[3]), index, stats)
+    -- The records of its open transactions are gone with the pages (the archive holds
+    -- none of them: the archiver stops at the last stable offset).
+    redis.call('DEL', txn_open_key(prefix))
     local new_epoch = math.max(epoch, tonumber(m[2])) + 1
     init_partition(meta, archived_end, new_epoch, tonumber(m[3]) + 1, ARGV[3])
     redis.call('HSET', epochs_key(prefix), new_epoch, archived_end)

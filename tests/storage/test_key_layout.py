@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 from kafkaesque.acls import AclBinding, AclStore, Operation, PatternType, Permission, ResourceType
+from kafkaesque.batch_build import build_batch
 from kafkaesque.cluster import cluster_id
 from kafkaesque.consumer_group import ConsumerGroupCoordinator
 from kafkaesque.consumer_group_state import Heartbeat
@@ -44,6 +45,15 @@ def test_every_key_matches_the_documented_layout(redis_url: str, pg_dsn: str) ->
             await produce(log, "t.1", p, [b"v%d" % i for i in range(4)])
         await produce(log, "t.1", 0, [b"a", b"b"], producer=(await log.new_producer_id(), 0, 0))
         await produce(log, "gone", 0, [b"x"] * 5, producer=(7, 0, 0))
+        # Transactions: an aborted one (the aborted index) and an open one, on both topics.
+        for name in ("t.1", "gone"):
+            for seq in (0, 1):
+                batch = build_batch(
+                    [b"t"], producer_id=9, producer_epoch=0, base_sequence=seq, transactional=True
+                )
+                await log.append(name, 0, [batch])
+                if seq == 0:
+                    await log.end_transaction(name, 0, 9, 0, commit=False)
         await log.delete_records("t.1", 1, 2)  # DeleteRecords frees pages, adds no key
         await log.set_topic_defaults({"retention.ms": "86400000"})  # serve --config's
         quota = check_alteration([("client-id", "c")], [("producer_byte_rate", 1024.0, False)])

@@ -1,5 +1,9 @@
 """Fetch: whole batches as stored, long-polling until min_bytes arrive or max_wait passes.
 
+isolation_level READ_COMMITTED gets only whole batches below the last stable offset and
+the aborted transactions among them, whose records the client drops itself, as Kafka's
+brokers answer; READ_UNCOMMITTED gets everything up to the high watermark.
+
 v12 tells a client whose log diverged where to truncate (diverging_epoch), v13 names topics
 by id, v16 points a fenced client at the current leader (KIP-951). Fetch sessions (KIP-227)
 are not kept: every response says session 0, so clients go on sending full fetches.
@@ -29,6 +33,7 @@ from wire.protocol import NO_THROTTLE, Request, build, schema_class
 INITIAL_EPOCH, FINAL_EPOCH = 0, -1
 TOPIC_IDS_VERSION = 13  # topics named by id only
 LEADER_HINT_VERSION = 16  # current_leader and node_endpoints (KIP-951)
+READ_COMMITTED = 1  # isolation_level (v4+)
 
 
 async def topic_name(broker: Broker, topic: Any, version: int) -> str | None:
@@ -66,11 +71,13 @@ async def fetch(broker: Broker, request: Request) -> Any:
         # A client that sends no leader epoch is told of truncation by this connection's
         # memory of the epochs it read at.
         seen_epochs=request.connection.fetch_epochs,
+        committed=getattr(body, "isolation_level", 0) == READ_COMMITTED,
     )
     schema = request.response_class
     topic_class = schema_class(schema, "FetchableTopicResponse")
     partition_class = schema_class(schema, "PartitionData")
     leader_hints = version >= LEADER_HINT_VERSION
+    aborted_class = schema_class(schema, "AbortedTransaction")
 
     def partition(name: str | None, topic_id: uuid.UUID | None, index: int) -> Any:
         if name is None:
@@ -97,9 +104,12 @@ async def fetch(broker: Broker, request: Request) -> Any:
             partition_index=index,
             error_code=error_code(r.error),
             high_watermark=r.high_watermark,
-            last_stable_offset=r.high_watermark,  # no transactions: all is stable
+            last_stable_offset=r.last_stable,
             log_start_offset=r.log_start,
-            aborted_transactions=(),
+            aborted_transactions=tuple(
+                build(aborted_class, producer_id=pid, first_offset=first)
+                for pid, first, _ in r.aborted
+            ),
             preferred_read_replica=-1,
             records=b"".join(r.batches),
             **tagged,

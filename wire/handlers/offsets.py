@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 # for one gets UNSUPPORTED_VERSION, as Kafka's clients refuse to send it.
 LOOKUP_VERSIONS = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
 NO_PRODUCER_ID, NO_PRODUCER_EPOCH = -1, -1
+READ_COMMITTED = 1  # isolation_level
 
 
 async def list_offsets(broker: Broker, request: Request) -> Any:
@@ -45,6 +46,9 @@ async def list_offsets(broker: Broker, request: Request) -> Any:
     if timeout is not None and timeout.total_seconds() > 0:
         deadline = asyncio.get_running_loop().time() + timeout.total_seconds()
 
+    # isolation_level (v2+) 1, READ_COMMITTED: latest is the last stable offset.
+    committed = getattr(request.body, "isolation_level", 0) == READ_COMMITTED
+
     async def lookup(topic: str, p: Any) -> FoundOffset | None:
         if version < LOOKUP_VERSIONS.get(p.timestamp, 0):
             raise UnsupportedLookup(
@@ -54,7 +58,7 @@ async def list_offsets(broker: Broker, request: Request) -> Any:
         try:
             async with asyncio.timeout_at(deadline):
                 return await broker.partitions.list_offset(
-                    topic, p.partition_index, p.timestamp, epoch
+                    topic, p.partition_index, p.timestamp, epoch, committed
                 )
         except TimeoutError:
             raise LookupTimedOut(f"offset lookup {p.timestamp} timed out") from None

@@ -1,8 +1,9 @@
 """DescribeProducers: the idempotent producers each partition keeps sequence state for.
 
-The state is what append.lua checks sequences against (Log.producers). Transactions are
-not supported, so no producer has a coordinator epoch or an open transaction (-1, as
-Kafka reports a producer that is not transactional). The last timestamp is the broker's
+The state is what append.lua checks sequences against (Log.producers); a producer with a
+transaction open on the partition reports its first offset as current_txn_start_offset
+(Partitions.open_transactions), the others -1, as Kafka. The coordinator epoch is not
+kept per partition: -1. The last timestamp is the broker's
 clock at the producer's last append, which the state keeps for expiry, where Kafka
 gives its last batch's max timestamp.
 """
@@ -31,6 +32,7 @@ async def describe_producers(broker: Broker, request: Request) -> Any:
         try:
             check_topic(broker, request, Operation.READ, topic)
             states = await broker.log.producers(topic, partition)
+            open_txns = dict(await broker.partitions.open_transactions(topic, partition))
         except KafkaesqueError as exc:
             return build(
                 partition_class,
@@ -47,7 +49,7 @@ async def describe_producers(broker: Broker, request: Request) -> Any:
                 last_sequence=s.last_sequence,
                 last_timestamp=s.last_used,
                 coordinator_epoch=NO_TRANSACTION,
-                current_txn_start_offset=NO_TRANSACTION,
+                current_txn_start_offset=open_txns.get(s.producer_id, NO_TRANSACTION),
             )
             for s in states
         )

@@ -1,0 +1,53 @@
+-- End a producer's transaction on one partition: append its COMMIT or ABORT marker (a
+-- control batch built by kafkaesque/batch_build.py) as append.lua appends a batch, close
+-- the transaction (the last stable offset moves past it) and, on ABORT, record it in the
+-- aborted index. A producer with no open transaction here still gets its marker, as in
+-- Kafka. The marker's epoch is checked against the producer's: an older one is fenced,
+-- a newer one becomes the producer's, fencing the older epoch's later data.
+-- KEYS[1] meta hash, KEYS[2] page index zset, KEYS[3] page stats hash,
+-- KEYS[4] global sequence counter, KEYS[5] producer state hash, KEYS[6] archiving flag,
+-- KEYS[7] recovery marker, KEYS[8] open transactions hash, KEYS[9] aborted index zset
+-- ARGV[1] key prefix, ARGV[2] notification channel, ARGV[3] now (ms), ARGV[4] producer id,
+-- ARGV[5] producer epoch, ARGV[6] 1 commit / 0 abort, ARGV[7] the marker batch
+-- Returns {log start, the marker's offset}, or an error reply; on error nothing is written.
+local meta, index, stats, gseq_key, producers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local txn_open, txn_aborted = KEYS[8], KEYS[9]
+local prefix, pid, pepoch = ARGV[1], ARGV[4], tonumber(ARGV[5])
+local commit, batch = ARGV[6] == '1', ARGV[7]
+if redis.call('EXISTS', KEYS[7]) == 0 then
+  return redis.error_reply('NEEDS_RECOVERY Redis has lost its data')
+end
+local archiving = redis.call('EXISTS', KEYS[6]) == 1
+local o = open_page(meta)
+if not o then
+  return redis.error_reply('UNKNOWN_TOPIC_OR_PARTITION no such topic or partition')
+end
+local now = tonumber(ARGV[3])
+
+-- The producer's state is "epoch first:last:offset ..." (append.lua).
+local raw = redis.call('HGET', producers, pid)
+local epoch = raw and tonumber(string.match(raw, '^(%d+)'))
+if epoch and pepoch < epoch then
+  return redis.error_reply('INVALID_PRODUCER_EPOCH marker epoch ' .. pepoch
+    .. ' is older than the producer epoch ' .. epoch)
+end
+if not epoch or pepoch > epoch then
+  -- A new epoch starts at sequence 0: its batches sent before are no retries of it.
+  redis.call('HSET', producers, pid, pepoch)
+end
+redis.call('ZADD', producers_seen_key(prefix), now, pid)
+
+local gseq = redis.call('INCRBY', gseq_key, 1)
+local offset = append_batch(o, meta, index, stats, prefix, archiving, batch, 1, gseq, now)
+local first = redis.call('HGET', txn_open, pid)
+if first then
+  redis.call('HDEL', txn_open, pid)
+  if not commit then
+    redis.call('ZADD', txn_aborted, offset, pid .. ':' .. first .. ':' .. offset)
+  end
+end
+local start = finish_append(o, meta, index, stats, prefix, archiving)
+-- Aborted transactions wholly below the log start concern no reader any more.
+redis.call('ZREMRANGEBYSCORE', txn_aborted, '-inf', '(' .. string.format('%.0f', start))
+redis.call('PUBLISH', ARGV[2], o.next_offset)
+return {start, offset}
