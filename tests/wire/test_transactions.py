@@ -8,10 +8,13 @@ xfail until it is merged; the coordinator's own outcomes are checked in every te
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -21,7 +24,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from kio.schema.errors import ErrorCode
 
 from tests.kafka_client import Connection, decode_response, request
-from tests.wire.common import TIMEOUT, create_topic, wait_until
+from tests.wire.clients import JS, requires
+from tests.wire.common import TIMEOUT, create_topic, produce_numbered, value_of, wait_until
 
 # Timed-out transactions are looked for every 0.2 s (Kafka: every 10 s).
 BROKER_ARGS = (
@@ -628,3 +632,171 @@ def test_cli_list_and_describe(broker, topic_name):
     assert missing.returncode != 0
     err = missing.stderr.decode().strip().splitlines()
     assert len(err) == 1 and "no such transactional id: no-such-id" in err[0], err
+
+
+# -- kafkajs ------------------------------------------------------------------------------
+class KafkaJSTxn:
+    """tests/wire/js/kafkajs_txn.js in a node process: ``expect`` reads its next event;
+    in step mode each stage waits for ``next``."""
+
+    def __init__(self, tmp_path: Path, **options: object) -> None:
+        self.stderr_path = tmp_path / "kafkajs_txn.stderr"
+        self.events: queue.Queue[dict | None] = queue.Queue()
+        with self.stderr_path.open("wb") as err:
+            self.proc = subprocess.Popen(
+                ["node", str(JS / "kafkajs_txn.js"), json.dumps(options)],
+                cwd=JS,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+            )
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.events.put(json.loads(line))
+        self.events.put(None)
+
+    def log(self) -> str:
+        return self.stderr_path.read_text(errors="replace")[-5000:]
+
+    def expect(self, ev: str, timeout: float = 3 * TIMEOUT) -> dict:
+        try:
+            got = self.events.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(
+                f"no {ev!r} from kafkajs in {timeout:.0f} s\n{self.log()}"
+            ) from None
+        assert got is not None and got["ev"] == ev, f"{got} instead of {ev!r}\n{self.log()}"
+        return got
+
+    def next(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(b"next\n")
+        self.proc.stdin.flush()
+
+    def close(self) -> int:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            return self.proc.wait(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+
+def group_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The group's committed offsets (-1: none), by kafka-python's admin (OffsetFetch)."""
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KafkaTopicPartition
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        wanted = [KafkaTopicPartition(topic, p) for p in range(partitions)]
+        got = admin.list_group_offsets({group: wanted})[group]
+    finally:
+        admin.close()
+    return {tp.partition: got[tp].offset if tp in got else -1 for tp in wanted}
+
+
+def ctp_topics(broker, topic_name, count: int) -> tuple[str, str, dict[int, int]]:
+    """A source of ``count`` numbered records (2 partitions) and an empty sink (2
+    partitions) for a consume-transform-produce run; the source's end offsets."""
+    source, sink = topic_name("in"), topic_name("out")
+    create_topic(broker.bootstrap, source, 2)
+    create_topic(broker.bootstrap, sink, 2)
+    return source, sink, produce_numbered(broker.bootstrap, source, 2, 0, count)
+
+
+KAFKAJS_SINK = (
+    [f"commit-{i}".encode() for i in range(4)]
+    + [f"abort-{i}".encode() for i in range(3)]
+    + [b"late"]
+)  # kafkajs_txn.js's own records; those of the transforms are value_of(i) + "!"
+KAFKAJS_COMMITTED = [f"commit-{i}".encode() for i in range(4)]
+
+
+@requires("kafkajs")
+def test_kafkajs_transactions(broker, topic_name, tmp_path):
+    """kafkajs' transactional producer: commit, abort, and consume-transform-produce with
+    the group's offsets sent to each transaction (committed only with it)."""
+    count = 60
+    source, sink, ends = ctp_topics(broker, topic_name, count)
+    tid, group = f"tx-{source}", f"g-{source}"
+    run = KafkaJSTxn(
+        tmp_path,
+        bootstrap=broker.bootstrap,
+        transactional_id=tid,
+        source=source,
+        sink=sink,
+        group=group,
+        count=count,
+        step=True,
+    )
+    try:
+        run.expect("committed")
+        state = describe(broker.bootstrap, tid)
+        assert state.transaction_state == "CompleteCommit", state
+        epoch = state.producer_epoch
+        run.next()
+        run.expect("aborted")
+        state = describe(broker.bootstrap, tid)
+        assert (state.transaction_state, state.producer_epoch) == ("CompleteAbort", epoch), state
+        run.next()
+        pending = run.expect("pending")
+        [[partition, offset]] = pending["offsets"]
+        state = describe(broker.bootstrap, tid)
+        assert state.transaction_state == "Ongoing", state
+        assert [(t.topic, list(t.partitions)) for t in state.topics] == [(sink, [partition])]
+        described = broker.cli("transactions", "describe", tid).stdout.decode()
+        assert "Ongoing" in described and group in described, described
+        # Sent to the transaction, not committed: the group has no offsets yet.
+        assert group_offsets(broker.bootstrap, group, source, 2) == {0: -1, 1: -1}
+        run.next()
+        transformed = run.expect("transformed")
+        assert dict(map(tuple, transformed["offsets"])) == ends
+        assert offset <= ends[partition]
+        assert describe(broker.bootstrap, tid).transaction_state == "CompleteCommit"
+        assert group_offsets(broker.bootstrap, group, source, 2) == ends
+        run.next()
+        run.expect("offsets-aborted")
+        assert describe(broker.bootstrap, tid).transaction_state == "CompleteAbort"
+        assert group_offsets(broker.bootstrap, group, source, 2) == ends  # not count + 100
+        listed = broker.cli("transactions", "list", "--state", "CompleteAbort").stdout.decode()
+        assert tid in {line.split()[0] for line in listed.splitlines() if line.strip()}, listed
+        run.next()
+        run.expect("done")
+    finally:
+        code = run.close()
+    assert code == 0, run.log()
+    # Uncommitted reads see every record, aborted ones too.
+    expected = KAFKAJS_SINK + [f"{value_of(i)}!".encode() for i in range(count)]
+    values = consume_all(broker.bootstrap, sink, 2, "read_uncommitted", len(expected))
+    assert sorted(values) == sorted(expected)
+
+
+@requires("kafkajs")
+@pytest.mark.xfail(reason="needs the log side", strict=False)
+def test_kafkajs_read_committed_skips_aborted(broker, topic_name, tmp_path):
+    count = 20
+    source, sink, _ = ctp_topics(broker, topic_name, count)
+    run = KafkaJSTxn(
+        tmp_path,
+        bootstrap=broker.bootstrap,
+        transactional_id=f"tx-{source}",
+        source=source,
+        sink=sink,
+        group=f"g-{source}",
+        count=count,
+        step=False,
+    )
+    try:
+        for ev in ("committed", "aborted", "pending", "transformed", "offsets-aborted", "done"):
+            run.expect(ev)
+    finally:
+        code = run.close()
+    assert code == 0, run.log()
+    expected = KAFKAJS_COMMITTED + [f"{value_of(i)}!".encode() for i in range(count)]
+    values = consume_all(broker.bootstrap, sink, 2, "read_committed", len(expected))
+    assert sorted(values) == sorted(expected)
