@@ -1,0 +1,151 @@
+"""Transactional produce against idempotent produce, and read_committed consume against
+read_uncommitted consume of the same topic, through the broker in the same run.
+
+Starts a private redis-server and a `kafkaesque serve` broker. With confluent-kafka:
+produces N records of 100 bytes to one partition idempotently (acks=all, as a
+transactional producer must), then N more with a transactional producer in transactions
+of --txn-size records (begin, produce, commit; every --abort-every'th one aborted
+instead, if given). Prints records/s, transactions/s and the ratio to idempotent produce.
+Then reads the transactional topic from offset 0 to its end (librdkafka's partition EOF:
+the high watermark, or the last stable offset for read_committed) with
+isolation.level=read_uncommitted and read_committed, timed from the first record, best
+of --rounds (default 5) each, the two taking turns to go first; prints records/s, the
+records each saw and the ratio of read_committed's records/s to read_uncommitted's.
+Defaults: 200,000 records, transactions of 100, none aborted.
+
+    python scripts/bench/transactions.py [--records N] [--txn-size S] [--abort-every K]
+                                         [--rounds R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+from broker_process import FAST_CONSUMER, VALUE, broker_on_embedded_redis, produce
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+TIMEOUT = 60.0
+
+
+def produce_transactions(
+    bootstrap: str, topic: str, n: int, size: int, abort_every: int
+) -> tuple[float, int]:
+    """Seconds a transactional confluent-kafka producer (linger 5 ms, big batches) takes to
+    send ``n`` records in transactions of ``size``, from init_transactions on; and how
+    many records were committed."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"bench-{topic}",
+            "linger.ms": 5,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 2_000_000,
+        }
+    )
+    started = time.perf_counter()
+    producer.init_transactions(TIMEOUT)
+    committed = 0
+    for number, first in enumerate(range(0, n, size), start=1):
+        count = min(size, n - first)
+        producer.begin_transaction()
+        for _ in range(count):
+            producer.produce(topic, VALUE, partition=0)
+        if abort_every and number % abort_every == 0:
+            producer.flush(TIMEOUT)  # the records reach the log, then are aborted
+            producer.abort_transaction(TIMEOUT)
+        else:
+            producer.commit_transaction(TIMEOUT)
+            committed += count
+    return time.perf_counter() - started, committed
+
+
+def consume_to_end(bootstrap: str, topic: str, isolation: str) -> tuple[float, int]:
+    """Seconds a confluent-kafka consumer (``FAST_CONSUMER``) with ``isolation`` takes
+    from its first record of partition 0 (offset 0 on) to the partition's end, and the
+    records it was given. Short waits (5 ms) for more records and for fetches, so that
+    the end is seen within a few ms of the last record."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{isolation}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": isolation,
+            # The end is seen from an empty fetch: that waits fetch.wait.max.ms (500).
+            "fetch.wait.max.ms": 5,
+            **FAST_CONSUMER,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got = 0
+    started = None
+    deadline = time.perf_counter() + 10 * TIMEOUT
+    done = False
+    while not done:
+        assert time.perf_counter() < deadline, f"{got} records after {10 * TIMEOUT:.0f} s"
+        for message in consumer.consume(10_000, timeout=0.005):
+            error = message.error()
+            if error is None:
+                got += 1
+                if started is None:
+                    started = time.perf_counter()
+            elif error.code() == KafkaError._PARTITION_EOF:
+                done = True
+            else:
+                raise RuntimeError(error)
+    elapsed = time.perf_counter() - (started or 0.0)
+    consumer.close()
+    return elapsed, got
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--txn-size", type=int, default=100)
+    parser.add_argument("--abort-every", type=int, default=0, help="0: commit them all")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    n, size = args.records, args.txn_size
+    transactions = -(-n // size)
+    with broker_on_embedded_redis() as (bootstrap, _):
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for future in admin.create_topics(
+            [NewTopic(t, 1) for t in ("warm-up", "idem", "txn")]
+        ).values():
+            future.result(30)
+        produce(bootstrap, "warm-up", 10_000, acks="all", idempotent=True)
+        idempotent_s = produce(bootstrap, "idem", n, acks="all", idempotent=True)
+        txn_s, committed = produce_transactions(bootstrap, "txn", n, size, args.abort_every)
+        reads: dict[str, list[tuple[float, int]]] = {"read_uncommitted": [], "read_committed": []}
+        for turn in range(args.rounds):
+            order = list(reads) if turn % 2 == 0 else list(reads)[::-1]  # take turns first
+            for isolation in order:
+                reads[isolation].append(consume_to_end(bootstrap, "txn", isolation))
+    print(f"{n} records of {len(VALUE)} bytes to 1 partition (cpus: {os.cpu_count()})")
+    aborted = f", every {args.abort_every}th aborted" if args.abort_every else ""
+    print(f"{'produce, idempotent (acks=all):':<50}{n / idempotent_s:>10,.0f} records/s")
+    print(
+        f"{f'produce, transactions of {size}{aborted}:':<50}{n / txn_s:>10,.0f} records/s"
+        f"   {transactions / txn_s:>7,.0f} transactions/s"
+        f"   {txn_s / transactions * 1000:.2f} ms each"
+        f"   ratio {idempotent_s / txn_s:.2f}"
+    )
+    best = {isolation: min(runs) for isolation, runs in reads.items()}
+    uncommitted_s, uncommitted_n = best["read_uncommitted"]
+    for isolation, (seconds, got) in best.items():
+        print(
+            f"{f'consume, {isolation} (best of {args.rounds}):':<50}"
+            f"{got / seconds:>10,.0f} records/s   {got:>8} records"
+            f"   ratio {got / seconds / (uncommitted_n / uncommitted_s):.2f}"
+        )
+    if uncommitted_n != n:
+        print(f"read_uncommitted saw {uncommitted_n} of the {n} records")
+    if best["read_committed"][1] != committed:
+        print(f"read_committed saw {best['read_committed'][1]} records, {committed} were committed")
+
+
+if __name__ == "__main__":
+    main()
