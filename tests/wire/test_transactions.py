@@ -839,7 +839,7 @@ def kafka_python_ctp(broker, source: str, sink: str, tid: str, count: int, pause
                 p.commit_transaction()
                 pause("committed")
             else:
-                p.flush()
+                p.flush()  # an abort drops records not yet sent
                 p.abort_transaction()
                 pause("aborted")
         consumer.subscribe([source])
@@ -871,6 +871,7 @@ def kafka_python_ctp(broker, source: str, sink: str, tid: str, count: int, pause
             for part in range(2)
         }
         p.send_offsets_to_transaction(late, consumer.group_metadata())
+        p.flush()  # an abort drops records not yet sent
         p.abort_transaction()
         pause("offsets-aborted")
     finally:
