@@ -140,6 +140,7 @@ def test_read_committed_skips_aborted(broker, topic_name):
     p = producer(broker.bootstrap, f"tx-{topic}")
     p.begin_transaction()
     p.produce(topic, b"gone", partition=0)
+    p.flush(TIMEOUT)  # sent: the abort must hide it, not librdkafka drop it
     p.abort_transaction(TIMEOUT)
     p.begin_transaction()
     p.produce(topic, b"kept", partition=0)
