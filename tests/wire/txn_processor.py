@@ -3,7 +3,9 @@ tests/wire/test_transactions.py: reads SOURCE in GROUP, writes each value + "!" 
 in transactions of up to 20 records, with the consumed offsets sent to each transaction.
 
 With TXN_STALL_AFTER=N it commits N transactions, then opens one more, produces into it,
-prints "stalled" and waits to be killed. It exits once SOURCE is read to its end."""
+prints "stalled" and waits to be killed. It exits once it holds every partition of SOURCE
+and has read each to its end (a run started after a killed one first waits out the dead
+member's session timeout in the group's rebalance), or after 120 s."""
 
 from __future__ import annotations
 
@@ -16,6 +18,18 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 TIMEOUT = 30.0
 
 
+def read_to_end(consumer: Consumer, partitions: int) -> bool:
+    """Whether the consumer holds all ``partitions`` and its position is at each one's end."""
+    assigned = consumer.assignment()
+    if len(assigned) < partitions:
+        return False
+    for tp in consumer.position(assigned):
+        _, high = consumer.get_watermark_offsets(tp, TIMEOUT)
+        if tp.offset < 0 or tp.offset < high:
+            return False
+    return True
+
+
 def main(bootstrap: str, source: str, sink: str, group: str, transactional_id: str) -> None:
     stall_after = int(os.environ.get("TXN_STALL_AFTER", "-1"))
     consumer = Consumer(
@@ -25,19 +39,22 @@ def main(bootstrap: str, source: str, sink: str, group: str, transactional_id: s
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "isolation.level": "read_committed",
+            "session.timeout.ms": 6000,  # a killed run's member leaves the group sooner
         }
     )
     consumer.subscribe([source])
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id})
     producer.init_transactions(TIMEOUT)
+    partitions = len(consumer.list_topics(source, TIMEOUT).topics[source].partitions)
     done = 0
-    idle_since = time.monotonic()
-    while time.monotonic() - idle_since < 5:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
         batch = consumer.consume(20, 0.5)
         batch = [m for m in batch if not m.error()]
         if not batch:
+            if read_to_end(consumer, partitions):
+                break
             continue
-        idle_since = time.monotonic()
         producer.begin_transaction()
         for m in batch:
             producer.produce(sink, m.value() + b"!", partition=m.partition())
