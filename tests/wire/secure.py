@@ -4,13 +4,16 @@ connections to them (plain or TLS)."""
 from __future__ import annotations
 
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+
+import pytest
+import redis
 
 from tests.kafka_client import Connection
 from tests.servers import free_port, wait_for_port
 from tests.wire.certificates import Certificates
-from tests.wire.conftest import Broker
+from tests.wire.conftest import Broker, check_log
 
 # name -> (mechanism, password); alice is also the PLAIN user (checked against SHA-512).
 USERS = {"alice": ("SCRAM-SHA-512", "alice-secret"), "bob": ("SCRAM-SHA-256", "bob-secret")}
@@ -63,6 +66,30 @@ def start_secured(
     for port in ports.values():
         wait_for_port(port, broker.proc)
     return Secured(broker, certs, {"PLAINTEXT": broker.port, **ports})
+
+
+def start_with_users(
+    redis_url: str,
+    broker_factory: Callable[..., Broker],
+    certs: Certificates,
+    listeners: tuple[str, ...],
+    *extra: str,
+) -> Secured:
+    """``start_secured`` on an emptied Redis, with every one of ``USERS`` added."""
+    redis.Redis.from_url(redis_url).flushall()
+    secured = start_secured(broker_factory, certs, listeners, *extra)
+    for name, (mechanism, password) in USERS.items():
+        secured.add_user(name, mechanism, password)
+    return secured
+
+
+def checked(secured: Secured, request: pytest.FixtureRequest) -> Iterator[Secured]:
+    """The module's secured broker for one test, which fails if the broker logged a
+    Traceback or died meanwhile."""
+    check_log(secured.broker, 0, "an earlier test or start-up")
+    start = secured.broker.stderr_size()
+    yield secured
+    check_log(secured.broker, start, request.node.name)
 
 
 def closed(conn: Connection, timeout: float = 5.0) -> bool:

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
-import redis
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import (
     AdminClient,
@@ -20,9 +19,9 @@ from confluent_kafka.admin import (
 from kafkaesque.acls import Operation, ResourceType
 from tests.servers import RedisServer
 from tests.wire import test_acls as scenarios
-from tests.wire.certificates import Certificates, make_certificates
-from tests.wire.conftest import Broker, check_log
-from tests.wire.secure import USERS, Secured, start_secured
+from tests.wire.certificates import make_certificates
+from tests.wire.conftest import Broker
+from tests.wire.secure import USERS, Secured, checked, start_with_users
 from tests.wire.test_acls import (  # noqa: F401  (scenarios collected here)
     Identity,
     produce_error,
@@ -56,28 +55,21 @@ def secured_acls(
     broker_factory: Callable[..., Broker],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Secured:
-    redis.Redis.from_url(redis_server.url).flushall()
-    certs: Certificates = make_certificates(tmp_path_factory.mktemp("certs"))
-    secured = start_secured(
+    return start_with_users(
+        redis_server.url,
         broker_factory,
-        certs,
+        make_certificates(tmp_path_factory.mktemp("certs")),
         ("SASL_SSL", "SASL_PLAINTEXT"),
         "--authorizer",
         "acl",
         "--super-user",
         "User:admin",
     )
-    for name, (mechanism, password) in USERS.items():
-        secured.add_user(name, mechanism, password)
-    return secured
 
 
 @pytest.fixture
 def broker(secured_acls: Secured, request: pytest.FixtureRequest) -> Iterator[Broker]:
-    check_log(secured_acls.broker, 0, "an earlier test or start-up")
-    start = secured_acls.broker.stderr_size()
-    yield secured_acls.broker
-    check_log(secured_acls.broker, start, request.node.name)
+    yield from (s.broker for s in checked(secured_acls, request))
 
 
 @pytest.fixture

@@ -9,15 +9,14 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-import redis
 from kio.schema.errors import ErrorCode
 
 from tests.kafka_client import Connection, request
 from tests.sasl_client import ScramClient, authenticate, handshake, login
 from tests.servers import RedisServer
-from tests.wire.certificates import Certificates, make_certificates
-from tests.wire.conftest import Broker, check_log
-from tests.wire.secure import USERS, Secured, closed, start_secured
+from tests.wire.certificates import make_certificates
+from tests.wire.conftest import Broker
+from tests.wire.secure import USERS, Secured, checked, closed, start_with_users
 
 DELAY_MS = 300
 REAUTH_MS = 1500
@@ -32,11 +31,10 @@ def strict_module(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Secured:
     """SCRAM only (no PLAIN), sessions of 1.5 s, failures answered after 300 ms."""
-    redis.Redis.from_url(redis_server.url).flushall()
-    certs: Certificates = make_certificates(tmp_path_factory.mktemp("certs"))
-    secured = start_secured(
+    return start_with_users(
+        redis_server.url,
         broker_factory,
-        certs,
+        make_certificates(tmp_path_factory.mktemp("certs")),
         ("SASL_PLAINTEXT", "SASL_SSL"),
         "--sasl-enabled-mechanisms",
         "SCRAM-SHA-512,SCRAM-SHA-256",
@@ -45,17 +43,11 @@ def strict_module(
         "--failed-authentication-delay-ms",
         str(DELAY_MS),
     )
-    for name, (mechanism, password) in USERS.items():
-        secured.add_user(name, mechanism, password)
-    return secured
 
 
 @pytest.fixture
 def strict(strict_module: Secured, request: pytest.FixtureRequest) -> Iterator[Secured]:
-    check_log(strict_module.broker, 0, "an earlier test or start-up")
-    start = strict_module.broker.stderr_size()
-    yield strict_module
-    check_log(strict_module.broker, start, request.node.name)
+    yield from checked(strict_module, request)
 
 
 def scram_exchange(conn: Connection, client: ScramClient, **final_options) -> object:

@@ -12,15 +12,14 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-import redis
 
 from tests.kafka_client import Connection, request
 from tests.sasl_client import login
 from tests.servers import RedisServer
 from tests.wire.certificates import CLIENT_PRINCIPAL, Certificates, make_certificates
 from tests.wire.clients import JS, kcat_path, params
-from tests.wire.conftest import Broker, check_log
-from tests.wire.secure import USERS, Secured, closed, start_secured
+from tests.wire.conftest import Broker
+from tests.wire.secure import USERS, Secured, checked, closed, start_secured, start_with_users
 
 COUNT = 20
 VALUES = [b"value-%d" % i for i in range(COUNT)]
@@ -36,29 +35,19 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
 def secured_module(
     redis_server: RedisServer, broker_factory: Callable[..., Broker], certs: Certificates
 ) -> Secured:
-    redis.Redis.from_url(redis_server.url).flushall()
-    secured = start_secured(
+    return start_with_users(
+        redis_server.url,
         broker_factory,
         certs,
         ("SASL_SSL", "SASL_PLAINTEXT", "SSL"),
         "--advertised-listener",
         "SSL://localhost:0",  # any port: the one it listens on
     )
-    for name, (mechanism, password) in USERS.items():
-        secured.add_user(name, mechanism, password)
-    return secured
 
 
 @pytest.fixture(scope="module")
 def mtls_module(broker_factory: Callable[..., Broker], certs: Certificates) -> Secured:
     return start_secured(broker_factory, certs, ("SSL",), "--tls-ca", certs.ca)
-
-
-def checked(secured: Secured, request: pytest.FixtureRequest) -> Iterator[Secured]:
-    check_log(secured.broker, 0, "an earlier test or start-up")
-    start = secured.broker.stderr_size()
-    yield secured
-    check_log(secured.broker, start, request.node.name)
 
 
 @pytest.fixture

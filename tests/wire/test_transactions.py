@@ -33,6 +33,26 @@ BROKER_ARGS = (
 PROCESSOR = Path(__file__).with_name("txn_processor.py")
 
 
+def init_producer(
+    conn: Connection,
+    transactional_id: str,
+    timeout_ms: int = 60_000,
+    current: tuple[int, int] = (-1, -1),
+    version: int = 4,
+) -> Any:
+    """A raw InitProducerId for ``transactional_id`` (``current``: KIP-360's id and epoch)."""
+    return conn.request(
+        request(
+            22,
+            version,
+            transactional_id=transactional_id,
+            transaction_timeout=timeout_ms,
+            producer_id=current[0],
+            producer_epoch=current[1],
+        )
+    )
+
+
 def producer(bootstrap: str, transactional_id: str, **config: object) -> Producer:
     p = Producer(
         {
@@ -183,27 +203,9 @@ def test_timed_out_transaction_is_aborted(broker, topic_name):
 def test_transaction_timeout_above_max_is_refused(broker):
     with Connection(broker.bootstrap) as conn:
         for timeout in (0, 900_001):
-            refused = conn.request(
-                request(
-                    22,
-                    4,
-                    transactional_id="tx-long",
-                    transaction_timeout=timeout,
-                    producer_id=-1,
-                    producer_epoch=-1,
-                )
-            )
+            refused = init_producer(conn, "tx-long", timeout_ms=timeout)
             assert refused.error_code == ErrorCode.invalid_transaction_timeout, refused
-        ok = conn.request(
-            request(
-                22,
-                4,
-                transactional_id="tx-long",
-                transaction_timeout=900_000,
-                producer_id=-1,
-                producer_epoch=-1,
-            )
-        )
+        ok = init_producer(conn, "tx-long", timeout_ms=900_000)
         assert ok.error_code == ErrorCode.none and ok.producer_id >= 0, ok
 
 
@@ -308,16 +310,7 @@ def test_restart_between_add_partitions_and_end(broker_factory, topic_name):
     create_topic(server.bootstrap, topic, 1)
     tid = f"tx-{topic}"
     with Connection(server.bootstrap) as conn:
-        init = conn.request(
-            request(
-                22,
-                4,
-                transactional_id=tid,
-                transaction_timeout=60_000,
-                producer_id=-1,
-                producer_epoch=-1,
-            )
-        )
+        init = init_producer(conn, tid)
         assert init.error_code == ErrorCode.none
         added = conn.request(
             request(
@@ -399,16 +392,7 @@ def test_bad_requests(broker, topic_name):
             }
 
         assert end("no-such-id", 1, 0) == ErrorCode.invalid_producer_id_mapping
-        init = conn.request(
-            request(
-                22,
-                4,
-                transactional_id=tid,
-                transaction_timeout=60_000,
-                producer_id=-1,
-                producer_epoch=-1,
-            )
-        )
+        init = init_producer(conn, tid)
         pid, epoch = init.producer_id, init.producer_epoch
         assert end(tid, pid, epoch) == ErrorCode.invalid_txn_state  # nothing open
         assert end(tid, pid + 1, epoch) == ErrorCode.invalid_producer_id_mapping
@@ -425,16 +409,7 @@ def test_bad_requests(broker, topic_name):
         assert describe(broker.bootstrap, tid).transaction_state == "Empty"  # nothing added
         assert add(pid, epoch, [{"name": topic, "partitions": [0]}]) == {(topic, 0): ErrorCode.none}
         # A new instance bumps the epoch (aborting the open transaction): the old is fenced.
-        again = conn.request(
-            request(
-                22,
-                4,
-                transactional_id=tid,
-                transaction_timeout=60_000,
-                producer_id=-1,
-                producer_epoch=-1,
-            )
-        )
+        again = init_producer(conn, tid)
         assert again.producer_id == pid and again.producer_epoch == epoch + 2, again
         assert end(tid, pid, epoch) == ErrorCode.producer_fenced
         assert end(tid, pid, epoch, version=1) == ErrorCode.invalid_producer_epoch
@@ -445,28 +420,10 @@ def test_bad_requests(broker, topic_name):
             (topic, 0): ErrorCode.invalid_producer_epoch
         }
         # KIP-360: the old instance asking for a bump with its stale epoch is fenced.
-        stale = conn.request(
-            request(
-                22,
-                4,
-                transactional_id=tid,
-                transaction_timeout=60_000,
-                producer_id=pid,
-                producer_epoch=epoch,
-            )
-        )
+        stale = init_producer(conn, tid, current=(pid, epoch))
         assert stale.error_code == ErrorCode.producer_fenced, stale
         # ... the current one gets the next epoch.
-        bumped = conn.request(
-            request(
-                22,
-                4,
-                transactional_id=tid,
-                transaction_timeout=60_000,
-                producer_id=pid,
-                producer_epoch=epoch + 2,
-            )
-        )
+        bumped = init_producer(conn, tid, current=(pid, epoch + 2))
         assert (bumped.error_code, bumped.producer_epoch) == (ErrorCode.none, epoch + 3), bumped
         # Unknown ids: DescribeTransactions says TRANSACTIONAL_ID_NOT_FOUND.
         assert (
@@ -504,16 +461,7 @@ def test_txn_offset_commit_checks_the_group(broker, topic_name):
     with Connection(broker.bootstrap) as conn:
         joined = conn.join_new_member(group, [topic])
         assert joined.error_code == ErrorCode.none, joined
-        init = conn.request(
-            request(
-                22,
-                4,
-                transactional_id=tid,
-                transaction_timeout=60_000,
-                producer_id=-1,
-                producer_epoch=-1,
-            )
-        )
+        init = init_producer(conn, tid)
         pid, epoch = init.producer_id, init.producer_epoch
 
         def commit(generation: int, member: str, producer_epoch: int = epoch) -> ErrorCode:
