@@ -19,6 +19,7 @@ from storage_pg.rows import COLUMNS, Row, batch_rows
 log = logging.getLogger("storage_pg.archiver")
 
 LOCK = "SELECT pg_try_advisory_xact_lock(hashtext($1), $2)"
+LOCK_WAIT = "SELECT pg_advisory_xact_lock(hashtext($1), $2)"  # the same lock, waited for
 # Redis drops the pages once this transaction has committed, so the commit must be
 # durable when it returns. With synchronous_commit off (a default some servers or
 # databases set for speed) a crash of PostgreSQL takes back the last commits, and their

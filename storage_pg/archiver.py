@@ -238,7 +238,11 @@ class Archiver:
             await self.log.close_idle_pages(topic, partition, self.idle_close_ms)
         if self._epochs.get(key) != state.leader_epoch:
             try:
-                async with self.pool.acquire() as conn:
+                async with self.pool.acquire() as conn, conn.transaction():
+                    # Under the partition's lock, as a topic deletion holds it: else this row
+                    # could land between the deletion's removal of the topic's epochs and of
+                    # its topic row, and the deletion would fail on it.
+                    await conn.execute(archive_sql.LOCK_WAIT, topic, partition)
                     await conn.execute(archive_sql.EPOCH, topic, partition, state.leader_epoch)
             except asyncpg.ForeignKeyViolationError:
                 return  # the topic was deleted from the archive meanwhile

@@ -21,13 +21,12 @@ import uuid
 
 import asyncpg
 
-from storage_pg.archive_sql import TOPIC_ID
+from storage_pg.archive_sql import LOCK_WAIT, TOPIC_ID
 from storage_pg.schema import ensure_schema
 
 log = logging.getLogger(__name__)
 
 _ARCHIVED = "SELECT topic_id, partitions FROM topic WHERE name = $1"
-_LOCK_PARTITION = "SELECT pg_advisory_xact_lock(hashtext($1), $2)"
 _DROP_RECORDS = """
     WITH gone AS (DELETE FROM record WHERE topic = $1 RETURNING id)
     SELECT count(*) AS records, coalesce(max(id), 0) AS max_id FROM gone
@@ -80,7 +79,7 @@ async def delete_topic(
         if archived is not None:
             partitions = max(partitions, archived["partitions"])
         for partition in range(partitions):
-            await conn.execute(_LOCK_PARTITION, name, partition)
+            await conn.execute(LOCK_WAIT, name, partition)
         archived = await conn.fetchrow(_ARCHIVED + " FOR UPDATE", name)
         records, max_id = await conn.fetchrow(_DROP_RECORDS, name)
         max_id = max(max_id, await conn.fetchval(_DROP_REJECTED, name))
@@ -108,7 +107,7 @@ async def delete_records(
     or about to be deleted as another one): its archiver takes the floor from Redis."""
     await ensure_schema(conn)
     async with conn.transaction():
-        await conn.execute(_LOCK_PARTITION, topic, partition)
+        await conn.execute(LOCK_WAIT, topic, partition)
         if await conn.fetchval(TOPIC_ID, topic) != topic_id:
             return 0
         return await delete_below(conn, topic, partition, before)

@@ -218,8 +218,15 @@ def test_the_password_prompt_asks_twice(users_module: Secured) -> None:
     os.close(child)
     seen = bytearray()
     try:
-        for answer in (b"pw-1", b"pw-2", b"pw-1", b"pw-1"):
-            read_until(main, b": ", seen)
+        # Each answer only once its own prompt is out: getpass turns echo off before it
+        # writes the prompt ("Error: ..." also ends in ": ", with echo still on).
+        for prompt, answer in [
+            (b"Password: ", b"pw-1"),
+            (b"confirmation: ", b"pw-2"),
+            (b"Password: ", b"pw-1"),
+            (b"confirmation: ", b"pw-1"),
+        ]:
+            read_until(main, prompt, seen)
             os.write(main, answer + b"\n")
         read_until(main, b"credential set", seen)
         assert proc.wait(60) == 0, bytes(seen)
