@@ -4,7 +4,7 @@
 # when it is missing (Debian's kcat and wamerican, the word list /usr/share/dict/words).
 # With --spark: also the [spark] extra, the PostgreSQL JDBC driver and a JVM (Debian
 # packages) for `kafkaesque spark`. With --test: everything --spark brings, the test extras,
-# Node.js and kafkajs for the wire tests (npm).
+# Node.js and kafkajs for the wire tests (npm), openssl for the TLS tests' certificates.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +23,7 @@ apt_packages=()
 command -v kcat >/dev/null || apt_packages+=(kcat)
 if (( want_test )); then
   command -v npm >/dev/null || apt_packages+=(nodejs npm)  # kafkajs for the wire tests
+  command -v openssl >/dev/null || apt_packages+=(openssl)  # the TLS tests' certificates
 fi
 if (( want_spark )); then
   # the Spark job's JDBC driver, and a JVM for Spark when the machine has none
