@@ -81,15 +81,15 @@ async def offset_commit(broker: Broker, request: Request) -> Any:
     return build(
         schema,
         throttle_time=NO_THROTTLE,
-        topics=_topic_errors(schema, "OffsetCommit", body, errors),
+        topics=topic_errors(schema, "OffsetCommit", body, errors),
     )
 
 
-def _topic_errors(
+def topic_errors(
     schema: type, api: str, body: Any, errors: dict[tuple[str, int], ErrorCode]
 ) -> tuple[Any, ...]:
-    """The per-topic, per-partition error codes of an OffsetCommit or OffsetDelete answer,
-    in the request's order."""
+    """The per-topic, per-partition error codes of an OffsetCommit, OffsetDelete or
+    TxnOffsetCommit answer, in the request's order."""
     topic_class = schema_class(schema, f"{api}ResponseTopic")
     partition_class = schema_class(schema, f"{api}ResponsePartition")
     return tuple(
@@ -214,5 +214,5 @@ async def offset_delete(broker: Broker, request: Request) -> Any:
         for p in t.partitions
         if t.name not in readable
     )
-    topics = _topic_errors(schema, "OffsetDelete", body, errors)
+    topics = topic_errors(schema, "OffsetDelete", body, errors)
     return build(schema, error_code=ErrorCode.none, throttle_time=NO_THROTTLE, topics=topics)

@@ -14,6 +14,7 @@ from kafkaesque.transactions import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TxnError,
 from wire.authorize import Operation, ResourceType, allowed, cluster_allowed
 from wire.broker import Broker
 from wire.errors import error_code
+from wire.handlers.group_offsets import topic_errors
 from wire.protocol import NO_THROTTLE, Request, build, schema_class
 
 # The first version of each API whose clients know PRODUCER_FENCED (KIP-588); older ones
@@ -227,23 +228,8 @@ async def txn_offset_commit(broker: Broker, request: Request) -> Any:
         for tp in offsets:
             if tp[0] not in readable:
                 codes[tp] = ErrorCode.topic_authorization_failed
-    topic_class = schema_class(schema, "TxnOffsetCommitResponseTopic")
-    partition_class = schema_class(schema, "TxnOffsetCommitResponsePartition")
-    topics = tuple(
-        build(
-            topic_class,
-            name=t.name,
-            partitions=tuple(
-                build(
-                    partition_class,
-                    partition_index=p.partition_index,
-                    error_code=error_code(codes[t.name, p.partition_index]),
-                )
-                for p in t.partitions
-            ),
-        )
-        for t in body.topics
-    )
+    errors = {tp: error_code(code) for tp, code in codes.items()}
+    topics = topic_errors(schema, "TxnOffsetCommit", body, errors)
     return build(schema, throttle_time=NO_THROTTLE, topics=topics)
 
 
