@@ -241,8 +241,11 @@ class Archiver:
                 async with self.pool.acquire() as conn, conn.transaction():
                     # Under the partition's lock, as a topic deletion holds it: else this row
                     # could land between the deletion's removal of the topic's epochs and of
-                    # its topic row, and the deletion would fail on it.
-                    await conn.execute(archive_sql.LOCK_WAIT, topic, partition)
+                    # its topic row, and the deletion would fail on it. Another archiver
+                    # holding it is archiving this partition: leave it to that one.
+                    if not await conn.fetchval(archive_sql.LOCK, topic, partition):
+                        summary.busy += 1
+                        return
                     await conn.execute(archive_sql.EPOCH, topic, partition, state.leader_epoch)
             except asyncpg.ForeignKeyViolationError:
                 return  # the topic was deleted from the archive meanwhile
