@@ -160,11 +160,6 @@ class LookupTimedOut(KafkaesqueError):
     """An offset lookup that did not finish within the request's timeout (ListOffsets v10)."""
 
 
-class UnknownFetchSession(KafkaesqueError):
-    """An incremental fetch of a session this broker does not have: it creates none, so
-    clients go on with full fetches (KIP-227)."""
-
-
 # -- storage -------------------------------------------------------------------------------
 class StorageUnavailable(KafkaesqueError):
     """A store the request needs (the archive) cannot be reached right now; retry later."""

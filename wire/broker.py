@@ -26,6 +26,7 @@ from kafkaesque.tasks import cancel_and_wait
 from kafkaesque.topic_ids import TopicIds
 from kafkaesque.transactions import TxnConfig
 from kafkaesque.txn_store import TransactionCoordinator
+from wire.fetch_sessions import DEFAULT_EVICTION_MS, DEFAULT_SLOTS, FetchSessionCache
 from wire.protocol import MAX_REQUEST_SIZE
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,10 @@ class BrokerConfig:
     sasl_mechanisms: tuple[str, ...] = SASL_MECHANISMS  # sasl.enabled.mechanisms
     connections_max_reauth_ms: int = 0  # KIP-368; 0: SASL sessions never expire
     failed_authentication_delay_ms: int = 100  # connection.failed.authentication.delay.ms
+    # Incremental fetch sessions (KIP-227): Kafka's max.incremental.fetch.session.cache.slots
+    # (0: none, every fetch is a full one) and min.incremental.fetch.session.eviction.ms.
+    fetch_session_slots: int = DEFAULT_SLOTS
+    fetch_session_eviction_ms: int = DEFAULT_EVICTION_MS
 
     def endpoint(self, listener: str) -> tuple[str, int]:
         """The advertised (host, port) of the listener a client came in on."""
@@ -205,6 +210,16 @@ BROKER_SETTINGS: dict[str, tuple[str, Kind, str]] = {
         Kind.INT,
         "delay before a failed authentication is answered",
     ),
+    "max.incremental.fetch.session.cache.slots": (
+        "fetch_session_slots",
+        Kind.INT,
+        "incremental fetch sessions kept at most (0: none)",
+    ),
+    "min.incremental.fetch.session.eviction.ms": (
+        "fetch_session_eviction_ms",
+        Kind.INT,
+        "a fetch session idle this long may be evicted for a new one",
+    ),
 }
 # Settings of BROKER_SETTINGS for which 0 is allowed (off, or no wait).
 _ZERO_ALLOWED = frozenset(
@@ -212,6 +227,8 @@ _ZERO_ALLOWED = frozenset(
         "group.initial.rebalance.delay.ms",
         "connections.max.reauth.ms",
         "connection.failed.authentication.delay.ms",
+        "max.incremental.fetch.session.cache.slots",
+        "min.incremental.fetch.session.eviction.ms",
     }
 )
 
@@ -241,6 +258,10 @@ class Broker:
         self.notifier = Notifier(log.redis, log.channel(""))
         self.partitions = Partitions(log, self.notifier, config.max_message_bytes)
         self.topic_ids = TopicIds(log)  # for requests naming topics by id
+        # This process's incremental fetch sessions (KIP-227): they outlive connections.
+        self.fetch_sessions = FetchSessionCache(
+            config.fetch_session_slots, config.fetch_session_eviction_ms
+        )
         self.groups = GroupCoordinator(log.redis, config.groups, log.ns)
         self.consumer_groups = ConsumerGroupCoordinator(log, config.consumer_groups)
         self.credentials = CredentialStore(log.redis, log.ns)  # SCRAM users

@@ -44,7 +44,6 @@ ERROR_CODES: dict[type[core.KafkaesqueError], ErrorCode] = {
     core.UnknownLeaderEpoch: ErrorCode.unknown_leader_epoch,
     core.UnsupportedLookup: ErrorCode.unsupported_version,
     core.LookupTimedOut: ErrorCode.request_timed_out,
-    core.UnknownFetchSession: ErrorCode.fetch_session_id_not_found,
     # Redis lost its data and the archive cannot restore the offsets yet, or the archive
     # an old offset lives in cannot be reached: retriable.
     core.StorageUnavailable: ErrorCode.kafka_storage_error,

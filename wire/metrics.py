@@ -3,12 +3,15 @@ the request budget."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from kio.schema.index import api_key_map
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from kafkaesque.memory import MemoryUse
+from wire.fetch_sessions import FetchSessionCache
 
 
 def api_name(api_key: int) -> str:
@@ -29,6 +32,21 @@ class Metrics:
         ):
             gauge = Gauge(f"kafkaesque_redis_memory_{name}", what, registry=self.registry)
             gauge.set_function(value)
+
+    def watch_fetch_sessions(self, sessions: FetchSessionCache) -> None:
+        """The broker's incremental fetch sessions (Kafka's NumIncrementalFetchSessions,
+        NumIncrementalFetchPartitionsCached, IncrementalFetchSessionEvictionsPerSec)."""
+        for name, what, value in (
+            ("fetch_sessions", "Incremental fetch sessions cached", lambda: len(sessions)),
+            (
+                "fetch_session_partitions",
+                "Partitions cached in incremental fetch sessions",
+                lambda: sessions.partitions,
+            ),
+        ):
+            gauge = Gauge(f"kafkaesque_{name}", what, registry=self.registry)
+            gauge.set_function(value)
+        self.registry.register(_FetchSessionCounters(sessions))
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -80,3 +98,30 @@ class Metrics:
     def serve(self, host: str, port: int) -> None:
         """Expose /metrics over HTTP from a background thread."""
         start_http_server(port, addr=host, registry=self.registry)
+
+
+class _FetchSessionCounters(Collector):
+    """The fetch session cache's own counts, as counters."""
+
+    def __init__(self, sessions: FetchSessionCache) -> None:
+        self.sessions = sessions
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        for name, what, value in (
+            (
+                "incremental_fetches",
+                "Incremental fetches answered within a fetch session",
+                self.sessions.incremental_fetches,
+            ),
+            (
+                "fetch_session_evictions",
+                "Fetch sessions evicted for a new one",
+                self.sessions.evictions,
+            ),
+            (
+                "fetch_sessions_refused",
+                "Fetch sessions not opened: no slot free (the fetch answered session 0)",
+                self.sessions.refused,
+            ),
+        ):
+            yield CounterMetricFamily(f"kafkaesque_{name}", what, value=value)

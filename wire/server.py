@@ -154,6 +154,7 @@ class Server:
         )
         self.metrics = metrics or Metrics()
         self.metrics.watch_memory(lambda: broker.memory.use)
+        self.metrics.watch_fetch_sessions(broker.fetch_sessions)
         self.budget = RequestBudget(broker.config.queued_max_request_bytes)
         self.throttle = LogThrottle(log)
         # Client quotas (Kafka's KIP-13/KIP-219), re-read from Redis every quota_refresh s.

@@ -184,6 +184,15 @@ def listeners_option(
     help="Client connections from one IP address at most. Default: no limit.",
 )
 @click.option(
+    "--max-incremental-fetch-session-cache-slots",
+    "fetch_session_slots",
+    type=click.IntRange(0),
+    default=1000,
+    show_default=True,
+    help="Incremental fetch sessions (KIP-227) kept at most, across clients; a client "
+    "finding none free goes on with full fetches (0: no sessions).",
+)
+@click.option(
     "--min-insync-replicas",
     type=click.IntRange(1, 100),
     default=1,
@@ -272,6 +281,7 @@ def serve(
     request_timeout_ms: int,
     max_connections: int | None,
     max_connections_per_ip: int | None,
+    fetch_session_slots: int,
     min_insync_replicas: int,
     redis_max_connections: int,
     settings: dict[str, str],
@@ -328,6 +338,7 @@ def serve(
         request_timeout_ms=request_timeout_ms,
         max_connections=max_connections,
         max_connections_per_ip=max_connections_per_ip,
+        fetch_session_slots=fetch_session_slots,
         min_insync_replicas=min_insync_replicas,
         compaction_interval=compaction_interval,
         authorizer="" if authorizer == "none" else authorizer,

@@ -255,9 +255,10 @@ def test_fetch_v17_of_a_deleted_topic_id(broker, topic_name):
         assert fresh.error_code == ErrorCode.none
 
 
-def test_fetch_sessions_are_not_kept(broker, topic_name):
-    """Every answer says session 0, so an incremental fetch names a session that does not
-    exist: FETCH_SESSION_ID_NOT_FOUND, and the client goes back to full fetches."""
+def test_sessionless_fetch_and_an_unknown_session(broker, topic_name):
+    """A full fetch of epoch -1 opens no session: the answer says session 0. An
+    incremental fetch naming a session that does not exist: FETCH_SESSION_ID_NOT_FOUND, and
+    the client goes back to full fetches (tests/wire/test_fetch_sessions.py has the rest)."""
     topic = topic_name()
     with Connection(broker.bootstrap) as conn:
         create(conn, topic)

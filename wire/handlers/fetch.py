@@ -5,35 +5,56 @@ the aborted transactions among them, whose records the client drops itself, as K
 brokers answer; READ_UNCOMMITTED gets everything up to the high watermark.
 
 v12 tells a client whose log diverged where to truncate (diverging_epoch), v13 names topics
-by id, v16 points a fenced client at the current leader (KIP-951). Fetch sessions (KIP-227)
-are not kept: every response says session 0, so clients go on sending full fetches.
+by id, v16 points a fenced client at the current leader (KIP-951).
+
+Fetch sessions (KIP-227, v7+; wire/fetch_sessions.py): session_epoch -1 is a full fetch
+without a session (closing the one named, if any); 0 a full fetch that opens one, whose id
+the answer gives (0 when the cache has no slot for it). Then epochs 1, 2, ... are
+incremental: the request names only the partitions added or changed and those forgotten,
+the broker reads all the session's partitions in one long-poll and answers only those with
+records, an error, or a high watermark, last stable offset or log start offset changed
+since its last answer. An unknown session id is answered FETCH_SESSION_ID_NOT_FOUND, a
+wrong epoch INVALID_FETCH_SESSION_EPOCH, a session by topic names continued by topic ids
+(or the reverse) FETCH_SESSION_TOPIC_ID_ERROR, all with no partitions; the client then
+opens a new session. Authorization is checked on every fetch, of every partition read.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.errors import (
-    FencedLeaderEpoch,
-    TopicAuthorizationFailed,
-    UnknownFetchSession,
-    UnknownTopicId,
-)
+from kafkaesque.errors import FencedLeaderEpoch, TopicAuthorizationFailed, UnknownTopicId
 from kafkaesque.partitions import Fetched, FetchRequest
 from wire.authorize import Operation, topics_allowed
 from wire.broker import Broker
 from wire.errors import error_code
+from wire.fetch_sessions import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    INVALID_SESSION_ID,
+    CachedPartition,
+    FetchSession,
+    Topic,
+    next_epoch,
+)
 from wire.handlers.metadata import broker_entries
 from wire.protocol import NO_THROTTLE, Request, build, schema_class
 
-# session_epoch of a full fetch that opens a session, and of one without (or closing) one.
-INITIAL_EPOCH, FINAL_EPOCH = 0, -1
+log = logging.getLogger(__name__)
+
+SESSIONS_VERSION = 7  # session_id and session_epoch (KIP-227)
 TOPIC_IDS_VERSION = 13  # topics named by id only
 LEADER_HINT_VERSION = 16  # current_leader and node_endpoints (KIP-951)
 READ_COMMITTED = 1  # isolation_level (v4+)
+
+# A partition to read: its topic's name (None for an unknown topic id), its topic id (v13+),
+# and what is asked of it.
+Wanted = tuple[str | None, uuid.UUID | None, CachedPartition]
 
 
 async def topic_name(broker: Broker, topic: Any, version: int) -> str | None:
@@ -43,27 +64,145 @@ async def topic_name(broker: Broker, topic: Any, version: int) -> str | None:
     return None if topic.topic_id is None else await broker.topic_ids.name(topic.topic_id.bytes)
 
 
+def asked(topic: Any, p: Any, version: int) -> CachedPartition:
+    """A requested partition, as a session caches it."""
+    return CachedPartition(
+        topic.topic_id if version >= TOPIC_IDS_VERSION else topic.topic,
+        p.partition,
+        p.fetch_offset,
+        p.partition_max_bytes,
+        getattr(p, "current_leader_epoch", -1),  # v9+
+        getattr(p, "last_fetched_epoch", -1),  # v12+
+    )
+
+
 async def fetch(broker: Broker, request: Request) -> Any:
     body, version = request.body, request.api_version
-    session_epoch = getattr(body, "session_epoch", FINAL_EPOCH)  # v7+
-    if session_epoch not in (INITIAL_EPOCH, FINAL_EPOCH):
-        # An incremental fetch: no session of ours can exist (every answer said 0).
-        raise UnknownFetchSession(f"no fetch session {body.session_id}")
+    session_id = getattr(body, "session_id", INVALID_SESSION_ID)  # v7+
+    session_epoch = getattr(body, "session_epoch", FINAL_EPOCH)
+    sessions = broker.fetch_sessions
+    if session_epoch in (INITIAL_EPOCH, FINAL_EPOCH):
+        if session_id != INVALID_SESSION_ID and sessions.remove(session_id) is not None:
+            log.debug("fetch session %d closed by a full fetch", session_id)
+        return await full_fetch(broker, request, open_session=session_epoch == INITIAL_EPOCH)
+    session = sessions.get(session_id)
+    if session is None:
+        log.debug("incremental fetch of an unknown fetch session %d", session_id)
+        return refusal(request, ErrorCode.fetch_session_id_not_found)
+    if session.epoch != session_epoch:
+        log.debug(
+            "fetch session %d expects epoch %d, not %d", session_id, session.epoch, session_epoch
+        )
+        return refusal(request, ErrorCode.invalid_fetch_session_epoch)
+    if session.by_topic_id != (version >= TOPIC_IDS_VERSION):
+        return refusal(request, ErrorCode.fetch_session_topic_id_error)
+    return await incremental_fetch(broker, request, session)
+
+
+async def full_fetch(broker: Broker, request: Request, open_session: bool) -> Any:
+    """Every requested partition, answered; a new session of them if ``open_session``."""
+    body, version = request.body, request.api_version
     names = [await topic_name(broker, t, version) for t in body.topics]
-    readable = topics_allowed(broker, request, Operation.READ, {n for n in names if n})
+    wanted = [
+        (name, getattr(t, "topic_id", None), asked(t, p, version))
+        for name, t in zip(names, body.topics, strict=True)
+        for p in t.partitions
+    ]
+    results = await read(broker, request, wanted)
+    session_id = INVALID_SESSION_ID
+    if open_session and version >= SESSIONS_VERSION:
+        for (_, _, cached), fetched in zip(wanted, results, strict=True):
+            cached.answered(fetched)
+        sessions = broker.fetch_sessions
+        session_id = sessions.create(version >= TOPIC_IDS_VERSION, (c for _, _, c in wanted))
+        if session_id == INVALID_SESSION_ID:
+            log.debug("no fetch session slot free for %d partitions", len(wanted))
+        else:
+            log.debug("fetch session %d opened with %d partitions", session_id, len(wanted))
+    # Topics as the request has them, each with its partitions in the request's order.
+    answers = iter(zip(wanted, results, strict=True))
+    grouped = [
+        (name, getattr(t, "topic_id", None), [next(answers) for _ in t.partitions])
+        for name, t in zip(names, body.topics, strict=True)
+    ]
+    return answer(broker, request, session_id, grouped)
+
+
+async def incremental_fetch(broker: Broker, request: Request, session: FetchSession) -> Any:
+    """Apply the request to the session, read all its partitions, answer the changed ones."""
+    body, version = request.body, request.api_version
+    sessions = broker.fetch_sessions
+    by_id = session.by_topic_id
+    session.update(
+        (asked(t, p, version) for t in body.topics for p in t.partitions),
+        (
+            (t.topic_id if by_id else t.topic, index)
+            for t in body.forgotten_topics_data
+            for index in t.partitions
+        ),
+    )
+    if not session.partitions:
+        # As Kafka: a session left with no partitions closes; the answer says so.
+        sessions.remove(session.id)
+        log.debug("fetch session %d closed: no partitions left", session.id)
+        return answer(broker, request, INVALID_SESSION_ID, [])
+    sessions.touch(session)
+    session.epoch = expected = next_epoch(session.epoch)
+    names: dict[Topic, str | None] = {}  # of the session's topics
+    for cached in session.partitions.values():
+        topic = cached.topic
+        if topic in names:
+            continue
+        if not isinstance(topic, uuid.UUID):
+            names[topic] = None if by_id else topic
+        else:
+            names[topic] = await broker.topic_ids.name(topic.bytes)
+    wanted = [
+        (names[c.topic], c.topic if isinstance(c.topic, uuid.UUID) else None, c)
+        for c in session.partitions.values()
+    ]
+    results = await read(broker, request, wanted)
+    if sessions.get(session.id) is not session or session.epoch != expected:
+        # Another fetch of this session (a duplicate of this epoch) came meanwhile.
+        log.info("fetch session %d moved on during a fetch of its epoch", session.id)
+        return refusal(request, ErrorCode.invalid_fetch_session_epoch, session.id)
+    sessions.incremental_fetches += 1
+    grouped: dict[Topic, list[tuple[Wanted, Fetched]]] = {}  # topics in the order answered
+    heads: dict[Topic, tuple[str | None, uuid.UUID | None]] = {}
+    for entry, fetched in zip(wanted, results, strict=True):
+        cached = entry[2]
+        if cached.key not in session.partitions or not cached.answered(fetched):
+            continue
+        session.to_back(cached.key)
+        heads.setdefault(cached.topic, (entry[0], entry[1]))
+        grouped.setdefault(cached.topic, []).append((entry, fetched))
+    log.debug(
+        "incremental fetch of session %d (%d partitions): %d answered",
+        session.id,
+        len(session.partitions),
+        sum(len(g) for g in grouped.values()),
+    )
+    topics = [(*heads[topic], entries) for topic, entries in grouped.items()]
+    return answer(broker, request, session.id, topics)
+
+
+async def read(broker: Broker, request: Request, wanted: Sequence[Wanted]) -> list[Fetched]:
+    """The outcome of each wanted partition, in order: one read of all that may be read,
+    so that min_bytes and max_wait cover them all."""
+    body = request.body
+    readable = topics_allowed(broker, request, Operation.READ, {n for n, _, _ in wanted if n})
     results = await broker.partitions.fetch(
         [
             FetchRequest(
                 name,
-                p.partition,
-                p.fetch_offset,
-                p.partition_max_bytes,
-                getattr(p, "current_leader_epoch", -1),  # v9+
-                getattr(p, "last_fetched_epoch", -1),  # v12+
+                c.partition,
+                c.fetch_offset,
+                c.max_bytes,
+                c.current_leader_epoch,
+                c.last_fetched_epoch,
             )
-            for name, t in zip(names, body.topics, strict=True)
+            for name, _, c in wanted
             if name in readable
-            for p in t.partitions
         ],
         max_bytes=body.max_bytes,
         min_bytes=body.min_bytes,
@@ -73,19 +212,45 @@ async def fetch(broker: Broker, request: Request) -> Any:
         seen_epochs=request.connection.fetch_epochs,
         committed=getattr(body, "isolation_level", 0) == READ_COMMITTED,
     )
+    outcomes = []
+    for name, topic_id, c in wanted:
+        if name is None:
+            outcomes.append(Fetched(UnknownTopicId(f"no topic has the id {topic_id}")))
+        elif name not in readable:
+            outcomes.append(
+                Fetched(TopicAuthorizationFailed(f"Not authorized to READ topic {name}"))
+            )
+        else:
+            outcomes.append(results[name, c.partition])
+    return outcomes
+
+
+def refusal(request: Request, error: ErrorCode, session_id: int = INVALID_SESSION_ID) -> Any:
+    """The answer to a fetch its session refuses: the error, no partitions."""
+    return build(
+        request.response_class,
+        throttle_time=NO_THROTTLE,
+        error_code=error,
+        session_id=session_id,
+        responses=(),
+        node_endpoints=(),
+    )
+
+
+def answer(
+    broker: Broker,
+    request: Request,
+    session_id: int,
+    topics: Sequence[tuple[str | None, uuid.UUID | None, Sequence[tuple[Wanted, Fetched]]]],
+) -> Any:
+    """The response naming these topics' partitions and their outcomes."""
     schema = request.response_class
     topic_class = schema_class(schema, "FetchableTopicResponse")
     partition_class = schema_class(schema, "PartitionData")
-    leader_hints = version >= LEADER_HINT_VERSION
+    leader_hints = request.api_version >= LEADER_HINT_VERSION
     aborted_class = schema_class(schema, "AbortedTransaction")
 
-    def partition(name: str | None, topic_id: uuid.UUID | None, index: int) -> Any:
-        if name is None:
-            r = Fetched(UnknownTopicId(f"no topic has the id {topic_id}"))
-        elif name not in readable:
-            r = Fetched(TopicAuthorizationFailed(f"Not authorized to READ topic {name}"))
-        else:
-            r = results[name, index]
+    def partition(index: int, r: Fetched) -> Any:
         tagged: dict[str, Any] = {}
         if r.diverging_epoch is not None:
             epoch, end = r.diverging_epoch
@@ -119,19 +284,19 @@ async def fetch(broker: Broker, request: Request) -> Any:
         build(
             topic_class,
             topic=name,
-            topic_id=getattr(t, "topic_id", None),
-            partitions=tuple(
-                partition(name, getattr(t, "topic_id", None), p.partition) for p in t.partitions
-            ),
+            topic_id=topic_id,
+            partitions=tuple(partition(c.partition, r) for (_, _, c), r in entries),
         )
-        for name, t in zip(names, body.topics, strict=True)
+        for name, topic_id, entries in topics
     )
-    fenced = leader_hints and any(isinstance(r.error, FencedLeaderEpoch) for r in results.values())
+    fenced = leader_hints and any(
+        isinstance(r.error, FencedLeaderEpoch) for _, _, entries in topics for _, r in entries
+    )
     return build(
         schema,
         throttle_time=NO_THROTTLE,
         error_code=ErrorCode.none,
-        session_id=0,  # no incremental fetch sessions: clients keep sending full fetches
+        session_id=session_id,
         responses=responses,
         # KIP-951: the endpoints of the leaders named in current_leader, i.e. this broker.
         node_endpoints=(
