@@ -20,12 +20,14 @@ from kio.schema.errors import ErrorCode
 from prometheus_client.parser import text_string_to_metric_families
 
 from kafkaesque.batch_build import build_batch
+from kafkaesque.errors import UnknownTopic
 from kafkaesque.log import Log
-from kafkaesque.partitions import Partitions
+from kafkaesque.partitions import Fetched, Partitions
 from kafkaesque.records import decode_batch, is_control, read_header
 from tests.kafka_client import Connection, create_topics_request, request
 from tests.servers import free_port
 from tests.wire.common import TIMEOUT, produce_numbered, value_of, wait_until
+from wire.fetch_sessions import CachedPartition, FetchSessionCache, next_epoch
 
 METRICS_PORT = free_port()
 BROKER_ARGS = ("--metrics", f"127.0.0.1:{METRICS_PORT}")
@@ -593,3 +595,58 @@ def test_confluent_kafka_consumes_with_sessionless_fetches(broker, topic_name):
     assert got == expected(partitions, 0, count)
     assert metric("kafkaesque_fetch_sessions") == sessions
     assert metric("kafkaesque_incremental_fetches_total") == incremental
+
+
+# -- the cache itself, on a fake clock ---------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def cached(*partitions: int, topic: str = "t") -> list[CachedPartition]:
+    return [CachedPartition(topic, p, 0, 1 << 20) for p in partitions]
+
+
+def test_epochs_wrap_to_1():
+    assert [next_epoch(e) for e in (0, 1, 2**31 - 2, 2**31 - 1, -1)] == [1, 2, 2**31 - 1, 1, -1]
+
+
+def test_cache_eviction_rule():
+    clock = Clock()
+    cache = FetchSessionCache(slots=2, eviction_ms=1000, clock=clock)
+    a = cache.create(False, cached(0, 1))
+    b = cache.create(False, cached(0))
+    assert 0 not in (a, b) and a != b and len(cache) == 2 and cache.partitions == 3
+    assert cache.create(False, cached(0, 1, 2)) == 0  # both fresh
+    clock.now = 1.5  # both settled, neither idle past 1 s after a touch
+    cache.touch(cache.get(a))  # type: ignore[arg-type]
+    cache.touch(cache.get(b))  # type: ignore[arg-type]
+    assert cache.create(False, cached(5)) == 0  # not larger than the smallest (b)
+    c = cache.create(False, cached(0, 1))  # larger than b: b goes
+    assert c != 0 and cache.get(b) is None and cache.get(a) is not None
+    assert cache.evictions == 1 and cache.refused == 2
+    clock.now = 2.7  # a idle for 1.2 s: any new session takes its slot
+    d = cache.create(False, cached(0))
+    assert d != 0 and cache.get(a) is None and cache.get(c) is not None
+
+
+def test_cache_without_slots():
+    cache = FetchSessionCache(slots=0)
+    assert cache.create(False, cached(0)) == 0 and len(cache) == 0
+
+
+def test_a_partition_is_answered_when_it_changed_or_failed():
+    p = cached(0)[0]
+    assert p.answered(Fetched(high_watermark=3, log_start=0, last_stable=3))
+    assert not p.answered(Fetched(high_watermark=3, log_start=0, last_stable=3))
+    assert p.answered(Fetched(high_watermark=3, log_start=0, last_stable=3, batches=[b"x"]))
+    assert p.answered(Fetched(high_watermark=3, log_start=1, last_stable=3))
+    assert p.answered(Fetched(UnknownTopic("gone")))
+    # After an error the offsets are named again, though unchanged.
+    assert p.answered(Fetched(high_watermark=3, log_start=1, last_stable=3))
+    assert p.answered(Fetched(high_watermark=3, log_start=1, last_stable=3, diverging_epoch=(0, 2)))
