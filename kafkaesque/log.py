@@ -16,12 +16,13 @@ from redis.asyncio import Redis
 from kafkaesque.archiving import ArchivingLog
 from kafkaesque.batch_build import build_control_batch
 from kafkaesque.durability import DEFAULT_TIMEOUT_MS, Durability
-from kafkaesque.errors import OffsetOutOfRange, PolicyViolation, UnknownTopic
+from kafkaesque.errors import OffsetOutOfRange, PolicyViolation, StorageUnavailable, UnknownTopic
 from kafkaesque.keys import Keys
 from kafkaesque.log_topics import TopicsLog
 from kafkaesque.log_types import (
     Appended,
     ColdStore,
+    PartitionRead,
     PartitionState,
     ProducerState,
     ReadResult,
@@ -47,6 +48,15 @@ def _now_ms() -> int:
 def _after(offset: int, first: int) -> int | None:
     """``first`` when the data resumes after a gap beginning at ``offset``, else None."""
     return first if first > offset else None
+
+
+def _parsed(
+    answer: list[Any],
+) -> tuple[int, int, int, int, int, list[tuple[int, int, int]], list[bytes]]:
+    """A read script's answer: (status, log start, log end, leader epoch, last stable
+    offset, aborted transactions, batches)."""
+    status, start, end, epoch, lso, aborted, *batches = answer
+    return status, start, end, epoch, lso, [_aborted(a) for a in aborted], batches
 
 
 def _aborted(entry: bytes) -> tuple[int, int, int]:
@@ -145,9 +155,66 @@ class Log(TopicsLog, ArchivingLog):
         next offset that exists, as Kafka's readers do across a compacted log's gaps.
         Without an archive such an offset is ``below_start`` (Kafka's retention), and so
         is, archive or not, an offset below the log start DeleteRecords moved."""
-        status, start, end, epoch, lso, aborted, batches = await self._read_redis(
+        redis_read = await self._read_redis(
             topic, partition, offset, max_bytes, max_records, min_one, committed
         )
+        return await self._finish_read(
+            topic, partition, offset, redis_read, max_bytes, max_records, min_one, committed
+        )
+
+    async def read_many(
+        self,
+        requests: Sequence[PartitionRead],
+        max_bytes: int,
+        committed: bool = False,
+        min_one: bool = True,
+    ) -> list[ReadResult | UnknownTopic | StorageUnavailable]:
+        """Read many partitions within ``max_bytes`` in all, in the order given, each within
+        its own ``max_bytes`` too; with ``min_one`` the first batch read comes even when
+        over the limits (KIP-74). Redis answers every partition in one round trip; offsets
+        only in the archive take one more each (see ``read``). One result per request: a
+        ReadResult, UnknownTopic for a partition that does not exist, or
+        StorageUnavailable for one whose offset only the unreachable archive holds."""
+        if not requests:
+            return []
+        keys = [self.keys.partition(r.topic, r.partition).meta for r in requests]
+        args: list[object] = [max_bytes, int(committed), int(min_one)]
+        for r in requests:
+            args += (r.offset, r.max_bytes)
+        answers = await self.scripts.read_many(keys=keys, args=args)
+        results: list[ReadResult | UnknownTopic | StorageUnavailable] = []
+        read_bytes = 0
+        for r, answer in zip(requests, answers, strict=True):
+            if answer[0] < 0:
+                results.append(UnknownTopic(f"no partition {r.partition} in {r.topic}"))
+                continue
+            # An archive read gets what the budget has left when it comes.
+            budget = min(r.max_bytes, max_bytes - read_bytes)
+            first = min_one and read_bytes == 0
+            try:
+                result = await self._finish_read(
+                    r.topic, r.partition, r.offset, answer, budget, 1 << 31, first, committed
+                )
+            except StorageUnavailable as exc:
+                results.append(exc)
+                continue
+            read_bytes += sum(map(len, result.batches))
+            results.append(result)
+        return results
+
+    async def _finish_read(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        redis_read: list[Any],
+        max_bytes: int,
+        max_records: int,
+        min_one: bool,
+        committed: bool,
+    ) -> ReadResult:
+        """The ReadResult of a read.lua answer; below Redis' start the archive answers."""
+        status, start, end, epoch, lso, aborted, batches = _parsed(redis_read)
         if status == _DELETED:  # deleted from the archive too: not a gap to read across
             earliest = await self._earliest(topic, partition, start)
             return ReadResult([], earliest, end, epoch, below_start=True, last_stable=lso)
@@ -177,8 +244,10 @@ class Log(TopicsLog, ArchivingLog):
             )
         # Nothing at or after the offset is archived: the gap runs up to Redis' oldest.
         for _ in range(8):  # retention may move the start between two calls
-            status, start, end, epoch, lso, aborted, batches = await self._read_redis(
-                topic, partition, start, max_bytes, max_records, min_one, committed
+            status, start, end, epoch, lso, aborted, batches = _parsed(
+                await self._read_redis(
+                    topic, partition, start, max_bytes, max_records, min_one, committed
+                )
             )
             if status != _BELOW_START:
                 break
@@ -202,16 +271,14 @@ class Log(TopicsLog, ArchivingLog):
         max_bytes: int,
         max_records: int,
         min_one: bool,
-        committed: bool = False,
-    ) -> tuple[int, int, int, int, int, list[tuple[int, int, int]], list[bytes]]:
-        """read.lua: (status, log start, log end, leader epoch, last stable offset,
-        aborted transactions, batches)."""
+        committed: bool,
+    ) -> list[Any]:
+        """read.lua's answer (see ``_parsed``)."""
         p = self.keys.partition(topic, partition)
-        status, start, end, epoch, lso, aborted, *batches = await self.scripts.read(
+        return await self.scripts.read(
             keys=[p.meta, p.index, p.txn_open, p.txn_aborted],
             args=[p.prefix, offset, max_bytes, max_records, int(min_one), int(committed)],
         )
-        return status, start, end, epoch, lso, [_aborted(a) for a in aborted], batches
 
     async def earliest_offset(self, topic: str, partition: int) -> int:
         """The first offset still readable: in the archive if there is one, else in Redis."""

@@ -20,6 +20,7 @@ SCRIPT_NAMES = (
     "create",
     "append",
     "read",
+    "read_many",
     "state",
     "delete",
     "find_time",
@@ -37,11 +38,17 @@ SCRIPT_NAMES = (
 )
 
 
+# Helpers only some scripts need, put after common.lua in front of them.
+LIBRARIES = {"read": ("partition_read",), "read_many": ("partition_read",)}
+
+
 @cache
 def source(name: str) -> str:
-    """The script's text with the shared helpers (common.lua) in front of it."""
+    """The script's text with the shared helpers (common.lua, then its LIBRARIES) in front
+    of it."""
     lua = files("kafkaesque") / "lua"
-    return (lua / "common.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
+    parts = ("common", *LIBRARIES.get(name, ()), name)
+    return "\n".join((lua / f"{part}.lua").read_text() for part in parts)
 
 
 class Script:
@@ -69,6 +76,7 @@ class Scripts:
     create: Script
     append: Script
     read: Script
+    read_many: Script
     state: Script
     delete: Script
     find_time: Script
