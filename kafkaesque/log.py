@@ -16,7 +16,14 @@ from redis.asyncio import Redis
 from kafkaesque.archiving import ArchivingLog
 from kafkaesque.batch_build import build_control_batch
 from kafkaesque.durability import DEFAULT_TIMEOUT_MS, Durability
-from kafkaesque.errors import OffsetOutOfRange, PolicyViolation, StorageUnavailable, UnknownTopic
+from kafkaesque.errors import (
+    KafkaesqueError,
+    NeedsRecovery,
+    OffsetOutOfRange,
+    PolicyViolation,
+    StorageUnavailable,
+    UnknownTopic,
+)
 from kafkaesque.keys import Keys
 from kafkaesque.log_topics import TopicsLog
 from kafkaesque.log_types import (
@@ -110,13 +117,7 @@ class Log(TopicsLog, ArchivingLog):
         one of a producer's last five batches returns its original offset and is not written
         again; a gap, an old epoch or an unknown producer in mid-sequence (its state was
         lost) raises a ProducerFenced subclass and writes nothing."""
-        k = self.keys
-        p = k.partition(topic, partition)
-        args: list[object] = [p.prefix, k.appended(topic), _now_ms()]
-        for batch in batches:
-            args += (offset_count(batch), *producer_fields(batch), batch)
-        keys = [p.meta, p.index, p.stats, k.gseq, p.producers, k.archiving, k.incarnation]
-        keys.append(p.txn_open)
+        keys, args = self._append_call(topic, partition, batches)
         if durability is None or not durability.waits:
             start, *bases = await self._call(self.scripts.append, keys, args)
         else:
@@ -124,6 +125,47 @@ class Log(TopicsLog, ArchivingLog):
                 functools.partial(self._append_durably, durability, timeout_ms), keys, args
             )
         return Appended(bases, start)
+
+    async def append_many(
+        self, appends: Sequence[tuple[str, int, Sequence[bytes]]]
+    ) -> list[Appended | KafkaesqueError]:
+        """Append to many partitions in one pipelined round trip, each atomically as
+        ``append`` (without durability waits: they cover one connection's writes, and
+        a pipeline may not run on the one the waits would be sent on). One result per
+        (topic, partition, batches): its Appended, or the core error that refused it."""
+        calls = [
+            self._append_call(topic, partition, batches) for topic, partition, batches in appends
+        ]
+        replies = await self.scripts.append.many(self.redis, calls)
+        lost = [i for i, reply in enumerate(replies) if isinstance(reply, NeedsRecovery)]
+        if lost:  # Redis lost its data: none of those ran; recover, then append them
+            await self.ensure_recovered()
+            again = await self.scripts.append.many(self.redis, [calls[i] for i in lost])
+            for i, reply in zip(lost, again, strict=True):
+                replies[i] = reply
+        results: list[Appended | KafkaesqueError] = []
+        for reply in replies:
+            if isinstance(reply, KafkaesqueError):
+                results.append(reply)
+            elif isinstance(reply, Exception):
+                raise reply
+            else:
+                start, *bases = reply
+                results.append(Appended(bases, start))
+        return results
+
+    def _append_call(
+        self, topic: str, partition: int, batches: Sequence[bytes]
+    ) -> tuple[list[str], list[object]]:
+        """append.lua's keys and arguments."""
+        k = self.keys
+        p = k.partition(topic, partition)
+        args: list[object] = [p.prefix, k.appended(topic), _now_ms()]
+        for batch in batches:
+            args += (offset_count(batch), *producer_fields(batch), batch)
+        keys = [p.meta, p.index, p.stats, k.gseq, p.producers, k.archiving, k.incarnation]
+        keys.append(p.txn_open)
+        return keys, args
 
     async def _append_durably(
         self, durability: Durability, timeout_ms: int, keys: list[str], args: list[Any]

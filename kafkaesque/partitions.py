@@ -32,6 +32,7 @@ from kafkaesque.errors import (
     UnsupportedLookup,
 )
 from kafkaesque.log import Log
+from kafkaesque.log_types import Appended as LogAppended
 from kafkaesque.log_types import ReadResult
 from kafkaesque.memory import MemoryGuard
 from kafkaesque.notify import Notifier
@@ -144,6 +145,16 @@ class Partitions:
         """Append whole, checked batches atomically, as the topic's configs ask (see
         kafkaesque.append_policy); raises a KafkaesqueError, and then appends none. With
         ``acks_all``, return once the append is as durable as ``durability`` asks."""
+        batches, append_time = await self._as_configured(topic, batches)
+        durability = self.durability if acks_all else None
+        appended = await self.log.append(topic, partition, batches, durability, timeout_ms)
+        return self._appended(topic, partition, batches, appended, append_time)
+
+    async def _as_configured(
+        self, topic: str, batches: Sequence[bytes]
+    ) -> tuple[Sequence[bytes], int]:
+        """The batches as the topic's configs want them stored, and the log append time
+        they were stamped with (-1: CreateTime); raises what refuses them."""
         policy = self.policies.cached(topic) or await self.policies.get(topic)
         policy.check_size(batches)
         append_time = -1
@@ -153,8 +164,17 @@ class Partitions:
             append_time = now if policy.log_append_time else -1
         if self.memory is not None:
             self.memory.check_append(sum(map(len, batches)))
-        durability = self.durability if acks_all else None
-        appended = await self.log.append(topic, partition, batches, durability, timeout_ms)
+        return batches, append_time
+
+    def _appended(
+        self,
+        topic: str,
+        partition: int,
+        batches: Sequence[bytes],
+        appended: LogAppended,
+        append_time: int,
+    ) -> Appended:
+        """Wake this process' readers at once (others hear it through Redis)."""
         if self.notifier is not None:
             end = appended.base_offsets[-1] + offset_count(batches[-1])
             self.notifier.notify(topic, f"{partition}:{end}")  # as append.lua publishes
@@ -176,21 +196,9 @@ class Partitions:
         """Check a client's records (one or more batches as sent) and append them; the
         refusal, if any, is in the result."""
         try:
-            if not records:
-                raise CorruptBatch("no record batch")
-            batches = split_batches(records)
-            return await self.append(topic, partition, batches, acks_all, timeout_ms)
-        except InvalidRecord as exc:
-            log.info("rejected batch for %s[%d]: %s", topic, partition, exc)
-            return Appended(exc)
-        except HotTierUnavailable as exc:  # logged once per outage by the client
-            return Appended(exc)
-        except (StorageUnavailable, NeedsRecovery) as exc:
-            # Redis lost its data and the archive cannot restore the offsets yet: retriable.
-            log.warning("cannot append to %s[%d]: %s", topic, partition, exc)
-            return Appended(exc)
+            return await self.append(topic, partition, _split(records), acks_all, timeout_ms)
         except KafkaesqueError as exc:
-            return Appended(exc)
+            return _refused(topic, partition, exc)
 
     async def append_many(
         self,
@@ -198,14 +206,39 @@ class Partitions:
         acks_all: bool = False,
         timeout_ms: int = DEFAULT_TIMEOUT_MS,
     ) -> dict[TopicPartition, Appended]:
-        """Append to many partitions at once; one outcome per partition."""
-        outcomes = await asyncio.gather(
-            *(
-                self.append_records(t, p, data, acks_all, timeout_ms)
-                for (t, p), data in records.items()
+        """Append a client's records to many partitions; one outcome per partition. The
+        appends go to Redis in one round trip, unless acks=all waits for durability
+        (the waits cover one connection's writes: then each partition is one call)."""
+        if len(records) == 1 or (acks_all and self.durability.waits):
+            outcomes = await asyncio.gather(
+                *(
+                    self.append_records(t, p, data, acks_all, timeout_ms)
+                    for (t, p), data in records.items()
+                )
             )
-        )
-        return dict(zip(records, outcomes, strict=True))
+            return dict(zip(records, outcomes, strict=True))
+        results: dict[TopicPartition, Appended] = {}
+        ready: list[tuple[str, int, Sequence[bytes], int]] = []
+        for (topic, partition), data in records.items():
+            try:
+                batches, append_time = await self._as_configured(topic, _split(data))
+            except KafkaesqueError as exc:
+                results[topic, partition] = _refused(topic, partition, exc)
+            else:
+                ready.append((topic, partition, batches, append_time))
+        try:
+            replies: list[LogAppended | KafkaesqueError] = await self.log.append_many(
+                [(topic, partition, batches) for topic, partition, batches, _ in ready]
+            )
+        except KafkaesqueError as exc:  # Redis is away: every partition says so
+            replies = [exc] * len(ready)
+        for (topic, partition, batches, append_time), reply in zip(ready, replies, strict=True):
+            results[topic, partition] = (
+                _refused(topic, partition, reply)
+                if isinstance(reply, KafkaesqueError)
+                else self._appended(topic, partition, batches, reply, append_time)
+            )
+        return {tp: results[tp] for tp in records}
 
     # -- transactions -----------------------------------------------------------------
     async def write_markers(
@@ -616,6 +649,25 @@ def _grew(
         return False
     read = results.get((topic, partition))
     return end < 0 or read is None or end > read.high_watermark
+
+
+def _split(records: bytes | None) -> list[bytes]:
+    """A client's records as batches; raises InvalidRecord for what is not."""
+    if not records:
+        raise CorruptBatch("no record batch")
+    return split_batches(records)
+
+
+def _refused(topic: str, partition: int, exc: KafkaesqueError) -> Appended:
+    """A refused append as its outcome, logged as its kind deserves."""
+    if isinstance(exc, InvalidRecord):
+        log.info("rejected batch for %s[%d]: %s", topic, partition, exc)
+    elif isinstance(exc, HotTierUnavailable):
+        pass  # logged once per outage by the client
+    elif isinstance(exc, StorageUnavailable | NeedsRecovery):
+        # Redis lost its data and the archive cannot restore the offsets yet: retriable.
+        log.warning("cannot append to %s[%d]: %s", topic, partition, exc)
+    return Appended(exc)
 
 
 def _topics(requests: Sequence[FetchRequest]) -> set[str]:

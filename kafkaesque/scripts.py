@@ -6,15 +6,16 @@ exception it names (kafkaesque.errors.from_lua).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
 from importlib.resources import files
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 
-from kafkaesque.errors import from_lua
+from kafkaesque.errors import from_lua, from_redis
 
 SCRIPT_NAMES = (
     "create",
@@ -64,6 +65,36 @@ class Script:
             return await self._script(keys=keys, args=args, client=client)
         except ResponseError as exc:
             raise from_lua(exc) from None
+
+    async def many(self, redis: Redis, calls: Sequence[tuple[list[Any], list[Any]]]) -> list[Any]:
+        """Run the script once per (keys, args), pipelined in one round trip (not a
+        transaction: each call is atomic on its own). One result per call: its reply, or
+        the exception its error reply stands for (a core exception, e.g. HotTierFull for
+        a full Redis); an error reply nothing stands for is raised."""
+        replies = await self._pipelined(redis, calls)
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if missing:  # Redis restarted or its scripts were flushed: none of those ran
+            await redis.script_load(self._script.script)
+            again = await self._pipelined(redis, [calls[i] for i in missing])
+            for i, reply in zip(missing, again, strict=True):
+                replies[i] = reply
+        results = []
+        for reply in replies:
+            if isinstance(reply, ResponseError):
+                error = from_lua(reply)
+                reply = error if error is not reply else from_redis(reply)
+                if reply is None:
+                    raise error
+            results.append(reply)
+        return results
+
+    async def _pipelined(
+        self, redis: Redis, calls: Sequence[tuple[list[Any], list[Any]]]
+    ) -> list[Any]:
+        pipe = redis.pipeline(transaction=False)
+        for keys, args in calls:
+            pipe.evalsha(self._script.sha, len(keys), *keys, *args)
+        return await pipe.execute(raise_on_error=False)
 
 
 class Scripts:

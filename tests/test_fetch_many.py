@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
+import redis
 import redis.asyncio
 
 from kafkaesque.batch_build import build_batch
@@ -22,6 +23,15 @@ class CountingLog(Log):
     """A Log that records the partitions each multi-partition read asked Redis for."""
 
     reads: list[list[tuple[str, int]]]
+    appends: list[int]  # the partitions of each pipelined append; -1: a single append
+
+    async def append(self, *args, **kwargs):  # type: ignore[override]
+        self.appends.append(-1)
+        return await super().append(*args, **kwargs)
+
+    async def append_many(self, appends: Sequence, *args, **kwargs):  # type: ignore[override]
+        self.appends.append(len(appends))
+        return await super().append_many(appends, *args, **kwargs)
 
     async def read_many(self, requests: Sequence, *args, **kwargs):  # type: ignore[override]
         self.reads.append([(r.topic, r.partition) for r in requests])
@@ -35,7 +45,7 @@ def values(batches: list[bytes]) -> list[bytes | None]:
 def scenario(redis_url: str, body: Callable[[CountingLog, Partitions], object]) -> None:
     async def run() -> None:
         log = CountingLog(redis.asyncio.Redis.from_url(redis_url))
-        log.reads = []
+        log.reads, log.appends = [], []
         notifier = Notifier(log.redis, log.channel(""))
         notifier.start()
         try:
@@ -195,3 +205,37 @@ def test_a_lost_subscription_makes_every_watcher_look_again(redis_url: str) -> N
                 await asyncio.sleep(0.05)
 
     scenario(redis_url, body)
+
+
+def test_a_produce_to_many_partitions_is_one_round_trip(redis_url: str) -> None:
+    """Every partition's append goes to Redis in one pipeline; each keeps its own outcome:
+    a corrupt batch, an unknown partition and a refused idempotent sequence fail alone."""
+
+    async def body(log: CountingLog, partitions: Partitions) -> None:
+        monitor = redis.Redis.from_url(redis_url)
+        before = _evalsha_calls(monitor)
+        good = build_batch([b"a"])
+        fenced = build_batch([b"x"], producer_id=7, producer_epoch=0, base_sequence=5)
+        records = {("t", p): good for p in range(10)}
+        records |= {("t", 10): b"junk", ("gone", 0): good, ("t", 11): fenced}
+        outcomes = await partitions.append_many(records)
+        assert [outcomes["t", p].base_offset for p in range(10)] == [0] * 10
+        assert type(outcomes["t", 10].error).__name__ == "CorruptBatch"
+        assert type(outcomes["gone", 0].error).__name__ == "UnknownTopic"
+        assert outcomes["t", 11].error is not None
+        assert _evalsha_calls(monitor) - before == 11  # the corrupt batch never went
+        assert log.appends == [11]  # in one pipeline, no call of its own
+        # Each landed where it was sent, once.
+        for p in range(10):
+            assert values((await log.read("t", p, 0)).batches) == [b"a"]
+        # After Redis forgot its scripts, the appends still go through.
+        monitor.script_flush()
+        outcomes = await partitions.append_many({("t", 0): good, ("t", 1): good})
+        assert [outcomes["t", p].base_offset for p in (0, 1)] == [1, 1]
+        monitor.close()
+
+    scenario(redis_url, body)
+
+
+def _evalsha_calls(client: redis.Redis) -> int:
+    return client.info("commandstats").get("cmdstat_evalsha", {"calls": 0})["calls"]
