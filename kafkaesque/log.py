@@ -66,6 +66,27 @@ def _parsed(
     return status, start, end, epoch, lso, [_aborted(a) for a in aborted], batches
 
 
+def _from_redis(
+    parsed: tuple[int, int, int, int, int, list[tuple[int, int, int]], list[bytes]],
+    archived: bool,
+) -> ReadResult | None:
+    """The ReadResult of what Redis answered; None when the archive must be asked (the
+    offset is below Redis' start and there is an archive) or for a deleted offset."""
+    status, start, end, epoch, lso, aborted, batches = parsed
+    if status == _DELETED or (status == _BELOW_START and archived):
+        return None
+    return ReadResult(
+        batches,
+        start,
+        end,
+        epoch,
+        status == _BELOW_START,
+        status == _PAST_END,
+        last_stable=lso,
+        aborted=aborted,
+    )
+
+
 def _aborted(entry: bytes) -> tuple[int, int, int]:
     """An aborted index entry "pid:first:last" as (producer id, first, last offset)."""
     pid, first, last = entry.split(b":")
@@ -230,6 +251,11 @@ class Log(TopicsLog, ArchivingLog):
             if answer[0] < 0:
                 results.append(UnknownTopic(f"no partition {r.partition} in {r.topic}"))
                 continue
+            result = _from_redis(_parsed(answer), self.cold is not None)
+            if result is not None:  # the common case: no coroutine needed
+                results.append(result)
+                read_bytes += sum(map(len, result.batches))
+                continue
             # An archive read gets what the budget has left when it comes.
             budget = min(r.max_bytes, max_bytes - read_bytes)
             first = min_one and read_bytes == 0
@@ -256,21 +282,14 @@ class Log(TopicsLog, ArchivingLog):
         committed: bool,
     ) -> ReadResult:
         """The ReadResult of a read.lua answer; below Redis' start the archive answers."""
-        status, start, end, epoch, lso, aborted, batches = _parsed(redis_read)
+        parsed = _parsed(redis_read)
+        result = _from_redis(parsed, self.cold is not None)
+        if result is not None:
+            return result
+        status, start, end, epoch, lso, aborted, batches = parsed
         if status == _DELETED:  # deleted from the archive too: not a gap to read across
             earliest = await self._earliest(topic, partition, start)
             return ReadResult([], earliest, end, epoch, below_start=True, last_stable=lso)
-        if status != _BELOW_START or self.cold is None:
-            return ReadResult(
-                batches,
-                start,
-                end,
-                epoch,
-                status == _BELOW_START,
-                status == _PAST_END,
-                last_stable=lso,
-                aborted=aborted,
-            )
         # Tiered storage: offsets Redis no longer holds are read from the archive.
         earliest = await self._earliest(topic, partition, start)
         batches = await self.cold.read(topic, partition, offset, max_bytes)

@@ -315,11 +315,10 @@ class Partitions:
                 results = await self._read_all(requests, max_bytes, seen_epochs, committed)
             else:
                 appended = cache.watching(_topics(requests))
-                results = cache.known(requests, appended.take())
-                missing = [r for r in requests if (r.topic, r.partition) not in results]
+                results, missing = cache.known(requests, appended.take())
                 if missing:
-                    results |= await self._read_all(missing, max_bytes, seen_epochs, committed)
-                results = {(r.topic, r.partition): results[r.topic, r.partition] for r in requests}
+                    read = await self._read_all(missing, max_bytes, seen_epochs, committed)
+                    results = {tp: read.get(tp) or results[tp] for tp in results}
             # As Kafka, a fetch of no partitions is answered at once: no append could
             # wake it (nor, at shutdown, the notifier).
             while requests and not self.closed and not _enough(results.values(), min_bytes):
@@ -328,8 +327,7 @@ class Partitions:
                     break  # nothing was appended: what we read is still current
                 # Read again only the partitions that grew (one round trip), within the
                 # budget the others left.
-                grown = appended.take()
-                again = [r for r in requests if _grew(grown, results, r.topic, r.partition)]
+                again = _grown_requests(requests, appended.take(), results)
                 if not again:
                     continue  # heard of appends this read saw already
                 regrown = {(r.topic, r.partition) for r in again}
@@ -339,7 +337,7 @@ class Partitions:
                 )
         if cache is not None:
             cache.remember(requests, results, committed)
-        return results
+        return results  # type: ignore[return-value]  # every partition has its answer
 
     @property
     def closed(self) -> bool:
@@ -574,20 +572,30 @@ class ReadCache:
 
     def known(
         self, requests: Sequence[FetchRequest], grown: dict[str, dict[int, int] | All]
-    ) -> dict[TopicPartition, Fetched]:
-        """The answers still good for these requests: asked the same way, read within
-        ``refresh`` seconds, and with no append heard since (``grown``: AppendWait.take)."""
-        oldest = time.monotonic() - self._refresh
+    ) -> tuple[dict[TopicPartition, Fetched | None], list[FetchRequest]]:
+        """Every requested partition in order, with its answer when it is still good
+        (asked the same way, read within ``refresh`` seconds, no append heard since:
+        ``grown`` is AppendWait.take()) or None; and the requests to read."""
         for topic, heard in grown.items():
-            for tp in [tp for tp in self._known if tp[0] == topic]:
-                if isinstance(heard, All) or tp[1] in heard:
+            if isinstance(heard, All):
+                for tp in [tp for tp in self._known if tp[0] == topic]:
                     del self._known[tp]
-        good = {}
+            else:
+                for partition in heard:
+                    self._known.pop((topic, partition), None)
+        oldest = time.monotonic() - self._refresh
+        results: dict[TopicPartition, Fetched | None] = {}
+        missing = []
+        known = self._known
         for r in requests:
-            entry = self._known.get((r.topic, r.partition))
-            if entry is not None and entry[0] == r and entry[2] >= oldest:
-                good[r.topic, r.partition] = entry[1]
-        return good
+            tp = r.topic, r.partition
+            entry = known.get(tp)
+            if entry is not None and (entry[0] is r or entry[0] == r) and entry[2] >= oldest:
+                results[tp] = entry[1]
+            else:
+                results[tp] = None
+                missing.append(r)
+        return results, missing
 
     def remember(
         self,
@@ -596,23 +604,25 @@ class ReadCache:
         committed: bool,
     ) -> None:
         """Keep the answers of partitions read to their end without an error; forget the
-        others (they will be read again)."""
+        others (they will be read again). An answer taken from the cache keeps its time."""
         now = time.monotonic()
+        known = self._known
         for r in requests:
             tp = r.topic, r.partition
-            fetched = results.get(tp)
-            end = fetched.last_stable if fetched is not None and committed else None
+            fetched = results[tp]
+            entry = known.get(tp)
+            if entry is not None and entry[1] is fetched:
+                continue  # from the cache, unchanged
+            end = fetched.last_stable if committed else fetched.high_watermark
             if (
-                fetched is not None
-                and fetched.error is None
+                fetched.error is None
                 and not fetched.batches
                 and fetched.diverging_epoch is None
-                and r.offset == (end if end is not None else fetched.high_watermark)
+                and r.offset == end
             ):
-                if self._known.get(tp, (None, None, 0.0))[0] != r:
-                    self._known[tp] = (r, fetched, now)
-            else:
-                self._known.pop(tp, None)
+                known[tp] = (r, fetched, now)
+            elif entry is not None:
+                del known[tp]
 
     def forget(self, partitions: Iterable[TopicPartition]) -> None:
         for tp in partitions:
@@ -630,25 +640,24 @@ class All:
 ALL = All()
 
 
-def _grew(
+def _grown_requests(
+    requests: Sequence[FetchRequest],
     grown: dict[str, dict[int, int] | All],
     results: dict[TopicPartition, Fetched],
-    topic: str,
-    partition: int,
-) -> bool:
-    """The partition may hold more than ``results`` read of it: an append was heard
-    that it did not see (an event heard twice, from this process and through Redis, or
-    one the read already saw, reads nothing again)."""
-    heard = grown.get(topic)
-    if heard is None:
-        return False
-    if isinstance(heard, All):
-        return True
-    end = heard.get(partition)
-    if end is None:
-        return False
-    read = results.get((topic, partition))
-    return end < 0 or read is None or end > read.high_watermark
+) -> list[FetchRequest]:
+    """The requests, in order, of partitions that may hold more than ``results`` read of
+    them: an append to them was heard that the read did not see (an event heard twice,
+    from this process and through Redis, or one the read already saw, reads nothing
+    again)."""
+    if any(isinstance(heard, All) for heard in grown.values()):
+        return [r for r in requests if r.topic in grown]
+    wanted = set()
+    for topic, heard in grown.items():
+        for partition, end in heard.items():  # type: ignore[union-attr]
+            read = results.get((topic, partition))
+            if read is not None and (end < 0 or end > read.high_watermark):
+                wanted.add((topic, partition))
+    return [r for r in requests if (r.topic, r.partition) in wanted] if wanted else []
 
 
 def _split(records: bytes | None) -> list[bytes]:
