@@ -280,6 +280,8 @@ _CONNECT_ERROR = re.compile(
     r"Error (?P<errno>-?\d+) connecting to (?P<address>.+?)\. (?P<rest>.*?)\.?$"
 )
 
+_SSL_SOURCE = re.compile(r" \(_ssl\.c:\d+\)$")  # where in CPython's _ssl.c it was raised
+
 
 def describe_redis_error(exc: BaseException) -> str:
     """redis-py's connection error in one plain sentence: "Error 111 connecting to
@@ -290,7 +292,11 @@ def describe_redis_error(exc: BaseException) -> str:
     if match is None:
         return text
     errno = int(match["errno"])
-    reason = os.strerror(errno) if errno > 0 else match["rest"]  # < 0: a name lookup's
+    rest = match["rest"]
+    if rest.startswith("[SSL"):  # rediss://: the number is the TLS library's, not an errno
+        reason = _SSL_SOURCE.sub("", rest)
+    else:
+        reason = os.strerror(errno) if errno > 0 else rest  # < 0: a name lookup's
     return f"{match['address']} ({reason[:1].lower()}{reason[1:]})"
 
 

@@ -16,12 +16,20 @@ from redis.asyncio import Redis
 from kafkaesque.archiving import ArchivingLog
 from kafkaesque.batch_build import build_control_batch
 from kafkaesque.durability import DEFAULT_TIMEOUT_MS, Durability
-from kafkaesque.errors import OffsetOutOfRange, PolicyViolation, UnknownTopic
+from kafkaesque.errors import (
+    KafkaesqueError,
+    NeedsRecovery,
+    OffsetOutOfRange,
+    PolicyViolation,
+    StorageUnavailable,
+    UnknownTopic,
+)
 from kafkaesque.keys import Keys
 from kafkaesque.log_topics import TopicsLog
 from kafkaesque.log_types import (
     Appended,
     ColdStore,
+    PartitionRead,
     PartitionState,
     ProducerState,
     ReadResult,
@@ -47,6 +55,36 @@ def _now_ms() -> int:
 def _after(offset: int, first: int) -> int | None:
     """``first`` when the data resumes after a gap beginning at ``offset``, else None."""
     return first if first > offset else None
+
+
+def _parsed(
+    answer: list[Any],
+) -> tuple[int, int, int, int, int, list[tuple[int, int, int]], list[bytes]]:
+    """A read script's answer: (status, log start, log end, leader epoch, last stable
+    offset, aborted transactions, batches)."""
+    status, start, end, epoch, lso, aborted, *batches = answer
+    return status, start, end, epoch, lso, [_aborted(a) for a in aborted], batches
+
+
+def _from_redis(
+    parsed: tuple[int, int, int, int, int, list[tuple[int, int, int]], list[bytes]],
+    archived: bool,
+) -> ReadResult | None:
+    """The ReadResult of what Redis answered; None when the archive must be asked (the
+    offset is below Redis' start and there is an archive) or for a deleted offset."""
+    status, start, end, epoch, lso, aborted, batches = parsed
+    if status == _DELETED or (status == _BELOW_START and archived):
+        return None
+    return ReadResult(
+        batches,
+        start,
+        end,
+        epoch,
+        status == _BELOW_START,
+        status == _PAST_END,
+        last_stable=lso,
+        aborted=aborted,
+    )
 
 
 def _aborted(entry: bytes) -> tuple[int, int, int]:
@@ -100,13 +138,7 @@ class Log(TopicsLog, ArchivingLog):
         one of a producer's last five batches returns its original offset and is not written
         again; a gap, an old epoch or an unknown producer in mid-sequence (its state was
         lost) raises a ProducerFenced subclass and writes nothing."""
-        k = self.keys
-        p = k.partition(topic, partition)
-        args: list[object] = [p.prefix, k.appended(topic), _now_ms()]
-        for batch in batches:
-            args += (offset_count(batch), *producer_fields(batch), batch)
-        keys = [p.meta, p.index, p.stats, k.gseq, p.producers, k.archiving, k.incarnation]
-        keys.append(p.txn_open)
+        keys, args = self._append_call(topic, partition, batches)
         if durability is None or not durability.waits:
             start, *bases = await self._call(self.scripts.append, keys, args)
         else:
@@ -114,6 +146,47 @@ class Log(TopicsLog, ArchivingLog):
                 functools.partial(self._append_durably, durability, timeout_ms), keys, args
             )
         return Appended(bases, start)
+
+    async def append_many(
+        self, appends: Sequence[tuple[str, int, Sequence[bytes]]]
+    ) -> list[Appended | KafkaesqueError]:
+        """Append to many partitions in one pipelined round trip, each atomically as
+        ``append`` (without durability waits: they cover one connection's writes, and
+        a pipeline may not run on the one the waits would be sent on). One result per
+        (topic, partition, batches): its Appended, or the core error that refused it."""
+        calls = [
+            self._append_call(topic, partition, batches) for topic, partition, batches in appends
+        ]
+        replies = await self.scripts.append.many(self.redis, calls)
+        lost = [i for i, reply in enumerate(replies) if isinstance(reply, NeedsRecovery)]
+        if lost:  # Redis lost its data: none of those ran; recover, then append them
+            await self.ensure_recovered()
+            again = await self.scripts.append.many(self.redis, [calls[i] for i in lost])
+            for i, reply in zip(lost, again, strict=True):
+                replies[i] = reply
+        results: list[Appended | KafkaesqueError] = []
+        for reply in replies:
+            if isinstance(reply, KafkaesqueError):
+                results.append(reply)
+            elif isinstance(reply, Exception):
+                raise reply
+            else:
+                start, *bases = reply
+                results.append(Appended(bases, start))
+        return results
+
+    def _append_call(
+        self, topic: str, partition: int, batches: Sequence[bytes]
+    ) -> tuple[list[str], list[object]]:
+        """append.lua's keys and arguments."""
+        k = self.keys
+        p = k.partition(topic, partition)
+        args: list[object] = [p.prefix, k.appended(topic), _now_ms()]
+        for batch in batches:
+            args += (offset_count(batch), *producer_fields(batch), batch)
+        keys = [p.meta, p.index, p.stats, k.gseq, p.producers, k.archiving, k.incarnation]
+        keys.append(p.txn_open)
+        return keys, args
 
     async def _append_durably(
         self, durability: Durability, timeout_ms: int, keys: list[str], args: list[Any]
@@ -145,23 +218,78 @@ class Log(TopicsLog, ArchivingLog):
         next offset that exists, as Kafka's readers do across a compacted log's gaps.
         Without an archive such an offset is ``below_start`` (Kafka's retention), and so
         is, archive or not, an offset below the log start DeleteRecords moved."""
-        status, start, end, epoch, lso, aborted, batches = await self._read_redis(
+        redis_read = await self._read_redis(
             topic, partition, offset, max_bytes, max_records, min_one, committed
         )
+        return await self._finish_read(
+            topic, partition, offset, redis_read, max_bytes, max_records, min_one, committed
+        )
+
+    async def read_many(
+        self,
+        requests: Sequence[PartitionRead],
+        max_bytes: int,
+        committed: bool = False,
+        min_one: bool = True,
+    ) -> list[ReadResult | UnknownTopic | StorageUnavailable]:
+        """Read many partitions within ``max_bytes`` in all, in the order given, each within
+        its own ``max_bytes`` too; with ``min_one`` the first batch read comes even when
+        over the limits (KIP-74). Redis answers every partition in one round trip; offsets
+        only in the archive take one more each (see ``read``). One result per request: a
+        ReadResult, UnknownTopic for a partition that does not exist, or
+        StorageUnavailable for one whose offset only the unreachable archive holds."""
+        if not requests:
+            return []
+        keys = [self.keys.partition(r.topic, r.partition).meta for r in requests]
+        args: list[object] = [max_bytes, int(committed), int(min_one)]
+        for r in requests:
+            args += (r.offset, r.max_bytes)
+        answers = await self.scripts.read_many(keys=keys, args=args)
+        results: list[ReadResult | UnknownTopic | StorageUnavailable] = []
+        read_bytes = 0
+        for r, answer in zip(requests, answers, strict=True):
+            if answer[0] < 0:
+                results.append(UnknownTopic(f"no partition {r.partition} in {r.topic}"))
+                continue
+            result = _from_redis(_parsed(answer), self.cold is not None)
+            if result is not None:  # the common case: no coroutine needed
+                results.append(result)
+                read_bytes += sum(map(len, result.batches))
+                continue
+            # An archive read gets what the budget has left when it comes.
+            budget = min(r.max_bytes, max_bytes - read_bytes)
+            first = min_one and read_bytes == 0
+            try:
+                result = await self._finish_read(
+                    r.topic, r.partition, r.offset, answer, budget, 1 << 31, first, committed
+                )
+            except StorageUnavailable as exc:
+                results.append(exc)
+                continue
+            read_bytes += sum(map(len, result.batches))
+            results.append(result)
+        return results
+
+    async def _finish_read(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        redis_read: list[Any],
+        max_bytes: int,
+        max_records: int,
+        min_one: bool,
+        committed: bool,
+    ) -> ReadResult:
+        """The ReadResult of a read.lua answer; below Redis' start the archive answers."""
+        parsed = _parsed(redis_read)
+        result = _from_redis(parsed, self.cold is not None)
+        if result is not None:
+            return result
+        status, start, end, epoch, lso, aborted, batches = parsed
         if status == _DELETED:  # deleted from the archive too: not a gap to read across
             earliest = await self._earliest(topic, partition, start)
             return ReadResult([], earliest, end, epoch, below_start=True, last_stable=lso)
-        if status != _BELOW_START or self.cold is None:
-            return ReadResult(
-                batches,
-                start,
-                end,
-                epoch,
-                status == _BELOW_START,
-                status == _PAST_END,
-                last_stable=lso,
-                aborted=aborted,
-            )
         # Tiered storage: offsets Redis no longer holds are read from the archive.
         earliest = await self._earliest(topic, partition, start)
         batches = await self.cold.read(topic, partition, offset, max_bytes)
@@ -177,8 +305,10 @@ class Log(TopicsLog, ArchivingLog):
             )
         # Nothing at or after the offset is archived: the gap runs up to Redis' oldest.
         for _ in range(8):  # retention may move the start between two calls
-            status, start, end, epoch, lso, aborted, batches = await self._read_redis(
-                topic, partition, start, max_bytes, max_records, min_one, committed
+            status, start, end, epoch, lso, aborted, batches = _parsed(
+                await self._read_redis(
+                    topic, partition, start, max_bytes, max_records, min_one, committed
+                )
             )
             if status != _BELOW_START:
                 break
@@ -202,16 +332,14 @@ class Log(TopicsLog, ArchivingLog):
         max_bytes: int,
         max_records: int,
         min_one: bool,
-        committed: bool = False,
-    ) -> tuple[int, int, int, int, int, list[tuple[int, int, int]], list[bytes]]:
-        """read.lua: (status, log start, log end, leader epoch, last stable offset,
-        aborted transactions, batches)."""
+        committed: bool,
+    ) -> list[Any]:
+        """read.lua's answer (see ``_parsed``)."""
         p = self.keys.partition(topic, partition)
-        status, start, end, epoch, lso, aborted, *batches = await self.scripts.read(
+        return await self.scripts.read(
             keys=[p.meta, p.index, p.txn_open, p.txn_aborted],
             args=[p.prefix, offset, max_bytes, max_records, int(min_one), int(committed)],
         )
-        return status, start, end, epoch, lso, [_aborted(a) for a in aborted], batches
 
     async def earliest_offset(self, topic: str, partition: int) -> int:
         """The first offset still readable: in the archive if there is one, else in Redis."""

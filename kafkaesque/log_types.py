@@ -28,6 +28,19 @@ class ReadResult:
     aborted: list[tuple[int, int, int]] = field(default_factory=list)
 
 
+class PartitionRead(Protocol):
+    """One partition of a multi-partition read: from ``offset``, at most ``max_bytes``."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def max_bytes(self) -> int: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Appended:
     base_offsets: list[int]  # one per batch, in order

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 from redis.asyncio import Redis
 
 from kafkaesque.outage import REDIS
 from kafkaesque.tasks import cancel_and_wait
+
+Watcher = Callable[[str, str | None], None]
 
 
 class Notifier:
@@ -22,6 +25,8 @@ class Notifier:
         self._redis = redis
         self._prefix = prefix
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
+        # Watchers stay registered until removed and hear each event's message.
+        self._watchers: dict[str, set[Watcher]] = {}
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self.closed = False  # shutting down: fetches answer with what they have
@@ -36,14 +41,21 @@ class Notifier:
 
     async def _listen(self) -> None:
         prefix = self._prefix
+        subscribed_before = False
         while not self._stopping:
             pubsub = self._redis.pubsub()
             try:
                 await pubsub.psubscribe(prefix + "*")
                 REDIS.recovered()
+                if subscribed_before:
+                    # Events may have gone by unheard: every watcher must look again.
+                    for key in list(self._watchers):
+                        self.notify(key)
+                subscribed_before = True
                 async for message in pubsub.listen():
                     if message["type"] == "pmessage":
-                        self.notify(message["channel"].decode()[len(prefix) :])
+                        key = message["channel"].decode()[len(prefix) :]
+                        self.notify(key, message["data"].decode())
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # Redis went away: retry; waiters fall back to timeouts
@@ -55,16 +67,37 @@ class Notifier:
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()
 
-    def notify(self, key: str) -> None:
+    def notify(self, key: str, message: str | None = None) -> None:
+        """An event on ``key``; ``message`` says more (e.g. which partition grew), None:
+        nothing more is known."""
         for future in self._waiters.pop(key, ()):
             if not future.done():
                 future.set_result(None)
+        for watcher in list(self._watchers.get(key, ())):
+            watcher(key, message)
 
     def close(self) -> None:
         """Wake every waiter for good: the broker is shutting down."""
         self.closed = True
-        for topic in list(self._waiters):
-            self.notify(topic)
+        for key in {*self._waiters, *self._watchers}:
+            self.notify(key)
+
+    def watch(self, keys: set[str], watcher: Watcher) -> None:
+        """Call ``watcher(key, message)`` at every event on ``keys`` until ``unwatch``;
+        at once (message None) if shutting down."""
+        for key in keys:
+            self._watchers.setdefault(key, set()).add(watcher)
+        if self.closed:
+            for key in keys:
+                watcher(key, None)
+
+    def unwatch(self, keys: set[str], watcher: Watcher) -> None:
+        for key in keys:
+            watchers = self._watchers.get(key)
+            if watchers is not None:
+                watchers.discard(watcher)
+                if not watchers:
+                    del self._watchers[key]
 
     def waiter(self, keys: set[str]) -> asyncio.Future[None]:
         """A future resolved at the next event on any of ``keys``; register it before

@@ -32,10 +32,11 @@ from kafkaesque.errors import (
     UnsupportedLookup,
 )
 from kafkaesque.log import Log
+from kafkaesque.log_types import Appended as LogAppended
 from kafkaesque.log_types import ReadResult
 from kafkaesque.memory import MemoryGuard
 from kafkaesque.notify import Notifier
-from kafkaesque.records import split_batches
+from kafkaesque.records import offset_count, split_batches
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +145,16 @@ class Partitions:
         """Append whole, checked batches atomically, as the topic's configs ask (see
         kafkaesque.append_policy); raises a KafkaesqueError, and then appends none. With
         ``acks_all``, return once the append is as durable as ``durability`` asks."""
+        batches, append_time = await self._as_configured(topic, batches)
+        durability = self.durability if acks_all else None
+        appended = await self.log.append(topic, partition, batches, durability, timeout_ms)
+        return self._appended(topic, partition, batches, appended, append_time)
+
+    async def _as_configured(
+        self, topic: str, batches: Sequence[bytes]
+    ) -> tuple[Sequence[bytes], int]:
+        """The batches as the topic's configs want them stored, and the log append time
+        they were stamped with (-1: CreateTime); raises what refuses them."""
         policy = self.policies.cached(topic) or await self.policies.get(topic)
         policy.check_size(batches)
         append_time = -1
@@ -153,10 +164,20 @@ class Partitions:
             append_time = now if policy.log_append_time else -1
         if self.memory is not None:
             self.memory.check_append(sum(map(len, batches)))
-        durability = self.durability if acks_all else None
-        appended = await self.log.append(topic, partition, batches, durability, timeout_ms)
+        return batches, append_time
+
+    def _appended(
+        self,
+        topic: str,
+        partition: int,
+        batches: Sequence[bytes],
+        appended: LogAppended,
+        append_time: int,
+    ) -> Appended:
+        """Wake this process' readers at once (others hear it through Redis)."""
         if self.notifier is not None:
-            self.notifier.notify(topic)
+            end = appended.base_offsets[-1] + offset_count(batches[-1])
+            self.notifier.notify(topic, f"{partition}:{end}")  # as append.lua publishes
         return Appended(None, appended.base_offsets[0], appended.log_start, append_time)
 
     def forget_config(self, topic: str) -> None:
@@ -175,21 +196,9 @@ class Partitions:
         """Check a client's records (one or more batches as sent) and append them; the
         refusal, if any, is in the result."""
         try:
-            if not records:
-                raise CorruptBatch("no record batch")
-            batches = split_batches(records)
-            return await self.append(topic, partition, batches, acks_all, timeout_ms)
-        except InvalidRecord as exc:
-            log.info("rejected batch for %s[%d]: %s", topic, partition, exc)
-            return Appended(exc)
-        except HotTierUnavailable as exc:  # logged once per outage by the client
-            return Appended(exc)
-        except (StorageUnavailable, NeedsRecovery) as exc:
-            # Redis lost its data and the archive cannot restore the offsets yet: retriable.
-            log.warning("cannot append to %s[%d]: %s", topic, partition, exc)
-            return Appended(exc)
+            return await self.append(topic, partition, _split(records), acks_all, timeout_ms)
         except KafkaesqueError as exc:
-            return Appended(exc)
+            return _refused(topic, partition, exc)
 
     async def append_many(
         self,
@@ -197,14 +206,39 @@ class Partitions:
         acks_all: bool = False,
         timeout_ms: int = DEFAULT_TIMEOUT_MS,
     ) -> dict[TopicPartition, Appended]:
-        """Append to many partitions at once; one outcome per partition."""
-        outcomes = await asyncio.gather(
-            *(
-                self.append_records(t, p, data, acks_all, timeout_ms)
-                for (t, p), data in records.items()
+        """Append a client's records to many partitions; one outcome per partition. The
+        appends go to Redis in one round trip, unless acks=all waits for durability
+        (the waits cover one connection's writes: then each partition is one call)."""
+        if len(records) == 1 or (acks_all and self.durability.waits):
+            outcomes = await asyncio.gather(
+                *(
+                    self.append_records(t, p, data, acks_all, timeout_ms)
+                    for (t, p), data in records.items()
+                )
             )
-        )
-        return dict(zip(records, outcomes, strict=True))
+            return dict(zip(records, outcomes, strict=True))
+        results: dict[TopicPartition, Appended] = {}
+        ready: list[tuple[str, int, Sequence[bytes], int]] = []
+        for (topic, partition), data in records.items():
+            try:
+                batches, append_time = await self._as_configured(topic, _split(data))
+            except KafkaesqueError as exc:
+                results[topic, partition] = _refused(topic, partition, exc)
+            else:
+                ready.append((topic, partition, batches, append_time))
+        try:
+            replies: list[LogAppended | KafkaesqueError] = await self.log.append_many(
+                [(topic, partition, batches) for topic, partition, batches, _ in ready]
+            )
+        except KafkaesqueError as exc:  # Redis is away: every partition says so
+            replies = [exc] * len(ready)
+        for (topic, partition, batches, append_time), reply in zip(ready, replies, strict=True):
+            results[topic, partition] = (
+                _refused(topic, partition, reply)
+                if isinstance(reply, KafkaesqueError)
+                else self._appended(topic, partition, batches, reply, append_time)
+            )
+        return {tp: results[tp] for tp in records}
 
     # -- transactions -----------------------------------------------------------------
     async def write_markers(
@@ -232,7 +266,7 @@ class Partitions:
             except KafkaesqueError as exc:
                 return exc
             if self.notifier is not None:
-                self.notifier.notify(topic)  # read_committed fetches wait for the LSO
+                self.notifier.notify(topic, f"{partition}:")  # read_committed waits for the LSO
             return None
 
         outcomes = await asyncio.gather(*(one(t, p) for t, p in targets))
@@ -262,6 +296,7 @@ class Partitions:
         max_wait: float = 0.0,
         seen_epochs: dict[TopicPartition, int] | None = None,
         committed: bool = False,
+        cache: ReadCache | None = None,
     ) -> dict[TopicPartition, Fetched]:
         """Read every partition within ``max_bytes`` in all; unless an error came or
         ``min_bytes`` arrived, wait up to ``max_wait`` seconds for appends and read again.
@@ -269,22 +304,40 @@ class Partitions:
         transaction marker wakes the wait as an append does.
 
         ``seen_epochs`` remembers, for a client that sends no leader epoch, the epoch of
-        its last read of each partition (see ``_lost_position``)."""
+        its last read of each partition (see ``_lost_position``). ``cache`` (a fetch
+        session's) keeps partitions read to their end between fetches: they are not read
+        again until an append to them is heard."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait
-        topics = {r.topic for r in requests}
-        while True:
-            async with self.appends(topics) as appended:
-                results, total, failed = await self._read_all(
-                    requests, max_bytes, seen_epochs, committed
-                )
+        async with contextlib.AsyncExitStack() as stack:
+            if cache is None:
+                appended = await stack.enter_async_context(self.appends(_topics(requests)))
+                results = await self._read_all(requests, max_bytes, seen_epochs, committed)
+            else:
+                appended = cache.watching(_topics(requests))
+                results, missing = cache.known(requests, appended.take())
+                if missing:
+                    read = await self._read_all(missing, max_bytes, seen_epochs, committed)
+                    results = {tp: read.get(tp) or results[tp] for tp in results}
+            # As Kafka, a fetch of no partitions is answered at once: no append could
+            # wake it (nor, at shutdown, the notifier).
+            while requests and not self.closed and not _enough(results.values(), min_bytes):
                 timeout = deadline - loop.time()
-                # As Kafka, a fetch of no partitions is answered at once: no append could
-                # wake it (nor, at shutdown, the notifier).
-                if total >= min_bytes or failed or timeout <= 0 or self.closed or not requests:
-                    return results
-                if not await appended.wait(timeout):
-                    return results  # nothing was appended: what we read is still current
+                if timeout <= 0 or not await appended.wait(timeout):
+                    break  # nothing was appended: what we read is still current
+                # Read again only the partitions that grew (one round trip), within the
+                # budget the others left.
+                again = _grown_requests(requests, appended.take(), results)
+                if not again:
+                    continue  # heard of appends this read saw already
+                regrown = {(r.topic, r.partition) for r in again}
+                used = sum(_size(f) for tp, f in results.items() if tp not in regrown)
+                results |= await self._read_all(
+                    again, max_bytes - used, seen_epochs, committed, min_one=used == 0
+                )
+        if cache is not None:
+            cache.remember(requests, results, committed)
+        return results  # type: ignore[return-value]  # every partition has its answer
 
     @property
     def closed(self) -> bool:
@@ -307,42 +360,33 @@ class Partitions:
         max_bytes: int,
         seen_epochs: dict[TopicPartition, int] | None,
         committed: bool = False,
-    ) -> tuple[dict[TopicPartition, Fetched], int, bool]:
-        """Read every partition within the budget; (results, bytes, any error)."""
-        results: dict[TopicPartition, Fetched] = {}
-        remaining, total, failed = max_bytes, 0, False
-        for r in requests:
-            limit = min(r.max_bytes, remaining)
-            # KIP-74: the first batch of the response comes even when over the limits.
-            outcome = await self._read_one(r, limit, total == 0, seen_epochs, committed)
-            size = sum(map(len, outcome.batches))
-            total += size
-            remaining -= size
-            failed = failed or outcome.error is not None
-            results[r.topic, r.partition] = outcome
-        return results, total, failed
-
-    async def _read_one(
-        self,
-        r: FetchRequest,
-        limit: int,
-        min_one: bool,
-        seen_epochs: dict[TopicPartition, int] | None,
-        committed: bool = False,
-    ) -> Fetched:
+        min_one: bool = True,
+    ) -> dict[TopicPartition, Fetched]:
+        """Read every partition within the budget, in one Redis round trip."""
         try:
-            result = await self.log.read(
-                r.topic, r.partition, r.offset, limit, min_one=min_one, committed=committed
+            reads = await self.log.read_many(requests, max_bytes, committed, min_one)
+        except StorageUnavailable as exc:  # Redis is away: each partition says so
+            reads = [exc] * len(requests)
+        return {
+            (r.topic, r.partition): (
+                Fetched(read)
+                if isinstance(read, KafkaesqueError)
+                else await self._checked(r, read, seen_epochs)
             )
-        except (UnknownTopic, StorageUnavailable) as exc:
-            # StorageUnavailable: the offset is only in the archive, which is unreachable.
-            return Fetched(exc)
+            for r, read in zip(requests, reads, strict=True)
+        }
+
+    async def _checked(
+        self, r: FetchRequest, result: ReadResult, seen_epochs: dict[TopicPartition, int] | None
+    ) -> Fetched:
+        """A partition's read as the client may take it: its leader epoch checked, its
+        divergence or lost position told, an offset out of range refused."""
         end, start, epoch = result.log_end, result.log_start, result.leader_epoch
         lso = result.last_stable
         try:
             check_leader_epoch(r.current_leader_epoch, epoch)
             if r.last_fetched_epoch >= 0:
-                diverging = await self._diverging_epoch(r)
+                diverging = await self._diverging_epoch(r, epoch, end)
                 if diverging is not None:
                     return Fetched(None, end, start, [], epoch, diverging, lso)
             if r.current_leader_epoch < 0 and await self._lost_position(r, epoch, seen_epochs):
@@ -360,11 +404,17 @@ class Partitions:
             None, end, start, result.batches, epoch, last_stable=lso, aborted=result.aborted
         )
 
-    async def _diverging_epoch(self, r: FetchRequest) -> tuple[int, int] | None:
+    async def _diverging_epoch(
+        self, r: FetchRequest, current: int, log_end: int
+    ) -> tuple[int, int] | None:
         """As Kafka's leader: the client's last fetched epoch ends here before its fetch
         offset, or this partition never had that epoch (a restore truncated it and began
-        a new one): then (the largest epoch <= it, where that ended), else None."""
-        epoch, end = await self.log.epoch_end_offset(r.topic, r.partition, r.last_fetched_epoch)
+        a new one): then (the largest epoch <= it, where that ended), else None. The
+        current epoch (``current``) ends at the log end (``log_end``): no round trip."""
+        if r.last_fetched_epoch == current:
+            epoch, end = current, log_end
+        else:
+            epoch, end = await self.log.epoch_end_offset(r.topic, r.partition, r.last_fetched_epoch)
         if epoch < 0:
             raise OffsetOutOfRange(
                 f"leader epoch {r.last_fetched_epoch} of {r.topic}[{r.partition}] is unknown"
@@ -444,21 +494,204 @@ class Partitions:
 
 
 class AppendWait:
-    """A registered wait for appends to some topics (see ``Partitions.appends``)."""
+    """A registered watch for appends to some topics (see ``Partitions.appends``): which
+    partitions grew since the last ``take``."""
 
     def __init__(self, notifier: Notifier | None, topics: set[str]) -> None:
         self._notifier = notifier
-        self._topics = topics
-        self._waiter = notifier.waiter(topics) if notifier is not None else None
+        self._topics = set(topics)
+        # By topic: the partitions heard of, each with the largest log end heard (-1: not
+        # told); ALL: any partition may have grown.
+        self._grown: dict[str, dict[int, int] | All] = {}
+        self._event = asyncio.Event()
+        if notifier is not None:
+            notifier.watch(topics, self._heard)
+
+    def _heard(self, topic: str, message: str | None) -> None:
+        """An append's message is "PARTITION:LOG_END"; without one, any partition may
+        have grown."""
+        partition, colon, end = (message or "").partition(":")
+        grown = self._grown.setdefault(topic, {})
+        if not (colon and partition.isdigit()):
+            self._grown[topic] = ALL
+        elif isinstance(grown, dict):
+            heard = int(end) if end.isdigit() else -1
+            key = int(partition)
+            grown[key] = max(grown.get(key, -1), heard) if heard >= 0 else -1
+        self._event.set()
 
     async def wait(self, timeout: float) -> bool:
-        """True once an append arrived, False after ``timeout`` seconds without one."""
-        if self._waiter is None:
+        """True once an append arrived since the last ``take`` (at once if one did), False
+        after ``timeout`` seconds without one."""
+        if self._notifier is None:
             await asyncio.sleep(timeout)
             return False
-        done, _ = await asyncio.wait({self._waiter}, timeout=timeout)
-        return bool(done)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._event.wait()
+        return self._event.is_set()
+
+    def take(self) -> dict[str, dict[int, int] | All]:
+        """The partitions that grew since the last call, by topic."""
+        grown, self._grown = self._grown, {}
+        self._event.clear()
+        return grown
+
+    def add(self, topics: set[str]) -> None:
+        """Watch these topics too."""
+        new = topics - self._topics
+        if new:
+            self._topics |= new
+            if self._notifier is not None:
+                self._notifier.watch(new, self._heard)
 
     def discard(self) -> None:
-        if self._notifier is not None and self._waiter is not None:
-            self._notifier.discard(self._waiter, self._topics)
+        if self._notifier is not None:
+            self._notifier.unwatch(self._topics, self._heard)
+
+
+class ReadCache:
+    """A fetch session's memory of its partitions between fetches (KIP-227 lets a broker
+    keep one): a partition read to its end with nothing to answer is not read again
+    until an append to it is heard, so a consumer of 10,000 quiet partitions costs Redis
+    only the partitions that change. Its watch lives as long as the cache, so no append
+    between two fetches goes unheard; what pub/sub may still miss (a Redis reconnect,
+    retention moving a log start) is read again after ``refresh`` seconds."""
+
+    def __init__(self, notifier: Notifier | None, refresh: float = 5.0) -> None:
+        self._notifier = notifier
+        self._refresh = refresh
+        self._watch = AppendWait(notifier, set())
+        # (topic, partition) -> the request that read it, the answer, when (monotonic)
+        self._known: dict[TopicPartition, tuple[FetchRequest, Fetched, float]] = {}
+
+    def watching(self, topics: set[str]) -> AppendWait:
+        """The cache's watch, over ``topics`` too from now on."""
+        self._watch.add(topics)
+        return self._watch
+
+    def known(
+        self, requests: Sequence[FetchRequest], grown: dict[str, dict[int, int] | All]
+    ) -> tuple[dict[TopicPartition, Fetched | None], list[FetchRequest]]:
+        """Every requested partition in order, with its answer when it is still good
+        (asked the same way, read within ``refresh`` seconds, no append heard since:
+        ``grown`` is AppendWait.take()) or None; and the requests to read."""
+        for topic, heard in grown.items():
+            if isinstance(heard, All):
+                for tp in [tp for tp in self._known if tp[0] == topic]:
+                    del self._known[tp]
+            else:
+                for partition in heard:
+                    self._known.pop((topic, partition), None)
+        oldest = time.monotonic() - self._refresh
+        results: dict[TopicPartition, Fetched | None] = {}
+        missing = []
+        known = self._known
+        for r in requests:
+            tp = r.topic, r.partition
+            entry = known.get(tp)
+            if entry is not None and (entry[0] is r or entry[0] == r) and entry[2] >= oldest:
+                results[tp] = entry[1]
+            else:
+                results[tp] = None
+                missing.append(r)
+        return results, missing
+
+    def remember(
+        self,
+        requests: Sequence[FetchRequest],
+        results: dict[TopicPartition, Fetched],
+        committed: bool,
+    ) -> None:
+        """Keep the answers of partitions read to their end without an error; forget the
+        others (they will be read again). An answer taken from the cache keeps its time."""
+        now = time.monotonic()
+        known = self._known
+        for r in requests:
+            tp = r.topic, r.partition
+            fetched = results[tp]
+            entry = known.get(tp)
+            if entry is not None and entry[1] is fetched:
+                continue  # from the cache, unchanged
+            end = fetched.last_stable if committed else fetched.high_watermark
+            if (
+                fetched.error is None
+                and not fetched.batches
+                and fetched.diverging_epoch is None
+                and r.offset == end
+            ):
+                known[tp] = (r, fetched, now)
+            elif entry is not None:
+                del known[tp]
+
+    def forget(self, partitions: Iterable[TopicPartition]) -> None:
+        for tp in partitions:
+            self._known.pop(tp, None)
+
+    def close(self) -> None:
+        self._watch.discard()
+        self._known.clear()
+
+
+class All:
+    """Every partition of a topic may have grown."""
+
+
+ALL = All()
+
+
+def _grown_requests(
+    requests: Sequence[FetchRequest],
+    grown: dict[str, dict[int, int] | All],
+    results: dict[TopicPartition, Fetched],
+) -> list[FetchRequest]:
+    """The requests, in order, of partitions that may hold more than ``results`` read of
+    them: an append to them was heard that the read did not see (an event heard twice,
+    from this process and through Redis, or one the read already saw, reads nothing
+    again)."""
+    if any(isinstance(heard, All) for heard in grown.values()):
+        return [r for r in requests if r.topic in grown]
+    wanted = set()
+    for topic, heard in grown.items():
+        for partition, end in heard.items():  # type: ignore[union-attr]
+            read = results.get((topic, partition))
+            if read is not None and (end < 0 or end > read.high_watermark):
+                wanted.add((topic, partition))
+    return [r for r in requests if (r.topic, r.partition) in wanted] if wanted else []
+
+
+def _split(records: bytes | None) -> list[bytes]:
+    """A client's records as batches; raises InvalidRecord for what is not."""
+    if not records:
+        raise CorruptBatch("no record batch")
+    return split_batches(records)
+
+
+def _refused(topic: str, partition: int, exc: KafkaesqueError) -> Appended:
+    """A refused append as its outcome, logged as its kind deserves."""
+    if isinstance(exc, InvalidRecord):
+        log.info("rejected batch for %s[%d]: %s", topic, partition, exc)
+    elif isinstance(exc, HotTierUnavailable):
+        pass  # logged once per outage by the client
+    elif isinstance(exc, StorageUnavailable | NeedsRecovery):
+        # Redis lost its data and the archive cannot restore the offsets yet: retriable.
+        log.warning("cannot append to %s[%d]: %s", topic, partition, exc)
+    return Appended(exc)
+
+
+def _topics(requests: Sequence[FetchRequest]) -> set[str]:
+    return {r.topic for r in requests}
+
+
+def _size(fetched: Fetched) -> int:
+    return sum(map(len, fetched.batches))
+
+
+def _enough(results: Iterable[Fetched], min_bytes: int) -> bool:
+    """A fetch answers now: ``min_bytes`` were read, or a partition has an error."""
+    total = 0
+    for fetched in results:
+        if fetched.error is not None:
+            return True
+        total += _size(fetched)
+    return total >= min_bytes

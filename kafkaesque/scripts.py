@@ -6,20 +6,22 @@ exception it names (kafkaesque.errors.from_lua).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
 from importlib.resources import files
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 
-from kafkaesque.errors import from_lua
+from kafkaesque.errors import from_lua, from_redis
 
 SCRIPT_NAMES = (
     "create",
     "append",
     "read",
+    "read_many",
     "state",
     "delete",
     "find_time",
@@ -37,11 +39,17 @@ SCRIPT_NAMES = (
 )
 
 
+# Helpers only some scripts need, put after common.lua in front of them.
+LIBRARIES = {"read": ("partition_read",), "read_many": ("partition_read",)}
+
+
 @cache
 def source(name: str) -> str:
-    """The script's text with the shared helpers (common.lua) in front of it."""
+    """The script's text with the shared helpers (common.lua, then its LIBRARIES) in front
+    of it."""
     lua = files("kafkaesque") / "lua"
-    return (lua / "common.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
+    parts = ("common", *LIBRARIES.get(name, ()), name)
+    return "\n".join((lua / f"{part}.lua").read_text() for part in parts)
 
 
 class Script:
@@ -58,6 +66,36 @@ class Script:
         except ResponseError as exc:
             raise from_lua(exc) from None
 
+    async def many(self, redis: Redis, calls: Sequence[tuple[list[Any], list[Any]]]) -> list[Any]:
+        """Run the script once per (keys, args), pipelined in one round trip (not a
+        transaction: each call is atomic on its own). One result per call: its reply, or
+        the exception its error reply stands for (a core exception, e.g. HotTierFull for
+        a full Redis); an error reply nothing stands for is raised."""
+        replies = await self._pipelined(redis, calls)
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if missing:  # Redis restarted or its scripts were flushed: none of those ran
+            await redis.script_load(self._script.script)
+            again = await self._pipelined(redis, [calls[i] for i in missing])
+            for i, reply in zip(missing, again, strict=True):
+                replies[i] = reply
+        results = []
+        for reply in replies:
+            if isinstance(reply, ResponseError):
+                error = from_lua(reply)
+                reply = error if error is not reply else from_redis(reply)
+                if reply is None:
+                    raise error
+            results.append(reply)
+        return results
+
+    async def _pipelined(
+        self, redis: Redis, calls: Sequence[tuple[list[Any], list[Any]]]
+    ) -> list[Any]:
+        pipe = redis.pipeline(transaction=False)
+        for keys, args in calls:
+            pipe.evalsha(self._script.sha, len(keys), *keys, *args)
+        return await pipe.execute(raise_on_error=False)
+
 
 class Scripts:
     """One registered script per operation; redis-py sends EVALSHA and loads on NOSCRIPT."""
@@ -69,6 +107,7 @@ class Scripts:
     create: Script
     append: Script
     read: Script
+    read_many: Script
     state: Script
     delete: Script
     find_time: Script

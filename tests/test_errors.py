@@ -63,3 +63,24 @@ def test_every_lua_error_reply_parses_to_its_exception() -> None:
         assert type(parsed) is cls and str(parsed) == "what happened"
     other = ResponseError("OOM command not allowed when used memory > 'maxmemory'.")
     assert errors.from_lua(other) is other
+
+
+@pytest.mark.parametrize(
+    "message,described",
+    [
+        (
+            "Error 111 connecting to 127.0.0.1:1. Connect call failed ('127.0.0.1', 1).",
+            "127.0.0.1:1 (connection refused)",
+        ),
+        (  # rediss://: 1 is OpenSSL's SSL_ERROR_SSL, not EPERM ("operation not permitted")
+            "Error 1 connecting to 127.0.0.1:6380. [SSL: CERTIFICATE_VERIFY_FAILED] certificate"
+            " verify failed: unable to get local issuer certificate (_ssl.c:1006).",
+            "127.0.0.1:6380 ([SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed:"
+            " unable to get local issuer certificate)",
+        ),
+    ],
+)
+def test_redis_connection_errors_in_one_sentence(message: str, described: str) -> None:
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    assert errors.describe_redis_error(RedisConnectionError(message)) == described

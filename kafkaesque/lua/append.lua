@@ -146,6 +146,6 @@ if touched then
 end
 
 local start = finish_append(o, meta, index, stats, prefix, archiving)
-if o.appended > 0 then redis.call('PUBLISH', ARGV[2], o.next_offset) end
+if o.appended > 0 then publish_append(ARGV[2], prefix, o.next_offset) end
 table.insert(bases, 1, start)
 return bases

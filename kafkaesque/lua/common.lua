@@ -293,3 +293,10 @@ local function last_stable(txn_open, log_end)
   end
   return lso
 end
+
+-- Tell long-polling readers (kafkaesque/notify.py) that the partition with this key prefix
+-- ("NS:{TOPIC:P}:") now ends at ``log_end``: "P:LOG_END" on the topic's channel, so a
+-- reader of many partitions reads again only the one that grew.
+local function publish_append(channel, prefix, log_end)
+  redis.call('PUBLISH', channel, string.match(prefix, ':(%d+)}:$') .. ':' .. log_end)
+end

@@ -49,5 +49,5 @@ end
 local start = finish_append(o, meta, index, stats, prefix, archiving)
 -- Aborted transactions wholly below the log start concern no reader any more.
 redis.call('ZREMRANGEBYSCORE', txn_aborted, '-inf', '(' .. string.format('%.0f', start))
-redis.call('PUBLISH', ARGV[2], o.next_offset)
+publish_append(ARGV[2], prefix, o.next_offset)
 return {start, offset}

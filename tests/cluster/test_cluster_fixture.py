@@ -252,6 +252,7 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
             [p.meta, p.index, p.txn_open, p.txn_aborted],
             [p.prefix, 0, 1 << 20, 1 << 31, 1, 1],
         ),
+        "read_many": ([p.meta], [1 << 20, 1, 1, 0, 1 << 20]),
         "state": ([p.meta, p.index, p.stats, k.archiving], [p.prefix]),
         "delete": (
             [k.topics, k.topic(TOPIC), p.meta, p.index, p.stats, p.producers],
@@ -285,6 +286,7 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
         "delete_records": "CROSSSLOT",
         # one partition's slot only (or one global key alone)
         "read": "ran",
+        "read_many": "ran",  # a fetch's partitions of one slot: one call per slot
         "find_time": "ran",
         "max_time": "ran",
         "closed_pages": "ran",
@@ -295,6 +297,8 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
     # Even without a global key, a multi-partition script spans slots (one tag each).
     two_partitions = [p.meta, p1.meta]
     assert _eval(empty_cluster, "create", two_partitions, ["x", b"", ""]) == "CROSSSLOT"
+    both = [1 << 20, 0, 1, 0, 1 << 20, 0, 1 << 20]
+    assert _eval(empty_cluster, "read_many", [p.meta, p1.meta], both) == "CROSSSLOT"
     # The partition-local scripts give on the cluster what they gave on one Redis.
     owner = empty_cluster.owner(empty_cluster.client().keyslot(p.meta)).client()
     status, _start, end, _epoch, _lso, _aborted, *batches = owner.eval(

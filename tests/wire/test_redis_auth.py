@@ -1,6 +1,7 @@
 """The CLI and the broker on a Redis that wants a password (requirepass) or an ACL user;
 the password from the URL, --redis-password-file or REDIS_PASSWORD, and never echoed;
-Redis over TLS where the test server has it."""
+Redis over TLS (rediss://) through a TLS-terminating proxy (tests/tls_proxy.py), the test
+redis-server having no TLS of its own."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.servers import RedisServer
+from tests.tls_proxy import TlsProxy, server_context
 from tests.wire.certificates import make_certificates
 from tests.wire.conftest import REPO, Broker
 
@@ -105,18 +107,18 @@ def test_refusals_are_one_line_without_the_password(
     assert err.count("Error:") == 1
 
 
-def test_the_broker_on_an_acl_user(acl_redis: RedisServer, tmp_path: Path) -> None:
-    """serve, and a real client through it, on a Redis that only knows the ACL user."""
+def broker_roundtrip(url: str, directory: Path, topic: str) -> str:
+    """serve on ``url``, a record produced and consumed through it with a real client;
+    the broker's stderr (it must show no Traceback)."""
     from confluent_kafka import Consumer, Producer, TopicPartition
 
-    url = f"redis://app:{ACL_PASSWORD}@127.0.0.1:{acl_redis.port}/0"
-    broker = Broker(url, tmp_path / "broker")
+    broker = Broker(url, directory)
     try:
         producer = Producer({"bootstrap.servers": broker.bootstrap})
-        producer.produce("acl-topic", b"through the broker")
+        producer.produce(topic, b"through the broker")
         assert producer.flush(30) == 0
         consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g"})
-        consumer.assign([TopicPartition("acl-topic", 0, 0)])
+        consumer.assign([TopicPartition(topic, 0, 0)])
         message = None
         for _ in range(30):
             message = consumer.poll(1.0)
@@ -127,24 +129,40 @@ def test_the_broker_on_an_acl_user(acl_redis: RedisServer, tmp_path: Path) -> No
     finally:
         broker.stop()
     log = broker.stderr()
-    assert "Traceback" not in log and ACL_PASSWORD not in log
+    assert "Traceback" not in log, log
+    return log
 
 
-def test_redis_over_tls(tmp_path: Path) -> None:
+def test_the_broker_on_an_acl_user(acl_redis: RedisServer, tmp_path: Path) -> None:
+    """serve, and a real client through it, on a Redis that only knows the ACL user."""
+    url = f"redis://app:{ACL_PASSWORD}@127.0.0.1:{acl_redis.port}/0"
+    assert ACL_PASSWORD not in broker_roundtrip(url, tmp_path / "broker", "acl-topic")
+
+
+def test_redis_over_tls(redis_url: str, redis_server: RedisServer, tmp_path: Path) -> None:
+    """The CLI and the broker on rediss://, verifying the server certificate against the
+    test CA; the TLS proxy (tests/tls_proxy.py) hands the bytes to the real redis-server."""
     certs = make_certificates(tmp_path / "certs")
-    tls = ["--port", "0", "--tls-port"]
-    try:
-        server = RedisServer(tmp_path / "redis-tls", extra_args=[])
-        server.stop()
-        port = server.port
-        server.extra_args = [*tls[:2], "--tls-port", str(port), "--tls-cert-file",
-                             certs.server_cert, "--tls-key-file", certs.server_key,
-                             "--tls-ca-cert-file", certs.ca,
-                             "--tls-auth-clients", "no"]  # fmt: skip
-        server.start()
-    except RuntimeError:
-        pytest.skip("the test redis-server was built without TLS")
-    try:
-        roundtrip(f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={certs.ca}", "tls")
-    finally:
-        server.stop()
+    with TlsProxy(redis_server.port, server_context(certs.server_cert, certs.server_key)) as proxy:
+        url = f"rediss://127.0.0.1:{proxy.port}/0?ssl_ca_certs={certs.ca}"
+        roundtrip(url, "tls")
+        broker_roundtrip(url, tmp_path / "broker", "tls-broker")
+        assert proxy.connections >= 4  # create, produce, consume, and the broker's
+
+
+def test_redis_over_tls_with_another_ca(redis_server: RedisServer, tmp_path: Path) -> None:
+    """A server certificate the URL's CA did not sign: one readable line, no Traceback."""
+    certs = make_certificates(tmp_path / "certs")
+    other = make_certificates(tmp_path / "other-ca")
+    with TlsProxy(redis_server.port, server_context(certs.server_cert, certs.server_key)) as proxy:
+        url = f"rediss://127.0.0.1:{proxy.port}/0?ssl_ca_certs={other.ca}"
+        result = kafkaesque(url, "topics")
+    err = result.stderr.decode()
+    assert result.returncode != 0
+    assert "Traceback" not in err and err.count("Error:") == 1, err
+    [error] = [line for line in err.splitlines() if line.startswith("Error:")]
+    assert error == (
+        f"Error: cannot reach Redis: 127.0.0.1:{proxy.port} ([SSL: CERTIFICATE_VERIFY_FAILED]"
+        " certificate verify failed: unable to get local issuer certificate)"
+    ), err
+    assert proxy.connections == 0  # no handshake completed

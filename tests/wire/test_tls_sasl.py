@@ -1,6 +1,6 @@
-"""Real clients over secured listeners: SASL_SSL with SCRAM-SHA-512 and SASL_PLAINTEXT with
-PLAIN for confluent-kafka, kafka-python, aiokafka, kafkajs and kcat; SCRAM-SHA-256; SSL
-with mutual TLS; Metadata answering with the listener the client came in on."""
+"""Real clients over secured listeners: SASL_SSL with SCRAM-SHA-512, SASL_PLAINTEXT with
+PLAIN, and SSL with mutual TLS for confluent-kafka, kafka-python, aiokafka, kafkajs and
+kcat; SCRAM-SHA-256; Metadata answering with the listener the client came in on."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from tests.kafka_client import Connection, request
 from tests.sasl_client import login
@@ -47,7 +48,12 @@ def secured_module(
 
 @pytest.fixture(scope="module")
 def mtls_module(broker_factory: Callable[..., Broker], certs: Certificates) -> Secured:
-    return start_secured(broker_factory, certs, ("SSL",), "--tls-ca", certs.ca)
+    """Mutual TLS, with ACLs that let only the client certificate's subject through: a
+    client gets anywhere only if the broker took it for CLIENT_PRINCIPAL."""
+    return start_secured(
+        broker_factory, certs, ("SSL",), "--tls-ca", certs.ca,
+        "--authorizer", "acl", "--super-user", CLIENT_PRINCIPAL,
+    )  # fmt: skip
 
 
 @pytest.fixture
@@ -67,10 +73,19 @@ SETUPS = {
 }
 
 
-def librdkafka_config(secured: Secured, listener: str, mechanism: str | None, user: str | None):
+def librdkafka_config(
+    secured: Secured,
+    listener: str,
+    mechanism: str | None,
+    user: str | None,
+    client_cert: bool = False,
+):
     config = {"bootstrap.servers": secured.address(listener), "security.protocol": listener}
     if "SSL" in listener:
         config["ssl.ca.location"] = secured.certs.ca
+    if client_cert:
+        config["ssl.certificate.location"] = secured.certs.client_cert
+        config["ssl.key.location"] = secured.certs.client_key
     if mechanism is not None:
         password = USERS[user][1]
         config.update(
@@ -99,18 +114,26 @@ def confluent_roundtrip(config: dict, topic: str) -> list[bytes]:
     return got
 
 
-def kafka_python_roundtrip(secured: Secured, listener: str, mechanism: str, user: str, topic: str):
+def kafka_python_roundtrip(
+    secured: Secured,
+    listener: str,
+    mechanism: str | None,
+    user: str | None,
+    topic: str,
+    client_cert: bool = False,
+):
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-    options = dict(
-        bootstrap_servers=secured.address(listener),
-        security_protocol=listener,
-        sasl_mechanism=mechanism,
-        sasl_plain_username=user,
-        sasl_plain_password=USERS[user][1],
-    )
+    options: dict = dict(bootstrap_servers=secured.address(listener), security_protocol=listener)
+    if mechanism is not None:
+        options.update(
+            sasl_mechanism=mechanism, sasl_plain_username=user, sasl_plain_password=USERS[user][1]
+        )
     if "SSL" in listener:
         options["ssl_cafile"] = secured.certs.ca
+    if client_cert:
+        options["ssl_certfile"] = secured.certs.client_cert
+        options["ssl_keyfile"] = secured.certs.client_key
     producer = KafkaProducer(**options)
     for value in VALUES:
         producer.send(topic, value)
@@ -124,18 +147,23 @@ def kafka_python_roundtrip(secured: Secured, listener: str, mechanism: str, user
     return got
 
 
-def aiokafka_roundtrip(secured: Secured, listener: str, mechanism: str, user: str, topic: str):
+def aiokafka_roundtrip(
+    secured: Secured,
+    listener: str,
+    mechanism: str | None,
+    user: str | None,
+    topic: str,
+    client_cert: bool = False,
+):
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-    options = dict(
-        bootstrap_servers=secured.address(listener),
-        security_protocol=listener,
-        sasl_mechanism=mechanism,
-        sasl_plain_username=user,
-        sasl_plain_password=USERS[user][1],
-    )
+    options: dict = dict(bootstrap_servers=secured.address(listener), security_protocol=listener)
+    if mechanism is not None:
+        options.update(
+            sasl_mechanism=mechanism, sasl_plain_username=user, sasl_plain_password=USERS[user][1]
+        )
     if "SSL" in listener:
-        options["ssl_context"] = secured.client_context()
+        options["ssl_context"] = secured.client_context(client_cert)
 
     async def run() -> list[bytes]:
         producer = AIOKafkaProducer(**options)
@@ -161,15 +189,24 @@ def aiokafka_roundtrip(secured: Secured, listener: str, mechanism: str, user: st
     return asyncio.run(run())
 
 
-def kafkajs_roundtrip(secured: Secured, listener: str, mechanism: str, user: str, topic: str):
+def kafkajs_roundtrip(
+    secured: Secured,
+    listener: str,
+    mechanism: str | None,
+    user: str | None,
+    topic: str,
+    client_cert: bool = False,
+):
     command = {
         "brokers": secured.address(listener),
         "topic": topic,
         "count": COUNT,
         "ca": secured.certs.ca if "SSL" in listener else None,
-        "mechanism": mechanism.lower(),
+        "cert": secured.certs.client_cert if client_cert else None,
+        "key": secured.certs.client_key if client_cert else None,
+        "mechanism": mechanism.lower() if mechanism else None,
         "username": user,
-        "password": USERS[user][1],
+        "password": USERS[user][1] if user else None,
     }
     result = subprocess.run(
         ["node", str(JS / "kafkajs_sasl.js")],
@@ -182,8 +219,15 @@ def kafkajs_roundtrip(secured: Secured, listener: str, mechanism: str, user: str
     return [v.encode() for v in json.loads(result.stdout)["values"]]
 
 
-def kcat_roundtrip(secured: Secured, listener: str, mechanism: str, user: str, topic: str):
-    config = librdkafka_config(secured, listener, mechanism, user)
+def kcat_roundtrip(
+    secured: Secured,
+    listener: str,
+    mechanism: str | None,
+    user: str | None,
+    topic: str,
+    client_cert: bool = False,
+):
+    config = librdkafka_config(secured, listener, mechanism, user, client_cert)
     args = [kcat_path(), "-b", config.pop("bootstrap.servers"), "-X", "broker.address.family=v4"]
     args += [a for k, v in config.items() for a in ("-X", f"{k}={v}")]
     lines = b"".join(v + b"\n" for v in VALUES)
@@ -200,8 +244,8 @@ def kcat_roundtrip(secured: Secured, listener: str, mechanism: str, user: str, t
 
 
 ROUNDTRIPS = {
-    "confluent": lambda s, listener, mech, user, topic: confluent_roundtrip(
-        librdkafka_config(s, listener, mech, user), topic
+    "confluent": lambda s, listener, mech, user, topic, client_cert=False: confluent_roundtrip(
+        librdkafka_config(s, listener, mech, user, client_cert), topic
     ),
     "kafka-python": kafka_python_roundtrip,
     "aiokafka": aiokafka_roundtrip,
@@ -230,15 +274,16 @@ def test_ssl_without_client_certificates(secured: Secured, topic_name) -> None:
     assert confluent_roundtrip(config, topic_name()) == VALUES
 
 
-def test_mutual_tls(mtls: Secured, topic_name) -> None:
-    config = librdkafka_config(mtls, "SSL", None, None)
-    config.update(
-        {
-            "ssl.certificate.location": mtls.certs.client_cert,
-            "ssl.key.location": mtls.certs.client_key,
-        }
-    )
-    assert confluent_roundtrip(config, topic_name()) == VALUES
+@pytest.mark.parametrize("library", params(*ROUNDTRIPS))
+def test_mutual_tls(mtls: Secured, topic_name, library: str) -> None:
+    """Each client presents the client certificate. The broker lets only CLIENT_PRINCIPAL
+    through (mtls_module), so the round trip shows it took the certificate's subject for
+    the principal; an anonymous client (PLAINTEXT) is refused the same topic."""
+    topic = topic_name(library)
+    assert ROUNDTRIPS[library](mtls, "SSL", None, None, topic, client_cert=True) == VALUES
+    with mtls.connect("PLAINTEXT") as conn:
+        [refused] = conn.metadata([topic]).topics
+    assert refused.error_code == ErrorCode.topic_authorization_failed
 
 
 def test_mutual_tls_refuses_a_client_without_a_certificate(mtls: Secured) -> None:

@@ -2,7 +2,9 @@
 //
 // Usage: node kafkajs_sasl.js < command.json > result.json
 // command: {"brokers": "HOST:PORT", "topic": T, "count": N, "ca": PEM path or null,
-//           "mechanism": "plain" | "scram-sha-256" | "scram-sha-512", "username", "password"}
+//           "cert", "key": the client certificate and key (PEM paths) for mutual TLS, or null,
+//           "mechanism": "plain" | "scram-sha-256" | "scram-sha-512" | null (no SASL),
+//           "username", "password"}
 // Prints {"values": [...]}: the values of the first N records, read back with a consumer group.
 'use strict'
 
@@ -12,11 +14,21 @@ const { Kafka, logLevel } = require('kafkajs')
 
 async function main() {
   const cmd = JSON.parse(fs.readFileSync(0, 'utf8'))
+  let ssl = false
+  if (cmd.ca) {
+    ssl = { ca: [fs.readFileSync(cmd.ca, 'utf8')] }
+    if (cmd.cert) {
+      ssl.cert = fs.readFileSync(cmd.cert, 'utf8')
+      ssl.key = fs.readFileSync(cmd.key, 'utf8')
+    }
+  }
   const kafka = new Kafka({
     clientId: 'wire-tests-kafkajs-sasl',
     brokers: [cmd.brokers],
-    ssl: cmd.ca ? { ca: [fs.readFileSync(cmd.ca, 'utf8')] } : false,
-    sasl: { mechanism: cmd.mechanism, username: cmd.username, password: cmd.password },
+    ssl,
+    sasl: cmd.mechanism
+      ? { mechanism: cmd.mechanism, username: cmd.username, password: cmd.password }
+      : undefined,
     connectionTimeout: 10000,
     retry: { retries: 3, initialRetryTime: 100 },
     logLevel: logLevel.WARN,

@@ -1,0 +1,99 @@
+-- Reading one partition, shared by read.lua (one partition) and read_many.lua (a fetch's
+-- partitions in one call).
+local READ_OK, READ_BELOW_START, READ_PAST_END, READ_DELETED = 0, 1, 2, 3
+local READ_HEAD = 6 -- the fields before the batches in a read's result
+
+-- Whole batches of one partition from the batch holding ``offset`` onwards: keys = {meta
+-- hash, page index zset, open transactions hash, aborted transactions zset}. ``min_one``:
+-- the first batch comes even when it exceeds the limits, as Kafka answers the first
+-- partition of a fetch (KIP-74). ``committed`` (READ_COMMITTED): only whole batches below
+-- the last stable offset, and the aborted transactions overlapping them.
+-- Returns {status, log start, log end, leader epoch, last stable offset,
+-- {"pid:first:last" of aborted transactions}, batch...} and the bytes of the batches, or
+-- nil for a partition that does not exist. Status READ_DELETED: the offset is below the
+-- floor DeleteRecords set (deleted everywhere: no use asking the archive).
+local function read_partition(keys, prefix, offset, max_bytes, max_records, min_one, committed)
+  local m = redis.call('HMGET', keys[1], 'end', 'epoch', 'floor')
+  if not m[1] then return nil, 0 end
+  local log_end, epoch = tonumber(m[1]), tonumber(m[2])
+  local lso = last_stable(keys[3], log_end)
+  -- Under READ_COMMITTED nothing at or past the last stable offset is read.
+  local limit = committed and lso or log_end
+  local aborted = {}
+
+  -- The log start is the first indexed page whose data still exists (TTL may have removed
+  -- older ones before the next append trims their index entries), or DeleteRecords' floor.
+  local start, rank = log_end, 0
+  while true do
+    local entry = redis.call('ZRANGE', keys[2], rank, rank, 'WITHSCORES')
+    if #entry == 0 then break end
+    if redis.call('EXISTS', page_key(prefix, entry[1])) == 1 then
+      start = tonumber(entry[2])
+      break
+    end
+    rank = rank + 1
+  end
+  local floor = tonumber(m[3] or 0)
+  start = math.max(start, floor)
+  if offset < floor then return {READ_DELETED, start, log_end, epoch, lso, aborted}, 0 end
+  if offset < start then return {READ_BELOW_START, start, log_end, epoch, lso, aborted}, 0 end
+  if offset > log_end then return {READ_PAST_END, start, log_end, epoch, lso, aborted}, 0 end
+  local result = {READ_OK, start, log_end, epoch, lso, aborted}
+  if offset >= limit or (max_bytes <= 0 and not min_one) then return result, 0 end
+
+  local bytes, records = 0, 0
+  -- The aborted transactions a READ_COMMITTED reader of the batches read needs to drop
+  -- their records: those ending at or after the first batch and starting before the end.
+  local function done()
+    if not committed or #result == READ_HEAD then return result, bytes end
+    local low = unpack_uint(result[READ_HEAD + 1], BASE_OFFSET, BASE_OFFSET_WIDTH)
+    local last = result[#result]
+    local high = unpack_uint(last, BASE_OFFSET, BASE_OFFSET_WIDTH) + offset_count(last)
+    for _, entry in ipairs(redis.call('ZRANGEBYSCORE', keys[4], low, '+inf')) do
+      local first = tonumber(string.match(entry, '^%d+:(%d+):'))
+      if first < high then aborted[#aborted + 1] = entry end
+    end
+    return result, bytes
+  end
+
+  local found = redis.call('ZREVRANGEBYSCORE', keys[2], offset, '-inf', 'LIMIT', 0, 1)
+  local page = tonumber(found[1])
+  -- Binary search the page's batch index for the last batch starting at or before offset.
+  local bidx = batch_index_key(prefix, page)
+  local lo, hi = 0, redis.call('STRLEN', bidx) / BATCH_INDEX_ENTRY - 1
+  while lo < hi do
+    local mid = math.floor((lo + hi + 1) / 2)
+    local base = unpack_uint(redis.call('GETRANGE', bidx, mid * BATCH_INDEX_ENTRY,
+      mid * BATCH_INDEX_ENTRY + 7), 1, 8)
+    if base <= offset then lo = mid else hi = mid - 1 end
+  end
+
+  local pos, chunk = lo, 64
+  while true do
+    local batches = redis.call('LRANGE', page_key(prefix, page), pos, pos + chunk - 1)
+    for _, batch in ipairs(batches) do
+      -- The batch found may end before the offset when the compactor removed the batches
+      -- after it: skip it, or a reader with a small budget would get it again and again.
+      local batch_end = unpack_uint(batch, BASE_OFFSET, BASE_OFFSET_WIDTH) + offset_count(batch)
+      if #result > READ_HEAD or batch_end > offset then
+        -- A batch across the last stable offset waits until its transaction ends.
+        if batch_end > limit then return done() end
+        local must = min_one and #result == READ_HEAD
+        if not must and (bytes + #batch > max_bytes or records >= max_records) then
+          return done()
+        end
+        result[#result + 1] = batch
+        bytes = bytes + #batch
+        records = records + offset_count(batch)
+      end
+    end
+    if #batches < chunk then
+      -- The next page (numbers may skip pages the compactor emptied and removed).
+      page = next_indexed(keys[2], tonumber(redis.call('ZSCORE', keys[2], page)))
+      if not page then return done() end
+      pos = 0
+    else
+      pos = pos + chunk
+    end
+  end
+end
