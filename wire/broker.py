@@ -20,7 +20,7 @@ from kafkaesque.log import Log
 from kafkaesque.memory import MemoryGuard
 from kafkaesque.notify import Notifier
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
-from kafkaesque.partitions import MAX_MESSAGE_BYTES, Partitions
+from kafkaesque.partitions import MAX_MESSAGE_BYTES, Partitions, ReadCache
 from kafkaesque.scram import SASL_MECHANISMS
 from kafkaesque.tasks import cancel_and_wait
 from kafkaesque.topic_ids import TopicIds
@@ -260,7 +260,9 @@ class Broker:
         self.topic_ids = TopicIds(log)  # for requests naming topics by id
         # This process's incremental fetch sessions (KIP-227): they outlive connections.
         self.fetch_sessions = FetchSessionCache(
-            config.fetch_session_slots, config.fetch_session_eviction_ms
+            config.fetch_session_slots,
+            config.fetch_session_eviction_ms,
+            read_cache=lambda: ReadCache(self.notifier),
         )
         self.groups = GroupCoordinator(log.redis, config.groups, log.ns)
         self.consumer_groups = ConsumerGroupCoordinator(log, config.consumer_groups)
@@ -320,6 +322,7 @@ class Broker:
         for task in (*tasks, self._transactions):
             if task is not None:
                 await cancel_and_wait(task)
+        self.fetch_sessions.close()
         await self.notifier.stop()
         await self.groups.stop()
 

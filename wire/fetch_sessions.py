@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from kafkaesque.partitions import Fetched
+from kafkaesque.partitions import Fetched, ReadCache
 
 INVALID_SESSION_ID = 0  # no session: the answer of a sessionless (or refused) fetch
 INITIAL_EPOCH = 0  # a full fetch opening a session
@@ -99,6 +99,12 @@ class FetchSession:
     # Read in this order; a partition answered moves to the end, so that under max_bytes
     # the others get their turn (as Kafka).
     partitions: dict[Key, CachedPartition] = field(default_factory=dict)
+    # Partitions read to their end are not read again until an append to them is heard.
+    read_cache: ReadCache | None = None
+
+    def close(self) -> None:
+        if self.read_cache is not None:
+            self.read_cache.close()
 
     def update(self, asked: Iterable[CachedPartition], forgotten: Iterable[Key]) -> None:
         """An incremental fetch: add or update the partitions it names, drop the forgotten
@@ -124,8 +130,10 @@ class FetchSessionCache:
         slots: int = DEFAULT_SLOTS,
         eviction_ms: int = DEFAULT_EVICTION_MS,
         clock: Callable[[], float] = time.monotonic,
+        read_cache: Callable[[], ReadCache | None] = lambda: None,
     ) -> None:
         self.slots = slots
+        self.read_cache = read_cache  # a new session's
         self.eviction = eviction_ms / 1000
         self.clock = clock
         self._sessions: dict[int, FetchSession] = {}
@@ -146,7 +154,16 @@ class FetchSessionCache:
         return self._sessions.get(session_id)
 
     def remove(self, session_id: int) -> FetchSession | None:
-        return self._sessions.pop(session_id, None)
+        session = self._sessions.pop(session_id, None)
+        if session is not None:
+            session.close()
+        return session
+
+    def close(self) -> None:
+        """Shutting down: every session goes."""
+        for session in self._sessions.values():
+            session.close()
+        self._sessions.clear()
 
     def touch(self, session: FetchSession) -> None:
         """The session was used now: it moves to the most recently used end."""
@@ -154,18 +171,28 @@ class FetchSessionCache:
         self._sessions.pop(session.id, None)
         self._sessions[session.id] = session
 
-    def create(self, by_topic_id: bool, partitions: Iterable[CachedPartition]) -> int:
-        """A new session of these partitions; its id, or INVALID_SESSION_ID when no slot
-        is free and none can be taken."""
+    def create(
+        self,
+        by_topic_id: bool,
+        partitions: Iterable[CachedPartition],
+        read_cache: ReadCache | None = None,
+    ) -> int:
+        """A new session of these partitions (with ``read_cache``, that read them, else a
+        new one); its id, or INVALID_SESSION_ID when no slot is free and none can be taken
+        (then ``read_cache`` is closed)."""
         cached = {p.key: p for p in partitions}
         now = self.clock()
         if len(self._sessions) >= self.slots and not self._evict(len(cached), now):
             self.refused += 1
+            if read_cache is not None:
+                read_cache.close()
             return INVALID_SESSION_ID
         session_id = INVALID_SESSION_ID
         while session_id == INVALID_SESSION_ID or session_id in self._sessions:
             session_id = 1 + secrets.randbelow(MAX_EPOCH)  # 1 .. 2**31 - 1
-        self._sessions[session_id] = FetchSession(session_id, by_topic_id, now, now, 1, cached)
+        self._sessions[session_id] = FetchSession(
+            session_id, by_topic_id, now, now, 1, cached, read_cache or self.read_cache()
+        )
         return session_id
 
     def _evict(self, size: int, now: float) -> bool:
@@ -184,6 +211,6 @@ class FetchSessionCache:
                 victim = None
         if victim is None:
             return False
-        del self._sessions[victim.id]
+        self.remove(victim.id)
         self.evictions += 1
         return True

@@ -181,7 +181,7 @@ def test_full_fetch_of_epoch_0_opens_a_session_and_incremental_ones_answer_chang
 def test_high_watermark_last_stable_and_log_start_changes_are_answered(broker, topic_name):
     """A partition without new records is answered when its high watermark, last stable
     offset or log start offset moved: an open transaction moves the first, its commit the
-    second (and brings the records), DeleteRecords the third."""
+    second (and brings the records), DeleteRecords the third (within the read cache's 5 s)."""
     topic = topic_name()
     pid = 7001
     with Connection(broker.bootstrap) as conn:
@@ -220,7 +220,13 @@ def test_high_watermark_last_stable_and_log_start_changes_are_answered(broker, t
             )
         )
         assert deleted.topics[0].partitions[0].error_code == ErrorCode.none
-        moved = answered(fetch(conn, session, 5, isolation=READ_COMMITTED))
+        # DeleteRecords is not announced as appends are: the session's read cache (see
+        # kafkaesque.partitions.ReadCache) reads the quiet partition again within 5 s.
+        epoch, deadline = 5, time.monotonic() + 10
+        while not (moved := answered(fetch(conn, session, epoch, isolation=READ_COMMITTED))):
+            assert time.monotonic() < deadline, "the log start change was never answered"
+            epoch += 1
+            time.sleep(0.2)
         assert list(moved) == [(topic, 0)]
         assert (moved[topic, 0].log_start_offset, values(moved[topic, 0])) == (2, [])
 
@@ -650,3 +656,34 @@ def test_a_partition_is_answered_when_it_changed_or_failed():
     # After an error the offsets are named again, though unchanged.
     assert p.answered(Fetched(high_watermark=3, log_start=1, last_stable=3))
     assert p.answered(Fetched(high_watermark=3, log_start=1, last_stable=3, diverging_epoch=(0, 2)))
+
+
+def test_a_session_gone_closes_its_read_cache():
+    """A session removed, evicted or refused a slot, or the cache closed at shutdown, ends
+    its read cache's watch for appends."""
+
+    class Watch:
+        closed = 0
+
+        def close(self) -> None:
+            self.closed += 1
+
+    clock = Clock()
+    caches: list[Watch] = []
+
+    def new() -> Any:
+        caches.append(Watch())
+        return caches[-1]
+
+    cache = FetchSessionCache(slots=1, eviction_ms=1000, clock=clock, read_cache=new)
+    a = cache.create(False, cached(0))
+    refused = Watch()
+    assert cache.create(False, cached(0), refused) == 0 and refused.closed == 1  # type: ignore[arg-type]
+    clock.now = 2.0
+    b = cache.create(False, cached(0))  # a evicted
+    assert caches[0].closed == 1 and caches[1].closed == 0
+    cache.remove(b)
+    assert caches[1].closed == 1 and len(cache) == 0 and a != b
+    cache.create(False, cached(0))
+    cache.close()
+    assert caches[2].closed == 1 and len(cache) == 0

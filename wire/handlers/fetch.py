@@ -29,7 +29,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.errors import FencedLeaderEpoch, TopicAuthorizationFailed, UnknownTopicId
-from kafkaesque.partitions import Fetched, FetchRequest
+from kafkaesque.partitions import Fetched, FetchRequest, ReadCache
 from wire.authorize import Operation, topics_allowed
 from wire.broker import Broker
 from wire.errors import error_code
@@ -108,13 +108,22 @@ async def full_fetch(broker: Broker, request: Request, open_session: bool) -> An
         for name, t in zip(names, body.topics, strict=True)
         for p in t.partitions
     ]
-    results = await read(broker, request, wanted)
+    sessions = broker.fetch_sessions
+    opening = open_session and version >= SESSIONS_VERSION and sessions.slots > 0
+    # A session's read cache starts with the read that opens it.
+    cache = sessions.read_cache() if opening else None
+    try:
+        results = await read(broker, request, wanted, cache)
+    except BaseException:
+        if cache is not None:
+            cache.close()
+        raise
     session_id = INVALID_SESSION_ID
-    if open_session and version >= SESSIONS_VERSION:
+    if opening:
         for (_, _, cached), fetched in zip(wanted, results, strict=True):
             cached.answered(fetched)
-        sessions = broker.fetch_sessions
-        session_id = sessions.create(version >= TOPIC_IDS_VERSION, (c for _, _, c in wanted))
+        by_id = version >= TOPIC_IDS_VERSION
+        session_id = sessions.create(by_id, (c for _, _, c in wanted), cache)
         if session_id == INVALID_SESSION_ID:
             log.debug("no fetch session slot free for %d partitions", len(wanted))
         else:
@@ -161,7 +170,7 @@ async def incremental_fetch(broker: Broker, request: Request, session: FetchSess
         (names[c.topic], c.topic if isinstance(c.topic, uuid.UUID) else None, c)
         for c in session.partitions.values()
     ]
-    results = await read(broker, request, wanted)
+    results = await read(broker, request, wanted, session.read_cache)
     if sessions.get(session.id) is not session or session.epoch != expected:
         # Another fetch of this session (a duplicate of this epoch) came meanwhile.
         log.info("fetch session %d moved on during a fetch of its epoch", session.id)
@@ -186,9 +195,11 @@ async def incremental_fetch(broker: Broker, request: Request, session: FetchSess
     return answer(broker, request, session.id, topics)
 
 
-async def read(broker: Broker, request: Request, wanted: Sequence[Wanted]) -> list[Fetched]:
+async def read(
+    broker: Broker, request: Request, wanted: Sequence[Wanted], cache: ReadCache | None = None
+) -> list[Fetched]:
     """The outcome of each wanted partition, in order: one read of all that may be read,
-    so that min_bytes and max_wait cover them all."""
+    so that min_bytes and max_wait cover them all; ``cache``: a session's (see ReadCache)."""
     body = request.body
     readable = topics_allowed(broker, request, Operation.READ, {n for n, _, _ in wanted if n})
     results = await broker.partitions.fetch(
@@ -211,6 +222,7 @@ async def read(broker: Broker, request: Request, wanted: Sequence[Wanted]) -> li
         # memory of the epochs it read at.
         seen_epochs=request.connection.fetch_epochs,
         committed=getattr(body, "isolation_level", 0) == READ_COMMITTED,
+        cache=cache,
     )
     outcomes = []
     for name, topic_id, c in wanted:
