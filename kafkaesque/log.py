@@ -395,9 +395,11 @@ class Log(TopicsLog, ArchivingLog):
         """Redis' side of DeleteRecords (delete_records.lua): offsets below ``offset`` are
         deleted, the pages wholly below it freed; returns Redis' log start."""
         p = self.keys.partition(topic, partition)
-        return await self.scripts.delete_records(
+        start = await self.scripts.delete_records(
             keys=[p.meta, p.index, p.stats, self.keys.archiving], args=[p.prefix, offset]
         )
+        await self.announce_change(topic)
+        return start
 
     async def state(self, topic: str, partition: int) -> PartitionState:
         """Apply retention, then report offsets, pages and bytes held."""
@@ -608,6 +610,7 @@ class Log(TopicsLog, ArchivingLog):
                 ],
                 args=args,
             )
+            await self.announce_change(c.name)
         for key, floor in ((k.gseq, sequence_floor), (k.producer_ids, producer_id_floor)):
             current = int(await self.redis.get(key) or 0)
             if current < floor:

@@ -139,6 +139,11 @@ class TopicsLog:
             msgpack.unpackb(data)["id"]: n for n, data in zip(names, packed, strict=True) if data
         }
 
+    async def announce_change(self, topic: str) -> None:
+        """The topic changed other than by an append (deleted, records deleted, restored):
+        an empty message on its channel makes waiting and caching readers read it again."""
+        await self.redis.publish(self.keys.appended(topic), "")
+
     async def delete_topic(self, name: str) -> None:
         """Delete the topic and its records, the archived ones first: if the archive cannot
         be reached, nothing is deleted. A topic only the archive still has (deleted while
@@ -160,3 +165,4 @@ class TopicsLog:
             ],
             args=[name, *(p.prefix for p in parts)],
         )
+        await self.announce_change(name)

@@ -587,6 +587,8 @@ class ReadCache:
         results: dict[TopicPartition, Fetched | None] = {}
         missing = []
         known = self._known
+        if self._notifier is None:  # nothing would tell it of appends: read everything
+            known.clear()
         for r in requests:
             tp = r.topic, r.partition
             entry = known.get(tp)

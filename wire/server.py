@@ -383,6 +383,8 @@ class Server:
             self._internal_error(exc, peer)
             self.metrics.errors.labels("internal").inc()
         finally:
+            if connection.read_cache is not None:
+                connection.read_cache.close()
             self._idle.pop(writer, None)
             self._per_ip[ip] -= 1
             if not self._per_ip[ip]:

@@ -12,6 +12,7 @@ import urllib.request
 import uuid
 from typing import Any
 
+import redis
 import redis.asyncio
 from confluent_kafka import Consumer, TopicPartition
 from kafka import KafkaConsumer
@@ -27,7 +28,7 @@ from kafkaesque.records import decode_batch, is_control, read_header
 from tests.kafka_client import Connection, create_topics_request, request
 from tests.servers import free_port
 from tests.wire.common import TIMEOUT, produce_numbered, value_of, wait_until
-from wire.fetch_sessions import CachedPartition, FetchSessionCache, next_epoch
+from wire.fetch_sessions import FINAL_EPOCH, CachedPartition, FetchSessionCache, next_epoch
 
 METRICS_PORT = free_port()
 BROKER_ARGS = ("--metrics", f"127.0.0.1:{METRICS_PORT}")
@@ -568,6 +569,64 @@ def test_kafka_python_sees_records_produced_while_it_consumes(broker, topic_name
     finally:
         consumer.close()
     assert sorted(seen) == [value_of(i) for i in range(97)]
+
+
+def evalsha_calls(redis_url: str) -> int:
+    """Scripts Redis has run so far (every log read and append is one)."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        return client.info("commandstats").get("cmdstat_evalsha", {"calls": 0})["calls"]
+    finally:
+        client.close()
+
+
+def test_sessionless_fetches_on_a_connection_read_only_what_changed(broker, topic_name):
+    """A client without sessions asks for every partition each time; the connection keeps
+    what its last fetches read, so quiet partitions cost Redis nothing, and an append, a
+    DeleteRecords or a topic deletion is still answered at once."""
+    topic = topic_name()
+    with Connection(broker.bootstrap) as conn:
+        create(conn, topic, 20)
+        produce(conn, topic, 3, b"a")
+        offsets = dict.fromkeys(range(20), 0)
+        first = answered(fetch(conn, 0, FINAL_EPOCH, {topic: offsets}))
+        assert values(first[topic, 3]) == [b"a"]
+        offsets[3] = 1
+        fetch(conn, 0, FINAL_EPOCH, {topic: offsets})  # partition 3 at its new offset
+        before = evalsha_calls(broker.redis_url)
+        for _ in range(3):
+            quiet = answered(fetch(conn, 0, FINAL_EPOCH, {topic: offsets}))
+            assert len(quiet) == 20 and quiet[topic, 3].high_watermark == 1
+        assert evalsha_calls(broker.redis_url) == before  # nothing read
+        with Connection(broker.bootstrap) as other:
+            produce(other, topic, 7, b"b")
+            wait_until(
+                lambda: (
+                    values(answered(fetch(conn, 0, FINAL_EPOCH, {topic: offsets}))[topic, 7])
+                    == [b"b"]
+                ),
+                what="the append on another connection",
+            )
+            on_log(broker.redis_url, lambda parts: parts.log.delete_records(topic, 3, 1))
+            wait_until(
+                lambda: (
+                    answered(fetch(conn, 0, FINAL_EPOCH, {topic: offsets}))[
+                        topic, 3
+                    ].log_start_offset
+                    == 1
+                ),
+                what="the DeleteRecords",
+                timeout=3,  # well under the cache's 5 s refresh
+            )
+            on_log(broker.redis_url, lambda parts: parts.log.delete_topic(topic))
+            wait_until(
+                lambda: (
+                    answered(fetch(conn, 0, FINAL_EPOCH, {topic: offsets}))[topic, 0].error_code
+                    == ErrorCode.unknown_topic_or_partition
+                ),
+                what="the deletion",
+                timeout=3,
+            )
 
 
 def test_confluent_kafka_consumes_with_sessionless_fetches(broker, topic_name):

@@ -110,14 +110,21 @@ async def full_fetch(broker: Broker, request: Request, open_session: bool) -> An
     ]
     sessions = broker.fetch_sessions
     opening = open_session and version >= SESSIONS_VERSION and sessions.slots > 0
-    # A session's read cache starts with the read that opens it.
-    cache = sessions.read_cache() if opening else None
-    try:
-        results = await read(broker, request, wanted, cache)
-    except BaseException:
-        if cache is not None:
-            cache.close()
-        raise
+    if opening:  # a session's read cache starts with the read that opens it
+        cache = sessions.read_cache()
+        try:
+            results = await read(broker, request, wanted, cache)
+        except BaseException:
+            if cache is not None:
+                cache.close()
+            raise
+    else:
+        # Clients without sessions send every partition each time: the connection keeps
+        # what its last fetches read, as a session would.
+        connection = request.connection
+        if connection.read_cache is None:
+            connection.read_cache = sessions.read_cache()
+        results = await read(broker, request, wanted, connection.read_cache)
     session_id = INVALID_SESSION_ID
     if opening:
         for (_, _, cached), fetched in zip(wanted, results, strict=True):
