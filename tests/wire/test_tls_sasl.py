@@ -114,6 +114,18 @@ def confluent_roundtrip(config: dict, topic: str) -> list[bytes]:
     return got
 
 
+def python_client_options(
+    secured: Secured, listener: str, mechanism: str | None, user: str | None
+) -> dict:
+    """kafka-python's and aiokafka's common options (they share the names)."""
+    options: dict = dict(bootstrap_servers=secured.address(listener), security_protocol=listener)
+    if mechanism is not None:
+        options.update(
+            sasl_mechanism=mechanism, sasl_plain_username=user, sasl_plain_password=USERS[user][1]
+        )
+    return options
+
+
 def kafka_python_roundtrip(
     secured: Secured,
     listener: str,
@@ -124,11 +136,7 @@ def kafka_python_roundtrip(
 ):
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-    options: dict = dict(bootstrap_servers=secured.address(listener), security_protocol=listener)
-    if mechanism is not None:
-        options.update(
-            sasl_mechanism=mechanism, sasl_plain_username=user, sasl_plain_password=USERS[user][1]
-        )
+    options = python_client_options(secured, listener, mechanism, user)
     if "SSL" in listener:
         options["ssl_cafile"] = secured.certs.ca
     if client_cert:
@@ -157,11 +165,7 @@ def aiokafka_roundtrip(
 ):
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-    options: dict = dict(bootstrap_servers=secured.address(listener), security_protocol=listener)
-    if mechanism is not None:
-        options.update(
-            sasl_mechanism=mechanism, sasl_plain_username=user, sasl_plain_password=USERS[user][1]
-        )
+    options = python_client_options(secured, listener, mechanism, user)
     if "SSL" in listener:
         options["ssl_context"] = secured.client_context(client_cert)
 
