@@ -315,7 +315,7 @@ class Partitions:
                 results = await self._read_all(requests, max_bytes, seen_epochs, committed)
             else:
                 appended = cache.watching(_topics(requests))
-                results, missing = cache.known(requests, appended.take())
+                results, missing = cache.known(requests, appended.take(), committed)
                 if missing:
                     read = await self._read_all(missing, max_bytes, seen_epochs, committed)
                     results = {tp: read.get(tp) or results[tp] for tp in results}
@@ -562,8 +562,9 @@ class ReadCache:
         self._notifier = notifier
         self._refresh = refresh
         self._watch = AppendWait(notifier, set())
-        # (topic, partition) -> the request that read it, the answer, when (monotonic)
-        self._known: dict[TopicPartition, tuple[FetchRequest, Fetched, float]] = {}
+        # (topic, partition) -> the request that read it, the answer, when (monotonic),
+        # under READ_COMMITTED or not
+        self._known: dict[TopicPartition, tuple[FetchRequest, Fetched, float, bool]] = {}
 
     def watching(self, topics: set[str]) -> AppendWait:
         """The cache's watch, over ``topics`` too from now on."""
@@ -571,11 +572,14 @@ class ReadCache:
         return self._watch
 
     def known(
-        self, requests: Sequence[FetchRequest], grown: dict[str, dict[int, int] | All]
+        self,
+        requests: Sequence[FetchRequest],
+        grown: dict[str, dict[int, int] | All],
+        committed: bool,
     ) -> tuple[dict[TopicPartition, Fetched | None], list[FetchRequest]]:
         """Every requested partition in order, with its answer when it is still good
-        (asked the same way, read within ``refresh`` seconds, no append heard since:
-        ``grown`` is AppendWait.take()) or None; and the requests to read."""
+        (asked the same way and isolation, read within ``refresh`` seconds, no append
+        heard since: ``grown`` is AppendWait.take()) or None; and the requests to read."""
         for topic, heard in grown.items():
             if isinstance(heard, All):
                 for tp in [tp for tp in self._known if tp[0] == topic]:
@@ -592,7 +596,12 @@ class ReadCache:
         for r in requests:
             tp = r.topic, r.partition
             entry = known.get(tp)
-            if entry is not None and (entry[0] is r or entry[0] == r) and entry[2] >= oldest:
+            if (
+                entry is not None
+                and (entry[0] is r or entry[0] == r)
+                and entry[2] >= oldest
+                and entry[3] == committed
+            ):
                 results[tp] = entry[1]
             else:
                 results[tp] = None
@@ -622,7 +631,7 @@ class ReadCache:
                 and fetched.diverging_epoch is None
                 and r.offset == end
             ):
-                known[tp] = (r, fetched, now)
+                known[tp] = (r, fetched, now, committed)
             elif entry is not None:
                 del known[tp]
 

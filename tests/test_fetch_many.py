@@ -167,10 +167,12 @@ def test_a_read_cache_reads_only_partitions_that_changed_between_fetches(redis_u
         got = await asyncio.wait_for(waiting, 5)
         assert values(got["t", 30].batches) == [b"later"]
         assert log.reads[3:] == [[("t", 20)], [("t", 30)]]  # 20 at its new offset
-        # Asked differently (here: a leader epoch) is read again.
+        # Asked differently (here: a leader epoch, then the isolation) is read again.
         changed = [FetchRequest("t", 5, 0, 1 << 20, current_leader_epoch=0)]
         await partitions.fetch(changed, 1 << 20, cache=cache)
         assert log.reads[5:] == [[("t", 5)]]
+        await partitions.fetch(requests({6: 0}), 1 << 20, committed=True, cache=cache)
+        assert log.reads[6:] == [[("t", 6)]]
         cache.close()
         await other.redis.aclose()
 
