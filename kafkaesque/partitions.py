@@ -305,8 +305,9 @@ class Partitions:
 
         ``seen_epochs`` remembers, for a client that sends no leader epoch, the epoch of
         its last read of each partition (see ``_lost_position``). ``cache`` (a fetch
-        session's) keeps partitions read to their end between fetches: they are not read
-        again until an append to them is heard."""
+        session's) keeps partitions read to their end between fetches: a fetch that may
+        wait (``max_wait`` and ``min_bytes`` above 0, as clients' long polls) does not
+        read them again until an append to them is heard."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait
         async with contextlib.AsyncExitStack() as stack:
@@ -315,7 +316,15 @@ class Partitions:
                 results = await self._read_all(requests, max_bytes, seen_epochs, committed)
             else:
                 appended = cache.watching(_topics(requests))
-                results, missing = cache.known(requests, appended.take(), committed)
+                grown = appended.take()
+                if max_wait > 0 and min_bytes > 0:
+                    results, missing = cache.known(requests, grown, committed)
+                else:
+                    # Answered at once: an append in another process whose message has
+                    # not arrived yet would wake nothing, so everything is read. (A long
+                    # poll's wait is woken by that message.)
+                    cache.known((), grown, committed)
+                    results, missing = dict.fromkeys(_keys(requests)), list(requests)
                 if missing:
                     read = await self._read_all(missing, max_bytes, seen_epochs, committed)
                     results = {tp: read.get(tp) or results[tp] for tp in results}
@@ -688,6 +697,10 @@ def _refused(topic: str, partition: int, exc: KafkaesqueError) -> Appended:
         # Redis lost its data and the archive cannot restore the offsets yet: retriable.
         log.warning("cannot append to %s[%d]: %s", topic, partition, exc)
     return Appended(exc)
+
+
+def _keys(requests: Sequence[FetchRequest]) -> list[TopicPartition]:
+    return [(r.topic, r.partition) for r in requests]
 
 
 def _topics(requests: Sequence[FetchRequest]) -> set[str]:

@@ -17,6 +17,7 @@ from kafkaesque.records import decode_batch
 from kafkaesque.topic_config import TopicConfig
 
 PARTITIONS = 50
+POLL = 0.05  # a long poll's wait (seconds): the fetches a read cache serves
 
 
 class CountingLog(Log):
@@ -141,16 +142,16 @@ def test_a_read_cache_reads_only_partitions_that_changed_between_fetches(redis_u
         other = Log(redis.asyncio.Redis.from_url(redis_url))
         await other.append("t", 3, [build_batch([b"old"])])
         offsets = dict.fromkeys(range(PARTITIONS), 0)
-        first = await partitions.fetch(requests(offsets), 1 << 20, cache=cache)
+        first = await partitions.fetch(requests(offsets), 1 << 20, max_wait=POLL, cache=cache)
         assert values(first["t", 3].batches) == [b"old"]
         assert log.reads == [[("t", p) for p in range(PARTITIONS)]]
         # Partition 3 answered records: its next fetch (from its new offset) reads it.
         offsets[3] = 1
-        again = await partitions.fetch(requests(offsets), 1 << 20, cache=cache)
+        again = await partitions.fetch(requests(offsets), 1 << 20, max_wait=POLL, cache=cache)
         assert log.reads[1:] == [[("t", 3)]] and not any(f.batches for f in again.values())
         assert again["t", 10].high_watermark == 0 and again["t", 3].high_watermark == 1
         # Nothing changed: no read at all.
-        await partitions.fetch(requests(offsets), 1 << 20, cache=cache)
+        await partitions.fetch(requests(offsets), 1 << 20, max_wait=POLL, cache=cache)
         assert len(log.reads) == 2
         # An append elsewhere (heard through Redis) between fetches: only that partition.
         await other.append("t", 20, [build_batch([b"new"])])
@@ -169,12 +170,30 @@ def test_a_read_cache_reads_only_partitions_that_changed_between_fetches(redis_u
         assert log.reads[3:] == [[("t", 20)], [("t", 30)]]  # 20 at its new offset
         # Asked differently (here: a leader epoch, then the isolation) is read again.
         changed = [FetchRequest("t", 5, 0, 1 << 20, current_leader_epoch=0)]
-        await partitions.fetch(changed, 1 << 20, cache=cache)
+        await partitions.fetch(changed, 1 << 20, max_wait=POLL, cache=cache)
         assert log.reads[5:] == [[("t", 5)]]
-        await partitions.fetch(requests({6: 0}), 1 << 20, committed=True, cache=cache)
+        await partitions.fetch(
+            requests({6: 0}), 1 << 20, max_wait=POLL, committed=True, cache=cache
+        )
         assert log.reads[6:] == [[("t", 6)]]
         cache.close()
         await other.redis.aclose()
+
+    scenario(redis_url, body)
+
+
+def test_a_fetch_answered_at_once_reads_everything(redis_url: str) -> None:
+    """Without a wait, an append whose message is still on its way would go unseen:
+    such a fetch reads every partition, cache or not."""
+
+    async def body(log: CountingLog, partitions: Partitions) -> None:
+        cache = ReadCache(partitions.notifier)
+        offsets = dict.fromkeys(range(PARTITIONS), 0)
+        await partitions.fetch(requests(offsets), 1 << 20, max_wait=POLL, cache=cache)
+        await partitions.fetch(requests(offsets), 1 << 20, cache=cache)
+        await partitions.fetch(requests(offsets), 1 << 20, min_bytes=0, max_wait=1, cache=cache)
+        assert [len(read) for read in log.reads] == [PARTITIONS] * 3
+        cache.close()
 
     scenario(redis_url, body)
 
@@ -184,7 +203,7 @@ def test_a_read_cache_reads_everything_again_after_its_refresh(redis_url: str) -
         cache = ReadCache(partitions.notifier, refresh=0.0)
         offsets = dict.fromkeys(range(PARTITIONS), 0)
         for _ in range(2):
-            await partitions.fetch(requests(offsets), 1 << 20, cache=cache)
+            await partitions.fetch(requests(offsets), 1 << 20, max_wait=POLL, cache=cache)
         assert [len(read) for read in log.reads] == [PARTITIONS, PARTITIONS]
         cache.close()
 

@@ -585,43 +585,39 @@ def test_sessionless_fetches_on_a_connection_read_only_what_changed(broker, topi
     what its last fetches read, so quiet partitions cost Redis nothing, and an append, a
     DeleteRecords or a topic deletion is still answered at once."""
     topic = topic_name()
+
+    def poll(conn: Connection, topics: dict) -> Any:  # as clients fetch: a long poll
+        return fetch(conn, 0, FINAL_EPOCH, topics, max_wait_ms=50, min_bytes=1)
+
     with Connection(broker.bootstrap) as conn:
         create(conn, topic, 20)
         produce(conn, topic, 3, b"a")
         offsets = dict.fromkeys(range(20), 0)
-        first = answered(fetch(conn, 0, FINAL_EPOCH, {topic: offsets}))
+        first = answered(poll(conn, {topic: offsets}))
         assert values(first[topic, 3]) == [b"a"]
         offsets[3] = 1
-        fetch(conn, 0, FINAL_EPOCH, {topic: offsets})  # partition 3 at its new offset
+        poll(conn, {topic: offsets})  # partition 3 at its new offset
         before = evalsha_calls(broker.redis_url)
         for _ in range(3):
-            quiet = answered(fetch(conn, 0, FINAL_EPOCH, {topic: offsets}))
+            quiet = answered(poll(conn, {topic: offsets}))
             assert len(quiet) == 20 and quiet[topic, 3].high_watermark == 1
         assert evalsha_calls(broker.redis_url) == before  # nothing read
         with Connection(broker.bootstrap) as other:
             produce(other, topic, 7, b"b")
             wait_until(
-                lambda: (
-                    values(answered(fetch(conn, 0, FINAL_EPOCH, {topic: offsets}))[topic, 7])
-                    == [b"b"]
-                ),
+                lambda: values(answered(poll(conn, {topic: offsets}))[topic, 7]) == [b"b"],
                 what="the append on another connection",
             )
             on_log(broker.redis_url, lambda parts: parts.log.delete_records(topic, 3, 1))
             wait_until(
-                lambda: (
-                    answered(fetch(conn, 0, FINAL_EPOCH, {topic: offsets}))[
-                        topic, 3
-                    ].log_start_offset
-                    == 1
-                ),
+                lambda: answered(poll(conn, {topic: offsets}))[topic, 3].log_start_offset == 1,
                 what="the DeleteRecords",
                 timeout=3,  # well under the cache's 5 s refresh
             )
             on_log(broker.redis_url, lambda parts: parts.log.delete_topic(topic))
             wait_until(
                 lambda: (
-                    answered(fetch(conn, 0, FINAL_EPOCH, {topic: offsets}))[topic, 0].error_code
+                    answered(poll(conn, {topic: offsets}))[topic, 0].error_code
                     == ErrorCode.unknown_topic_or_partition
                 ),
                 what="the deletion",
