@@ -216,6 +216,82 @@ def parse_record(
     return pos, delta, ts_delta, key, value, headers
 
 
+def check_plain_records(data: bytes, pos: int, end: int, count: int) -> tuple[int, int]:
+    """Check the leading records of a batch's records area that have the common shape,
+    without building an object per record: how many were checked, and where the next
+    one starts. The caller checks the rest with ``parse_record``, which also says what is
+    wrong with a bad one (this only stops at it).
+
+    A record checked here is one ``parse_record`` accepts with offset delta = its index:
+    a length of 1 or 2 varint bytes, at least 6 and within ``end``; any attributes byte;
+    a timestamp delta of at most 10 varint bytes; the offset delta (1 to 3 bytes); a null
+    key or one shorter than 64 bytes; a value (not null) of 1 or 2 length bytes running
+    exactly up to a header count of 0 ending the record. Nothing else is read."""
+    i = 0
+    try:
+        while i < count:
+            b = data[pos]
+            if b < 0x80:
+                if b & 1:
+                    break
+                q = pos + 1
+                rec_end = q + (b >> 1)
+            else:
+                c = data[pos + 1]
+                if c > 0x7F or b & 1:
+                    break
+                q = pos + 2
+                rec_end = q + ((b & 0x7F | c << 7) >> 1)
+            if rec_end > end or rec_end - q < 6:
+                break
+            q += 1  # the attributes
+            t = q
+            while data[q] > 0x7F:  # the timestamp delta
+                q += 1
+            if q - t > 9:
+                break
+            d = data[q + 1]  # the offset delta: zigzag, so 2 * i
+            if d < 0x80:
+                q += 2
+            else:
+                e = data[q + 2]
+                if e < 0x80:
+                    d = d & 0x7F | e << 7
+                    q += 3
+                else:
+                    f = data[q + 3]
+                    if f > 0x7F:
+                        break
+                    d = d & 0x7F | (e & 0x7F) << 7 | f << 14
+                    q += 4
+            if d != i << 1:
+                break
+            k = data[q]  # the key: null (varint -1) or short
+            if k == 1:
+                q += 1
+            elif k < 0x80 and not k & 1:
+                q += 1 + (k >> 1)
+            else:
+                break
+            last = rec_end - 1  # the header count: none
+            if data[last]:
+                break
+            size = last - q - 1  # the value's bytes after a one-byte length
+            if not (size < 0x40 and data[q] == size << 1):
+                size -= 1  # after a two-byte length
+                if not (
+                    0x40 <= size < 0x2000
+                    and data[q] == (size << 1) & 0x7F | 0x80
+                    and data[q + 1] == size >> 6
+                ):
+                    break
+            pos = rec_end
+            i += 1
+    except IndexError:
+        pass  # parse_record says what is wrong
+    return i, pos
+
+
 def parse_keys(
     data: bytes, pos: int, end: int, count: int, base_offset: int, max_delta: int
 ) -> list[tuple[int, bytes | None, bool]]:

@@ -33,6 +33,7 @@ from kafkaesque.compression import Compression, DecompressionError, decompress
 from kafkaesque.errors import CorruptBatch, InvalidRecord
 from kafkaesque.record_body import (
     Record,
+    check_plain_records,
     parse_keys,
     parse_record,
     parse_records,
@@ -228,8 +229,9 @@ def check_client_batch(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
             f" last offset delta {header.last_offset_delta}"
         )
     max_delta = header.last_offset_delta
+    checked, pos = check_plain_records(data, pos, end, header.record_count)
     try:
-        for expected in range(header.record_count):
+        for expected in range(checked, header.record_count):
             pos, delta, *_ = parse_record(data, pos, end, max_delta)
             if delta != expected:
                 raise InvalidRecord(f"record {expected} has offset delta {delta}")

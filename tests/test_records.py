@@ -21,7 +21,13 @@ import kafkaesque.records as records_module
 from kafkaesque.batch_build import build_batch, rebuild_batch, rewrite_batch
 from kafkaesque.compression import Compression, DecompressionError, compress, decompress
 from kafkaesque.errors import InvalidRecord
-from kafkaesque.record_body import Record, encode_varint, read_varint
+from kafkaesque.record_body import (
+    Record,
+    check_plain_records,
+    encode_varint,
+    parse_record,
+    read_varint,
+)
 from kafkaesque.records import (
     HEADER_SIZE,
     MAX_CLIENT_RECORDS_BYTES,
@@ -907,3 +913,79 @@ def test_interop_with_kio():
         (41, TS + 1000, b"k", None),
         (42, TS + 2000, b"", b"v" * 100),
     ]
+
+
+# --- the fast check of plain records ----------------------------------------------
+
+
+def reference_check(data: bytes, count: int) -> None:
+    """What check_client_batch demanded of the records before check_plain_records: each
+    parses (parse_record), with offset delta = its index, and they fill the area."""
+    pos = 0
+    for expected in range(count):
+        pos, delta, *_ = parse_record(data, pos, len(data), count - 1)
+        if delta != expected:
+            raise InvalidRecord(f"record {expected} has offset delta {delta}")
+    if pos != len(data):
+        raise InvalidRecord("more data")
+
+
+def verdict(check, data: bytes, count: int) -> str:
+    try:
+        check(data, count)
+    except (InvalidRecord, IndexError, UnicodeDecodeError):
+        return "refused"
+    return "accepted"
+
+
+def client_check(data: bytes, count: int) -> None:
+    check_client_batch(assemble(data, count))
+
+
+def shaped_records(rng: random.Random, count: int, big: bool) -> bytes:
+    """Records of every shape the fast check takes or must leave to parse_record."""
+    parts = []
+    sizes = (0, 1, 62, 63, 64, 65, 100) + ((8190, 8191, 8192) if big else ())
+    for i in range(count):
+        size = rng.choice((*sizes, rng.randrange(300)))
+        value = None if rng.random() < 0.03 else rng.randbytes(size)
+        key = rng.choice((None, None, b"", b"k", b"k" * 63, b"k" * 64))
+        headers = [("h", b"v")] if rng.random() < 0.03 else ()
+        ts = rng.choice((0, 5, 63, 64, 1 << 20, -1, 1 << 62))
+        parts.append(record(i, value, key, ts, headers))
+    return b"".join(parts)
+
+
+def test_plain_record_check_takes_the_common_shape_whole():
+    for count in (1, 64, 65, 8192, 8193, 9000):  # offset deltas of 1, 2 and 3 bytes
+        values = [b"v" * (i % 150) for i in range(count)]
+        data = records_blob(build_batch(values, timestamp=TS))
+        assert check_plain_records(data, 0, len(data), count) == (count, len(data))
+    data = b"".join(record(i, b"x" * 100, ts_delta=i * 1000) for i in range(100))
+    assert check_plain_records(data, 0, len(data), 100) == (100, len(data))
+    # A header, a null value, a long key: left to parse_record, from that record on.
+    for odd in (record(1, b"a", headers=[("h", b"")]), record(1, None), record(1, b"a", b"k" * 64)):
+        data = record(0, b"a") + odd + record(2, b"b")
+        assert check_plain_records(data, 0, len(data), 3) == (1, len(record(0, b"a")))
+        assert verdict(client_check, data, 3) == "accepted"
+
+
+def test_plain_record_check_agrees_with_parse_record():
+    rng = random.Random(5)
+    for round_ in range(1000):
+        count = rng.choice((1, 2, 3, 70))
+        data = bytearray(shaped_records(rng, count, big=round_ % 4 == 0))
+        for _ in range(rng.choice((0, 1, 1, 2, 4))):
+            data[rng.randrange(len(data))] = rng.choice(
+                (0x00, 0x01, 0x02, 0x7F, 0x80, 0x81, 0xFF, rng.randrange(256))
+            )
+        if rng.random() < 0.1:
+            del data[rng.randrange(len(data)) :]
+        if rng.random() < 0.05:
+            data += b"\x00"
+        claimed = count + rng.choice((0, 0, 0, 1, -1)) if count > 1 else count
+        blob = bytes(data)
+        assert verdict(client_check, blob, claimed) == verdict(reference_check, blob, claimed), (
+            round_,
+            blob.hex(),
+        )
