@@ -989,3 +989,51 @@ def test_plain_record_check_agrees_with_parse_record():
             round_,
             blob.hex(),
         )
+
+
+def test_plain_record_runs_agree_with_parse_record():
+    """Runs of records of one size, damaged where their layout is: the run check takes no
+    record that parse_record refuses, and refuses none it takes."""
+    rng = random.Random(7)
+    for round_ in range(300):
+        count = rng.choice((9, 20, 63, 64, 65, 70, 200, 8200))
+        size = rng.choice((0, 1, 10, 63, 64, 100))
+        key = rng.choice((None, b"", b"key"))
+        ts = rng.choice((0, 3, 100))
+        data = bytearray(
+            b"".join(record(i, b"v" * size, key, ts_delta=ts + i % 3) for i in range(count))
+        )
+        record_size = len(data) // count if ts < 64 else 0
+        for _ in range(rng.choice((0, 1, 1, 2))):
+            at = rng.randrange(len(data))
+            if record_size and rng.random() < 0.8:  # in the first bytes or the last of one
+                at = rng.randrange(count) * record_size + rng.choice((0, 1, 2, 3, 4, 5, 6, -1))
+            data[at % len(data)] = rng.choice((0x00, 0x01, 0x02, 0x7F, 0x80, 0x81, 0xFF))
+        blob = bytes(data)
+        want = verdict(reference_check, blob, count)
+        assert verdict(client_check, blob, count) == want, (round_, count, size, key, ts)
+        if want == "accepted":
+            assert check_plain_records(blob, 0, len(blob), count)[0] <= count
+
+
+def test_plain_record_run_checks_the_offset_delta_width():
+    """Record 8192's offset delta takes 3 bytes where the run before it had 2. A record of
+    the run's size whose delta is 8192 in 3 bytes, its third byte (0x01) where the run has
+    its null key, matches every byte the run checks at its positions; as parsed, its key
+    is the run's value length (100) and the rest is garbage: refused."""
+    records = [record(i, b"v" * 100) for i in range(8192)]
+    forged = records[-1][:2] + b"\x00\x00" + zigzag(8192) + b"\xc8\x01" + b"v" * 100 + b"\x00"
+    assert len(forged) == len(records[-1])
+    data = b"".join(records) + forged
+    assert check_plain_records(data, 0, len(data), 8193)[0] == 8192
+    assert verdict(reference_check, data, 8193) == "refused"
+    assert verdict(client_check, data, 8193) == "refused"
+
+
+def test_offset_delta_tables_hold_the_varints():
+    from kafkaesque.record_body import _RUN_LIMIT, _offset_delta_bytes
+
+    for i in (*range(0, 9000, 7), 16383, 16384, _RUN_LIMIT - 1):
+        varint = encode_varint(i)
+        assert bytes(_offset_delta_bytes(k)[i] for k in range(len(varint))) == varint
+        assert all(_offset_delta_bytes(k)[i] == 0 for k in range(len(varint), 3))
