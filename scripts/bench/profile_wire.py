@@ -5,7 +5,9 @@ phase attaches `py-spy record` to the broker, runs the load with confluent-kafka
 detaches:
 
 - produce: N records of 100 bytes to partition 0 (acks=1, linger 5 ms, big batches);
-- consume: the same N records read back from offset 0 (fetch.queue.backoff.ms=50).
+- consume: the same N records read back from offset 0 (fetch.queue.backoff.ms=50);
+- requests: N / 20 records with linger.ms=0, so nearly one produce request per record
+  (the broker's cost per request, what latency at a steady rate is made of).
 
 Prints, per phase, the functions with the most samples on top of the stack (self) and
 on the stack at all (total), as shares of the broker's busy samples (idle waits in the
@@ -109,16 +111,21 @@ def main() -> None:
         produce(bootstrap, "warm", 10_000)  # imports, caches and the topic before sampling
         consume(bootstrap, "warm", 10_000, FAST_CONSUMER)
         results = {}
-        for phase in ("produce", "consume"):
+        for phase in ("produce", "consume", "requests"):
             spy = record(pid, out / f"{phase}.txt", args.native)
             if phase == "produce":
                 seconds = produce(bootstrap, "bench", n)
-            else:
+            elif phase == "consume":
                 seconds = consume(bootstrap, "bench", n, FAST_CONSUMER)
+            else:
+                seconds = produce(bootstrap, "small", n // 20, config={"linger.ms": 0})
             stop(spy)
             results[phase] = seconds
     for phase, seconds in results.items():
-        print(f"== {phase}: {n:,} records in {seconds:.2f} s ({n / seconds:,.0f} records/s)")
+        count = n // 20 if phase == "requests" else n
+        print(
+            f"== {phase}: {count:,} records in {seconds:.2f} s ({count / seconds:,.0f} records/s)"
+        )
         print("\n".join(summarize(out / f"{phase}.txt", args.top)))
         print()
     print(f"raw stacks: {out}")
