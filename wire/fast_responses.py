@@ -13,6 +13,8 @@ tests/wire/test_fast_responses.py holds them to kio's bytes for every version.
 from __future__ import annotations
 
 import struct
+from dataclasses import fields
+from functools import cache
 from typing import Any
 
 _I32 = struct.Struct(">i")
@@ -89,11 +91,18 @@ def _frame(correlation_id: int, flexible: bool, parts: list[bytes]) -> list[byte
 
 def _defaults(entity: Any, names: tuple[str, ...]) -> bool:
     """Whether every tagged field in ``names`` holds its default (an entity of -1s)."""
-    for name in names:
-        value = getattr(entity, name, None)
-        if value is not None and value != type(value)():
+    for name, default in _tag_defaults(type(entity), names):
+        value = getattr(entity, name)
+        if value is not default and value != default:
             return False
     return True
+
+
+@cache
+def _tag_defaults(cls: type, names: tuple[str, ...]) -> tuple[tuple[str, Any], ...]:
+    """(name, default) of the fields in ``names`` that ``cls`` has: kio's default is one
+    instance per class, so a field left at it is that very object."""
+    return tuple((f.name, f.default) for f in fields(cls) if f.name in names)
 
 
 _PARTITION_TAGS = ("diverging_epoch", "current_leader", "snapshot_id")
