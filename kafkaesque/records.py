@@ -33,6 +33,7 @@ from kafkaesque.compression import Compression, DecompressionError, decompress
 from kafkaesque.errors import CorruptBatch, InvalidRecord
 from kafkaesque.record_body import (
     Record,
+    check_plain_records,
     parse_keys,
     parse_record,
     parse_records,
@@ -228,11 +229,16 @@ def check_client_batch(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
             f" last offset delta {header.last_offset_delta}"
         )
     max_delta = header.last_offset_delta
+    count = header.record_count
     try:
-        for expected in range(header.record_count):
+        # The common shapes without an object per record; parse_record the others (one at
+        # a time, then the fast check again), saying what is wrong with a bad one.
+        expected, pos = check_plain_records(data, pos, end, count)
+        while expected < count:
             pos, delta, *_ = parse_record(data, pos, end, max_delta)
             if delta != expected:
                 raise InvalidRecord(f"record {expected} has offset delta {delta}")
+            expected, pos = check_plain_records(data, pos, end, count, expected + 1)
     except (IndexError, UnicodeDecodeError) as exc:
         raise InvalidRecord(f"malformed record: {exc}") from exc
     if pos != end:

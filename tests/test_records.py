@@ -21,7 +21,13 @@ import kafkaesque.records as records_module
 from kafkaesque.batch_build import build_batch, rebuild_batch, rewrite_batch
 from kafkaesque.compression import Compression, DecompressionError, compress, decompress
 from kafkaesque.errors import InvalidRecord
-from kafkaesque.record_body import Record, encode_varint, read_varint
+from kafkaesque.record_body import (
+    Record,
+    check_plain_records,
+    encode_varint,
+    parse_record,
+    read_varint,
+)
 from kafkaesque.records import (
     HEADER_SIZE,
     MAX_CLIENT_RECORDS_BYTES,
@@ -907,3 +913,127 @@ def test_interop_with_kio():
         (41, TS + 1000, b"k", None),
         (42, TS + 2000, b"", b"v" * 100),
     ]
+
+
+# --- the fast check of plain records ----------------------------------------------
+
+
+def reference_check(data: bytes, count: int) -> None:
+    """What check_client_batch demanded of the records before check_plain_records: each
+    parses (parse_record), with offset delta = its index, and they fill the area."""
+    pos = 0
+    for expected in range(count):
+        pos, delta, *_ = parse_record(data, pos, len(data), count - 1)
+        if delta != expected:
+            raise InvalidRecord(f"record {expected} has offset delta {delta}")
+    if pos != len(data):
+        raise InvalidRecord("more data")
+
+
+def verdict(check, data: bytes, count: int) -> str:
+    try:
+        check(data, count)
+    except (InvalidRecord, IndexError, UnicodeDecodeError):
+        return "refused"
+    return "accepted"
+
+
+def client_check(data: bytes, count: int) -> None:
+    check_client_batch(assemble(data, count))
+
+
+def shaped_records(rng: random.Random, count: int, big: bool) -> bytes:
+    """Records of every shape the fast check takes or must leave to parse_record."""
+    parts = []
+    sizes = (0, 1, 62, 63, 64, 65, 100) + ((8190, 8191, 8192) if big else ())
+    for i in range(count):
+        size = rng.choice((*sizes, rng.randrange(300)))
+        value = None if rng.random() < 0.03 else rng.randbytes(size)
+        key = rng.choice((None, None, b"", b"k", b"k" * 63, b"k" * 64))
+        headers = [("h", b"v")] if rng.random() < 0.03 else ()
+        ts = rng.choice((0, 5, 63, 64, 1 << 20, -1, 1 << 62))
+        parts.append(record(i, value, key, ts, headers))
+    return b"".join(parts)
+
+
+def test_plain_record_check_takes_the_common_shape_whole():
+    for count in (1, 64, 65, 8192, 8193, 9000):  # offset deltas of 1, 2 and 3 bytes
+        values = [b"v" * (i % 150) for i in range(count)]
+        data = records_blob(build_batch(values, timestamp=TS))
+        assert check_plain_records(data, 0, len(data), count) == (count, len(data))
+    data = b"".join(record(i, b"x" * 100, ts_delta=i * 1000) for i in range(100))
+    assert check_plain_records(data, 0, len(data), 100) == (100, len(data))
+    # A header, a null value, a long key: left to parse_record, from that record on.
+    for odd in (record(1, b"a", headers=[("h", b"")]), record(1, None), record(1, b"a", b"k" * 64)):
+        data = record(0, b"a") + odd + record(2, b"b")
+        assert check_plain_records(data, 0, len(data), 3) == (1, len(record(0, b"a")))
+        assert verdict(client_check, data, 3) == "accepted"
+
+
+def test_plain_record_check_agrees_with_parse_record():
+    rng = random.Random(5)
+    for round_ in range(1000):
+        count = rng.choice((1, 2, 3, 70))
+        data = bytearray(shaped_records(rng, count, big=round_ % 4 == 0))
+        for _ in range(rng.choice((0, 1, 1, 2, 4))):
+            data[rng.randrange(len(data))] = rng.choice(
+                (0x00, 0x01, 0x02, 0x7F, 0x80, 0x81, 0xFF, rng.randrange(256))
+            )
+        if rng.random() < 0.1:
+            del data[rng.randrange(len(data)) :]
+        if rng.random() < 0.05:
+            data += b"\x00"
+        claimed = count + rng.choice((0, 0, 0, 1, -1)) if count > 1 else count
+        blob = bytes(data)
+        assert verdict(client_check, blob, claimed) == verdict(reference_check, blob, claimed), (
+            round_,
+            blob.hex(),
+        )
+
+
+def test_plain_record_runs_agree_with_parse_record():
+    """Runs of records of one size, damaged where their layout is: the run check takes no
+    record that parse_record refuses, and refuses none it takes."""
+    rng = random.Random(7)
+    for round_ in range(300):
+        count = rng.choice((9, 20, 63, 64, 65, 70, 200, 8200))
+        size = rng.choice((0, 1, 10, 63, 64, 100))
+        key = rng.choice((None, b"", b"key"))
+        ts = rng.choice((0, 3, 100))
+        data = bytearray(
+            b"".join(record(i, b"v" * size, key, ts_delta=ts + i % 3) for i in range(count))
+        )
+        record_size = len(data) // count if ts < 64 else 0
+        for _ in range(rng.choice((0, 1, 1, 2))):
+            at = rng.randrange(len(data))
+            if record_size and rng.random() < 0.8:  # in the first bytes or the last of one
+                at = rng.randrange(count) * record_size + rng.choice((0, 1, 2, 3, 4, 5, 6, -1))
+            data[at % len(data)] = rng.choice((0x00, 0x01, 0x02, 0x7F, 0x80, 0x81, 0xFF))
+        blob = bytes(data)
+        want = verdict(reference_check, blob, count)
+        assert verdict(client_check, blob, count) == want, (round_, count, size, key, ts)
+        if want == "accepted":
+            assert check_plain_records(blob, 0, len(blob), count)[0] <= count
+
+
+def test_plain_record_run_checks_the_offset_delta_width():
+    """Record 8192's offset delta takes 3 bytes where the run before it had 2. A record of
+    the run's size whose delta is 8192 in 3 bytes, its third byte (0x01) where the run has
+    its null key, matches every byte the run checks at its positions; as parsed, its key
+    is the run's value length (100) and the rest is garbage: refused."""
+    records = [record(i, b"v" * 100) for i in range(8192)]
+    forged = records[-1][:2] + b"\x00\x00" + zigzag(8192) + b"\xc8\x01" + b"v" * 100 + b"\x00"
+    assert len(forged) == len(records[-1])
+    data = b"".join(records) + forged
+    assert check_plain_records(data, 0, len(data), 8193)[0] == 8192
+    assert verdict(reference_check, data, 8193) == "refused"
+    assert verdict(client_check, data, 8193) == "refused"
+
+
+def test_offset_delta_tables_hold_the_varints():
+    from kafkaesque.record_body import _RUN_LIMIT, _offset_delta_bytes
+
+    for i in (*range(0, 9000, 7), 16383, 16384, _RUN_LIMIT - 1):
+        varint = encode_varint(i)
+        assert bytes(_offset_delta_bytes(k)[i] for k in range(len(varint))) == varint
+        assert all(_offset_delta_bytes(k)[i] == 0 for k in range(len(varint), 3))

@@ -25,6 +25,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 
 from wire.array_guard import check_flexible
+from wire.fast_responses import ENCODERS
 
 NO_THROTTLE = datetime.timedelta(0)  # every response's throttle_time: no quotas here
 # Kafka's socket.request.max.bytes default (BrokerConfig.socket_request_max_bytes): larger
@@ -200,6 +201,23 @@ def _null_array(entity: Any) -> str | None:
 
 def encode_response(correlation_id: int, response: Any) -> bytes:
     """A size-prefixed response frame for a kio response entity."""
+    return b"".join(response_pieces(correlation_id, response))
+
+
+def response_pieces(correlation_id: int, response: Any) -> list[bytes]:
+    """A size-prefixed response frame for a kio response entity, in pieces to write one
+    after the other: a Fetch response's records are not copied into the frame (see
+    wire.fast_responses)."""
+    encoder = ENCODERS.get(response.__api_key__)
+    if encoder is not None:
+        pieces = encoder(correlation_id, response)
+        if pieces is not None:
+            return pieces
+    return [kio_response(correlation_id, response)]
+
+
+def kio_response(correlation_id: int, response: Any) -> bytes:
+    """A size-prefixed response frame written by kio's writers."""
     header_schema = type(response).__header_schema__
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")

@@ -12,6 +12,7 @@ import ssl
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Hashable, Sequence
+from typing import Any
 
 from kafkaesque.errors import KafkaesqueError
 from kafkaesque.log import Log
@@ -30,8 +31,8 @@ from wire.protocol import (
     MalformedRequest,
     UnsupportedVersion,
     api_versions_fallback,
-    encode_response,
     parse_request,
+    response_pieces,
 )
 from wire.sasl import MAX_RECEIVE_SIZE, SaslSettings, SaslState
 from wire.security import TLS_HANDSHAKE_TIMEOUT, Listener, distinguished_name
@@ -157,6 +158,7 @@ class Server:
         self.metrics.watch_fetch_sessions(broker.fetch_sessions)
         self.budget = RequestBudget(broker.config.queued_max_request_bytes)
         self.throttle = LogThrottle(log)
+        self._api_metrics: dict[int, tuple[Any, Any]] = {}  # api key -> its labelled metrics
         # Client quotas (Kafka's KIP-13/KIP-219), re-read from Redis every quota_refresh s.
         self.quotas = QuotaManager(QuotaStore(broker.log.redis, broker.log.ns), quota_refresh)
         self.throttling = Throttling(self.quotas)
@@ -349,7 +351,8 @@ class Server:
                     frame = await read_body(reader, size, stall)
                     self.metrics.bytes_in.inc(size + 4)
                     if sasl is not None and sasl.raw_tokens:  # after a v0 SaslHandshake
-                        response_bytes, mute_ms = await self._raw_token(frame, connection), 0
+                        token = await self._raw_token(frame, connection)
+                        response_bytes, mute_ms = [token], 0
                     else:
                         response_bytes, mute_ms = await self._handle(
                             frame, supported_apis, client_host, connection
@@ -358,8 +361,10 @@ class Server:
                 finally:
                     self.budget.release(size)
                 if response_bytes is not None:  # None: acks=0 produce, no response at all
-                    writer.write(response_bytes)
-                    self.metrics.bytes_out.inc(len(response_bytes))
+                    # Piece by piece: a fetch's records go out as the bytes Redis returned.
+                    for piece in response_bytes:
+                        writer.write(piece)
+                    self.metrics.bytes_out.inc(sum(map(len, response_bytes)))
                     await writer.drain()
                 if sasl is not None and sasl.failed:  # logged by the SASL state
                     self.metrics.errors.labels("sasl").inc()
@@ -400,27 +405,35 @@ class Server:
         supported_apis: dict[int, tuple[int, int]],
         client_host: str,
         connection: ConnectionState,
-    ) -> tuple[bytes | None, int]:
-        """The response frame to one request frame (None for none: acks=0), and the ms to
-        mute the connection after it for being over a quota."""
+    ) -> tuple[list[bytes] | None, int]:
+        """The response frame to one request frame, in pieces to write in order (None for
+        none: acks=0), and the ms to mute the connection after it for being over a quota."""
         started = time.perf_counter()
         try:
             request = parse_request(frame, supported_apis, client_host, connection)
         except UnsupportedVersion as exc:
             if exc.api_key != API_VERSIONS:
                 raise
-            return api_versions_fallback(exc.correlation_id, supported_apis), 0
+            return [api_versions_fallback(exc.correlation_id, supported_apis)], 0
         if connection.sasl is not None:  # before authentication only SASL and ApiVersions
             connection.sasl.check_request(request.api_key)
         request = self.throttling.before(request)
         response = await handle(self.broker, request)
-        name = api_name(request.api_key)
-        self.metrics.requests.labels(name).inc()
-        self.metrics.latency.labels(name).observe(time.perf_counter() - started)
-        encoded = None if response is None else encode_response(request.correlation_id, response)
-        throttled, mute_ms = self.throttling.after(request, response, len(encoded or b""))
+        counted = self._api_metrics.get(request.api_key)
+        if counted is None:  # labels() per request costs more than the rest of a produce's
+            name = api_name(request.api_key)
+            counted = self.metrics.requests.labels(name), self.metrics.latency.labels(name)
+            self._api_metrics[request.api_key] = counted
+        counted[0].inc()
+        counted[1].observe(time.perf_counter() - started)
+        if response is None:
+            encoded = None
+        else:
+            encoded = response_pieces(request.correlation_id, response)
+        size = 0 if encoded is None else sum(map(len, encoded))
+        throttled, mute_ms = self.throttling.after(request, response, size)
         if throttled is not response:  # a throttle time or an emptied fetch to tell
-            encoded = encode_response(request.correlation_id, throttled)
+            encoded = response_pieces(request.correlation_id, throttled)
         return encoded, mute_ms
 
     async def _raw_token(self, frame: bytes | memoryview, connection: ConnectionState) -> bytes:

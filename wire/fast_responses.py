@@ -1,0 +1,226 @@
+"""Hand-written encoders of the hot responses, Produce and Fetch, for their common shape.
+
+kio's writers call a function per field into a BytesIO and copy the records twice (into
+the BytesIO, then out of it): 1.2 ms for a 1 MiB fetch, 90 ms for a fetch of 10,000
+empty partitions (scripts/bench/wire.py). These pack each entity's fixed fields with one
+struct call and leave the records bytes as they are, as a piece of their own.
+
+They take a response only when none of its tagged fields differs from its default
+(kio writes those; here they are one 0 byte), else return None and kio writes it.
+tests/wire/test_fast_responses.py holds them to kio's bytes for every version.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import fields
+from functools import cache
+from typing import Any
+
+_I32 = struct.Struct(">i")
+_HEADER_V0 = struct.Struct(">ii")  # size, correlation id
+_HEADER_V1 = struct.Struct(">iib")  # size, correlation id, no tagged fields
+_FETCH_TOP = struct.Struct(">ihi")  # throttle, error code, session id (v7+)
+_PARTITION = {  # partition index, error code, high watermark, last stable, log start
+    4: struct.Struct(">ihqq"),
+    5: struct.Struct(">ihqqq"),
+}
+_ABORTED = struct.Struct(">qq")
+_PRODUCE_PARTITION = {  # index, error code, base offset, log append time, log start
+    3: struct.Struct(">ihqq"),
+    5: struct.Struct(">ihqqq"),
+}
+# Below this many bytes a piece is joined with its neighbours; above, it stays a piece.
+_SEPARATE = 16 * 1024
+
+
+def _uvarint(v: int) -> bytes:
+    out = bytearray()
+    while v > 0x7F:
+        out.append(v & 0x7F | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+_SMALL_UVARINT = [_uvarint(v) for v in range(256)]
+
+
+def _uv(v: int) -> bytes:
+    return _SMALL_UVARINT[v] if v < 256 else _uvarint(v)
+
+
+def _string(s: str, flexible: bool) -> bytes:
+    raw = s.encode()
+    return (_uv(len(raw) + 1) if flexible else len(raw).to_bytes(2, "big")) + raw
+
+
+def _nullable_string(s: str | None, flexible: bool) -> bytes:
+    if s is None:
+        return b"\0" if flexible else b"\xff\xff"
+    return _string(s, flexible)
+
+
+def _count(n: int, flexible: bool) -> bytes:
+    return _uv(n + 1) if flexible else _I32.pack(n)
+
+
+def _ms(delta: Any) -> int:
+    return round(delta.total_seconds() * 1000)
+
+
+def _frame(correlation_id: int, flexible: bool, parts: list[bytes]) -> list[bytes]:
+    """Size-prefixed frame as pieces: small ones joined, large records left alone."""
+    size = sum(map(len, parts))
+    if flexible:
+        head = _HEADER_V1.pack(size + 5, correlation_id, 0)
+    else:
+        head = _HEADER_V0.pack(size + 4, correlation_id)
+    pieces: list[bytes] = []
+    small = [head]
+    for part in parts:
+        if len(part) >= _SEPARATE:
+            pieces += (b"".join(small), part)
+            small = []
+        else:
+            small.append(part)
+    if small:
+        pieces.append(b"".join(small))
+    return pieces
+
+
+def _defaults(entity: Any, names: tuple[str, ...]) -> bool:
+    """Whether every tagged field in ``names`` holds its default (an entity of -1s)."""
+    for name, default in _tag_defaults(type(entity), names):
+        value = getattr(entity, name)
+        if value is not default and value != default:
+            return False
+    return True
+
+
+@cache
+def _tag_defaults(cls: type, names: tuple[str, ...]) -> tuple[tuple[str, Any], ...]:
+    """(name, default) of the fields in ``names`` that ``cls`` has: kio's default is one
+    instance per class, so a field left at it is that very object."""
+    return tuple((f.name, f.default) for f in fields(cls) if f.name in names)
+
+
+_PARTITION_TAGS = ("diverging_epoch", "current_leader", "snapshot_id")
+
+
+def fetch_response(correlation_id: int, response: Any) -> list[bytes] | None:
+    """A FetchResponse (v4 to v17) as frame pieces; None if it has tagged fields to write
+    (or is of another version)."""
+    version = response.__version__
+    flexible = version >= 12
+    if not 4 <= version <= 17 or getattr(response, "node_endpoints", ()):
+        return None
+    parts: list[bytes] = []
+    add = parts.append
+    throttle = _ms(response.throttle_time)
+    if version >= 7:
+        add(_FETCH_TOP.pack(throttle, response.error_code.value, response.session_id))
+    else:
+        add(_I32.pack(throttle))
+    add(_count(len(response.responses), flexible))
+    fixed = _PARTITION[5 if version >= 5 else 4]
+    for topic in response.responses:
+        if version >= 13:
+            add(topic.topic_id.bytes)
+        else:
+            add(_string(topic.topic, flexible))
+        add(_count(len(topic.partitions), flexible))
+        for p in topic.partitions:
+            if flexible and not _defaults(p, _PARTITION_TAGS):
+                return None
+            if version >= 5:
+                add(
+                    fixed.pack(
+                        p.partition_index,
+                        p.error_code.value,
+                        p.high_watermark,
+                        p.last_stable_offset,
+                        p.log_start_offset,
+                    )
+                )
+            else:
+                add(
+                    fixed.pack(
+                        p.partition_index,
+                        p.error_code.value,
+                        p.high_watermark,
+                        p.last_stable_offset,
+                    )
+                )
+            aborted = p.aborted_transactions
+            if aborted is None:
+                add(b"\0" if flexible else b"\xff\xff\xff\xff")
+            else:
+                add(_count(len(aborted), flexible))
+                for a in aborted:
+                    add(_ABORTED.pack(a.producer_id, a.first_offset))
+                    if flexible:
+                        add(b"\0")
+            if version >= 11:
+                add(_I32.pack(p.preferred_read_replica))
+            records = p.records
+            if records is None:
+                add(b"\0" if flexible else b"\xff\xff\xff\xff")
+            else:
+                add(_uv(len(records) + 1) if flexible else _I32.pack(len(records)))
+                add(records)
+            if flexible:
+                add(b"\0")
+        if flexible:
+            add(b"\0")
+    if flexible:
+        add(b"\0")
+    return _frame(correlation_id, flexible, parts)
+
+
+def produce_response(correlation_id: int, response: Any) -> list[bytes] | None:
+    """A ProduceResponse (v3 to v12) as frame pieces; None if it has tagged fields (or is
+    of another version)."""
+    version = response.__version__
+    flexible = version >= 9
+    if not 3 <= version <= 12 or getattr(response, "node_endpoints", ()):
+        return None
+    parts: list[bytes] = []
+    add = parts.append
+    add(_count(len(response.responses), flexible))
+    fixed = _PRODUCE_PARTITION[5 if version >= 5 else 3]
+    for topic in response.responses:
+        add(_string(topic.name, flexible))
+        add(_count(len(topic.partition_responses), flexible))
+        for p in topic.partition_responses:
+            if flexible and not _defaults(p, ("current_leader",)):
+                return None
+            append_time = p.log_append_time
+            append_ms = -1 if append_time is None else round(append_time.timestamp() * 1000)
+            if version >= 5:
+                add(
+                    fixed.pack(
+                        p.index, p.error_code.value, p.base_offset, append_ms, p.log_start_offset
+                    )
+                )
+            else:
+                add(fixed.pack(p.index, p.error_code.value, p.base_offset, append_ms))
+            if version >= 8:
+                add(_count(len(p.record_errors), flexible))
+                for e in p.record_errors:
+                    add(_I32.pack(e.batch_index))
+                    add(_nullable_string(e.batch_index_error_message, flexible))
+                    if flexible:
+                        add(b"\0")
+                add(_nullable_string(p.error_message, flexible))
+            if flexible:
+                add(b"\0")
+        if flexible:
+            add(b"\0")
+    add(_I32.pack(_ms(response.throttle_time)))
+    if flexible:
+        add(b"\0")
+    return _frame(correlation_id, flexible, parts)
+
+
+ENCODERS = {0: produce_response, 1: fetch_response}
