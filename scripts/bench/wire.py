@@ -149,9 +149,15 @@ def fanout_latency(
                 return (time.perf_counter_ns() - int.from_bytes(sent, "big")) / 1e6
         return None
 
-    # Warm up until the consumer has its positions and fetches (the ListOffsets of every
-    # partition come first): records sent before then are read from the end, i.e. lost.
-    deadline = time.perf_counter() + 60
+    # Warm up until the consumer has every partition's position (the ListOffsets of every
+    # partition come first: a record sent before its partition's lookup is read from the
+    # end, i.e. never) and fetches.
+    deadline = time.perf_counter() + 120
+    assigned = [TopicPartition(topic, p) for p in range(partitions)]
+    while any(tp.offset < 0 for tp in consumer.position(assigned)):
+        consumer.poll(0.1)
+        if time.perf_counter() > deadline:
+            raise RuntimeError(f"the consumer of {partitions} partitions never had positions")
     while one(rng.randrange(partitions), 2.0) is None:
         if time.perf_counter() > deadline:
             raise RuntimeError(f"the consumer of {partitions} partitions never got a record")

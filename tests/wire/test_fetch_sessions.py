@@ -575,7 +575,8 @@ def evalsha_calls(redis_url: str) -> int:
     """Scripts Redis has run so far (every log read and append is one)."""
     client = redis.Redis.from_url(redis_url)
     try:
-        return client.info("commandstats").get("cmdstat_evalsha", {"calls": 0})["calls"]
+        stats = client.info("commandstats").get("cmdstat_evalsha", {})
+        return stats.get("calls", 0) - stats.get("failed_calls", 0)
     finally:
         client.close()
 

@@ -13,10 +13,15 @@ from kafkaesque.errors import (
     AuthorizationFailed,
     InvalidRequest,
     KafkaesqueError,
-    LookupTimedOut,
     UnsupportedLookup,
 )
-from kafkaesque.partitions import EARLIEST_LOCAL, LATEST_TIERED, MAX_TIMESTAMP, FoundOffset
+from kafkaesque.partitions import (
+    EARLIEST_LOCAL,
+    LATEST_TIERED,
+    MAX_TIMESTAMP,
+    FoundOffset,
+    OffsetLookup,
+)
 from wire.authorize import Operation, check_idempotent_write, check_topic
 from wire.broker import Broker
 from wire.errors import error_code
@@ -49,28 +54,31 @@ async def list_offsets(broker: Broker, request: Request) -> Any:
     # isolation_level (v2+) 1, READ_COMMITTED: latest is the last stable offset.
     committed = getattr(request.body, "isolation_level", 0) == READ_COMMITTED
 
-    async def lookup(topic: str, p: Any) -> FoundOffset | None:
-        if version < LOOKUP_VERSIONS.get(p.timestamp, 0):
-            raise UnsupportedLookup(
-                f"offset lookup {p.timestamp} needs ListOffsets v{LOOKUP_VERSIONS[p.timestamp]}"
-            )
-        epoch = getattr(p, "current_leader_epoch", -1)
-        try:
-            async with asyncio.timeout_at(deadline):
-                return await broker.partitions.list_offset(
-                    topic, p.partition_index, p.timestamp, epoch, committed
-                )
-        except TimeoutError:
-            raise LookupTimedOut(f"offset lookup {p.timestamp} timed out") from None
+    # Refusals first; every other partition is looked up in one call (the log's ends of
+    # all of them in one round trip), answered in the request's order.
+    answers: dict[tuple[str, int], FoundOffset | KafkaesqueError | None] = {}
+    lookups: list[OffsetLookup] = []
+    for t in request.body.topics:
+        for p in t.partitions:
+            try:
+                check_topic(broker, request, Operation.DESCRIBE, t.name)
+                if version < LOOKUP_VERSIONS.get(p.timestamp, 0):
+                    raise UnsupportedLookup(
+                        f"offset lookup {p.timestamp} needs ListOffsets "
+                        f"v{LOOKUP_VERSIONS[p.timestamp]}"
+                    )
+            except KafkaesqueError as exc:
+                answers[t.name, p.partition_index] = exc
+                continue
+            epoch = getattr(p, "current_leader_epoch", -1)
+            lookups.append(OffsetLookup(t.name, p.partition_index, p.timestamp, epoch))
+    found = await broker.partitions.list_offsets(lookups, committed, deadline)
+    answers |= {(x.topic, x.partition): f for x, f in zip(lookups, found, strict=True)}
 
     async def partition(topic: str, p: Any) -> Any:
-        error: KafkaesqueError | None = None
-        found: FoundOffset | None = None
-        try:
-            check_topic(broker, request, Operation.DESCRIBE, topic)
-            found = await lookup(topic, p)
-        except KafkaesqueError as exc:
-            error = exc
+        answer = answers[topic, p.partition_index]
+        error = answer if isinstance(answer, KafkaesqueError) else None
+        found = None if error is not None else answer
         return build(
             partition_class,
             partition_index=p.partition_index,
