@@ -17,6 +17,7 @@ from dataclasses import fields
 from functools import cache
 from typing import Any
 
+_ZERO_UUID = bytes(16)
 _I32 = struct.Struct(">i")
 _HEADER_V0 = struct.Struct(">ii")  # size, correlation id
 _HEADER_V1 = struct.Struct(">iib")  # size, correlation id, no tagged fields
@@ -126,7 +127,9 @@ def fetch_response(correlation_id: int, response: Any) -> list[bytes] | None:
     fixed = _PARTITION[5 if version >= 5 else 4]
     for topic in response.responses:
         if version >= 13:
-            add(topic.topic_id.bytes)
+            # A request may name a null topic id (answered UNKNOWN_TOPIC_ID): the zero
+            # uuid on the wire, as kio writes it.
+            add(_ZERO_UUID if topic.topic_id is None else topic.topic_id.bytes)
         else:
             add(_string(topic.topic, flexible))
         add(_count(len(topic.partitions), flexible))

@@ -8,7 +8,9 @@ Starts a private redis-server and a `kafkaesque serve` broker (a subprocess), th
   Redis read of the same records) and appended again, one per call, to another topic
   through `Log.append` in this process (the storage's cost of the same batches, without
   the broker); then a confluent-kafka consumer (fetch.queue.backoff.ms=50) reads the N
-  records back from offset 0. Best round of each; the ratios are wire / storage;
+  records back from offset 0, and so does kcat (librdkafka in C, to /dev/null: the
+  broker's rate when the client is not the limit). Best round of each; the ratios are
+  wire / storage;
 - latency at a steady 5,000 records/s (each value carries its send time, a consumer
   thread with fetch.wait.max.ms 100 records arrival): p50/p99/p99.9 with linger.ms=0
   (the broker's and the clients' round trips) and with the client's default linger
@@ -32,6 +34,8 @@ import asyncio
 import os
 import random
 import re
+import shutil
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -172,6 +176,24 @@ def fanout_latency(
     return sorted(samples)
 
 
+def kcat_consume(bootstrap: str, topic: str, n: int) -> float | None:
+    """Seconds kcat (librdkafka in C, no Python per record) takes to read the ``n``
+    records of partition 0 to /dev/null: what the broker serves when the client is not
+    the limit; None without kcat."""
+    kcat = shutil.which("kcat") or shutil.which("kafkacat")
+    if kcat is None:
+        return None
+    command = [kcat, "-b", bootstrap, "-C", "-t", topic, "-p", "0", "-o", "beginning"]
+    started = time.perf_counter()
+    subprocess.run(
+        [*command, "-c", str(n), "-q", "-X", "fetch.queue.backoff.ms=50"],
+        stdout=subprocess.DEVNULL,
+        check=True,
+        timeout=300,
+    )
+    return time.perf_counter() - started
+
+
 def raw_read(r: redis.Redis, topic: str) -> tuple[float, list[bytes]]:
     """Seconds raw redis-py takes to read the partition's stored batches, about 1 MiB per
     LRANGE (one fetch's worth); and the batches."""
@@ -222,7 +244,7 @@ def main() -> None:
         args.records, args.rounds, args.latency_seconds = 200_000, 2, 2.0
         args.fanout_appends, args.fanout_seconds = 50, 15.0
     n = args.records
-    best = {"produce": 1e9, "append": 1e9, "consume": 1e9, "raw": 1e9}
+    best = {"produce": 1e9, "append": 1e9, "consume": 1e9, "raw": 1e9, "kcat": 1e9}
     with broker_on_embedded_redis() as (bootstrap, url):
         r = redis.Redis.from_url(url)
         produce(bootstrap, "warm", 20_000)  # the broker's imports and caches, off the clock
@@ -233,6 +255,9 @@ def main() -> None:
             assert sum(map(record_count, batches)) == n
             seconds["append"] = log_append(url, f"log{i}", batches)
             seconds["consume"] = consume(bootstrap, f"bench{i}", n, FAST_CONSUMER)
+            kcat = kcat_consume(bootstrap, f"bench{i}", n)
+            if kcat is not None:
+                seconds["kcat"] = kcat
             print(
                 f"round {i + 1}: "
                 + "  ".join(f"{k} {n / s:,.0f}/s" for k, s in seconds.items())
@@ -257,6 +282,11 @@ def main() -> None:
         f"consume  {n / best['consume']:>11,.0f} records/s   raw Redis LRANGE of them     "
         f" {n / best['raw']:>11,.0f} records/s   ratio {best['raw'] / best['consume']:.2f}",
     ]
+    if best["kcat"] < 1e9:
+        lines.append(
+            f"consume  {n / best['kcat']:>11,.0f} records/s with kcat (C, no Python per record)"
+            f"   ratio {best['raw'] / best['kcat']:.2f}"
+        )
     for linger, samples in latencies.items():
         name = "linger.ms=0" if linger == 0 else "linger default"
         lines.append(

@@ -58,7 +58,8 @@ def fetch_entity(version: int, rng: random.Random, **partition_extra) -> object:
         build(
             topic_class,
             topic=rng.choice(("t", "topic-é", "x" * 200)),
-            topic_id=uuid.UUID(int=rng.getrandbits(128)),
+            # None: a request naming a null topic id is answered with the zero uuid.
+            topic_id=rng.choice((uuid.UUID(int=rng.getrandbits(128)), None)),
             partitions=tuple(partition(i) for i in range(rng.choice((0, 1, 3, 130)))),
         )
         for _ in range(rng.choice((0, 1, 2)))
