@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kafkaesque.append_policy import PolicyCache
 from kafkaesque.durability import DEFAULT_TIMEOUT_MS, Durability
@@ -37,6 +37,15 @@ from kafkaesque.log_types import Appended as LogAppended
 from kafkaesque.log_types import ReadResult
 from kafkaesque.memory import MemoryGuard
 from kafkaesque.notify import Notifier
+from kafkaesque.reads import (
+    NO_EPOCH,
+    AppendWait,
+    Fetched,
+    FetchRequest,
+    ReadCache,
+    TopicPartition,
+    grown_requests,
+)
 from kafkaesque.records import offset_count, split_batches
 
 log = logging.getLogger(__name__)
@@ -45,9 +54,6 @@ log = logging.getLogger(__name__)
 # ends of the log; here Redis is local, the archive tiered).
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 MAX_MESSAGE_BYTES = 1024 * 1024 + 12  # Kafka's message.max.bytes default
-NO_EPOCH = -1  # a client that does not send its leader epoch
-
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,38 +67,6 @@ class Appended:
     # for CreateTime. (A retry deduplicated by its sequence numbers keeps the time its
     # first append stored, which this does not tell.)
     log_append_time: int = -1
-
-
-@dataclass(frozen=True, slots=True)
-class FetchRequest:
-    """One partition of a multi-partition read."""
-
-    topic: str
-    partition: int
-    offset: int
-    max_bytes: int
-    current_leader_epoch: int = NO_EPOCH
-    # The epoch of the last record the client read (Fetch v12+), to detect divergence.
-    last_fetched_epoch: int = NO_EPOCH
-
-
-@dataclass(frozen=True, slots=True)
-class Fetched:
-    """One partition's outcome of a multi-partition read."""
-
-    error: KafkaesqueError | None = None
-    high_watermark: int = -1
-    log_start: int = -1
-    batches: list[bytes] = field(default_factory=list)
-    leader_epoch: int = NO_EPOCH  # the partition's, when it was read
-    # (epoch, end offset) where the client's log diverges from this one: it must truncate
-    # to there before fetching on (Fetch v12+); no batches then.
-    diverging_epoch: tuple[int, int] | None = None
-    # The first offset of the oldest open transaction, else the high watermark; -1 unknown.
-    last_stable: int = -1
-    # READ_COMMITTED: (producer id, first offset, ABORT marker's offset) of the aborted
-    # transactions overlapping the batches.
-    aborted: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,7 +322,7 @@ class Partitions:
                     break  # nothing was appended: what we read is still current
                 # Read again only the partitions that grew (one round trip), within the
                 # budget the others left.
-                again = _grown_requests(requests, appended.take(), results)
+                again = grown_requests(requests, appended.take(), results)
                 if not again:
                     continue  # heard of appends this read saw already
                 regrown = {(r.topic, r.partition) for r in again}
@@ -575,184 +549,6 @@ class Partitions:
         [current] = await self.log.leader_epochs(topic, [partition])
         check_leader_epoch(current_leader_epoch, current)
         return await self.log.epoch_end_offset(topic, partition, epoch)
-
-
-class AppendWait:
-    """A registered watch for appends to some topics (see ``Partitions.appends``): which
-    partitions grew since the last ``take``."""
-
-    def __init__(self, notifier: Notifier | None, topics: set[str]) -> None:
-        self._notifier = notifier
-        self._topics = set(topics)
-        # By topic: the partitions heard of, each with the largest log end heard (-1: not
-        # told); ALL: any partition may have grown.
-        self._grown: dict[str, dict[int, int] | All] = {}
-        self._event = asyncio.Event()
-        if notifier is not None:
-            notifier.watch(topics, self._heard)
-
-    def _heard(self, topic: str, message: str | None) -> None:
-        """An append's message is "PARTITION:LOG_END"; without one, any partition may
-        have grown."""
-        partition, colon, end = (message or "").partition(":")
-        grown = self._grown.setdefault(topic, {})
-        if not (colon and partition.isdigit()):
-            self._grown[topic] = ALL
-        elif isinstance(grown, dict):
-            heard = int(end) if end.isdigit() else -1
-            key = int(partition)
-            grown[key] = max(grown.get(key, -1), heard) if heard >= 0 else -1
-        self._event.set()
-
-    async def wait(self, timeout: float) -> bool:
-        """True once an append arrived since the last ``take`` (at once if one did), False
-        after ``timeout`` seconds without one."""
-        if self._notifier is None:
-            await asyncio.sleep(timeout)
-            return False
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                await self._event.wait()
-        return self._event.is_set()
-
-    def take(self) -> dict[str, dict[int, int] | All]:
-        """The partitions that grew since the last call, by topic."""
-        grown, self._grown = self._grown, {}
-        self._event.clear()
-        return grown
-
-    def add(self, topics: set[str]) -> None:
-        """Watch these topics too."""
-        new = topics - self._topics
-        if new:
-            self._topics |= new
-            if self._notifier is not None:
-                self._notifier.watch(new, self._heard)
-
-    def discard(self) -> None:
-        if self._notifier is not None:
-            self._notifier.unwatch(self._topics, self._heard)
-
-
-class ReadCache:
-    """A fetch session's memory of its partitions between fetches (KIP-227 lets a broker
-    keep one): a partition read to its end with nothing to answer is not read again
-    until an append to it is heard, so a consumer of 10,000 quiet partitions costs Redis
-    only the partitions that change. Its watch lives as long as the cache, so no append
-    between two fetches goes unheard; what pub/sub may still miss (a Redis reconnect,
-    retention moving a log start) is read again after ``refresh`` seconds."""
-
-    def __init__(self, notifier: Notifier | None, refresh: float = 5.0) -> None:
-        self._notifier = notifier
-        self._refresh = refresh
-        self._watch = AppendWait(notifier, set())
-        # (topic, partition) -> the request that read it, the answer, when (monotonic),
-        # under READ_COMMITTED or not
-        self._known: dict[TopicPartition, tuple[FetchRequest, Fetched, float, bool]] = {}
-
-    def watching(self, topics: set[str]) -> AppendWait:
-        """The cache's watch, over ``topics`` too from now on."""
-        self._watch.add(topics)
-        return self._watch
-
-    def known(
-        self,
-        requests: Sequence[FetchRequest],
-        grown: dict[str, dict[int, int] | All],
-        committed: bool,
-    ) -> tuple[dict[TopicPartition, Fetched | None], list[FetchRequest]]:
-        """Every requested partition in order, with its answer when it is still good
-        (asked the same way and isolation, read within ``refresh`` seconds, no append
-        heard since: ``grown`` is AppendWait.take()) or None; and the requests to read."""
-        for topic, heard in grown.items():
-            if isinstance(heard, All):
-                for tp in [tp for tp in self._known if tp[0] == topic]:
-                    del self._known[tp]
-            else:
-                for partition in heard:
-                    self._known.pop((topic, partition), None)
-        oldest = time.monotonic() - self._refresh
-        results: dict[TopicPartition, Fetched | None] = {}
-        missing = []
-        known = self._known
-        if self._notifier is None:  # nothing would tell it of appends: read everything
-            known.clear()
-        for r in requests:
-            tp = r.topic, r.partition
-            entry = known.get(tp)
-            if (
-                entry is not None
-                and (entry[0] is r or entry[0] == r)
-                and entry[2] >= oldest
-                and entry[3] == committed
-            ):
-                results[tp] = entry[1]
-            else:
-                results[tp] = None
-                missing.append(r)
-        return results, missing
-
-    def remember(
-        self,
-        requests: Sequence[FetchRequest],
-        results: dict[TopicPartition, Fetched],
-        committed: bool,
-    ) -> None:
-        """Keep the answers of partitions read to their end without an error; forget the
-        others (they will be read again). An answer taken from the cache keeps its time."""
-        now = time.monotonic()
-        known = self._known
-        for r in requests:
-            tp = r.topic, r.partition
-            fetched = results[tp]
-            entry = known.get(tp)
-            if entry is not None and entry[1] is fetched:
-                continue  # from the cache, unchanged
-            end = fetched.last_stable if committed else fetched.high_watermark
-            if (
-                fetched.error is None
-                and not fetched.batches
-                and fetched.diverging_epoch is None
-                and r.offset == end
-            ):
-                known[tp] = (r, fetched, now, committed)
-            elif entry is not None:
-                del known[tp]
-
-    def forget(self, partitions: Iterable[TopicPartition]) -> None:
-        for tp in partitions:
-            self._known.pop(tp, None)
-
-    def close(self) -> None:
-        self._watch.discard()
-        self._known.clear()
-
-
-class All:
-    """Every partition of a topic may have grown."""
-
-
-ALL = All()
-
-
-def _grown_requests(
-    requests: Sequence[FetchRequest],
-    grown: dict[str, dict[int, int] | All],
-    results: dict[TopicPartition, Fetched],
-) -> list[FetchRequest]:
-    """The requests, in order, of partitions that may hold more than ``results`` read of
-    them: an append to them was heard that the read did not see (an event heard twice,
-    from this process and through Redis, or one the read already saw, reads nothing
-    again)."""
-    if any(isinstance(heard, All) for heard in grown.values()):
-        return [r for r in requests if r.topic in grown]
-    wanted = set()
-    for topic, heard in grown.items():
-        for partition, end in heard.items():  # type: ignore[union-attr]
-            read = results.get((topic, partition))
-            if read is not None and (end < 0 or end > read.high_watermark):
-                wanted.add((topic, partition))
-    return [r for r in requests if (r.topic, r.partition) in wanted] if wanted else []
 
 
 def _split(records: bytes | None) -> list[bytes]:

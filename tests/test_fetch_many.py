@@ -12,14 +12,8 @@ import redis.asyncio
 from kafkaesque.batch_build import build_batch
 from kafkaesque.log import Log
 from kafkaesque.notify import Notifier
-from kafkaesque.partitions import (
-    EARLIEST,
-    LATEST,
-    FetchRequest,
-    OffsetLookup,
-    Partitions,
-    ReadCache,
-)
+from kafkaesque.partitions import EARLIEST, LATEST, OffsetLookup, Partitions
+from kafkaesque.reads import FetchRequest, ReadCache
 from kafkaesque.records import decode_batch
 from kafkaesque.topic_config import TopicConfig
 

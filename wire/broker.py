@@ -20,7 +20,8 @@ from kafkaesque.log import Log
 from kafkaesque.memory import MemoryGuard
 from kafkaesque.notify import Notifier
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
-from kafkaesque.partitions import MAX_MESSAGE_BYTES, Partitions, ReadCache
+from kafkaesque.partitions import MAX_MESSAGE_BYTES, Partitions
+from kafkaesque.reads import ReadCache
 from kafkaesque.scram import SASL_MECHANISMS
 from kafkaesque.tasks import cancel_and_wait
 from kafkaesque.topic_ids import TopicIds

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from kafkaesque.partitions import Fetched, ReadCache
+from kafkaesque.reads import Fetched, ReadCache
 
 INVALID_SESSION_ID = 0  # no session: the answer of a sessionless (or refused) fetch
 INITIAL_EPOCH = 0  # a full fetch opening a session

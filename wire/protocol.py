@@ -73,7 +73,7 @@ class ConnectionState:
     listener: str = "PLAINTEXT"
     # wire.sasl.SaslState on a SASL listener (None elsewhere): the authentication's state.
     sasl: Any = None
-    # The kafkaesque.partitions.ReadCache of this connection's fetches outside a session
+    # The kafkaesque.reads.ReadCache of this connection's fetches outside a session
     # (librdkafka, kafkajs, aiokafka): quiet partitions are not read again; closed with it.
     read_cache: Any = None
 

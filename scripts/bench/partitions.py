@@ -23,7 +23,8 @@ from kafkaesque.batch_build import build_batch
 from kafkaesque.connect import redis_client
 from kafkaesque.log import Log
 from kafkaesque.notify import Notifier
-from kafkaesque.partitions import FetchRequest, Partitions, ReadCache
+from kafkaesque.partitions import Partitions
+from kafkaesque.reads import FetchRequest, ReadCache
 from kafkaesque.topic_config import TopicConfig
 
 BATCH = build_batch([b"v" * 100] * 10)  # 10 records of 100 bytes per partition

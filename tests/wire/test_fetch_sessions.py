@@ -23,7 +23,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from kafkaesque.batch_build import build_batch
 from kafkaesque.errors import UnknownTopic
 from kafkaesque.log import Log
-from kafkaesque.partitions import Fetched, Partitions
+from kafkaesque.partitions import Partitions
+from kafkaesque.reads import Fetched
 from kafkaesque.records import decode_batch, is_control, read_header
 from tests.kafka_client import Connection, create_topics_request, request
 from tests.servers import free_port
@@ -222,7 +223,7 @@ def test_high_watermark_last_stable_and_log_start_changes_are_answered(broker, t
         )
         assert deleted.topics[0].partitions[0].error_code == ErrorCode.none
         # DeleteRecords is not announced as appends are: the session's read cache (see
-        # kafkaesque.partitions.ReadCache) reads the quiet partition again within 5 s.
+        # kafkaesque.reads.ReadCache) reads the quiet partition again within 5 s.
         epoch, deadline = 5, time.monotonic() + 10
         while not (moved := answered(fetch(conn, session, epoch, isolation=READ_COMMITTED))):
             assert time.monotonic() < deadline, "the log start change was never answered"

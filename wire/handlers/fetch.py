@@ -29,7 +29,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.errors import FencedLeaderEpoch, TopicAuthorizationFailed, UnknownTopicId
-from kafkaesque.partitions import Fetched, FetchRequest, ReadCache
+from kafkaesque.reads import Fetched, FetchRequest, ReadCache
 from wire.authorize import Operation, topics_allowed
 from wire.broker import Broker
 from wire.errors import error_code
