@@ -146,6 +146,18 @@ class FencedLeaderEpoch(KafkaesqueError):
     """The client's leader epoch is older than the partition's (KIP-320)."""
 
 
+class NotLeader(KafkaesqueError):
+    """Another broker leads the partition: the client asks Metadata again (retriable)."""
+
+
+class DuplicateBroker(KafkaesqueError):
+    """Another live broker, at another address, is registered with this node id."""
+
+
+class UnknownSession(KafkaesqueError):
+    """This broker's registration is gone (expired, or Redis lost it): register again."""
+
+
 class UnknownLeaderEpoch(KafkaesqueError):
     """The client's leader epoch is newer than any this partition had."""
 
@@ -265,6 +277,9 @@ LUA_ERRORS: dict[str, type[KafkaesqueError]] = {
     "UNKNOWN_PRODUCER_ID": UnknownProducerId,
     "OFFSET_OUT_OF_RANGE": OffsetOutOfRange,
     "INVALID_RECORD": InvalidRecord,
+    "NOT_LEADER_OR_FOLLOWER": NotLeader,
+    "DUPLICATE_BROKER_REGISTRATION": DuplicateBroker,
+    "UNKNOWN_SESSION": UnknownSession,
 }
 
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 # Suffixes after a partition's prefix "NS:{TOPIC:P}:" (the hash tag keeps a partition's keys
 # in one slot, so each script touches one slot). Lua's common.lua appends the same ones.
 PARTITION = {
-    "meta": "hash: log end/start offsets, DeleteRecords' floor, leader epoch, the open "
-    "page's counters, settings",
+    "meta": "hash: log end/start offsets, DeleteRecords' floor, leader epoch and leader, "
+    "the open page's counters, settings",
     "index": "sorted set: page number by its first offset",
     "page:N": "list: page N's RecordBatch v2 batches",
     "bidx:N": "string: 16 bytes per batch of page N (base offset, first global sequence)",
@@ -198,6 +198,27 @@ class Keys:
         server_key" (base64); never a password."""
         return f"{self.ns}:scram"
 
+    # -- brokers -------------------------------------------------------------------------
+    @property
+    def brokers(self) -> str:
+        """Every registered broker: node id -> "token\\naddress\\n" + its msgpack entry."""
+        return f"{self.ns}:brokers"
+
+    @property
+    def brokers_alive(self) -> str:
+        """Sorted set: registered node id by its session deadline (ms, Redis' clock)."""
+        return f"{self.ns}:brokers:alive"
+
+    @property
+    def membership(self) -> str:
+        """Grows with every broker that joins, leaves or expires."""
+        return f"{self.ns}:brokers:membership"
+
+    @property
+    def membership_channel(self) -> str:
+        """Pub/sub channel: the brokers or the partitions' leaders changed."""
+        return f"{self.ns}:brokers:changed"
+
     # -- the layout, for checking --------------------------------------------------------
     def patterns(self) -> dict[str, re.Pattern[str]]:
         """Every key that may exist, by name: what a full SCAN must match."""
@@ -227,5 +248,8 @@ class Keys:
                 "transactions_due": r"txns:due",
                 "transaction": r"txn:\{.*\}(?::lock)?",
                 "scram_credentials": "scram",
+                "brokers": "brokers",
+                "brokers_alive": r"brokers:alive",
+                "membership": r"brokers:membership",
             }.items()
         }

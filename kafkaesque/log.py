@@ -48,6 +48,10 @@ def _second(pair: tuple[int, int]) -> int:
     return pair[1]
 
 
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -116,6 +120,9 @@ class Log(TopicsLog, ArchivingLog):
         self.cold = cold
         self.recover = recover
         self.scripts = Scripts(redis)
+        # The broker appending through this log (kafkaesque.leadership): its appends to a
+        # partition another broker leads are refused. "" (the CLI, tools): never refused.
+        self.node = ""
 
     def channel(self, topic: str) -> str:
         """Pub/sub channel that carries the new log end after every append."""
@@ -181,7 +188,7 @@ class Log(TopicsLog, ArchivingLog):
         """append.lua's keys and arguments."""
         k = self.keys
         p = k.partition(topic, partition)
-        args: list[object] = [p.prefix, k.appended(topic), _now_ms()]
+        args: list[object] = [p.prefix, k.appended(topic), _now_ms(), self.node]
         for batch in batches:
             args += (offset_count(batch), *producer_fields(batch), batch)
         keys = [p.meta, p.index, p.stats, k.gseq, p.producers, k.archiving, k.incarnation]
@@ -480,6 +487,41 @@ class Log(TopicsLog, ArchivingLog):
     async def leader_epochs(self, topic: str, partitions: Iterable[int]) -> list[int]:
         """The current leader epoch of each of ``partitions`` (one round trip)."""
         return await self._meta_values(topic, partitions, "epoch")
+
+    async def leaders(self, partitions: Sequence[tuple[str, int]]) -> list[tuple[str, int] | None]:
+        """(leader node id, "" when none was set; leader epoch) of each (topic,
+        partition), None for one that does not exist; one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for topic, p in partitions:
+            pipe.hmget(self.keys.partition(topic, p).meta, "leader", "epoch", "end")
+        return [
+            None if end is None else ((leader or b"").decode(), int(epoch or 0))
+            for leader, epoch, end in await pipe.execute()
+        ]
+
+    async def lead(
+        self, moves: Sequence[tuple[str, int, str, str]]
+    ) -> list[tuple[bool, str, int] | None]:
+        """Move the leadership of partitions, each a compare-and-set (lead.lua):
+        (topic, partition, the leader seen, "" for none; the new one). One pipelined round
+        trip; per move (done, the leader now, its epoch), None for a partition that does
+        not exist."""
+        calls = []
+        for topic, p, seen, new in moves:
+            keys = self.keys.partition(topic, p)
+            calls.append(([keys.meta, keys.epochs], [seen, new]))
+        replies = await self.scripts.lead.many(self.redis, calls)
+        results: list[tuple[bool, str, int] | None] = []
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+            done, *rest = reply
+            if done < 0:
+                results.append(None)
+            else:
+                leader, epoch = rest
+                results.append((done == 1, _text(leader), int(epoch)))
+        return results
 
     async def log_ends(self, topic: str, partitions: Iterable[int]) -> list[int]:
         """The log end offset of each of ``partitions`` (one round trip, no retention)."""

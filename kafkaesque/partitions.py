@@ -32,6 +32,7 @@ from kafkaesque.errors import (
     UnknownTopic,
     UnsupportedLookup,
 )
+from kafkaesque.leadership import Leadership
 from kafkaesque.log import Log
 from kafkaesque.log_types import Appended as LogAppended
 from kafkaesque.log_types import ReadResult
@@ -118,6 +119,9 @@ class Partitions:
         self.durability = Durability()
         # Set by a broker that watches Redis memory: appends are refused when it is full.
         self.memory: MemoryGuard | None = None
+        # Set by a broker among several: reads of partitions another one leads are
+        # refused (NotLeader); its appends are refused in Redis (Log.node).
+        self.leadership: Leadership | None = None
 
     # -- appends ----------------------------------------------------------------------
     async def append(
@@ -358,11 +362,19 @@ class Partitions:
         min_one: bool = True,
     ) -> dict[TopicPartition, Fetched]:
         """Read every partition within the budget, in one Redis round trip."""
+        refused: dict[TopicPartition, Fetched] = {}
+        if self.leadership is not None:
+            for r in requests:
+                not_leader = self.leadership.check(r.topic, r.partition)
+                if not_leader is not None:
+                    refused[(r.topic, r.partition)] = Fetched(not_leader)
+            if refused:
+                requests = [r for r in requests if (r.topic, r.partition) not in refused]
         try:
             reads = await self.log.read_many(requests, max_bytes, committed, min_one)
         except StorageUnavailable as exc:  # Redis is away: each partition says so
             reads = [exc] * len(requests)
-        return {
+        fetched = {
             (r.topic, r.partition): (
                 Fetched(read)
                 if isinstance(read, KafkaesqueError)
@@ -370,6 +382,14 @@ class Partitions:
             )
             for r, read in zip(requests, reads, strict=True)
         }
+        return {**fetched, **refused} if refused else fetched
+
+    def check_leader(self, topic: str, partition: int) -> None:
+        """Raise NotLeader when another broker leads the partition."""
+        if self.leadership is not None:
+            not_leader = self.leadership.check(topic, partition)
+            if not_leader is not None:
+                raise not_leader
 
     async def _checked(
         self, r: FetchRequest, result: ReadResult, seen_epochs: dict[TopicPartition, int] | None
@@ -462,6 +482,8 @@ class Partitions:
             offsets = [exc] * len(ends)  # type: ignore[list-item]
         for i, found in zip(ends, offsets, strict=True):
             lookup = lookups[i]
+            if self.leadership is not None:
+                found = self.leadership.check(lookup.topic, lookup.partition) or found
             if isinstance(found, KafkaesqueError):
                 results[i] = found
                 continue
@@ -515,6 +537,7 @@ class Partitions:
         config = await self.log.topic(topic)
         if not 0 <= partition < config.partitions:
             raise UnknownTopic(f"unknown topic or partition: {topic}[{partition}]")
+        self.check_leader(topic, partition)
         # The epoch is read before the lookup: an offset found after a restore raised it
         # is then labelled with the older epoch, which makes a client validate it (a
         # re-read at worst), never with a newer one that would hide a truncation.
@@ -546,6 +569,7 @@ class Partitions:
         config = await self.log.topic(topic)
         if not 0 <= partition < config.partitions:
             raise UnknownTopic(f"no partition {partition} in {topic}")
+        self.check_leader(topic, partition)
         [current] = await self.log.leader_epochs(topic, [partition])
         check_leader_epoch(current_leader_epoch, current)
         return await self.log.epoch_end_offset(topic, partition, epoch)

@@ -36,11 +36,21 @@ SCRIPT_NAMES = (
     "delete_records",
     "compact",
     "end_txn",
+    "lead",
+    "register",
+    "heartbeat",
+    "deregister",
 )
 
 
 # Helpers only some scripts need, put after common.lua in front of them.
-LIBRARIES = {"read": ("partition_read",), "read_many": ("partition_read",)}
+LIBRARIES = {
+    "read": ("partition_read",),
+    "read_many": ("partition_read",),
+    "register": ("brokers",),
+    "heartbeat": ("brokers",),
+    "deregister": ("brokers",),
+}
 
 
 @cache
@@ -122,3 +132,7 @@ class Scripts:
     delete_records: Script
     compact: Script
     end_txn: Script
+    lead: Script
+    register: Script
+    heartbeat: Script
+    deregister: Script

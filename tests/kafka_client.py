@@ -102,6 +102,7 @@ def metadata_request(topics: list[str] | None, auto_create: bool = False, versio
         topics=None if topics is None else [{"name": t} for t in topics],
         allow_auto_topic_creation=auto_create,
         include_topic_authorized_operations=False,
+        **({"include_cluster_authorized_operations": False} if 8 <= version <= 10 else {}),
     )
 
 

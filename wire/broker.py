@@ -16,12 +16,14 @@ from kafkaesque.credentials import CredentialStore
 from kafkaesque.durability import probe
 from kafkaesque.errors import InvalidConfig
 from kafkaesque.groups import CoordinatorConfig, GroupCoordinator
+from kafkaesque.leadership import Leadership
 from kafkaesque.log import Log
 from kafkaesque.memory import MemoryGuard
 from kafkaesque.notify import Notifier
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
 from kafkaesque.partitions import MAX_MESSAGE_BYTES, Partitions
 from kafkaesque.reads import ReadCache
+from kafkaesque.registry import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS, BrokerInfo, Registry
 from kafkaesque.scram import SASL_MECHANISMS
 from kafkaesque.tasks import cancel_and_wait
 from kafkaesque.topic_ids import TopicIds
@@ -38,6 +40,10 @@ class BrokerConfig:
     host: str = "127.0.0.1"  # advertised host: an IPv4 literal, see README
     port: int = 9092
     node_id: int = 0
+    # KRaft's broker session: a broker not heard of for session_timeout_ms is gone and
+    # its partitions move; it heartbeats every heartbeat_interval_ms.
+    session_timeout_ms: int = SESSION_TIMEOUT_MS
+    heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS
     auto_create_topics: bool = True
     default_partitions: int = 1
     max_message_bytes: int = MAX_MESSAGE_BYTES
@@ -91,6 +97,12 @@ class BrokerConfig:
     def endpoint(self, listener: str) -> tuple[str, int]:
         """The advertised (host, port) of the listener a client came in on."""
         return self.advertised_listeners.get(listener, (self.host, self.port))
+
+    def info(self) -> BrokerInfo:
+        """This broker as the registry lists it: its advertised endpoints."""
+        return BrokerInfo(
+            self.node_id, dict(self.advertised_listeners) or {"PLAINTEXT": (self.host, self.port)}
+        )
 
     def apply(self, settings: dict[str, str]) -> None:
         """Apply Kafka broker configs (``serve --config``): the broker's own settings and
@@ -287,6 +299,43 @@ class Broker:
             log, self.partitions, self.groups, config.transactions()
         )
         self._transactions: asyncio.Task[None] | None = None
+        # The brokers on this Redis and who leads what (kafkaesque.leadership).
+        self.registry = Registry(
+            log, config.info(), config.session_timeout_ms, config.heartbeat_interval_ms
+        )
+        self.leadership = Leadership(log, self.registry)
+        self.partitions.leadership = self.leadership
+        log.node = str(config.node_id)
+        self._heartbeats: asyncio.Task[None] | None = None
+
+    async def join(self) -> None:
+        """Register (once listening: the endpoints are known), take up the partitions
+        this broker wins, and heartbeat from now on."""
+        self.registry.me = self.config.info()
+        await self.registry.heartbeat()
+        await self.leadership.reconcile()
+        loop = asyncio.get_running_loop()
+
+        async def after(announced: bool) -> None:
+            await self.leadership.on_heartbeat(announced, loop.time())
+
+        self._heartbeats = asyncio.create_task(self.registry.run(after), name="heartbeats")
+
+    async def leave(self) -> None:
+        """A graceful stop: hand this broker's partitions over and deregister, so the
+        others take over at once."""
+        if self._heartbeats is None:
+            return
+        await cancel_and_wait(self._heartbeats)
+        self._heartbeats = None
+        try:
+            moved = await self.leadership.hand_over()
+            await self.registry.deregister()
+        except REDIS_CONNECTION_ERRORS as exc:  # the others take over after the timeout
+            log.warning("could not hand partitions over: %s", exc)
+        else:
+            if moved:
+                log.info("handed %d partitions over", moved)
 
     async def start(self) -> None:
         self.cluster_id = await cluster_id(self.log.redis, self.log.ns)
@@ -319,6 +368,7 @@ class Broker:
         self.groups.notifier.close()
 
     async def stop(self) -> None:
+        await self.leave()
         tasks = (self._reaper, self._memory_watch, self._compaction, self._acl_refresh)
         for task in (*tasks, self._transactions):
             if task is not None:

@@ -41,6 +41,9 @@ ERROR_CODES: dict[type[core.KafkaesqueError], ErrorCode] = {
     core.OffsetOutOfRange: ErrorCode.offset_out_of_range,
     core.LogTruncated: ErrorCode.offset_out_of_range,
     core.FencedLeaderEpoch: ErrorCode.fenced_leader_epoch,
+    core.NotLeader: ErrorCode.not_leader_or_follower,
+    core.DuplicateBroker: ErrorCode.duplicate_broker_registration,
+    core.UnknownSession: ErrorCode.unknown_server_error,  # handled by the registry itself
     core.UnknownLeaderEpoch: ErrorCode.unknown_leader_epoch,
     core.UnsupportedLookup: ErrorCode.unsupported_version,
     core.LookupTimedOut: ErrorCode.request_timed_out,

@@ -202,6 +202,14 @@ class Server:
         for name, (host, port) in list(advertised.items()):
             if port == 0 and name in self.ports:  # asked for any port: advertise the one got
                 advertised[name] = (host, self.ports[name])
+        if self.broker.config.port == 0:
+            self.broker.config.port = self.port
+        try:
+            await self.broker.join()
+        except BaseException:
+            await self._close_listeners()
+            await self.broker.stop()
+            raise
         self._quota_refresh = asyncio.create_task(self.quotas.run(), name="quota refresh")
 
     async def serve(self) -> None:
@@ -227,6 +235,7 @@ class Server:
         self._stopped.set()
         for server in self._servers:
             server.close()
+        await self.broker.leave()  # the other brokers take this one's partitions now
         self.broker.closing()  # long-polling fetches and group joins answer now
         for writer, idle in list(self._idle.items()):
             if idle:

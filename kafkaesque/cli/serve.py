@@ -117,6 +117,29 @@ def listeners_option(
     help="Delay before answering (and closing) a failed SASL authentication.",
 )
 @click.option(
+    "--node-id",
+    type=click.IntRange(0, 2**31 - 1),
+    default=0,
+    show_default=True,
+    envvar="KAFKAESQUE_NODE_ID",
+    help="This broker's id among the brokers sharing the Redis (env KAFKAESQUE_NODE_ID); "
+    "give each its own.",
+)
+@click.option(
+    "--broker-session-timeout-ms",
+    type=click.IntRange(1000),
+    default=9000,
+    show_default=True,
+    help="A broker not heard of for this long is gone: its partitions move to the others.",
+)
+@click.option(
+    "--broker-heartbeat-interval-ms",
+    type=click.IntRange(100),
+    default=2000,
+    show_default=True,
+    help="How often this broker tells the others it is alive.",
+)
+@click.option(
     "--auto-create-topics/--no-auto-create-topics",
     default=True,
     show_default=True,
@@ -270,6 +293,9 @@ def serve(
     sasl_enabled_mechanisms: str,
     connections_max_reauth_ms: int,
     failed_authentication_delay_ms: int,
+    node_id: int,
+    broker_session_timeout_ms: int,
+    broker_heartbeat_interval_ms: int,
     auto_create_topics: bool,
     default_partitions: int,
     metrics: tuple[str, int] | None,
@@ -327,9 +353,17 @@ def serve(
                 raise click.ClickException(f"cannot load the TLS files: {exc}") from None
     if logging.getLogger().level > logging.INFO:
         logging.getLogger().setLevel(logging.INFO)
+    if broker_heartbeat_interval_ms >= broker_session_timeout_ms:
+        raise click.BadParameter(
+            "must be below --broker-session-timeout-ms",
+            param_hint="'--broker-heartbeat-interval-ms'",
+        )
     config = BrokerConfig(
         host=advertised_host,
         port=port,
+        node_id=node_id,
+        session_timeout_ms=broker_session_timeout_ms,
+        heartbeat_interval_ms=broker_heartbeat_interval_ms,
         auto_create_topics=auto_create_topics,
         default_partitions=default_partitions,
         connections_max_idle_ms=connections_max_idle_ms,

@@ -6,7 +6,8 @@
 -- KEYS[4] global sequence counter, KEYS[5] producer state hash, KEYS[6] archiving flag,
 -- KEYS[7] recovery marker, KEYS[8] open transactions hash
 -- ARGV[1] key prefix of this partition, ARGV[2] notification channel, ARGV[3] now (ms),
--- then per batch: offset count, producer id, producer epoch, base sequence, batch bytes.
+-- ARGV[4] the appending broker's node id ('' for none: the CLI, tools), then per batch:
+-- offset count, producer id, producer epoch, base sequence, batch bytes.
 -- Returns {log start offset, base offset per batch}, or an error reply naming the Kafka
 -- error (kafkaesque/errors.py); on error nothing is written.
 local meta, index, stats, gseq_key, producers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -22,6 +23,15 @@ if not o then
   return redis.error_reply('UNKNOWN_TOPIC_OR_PARTITION no such topic or partition')
 end
 local now = tonumber(ARGV[3])
+-- A broker that no longer leads the partition (another took it over, lead.lua) is
+-- refused, so each append runs either before the move or not at all.
+if ARGV[4] ~= '' then
+  local leader = redis.call('HGET', meta, 'leader')
+  if leader and leader ~= ARGV[4] then
+    return redis.error_reply('NOT_LEADER_OR_FOLLOWER broker ' .. leader ..
+      ' leads this partition')
+  end
+end
 
 -- Idempotent producers: state per producer id is "epoch first:last:offset ..." for its
 -- last 5 batches, as Kafka keeps. A retry of one of them is acknowledged with its original
@@ -53,7 +63,7 @@ local function load(pid)
 end
 
 local n = 0
-for i = 4, #ARGV, 5 do
+for i = 5, #ARGV, 5 do
   n = n + 1
   local count, pid = tonumber(ARGV[i]), ARGV[i + 1]
   fresh[n] = true
@@ -101,11 +111,11 @@ for i = 4, #ARGV, 5 do
 end
 
 local total = 0
-for i = 4, #ARGV, 5 do total = total + tonumber(ARGV[i]) end
+for i = 5, #ARGV, 5 do total = total + tonumber(ARGV[i]) end
 local gseq = redis.call('INCRBY', gseq_key, total) - total + 1
 
 n = 0
-for i = 4, #ARGV, 5 do
+for i = 5, #ARGV, 5 do
   n = n + 1
   local count, batch = tonumber(ARGV[i]), ARGV[i + 4]
   if fresh[n] then

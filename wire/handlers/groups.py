@@ -30,17 +30,23 @@ NOT_ASKED = -(2**31)
 GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 
 
-def _coordinator(broker: Broker, key_type: int, listener: str) -> dict[str, Any]:
-    """The answer for one key of a FindCoordinator: this broker for a group or a
-    transactional id, at the address of the listener the client used; refusals that every
-    client treats as fatal for what this broker does not coordinate."""
+def _coordinator(broker: Broker, key_type: int, key: str, listener: str) -> dict[str, Any]:
+    """The answer for one key of a FindCoordinator: the broker the group or transactional
+    id hashes to among the live ones (kafkaesque.leadership), at the address of the
+    listener the client used; refusals that every client treats as fatal for what this
+    broker does not coordinate."""
     c = broker.config
     if key_type in (GROUP_KEY, TRANSACTION_KEY):
-        host, port = c.endpoint(listener)
+        node = broker.leadership.coordinator(key_type, key)
+        info = broker.registry.live.get(node)
+        if node == c.node_id or info is None or listener not in info.endpoints:
+            node, (host, port) = c.node_id, c.endpoint(listener)
+        else:
+            host, port = info.endpoints[listener]
         return dict(
             error_code=ErrorCode.none,
             error_message=None,
-            node_id=c.node_id,
+            node_id=node,
             host=host,
             port=port,
         )
@@ -68,7 +74,7 @@ def _authorized_coordinator(
             else ErrorCode.transactional_id_authorization_failed
         )
         return dict(error_code=code, error_message=None, node_id=-1, host="", port=-1)
-    return _coordinator(broker, key_type, request.connection.listener)
+    return _coordinator(broker, key_type, key, request.connection.listener)
 
 
 async def find_coordinator(broker: Broker, request: Request) -> Any:

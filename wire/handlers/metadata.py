@@ -50,20 +50,61 @@ async def _topic_config(broker: Broker, name: str, auto_create: bool) -> TopicCo
 def broker_entries(
     broker: Broker, entry_class: type, listener: str = "PLAINTEXT"
 ) -> tuple[Any, ...]:
-    """This broker, at the advertised address of the ``listener`` the client used."""
+    """The live brokers (kafkaesque.registry) at the advertised address of the
+    ``listener`` the client used; a broker without that listener is not listed, as Kafka
+    lists brokers per listener."""
     c = broker.config
-    host, port = c.endpoint(listener)
-    return (
-        build(
-            entry_class,
-            node_id=c.node_id,
-            broker_id=c.node_id,
-            host=host,
-            port=port,
-            rack=None,
-            is_fenced=False,  # DescribeCluster v2: serving, so not fenced
-        ),
-    )
+    entries = []
+    for node, info in sorted(broker.registry.live.items()):
+        if node == c.node_id:
+            host, port = c.endpoint(listener)
+        elif listener in info.endpoints:
+            host, port = info.endpoints[listener]
+        else:
+            continue
+        entries.append(
+            build(
+                entry_class,
+                node_id=node,
+                broker_id=node,
+                host=host,
+                port=port,
+                rack=info.rack,
+                is_fenced=False,  # DescribeCluster v2: an expired broker is not listed
+            )
+        )
+    return tuple(entries)
+
+
+async def partition_leaders(
+    broker: Broker, config: TopicConfig, partitions: range
+) -> list[tuple[int | None, int]]:
+    """(leader node, leader epoch) of each of a topic's ``partitions``, one round trip;
+    the node is None while the leader that left is being replaced (its winner takes the
+    partition over at once)."""
+    leadership = broker.leadership
+    found = []
+    seen = await broker.log.leaders([(config.name, p) for p in partitions])
+    for p, entry in zip(partitions, seen, strict=True):
+        leader, epoch = entry or ("", 0)  # None: deleted meanwhile
+        if leader == "":
+            leadership.soon()  # no leader written yet: its winner, written soon
+        found.append((leadership.effective(config.topic_id, p, leader), epoch))
+    return found
+
+
+def leader_error(node: int | None) -> ErrorCode:
+    return ErrorCode.none if node is not None else ErrorCode.leader_not_available
+
+
+def replicas(node: int | None) -> tuple[int, ...]:
+    """One copy, in Redis, served by the leader: Kafka's replicas and ISR."""
+    return () if node is None else (node,)
+
+
+def controller_id(broker: Broker) -> int:
+    """Any broker can do what Kafka's controller does (all share Redis): the lowest id."""
+    return min(broker.registry.live)
 
 
 async def topic_by_id(broker: Broker, topic_id: uuid.UUID) -> TopicConfig | None:
@@ -133,12 +174,11 @@ async def metadata(broker: Broker, request: Request) -> Any:
         entries = [
             await authorized_topic(broker, request, t, auto_create, version) for t in body.topics
         ]
-    node = broker.config.node_id
     topics = []
     for name, config in entries:
         if not isinstance(config, ErrorCode):
             try:
-                epochs = await broker.log.leader_epochs(config.name, range(config.partitions))
+                leaders = await partition_leaders(broker, config, range(config.partitions))
             except StorageUnavailable:
                 config = ErrorCode.leader_not_available  # as in topic_config
         if isinstance(config, ErrorCode):
@@ -157,15 +197,15 @@ async def metadata(broker: Broker, request: Request) -> Any:
         partitions = tuple(
             build(
                 partition_class,
-                error_code=ErrorCode.none,
+                error_code=leader_error(node),
                 partition_index=p,
-                leader_id=node,
-                leader_epoch=epochs[p],
-                replica_nodes=(node,),
-                isr_nodes=(node,),
+                leader_id=-1 if node is None else node,
+                leader_epoch=epoch,
+                replica_nodes=replicas(node),
+                isr_nodes=replicas(node),
                 offline_replicas=(),
             )
-            for p in range(config.partitions)
+            for p, (node, epoch) in enumerate(leaders)
         )
         topics.append(
             build(
@@ -185,7 +225,7 @@ async def metadata(broker: Broker, request: Request) -> Any:
             broker, schema_class(schema, "MetadataResponseBroker"), request.connection.listener
         ),
         cluster_id=broker.cluster_id,
-        controller_id=node,
+        controller_id=controller_id(broker),
         topics=tuple(topics),
         cluster_authorized_operations=NO_OPERATIONS,
     )
@@ -195,9 +235,9 @@ BROKER_ENDPOINTS, CONTROLLER_ENDPOINTS = 1, 2  # DescribeCluster v1+'s endpoint 
 
 
 async def describe_cluster(broker: Broker, request: Request) -> Any:
-    """This broker (v2: never fenced, so include_fenced_brokers adds none). Its listener
-    is a broker endpoint: asked for controllers (KIP-919's bootstrap.controllers), it says
-    so as Kafka's brokers do."""
+    """The live brokers (v2: never fenced, so include_fenced_brokers adds none). Their
+    listeners are broker endpoints: asked for controllers (KIP-919's
+    bootstrap.controllers), it says so as Kafka's brokers do."""
     schema = request.response_class
     wanted = getattr(request.body, "endpoint_type", BROKER_ENDPOINTS)
     if wanted != BROKER_ENDPOINTS:
@@ -214,7 +254,7 @@ async def describe_cluster(broker: Broker, request: Request) -> Any:
         error_code=ErrorCode.none,
         error_message=None,
         cluster_id=broker.cluster_id,
-        controller_id=broker.config.node_id,
+        controller_id=controller_id(broker),
         brokers=broker_entries(
             broker, schema_class(schema, "DescribeClusterBroker"), request.connection.listener
         ),

@@ -21,7 +21,13 @@ from kafkaesque.errors import InvalidRequest, InvalidTopic, StorageUnavailable, 
 from kafkaesque.topic_config import TopicConfig, check_topic_name
 from wire.authorize import Operation, ResourceType, allowed
 from wire.broker import Broker
-from wire.handlers.metadata import NO_OPERATIONS, NO_TOPIC_ID
+from wire.handlers.metadata import (
+    NO_OPERATIONS,
+    NO_TOPIC_ID,
+    leader_error,
+    partition_leaders,
+    replicas,
+)
 from wire.protocol import NO_THROTTLE, Request, build, schema_class
 
 MAX_PARTITIONS = 2000  # Kafka's max.request.partition.size.limit default
@@ -90,7 +96,6 @@ async def _page(
             raise InvalidRequest("the cursor's partition index cannot be negative")
         names = [n for n in names if n >= cursor.topic_name]
     remaining = max(min(MAX_PARTITIONS, body.response_partition_limit), 1)
-    node = broker.config.node_id
     topics: list[Any] = []
     next_cursor = None
     for name in names:
@@ -106,21 +111,21 @@ async def _page(
             continue
         first = cursor.partition_index if cursor and cursor.topic_name == name else 0
         end = min(config.partitions, first + remaining)
-        epochs = await broker.log.leader_epochs(name, range(first, end))
+        leaders = await partition_leaders(broker, config, range(first, end))
         partitions = tuple(
             build(
                 partition_class,
-                error_code=ErrorCode.none,
+                error_code=leader_error(node),
                 partition_index=p,
-                leader_id=node,
+                leader_id=-1 if node is None else node,
                 leader_epoch=epoch,
-                replica_nodes=(node,),
-                isr_nodes=(node,),
+                replica_nodes=replicas(node),
+                isr_nodes=replicas(node),
                 eligible_leader_replicas=(),
                 last_known_elr=(),
                 offline_replicas=(),
             )
-            for p, epoch in zip(range(first, end), epochs, strict=True)
+            for p, (node, epoch) in zip(range(first, end), leaders, strict=True)
         )
         topics.append(
             build(

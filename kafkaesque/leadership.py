@@ -1,0 +1,161 @@
+"""Which broker leads each partition, and coordinates each group and transactional id.
+
+Rendezvous hashing over the live brokers (kafkaesque.registry): ``winner(key, nodes)`` is
+the node with the highest hash of (key, node), so every process agrees, a broker joining
+takes about 1/N of the partitions and one leaving gives up only its own. The hash only
+says who *should* lead; the truth is the partition's ``meta.leader`` in Redis, moved by
+lead.lua (compare-and-set, a new leader epoch on every move) and enforced by append.lua,
+which refuses a broker that does not lead. The data, producer state and pages are all in
+Redis, so a move copies nothing.
+
+A partition without a leader yet (just created, or from before several brokers) is led by
+its winner, and the first broker to look writes that down without a new epoch: every
+broker served it as that one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterable
+
+from kafkaesque.errors import NotLeader, UnknownTopic
+from kafkaesque.log import Log
+from kafkaesque.registry import Registry
+
+log = logging.getLogger(__name__)
+
+SWEEP_INTERVAL_MS = 10_000  # every partition's leader is looked at least this often
+
+
+def _rank(key: bytes, node: int) -> bytes:
+    return hashlib.blake2b(key + b"\0" + str(node).encode(), digest_size=8).digest()
+
+
+def winner(key: bytes, nodes: Iterable[int]) -> int | None:
+    """The node that should own ``key`` among ``nodes`` (None if there is none)."""
+    return max(nodes, key=lambda node: (_rank(key, node), node), default=None)
+
+
+def partition_key(topic_id: bytes, partition: int) -> bytes:
+    """By topic id, not name: a topic deleted and created again is a new one."""
+    return topic_id + partition.to_bytes(4, "big")
+
+
+def coordinator_key(key_type: int, key: str) -> bytes:
+    """FindCoordinator's key: 0 a group id, 1 a transactional id."""
+    return f"{key_type}:{key}".encode()
+
+
+class Leadership:
+    """This broker's view of the partitions' leaders, kept by ``reconcile`` after every
+    heartbeat that brought a change and at least every SWEEP_INTERVAL_MS."""
+
+    def __init__(self, log_: Log, registry: Registry) -> None:
+        self.log = log_
+        self.registry = registry
+        self.me = registry.me.node_id
+        # (topic, partition) -> its leader as last seen; a partition not here yet (a new
+        # topic) is served by whoever is asked, until the next reconcile.
+        self.leaders: dict[tuple[str, int], int] = {}
+        self._last_membership = -2
+        self._last_sweep = 0.0
+        self._due = True
+
+    def soon(self) -> None:
+        """Reconcile at the next heartbeat (a request met a partition without a leader)."""
+        self._due = True
+        self.registry.changed()
+
+    def effective(self, topic_id: bytes, partition: int, leader: str) -> int | None:
+        """The leader clients are told of for a partition whose ``meta.leader`` is
+        ``leader``: its winner when none is set; None when the leader set is not alive
+        (its winner is about to take it over)."""
+        if leader == "":
+            return winner(partition_key(topic_id, partition), self.registry.live)
+        node = int(leader)
+        return node if node in self.registry.live else None
+
+    def check(self, topic: str, partition: int) -> NotLeader | None:
+        """NotLeader when another broker leads the partition (as last seen)."""
+        leader = self.leaders.get((topic, partition), self.me)
+        if leader == self.me:
+            return None
+        return NotLeader(f"broker {leader} leads {topic}[{partition}]")
+
+    def coordinator(self, key_type: int, key: str) -> int:
+        """The broker FindCoordinator names for a group or transactional id. Any broker
+        can serve a group (its state and lock are in Redis); this only spreads them."""
+        found = winner(coordinator_key(key_type, key), self.registry.live)
+        return self.me if found is None else found
+
+    async def on_heartbeat(self, announced: bool, now: float) -> None:
+        """After a heartbeat: reconcile if the membership moved, a move was announced,
+        a request asked for it, or the sweep interval passed."""
+        moved = self.registry.membership != self._last_membership
+        if moved or announced or self._due or now - self._last_sweep >= SWEEP_INTERVAL_MS / 1000:
+            self._last_membership = self.registry.membership
+            self._last_sweep = now
+            self._due = False
+            await self.reconcile()
+
+    async def _partitions(self) -> list[tuple[str, int, bytes]]:
+        found = []
+        for name in await self.log.list_topics():
+            try:
+                config = await self.log.topic(name)
+            except UnknownTopic:  # deleted meanwhile
+                continue
+            found += [(name, p, config.topic_id) for p in range(config.partitions)]
+        return found
+
+    async def reconcile(self) -> None:
+        """Give every partition its winner: a first leader where none is set, and the
+        partitions this broker wins from a leader that left or lost them to it (a join)."""
+        nodes = set(self.registry.live)
+        partitions = await self._partitions()
+        current = await self.log.leaders([(t, p) for t, p, _ in partitions])
+        leaders: dict[tuple[str, int], int] = {}
+        moves: list[tuple[str, int, str, str]] = []
+        for (topic, p, topic_id), seen in zip(partitions, current, strict=True):
+            if seen is None:  # deleted meanwhile
+                continue
+            leader, _epoch = seen
+            want = winner(partition_key(topic_id, p), nodes)
+            assert want is not None  # nodes holds this broker
+            if leader == "" or (want == self.me and int(leader) != want):
+                moves.append((topic, p, leader, str(want)))
+            leaders[(topic, p)] = want if leader == "" else int(leader)
+        if moves:
+            results = await self.log.lead(moves)
+            for (topic, p, seen_leader, _), result in zip(moves, results, strict=True):
+                if result is None:
+                    leaders.pop((topic, p), None)
+                    continue
+                done, leader, epoch = result
+                leaders[(topic, p)] = int(leader)
+                if done and seen_leader:
+                    log.info(
+                        "leading %s[%d] from broker %s, epoch %d", topic, p, seen_leader, epoch
+                    )
+            await self.registry.announce()
+        self.leaders = leaders
+
+    async def hand_over(self) -> int:
+        """A graceful stop: give each partition this broker leads to its winner among
+        the others, at once (instead of after the session timeout). Returns how many."""
+        others = set(self.registry.live) - {self.me}
+        if not others:
+            return 0
+        partitions = await self._partitions()
+        current = await self.log.leaders([(t, p) for t, p, _ in partitions])
+        mine = str(self.me)
+        moves = [
+            (topic, p, mine, str(winner(partition_key(topic_id, p), others)))
+            for (topic, p, topic_id), seen in zip(partitions, current, strict=True)
+            if seen is not None and seen[0] == mine
+        ]
+        if moves:
+            await self.log.lead(moves)
+            await self.registry.announce()
+        return len(moves)
