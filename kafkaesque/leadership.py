@@ -10,7 +10,8 @@ Redis, so a move copies nothing.
 
 A partition without a leader yet (just created, or from before several brokers) is led by
 its winner, and the first broker to look writes that down without a new epoch: every
-broker served it as that one.
+broker served it as that one. A replica assignment (kafkaesque.replicas) names a
+preferred leader, which wins while it lives.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import hashlib
 import logging
 from collections.abc import Iterable
 
-from kafkaesque.errors import NotLeader, UnknownTopic
+from kafkaesque.errors import Conflict, NotLeader, UnknownTopic
 from kafkaesque.log import Log
 from kafkaesque.registry import Registry
 
@@ -67,14 +68,37 @@ class Leadership:
         self._due = True
         self.registry.changed()
 
-    def effective(self, topic_id: bytes, partition: int, leader: str) -> int | None:
+    def want(
+        self, topic_id: bytes, partition: int, preferred: str, nodes: Iterable[int] | None = None
+    ) -> int:
+        """The broker that should lead the partition among ``nodes`` (the live ones):
+        its preferred leader (a replica assignment) while it lives, else its winner."""
+        nodes = self.registry.live if nodes is None else nodes
+        if preferred != "" and int(preferred) in nodes:
+            return int(preferred)
+        found = winner(partition_key(topic_id, partition), nodes)
+        return self.me if found is None else found
+
+    def effective(self, topic_id: bytes, partition: int, leader: str, preferred: str) -> int | None:
         """The leader clients are told of for a partition whose ``meta.leader`` is
-        ``leader``: its winner when none is set; None when the leader set is not alive
-        (its winner is about to take it over)."""
+        ``leader``: the one it should have when none is set; None when the leader set is
+        not alive (the one it should have is about to take it over)."""
         if leader == "":
-            return winner(partition_key(topic_id, partition), self.registry.live)
+            return self.want(topic_id, partition, preferred)
         node = int(leader)
         return node if node in self.registry.live else None
+
+    async def move(self, topic: str, partition: int, seen: str, node: int) -> None:
+        """Move one partition's leadership from ``seen`` to ``node`` now (an election or
+        reassignment), and tell every broker; Conflict if it moved meanwhile."""
+        [result] = await self.log.lead([(topic, partition, seen, str(node))])
+        if result is None:
+            raise UnknownTopic(f"No such partition as {topic}-{partition}")
+        done, leader, _epoch = result
+        if not done:
+            raise Conflict(f"{topic}-{partition} moved to broker {leader} meanwhile")
+        self.leaders[(topic, partition)] = node
+        await self.registry.announce()
 
     def check(self, topic: str, partition: int) -> NotLeader | None:
         """NotLeader when another broker leads the partition (as last seen)."""
@@ -120,9 +144,8 @@ class Leadership:
         for (topic, p, topic_id), seen in zip(partitions, current, strict=True):
             if seen is None:  # deleted meanwhile
                 continue
-            leader, _epoch = seen
-            want = winner(partition_key(topic_id, p), nodes)
-            assert want is not None  # nodes holds this broker
+            leader, _epoch, preferred = seen
+            want = self.want(topic_id, p, preferred, nodes)
             if leader == "" or (want == self.me and int(leader) != want):
                 moves.append((topic, p, leader, str(want)))
             leaders[(topic, p)] = want if leader == "" else int(leader)
@@ -151,7 +174,7 @@ class Leadership:
         current = await self.log.leaders([(t, p) for t, p, _ in partitions])
         mine = str(self.me)
         moves = [
-            (topic, p, mine, str(winner(partition_key(topic_id, p), others)))
+            (topic, p, mine, str(self.want(topic_id, p, seen[2], others)))
             for (topic, p, topic_id), seen in zip(partitions, current, strict=True)
             if seen is not None and seen[0] == mine
         ]

@@ -488,16 +488,27 @@ class Log(TopicsLog, ArchivingLog):
         """The current leader epoch of each of ``partitions`` (one round trip)."""
         return await self._meta_values(topic, partitions, "epoch")
 
-    async def leaders(self, partitions: Sequence[tuple[str, int]]) -> list[tuple[str, int] | None]:
-        """(leader node id, "" when none was set; leader epoch) of each (topic,
-        partition), None for one that does not exist; one round trip."""
+    async def leaders(
+        self, partitions: Sequence[tuple[str, int]]
+    ) -> list[tuple[str, int, str] | None]:
+        """(leader node id, leader epoch, preferred leader) of each (topic, partition),
+        node ids "" when none was set; None for one that does not exist. One round trip."""
         pipe = self.redis.pipeline(transaction=False)
         for topic, p in partitions:
-            pipe.hmget(self.keys.partition(topic, p).meta, "leader", "epoch", "end")
+            pipe.hmget(self.keys.partition(topic, p).meta, "leader", "epoch", "preferred", "end")
         return [
-            None if end is None else ((leader or b"").decode(), int(epoch or 0))
-            for leader, epoch, end in await pipe.execute()
+            None
+            if end is None
+            else ((leader or b"").decode(), int(epoch or 0), (preferred or b"").decode())
+            for leader, epoch, preferred, end in await pipe.execute()
         ]
+
+    async def prefer(self, topic: str, nodes: dict[int, int]) -> None:
+        """Set partitions' preferred leaders (partition -> node id), one round trip."""
+        calls = [([self.keys.partition(topic, p).meta], [node]) for p, node in nodes.items()]
+        for reply in await self.scripts.prefer.many(self.redis, calls):
+            if isinstance(reply, Exception):
+                raise reply
 
     async def lead(
         self, moves: Sequence[tuple[str, int, str, str]]

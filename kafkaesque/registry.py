@@ -134,7 +134,9 @@ class Registry:
                 live[node] = BrokerInfo.unpacked(node, pairs[i + 1])  # type: ignore[arg-type]
         if int(membership) != self.membership:  # type: ignore[call-overload]
             joined, left = set(live) - set(self.live), set(self.live) - set(live)
-            if joined or left:
+            if self.membership < 0:  # this broker just joined
+                log.info("brokers: %s", ", ".join(map(str, sorted(live))))
+            elif joined or left:
                 log.info(
                     "brokers: %s%s%s",
                     ", ".join(map(str, sorted(live))),

@@ -37,6 +37,7 @@ SCRIPT_NAMES = (
     "compact",
     "end_txn",
     "lead",
+    "prefer",
     "register",
     "heartbeat",
     "deregister",
@@ -133,6 +134,7 @@ class Scripts:
     compact: Script
     end_txn: Script
     lead: Script
+    prefer: Script
     register: Script
     heartbeat: Script
     deregister: Script

@@ -324,3 +324,37 @@ def test_group_coordinators_are_spread(cluster: Cluster) -> None:
     nodes = {c.node_id for c in answer.coordinators}
     assert nodes == set(NODES)
     assert all(c.port == cluster.brokers[c.node_id].port for c in answer.coordinators)
+
+
+def test_replica_assignments_pick_the_leader(cluster: Cluster) -> None:
+    """A replica assignment at creation and a reassignment name a partition's preferred
+    leader; it leads at once, a preferred election finds nothing to do; assignments of
+    an unknown broker or of two brokers are refused."""
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KafkaTopicPartition
+    from kafka.admin import NewTopic
+    from kafka.errors import InvalidReplicationAssignmentError
+
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap(1))
+    try:
+        admin.create_topics([NewTopic("assigned", 3, replica_assignments={0: [3], 1: [1], 2: [2]})])
+        cluster.wait_for(lambda: cluster.leaders("assigned") == {0: 3, 1: 1, 2: 2}, "assigned")
+        epoch = _epochs(cluster, "assigned")[0]
+        tp = KafkaTopicPartition("assigned", 0)
+        results = admin.alter_partition_reassignments(
+            {
+                tp: [2],
+                KafkaTopicPartition("assigned", 1): [9],
+                KafkaTopicPartition("assigned", 2): [1, 2],
+            }
+        )
+        assert results[tp] is None
+        assert results[KafkaTopicPartition("assigned", 1)] is InvalidReplicationAssignmentError
+        assert results[KafkaTopicPartition("assigned", 2)] is InvalidReplicationAssignmentError
+        assert cluster.leaders("assigned")[0] == 2  # at once, with a new epoch
+        assert _epochs(cluster, "assigned")[0] == epoch + 1
+        # Every broker keeps it there: the preferred leader wins while it lives.
+        time.sleep(1)
+        assert cluster.settled("assigned") == {0: 2, 1: 1, 2: 2}
+    finally:
+        admin.close()

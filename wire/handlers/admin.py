@@ -19,7 +19,7 @@ from kafkaesque.errors import (
     UnknownTopic,
     UnknownTopicId,
 )
-from kafkaesque.replicas import check_replicas
+from kafkaesque.replicas import Replicas, check_replicas
 from kafkaesque.topic_config import TopicConfig, check_topic_name
 from wire.authorize import Operation, check_create_topic, check_topic
 from wire.broker import Broker
@@ -37,7 +37,7 @@ def config_from_request(broker: Broker, topic: Any) -> TopicConfig:
         if partitions not in (-1, len(topic.assignments)):
             raise InvalidConfig("num_partitions and the replica assignment disagree")
         for assignment in topic.assignments:
-            check_replicas(assignment.broker_ids, broker.config.node_id)
+            check_replicas(assignment.broker_ids, broker.registry.live)
         partitions = len(topic.assignments)
     if partitions == -1:
         partitions = broker.config.default_partitions
@@ -77,6 +77,9 @@ async def create_topics(broker: Broker, request: Request) -> Any:
             else:
                 await broker.log.create_topic(config)
                 broker.partitions.forget_config(topic.name)  # it may have existed before
+                if topic.assignments:
+                    assignments = [a.broker_ids for a in topic.assignments]
+                    await Replicas(broker.leadership).assign(topic.name, assignments)
         except KafkaesqueError as exc:
             error, message, config = error_code(exc), str(exc), None
         configs = tuple(
@@ -182,9 +185,14 @@ async def create_partitions(broker: Broker, request: Request) -> Any:
                         f"{len(topic.assignments)} assignments provided."
                     )
                 for assignment in topic.assignments:
-                    check_replicas(assignment.broker_ids, broker.config.node_id)
+                    check_replicas(assignment.broker_ids, broker.registry.live)
             if not request.body.validate_only:
                 await broker.log.add_partitions(topic.name, topic.count)
+                if topic.assignments:
+                    assignments = [a.broker_ids for a in topic.assignments]
+                    await Replicas(broker.leadership).assign(
+                        topic.name, assignments, first=current.partitions
+                    )
         except KafkaesqueError as exc:
             error, message = error_code(exc), str(exc)
         results.append(

@@ -29,7 +29,7 @@ NO_DIRECTORY = uuid.UUID(int=0)  # a voter whose log directory id is not known (
 
 
 def replicas(broker: Broker) -> Replicas:
-    return Replicas(broker.log, broker.config.node_id)
+    return Replicas(broker.leadership)
 
 
 async def _outcome(action: Awaitable[None]) -> tuple[ErrorCode, str | None]:

@@ -86,10 +86,10 @@ async def partition_leaders(
     found = []
     seen = await broker.log.leaders([(config.name, p) for p in partitions])
     for p, entry in zip(partitions, seen, strict=True):
-        leader, epoch = entry or ("", 0)  # None: deleted meanwhile
+        leader, epoch, preferred = entry or ("", 0, "")  # None: deleted meanwhile
         if leader == "":
             leadership.soon()  # no leader written yet: its winner, written soon
-        found.append((leadership.effective(config.topic_id, p, leader), epoch))
+        found.append((leadership.effective(config.topic_id, p, leader, preferred), epoch))
     return found
 
 
