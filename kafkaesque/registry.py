@@ -188,3 +188,21 @@ class Registry:
                 self._keys, [self.me.node_id, self.token, self._channel]
             )
             self.registered = False
+
+
+async def registered(log_: Log) -> list[tuple[BrokerInfo, float]]:
+    """The brokers whose sessions are running, with the seconds each has left (by
+    Redis' clock), by node id; read-only (the brokers' heartbeats expire the others)."""
+    keys = log_.keys
+    pipe = log_.redis.pipeline(transaction=True)
+    pipe.hgetall(keys.brokers)
+    pipe.zrange(keys.brokers_alive, 0, -1, withscores=True)
+    pipe.time()
+    entries, deadlines, (seconds, micros) = await pipe.execute()
+    now_ms = seconds * 1000 + micros // 1000
+    found = []
+    for node, deadline in deadlines:
+        value = entries.get(node)
+        if value is not None and deadline >= now_ms:
+            found.append((BrokerInfo.unpacked(int(node), value), (deadline - now_ms) / 1000))
+    return sorted(found, key=lambda item: item[0].node_id)

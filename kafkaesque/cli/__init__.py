@@ -4,6 +4,7 @@
 from kafkaesque.cli import (  # noqa: F401  (register the commands)
     acls,
     archive,
+    brokers,
     compact,
     groups,
     quotas,

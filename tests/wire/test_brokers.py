@@ -4,6 +4,8 @@ return."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -19,7 +21,7 @@ from kio.schema.errors import ErrorCode
 from kafkaesque.batch_build import build_batch
 from tests.kafka_client import Connection, metadata_request, request
 from tests.servers import RedisServer
-from tests.wire.conftest import Broker
+from tests.wire.conftest import REPO, Broker
 
 SESSION_MS = 3000  # short, so a SIGKILLed broker's partitions move within seconds
 OPTIONS = ("--broker-session-timeout-ms", str(SESSION_MS), "--broker-heartbeat-interval-ms", "300")
@@ -101,6 +103,27 @@ def test_metadata_lists_every_broker_and_spreads_the_leaders(cluster: Cluster) -
     )
     # Every broker tells the same leaders.
     assert cluster.leaders("spread", 2) == cluster.leaders("spread", 3) == cluster.leaders("spread")
+    # The CLI lists them, with the partitions each leads.
+    table = cluster.brokers[1].cli("brokers").stdout.decode().splitlines()
+    assert table[0].split() == ["NODE", "ENDPOINTS", "SESSION", "LEFT", "S", "LEADS"]
+    rows = [line.split() for line in table[1:]]
+    assert [int(r[0]) for r in rows] == list(NODES)
+    assert rows[1][1] == f"PLAINTEXT://127.0.0.1:{cluster.brokers[2].port}"
+    led = Counter(cluster.leaders("spread").values())
+    assert all(int(r[3]) >= led[int(r[0])] for r in rows)  # "spread" and earlier topics
+    empty = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kafkaesque",
+            "--redis-url",
+            cluster.redis.url[:-1] + "5",
+            "brokers",
+        ],
+        capture_output=True,
+        cwd=REPO,
+    )
+    assert (empty.returncode, empty.stdout, empty.stderr) == (0, b"", b"no broker is running\n")
 
 
 def test_a_non_leader_refuses_with_not_leader(cluster: Cluster) -> None:

@@ -1,0 +1,42 @@
+"""The brokers sharing the Redis: `kafkaesque brokers` (Kafka's kafka-broker-api-versions /
+kafka-metadata-quorum describe, for what this cluster has)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import click
+
+from kafkaesque.cli.base import Context, echo_table, main, pass_context, run_async
+from kafkaesque.errors import UnknownTopic
+from kafkaesque.registry import registered
+
+
+@main.command()
+@pass_context
+@run_async
+async def brokers(ctx: Context) -> None:
+    """The live brokers: node id, endpoints, session time left, partitions led."""
+    log = ctx.log(archive=False)
+    live = await registered(log)
+    if not live:  # on stderr: stdout stays a table, empty
+        click.echo("no broker is running", err=True)
+        return
+    partitions = []
+    for name in await log.list_topics():
+        try:
+            config = await log.topic(name)
+        except UnknownTopic:  # deleted meanwhile
+            continue
+        partitions += [(name, p) for p in range(config.partitions)]
+    led = Counter(entry[0] for entry in await log.leaders(partitions) if entry is not None)
+    rows = [
+        [
+            info.node_id,
+            " ".join(f"{n}://{h}:{p}" for n, (h, p) in sorted(info.endpoints.items())),
+            f"{left:.1f}",
+            led[str(info.node_id)],
+        ]
+        for info, left in live
+    ]
+    echo_table(["NODE", "ENDPOINTS", "SESSION LEFT S", "LEADS"], rows)
