@@ -238,11 +238,12 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
     batch = build_batch([b"x"])
     now = int(time.time() * 1000)
     appending = [p.meta, p.index, p.stats, k.gseq, p.producers, k.archiving, k.incarnation]
+    registry = [k.brokers, k.brokers_alive, k.membership]
     calls: dict[str, tuple[list[str], list]] = {
         "create": ([k.topics, k.topic("new"), k.incarnation, p.meta], ["new", b"", ""]),
         "append": (
             [*appending, p.txn_open],
-            [p.prefix, k.appended(TOPIC), now, 1, -1, -1, -1, batch],
+            [p.prefix, k.appended(TOPIC), now, "", 1, -1, -1, -1, batch],
         ),
         "end_txn": (
             [*appending, p.txn_open, p.txn_aborted],
@@ -269,6 +270,11 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
         "producer_id": ([k.producer_ids], [now << 10]),
         "delete_records": ([p.meta, p.index, p.stats, k.archiving], [p.prefix, 0]),
         "compact": ([p.meta, p.index, p.stats], [p.prefix, 0, 0, "", b"", "0 0 0 0"]),
+        "lead": ([p.meta, p.epochs], ["", "1"]),
+        "prefer": ([p.meta], ["1"]),
+        "register": (registry, [1, "t", "a", b"", 9000, k.membership_channel]),
+        "heartbeat": (registry, [1, "t", 9000, k.membership_channel]),
+        "deregister": (registry, [1, "t", k.membership_channel]),
     }
     assert sorted(calls) == sorted(SCRIPT_NAMES)
     outcomes = {name: _eval(empty_cluster, name, *call) for name, call in calls.items()}
@@ -284,6 +290,9 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
         "restore": "CROSSSLOT",
         "archive_on": "CROSSSLOT",
         "delete_records": "CROSSSLOT",
+        "register": "CROSSSLOT",  # the registry's keys: no shared tag on one Redis
+        "heartbeat": "CROSSSLOT",
+        "deregister": "CROSSSLOT",
         # one partition's slot only (or one global key alone)
         "read": "ran",
         "read_many": "ran",  # a fetch's partitions of one slot: one call per slot
@@ -293,6 +302,8 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
         "mark_archived": "ran",
         "producer_id": "ran",
         "compact": "ran: CONFLICT",  # the stale page it was given: it ran and refused
+        "lead": "ran",
+        "prefer": "ran",
     }
     # Even without a global key, a multi-partition script spans slots (one tag each).
     two_partitions = [p.meta, p1.meta]

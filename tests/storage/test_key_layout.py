@@ -19,6 +19,7 @@ from kafkaesque.keys import PARTITION, Keys
 from kafkaesque.log_types import RestoredPartition, RestoredTopic
 from kafkaesque.partitions import Partitions
 from kafkaesque.quotas import QuotaStore, check_alteration
+from kafkaesque.registry import BrokerInfo, Registry
 from kafkaesque.scram import SCRAM_SHA_512, new_credential
 from kafkaesque.topic_config import TopicConfig
 from kafkaesque.txn_store import TransactionCoordinator
@@ -108,6 +109,9 @@ def test_every_key_matches_the_documented_layout(redis_url: str, pg_dsn: str) ->
         # A restore writes a partition's epoch history.
         restored = TopicConfig("back", 1)
         await log.restore([RestoredTopic(restored, [RestoredPartition(10, 0)])], 0, 0)
+
+        # A broker registered (`serve`): the registry, its sessions and membership number.
+        await Registry(log, BrokerInfo(1, {"PLAINTEXT": ("127.0.0.1", 9092)})).register()
 
         patterns = keys.patterns()
         present = await all_keys(log.redis)
