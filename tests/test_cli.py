@@ -151,6 +151,7 @@ def test_topics_describe_delete(ks) -> None:
     assert "partitions  2" in out and "page size   2 records" in out and "ttl         60 s" in out
     rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
     assert rows[0][:4] == ["0", "0", "3", "2"] and rows[1][:4] == ["1", "0", "0", "0"]
+    assert rows[0][5:] == ["-", "0"]  # no broker has led it
     ok(ks("delete", "d1"))
     assert ok(ks("topics")).stdout == "d0\n"
 

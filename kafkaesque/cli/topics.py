@@ -101,8 +101,8 @@ async def topics(ctx: Context) -> None:
 @pass_context
 @run_async
 async def describe(ctx: Context, topic: str) -> None:
-    """Show TOPIC's config, Redis' memory headroom and, per partition, offsets, pages
-    and bytes held."""
+    """Show TOPIC's config, Redis' memory headroom and, per partition, offsets, pages,
+    bytes held, the broker leading it and its leader epoch."""
     log = ctx.log()
     config = await log.topic(topic)
     click.echo(f"topic       {config.name}")
@@ -116,10 +116,13 @@ async def describe(ctx: Context, topic: str) -> None:
             click.echo(f"config      {entry.name}={entry.value} ({origin})")
     click.echo(f"redis       {(await memory_use(log.redis)).describe()}")
     rows = []
-    for p in range(config.partitions):
+    leaders = await log.leaders([(topic, p) for p in range(config.partitions)])
+    for p, seen in enumerate(leaders):
         s = await log.state(topic, p)
-        rows.append([p, s.log_start, s.log_end, s.pages, s.bytes])
-    echo_table(["partition", "start_offset", "end_offset", "pages", "bytes"], rows)
+        leader = seen[0] if seen is not None and seen[0] else "-"  # "-": no broker yet
+        rows.append([p, s.log_start, s.log_end, s.pages, s.bytes, leader, s.leader_epoch])
+    headers = ["partition", "start_offset", "end_offset", "pages", "bytes", "leader", "epoch"]
+    echo_table(headers, rows)
     if log.cold is not None:
         for p, first, last in await log.cold.dropped_ranges(topic):
             click.echo(

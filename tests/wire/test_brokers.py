@@ -111,11 +111,14 @@ def test_metadata_lists_every_broker_and_spreads_the_leaders(cluster: Cluster) -
     # The CLI lists them, with the partitions each leads.
     table = cluster.brokers[1].cli("brokers").stdout.decode().splitlines()
     assert table[0].split() == ["NODE", "ENDPOINTS", "SESSION", "LEFT", "S", "LEADS"]
-    rows = [line.split() for line in table[1:]]
-    assert [int(r[0]) for r in rows] == list(NODES)
-    assert rows[1][1] == f"PLAINTEXT://127.0.0.1:{cluster.brokers[2].port}"
+    listed = [line.split() for line in table[1:]]
+    assert [int(r[0]) for r in listed] == list(NODES)
+    assert listed[1][1] == f"PLAINTEXT://127.0.0.1:{cluster.brokers[2].port}"
+    described = cluster.brokers[1].cli("describe", "spread").stdout.decode().splitlines()
+    rows = [line.split() for line in described if line.strip()[:1].isdigit()]
+    assert {int(r[0]): int(r[5]) for r in rows} == cluster.leaders("spread")
     led = Counter(cluster.leaders("spread").values())
-    assert all(int(r[3]) >= led[int(r[0])] for r in rows)  # "spread" and earlier topics
+    assert all(int(r[3]) >= led[int(r[0])] for r in listed)  # "spread" and earlier topics
     empty = subprocess.run(
         [
             sys.executable,
