@@ -124,14 +124,11 @@ class Leadership:
             await self.reconcile()
 
     async def _partitions(self) -> list[tuple[str, int, bytes]]:
-        found = []
-        for name in await self.log.list_topics():
-            try:
-                config = await self.log.topic(name)
-            except UnknownTopic:  # deleted meanwhile
-                continue
-            found += [(name, p, config.topic_id) for p in range(config.partitions)]
-        return found
+        return [
+            (config.name, p, config.topic_id)
+            for config in await self.log.topic_configs()
+            for p in range(config.partitions)
+        ]
 
     async def reconcile(self) -> None:
         """Give every partition its winner: a first leader where none is set, and the

@@ -139,6 +139,20 @@ class TopicsLog:
             msgpack.unpackb(data)["id"]: n for n, data in zip(names, packed, strict=True) if data
         }
 
+    async def topic_configs(self) -> list[TopicConfig]:
+        """Every topic's config (two round trips whatever the number of topics)."""
+        names = await self.list_topics()
+        if not names:
+            return []
+        *packed, defaults = await self.redis.mget(
+            [*(self.keys.topic(n) for n in names), self.keys.topic_defaults]
+        )
+        return [  # a topic deleted between the two reads has no config any more
+            TopicConfig.unpack(n, data, defaults)
+            for n, data in zip(names, packed, strict=True)
+            if data
+        ]
+
     async def announce_change(self, topic: str) -> None:
         """The topic changed other than by an append (deleted, records deleted, restored):
         an empty message on its channel makes waiting and caching readers read it again."""

@@ -8,7 +8,6 @@ from collections import Counter
 import click
 
 from kafkaesque.cli.base import Context, echo_table, main, pass_context, run_async
-from kafkaesque.errors import UnknownTopic
 from kafkaesque.registry import registered
 
 
@@ -22,13 +21,8 @@ async def brokers(ctx: Context) -> None:
     if not live:  # on stderr: stdout stays a table, empty
         click.echo("no broker is running", err=True)
         return
-    partitions = []
-    for name in await log.list_topics():
-        try:
-            config = await log.topic(name)
-        except UnknownTopic:  # deleted meanwhile
-            continue
-        partitions += [(name, p) for p in range(config.partitions)]
+    configs = await log.topic_configs()
+    partitions = [(config.name, p) for config in configs for p in range(config.partitions)]
     led = Counter(entry[0] for entry in await log.leaders(partitions) if entry is not None)
     rows = [
         [
