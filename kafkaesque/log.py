@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
 from kafkaesque.archiving import ArchivingLog
 from kafkaesque.batch_build import build_control_batch
@@ -37,6 +38,8 @@ from kafkaesque.log_types import (
 )
 from kafkaesque.records import base_offset, decode_batch, next_offset, offset_count, producer_fields
 from kafkaesque.scripts import Scripts
+from kafkaesque.sequence import clock
+from kafkaesque.slots import slot_of
 
 # DeleteRecords' offset that stands for the high watermark (Kafka's tool: -1).
 HIGH_WATERMARK = -1
@@ -101,6 +104,10 @@ class Log(TopicsLog, ArchivingLog):
     ``cold`` serves offsets Redis no longer holds (the archive). ``recover`` is called when
     Redis turns out to have lost its data, before any append; it must restore the offsets
     from the archive (``restore``). Without one, the log starts afresh.
+
+    On a Redis Cluster (``cluster``; by default: whether ``redis`` is a cluster client) the
+    keys take the cluster layout (kafkaesque.keys) and record ids the per-slot clock
+    (kafkaesque.sequence).
     """
 
     def __init__(
@@ -109,10 +116,15 @@ class Log(TopicsLog, ArchivingLog):
         namespace: str = "ks",
         cold: ColdStore | None = None,
         recover: Callable[[Log], Awaitable[None]] | None = None,
+        cluster: bool | None = None,
     ) -> None:
         self.redis = redis
         self.ns = namespace
-        self.keys = Keys(namespace)
+        self.cluster = isinstance(redis, RedisCluster) if cluster is None else cluster
+        self.keys = Keys(namespace, self.cluster)
+        # The highest sequence number appends through this Log were given (on a cluster,
+        # the floor of the next: one broker's successive appends get growing ids).
+        self.highest_sequence = 0
         self.cold = cold
         self.recover = recover
         self.scripts = Scripts(redis)
@@ -140,11 +152,12 @@ class Log(TopicsLog, ArchivingLog):
         lost) raises a ProducerFenced subclass and writes nothing."""
         keys, args = self._append_call(topic, partition, batches)
         if durability is None or not durability.waits:
-            start, *bases = await self._call(self.scripts.append, keys, args)
+            start, last, *bases = await self._call(self.scripts.append, keys, args)
         else:
-            start, *bases = await self._call(
+            start, last, *bases = await self._call(
                 functools.partial(self._append_durably, durability, timeout_ms), keys, args
             )
+        self._given(last)
         return Appended(bases, start)
 
     async def append_many(
@@ -171,9 +184,26 @@ class Log(TopicsLog, ArchivingLog):
             elif isinstance(reply, Exception):
                 raise reply
             else:
-                start, *bases = reply
+                start, last, *bases = reply
+                self._given(last)
                 results.append(Appended(bases, start))
         return results
+
+    def _given(self, sequence: int) -> None:
+        if sequence > self.highest_sequence:
+            self.highest_sequence = sequence
+
+    def _sequencing(self, topic: str, partition: int, now: int) -> tuple[str, str, int]:
+        """The sequence key, recovery marker and sequence floor of an append (append.lua):
+        on one Redis the counter, the incarnation and 0; on a cluster the slot's hash, the
+        partition's meta (the catalog's incarnation is checked before, in Python: a shard
+        that lost the partition answers it unknown) and the clock, never below what this
+        Log was given."""
+        k = self.keys
+        if not self.cluster:
+            return k.gseq, k.incarnation, 0
+        floor = max(clock(now), self.highest_sequence + 1)
+        return k.slot_hash(slot_of(topic, partition)), k.partition(topic, partition).meta, floor
 
     def _append_call(
         self, topic: str, partition: int, batches: Sequence[bytes]
@@ -181,11 +211,12 @@ class Log(TopicsLog, ArchivingLog):
         """append.lua's keys and arguments."""
         k = self.keys
         p = k.partition(topic, partition)
-        args: list[object] = [p.prefix, k.appended(topic), _now_ms()]
+        now = _now_ms()
+        sequence, marker, floor = self._sequencing(topic, partition, now)
+        args: list[object] = [p.prefix, k.appended(topic), now, floor]
         for batch in batches:
             args += (offset_count(batch), *producer_fields(batch), batch)
-        keys = [p.meta, p.index, p.stats, k.gseq, p.producers, k.archiving, k.incarnation]
-        keys.append(p.txn_open)
+        keys = [p.meta, p.index, p.stats, sequence, p.producers, marker, p.txn_open]
         return keys, args
 
     async def _append_durably(
@@ -410,7 +441,7 @@ class Log(TopicsLog, ArchivingLog):
         deleted, the pages wholly below it freed; returns Redis' log start."""
         p = self.keys.partition(topic, partition)
         start = await self.scripts.delete_records(
-            keys=[p.meta, p.index, p.stats, self.keys.archiving], args=[p.prefix, offset]
+            keys=[p.meta, p.index, p.stats], args=[p.prefix, offset]
         )
         await self.announce_change(topic)
         return start
@@ -418,9 +449,7 @@ class Log(TopicsLog, ArchivingLog):
     async def state(self, topic: str, partition: int) -> PartitionState:
         """Apply retention, then report offsets, pages and bytes held."""
         p = self.keys.partition(topic, partition)
-        values = await self.scripts.state(
-            keys=[p.meta, p.index, p.stats, self.keys.archiving], args=[p.prefix]
-        )
+        values = await self.scripts.state(keys=[p.meta, p.index, p.stats], args=[p.prefix])
         return PartitionState(*values)
 
     async def offset_for_timestamp(
@@ -543,10 +572,12 @@ class Log(TopicsLog, ArchivingLog):
         k = self.keys
         p = k.partition(topic, partition)
         marker = build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch)
-        keys = [p.meta, p.index, p.stats, k.gseq, p.producers, k.archiving, k.incarnation]
+        now = _now_ms()
+        sequence, recovery, floor = self._sequencing(topic, partition, now)
+        keys = [p.meta, p.index, p.stats, sequence, p.producers, recovery]
         keys += [p.txn_open, p.txn_aborted]
-        args = [p.prefix, k.appended(topic), _now_ms(), producer_id, producer_epoch]
-        args += [int(commit), marker]
+        args = [p.prefix, k.appended(topic), now, producer_id, producer_epoch]
+        args += [int(commit), marker, floor]
         start, offset = await self._call(self.scripts.end_txn, keys, args)
         return start, offset
 

@@ -38,7 +38,7 @@ class TopicsLog:
         metas = [k.partition(config.name, p).meta for p in range(config.partitions)]
         await self._call(
             self.scripts.create,
-            keys=[k.topics, k.topic(config.name), k.incarnation, *metas],
+            keys=[k.topics, k.topic(config.name), k.incarnation, k.archiving, *metas],
             args=[config.name, config.pack(), config.lua_settings()],
         )
         return config

@@ -3,8 +3,8 @@
 -- (compare and set). Serves AlterConfigs and CreatePartitions alike.
 -- A changed retention applies to the pages already closed too, as Kafka checks retention
 -- against the current config (see retime).
--- KEYS[1] topic config, KEYS[2] archiving flag, KEYS[3..] meta hash of every partition,
--- existing ones first
+-- KEYS[1] topic config, KEYS[2] archiving switch (new partitions get it in their meta),
+-- KEYS[3..] meta hash of every partition, existing ones first
 -- ARGV: expected config, new config, settings ("name value ...", see settings_list),
 -- number of existing partitions
 
@@ -55,13 +55,14 @@ local new_ttl = 0
 for i = 1, #settings, 2 do
   if settings[i] == 'ttl' then new_ttl = tonumber(settings[i + 1]) end
 end
-local archiving = redis.call('EXISTS', KEYS[2]) == 1
 for i = first_meta, first_meta + existing - 1 do
   local old_ttl = tonumber(redis.call('HGET', KEYS[i], 'ttl') or 0)
-  if old_ttl ~= new_ttl then retime(KEYS[i], old_ttl, new_ttl, archiving) end
+  if old_ttl ~= new_ttl then retime(KEYS[i], old_ttl, new_ttl, is_archiving(KEYS[i])) end
   redis.call('HSET', KEYS[i], unpack(settings))
 end
+local archiving = redis.call('EXISTS', KEYS[2]) == 1
 for i = first_meta + existing, #KEYS do
   init_partition(KEYS[i], 0, 0, 0, ARGV[3])
+  if archiving then redis.call('HSET', KEYS[i], 'archiving', 1) end
 end
 return #KEYS - first_meta + 1 - existing

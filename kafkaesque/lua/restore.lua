@@ -3,7 +3,8 @@
 -- archived end drops what it still holds (all archived) and continues there. Restored
 -- partitions get a higher leader epoch so clients can detect the truncation (KIP-320); the
 -- partition's epoch history (epoch -> start offset, for OffsetForLeaderEpoch) records it.
--- Either way the partition keeps the log start DeleteRecords moved (its floor).
+-- Either way the partition keeps the log start DeleteRecords moved (its floor), and is
+-- archived from now on (its meta's `archiving`: restored from an archive).
 -- KEYS[1] topic set, KEYS[2] topic config, then per partition: meta, index, stats
 -- ARGV: name, config (msgpack), settings ("name value ..."), then per partition:
 -- archived end offset, last known leader epoch, floor (offsets below it were deleted)
@@ -36,6 +37,7 @@ for p = 0, (#KEYS - 2) / 3 - 1 do
     redis.call('HSET', epochs_key(prefix), new_epoch, archived_end)
     restored = restored + 1
   end
+  redis.call('HSET', meta, 'archiving', 1)
   if floor > tonumber(redis.call('HGET', meta, 'floor') or 0) then
     redis.call('HSET', meta, 'floor', floor)
   end
