@@ -58,6 +58,9 @@ class ArchivingLog:
         k = self.keys
         if await self.redis.get(k.archiving) == _ARCHIVING_ON:
             return
+        if k.cluster:  # the partitions are in different slots: in steps
+            await self._enable_archiving_in_steps(_ARCHIVING_ON)  # type: ignore[attr-defined]
+            return
         while True:
             async with self.redis.pipeline(transaction=True) as pipe:
                 await pipe.watch(k.topics)

@@ -144,6 +144,17 @@ class Keys:
         """The catalog's sequence floor: every new partition's slot counter starts above it."""
         return f"{self.catalog}sequence_floor"
 
+    @property
+    def steps(self) -> str:
+        """Sorted set: the markers below (their key names) of operations done in steps on
+        a cluster, by when they started (ms): what the sweep finishes."""
+        return f"{self.catalog}steps"
+
+    @property
+    def config_versions(self) -> str:
+        """Hash: topic -> its config's version, which each partition records (a cluster)."""
+        return f"{self.catalog}config_versions"
+
     def creating(self, topic: str) -> str:
         """Present while a topic's partitions are being created, one step each."""
         return f"{self.catalog}creating:{topic}"
@@ -264,6 +275,8 @@ class Keys:
         if self.cluster:
             cluster_wide |= {
                 "sequence_floor": "sequence_floor",
+                "steps": "steps",
+                "config_versions": "config_versions",
                 "creating": r"creating:.+",
                 "configuring": r"configuring:.+",
                 "deleting": r"deleting:.+",

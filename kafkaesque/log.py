@@ -26,6 +26,7 @@ from kafkaesque.errors import (
     UnknownTopic,
 )
 from kafkaesque.keys import Keys
+from kafkaesque.log_steps import StepsLog
 from kafkaesque.log_topics import TopicsLog
 from kafkaesque.log_types import (
     Appended,
@@ -96,7 +97,7 @@ def _aborted(entry: bytes) -> tuple[int, int, int]:
     return int(pid), int(first), int(last)
 
 
-class Log(TopicsLog, ArchivingLog):
+class Log(TopicsLog, ArchivingLog, StepsLog):
     """Topics and partitions kept in one Redis database (the topic operations, in
     kafkaesque.log_topics, and the archiver's side of it, in kafkaesque.archiving, are
     inherited).
@@ -641,6 +642,11 @@ class Log(TopicsLog, ArchivingLog):
         raise the counters past every id the archive has seen, switch archiving on, and set
         the marker."""
         k = self.keys
+        if self.cluster:  # the catalog, then each partition (kafkaesque/log_steps.py)
+            await self._restore_in_steps(topics, sequence_floor)
+            for t in topics:
+                await self.announce_change(t.config.name)
+            topics = []
         for t in topics:
             c = t.config
             parts = [k.partition(c.name, p) for p in range(len(t.partitions))]
@@ -656,7 +662,10 @@ class Log(TopicsLog, ArchivingLog):
                 args=args,
             )
             await self.announce_change(c.name)
-        for key, floor in ((k.gseq, sequence_floor), (k.producer_ids, producer_id_floor)):
+        floors = [(k.producer_ids, producer_id_floor)]
+        if not self.cluster:
+            floors.append((k.gseq, sequence_floor))
+        for key, floor in floors:
             current = int(await self.redis.get(key) or 0)
             if current < floor:
                 await self.redis.incrby(key, floor - current)

@@ -35,6 +35,9 @@ class TopicsLog:
         config.defaults = await self.topic_defaults()
         config.validate()
         k = self.keys
+        if k.cluster:  # the partitions are in different slots: in steps
+            await self._create_in_steps(config)  # type: ignore[attr-defined]
+            return config
         metas = [k.partition(config.name, p).meta for p in range(config.partitions)]
         await self._call(
             self.scripts.create,
@@ -113,6 +116,12 @@ class TopicsLog:
             current = TopicConfig.unpack(name, raw, defaults)
             changed = change(current)
             changed.validate()
+            if self.keys.cluster:  # in steps: kafkaesque/log_steps.py
+                try:
+                    await self._configure_in_steps(raw, current, changed)  # type: ignore[attr-defined]
+                    return changed
+                except Conflict:
+                    continue
             metas = [self.keys.partition(name, p).meta for p in range(changed.partitions)]
             try:
                 await self.scripts.configure(
@@ -156,6 +165,10 @@ class TopicsLog:
             return
         if self.cold is not None:
             await self.cold.delete_topic(name, config.topic_id, config.partitions)
+        if self.keys.cluster:  # in steps: kafkaesque/log_steps.py
+            await self._delete_in_steps(name)  # type: ignore[attr-defined]
+            await self.announce_change(name)
+            return
         parts = [self.keys.partition(name, p) for p in range(config.partitions)]
         await self.scripts.delete(
             keys=[

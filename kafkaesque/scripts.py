@@ -36,11 +36,25 @@ SCRIPT_NAMES = (
     "delete_records",
     "compact",
     "end_txn",
+    # A Redis Cluster's steps over several slots (kafkaesque/log_steps.py).
+    "create_catalog",
+    "create_partition",
+    "configure_catalog",
+    "configure_partition",
+    "delete_catalog",
+    "delete_partition",
+    "slot_tick",
+    "step_done",
 )
 
 
 # Helpers only some scripts need, put after common.lua in front of them.
-LIBRARIES = {"read": ("partition_read",), "read_many": ("partition_read",)}
+LIBRARIES = {
+    "read": ("partition_read",),
+    "read_many": ("partition_read",),
+    "configure": ("retime",),
+    "configure_partition": ("retime",),
+}
 
 
 @cache
@@ -122,3 +136,11 @@ class Scripts:
     delete_records: Script
     compact: Script
     end_txn: Script
+    create_catalog: Script
+    create_partition: Script
+    configure_catalog: Script
+    configure_partition: Script
+    delete_catalog: Script
+    delete_partition: Script
+    slot_tick: Script
+    step_done: Script

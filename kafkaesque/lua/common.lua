@@ -221,6 +221,26 @@ end
 local function txn_open_key(prefix) return prefix .. 'txn_open' end
 local function txn_aborted_key(prefix) return prefix .. 'txn_aborted' end
 
+-- Delete every key of one partition.
+local function delete_partition(meta, index, stats, producers, prefix)
+  local open_page = redis.call('HGET', meta, 'page')
+  for _, page in ipairs(redis.call('ZRANGE', index, 0, -1)) do
+    redis.call('DEL', page_key(prefix, page), batch_index_key(prefix, page))
+  end
+  if open_page then
+    redis.call('DEL', page_key(prefix, open_page), batch_index_key(prefix, open_page))
+  end
+  redis.call('DEL', meta, index, stats, producers, producers_seen_key(prefix),
+    epochs_key(prefix), txn_open_key(prefix), txn_aborted_key(prefix))
+end
+
+-- Raise a slot's sequence counter (its hash's `seq`) to at least `floor`.
+local function raise_sequence(slot_hash, floor)
+  if floor > tonumber(redis.call('HGET', slot_hash, 'seq') or 0) then
+    redis.call('HSET', slot_hash, 'seq', string.format('%.0f', floor))
+  end
+end
+
 -- The attributes' low byte (byte 23 of a batch): bit 4 isTransactional, bit 5 isControl.
 local ATTRIBUTES_LOW = 23
 local function is_transactional(batch)

@@ -147,8 +147,8 @@ def test_sentinel_follows_a_failover(sentinel: SentinelServers) -> None:
 
 def test_log_through_redis_py_cluster_client(empty_cluster: ClusterServers) -> None:
     """Log accepts redis-py's asyncio RedisCluster and takes the cluster key layout from
-    it: the catalog's keys share a slot (Log.topic's MGET runs), and a script over the
-    catalog and the partitions is refused by the client before anything is sent."""
+    it: the catalog's keys share a slot (Log.topic's MGET runs), and a topic is created in
+    steps (kafkaesque/log_steps.py)."""
 
     async def scenario() -> dict[str, str]:
         client = redis.asyncio.cluster.RedisCluster.from_url(empty_cluster.url)
@@ -167,6 +167,7 @@ def test_log_through_redis_py_cluster_client(empty_cluster: ClusterServers) -> N
         await step("new_producer_id", log.new_producer_id())
         await step("create_topic", log.create_topic(TopicConfig("t", 1)))
         await step("topic", log.topic("t"))
+        await step("state", log.state("t", 0))
         await client.aclose()
         return outcomes
 
@@ -174,8 +175,9 @@ def test_log_through_redis_py_cluster_client(empty_cluster: ClusterServers) -> N
         "ensure_recovered": "ok",
         "list_topics": "ok",
         "new_producer_id": "ok",
-        "create_topic": "EVALSHA - all keys must map to the same key slot",
-        "topic": "no such topic: t",
+        "create_topic": "ok",
+        "topic": "ok",
+        "state": "ok",
     }
 
 
@@ -279,6 +281,51 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
         "producer_id": ([k.producer_ids], [now << 10]),
         "delete_records": ([p.meta, p.index, p.stats], [p.prefix, 0]),
         "compact": ([p.meta, p.index, p.stats], [p.prefix, 0, 0, "", b"", "0 0 0 0"]),
+        # the steps of kafkaesque/log_steps.py: the catalog, or one partition's slot
+        "create_catalog": (
+            [
+                k.topics,
+                k.topic("new"),
+                k.incarnation,
+                k.archiving,
+                k.sequence_floor,
+                k.steps,
+                k.creating("new"),
+                k.deleting("new"),
+            ],
+            ["new", config.pack(), now, "ab"],
+        ),
+        "create_partition": (
+            [p1.meta, k.slot_hash(slot_of(TOPIC, 1))],
+            [config.lua_settings(), "ab", 1, floor, 0],
+        ),
+        "configure_catalog": (
+            [
+                k.topic("new"),
+                k.archiving,
+                k.sequence_floor,
+                k.steps,
+                k.configuring("new"),
+                k.config_versions,
+            ],
+            [config.pack(), config.pack(), now, "new"],
+        ),
+        "configure_partition": ([p1.meta], [config.lua_settings(), 1, "ab"]),
+        "delete_catalog": (
+            [
+                k.topics,
+                k.topic("new"),
+                k.steps,
+                k.deleting("new"),
+                k.creating("new"),
+                k.configuring("new"),
+                k.config_versions,
+            ],
+            ["new", "1 ab", now, config.pack()],
+        ),
+        "delete_partition": ([p1.meta, p1.index, p1.stats, p1.producers], [p1.prefix, "ab"]),
+        "slot_tick": ([k.slot_hash(slot_of(TOPIC, 1))], [floor]),
+        "step_done": ([k.deleting("new"), k.steps], ["1 ab"]),
     }
     # The partition-local scripts give on the cluster what they gave on one Redis.
     owner = empty_cluster.owner(empty_cluster.client().keyslot(p.meta)).client()
@@ -300,6 +347,7 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
     pages = owner.eval(source("closed_pages"), 2, p.meta, p.index, p.prefix, 0, 16)
     assert pages[:3] == [0, 0, 4]  # page 0: offsets 0..3 (two batches of two)
     assert sorted(calls) == sorted(SCRIPT_NAMES)
+    empty_cluster.client().set(k.incarnation, "1")  # as Log.ensure_recovered
     outcomes = {name: _eval(empty_cluster, name, *call) for name, call in calls.items()}
     assert outcomes == {
         # the catalog beside a partition (the topic set and config, and each partition)
@@ -322,6 +370,14 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
         "mark_archived": "ran",
         "producer_id": "ran",
         "compact": "ran: CONFLICT",  # the stale page it was given: it ran and refused
+        "create_catalog": "ran",
+        "create_partition": "ran",
+        "configure_catalog": "ran",
+        "configure_partition": "ran",
+        "delete_catalog": "ran",
+        "delete_partition": "ran",
+        "slot_tick": "ran",
+        "step_done": "ran",
     }
     # Even without a global key, a multi-partition script spans slots (one tag each).
     two_partitions = [p.meta, p1.meta]
