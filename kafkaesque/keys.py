@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
+
+import redis.asyncio.cluster
+import redis.cluster
 
 from kafkaesque import slots
 
@@ -93,6 +97,11 @@ class Keys:
     def __post_init__(self) -> None:
         catalog = f"{self.ns}:{{{self.ns}}}:" if self.cluster else f"{self.ns}:"
         object.__setattr__(self, "catalog", catalog)
+
+    @classmethod
+    def of(cls, client: Any, ns: str = "ks") -> Keys:
+        """The layout for a client: the cluster one for a Redis Cluster client."""
+        return cls(ns, is_cluster(client))
 
     # -- cluster-wide ---------------------------------------------------------------
     @property
@@ -293,3 +302,8 @@ class Keys:
         patterns = {name: rf"{catalog}{p}" for name, p in cluster_wide.items()}
         patterns |= {name: rf"{ns}:{p}" for name, p in tagged.items()}
         return {name: re.compile(rf"{p}\Z", re.S) for name, p in patterns.items()}
+
+
+def is_cluster(client: Any) -> bool:
+    """Whether ``client`` is a Redis Cluster client (asyncio or not)."""
+    return isinstance(client, redis.asyncio.cluster.RedisCluster | redis.cluster.RedisCluster)

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import AskError
 
 from kafkaesque.archiving import ArchivingLog
 from kafkaesque.batch_build import build_control_batch
@@ -25,7 +25,7 @@ from kafkaesque.errors import (
     StorageUnavailable,
     UnknownTopic,
 )
-from kafkaesque.keys import Keys
+from kafkaesque.keys import Keys, is_cluster
 from kafkaesque.log_steps import StepsLog
 from kafkaesque.log_topics import TopicsLog
 from kafkaesque.log_types import (
@@ -121,7 +121,7 @@ class Log(TopicsLog, ArchivingLog, StepsLog):
     ) -> None:
         self.redis = redis
         self.ns = namespace
-        self.cluster = isinstance(redis, RedisCluster) if cluster is None else cluster
+        self.cluster = is_cluster(redis) if cluster is None else cluster
         self.keys = Keys(namespace, self.cluster)
         # The highest sequence number appends through this Log were given (on a cluster,
         # the floor of the next: one broker's successive appends get growing ids).
@@ -177,6 +177,8 @@ class Log(TopicsLog, ArchivingLog, StepsLog):
             await self.ensure_recovered()
             again = await self.scripts.append.many(self.redis, [calls[i] for i in lost])
             for i, reply in zip(lost, again, strict=True):
+                if self.cluster and isinstance(reply, NeedsRecovery):  # see _call
+                    reply = UnknownTopic(f"unknown topic or partition: {appends[i][0]}")
                 replies[i] = reply
         results: list[Appended | KafkaesqueError] = []
         for reply in replies:
@@ -224,7 +226,22 @@ class Log(TopicsLog, ArchivingLog, StepsLog):
         self, durability: Durability, timeout_ms: int, keys: list[str], args: list[Any]
     ) -> Any:
         """The append script, then the waits on the same connection: WAITAOF and WAIT
-        only cover the writes of their own connection."""
+        only cover the writes of their own connection. On a cluster, a connection to the
+        node serving the partition (its slot map read again once if the slot moved)."""
+        if is_cluster(self.redis):
+            for attempt in range(2):
+                node = await self.redis.for_key(keys[0])  # type: ignore[attr-defined]
+                try:
+                    async with node.client() as connection:
+                        appended = await self.scripts.append(
+                            keys=keys, args=args, client=connection
+                        )
+                        await durability.wait(connection, timeout_ms)
+                    return appended
+                except AskError:  # MOVED too: the slot is elsewhere now
+                    if attempt:
+                        raise
+                    await self.redis.refresh_slots()  # type: ignore[attr-defined]
         async with self.redis.client() as connection:
             appended = await self.scripts.append(keys=keys, args=args, client=connection)
             await durability.wait(connection, timeout_ms)

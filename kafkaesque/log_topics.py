@@ -52,8 +52,17 @@ class TopicsLog:
         try:
             return await script(keys=keys, args=args)
         except NeedsRecovery:
-            await self.ensure_recovered()
+            await self._recover_or_unknown()
         return await script(keys=keys, args=args)
+
+    async def _recover_or_unknown(self) -> None:
+        """After a script's NEEDS_RECOVERY: recover. On a cluster a partition's scripts
+        take its meta for the recovery marker (the catalog's is in another slot), so a
+        partition that does not exist says it too: unknown unless the catalog lost its
+        data."""
+        if self.keys.cluster and not await self.needs_recovery():
+            raise UnknownTopic("unknown topic or partition")
+        await self.ensure_recovered()
 
     async def needs_recovery(self) -> bool:
         return not await self.redis.exists(self.keys.incarnation)

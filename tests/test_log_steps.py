@@ -176,3 +176,31 @@ def test_restore_in_steps(make_log: Callable[[], Log]) -> None:
         assert await log.redis.get(log.keys.archiving) == b"3"
 
     asyncio.run(scenario())
+
+
+def test_lost_data_waits_for_recovery(make_log: Callable[[], Log]) -> None:
+    """The catalog lost its data (a flush of every node): an append recovers first; a
+    partition that does not exist is unknown, not a loss."""
+
+    async def scenario() -> None:
+        log = cluster_log(make_log)
+        await log.create_topic(TopicConfig("lost", 2, page_size=2))
+        await log.append("lost", 0, [build_batch([b"a", b"b", b"c"])])
+        with pytest.raises(UnknownTopic):
+            await log.append("lost", 2, [build_batch([b"a"])])
+        config = await log.topic("lost")
+        await log.redis.flushall()
+        calls = []
+
+        async def recover(restoring: Log) -> None:
+            calls.append(1)
+            parts = [RestoredPartition(3, 0), RestoredPartition(0, 0)]
+            await restoring.restore([RestoredTopic(config, parts)], 0, 1000)
+
+        log.recover = recover
+        assert (await log.append("lost", 0, [build_batch([b"d"])])).base_offsets == [3]
+        assert calls == [1]
+        assert (await log.state("lost", 0)).leader_epoch == 1
+        assert await log.new_producer_id() > 1000
+
+    asyncio.run(scenario())
