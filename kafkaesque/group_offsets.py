@@ -131,22 +131,19 @@ class OffsetStore:
         them all. The promise is "each group at one moment" instead of "every group at
         one moment"; ``as_of_ms`` is the catalog's time before the first read (the
         earliest), and the incarnation marker is checked before and after the walk."""
-        pipe = self.redis.pipeline(transaction=True)  # the catalog's slot
-        pipe.get(self.keys.incarnation)
-        pipe.smembers(self.keys.groups)
-        marker, members = await pipe.execute()
+        # (Two reads, not a MULTI: redis-py's cluster transactions fail on SMEMBERS.)
+        marker = await self.redis.get(self.keys.incarnation)
         if marker is None:
             return None
         seconds, micros = await self.redis.time()
+        members = await self.redis.smembers(self.keys.groups)
         group_ids = sorted(g.decode() for g in members)
         groups = {}
         for group_id in group_ids:
             raw = await self.redis.hgetall(self.keys.group(group_id, ":offsets"))
             groups[group_id] = _parse(raw)
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.get(self.keys.incarnation)
-        pipe.smembers(self.keys.groups)
-        again, now_members = await pipe.execute()
+        now_members = await self.redis.smembers(self.keys.groups)
+        again = await self.redis.get(self.keys.incarnation)
         if again != marker:
             return None
         present = {g.decode() for g in now_members}  # the index is a superset: see indexed

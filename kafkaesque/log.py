@@ -5,6 +5,8 @@ The keys are named in kafkaesque/keys.py and described in docs/redis-layout.md.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import functools
 import time
 import uuid
@@ -12,6 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.crc import key_slot
 from redis.exceptions import AskError
 
 from kafkaesque.archiving import ArchivingLog
@@ -290,10 +293,8 @@ class Log(TopicsLog, ArchivingLog, StepsLog):
         if not requests:
             return []
         keys = [self.keys.partition(r.topic, r.partition).meta for r in requests]
-        args: list[object] = [max_bytes, int(committed), int(min_one)]
-        for r in requests:
-            args += (r.offset, r.max_bytes)
-        answers = await self.scripts.read_many(keys=keys, args=args)
+        head = [max_bytes, int(committed), int(min_one)]
+        answers = await self._read_many(keys, head, [(r.offset, r.max_bytes) for r in requests])
         results: list[ReadResult | UnknownTopic | StorageUnavailable] = []
         read_bytes = 0
         for r, answer in zip(requests, answers, strict=True):
@@ -301,6 +302,11 @@ class Log(TopicsLog, ArchivingLog, StepsLog):
                 results.append(UnknownTopic(f"no partition {r.partition} in {r.topic}"))
                 continue
             result = _from_redis(_parsed(answer), self.cold is not None)
+            if result is not None and self.cluster and result.batches:
+                # One call per slot, each within the whole budget: what is over it goes.
+                size = sum(map(len, result.batches))
+                if read_bytes + size > max_bytes and not (min_one and read_bytes == 0):
+                    result = dataclasses.replace(result, batches=[], aborted=[])
             if result is not None:  # the common case: no coroutine needed
                 results.append(result)
                 read_bytes += sum(map(len, result.batches))
@@ -329,9 +335,37 @@ class Log(TopicsLog, ArchivingLog, StepsLog):
             return []
         keys = [self.keys.partition(topic, p).meta for topic, p in partitions]
         # Offset -1 is below every floor: the script answers the offsets and reads nothing.
-        args: list[object] = [0, 0, 0, *([-1, 0] * len(partitions))]
-        answers = await self.scripts.read_many(keys=keys, args=args)
+        answers = await self._read_many(keys, [0, 0, 0], [(-1, 0)] * len(partitions))
         return [None if a[0] < 0 else (a[1], a[2], a[3], a[4]) for a in answers]
+
+    async def _read_many(
+        self, metas: list[str], head: list[object], per: Sequence[tuple[int, int]]
+    ) -> list[Any]:
+        """read_many.lua's answers, in the order of ``metas``: one call on a single Redis;
+        on a cluster one per slot (its KEYS must share one), run concurrently."""
+        if not self.cluster:
+            args = list(head)
+            for pair in per:
+                args += pair
+            return await self.scripts.read_many(keys=metas, args=args)
+        by_slot: dict[int, list[int]] = {}
+        for i, meta in enumerate(metas):
+            by_slot.setdefault(key_slot(meta.encode()), []).append(i)
+        groups = list(by_slot.values())
+        replies = await asyncio.gather(
+            *(
+                self.scripts.read_many(
+                    keys=[metas[i] for i in group],
+                    args=[*head, *(x for i in group for x in per[i])],
+                )
+                for group in groups
+            )
+        )
+        answers: list[Any] = [None] * len(metas)
+        for group, reply in zip(groups, replies, strict=True):
+            for i, answer in zip(group, reply, strict=True):
+                answers[i] = answer
+        return answers
 
     async def _finish_read(
         self,
@@ -629,7 +663,8 @@ class Log(TopicsLog, ArchivingLog, StepsLog):
         """The last stable offset of each of ``partitions`` (one round trip); raises
         UnknownTopic if one does not exist."""
         numbers = list(partitions)
-        pipe = self.redis.pipeline(transaction=True)
+        # One MULTI on a single Redis; a cluster's partitions are in slots of their own.
+        pipe = self.redis.pipeline(transaction=not self.cluster)
         for number in numbers:
             p = self.keys.partition(topic, number)
             pipe.hget(p.meta, "end")
