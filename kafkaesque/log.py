@@ -42,7 +42,7 @@ from kafkaesque.log_types import (
 )
 from kafkaesque.records import base_offset, decode_batch, next_offset, offset_count, producer_fields
 from kafkaesque.scripts import Scripts
-from kafkaesque.sequence import clock
+from kafkaesque.sequence import EPOCH_MS, STEPS_PER_MS, clock, record_id
 from kafkaesque.slots import slot_of
 
 # DeleteRecords' offset that stands for the high watermark (Kafka's tool: -1).
@@ -683,9 +683,31 @@ class Log(TopicsLog, ArchivingLog, StepsLog):
         floor = _now_ms() << 10
         return await self.scripts.producer_id(keys=[self.keys.producer_ids], args=[floor])
 
-    async def sequence_counter(self) -> int:
-        """The highest global sequence number assigned so far."""
-        return int(await self.redis.get(self.keys.gseq) or 0)
+    async def sequence_counter(self, topic: str | None = None, partition: int = 0) -> int:
+        """The highest global sequence number assigned so far. On a cluster, where each
+        slot counts: the highest id the partition's slot has given (0 without ``topic``)."""
+        if not self.cluster:
+            return int(await self.redis.get(self.keys.gseq) or 0)
+        if topic is None:
+            return 0
+        slot = slot_of(topic, partition)
+        counter = await self.redis.hget(self.keys.slot_hash(slot), "seq")
+        return record_id(int(counter), slot) if counter is not None else 0
+
+    async def tick(self) -> int:
+        """The archiver's tick on a cluster: the catalog's sequence floor raised to the
+        catalog server's clock (tick.lua); returns it."""
+        return await self.scripts.tick(
+            keys=[self.keys.sequence_floor], args=[EPOCH_MS, STEPS_PER_MS]
+        )
+
+    async def tick_slots(self, slots: Iterable[int], floor: int) -> None:
+        """Raise each slot's sequence counter to at least ``floor`` (slot_tick.lua),
+        concurrently."""
+        calls = [([self.keys.slot_hash(slot)], [floor]) for slot in sorted(set(slots))]
+        for reply in await self.scripts.slot_tick.many(self.redis, calls):
+            if isinstance(reply, Exception):
+                raise reply
 
     async def restore(
         self, topics: list[RestoredTopic], sequence_floor: int, producer_id_floor: int

@@ -47,6 +47,7 @@ SCRIPT_NAMES = (
     "delete_partition",
     "slot_tick",
     "step_done",
+    "tick",
 )
 
 
@@ -158,3 +159,4 @@ class Scripts:
     delete_partition: Script
     slot_tick: Script
     step_done: Script
+    tick: Script

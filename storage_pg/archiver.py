@@ -231,7 +231,8 @@ class Archiver:
         progress: Callable[[ArchiveSummary], None] | None,
     ) -> None:
         key = (topic_id, partition)
-        counter = await self.log.sequence_counter()  # before the state: see _record_gap
+        # Before the state: see _record_gap.
+        counter = await self.log.sequence_counter(topic, partition)
         state = await self.log.state(topic, partition)
         if self.idle_close_ms is not None:
             await self.log.close_idle_pages(topic, partition, self.idle_close_ms)
