@@ -29,7 +29,7 @@ from kafkaesque.errors import UnknownTopic
 from kafkaesque.keys import Keys
 from kafkaesque.log import Log
 from kafkaesque.scripts import SCRIPT_NAMES, source
-from kafkaesque.sequence import clock
+from kafkaesque.sequence import EPOCH_MS, STEPS_PER_MS, clock
 from kafkaesque.slots import slot_of
 from kafkaesque.topic_config import TopicConfig
 from tests.cluster_servers import SLOTS, ClusterServers, SentinelServers
@@ -326,6 +326,7 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
         "delete_partition": ([p1.meta, p1.index, p1.stats, p1.producers], [p1.prefix, "ab"]),
         "slot_tick": ([k.slot_hash(slot_of(TOPIC, 1))], [floor]),
         "step_done": ([k.deleting("new"), k.steps], ["1 ab"]),
+        "tick": ([k.sequence_floor], [EPOCH_MS, STEPS_PER_MS]),
     }
     # The partition-local scripts give on the cluster what they gave on one Redis.
     owner = empty_cluster.owner(empty_cluster.client().keyslot(p.meta)).client()
@@ -378,6 +379,7 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
         "delete_partition": "ran",
         "slot_tick": "ran",
         "step_done": "ran",
+        "tick": "ran",
     }
     # Even without a global key, a multi-partition script spans slots (one tag each).
     two_partitions = [p.meta, p1.meta]
