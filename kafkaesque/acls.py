@@ -269,7 +269,7 @@ class AclStore:
 
     def __init__(self, redis: redis.asyncio.Redis, namespace: str = "ks") -> None:
         self.redis = redis
-        self.keys = Keys(namespace)
+        self.keys = Keys.of(redis, namespace)
 
     async def version(self) -> int:
         return int(await self.redis.get(self.keys.acls_version) or 0)

@@ -15,11 +15,14 @@ from redis.exceptions import WatchError
 from kafkaesque.errors import UnknownTopic
 from kafkaesque.keys import Keys
 from kafkaesque.scripts import Scripts
+from kafkaesque.sequence import Ids
+from kafkaesque.slots import slot_of
 from kafkaesque.topic_config import TopicConfig
 
-# The archiving flag's value once the TTLs of unarchived pages were taken back (older
-# versions set "1" without doing so: the step is redone then).
-_ARCHIVING_ON = b"2"
+# The archiving switch's value once every partition's meta has its `archiving` field and
+# the TTLs of unarchived pages were taken back (older versions set "1" without taking the
+# TTLs back, "2" without the field: the step is redone then).
+_ARCHIVING_ON = b"3"
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +33,8 @@ class ClosedPage:
     first_offset: int
     next_offset: int  # first offset after this page
     batches: list[bytes]  # as stored: baseOffset patched
-    sequences: list[int]  # per batch, the global sequence number of its first record
+    sequences: list[int]  # per batch, the record id of its first record
+    id_step: int = 1  # between the ids of consecutive records (kafkaesque.sequence.Ids)
 
 
 class ArchivingLog:
@@ -40,13 +44,22 @@ class ArchivingLog:
     scripts: Scripts
     keys: Keys
 
+    def ids(self, topic: str, partition: int) -> Ids:
+        """How the partition's sequence numbers become record ids."""
+        return Ids(slot_of(topic, partition) if self.keys.cluster else None)
+
     async def enable_archiving(self) -> None:
         """From now on pages expire (TTL, max pages) only once archived: in one atomic step,
-        set the archiving flag and take back the TTL of every closed page not archived yet
-        (archive_on.lua per partition, all in one MULTI/EXEC, which WATCH restarts if a
-        topic or partition appears meanwhile). Does nothing once done."""
+        set the archiving switch and, in every partition's meta, its `archiving` field, and
+        take back the TTL of every closed page not archived yet (archive_on.lua per
+        partition, all in one MULTI/EXEC, which WATCH restarts if a topic or partition
+        appears meanwhile; a topic created later reads the switch). Does nothing once
+        done."""
         k = self.keys
         if await self.redis.get(k.archiving) == _ARCHIVING_ON:
+            return
+        if k.cluster:  # the partitions are in different slots: in steps
+            await self._enable_archiving_in_steps(_ARCHIVING_ON)  # type: ignore[attr-defined]
             return
         while True:
             async with self.redis.pipeline(transaction=True) as pipe:
@@ -65,9 +78,7 @@ class ArchivingLog:
                     for p in range(TopicConfig.unpack(name, raw).partitions):
                         part = k.partition(name, p)
                         await self.scripts.archive_on(
-                            keys=[part.meta, part.index, k.archiving],
-                            args=[part.prefix, _ARCHIVING_ON],
-                            client=pipe,
+                            keys=[part.meta, part.index], args=[part.prefix], client=pipe
                         )
                 pipe.set(k.archiving, _ARCHIVING_ON)
                 try:
@@ -84,12 +95,13 @@ class ArchivingLog:
         flat = await self.scripts.closed_pages(
             keys=[p.meta, p.index], args=[p.prefix, from_offset, max_pages]
         )
+        ids = self.ids(topic, partition)
         pages, i = [], 0
         while i < len(flat):
             page, first, following, bidx, count = flat[i : i + 5]
             batches = flat[i + 5 : i + 5 + count]
-            sequences = [sequence for _, sequence in batch_index_entries(bidx)]
-            pages.append(ClosedPage(page, first, following, batches, sequences))
+            sequences = [ids.id(sequence) for _, sequence in batch_index_entries(bidx)]
+            pages.append(ClosedPage(page, first, following, batches, sequences, ids.step))
             i += 5 + count
         return pages
 
@@ -128,13 +140,13 @@ class ArchivingLog:
         partitions get archived too."""
         p = self.keys.partition(topic, partition)
         closed = await self.scripts.close_idle(
-            keys=[p.meta, p.stats, self.keys.archiving],
+            keys=[p.meta, p.stats],
             args=[p.prefix, int(time.time() * 1000) - older_than_ms],
         )
         return bool(closed)
 
     async def first_unarchived_sequence(self, topic: str, partition: int) -> int | None:
-        """The global sequence number of the first record not yet archived, if any; 1 when
+        """The record id of the first record not yet archived, if any; 1 when
         Redis no longer holds that record (retention dropped it before archiving, and the
         archiver has not recorded the gap yet), which holds the watermark back. Records
         below DeleteRecords' floor never will be archived: they hold nothing back."""
@@ -151,7 +163,7 @@ class ArchivingLog:
         return 1 if found is None else found
 
     async def sequence_at(self, topic: str, partition: int, offset: int) -> int | None:
-        """The global sequence number of the record at ``offset`` (below the log end); None
+        """The record id of the record at ``offset`` (below the log end); None
         if Redis does not hold it. Where the compactor removed that record, the number it
         had, or that of the next record held when its whole batch went (never higher than
         the next record's: the watermark may lag, never run ahead)."""
@@ -161,10 +173,11 @@ class ArchivingLog:
         if not raw:
             return None
         entries = batch_index_entries(raw)
+        ids = self.ids(topic, partition)
         for base, sequence in reversed(entries):
             if base <= offset:
-                return sequence + offset - base
-        return entries[0][1]  # the page took over the offsets of a page the compactor emptied
+                return ids.id(sequence + offset - base)
+        return ids.id(entries[0][1])  # the page took over a page the compactor emptied
 
 
 # A page's batch index ("bidx:N"): per batch its base offset and the global sequence

@@ -14,14 +14,14 @@ from redis.asyncio import Redis
 from kafkaesque.keys import Keys
 
 
-def cluster_key(namespace: str) -> str:
-    return Keys(namespace).cluster_id
+def cluster_key(namespace: str, cluster: bool = False) -> str:
+    return Keys(namespace, cluster).cluster_id
 
 
 async def cluster_id(redis: Redis, namespace: str) -> str:
     """The Redis' cluster id, created on first use (22 characters, as Kafka's), shared by
     every broker process and command on it."""
-    key = cluster_key(namespace)
+    key = Keys.of(redis, namespace).cluster_id
     fresh = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
     # One MULTI: a flush between the SET and the GET would otherwise leave nothing to read.
     pipe = redis.pipeline(transaction=True)

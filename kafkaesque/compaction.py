@@ -268,11 +268,10 @@ class Compactor:
         keys = self.log.keys
         p = keys.partition(topic, partition)
         pipe = self.log.redis.pipeline(transaction=True)
-        pipe.hmget(p.meta, "page", "archived", "end")
+        pipe.hmget(p.meta, "page", "archived", "end", "archiving")
         pipe.zrange(p.index, 0, -1, withscores=True)
         pipe.hgetall(p.stats)
-        pipe.exists(keys.archiving)
-        (open_page, archived, log_end), index, stats, archiving = await pipe.execute()
+        (open_page, archived, log_end, archiving), index, stats = await pipe.execute()
         if log_end is None:
             raise UnknownTopic(f"unknown topic or partition: {topic}[{partition}]")
         seen = (open_page, archived)
@@ -282,7 +281,7 @@ class Compactor:
         blocked_until = float("inf")  # when min.compaction.lag.ms lets the next page in
         for (number, first), following in zip(closed, follows, strict=False):
             page = _page(number, first, following, stats.get(str(number).encode()))
-            if archiving and page.next > int(archived):
+            if archiving == b"1" and page.next > int(archived):
                 break  # not wholly archived yet: the archive must get it uncompacted
             if page.max_ts is not None and page.max_ts > now - policy.min_lag_ms:
                 blocked_until = page.max_ts + policy.min_lag_ms

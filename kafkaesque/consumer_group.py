@@ -34,6 +34,7 @@ from kafkaesque.consumer_group_state import (
     new_member_id,
 )
 from kafkaesque.errors import UnknownTopic
+from kafkaesque.group_offsets import indexed
 from kafkaesque.group_state import Group
 from kafkaesque.keys import Keys
 
@@ -107,24 +108,32 @@ class ConsumerGroupCoordinator:
         self.log = log
         self.redis = log.redis
         self.config = config or ConsumerGroupConfig()
-        self.keys = Keys(log.ns)
+        self.keys = log.keys
 
     async def load(self, group_id: str) -> ConsumerGroup | None:
         return await _load(self.redis, self.keys, group_id)
 
     async def _save(self, group: ConsumerGroup, heartbeat: str | None = None) -> None:
-        gid = group.group_id
+        gid, k = group.group_id, self.keys
+        # Listed, and its offsets archived, with the rest.
+        added = [k.groups, k.consumer_groups_active] if group.members else [k.groups]
+        removed = [] if group.members else [k.consumer_groups_active]
+        if k.cluster:  # the index is a superset: group_offsets.indexed
+            await indexed(self.redis, gid, added, [])
         pipe = self.redis.pipeline(transaction=True)
-        pipe.set(self.keys.group(gid, ":consumer"), group.pack())
-        pipe.sadd(self.keys.groups, gid)  # listed, and its offsets archived, with the rest
-        if group.members:
-            pipe.sadd(self.keys.consumer_groups_active, gid)
-        else:
-            pipe.srem(self.keys.consumer_groups_active, gid)
-            pipe.delete(self.keys.group(gid, ":heartbeats"))
+        pipe.set(k.group(gid, ":consumer"), group.pack())
+        if not k.cluster:
+            for key in added:
+                pipe.sadd(key, gid)
+            for key in removed:
+                pipe.srem(key, gid)
+        if not group.members:
+            pipe.delete(k.group(gid, ":heartbeats"))
         if heartbeat is not None and heartbeat in group.members:
-            pipe.hset(self.keys.group(gid, ":heartbeats"), heartbeat, _now_ms())
+            pipe.hset(k.group(gid, ":heartbeats"), heartbeat, _now_ms())
         await pipe.execute()
+        if k.cluster:
+            await indexed(self.redis, gid, [], removed)
 
     async def heartbeat(self, group_id: str, hb: Heartbeat, version: int) -> HeartbeatResult:
         """One ConsumerGroupHeartbeat; raises HeartbeatRefused with the error to answer."""
@@ -212,7 +221,10 @@ class ConsumerGroupCoordinator:
         """Of ``group_ids``, the consumer groups and their states (for ListGroups)."""
         if not group_ids:
             return {}
-        raws = await self.redis.mget([self.keys.group(g, ":consumer") for g in group_ids])
+        keys = [self.keys.group(g, ":consumer") for g in group_ids]
+        # Groups are in slots of their own on a cluster: one GET per slot there.
+        mget = self.redis.mget_nonatomic if self.keys.cluster else self.redis.mget  # type: ignore[attr-defined]
+        raws = await mget(keys)
         return {
             g: ConsumerGroup.unpack(raw).state
             for g, raw in zip(group_ids, raws, strict=True)

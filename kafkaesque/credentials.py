@@ -52,7 +52,7 @@ class CredentialStore:
 
     def __init__(self, redis: Any, namespace: str = "ks") -> None:
         self.redis = redis
-        self.key = Keys(namespace).scram_credentials
+        self.key = Keys.of(redis, namespace).scram_credentials
 
     async def get(self, user: str, mechanism: Mechanism) -> Credential | None:
         text = await self.redis.hget(self.key, f"{mechanism.name}:{user}")

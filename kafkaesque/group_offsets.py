@@ -95,7 +95,11 @@ class OffsetStore:
 
     async def snapshot(self) -> OffsetsSnapshot | None:
         """Every group's offsets, read in one MULTI with the incarnation marker checked on
-        both sides; None while Redis has lost its data (recovery has not run yet)."""
+        both sides; None while Redis has lost its data (recovery has not run yet). On a
+        cluster each group's offsets are read at a moment of their own (one HGETALL each,
+        see ``_snapshot_per_group``)."""
+        if self.keys.cluster:
+            return await self._snapshot_per_group()
         pipe = self.redis.pipeline(transaction=True)
         pipe.get(self.keys.incarnation)
         pipe.smembers(self.keys.groups)
@@ -122,6 +126,30 @@ class OffsetStore:
         }
         return OffsetsSnapshot(seconds * 1000 + micros // 1000, groups)
 
+    async def _snapshot_per_group(self) -> OffsetsSnapshot | None:
+        """The cluster's snapshot: groups are in slots of their own, so no MULTI holds
+        them all. The promise is "each group at one moment" instead of "every group at
+        one moment"; ``as_of_ms`` is the catalog's time before the first read (the
+        earliest), and the incarnation marker is checked before and after the walk."""
+        # (Two reads, not a MULTI: redis-py's cluster transactions fail on SMEMBERS.)
+        marker = await self.redis.get(self.keys.incarnation)
+        if marker is None:
+            return None
+        seconds, micros = await self.redis.time()
+        members = await self.redis.smembers(self.keys.groups)
+        group_ids = sorted(g.decode() for g in members)
+        groups = {}
+        for group_id in group_ids:
+            raw = await self.redis.hgetall(self.keys.group(group_id, ":offsets"))
+            groups[group_id] = _parse(raw)
+        now_members = await self.redis.smembers(self.keys.groups)
+        again = await self.redis.get(self.keys.incarnation)
+        if again != marker:
+            return None
+        present = {g.decode() for g in now_members}  # the index is a superset: see indexed
+        groups = {g: offsets for g, offsets in groups.items() if g in present}
+        return OffsetsSnapshot(seconds * 1000 + micros // 1000, groups)
+
     async def restore(
         self,
         groups: Mapping[str, Mapping[TopicPartition, CommittedOffset]],
@@ -133,8 +161,12 @@ class OffsetStore:
         to new records; offsets of partitions that no longer exist are dropped. A group
         Redis does not know comes back empty (no members), as after a broker restart."""
         clamped = []
+        cluster = self.keys.cluster
         pipe = self.redis.pipeline(transaction=True)
         for group_id, offsets in groups.items():
+            if cluster:  # one MULTI per group (its slot), listed first: see indexed
+                await indexed(self.redis, group_id, [self.keys.groups], [])
+                pipe = self.redis.pipeline(transaction=True)
             for (topic, partition), o in sorted(offsets.items()):
                 end = log_ends.get((topic, partition))
                 if end is None:
@@ -146,6 +178,26 @@ class OffsetStore:
                     self.keys.group(group_id, ":offsets"), _field(topic, partition), _pack(o)
                 )
             pipe.set(self.keys.group(group_id), Group(group_id).pack(), nx=True)
-            pipe.sadd(self.keys.groups, group_id)
-        await pipe.execute()
+            if cluster:
+                await pipe.execute()
+            else:
+                pipe.sadd(self.keys.groups, group_id)
+        if not cluster:
+            await pipe.execute()
         return clamped
+
+
+async def indexed(redis: Redis, group_id: str, added: list[str], removed: list[str]) -> None:
+    """On a cluster the index sets (groups, groups:active, groups:consumer) are in the
+    catalog's slot, apart from a group's keys, so no MULTI holds both. The rule instead:
+    the index is a superset. A group is added *before* the write that makes it exist or
+    have members and removed *after* the one that removes them: a reader of the index meets
+    at worst a group that is gone (skipped, as ``tick_all`` skips it), never misses one."""
+    if not added and not removed:
+        return
+    pipe = redis.pipeline(transaction=True)
+    for key in added:
+        pipe.sadd(key, group_id)
+    for key in removed:
+        pipe.srem(key, group_id)
+    await pipe.execute()

@@ -24,7 +24,7 @@ from kafkaesque.consumer_group import consumer_commit_error, make_room_for_class
 from kafkaesque.consumer_group_state import ConsumerGroupError
 from kafkaesque.consumer_protocol import decode_assignment as decode_consumer_assignment
 from kafkaesque.errors import GroupBusy
-from kafkaesque.group_offsets import CommittedOffset, OffsetStore
+from kafkaesque.group_offsets import CommittedOffset, OffsetStore, indexed
 from kafkaesque.group_rules import (
     FIRST_EPOCH_AWARE_COMMIT,
     commit_error,
@@ -87,7 +87,7 @@ class GroupCoordinator:
         self.redis = redis
         self.clock = clock  # milliseconds; tests move it to expire offsets
         self.config = config or CoordinatorConfig()
-        self.keys = Keys(namespace)
+        self.keys = Keys.of(redis, namespace)
         self.offsets = OffsetStore(redis, self.keys)
         self.notifier = Notifier(redis, self.keys.group_events(""))
 
@@ -104,17 +104,27 @@ class GroupCoordinator:
         return None if data is None else Group.unpack(data)
 
     async def _save(self, group: Group) -> None:
+        k, gid = self.keys, group.group_id
+        added = [k.groups, k.groups_active] if group.members else [k.groups]
+        removed = [] if group.members else [k.groups_active]
+        if k.cluster:  # the index sets are in the catalog's slot: see group_offsets.indexed
+            await indexed(self.redis, gid, added, [])
         pipe = self.redis.pipeline(transaction=True)
-        pipe.set(self.keys.group(group.group_id), group.pack())
-        pipe.sadd(self.keys.groups, group.group_id)
-        if group.members:
-            pipe.sadd(self.keys.groups_active, group.group_id)
-        else:
-            pipe.srem(self.keys.groups_active, group.group_id)
-            pipe.delete(self.keys.group(group.group_id, ":heartbeats"))
-        pipe.publish(self.keys.group_events(group.group_id), group.generation)
+        pipe.set(k.group(gid), group.pack())
+        if not k.cluster:
+            for key in added:
+                pipe.sadd(key, gid)
+            for key in removed:
+                pipe.srem(key, gid)
+        if not group.members:
+            pipe.delete(k.group(gid, ":heartbeats"))
+        if not k.cluster:  # a cluster client pipelines no PUBLISH: sent after the MULTI
+            pipe.publish(k.group_events(gid), group.generation)
         await pipe.execute()
-        self.notifier.notify(group.group_id)
+        if k.cluster:
+            await self.redis.publish(k.group_events(gid), group.generation)
+            await indexed(self.redis, gid, [], removed)
+        self.notifier.notify(gid)
 
     def _lock(self, group_id: str) -> Any:
         # Held for one read-modify-write; the timeout frees it if a process dies holding it.
@@ -376,6 +386,9 @@ class GroupCoordinator:
             self.keys.group(group_id, ":offsets"),
             self.keys.group(group_id, ":heartbeats"),
         )
-        pipe.srem(self.keys.groups, group_id)
-        pipe.srem(self.keys.groups_active, group_id)
+        if not self.keys.cluster:
+            pipe.srem(self.keys.groups, group_id)
+            pipe.srem(self.keys.groups_active, group_id)
         await pipe.execute()
+        if self.keys.cluster:  # after: see group_offsets.indexed
+            await indexed(self.redis, group_id, [], [self.keys.groups, self.keys.groups_active])

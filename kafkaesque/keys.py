@@ -8,7 +8,13 @@ partition's prefix (``Keys.partition``) and append the suffixes listed in ``PART
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.asyncio.cluster
+import redis.cluster
+
+from kafkaesque import slots
 
 # Suffixes after a partition's prefix "NS:{TOPIC:P}:" (the hash tag keeps a partition's keys
 # in one slot, so each script touches one slot). Lua's common.lua appends the same ones.
@@ -76,48 +82,99 @@ class PartitionKeys:
 
 @dataclass(frozen=True, slots=True)
 class Keys:
-    """Key names under one namespace (``ks`` by default)."""
+    """Key names under one namespace (``ks`` by default).
+
+    With ``cluster`` (a Redis Cluster) every cluster-wide key carries the catalog hash tag
+    ``{NS}`` ("ks:{ks}:topics"), so they share one slot and their scripts and MULTIs keep
+    working; on a single Redis their names stay "ks:topics" and so on. A partition's tag
+    ``{NAME:P}`` always holds a colon, so it never equals the catalog's."""
 
     ns: str = "ks"
+    cluster: bool = False
+    # The prefix of the cluster-wide keys: "NS:", or "NS:{NS}:" on a cluster.
+    catalog: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        catalog = f"{self.ns}:{{{self.ns}}}:" if self.cluster else f"{self.ns}:"
+        object.__setattr__(self, "catalog", catalog)
+
+    @classmethod
+    def of(cls, client: Any, ns: str = "ks") -> Keys:
+        """The layout for a client: the cluster one for a Redis Cluster client."""
+        return cls(ns, is_cluster(client))
 
     # -- cluster-wide ---------------------------------------------------------------
     @property
     def topics(self) -> str:
-        return f"{self.ns}:topics"
+        return f"{self.catalog}topics"
 
     def topic(self, name: str) -> str:
-        return f"{self.ns}:topic:{name}"
+        return f"{self.catalog}topic:{name}"
 
     @property
     def gseq(self) -> str:
-        return f"{self.ns}:gseq"
+        return f"{self.catalog}gseq"
 
     @property
     def producer_ids(self) -> str:
-        return f"{self.ns}:producer_ids"
+        return f"{self.catalog}producer_ids"
 
     @property
     def incarnation(self) -> str:
         """Present while Redis holds its data: a flush or a restart without persistence
         removes it, and appends then wait for recovery from the archive."""
-        return f"{self.ns}:incarnation"
+        return f"{self.catalog}incarnation"
 
     @property
     def archiving(self) -> str:
-        return f"{self.ns}:archiving"
+        return f"{self.catalog}archiving"
 
     @property
     def cluster_id(self) -> str:
-        return f"{self.ns}:cluster_id"
+        return f"{self.catalog}cluster_id"
 
     @property
     def topic_defaults(self) -> str:
         """The broker's topic config defaults (``serve --config``), msgpack."""
-        return f"{self.ns}:topic_defaults"
+        return f"{self.catalog}topic_defaults"
 
     def appended(self, topic: str) -> str:
         """Pub/sub channel: the appended partition's new log end after every append."""
         return f"{self.ns}:appended:{topic}"
+
+    # -- a cluster's own keys (catalog slot, or one slot each) -----------------------------
+    def slot_hash(self, slot: int) -> str:
+        """A cluster slot's hash (field ``seq``: the slot's sequence counter), in the same
+        slot as the partitions it holds (kafkaesque/slots.py)."""
+        return f"{self.ns}:{{{slots.tag(slot)}}}:slot"
+
+    @property
+    def sequence_floor(self) -> str:
+        """The catalog's sequence floor: every new partition's slot counter starts above it."""
+        return f"{self.catalog}sequence_floor"
+
+    @property
+    def steps(self) -> str:
+        """Sorted set: the markers below (their key names) of operations done in steps on
+        a cluster, by when they started (ms): what the sweep finishes."""
+        return f"{self.catalog}steps"
+
+    @property
+    def config_versions(self) -> str:
+        """Hash: topic -> its config's version, which each partition records (a cluster)."""
+        return f"{self.catalog}config_versions"
+
+    def creating(self, topic: str) -> str:
+        """Present while a topic's partitions are being created, one step each."""
+        return f"{self.catalog}creating:{topic}"
+
+    def configuring(self, topic: str) -> str:
+        """Present while a topic's new config is applied to its partitions, one step each."""
+        return f"{self.catalog}configuring:{topic}"
+
+    def deleting(self, topic: str) -> str:
+        """Present while a deleted topic's partitions are deleted, one step each."""
+        return f"{self.catalog}deleting:{topic}"
 
     # -- partitions -------------------------------------------------------------------
     def partition(self, topic: str, partition: int) -> PartitionKeys:
@@ -127,17 +184,17 @@ class Keys:
     # -- consumer groups ----------------------------------------------------------------
     @property
     def groups(self) -> str:
-        return f"{self.ns}:groups"
+        return f"{self.catalog}groups"
 
     @property
     def groups_active(self) -> str:
         """The groups with members: the only ones the periodic expiry tick visits."""
-        return f"{self.ns}:groups:active"
+        return f"{self.catalog}groups:active"
 
     @property
     def consumer_groups_active(self) -> str:
         """The consumer-protocol (KIP-848) groups with members, for the expiry tick."""
-        return f"{self.ns}:groups:consumer"
+        return f"{self.catalog}groups:consumer"
 
     def group(self, group_id: str, part: str = "") -> str:
         """A group's state (``part`` ""), or its ":heartbeats", ":offsets", ":lock", or
@@ -152,36 +209,36 @@ class Keys:
     @property
     def quotas(self) -> str:
         """Every client quota: field JSON ``[key, [[type, name], ...]]`` -> the value."""
-        return f"{self.ns}:quotas"
+        return f"{self.catalog}quotas"
 
     @property
     def quotas_version(self) -> str:
         """Grows with every quota change: brokers re-read ``quotas`` when it moved."""
-        return f"{self.ns}:quotas:version"
+        return f"{self.catalog}quotas:version"
 
     # -- ACLs ----------------------------------------------------------------------------
     @property
     def acls(self) -> str:
         """Every ACL binding: field JSON ``[resource type, name, pattern type, principal,
         host, operation, permission]`` -> ``1``."""
-        return f"{self.ns}:acls"
+        return f"{self.catalog}acls"
 
     @property
     def acls_version(self) -> str:
         """Grows with every ACL change: brokers re-read ``acls`` when it moved."""
-        return f"{self.ns}:acls:version"
+        return f"{self.catalog}acls:version"
 
     # -- transactions ---------------------------------------------------------------------
     @property
     def transactions(self) -> str:
         """Every transactional id the coordinator knows."""
-        return f"{self.ns}:txns"
+        return f"{self.catalog}txns"
 
     @property
     def transactions_due(self) -> str:
         """Sorted set: transactional id by when the coordinator must act on its own (an
         open transaction's timeout; a prepared one's markers, at once)."""
-        return f"{self.ns}:txns:due"
+        return f"{self.catalog}txns:due"
 
     def transaction(self, transactional_id: str, part: str = "") -> str:
         """A transactional id's state (hash; ``part`` "") or its ":lock"."""
@@ -196,60 +253,87 @@ class Keys:
     def scram_credentials(self) -> str:
         """Every SCRAM credential: field "MECHANISM:user" -> "iterations salt stored_key
         server_key" (base64); never a password."""
-        return f"{self.ns}:scram"
+        return f"{self.catalog}scram"
 
     # -- brokers -------------------------------------------------------------------------
     @property
     def brokers(self) -> str:
         """Every registered broker: node id -> "token\\naddress\\n" + its msgpack entry."""
-        return f"{self.ns}:brokers"
+        return f"{self.catalog}brokers"
 
     @property
     def brokers_alive(self) -> str:
         """Sorted set: registered node id by its session deadline (ms, Redis' clock)."""
-        return f"{self.ns}:brokers:alive"
+        return f"{self.catalog}brokers:alive"
 
     @property
     def membership(self) -> str:
         """Grows with every broker that joins, leaves or expires."""
-        return f"{self.ns}:brokers:membership"
+        return f"{self.catalog}brokers:membership"
+
+    @property
+    def brokers_sequence(self) -> str:
+        """The highest record sequence number a broker reported (its appends' floor)."""
+        return f"{self.catalog}brokers:sequence"
 
     @property
     def membership_channel(self) -> str:
         """Pub/sub channel: the brokers or the partitions' leaders changed."""
-        return f"{self.ns}:brokers:changed"
+        return f"{self.catalog}brokers:changed"
 
     # -- the layout, for checking --------------------------------------------------------
     def patterns(self) -> dict[str, re.Pattern[str]]:
-        """Every key that may exist, by name: what a full SCAN must match."""
+        """Every key that may exist, by name: what a full SCAN must match (the cluster
+        layout's when ``cluster``)."""
         ns = re.escape(self.ns)
+        catalog = re.escape(self.catalog)
         suffix = "|".join(re.escape(s).replace("N", r"\d+") for s in PARTITION)
-        return {
-            name: re.compile(rf"{ns}:{pattern}\Z", re.S)
-            for name, pattern in {
-                "topics": "topics",
-                "topic": r"topic:.+",
-                "gseq": "gseq",
-                "producer_ids": "producer_ids",
-                "incarnation": "incarnation",
-                "archiving": "archiving",
-                "cluster_id": "cluster_id",
-                "topic_defaults": "topic_defaults",
-                "partition": rf"\{{.+:\d+\}}:(?:{suffix})",
-                "groups": "groups",
-                "groups_active": r"groups:active",
-                "consumer_groups_active": r"groups:consumer",
-                "group": r"group:\{.*\}(?::heartbeats|:offsets|:lock|:consumer|:txnoffsets)?",
-                "quotas": "quotas",
-                "quotas_version": r"quotas:version",
-                "acls": "acls",
-                "acls_version": r"acls:version",
-                "transactions": "txns",
-                "transactions_due": r"txns:due",
-                "transaction": r"txn:\{.*\}(?::lock)?",
-                "scram_credentials": "scram",
-                "brokers": "brokers",
-                "brokers_alive": r"brokers:alive",
-                "membership": r"brokers:membership",
-            }.items()
+        cluster_wide = {
+            "topics": "topics",
+            "topic": r"topic:.+",
+            "producer_ids": "producer_ids",
+            "incarnation": "incarnation",
+            "archiving": "archiving",
+            "cluster_id": "cluster_id",
+            "topic_defaults": "topic_defaults",
+            "groups": "groups",
+            "groups_active": r"groups:active",
+            "consumer_groups_active": r"groups:consumer",
+            "quotas": "quotas",
+            "quotas_version": r"quotas:version",
+            "acls": "acls",
+            "acls_version": r"acls:version",
+            "transactions": "txns",
+            "transactions_due": r"txns:due",
+            "scram_credentials": "scram",
+            "brokers": "brokers",
+            "brokers_alive": r"brokers:alive",
+            "membership": r"brokers:membership",
+            "brokers_sequence": r"brokers:sequence",
         }
+        if self.cluster:
+            cluster_wide |= {
+                "sequence_floor": "sequence_floor",
+                "steps": "steps",
+                "config_versions": "config_versions",
+                "creating": r"creating:.+",
+                "configuring": r"configuring:.+",
+                "deleting": r"deleting:.+",
+            }
+        else:
+            cluster_wide["gseq"] = "gseq"
+        tagged = {
+            "partition": rf"\{{.+:\d+\}}:(?:{suffix})",
+            "group": r"group:\{.*\}(?::heartbeats|:offsets|:lock|:consumer|:txnoffsets)?",
+            "transaction": r"txn:\{.*\}(?::lock)?",
+        }
+        if self.cluster:
+            tagged["slot_hash"] = r"\{[0-9a-z]+\}:slot"
+        patterns = {name: rf"{catalog}{p}" for name, p in cluster_wide.items()}
+        patterns |= {name: rf"{ns}:{p}" for name, p in tagged.items()}
+        return {name: re.compile(rf"{p}\Z", re.S) for name, p in patterns.items()}
+
+
+def is_cluster(client: Any) -> bool:
+    """Whether ``client`` is a Redis Cluster client (asyncio or not)."""
+    return isinstance(client, redis.asyncio.cluster.RedisCluster | redis.cluster.RedisCluster)

@@ -5,6 +5,8 @@ The keys are named in kafkaesque/keys.py and described in docs/redis-layout.md.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import functools
 import time
 import uuid
@@ -12,6 +14,8 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.crc import key_slot
+from redis.exceptions import AskError
 
 from kafkaesque.archiving import ArchivingLog
 from kafkaesque.batch_build import build_control_batch
@@ -24,7 +28,8 @@ from kafkaesque.errors import (
     StorageUnavailable,
     UnknownTopic,
 )
-from kafkaesque.keys import Keys
+from kafkaesque.keys import Keys, is_cluster
+from kafkaesque.log_steps import StepsLog
 from kafkaesque.log_topics import TopicsLog
 from kafkaesque.log_types import (
     Appended,
@@ -37,6 +42,8 @@ from kafkaesque.log_types import (
 )
 from kafkaesque.records import base_offset, decode_batch, next_offset, offset_count, producer_fields
 from kafkaesque.scripts import Scripts
+from kafkaesque.sequence import EPOCH_MS, STEPS_PER_MS, clock, record_id
+from kafkaesque.slots import slot_of
 
 # DeleteRecords' offset that stands for the high watermark (Kafka's tool: -1).
 HIGH_WATERMARK = -1
@@ -97,7 +104,7 @@ def _aborted(entry: bytes) -> tuple[int, int, int]:
     return int(pid), int(first), int(last)
 
 
-class Log(TopicsLog, ArchivingLog):
+class Log(TopicsLog, ArchivingLog, StepsLog):
     """Topics and partitions kept in one Redis database (the topic operations, in
     kafkaesque.log_topics, and the archiver's side of it, in kafkaesque.archiving, are
     inherited).
@@ -105,6 +112,10 @@ class Log(TopicsLog, ArchivingLog):
     ``cold`` serves offsets Redis no longer holds (the archive). ``recover`` is called when
     Redis turns out to have lost its data, before any append; it must restore the offsets
     from the archive (``restore``). Without one, the log starts afresh.
+
+    On a Redis Cluster (``cluster``; by default: whether ``redis`` is a cluster client) the
+    keys take the cluster layout (kafkaesque.keys) and record ids the per-slot clock
+    (kafkaesque.sequence).
     """
 
     def __init__(
@@ -113,10 +124,15 @@ class Log(TopicsLog, ArchivingLog):
         namespace: str = "ks",
         cold: ColdStore | None = None,
         recover: Callable[[Log], Awaitable[None]] | None = None,
+        cluster: bool | None = None,
     ) -> None:
         self.redis = redis
         self.ns = namespace
-        self.keys = Keys(namespace)
+        self.cluster = is_cluster(redis) if cluster is None else cluster
+        self.keys = Keys(namespace, self.cluster)
+        # The highest sequence number appends through this Log were given (on a cluster,
+        # the floor of the next: one broker's successive appends get growing ids).
+        self.highest_sequence = 0
         self.cold = cold
         self.recover = recover
         self.scripts = Scripts(redis)
@@ -147,11 +163,12 @@ class Log(TopicsLog, ArchivingLog):
         lost) raises a ProducerFenced subclass and writes nothing."""
         keys, args = self._append_call(topic, partition, batches)
         if durability is None or not durability.waits:
-            start, *bases = await self._call(self.scripts.append, keys, args)
+            start, last, *bases = await self._call(self.scripts.append, keys, args)
         else:
-            start, *bases = await self._call(
+            start, last, *bases = await self._call(
                 functools.partial(self._append_durably, durability, timeout_ms), keys, args
             )
+        self._given(last)
         return Appended(bases, start)
 
     async def append_many(
@@ -170,6 +187,8 @@ class Log(TopicsLog, ArchivingLog):
             await self.ensure_recovered()
             again = await self.scripts.append.many(self.redis, [calls[i] for i in lost])
             for i, reply in zip(lost, again, strict=True):
+                if self.cluster and isinstance(reply, NeedsRecovery):  # see _call
+                    reply = UnknownTopic(f"unknown topic or partition: {appends[i][0]}")
                 replies[i] = reply
         results: list[Appended | KafkaesqueError] = []
         for reply in replies:
@@ -178,9 +197,26 @@ class Log(TopicsLog, ArchivingLog):
             elif isinstance(reply, Exception):
                 raise reply
             else:
-                start, *bases = reply
+                start, last, *bases = reply
+                self._given(last)
                 results.append(Appended(bases, start))
         return results
+
+    def _given(self, sequence: int) -> None:
+        if sequence > self.highest_sequence:
+            self.highest_sequence = sequence
+
+    def _sequencing(self, topic: str, partition: int, now: int) -> tuple[str, str, int]:
+        """The sequence key, recovery marker and sequence floor of an append (append.lua):
+        on one Redis the counter, the incarnation and 0; on a cluster the slot's hash, the
+        partition's meta (the catalog's incarnation is checked before, in Python: a shard
+        that lost the partition answers it unknown) and the clock, never below what this
+        Log was given."""
+        k = self.keys
+        if not self.cluster:
+            return k.gseq, k.incarnation, 0
+        floor = max(clock(now), self.highest_sequence + 1)
+        return k.slot_hash(slot_of(topic, partition)), k.partition(topic, partition).meta, floor
 
     def _append_call(
         self, topic: str, partition: int, batches: Sequence[bytes]
@@ -188,18 +224,34 @@ class Log(TopicsLog, ArchivingLog):
         """append.lua's keys and arguments."""
         k = self.keys
         p = k.partition(topic, partition)
-        args: list[object] = [p.prefix, k.appended(topic), _now_ms(), self.node]
+        now = _now_ms()
+        sequence, marker, floor = self._sequencing(topic, partition, now)
+        args: list[object] = [p.prefix, k.appended(topic), now, floor, self.node]
         for batch in batches:
             args += (offset_count(batch), *producer_fields(batch), batch)
-        keys = [p.meta, p.index, p.stats, k.gseq, p.producers, k.archiving, k.incarnation]
-        keys.append(p.txn_open)
+        keys = [p.meta, p.index, p.stats, sequence, p.producers, marker, p.txn_open]
         return keys, args
 
     async def _append_durably(
         self, durability: Durability, timeout_ms: int, keys: list[str], args: list[Any]
     ) -> Any:
         """The append script, then the waits on the same connection: WAITAOF and WAIT
-        only cover the writes of their own connection."""
+        only cover the writes of their own connection. On a cluster, a connection to the
+        node serving the partition (its slot map read again once if the slot moved)."""
+        if is_cluster(self.redis):
+            for attempt in range(2):
+                node = await self.redis.for_key(keys[0])  # type: ignore[attr-defined]
+                try:
+                    async with node.client() as connection:
+                        appended = await self.scripts.append(
+                            keys=keys, args=args, client=connection
+                        )
+                        await durability.wait(connection, timeout_ms)
+                    return appended
+                except AskError:  # MOVED too: the slot is elsewhere now
+                    if attempt:
+                        raise
+                    await self.redis.refresh_slots()  # type: ignore[attr-defined]
         async with self.redis.client() as connection:
             appended = await self.scripts.append(keys=keys, args=args, client=connection)
             await durability.wait(connection, timeout_ms)
@@ -248,10 +300,8 @@ class Log(TopicsLog, ArchivingLog):
         if not requests:
             return []
         keys = [self.keys.partition(r.topic, r.partition).meta for r in requests]
-        args: list[object] = [max_bytes, int(committed), int(min_one)]
-        for r in requests:
-            args += (r.offset, r.max_bytes)
-        answers = await self.scripts.read_many(keys=keys, args=args)
+        head = [max_bytes, int(committed), int(min_one)]
+        answers = await self._read_many(keys, head, [(r.offset, r.max_bytes) for r in requests])
         results: list[ReadResult | UnknownTopic | StorageUnavailable] = []
         read_bytes = 0
         for r, answer in zip(requests, answers, strict=True):
@@ -259,6 +309,11 @@ class Log(TopicsLog, ArchivingLog):
                 results.append(UnknownTopic(f"no partition {r.partition} in {r.topic}"))
                 continue
             result = _from_redis(_parsed(answer), self.cold is not None)
+            if result is not None and self.cluster and result.batches:
+                # One call per slot, each within the whole budget: what is over it goes.
+                size = sum(map(len, result.batches))
+                if read_bytes + size > max_bytes and not (min_one and read_bytes == 0):
+                    result = dataclasses.replace(result, batches=[], aborted=[])
             if result is not None:  # the common case: no coroutine needed
                 results.append(result)
                 read_bytes += sum(map(len, result.batches))
@@ -287,9 +342,37 @@ class Log(TopicsLog, ArchivingLog):
             return []
         keys = [self.keys.partition(topic, p).meta for topic, p in partitions]
         # Offset -1 is below every floor: the script answers the offsets and reads nothing.
-        args: list[object] = [0, 0, 0, *([-1, 0] * len(partitions))]
-        answers = await self.scripts.read_many(keys=keys, args=args)
+        answers = await self._read_many(keys, [0, 0, 0], [(-1, 0)] * len(partitions))
         return [None if a[0] < 0 else (a[1], a[2], a[3], a[4]) for a in answers]
+
+    async def _read_many(
+        self, metas: list[str], head: list[object], per: Sequence[tuple[int, int]]
+    ) -> list[Any]:
+        """read_many.lua's answers, in the order of ``metas``: one call on a single Redis;
+        on a cluster one per slot (its KEYS must share one), run concurrently."""
+        if not self.cluster:
+            args = list(head)
+            for pair in per:
+                args += pair
+            return await self.scripts.read_many(keys=metas, args=args)
+        by_slot: dict[int, list[int]] = {}
+        for i, meta in enumerate(metas):
+            by_slot.setdefault(key_slot(meta.encode()), []).append(i)
+        groups = list(by_slot.values())
+        replies = await asyncio.gather(
+            *(
+                self.scripts.read_many(
+                    keys=[metas[i] for i in group],
+                    args=[*head, *(x for i in group for x in per[i])],
+                )
+                for group in groups
+            )
+        )
+        answers: list[Any] = [None] * len(metas)
+        for group, reply in zip(groups, replies, strict=True):
+            for i, answer in zip(group, reply, strict=True):
+                answers[i] = answer
+        return answers
 
     async def _finish_read(
         self,
@@ -417,7 +500,7 @@ class Log(TopicsLog, ArchivingLog):
         deleted, the pages wholly below it freed; returns Redis' log start."""
         p = self.keys.partition(topic, partition)
         start = await self.scripts.delete_records(
-            keys=[p.meta, p.index, p.stats, self.keys.archiving], args=[p.prefix, offset]
+            keys=[p.meta, p.index, p.stats], args=[p.prefix, offset]
         )
         await self.announce_change(topic)
         return start
@@ -425,9 +508,7 @@ class Log(TopicsLog, ArchivingLog):
     async def state(self, topic: str, partition: int) -> PartitionState:
         """Apply retention, then report offsets, pages and bytes held."""
         p = self.keys.partition(topic, partition)
-        values = await self.scripts.state(
-            keys=[p.meta, p.index, p.stats, self.keys.archiving], args=[p.prefix]
-        )
+        values = await self.scripts.state(keys=[p.meta, p.index, p.stats], args=[p.prefix])
         return PartitionState(*values)
 
     async def offset_for_timestamp(
@@ -596,10 +677,12 @@ class Log(TopicsLog, ArchivingLog):
         k = self.keys
         p = k.partition(topic, partition)
         marker = build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch)
-        keys = [p.meta, p.index, p.stats, k.gseq, p.producers, k.archiving, k.incarnation]
+        now = _now_ms()
+        sequence, recovery, floor = self._sequencing(topic, partition, now)
+        keys = [p.meta, p.index, p.stats, sequence, p.producers, recovery]
         keys += [p.txn_open, p.txn_aborted]
-        args = [p.prefix, k.appended(topic), _now_ms(), producer_id, producer_epoch]
-        args += [int(commit), marker]
+        args = [p.prefix, k.appended(topic), now, producer_id, producer_epoch]
+        args += [int(commit), marker, floor]
         start, offset = await self._call(self.scripts.end_txn, keys, args)
         return start, offset
 
@@ -633,7 +716,8 @@ class Log(TopicsLog, ArchivingLog):
         """The last stable offset of each of ``partitions`` (one round trip); raises
         UnknownTopic if one does not exist."""
         numbers = list(partitions)
-        pipe = self.redis.pipeline(transaction=True)
+        # One MULTI on a single Redis; a cluster's partitions are in slots of their own.
+        pipe = self.redis.pipeline(transaction=not self.cluster)
         for number in numbers:
             p = self.keys.partition(topic, number)
             pipe.hget(p.meta, "end")
@@ -652,9 +736,31 @@ class Log(TopicsLog, ArchivingLog):
         floor = _now_ms() << 10
         return await self.scripts.producer_id(keys=[self.keys.producer_ids], args=[floor])
 
-    async def sequence_counter(self) -> int:
-        """The highest global sequence number assigned so far."""
-        return int(await self.redis.get(self.keys.gseq) or 0)
+    async def sequence_counter(self, topic: str | None = None, partition: int = 0) -> int:
+        """The highest global sequence number assigned so far. On a cluster, where each
+        slot counts: the highest id the partition's slot has given (0 without ``topic``)."""
+        if not self.cluster:
+            return int(await self.redis.get(self.keys.gseq) or 0)
+        if topic is None:
+            return 0
+        slot = slot_of(topic, partition)
+        counter = await self.redis.hget(self.keys.slot_hash(slot), "seq")
+        return record_id(int(counter), slot) if counter is not None else 0
+
+    async def tick(self) -> int:
+        """The archiver's tick on a cluster: the catalog's sequence floor raised to the
+        catalog server's clock (tick.lua); returns it."""
+        return await self.scripts.tick(
+            keys=[self.keys.sequence_floor], args=[EPOCH_MS, STEPS_PER_MS]
+        )
+
+    async def tick_slots(self, slots: Iterable[int], floor: int) -> None:
+        """Raise each slot's sequence counter to at least ``floor`` (slot_tick.lua),
+        concurrently."""
+        calls = [([self.keys.slot_hash(slot)], [floor]) for slot in sorted(set(slots))]
+        for reply in await self.scripts.slot_tick.many(self.redis, calls):
+            if isinstance(reply, Exception):
+                raise reply
 
     async def restore(
         self, topics: list[RestoredTopic], sequence_floor: int, producer_id_floor: int
@@ -663,6 +769,11 @@ class Log(TopicsLog, ArchivingLog):
         raise the counters past every id the archive has seen, switch archiving on, and set
         the marker."""
         k = self.keys
+        if self.cluster:  # the catalog, then each partition (kafkaesque/log_steps.py)
+            await self._restore_in_steps(topics, sequence_floor)
+            for t in topics:
+                await self.announce_change(t.config.name)
+            topics = []
         for t in topics:
             c = t.config
             parts = [k.partition(c.name, p) for p in range(len(t.partitions))]
@@ -678,7 +789,10 @@ class Log(TopicsLog, ArchivingLog):
                 args=args,
             )
             await self.announce_change(c.name)
-        for key, floor in ((k.gseq, sequence_floor), (k.producer_ids, producer_id_floor)):
+        floors = [(k.producer_ids, producer_id_floor)]
+        if not self.cluster:
+            floors.append((k.gseq, sequence_floor))
+        for key, floor in floors:
             current = int(await self.redis.get(key) or 0)
             if current < floor:
                 await self.redis.incrby(key, floor - current)

@@ -35,10 +35,13 @@ class TopicsLog:
         config.defaults = await self.topic_defaults()
         config.validate()
         k = self.keys
+        if k.cluster:  # the partitions are in different slots: in steps
+            await self._create_in_steps(config)  # type: ignore[attr-defined]
+            return config
         metas = [k.partition(config.name, p).meta for p in range(config.partitions)]
         await self._call(
             self.scripts.create,
-            keys=[k.topics, k.topic(config.name), k.incarnation, *metas],
+            keys=[k.topics, k.topic(config.name), k.incarnation, k.archiving, *metas],
             args=[config.name, config.pack(), config.lua_settings()],
         )
         return config
@@ -49,8 +52,17 @@ class TopicsLog:
         try:
             return await script(keys=keys, args=args)
         except NeedsRecovery:
-            await self.ensure_recovered()
+            await self._recover_or_unknown()
         return await script(keys=keys, args=args)
+
+    async def _recover_or_unknown(self) -> None:
+        """After a script's NEEDS_RECOVERY: recover. On a cluster a partition's scripts
+        take its meta for the recovery marker (the catalog's is in another slot), so a
+        partition that does not exist says it too: unknown unless the catalog lost its
+        data."""
+        if self.keys.cluster and not await self.needs_recovery():
+            raise UnknownTopic("unknown topic or partition")
+        await self.ensure_recovered()
 
     async def needs_recovery(self) -> bool:
         return not await self.redis.exists(self.keys.incarnation)
@@ -113,6 +125,12 @@ class TopicsLog:
             current = TopicConfig.unpack(name, raw, defaults)
             changed = change(current)
             changed.validate()
+            if self.keys.cluster:  # in steps: kafkaesque/log_steps.py
+                try:
+                    await self._configure_in_steps(raw, current, changed)  # type: ignore[attr-defined]
+                    return changed
+                except Conflict:
+                    continue
             metas = [self.keys.partition(name, p).meta for p in range(changed.partitions)]
             try:
                 await self.scripts.configure(
@@ -170,6 +188,10 @@ class TopicsLog:
             return
         if self.cold is not None:
             await self.cold.delete_topic(name, config.topic_id, config.partitions)
+        if self.keys.cluster:  # in steps: kafkaesque/log_steps.py
+            await self._delete_in_steps(name)  # type: ignore[attr-defined]
+            await self.announce_change(name)
+            return
         parts = [self.keys.partition(name, p) for p in range(config.partitions)]
         await self.scripts.delete(
             keys=[

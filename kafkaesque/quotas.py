@@ -241,7 +241,7 @@ class QuotaStore:
 
     def __init__(self, redis: redis.asyncio.Redis, namespace: str = "ks") -> None:
         self.redis = redis
-        self.keys = Keys(namespace)
+        self.keys = Keys.of(redis, namespace)
 
     async def version(self) -> int:
         value = await self.redis.get(self.keys.quotas_version)

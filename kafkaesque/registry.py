@@ -76,7 +76,7 @@ class Registry:
         self.membership = -1
         self.registered = False
         keys = log_.keys
-        self._keys = [keys.brokers, keys.brokers_alive, keys.membership]
+        self._keys = [keys.brokers, keys.brokers_alive, keys.membership, keys.brokers_sequence]
         self._channel = keys.membership_channel
         self._events = Notifier(log_.redis, self._channel)
         self._wake = asyncio.Event()
@@ -116,7 +116,14 @@ class Registry:
             return
         try:
             reply = await self.log.scripts.heartbeat(
-                self._keys, [self.me.node_id, self.token, self.session_ms, self._channel]
+                self._keys,
+                [
+                    self.me.node_id,
+                    self.token,
+                    self.session_ms,
+                    self._channel,
+                    self.log.highest_sequence,
+                ],
             )
         except UnknownSession:  # expired while stalled, or Redis lost its data
             log.warning("broker %d's registration was lost: registering again", self.me.node_id)
@@ -126,7 +133,10 @@ class Registry:
         self._update(reply)
 
     def _update(self, reply: list[object]) -> None:
-        membership, _now, *pairs = reply
+        membership, _now, highest, *pairs = reply
+        # On a cluster, this broker's next appends get ids above every broker's last
+        # reported ones (docs/scale-out.md 3.6 (4)).
+        self.log.highest_sequence = max(self.log.highest_sequence, int(highest))  # type: ignore[call-overload]
         live = {self.me.node_id: self.me}
         for i in range(0, len(pairs), 2):
             node = int(pairs[i])  # type: ignore[call-overload]

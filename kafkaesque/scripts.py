@@ -6,6 +6,7 @@ exception it names (kafkaesque.errors.from_lua).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from functools import cache
 from importlib.resources import files
@@ -16,6 +17,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, ResponseError
 
 from kafkaesque.errors import from_lua, from_redis
+from kafkaesque.keys import is_cluster
 
 SCRIPT_NAMES = (
     "create",
@@ -41,6 +43,16 @@ SCRIPT_NAMES = (
     "register",
     "heartbeat",
     "deregister",
+    # A Redis Cluster's steps over several slots (kafkaesque/log_steps.py).
+    "create_catalog",
+    "create_partition",
+    "configure_catalog",
+    "configure_partition",
+    "delete_catalog",
+    "delete_partition",
+    "slot_tick",
+    "step_done",
+    "tick",
 )
 
 
@@ -51,6 +63,8 @@ LIBRARIES = {
     "register": ("brokers",),
     "heartbeat": ("brokers",),
     "deregister": ("brokers",),
+    "configure": ("retime",),
+    "configure_partition": ("retime",),
 }
 
 
@@ -82,7 +96,16 @@ class Script:
         transaction: each call is atomic on its own). One result per call: its reply, or
         the exception its error reply stands for (a core exception, e.g. HotTierFull for
         a full Redis); an error reply nothing stands for is raised."""
-        replies = await self._pipelined(redis, calls)
+        if is_cluster(redis):  # redis-py's cluster pipelines send no EVALSHA
+            replies = await asyncio.gather(
+                *(self._one(keys, args) for keys, args in calls), return_exceptions=True
+            )
+            for reply in replies:
+                if isinstance(reply, BaseException) and not isinstance(reply, ResponseError):
+                    raise reply
+            replies = list(replies)
+        else:
+            replies = await self._pipelined(redis, calls)
         missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if missing:  # Redis restarted or its scripts were flushed: none of those ran
             await redis.script_load(self._script.script)
@@ -98,6 +121,9 @@ class Script:
                     raise error
             results.append(reply)
         return results
+
+    async def _one(self, keys: list[Any], args: list[Any]) -> Any:
+        return await self._script(keys=keys, args=args)
 
     async def _pipelined(
         self, redis: Redis, calls: Sequence[tuple[list[Any], list[Any]]]
@@ -138,3 +164,12 @@ class Scripts:
     register: Script
     heartbeat: Script
     deregister: Script
+    create_catalog: Script
+    create_partition: Script
+    configure_catalog: Script
+    configure_partition: Script
+    delete_catalog: Script
+    delete_partition: Script
+    slot_tick: Script
+    step_done: Script
+    tick: Script

@@ -34,7 +34,6 @@ from kafkaesque.group_offsets import CommittedOffset
 from kafkaesque.group_rules import check_member
 from kafkaesque.group_types import MAX_METADATA, GroupError, GroupState
 from kafkaesque.groups import GroupCoordinator
-from kafkaesque.keys import Keys
 from kafkaesque.log import Log
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
 from kafkaesque.transactions import PREPARING, Transaction, TxnConfig, TxnError, TxnState
@@ -94,7 +93,7 @@ class TransactionCoordinator:
     ) -> None:
         self.log = log
         self.redis: Redis = log.redis
-        self.keys = Keys(log.ns)
+        self.keys = log.keys
         self.markers = markers
         self.groups = groups
         self.config = config or TxnConfig()

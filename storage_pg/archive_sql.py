@@ -115,7 +115,9 @@ async def copy_pages(
                     _note_producer(chunk, read_header(batch).producer_id)
                     continue
                 try:
-                    header, batch_rows_ = batch_rows(batch, first_id, topic, partition, from_offset)
+                    header, batch_rows_ = batch_rows(
+                        batch, first_id, topic, partition, from_offset, page.id_step
+                    )
                 except InvalidRecord as exc:
                     _reject(chunk, batch, first_id, exc)
                     continue

@@ -49,7 +49,6 @@ from kafkaesque.compaction import Compactor
 from kafkaesque.compaction_types import TopicCompaction
 from kafkaesque.errors import UnknownTopic
 from kafkaesque.group_offsets import OffsetStore
-from kafkaesque.keys import Keys
 from kafkaesque.log import Log
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
 from storage_pg import archive_sql, group_offsets
@@ -177,7 +176,7 @@ class Archiver:
 
     async def _archive_group_offsets(self) -> None:
         """Copy every group's committed offsets, so they survive Redis losing its data."""
-        snapshot = await OffsetStore(self.log.redis, Keys(self.log.ns)).snapshot()
+        snapshot = await OffsetStore(self.log.redis, self.log.keys).snapshot()
         if snapshot is not None:  # None: Redis lost its data; keep what the archive has
             async with self.pool.acquire() as conn:
                 await group_offsets.save(conn, snapshot)
@@ -232,7 +231,8 @@ class Archiver:
         progress: Callable[[ArchiveSummary], None] | None,
     ) -> None:
         key = (topic_id, partition)
-        counter = await self.log.sequence_counter()  # before the state: see _record_gap
+        # Before the state: see _record_gap.
+        counter = await self.log.sequence_counter(topic, partition)
         state = await self.log.state(topic, partition)
         if self.idle_close_ms is not None:
             await self.log.close_idle_pages(topic, partition, self.idle_close_ms)

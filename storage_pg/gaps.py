@@ -12,6 +12,8 @@ import asyncpg
 from kafkaesque.errors import UnknownTopic
 from kafkaesque.log import Log
 from kafkaesque.log_types import PartitionState
+from kafkaesque.sequence import SLOT_BITS
+from kafkaesque.slots import slot_of
 
 _WATERMARK = "UPDATE archive_watermark SET id = $1, updated = now() WHERE id < $1"
 # The id of the partition's last record before an offset that the archive accounts for
@@ -67,9 +69,18 @@ async def advance_watermark(log: Log, pool: asyncpg.Pool) -> int:
     The sequence counter is read first: every id up to it was assigned by an append
     that had finished, into a partition that exists now (or was deleted, taking its
     records along). Then the first unarchived id of each partition, from Redis' markers,
-    which only lag the archive (so the result errs low, never high)."""
-    counter = await log.sequence_counter()
-    lowest = counter + 1
+    which only lag the archive (so the result errs low, never high).
+
+    On a cluster, with a counter per slot (docs/scale-out.md 3.5): the catalog's tick T
+    first, then the topics, then every slot of their partitions raised to T, and only then
+    the first unarchived ids: every record not archived by then has an id above
+    (T + 1) * 2^14 - 1 or above the lowest of those."""
+    if log.cluster:
+        tick = await log.tick()
+        lowest = (tick + 1) << SLOT_BITS
+    else:
+        counter = await log.sequence_counter()
+        lowest = counter + 1
     limit = asyncio.Semaphore(16)
 
     async def first_unarchived(topic: str, partition: int) -> int | None:
@@ -79,13 +90,16 @@ async def advance_watermark(log: Log, pool: asyncpg.Pool) -> int:
             except UnknownTopic:
                 return None
 
-    tasks = []
+    partitions = []
     for name in await log.list_topics():
         try:
             config = await log.topic(name)
         except UnknownTopic:
             continue
-        tasks += [first_unarchived(name, p) for p in range(config.partitions)]
+        partitions += [(name, p) for p in range(config.partitions)]
+    if log.cluster:  # every slot past the tick before any partition is read
+        await log.tick_slots((slot_of(name, p) for name, p in partitions), tick)
+    tasks = [first_unarchived(name, p) for name, p in partitions]
     for first in await asyncio.gather(*tasks):
         if first is not None and first < lowest:
             lowest = first

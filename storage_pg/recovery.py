@@ -16,9 +16,8 @@ import uuid
 
 import asyncpg
 
-from kafkaesque.cluster import cluster_id, cluster_key
+from kafkaesque.cluster import cluster_id
 from kafkaesque.group_offsets import OffsetStore
-from kafkaesque.keys import Keys
 from kafkaesque.log import Log
 from kafkaesque.log_types import RestoredPartition, RestoredTopic
 from kafkaesque.topic_config import TopicConfig, legacy_configs
@@ -44,7 +43,7 @@ async def bind_cluster(log: Log, conn: asyncpg.Connection) -> None:
     if await conn.fetchval("SELECT to_regclass('cluster')") is None:
         return  # not an archive yet: the archiver's first run creates it, then binds
     archived = await conn.fetchval("SELECT id FROM cluster")
-    key = cluster_key(log.ns)
+    key = log.keys.cluster_id
     if await log.needs_recovery():
         if archived is not None:
             await log.redis.set(key, archived)
@@ -149,14 +148,14 @@ async def recover(log: Log, pool: asyncpg.Pool) -> bool:
     if archived_id is not None:
         # Kafka clients notice a changed cluster id; keep the one they knew. Redis lost its
         # data, so an id it got since (a broker started on it) is the archive's again.
-        await log.redis.set(cluster_key(log.ns), archived_id)
+        await log.redis.set(log.keys.cluster_id, archived_id)
     await log.restore(topics, sequence_floor, producer_id_floor)
     log_ends = {
         (topic.config.name, p): restored.log_end
         for topic in topics
         for p, restored in enumerate(topic.partitions)
     }
-    for c in await OffsetStore(log.redis, Keys(log.ns)).restore(committed, log_ends):
+    for c in await OffsetStore(log.redis, log.keys).restore(committed, log_ends):
         logger.warning(
             "group %s: committed offset %d of %s[%d] is past the restored log end; set to %d"
             " (the offsets from there were lost with Redis and go to new records)",

@@ -45,11 +45,17 @@ def headers_json(headers: list[tuple[str, bytes | None]]) -> str:
 
 
 def batch_rows(
-    batch: bytes, first_id: int, topic: str, partition: int, from_offset: int = 0
+    batch: bytes,
+    first_id: int,
+    topic: str,
+    partition: int,
+    from_offset: int = 0,
+    id_step: int = 1,
 ) -> tuple[BatchHeader, list[Row]]:
     """Check and decode one stored batch (any compression) into rows for its records at
-    offsets >= ``from_offset``; record i has id ``first_id`` + its offset delta. Raises
-    InvalidRecord for a batch that cannot be decoded."""
+    offsets >= ``from_offset``; record i has id ``first_id`` + its offset delta times
+    ``id_step`` (kafkaesque.sequence.Ids: 1 on one Redis). Raises InvalidRecord for a
+    batch that cannot be decoded."""
     header, data, pos, end = records_data(batch, 0)
     pid: int | None = header.producer_id if header.producer_id >= 0 else None
     epoch = header.producer_epoch if pid is not None else None
@@ -57,7 +63,7 @@ def batch_rows(
     fixed_ts = header.max_timestamp if header.attributes & ATTR_LOG_APPEND_TIME else None
     try:
         rows = _parse(
-            data, pos, end, header, first_id, topic, partition, pid, epoch, sbase, fixed_ts
+            data, pos, end, header, first_id, topic, partition, pid, epoch, sbase, fixed_ts, id_step
         )
     except (IndexError, UnicodeDecodeError) as exc:
         raise InvalidRecord(f"malformed record: {exc}") from exc
@@ -78,6 +84,7 @@ def _parse(
     epoch: int | None,
     sbase: int | None,
     fixed_ts: int | None,
+    id_step: int,
 ) -> list[Row]:
     base_offset, base_ts, max_delta = (
         header.base_offset,
@@ -95,7 +102,7 @@ def _parse(
             ts = times[ts_delta] = ms_to_pg(base_ts + ts_delta if fixed_ts is None else fixed_ts)
         append(
             (
-                first_id + delta,
+                first_id + delta * id_step,
                 topic,
                 partition,
                 base_offset + delta,

@@ -64,6 +64,15 @@ async def _registry_sessions(redis_url: str) -> None:
     await one.heartbeat()
     assert one.nodes == [1]
     assert one.membership > before
+    # The highest sequence number one broker reports floors the other's next appends
+    # (what orders records a heartbeat apart across brokers on a cluster).
+    other = Log(log.redis)
+    one.log.highest_sequence = 1_000_000
+    await one.heartbeat()
+    two.log = other
+    await two.heartbeat()
+    assert other.highest_sequence == 1_000_000
+    two.log = log
     # Leaving is at once.
     await two.heartbeat()  # registers again (its session expired)
     await one.heartbeat()

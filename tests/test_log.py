@@ -534,6 +534,42 @@ def test_switching_archiving_on_takes_back_the_ttl_of_unarchived_pages(
     asyncio.run(scenario())
 
 
+def test_archiving_is_a_field_of_every_partition(make_log: Callable[[], Log]) -> None:
+    """The scripts read archiving from the partition's meta: archive_on sets it, a topic
+    created or grown later gets it from the switch, and data of the version before the
+    field (switch "2") gets it at the next enable_archiving."""
+
+    async def scenario() -> None:
+        log = make_log()
+        r = log.redis
+        await log.create_topic(TopicConfig("old", 1, page_size=2, ttl=3600))
+
+        async def fields(topic: str, partitions: int) -> list[bytes | None]:
+            metas = [f"ks:{{{topic}:{p}}}:meta" for p in range(partitions)]
+            return [await r.hget(meta, "archiving") for meta in metas]
+
+        assert await fields("old", 1) == [None]
+        await log.enable_archiving()
+        assert (await r.get("ks:archiving"), await fields("old", 1)) == (b"3", [b"1"])
+        await log.create_topic(TopicConfig("new", 2, page_size=2, ttl=3600))
+        await log.add_partitions("new", 3)
+        assert await fields("new", 3) == [b"1"] * 3
+        # The previous version's data: switch "2", no field; its pages keep no TTL only
+        # once enable_archiving (every archiver's start) has run again.
+        await r.set("ks:archiving", b"2")
+        await r.hdel("ks:{old:0}:meta", "archiving")
+        for i in range(0, 4, 2):
+            await log.append("old", 0, [batch(words(i, 2))])
+        assert 0 < await r.ttl("ks:{old:0}:page:0") <= 3600
+        await log.enable_archiving()
+        assert (await r.get("ks:archiving"), await fields("old", 1)) == (b"3", [b"1"])
+        assert await r.ttl("ks:{old:0}:page:0") == -1
+        await log.append("old", 0, [batch(words(4, 2))])
+        assert await r.ttl("ks:{old:0}:page:2") == -1
+
+    asyncio.run(scenario())
+
+
 def test_a_restore_switches_archiving_on_before_appends(make_log: Callable[[], Log]) -> None:
     async def scenario() -> None:
         log = make_log()

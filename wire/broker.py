@@ -379,7 +379,8 @@ class Broker:
 
     async def _expire_members(self) -> None:
         """Expire group members whose sessions timed out, and close join rounds past their
-        deadline; every broker on the Redis does it, the group lock keeps it single."""
+        deadline; every broker on the Redis does it, the group lock keeps it single. On a
+        Redis Cluster, also finish topic operations a crashed broker left half-done."""
         ticks = 0
         while True:
             await asyncio.sleep(0.5)
@@ -387,6 +388,9 @@ class Broker:
                 # Every group at the start and once a minute, else those with members.
                 await self.groups.tick_all(sweep=ticks % 120 == 0)
                 await self.consumer_groups.tick_all()
+                if ticks % 10 == 0:  # topic operations a crashed broker left half-done
+                    for marker in await self.log.finish_steps():
+                        log.info("finished a topic operation left half-done: %s", marker)
                 ticks += 1
             except REDIS_CONNECTION_ERRORS as exc:
                 REDIS.failed(exc)  # logged once per outage; the next tick retries

@@ -273,7 +273,7 @@ def url_option(*schemes: str, form: str) -> Callable[..., str | None]:
             # several host:port pairs (libpq's failover form) are left to the driver
             port = None if "," in url.netloc else url.port  # ValueError: not a port number
             valid = url.scheme in schemes and port != 0
-            if url.scheme.startswith("redis") or url.scheme == "unix":
+            if url.scheme in ("redis", "rediss", "unix"):
                 redis.connection.parse_url(value)  # ValueError: a bad db or option
         except ValueError:  # also a port that is not a number, or out of 0..65535
             valid = False
@@ -306,9 +306,15 @@ check_pg_dsn = url_option("postgresql", "postgres", form="postgresql://user:pass
     "--redis-url",
     envvar="KAFKAESQUE_REDIS_URL",
     callback=url_option(
-        "redis", "rediss", "unix", form="redis://host:port/db, rediss://... or unix:///path"
+        "redis",
+        "rediss",
+        "unix",
+        "redis+cluster",
+        "rediss+cluster",
+        form="redis://host:port/db, rediss://..., unix:///path or redis+cluster://host:port,...",
     ),
-    help="Redis to use (redis://host:port/db or unix:///path). "
+    help="Redis to use (redis://host:port/db or unix:///path; a Redis Cluster: "
+    "redis+cluster://host:port,host:port). "
     "Default: a private redis-server under the data directory.",
 )
 @click.option(

@@ -3,31 +3,32 @@
 -- partitionLeaderEpoch (both outside the CRC), roll pages, apply retention. A
 -- transactional batch from a producer with no open transaction here opens one.
 -- KEYS[1] meta hash, KEYS[2] page index zset, KEYS[3] page stats hash,
--- KEYS[4] global sequence counter, KEYS[5] producer state hash, KEYS[6] archiving flag,
--- KEYS[7] recovery marker, KEYS[8] open transactions hash
+-- KEYS[4] sequence counter (one Redis) or the slot's hash (a cluster), KEYS[5] producer
+-- state hash, KEYS[6] recovery marker, KEYS[7] open transactions hash
 -- ARGV[1] key prefix of this partition, ARGV[2] notification channel, ARGV[3] now (ms),
--- ARGV[4] the appending broker's node id ('' for none: the CLI, tools), then per batch:
--- offset count, producer id, producer epoch, base sequence, batch bytes.
--- Returns {log start offset, base offset per batch}, or an error reply naming the Kafka
--- error (kafkaesque/errors.py); on error nothing is written.
+-- ARGV[4] sequence floor (0 on one Redis: see next_sequence), ARGV[5] the appending
+-- broker's node id ('' for none: the CLI, tools), then per batch: offset count, producer
+-- id, producer epoch, base sequence, batch bytes.
+-- Returns {log start offset, last sequence number given, base offset per batch}, or an
+-- error reply naming the Kafka error (kafkaesque/errors.py); on error nothing is written.
 local meta, index, stats, gseq_key, producers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local txn_open = KEYS[8]
+local txn_open = KEYS[7]
 local prefix = ARGV[1]
-if redis.call('EXISTS', KEYS[7]) == 0 then
+if redis.call('EXISTS', KEYS[6]) == 0 then
   -- Redis lost its data: appending now could reuse offsets the archive already holds.
   return redis.error_reply('NEEDS_RECOVERY Redis has lost its data')
 end
-local archiving = redis.call('EXISTS', KEYS[6]) == 1
 local o = open_page(meta)
 if not o then
   return redis.error_reply('UNKNOWN_TOPIC_OR_PARTITION no such topic or partition')
 end
+local archiving = o.archiving
 local now = tonumber(ARGV[3])
 -- A broker that no longer leads the partition (another took it over, lead.lua) is
 -- refused, so each append runs either before the move or not at all.
-if ARGV[4] ~= '' then
+if ARGV[5] ~= '' then
   local leader = redis.call('HGET', meta, 'leader')
-  if leader and leader ~= ARGV[4] then
+  if leader and leader ~= ARGV[5] then
     return redis.error_reply('NOT_LEADER_OR_FOLLOWER broker ' .. leader ..
       ' leads this partition')
   end
@@ -63,7 +64,7 @@ local function load(pid)
 end
 
 local n = 0
-for i = 5, #ARGV, 5 do
+for i = 6, #ARGV, 5 do
   n = n + 1
   local count, pid = tonumber(ARGV[i]), ARGV[i + 1]
   fresh[n] = true
@@ -111,11 +112,12 @@ for i = 5, #ARGV, 5 do
 end
 
 local total = 0
-for i = 5, #ARGV, 5 do total = total + tonumber(ARGV[i]) end
-local gseq = redis.call('INCRBY', gseq_key, total) - total + 1
+for i = 6, #ARGV, 5 do total = total + tonumber(ARGV[i]) end
+local gseq = next_sequence(gseq_key, total, tonumber(ARGV[4]))
+local last_sequence = gseq + total - 1
 
 n = 0
-for i = 5, #ARGV, 5 do
+for i = 6, #ARGV, 5 do
   n = n + 1
   local count, batch = tonumber(ARGV[i]), ARGV[i + 4]
   if fresh[n] then
@@ -157,5 +159,6 @@ end
 
 local start = finish_append(o, meta, index, stats, prefix, archiving)
 if o.appended > 0 then publish_append(ARGV[2], prefix, o.next_offset) end
+table.insert(bases, 1, last_sequence)
 table.insert(bases, 1, start)
 return bases

@@ -1,6 +1,9 @@
 -- Broker registry helpers, put in front of register.lua, heartbeat.lua and deregister.lua.
 -- KEYS[1] brokers hash (node -> "token\naddress\n" .. entry), KEYS[2] session deadlines
--- (sorted set, ms of this Redis' clock), KEYS[3] membership counter. Liveness is judged
+-- (sorted set, ms of this Redis' clock), KEYS[3] membership counter, KEYS[4] the highest
+-- record sequence number any broker reported (on a cluster: every broker's appends are
+-- floored above it, so records appended a heartbeat apart through two brokers keep their
+-- order, docs/scale-out.md 3.6). Liveness is judged
 -- by one clock, Redis', never by the brokers'.
 
 local function now_ms()
@@ -29,9 +32,17 @@ local function expire_brokers(now, channel)
   if #dead > 0 then membership_changed(channel) end
 end
 
--- {membership, now, node, value, node, value, ...} of the live brokers.
+-- Raise the highest sequence number to this broker's, if above.
+local function report_sequence(highest)
+  if highest > tonumber(redis.call('GET', KEYS[4]) or '0') then
+    redis.call('SET', KEYS[4], highest)
+  end
+end
+
+-- {membership, now, highest sequence, node, value, node, value, ...} of the live brokers.
 local function members(now)
-  local reply = {tonumber(redis.call('GET', KEYS[3]) or '0'), now}
+  local reply = {tonumber(redis.call('GET', KEYS[3]) or '0'), now,
+                 tonumber(redis.call('GET', KEYS[4]) or '0')}
   local all = redis.call('HGETALL', KEYS[1])
   for i = 1, #all, 2 do
     reply[#reply + 1] = all[i]

@@ -192,6 +192,22 @@ local function meta_limits(meta, open_bytes)
 end
 
 -- Fields every partition's meta hash starts with; `settings` as in settings_list.
+-- With archiving on, a partition's meta has `archiving` 1 (archive_on.lua sets it, and
+-- whoever creates a partition while the switch is on): its pages expire only once archived.
+local function is_archiving(meta)
+  return redis.call('HGET', meta, 'archiving') == '1'
+end
+
+-- The next `total` global sequence numbers (returns the first): on one Redis `seq_key` is
+-- the counter string and `floor` 0; on a cluster it is the slot's hash, whose field `seq`
+-- goes to max(seq + total, floor + total - 1) (a hybrid logical clock, docs/scale-out.md 3).
+local function next_sequence(seq_key, total, floor)
+  if floor == 0 then return redis.call('INCRBY', seq_key, total) - total + 1 end
+  local last = math.max(tonumber(redis.call('HGET', seq_key, 'seq') or 0), floor - 1) + total
+  redis.call('HSET', seq_key, 'seq', string.format('%.0f', last))
+  return last - total + 1
+end
+
 local function init_partition(meta, log_end, epoch, page, settings)
   redis.call('HSET', meta,
     'end', log_end, 'start', log_end, 'epoch', epoch, 'archived', log_end,
@@ -204,6 +220,26 @@ end
 -- (the ABORT marker's offset).
 local function txn_open_key(prefix) return prefix .. 'txn_open' end
 local function txn_aborted_key(prefix) return prefix .. 'txn_aborted' end
+
+-- Delete every key of one partition.
+local function delete_partition(meta, index, stats, producers, prefix)
+  local open_page = redis.call('HGET', meta, 'page')
+  for _, page in ipairs(redis.call('ZRANGE', index, 0, -1)) do
+    redis.call('DEL', page_key(prefix, page), batch_index_key(prefix, page))
+  end
+  if open_page then
+    redis.call('DEL', page_key(prefix, open_page), batch_index_key(prefix, open_page))
+  end
+  redis.call('DEL', meta, index, stats, producers, producers_seen_key(prefix),
+    epochs_key(prefix), txn_open_key(prefix), txn_aborted_key(prefix))
+end
+
+-- Raise a slot's sequence counter (its hash's `seq`) to at least `floor`.
+local function raise_sequence(slot_hash, floor)
+  if floor > tonumber(redis.call('HGET', slot_hash, 'seq') or 0) then
+    redis.call('HSET', slot_hash, 'seq', string.format('%.0f', floor))
+  end
+end
 
 -- The attributes' low byte (byte 23 of a batch): bit 4 isTransactional, bit 5 isControl.
 local ATTRIBUTES_LOW = 23
@@ -221,7 +257,7 @@ end
 local function open_page(meta)
   local m = redis.call('HMGET', meta, 'end', 'page', 'page_records', 'page_bytes',
     'page_size', 'ttl', 'segment_bytes', 'epoch', 'archived', 'page_max_ts', 'segment_ms',
-    'page_opened')
+    'page_opened', 'archiving')
   if not m[1] then return nil end
   return {
     next_offset = tonumber(m[1]), page = tonumber(m[2]),
@@ -234,6 +270,7 @@ local function open_page(meta)
     -- The open page's largest maxTimestamp (nil: unknown, for a page opened before it was kept).
     max_ts = tonumber(m[10]),
     opened = m[12],
+    archiving = m[13] == '1',
     appended = 0,
   }
 end

@@ -5,23 +5,24 @@
 -- Kafka. The marker's epoch is checked against the producer's: an older one is fenced,
 -- a newer one becomes the producer's, fencing the older epoch's later data.
 -- KEYS[1] meta hash, KEYS[2] page index zset, KEYS[3] page stats hash,
--- KEYS[4] global sequence counter, KEYS[5] producer state hash, KEYS[6] archiving flag,
--- KEYS[7] recovery marker, KEYS[8] open transactions hash, KEYS[9] aborted index zset
+-- KEYS[4] sequence counter or slot hash (append.lua), KEYS[5] producer state hash,
+-- KEYS[6] recovery marker, KEYS[7] open transactions hash, KEYS[8] aborted index zset
 -- ARGV[1] key prefix, ARGV[2] notification channel, ARGV[3] now (ms), ARGV[4] producer id,
--- ARGV[5] producer epoch, ARGV[6] 1 commit / 0 abort, ARGV[7] the marker batch
+-- ARGV[5] producer epoch, ARGV[6] 1 commit / 0 abort, ARGV[7] the marker batch,
+-- ARGV[8] sequence floor (append.lua)
 -- Returns {log start, the marker's offset}, or an error reply; on error nothing is written.
 local meta, index, stats, gseq_key, producers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local txn_open, txn_aborted = KEYS[8], KEYS[9]
+local txn_open, txn_aborted = KEYS[7], KEYS[8]
 local prefix, pid, pepoch = ARGV[1], ARGV[4], tonumber(ARGV[5])
 local commit, batch = ARGV[6] == '1', ARGV[7]
-if redis.call('EXISTS', KEYS[7]) == 0 then
+if redis.call('EXISTS', KEYS[6]) == 0 then
   return redis.error_reply('NEEDS_RECOVERY Redis has lost its data')
 end
-local archiving = redis.call('EXISTS', KEYS[6]) == 1
 local o = open_page(meta)
 if not o then
   return redis.error_reply('UNKNOWN_TOPIC_OR_PARTITION no such topic or partition')
 end
+local archiving = o.archiving
 local now = tonumber(ARGV[3])
 
 -- The producer's state is "epoch first:last:offset ..." (append.lua).
@@ -37,7 +38,7 @@ if not epoch or pepoch > epoch then
 end
 redis.call('ZADD', producers_seen_key(prefix), now, pid)
 
-local gseq = redis.call('INCRBY', gseq_key, 1)
+local gseq = next_sequence(gseq_key, 1, tonumber(ARGV[8]))
 local offset = append_batch(o, meta, index, stats, prefix, archiving, batch, 1, gseq, now)
 local first = redis.call('HGET', txn_open, pid)
 if first then

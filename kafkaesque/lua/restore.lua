@@ -3,18 +3,25 @@
 -- archived end drops what it still holds (all archived) and continues there. Restored
 -- partitions get a higher leader epoch so clients can detect the truncation (KIP-320); the
 -- partition's epoch history (epoch -> start offset, for OffsetForLeaderEpoch) records it.
--- Either way the partition keeps the log start DeleteRecords moved (its floor).
--- KEYS[1] topic set, KEYS[2] topic config, then per partition: meta, index, stats
+-- Either way the partition keeps the log start DeleteRecords moved (its floor), and is
+-- archived from now on (its meta's `archiving`: restored from an archive).
+-- KEYS[1] topic set, KEYS[2] topic config (both left out on a Redis Cluster, where the
+-- caller writes the catalog first and calls this once per partition), then per partition:
+-- meta, index, stats
 -- ARGV: name, config (msgpack), settings ("name value ..."), then per partition:
 -- archived end offset, last known leader epoch, floor (offsets below it were deleted)
 local name = ARGV[1]
-if redis.call('EXISTS', KEYS[2]) == 0 then
-  redis.call('SET', KEYS[2], ARGV[2])
+local first = 1
+if #KEYS % 3 == 2 then
+  if redis.call('EXISTS', KEYS[2]) == 0 then
+    redis.call('SET', KEYS[2], ARGV[2])
+  end
+  redis.call('SADD', KEYS[1], name)
+  first = 3
 end
-redis.call('SADD', KEYS[1], name)
 local restored = 0
-for p = 0, (#KEYS - 2) / 3 - 1 do
-  local meta, index, stats = KEYS[3 + 3 * p], KEYS[4 + 3 * p], KEYS[5 + 3 * p]
+for p = 0, (#KEYS - first + 1) / 3 - 1 do
+  local meta, index, stats = KEYS[first + 3 * p], KEYS[first + 1 + 3 * p], KEYS[first + 2 + 3 * p]
   local prefix = string.sub(meta, 1, #meta - 4)  -- the key without "meta"
   local archived_end, epoch = tonumber(ARGV[4 + 3 * p]), tonumber(ARGV[5 + 3 * p])
   local floor = tonumber(ARGV[6 + 3 * p])
@@ -36,6 +43,7 @@ for p = 0, (#KEYS - 2) / 3 - 1 do
     redis.call('HSET', epochs_key(prefix), new_epoch, archived_end)
     restored = restored + 1
   end
+  redis.call('HSET', meta, 'archiving', 1)
   if floor > tonumber(redis.call('HGET', meta, 'floor') or 0) then
     redis.call('HSET', meta, 'floor', floor)
   end

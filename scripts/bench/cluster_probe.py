@@ -2,14 +2,15 @@
 
 In one process, against throwaway servers (the test suite's server binary):
 
-- single: today's ``Log.append`` (append.lua, ``INCRBY ks:gseq``) on one server; the
+- single: ``Log.append`` on one server (append.lua with floor 0: ``INCRBY ks:gseq``); the
   baseline. ``single+central``: the same, each append preceded by an INCRBY on a counter
   key (a central sequencer reserving the append's ids: one more round trip).
-  ``single+hlc``: append.lua with its INCRBY replaced by the per-slot hybrid logical clock
-  (``max(counter + n, clock floor)``, a GET and a SET), the scheme the design picks.
-- cluster: a 3-primary cluster, one partition per primary, append.lua given only keys of
-  the partition's slot (the per-slot copies the design describes). ``cluster+hlc`` runs
-  the HLC step in the script; ``cluster+central`` first INCRBYs one central key, on one of
+  ``single+hlc``: ``Log(cluster=True).append`` on the same server: append.lua's per-slot
+  hybrid logical clock (the slot hash's ``seq`` raised to ``max(seq + n, floor)``), the
+  scheme the design picks, in the cluster key layout.
+- cluster: a 3-primary cluster, one partition per primary, ``Log.append`` through
+  redis-py's cluster client (the cluster layout: every key in the partition's slot).
+  ``cluster+hlc`` is that; ``cluster+central`` first INCRBYs one central key, on one of
   the primaries, whichever shard the partition is on.
 
 Each scheme runs ``--seconds`` with ``--tasks`` concurrent appenders per partition, for
@@ -41,28 +42,11 @@ import redis.asyncio.cluster
 from kafkaesque.batch_build import build_batch
 from kafkaesque.keys import Keys
 from kafkaesque.log import Log
-from kafkaesque.records import offset_count, producer_fields
-from kafkaesque.scripts import Script, source
+from kafkaesque.records import offset_count
+from kafkaesque.scripts import source
 from kafkaesque.topic_config import TopicConfig
 from tests.cluster_servers import ClusterServers
 from tests.servers import RedisServer
-
-# The HLC floor: milliseconds since 2025-01-01 times 256 (8 bits of logical counter).
-HLC_EPOCH_MS = 1_735_689_600_000
-_INCRBY = "local gseq = redis.call('INCRBY', gseq_key, total) - total + 1"
-_HLC = (
-    "local gseq = math.max(tonumber(redis.call('GET', gseq_key) or 0) + total, "
-    f"(tonumber(ARGV[3]) - {HLC_EPOCH_MS}) * 256)\n"
-    "redis.call('SET', gseq_key, string.format('%.0f', gseq))\n"
-    "gseq = gseq - total + 1"
-)
-
-
-def hlc_append_source() -> str:
-    text = source("append")
-    assert text.count(_INCRBY) == 1, "append.lua changed: update the bench"
-    return text.replace(_INCRBY, _HLC)
-
 
 Appender = Callable[[int, bytes], Awaitable[object]]
 
@@ -88,8 +72,9 @@ async def single_schemes(url: str) -> dict[str, list[Appender]]:
     log = Log(client)
     await log.ensure_recovered()
     await log.create_topic(TopicConfig("bench", 1, page_size=10_000))
-    hlc_log = Log(client)
-    hlc_log.scripts.append = Script(client.register_script(hlc_append_source()))
+    hlc_log = Log(client, cluster=True)  # the cluster layout, on the one server
+    await hlc_log.ensure_recovered()
+    await hlc_log.create_topic(TopicConfig("bench-hlc", 1, page_size=10_000))
 
     async def single(_: int, batch: bytes) -> object:
         return await log.append("bench", 0, [batch])
@@ -99,18 +84,18 @@ async def single_schemes(url: str) -> dict[str, list[Appender]]:
         return await log.append("bench", 0, [batch])
 
     async def hlc(_: int, batch: bytes) -> object:
-        return await hlc_log.append("bench", 0, [batch])
+        return await hlc_log.append("bench-hlc", 0, [batch])
 
     return {"single": [single], "single+central": [central], "single+hlc": [hlc]}
 
 
 async def cluster_schemes(url: str) -> dict[str, list[Appender]]:
-    """One partition per primary; each partition's global keys are copies in its slot."""
+    """One partition per primary, created with copies of the catalog keys in its slot."""
     client = redis.asyncio.cluster.RedisCluster.from_url(url, max_connections=256)
     await client.initialize()
     create = client.register_script(source("create"))
-    hlc_append = client.register_script(hlc_append_source())
-    keys = Keys()
+    log = Log(client)
+    keys = Keys(cluster=True)
     partitions, owners = [], set()
     i = 0
     while len(partitions) < 3:
@@ -125,34 +110,22 @@ async def cluster_schemes(url: str) -> dict[str, list[Appender]]:
         config = TopicConfig(name, 1, page_size=10_000)
         await client.set(tag + "incarnation", "1")
         await create(
-            keys=[tag + "topics", tag + "topic", tag + "incarnation", p.meta],
+            keys=[tag + "topics", tag + "topic", tag + "incarnation", tag + "archiving", p.meta],
             args=[name, config.pack(), config.lua_settings()],
         )
-        partitions.append((name, p, tag))
+        partitions.append(name)
 
-    def appender(name: str, p, tag: str, central: bool) -> Appender:
-        script_keys = [
-            p.meta,
-            p.index,
-            p.stats,
-            tag + "gseq",
-            p.producers,
-            tag + "archiving",
-            tag + "incarnation",
-        ]
-
+    def appender(name: str, central: bool) -> Appender:
         async def append(_: int, batch: bytes) -> object:
             if central:
                 await client.incrby("central:gseq", offset_count(batch))
-            args = [p.prefix, keys.appended(name), int(time.time() * 1000)]
-            args += (offset_count(batch), *producer_fields(batch), batch)
-            return await hlc_append(keys=script_keys, args=args)
+            return await log.append(name, 0, [batch])
 
         return append
 
     return {
-        "cluster+hlc": [appender(*part, central=False) for part in partitions],
-        "cluster+central": [appender(*part, central=True) for part in partitions],
+        "cluster+hlc": [appender(name, central=False) for name in partitions],
+        "cluster+central": [appender(name, central=True) for name in partitions],
     }
 
 

@@ -25,9 +25,12 @@ from redis.exceptions import (
 )
 
 from kafkaesque.batch_build import build_batch, build_control_batch
+from kafkaesque.errors import UnknownTopic
 from kafkaesque.keys import Keys
 from kafkaesque.log import Log
 from kafkaesque.scripts import SCRIPT_NAMES, source
+from kafkaesque.sequence import EPOCH_MS, STEPS_PER_MS, clock
+from kafkaesque.slots import slot_of
 from kafkaesque.topic_config import TopicConfig
 from tests.cluster_servers import SLOTS, ClusterServers, SentinelServers
 
@@ -143,8 +146,9 @@ def test_sentinel_follows_a_failover(sentinel: SentinelServers) -> None:
 
 
 def test_log_through_redis_py_cluster_client(empty_cluster: ClusterServers) -> None:
-    """Log accepts redis-py's asyncio RedisCluster; single-key steps work, and the first
-    multi-key one is refused by the client before anything is sent."""
+    """Log accepts redis-py's asyncio RedisCluster and takes the cluster key layout from
+    it: the catalog's keys share a slot (Log.topic's MGET runs), and a topic is created in
+    steps (kafkaesque/log_steps.py)."""
 
     async def scenario() -> dict[str, str]:
         client = redis.asyncio.cluster.RedisCluster.from_url(empty_cluster.url)
@@ -155,7 +159,7 @@ def test_log_through_redis_py_cluster_client(empty_cluster: ClusterServers) -> N
             try:
                 await call
                 outcomes[name] = "ok"
-            except RedisClusterException as exc:
+            except (RedisClusterException, UnknownTopic) as exc:
                 outcomes[name] = str(exc)
 
         await step("ensure_recovered", log.ensure_recovered())  # SET NX of incarnation
@@ -163,6 +167,7 @@ def test_log_through_redis_py_cluster_client(empty_cluster: ClusterServers) -> N
         await step("new_producer_id", log.new_producer_id())
         await step("create_topic", log.create_topic(TopicConfig("t", 1)))
         await step("topic", log.topic("t"))
+        await step("state", log.state("t", 0))
         await client.aclose()
         return outcomes
 
@@ -170,8 +175,9 @@ def test_log_through_redis_py_cluster_client(empty_cluster: ClusterServers) -> N
         "ensure_recovered": "ok",
         "list_topics": "ok",
         "new_producer_id": "ok",
-        "create_topic": "EVALSHA - all keys must map to the same key slot",
-        "topic": "MGET - all keys must map to the same key slot",
+        "create_topic": "ok",
+        "topic": "ok",
+        "state": "ok",
     }
 
 
@@ -226,35 +232,41 @@ def _eval(cluster: ClusterServers, name: str, keys: list[str], args: list) -> st
 
 
 def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url: str) -> None:
-    """Every script with the KEYS kafkaesque passes today (kafkaesque/log.py, log_topics.py,
-    archiving.py, compaction.py): the ones that also touch a global key, or several
-    partitions, are refused with CROSSSLOT; those confined to one partition run."""
+    """Every script with the KEYS kafkaesque passes on a cluster (kafkaesque/log.py,
+    log_topics.py, archiving.py, compaction.py, in the cluster layout: ``Keys(cluster=True)``,
+    the slot's hash for the sequence): the ones that touch several partitions, or a
+    partition and the catalog, are refused with CROSSSLOT; those confined to one
+    partition's slot run."""
     stored = _seed_partition(redis_url)
     assert len(_copy_partition(redis_url, empty_cluster, 0)) >= 5
-    k = Keys()
+    k = Keys(cluster=True)
     p = k.partition(TOPIC, 0)
     p1 = k.partition(TOPIC, 1)
     config = TopicConfig(TOPIC, 2, page_size=3)
     batch = build_batch([b"x"])
     now = int(time.time() * 1000)
-    appending = [p.meta, p.index, p.stats, k.gseq, p.producers, k.archiving, k.incarnation]
-    registry = [k.brokers, k.brokers_alive, k.membership]
+    floor = clock(now)
+    appending = [p.meta, p.index, p.stats, k.slot_hash(slot_of(TOPIC, 0)), p.producers, p.meta]
+    registry = [k.brokers, k.brokers_alive, k.membership, k.brokers_sequence]
     calls: dict[str, tuple[list[str], list]] = {
-        "create": ([k.topics, k.topic("new"), k.incarnation, p.meta], ["new", b"", ""]),
+        "create": (
+            [k.topics, k.topic("new"), k.incarnation, k.archiving, p.meta],
+            ["new", b"", ""],
+        ),
         "append": (
             [*appending, p.txn_open],
-            [p.prefix, k.appended(TOPIC), now, "", 1, -1, -1, -1, batch],
+            [p.prefix, k.appended(TOPIC), now, floor, "", 1, -1, -1, -1, batch],
         ),
         "end_txn": (
             [*appending, p.txn_open, p.txn_aborted],
-            [p.prefix, k.appended(TOPIC), now, 7, 0, 1, build_control_batch(7, 0, True)],
+            [p.prefix, k.appended(TOPIC), now, 7, 0, 1, build_control_batch(7, 0, True), floor],
         ),
         "read": (
             [p.meta, p.index, p.txn_open, p.txn_aborted],
             [p.prefix, 0, 1 << 20, 1 << 31, 1, 1],
         ),
         "read_many": ([p.meta], [1 << 20, 1, 1, 0, 1 << 20]),
-        "state": ([p.meta, p.index, p.stats, k.archiving], [p.prefix]),
+        "state": ([p.meta, p.index, p.stats], [p.prefix]),
         "delete": (
             [k.topics, k.topic(TOPIC), p.meta, p.index, p.stats, p.producers],
             [TOPIC, p.prefix],
@@ -264,52 +276,65 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
         "configure": ([k.topic(TOPIC), k.archiving, p.meta], [b"", config.pack(), "", 2]),
         "closed_pages": ([p.meta, p.index], [p.prefix, 0, 16]),
         "mark_archived": ([p.meta, p.index, p.stats], [p.prefix, 0, 0]),
-        "close_idle": ([p.meta, p.stats, k.archiving], [p.prefix, now]),
+        "close_idle": ([p.meta, p.stats], [p.prefix, now]),
         "restore": ([k.topics, k.topic(TOPIC), p.meta, p.index, p.stats], [TOPIC, b"", ""]),
-        "archive_on": ([p.meta, p.index, k.archiving], [p.prefix, "2"]),
+        "archive_on": ([p.meta, p.index], [p.prefix]),
         "producer_id": ([k.producer_ids], [now << 10]),
-        "delete_records": ([p.meta, p.index, p.stats, k.archiving], [p.prefix, 0]),
+        "delete_records": ([p.meta, p.index, p.stats], [p.prefix, 0]),
         "compact": ([p.meta, p.index, p.stats], [p.prefix, 0, 0, "", b"", "0 0 0 0"]),
+        # the steps of kafkaesque/log_steps.py: the catalog, or one partition's slot
+        "create_catalog": (
+            [
+                k.topics,
+                k.topic("new"),
+                k.incarnation,
+                k.archiving,
+                k.sequence_floor,
+                k.steps,
+                k.creating("new"),
+                k.deleting("new"),
+            ],
+            ["new", config.pack(), now, "ab"],
+        ),
+        "create_partition": (
+            [p1.meta, k.slot_hash(slot_of(TOPIC, 1))],
+            [config.lua_settings(), "ab", 1, floor, 0],
+        ),
+        "configure_catalog": (
+            [
+                k.topic("new"),
+                k.archiving,
+                k.sequence_floor,
+                k.steps,
+                k.configuring("new"),
+                k.config_versions,
+            ],
+            [config.pack(), config.pack(), now, "new"],
+        ),
+        "configure_partition": ([p1.meta], [config.lua_settings(), 1, "ab"]),
+        "delete_catalog": (
+            [
+                k.topics,
+                k.topic("new"),
+                k.steps,
+                k.deleting("new"),
+                k.creating("new"),
+                k.configuring("new"),
+                k.config_versions,
+            ],
+            ["new", "1 ab", now, config.pack()],
+        ),
+        "delete_partition": ([p1.meta, p1.index, p1.stats, p1.producers], [p1.prefix, "ab"]),
+        "slot_tick": ([k.slot_hash(slot_of(TOPIC, 1))], [floor]),
+        "step_done": ([k.deleting("new"), k.steps], ["1 ab"]),
+        "tick": ([k.sequence_floor], [EPOCH_MS, STEPS_PER_MS]),
+        # the broker registry (catalog keys) and a partition's leadership
         "lead": ([p.meta, p.epochs], ["", "1"]),
         "prefer": ([p.meta], ["1"]),
         "register": (registry, [1, "t", "a", b"", 9000, k.membership_channel]),
-        "heartbeat": (registry, [1, "t", 9000, k.membership_channel]),
+        "heartbeat": (registry, [1, "t", 9000, k.membership_channel, 5]),
         "deregister": (registry, [1, "t", k.membership_channel]),
     }
-    assert sorted(calls) == sorted(SCRIPT_NAMES)
-    outcomes = {name: _eval(empty_cluster, name, *call) for name, call in calls.items()}
-    assert outcomes == {
-        # a global key beside the partition's (incarnation, gseq, archiving, topics...)
-        "create": "CROSSSLOT",
-        "append": "CROSSSLOT",
-        "end_txn": "CROSSSLOT",
-        "state": "CROSSSLOT",
-        "delete": "CROSSSLOT",
-        "configure": "CROSSSLOT",
-        "close_idle": "CROSSSLOT",
-        "restore": "CROSSSLOT",
-        "archive_on": "CROSSSLOT",
-        "delete_records": "CROSSSLOT",
-        "register": "CROSSSLOT",  # the registry's keys: no shared tag on one Redis
-        "heartbeat": "CROSSSLOT",
-        "deregister": "CROSSSLOT",
-        # one partition's slot only (or one global key alone)
-        "read": "ran",
-        "read_many": "ran",  # a fetch's partitions of one slot: one call per slot
-        "find_time": "ran",
-        "max_time": "ran",
-        "closed_pages": "ran",
-        "mark_archived": "ran",
-        "producer_id": "ran",
-        "compact": "ran: CONFLICT",  # the stale page it was given: it ran and refused
-        "lead": "ran",
-        "prefer": "ran",
-    }
-    # Even without a global key, a multi-partition script spans slots (one tag each).
-    two_partitions = [p.meta, p1.meta]
-    assert _eval(empty_cluster, "create", two_partitions, ["x", b"", ""]) == "CROSSSLOT"
-    both = [1 << 20, 0, 1, 0, 1 << 20, 0, 1 << 20]
-    assert _eval(empty_cluster, "read_many", [p.meta, p1.meta], both) == "CROSSSLOT"
     # The partition-local scripts give on the cluster what they gave on one Redis.
     owner = empty_cluster.owner(empty_cluster.client().keyslot(p.meta)).client()
     status, _start, end, _epoch, _lso, _aborted, *batches = owner.eval(
@@ -329,6 +354,52 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
     assert (status, end, batches) == (0, 10, stored)
     pages = owner.eval(source("closed_pages"), 2, p.meta, p.index, p.prefix, 0, 16)
     assert pages[:3] == [0, 0, 4]  # page 0: offsets 0..3 (two batches of two)
+    assert sorted(calls) == sorted(SCRIPT_NAMES)
+    empty_cluster.client().set(k.incarnation, "1")  # as Log.ensure_recovered
+    outcomes = {name: _eval(empty_cluster, name, *call) for name, call in calls.items()}
+    assert outcomes == {
+        # the catalog beside a partition (the topic set and config, and each partition)
+        "create": "CROSSSLOT",
+        "delete": "CROSSSLOT",
+        "configure": "CROSSSLOT",
+        "restore": "CROSSSLOT",
+        # one partition's slot only (its keys and the slot's hash), or one catalog key
+        "append": "ran",
+        "end_txn": "ran",
+        "state": "ran",
+        "close_idle": "ran",
+        "archive_on": "ran",
+        "delete_records": "ran",
+        "read": "ran",
+        "read_many": "ran",  # a fetch's partitions of one slot: one call per slot
+        "find_time": "ran",
+        "max_time": "ran",
+        "closed_pages": "ran",
+        "mark_archived": "ran",
+        "producer_id": "ran",
+        "compact": "ran: CONFLICT",  # the stale page it was given: it ran and refused
+        "create_catalog": "ran",
+        "create_partition": "ran",
+        "configure_catalog": "ran",
+        "configure_partition": "ran",
+        "delete_catalog": "ran",
+        "delete_partition": "ran",
+        "slot_tick": "ran",
+        "step_done": "ran",
+        "tick": "ran",
+        "lead": "ran",
+        "prefer": "ran",
+        "register": "ran",
+        "heartbeat": "ran",
+        "deregister": "ran",
+    }
+    # Even without a global key, a multi-partition script spans slots (one tag each).
+    two_partitions = [p.meta, p1.meta]
+    assert _eval(empty_cluster, "create", two_partitions, ["x", b"", ""]) == "CROSSSLOT"
+    both = [1 << 20, 0, 1, 0, 1 << 20, 0, 1 << 20]
+    assert _eval(empty_cluster, "read_many", [p.meta, p1.meta], both) == "CROSSSLOT"
+    # The append and the marker took their sequence numbers from the slot's clock.
+    assert int(empty_cluster.client().hget(appending[3], "seq")) >= floor + 1
 
 
 def test_script_in_a_slot_migrating_key_by_key(empty_cluster: ClusterServers) -> None:

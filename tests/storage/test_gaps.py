@@ -150,7 +150,9 @@ def test_a_gap_is_read_across_by_every_reader(redis_url: str, pg_dsn: str, tmp_p
         assert (await log.state("g", 0)).log_start == 300  # no archive: retention dropped
         pool = await create_pool(pg_dsn)
         await Archiver(log, pool, idle_close_ms=None).run_once()
-        await log.redis.delete("ks:archiving")  # a window with archiving off again
+        # A window with archiving off again: the switch and the partition's copy of it.
+        await log.redis.delete("ks:archiving")
+        await log.redis.hdel(log.keys.partition("g", 0).meta, "archiving")
         for start in range(500, 1000, 100):
             await produce(log, "g", 0, values[start : start + 100])
         # A reader across the second gap before the archiver has seen it: on to Redis.

@@ -111,7 +111,9 @@ def test_every_key_matches_the_documented_layout(redis_url: str, pg_dsn: str) ->
         await log.restore([RestoredTopic(restored, [RestoredPartition(10, 0)])], 0, 0)
 
         # A broker registered (`serve`): the registry, its sessions and membership number.
-        await Registry(log, BrokerInfo(1, {"PLAINTEXT": ("127.0.0.1", 9092)})).register()
+        registry = Registry(log, BrokerInfo(1, {"PLAINTEXT": ("127.0.0.1", 9092)}))
+        await registry.register()
+        await registry.heartbeat()  # reports the highest sequence number it appended
 
         patterns = keys.patterns()
         present = await all_keys(log.redis)

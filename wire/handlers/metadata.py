@@ -81,12 +81,15 @@ async def partition_leaders(
 ) -> list[tuple[int | None, int]]:
     """(leader node, leader epoch) of each of a topic's ``partitions``, one round trip;
     the node is None while the leader that left is being replaced (its winner takes the
-    partition over at once)."""
+    partition over at once), or the partition is still being created."""
     leadership = broker.leadership
     found = []
     seen = await broker.log.leaders([(config.name, p) for p in partitions])
     for p, entry in zip(partitions, seen, strict=True):
-        leader, epoch, preferred = entry or ("", 0, "")  # None: deleted meanwhile
+        if entry is None:  # being created (a cluster's steps) or deleted meanwhile
+            found.append((None, 0))
+            continue
+        leader, epoch, preferred = entry
         if leader == "":
             leadership.soon()  # no leader written yet: its winner, written soon
         found.append((leadership.effective(config.topic_id, p, leader, preferred), epoch))

@@ -1,0 +1,96 @@
+"""The Log's tests (tests/test_log.py, test_log_steps.py, test_sequence.py, test_consume.py,
+test_delete_records.py, test_retention.py, test_topic_configs.py, test_transactions_log.py)
+against the 3-primary cluster fixture, through ``redis+cluster://``
+(kafkaesque.connect.cluster_client): the Log in the cluster layout, topics in steps,
+appends on the partitions' shards."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+
+import tests.test_consume
+import tests.test_delete_records
+import tests.test_log
+import tests.test_log_steps
+import tests.test_retention
+import tests.test_sequence
+import tests.test_topic_configs
+import tests.test_transactions_log
+from kafkaesque.batch_build import build_batch
+from kafkaesque.connect import HotTierCluster, redis_client
+from kafkaesque.log import Log
+from kafkaesque.reads import FetchRequest
+from kafkaesque.slots import slot_of
+from kafkaesque.topic_config import TopicConfig
+from tests.cluster_servers import ClusterServers
+
+# Tests that name single-Redis keys ("ks:archiving", "ks:gseq") or count on one counter
+# (ids 1, 2, 3...: on a cluster ids are the slots' clocks, docs/scale-out.md 3.6).
+SINGLE_REDIS_ONLY = {
+    "test_one_redis_keeps_one_counter",
+    "test_cluster_mode_ids_follow_the_slot_clock",  # the cluster layout on one server
+    "test_global_sequence_follows_produce_order_across_topics",
+    "test_archiving_keeps_pages_until_archived_then_applies_retention",
+    "test_lost_redis_waits_for_recovery_and_restores_offsets",  # test_log_steps' instead
+    "test_archiving_is_a_field_of_every_partition",
+    # KEYS on the client: one node's keys on a cluster
+    "test_delete_moves_the_log_start_and_frees_whole_pages",
+}
+
+
+@pytest.fixture
+def make_log(empty_cluster: ClusterServers) -> Callable[[], Log]:
+    def make() -> Log:
+        client = redis_client(empty_cluster.cluster_url)
+        assert isinstance(client, HotTierCluster)
+        return Log(client)
+
+    return make
+
+
+def _collect(module) -> dict[str, object]:
+    return {
+        name: test
+        for name, test in vars(module).items()
+        if name.startswith("test_") and callable(test) and name not in SINGLE_REDIS_ONLY
+    }
+
+
+for _module in (
+    tests.test_log,
+    tests.test_log_steps,
+    tests.test_sequence,
+    tests.test_consume,
+    tests.test_delete_records,
+    tests.test_retention,
+    tests.test_topic_configs,
+    tests.test_transactions_log,
+):
+    for _name, _test in _collect(_module).items():
+        globals()[_name] = _test
+
+
+def test_read_many_across_slots_keeps_one_budget(make_log: Callable[[], Log]) -> None:
+    """A fetch's partitions in different slots: one read_many.lua per slot, and the answers
+    still within one byte budget, in the order asked, the first batch coming whole."""
+
+    async def scenario() -> None:
+        log = make_log()
+        await log.create_topic(TopicConfig("f", 6))
+        assert len({slot_of("f", p) for p in range(6)}) == 6
+        batch = build_batch([b"v" * 1000])
+        appended = await log.append_many([("f", p, [batch]) for p in range(6)])
+        assert [a.base_offsets for a in appended] == [[0]] * 6
+        requests = [FetchRequest("f", p, 0, 1 << 20) for p in range(6)]
+        results = await log.read_many(requests, max_bytes=3 * len(batch))
+        assert [len(r.batches) for r in results] == [1, 1, 1, 0, 0, 0]
+        assert [r.log_end for r in results] == [1] * 6
+        results = await log.read_many(requests, max_bytes=10)  # the first comes whole
+        assert [len(r.batches) for r in results] == [1, 0, 0, 0, 0, 0]
+        ends = await log.partition_offsets([("f", p) for p in (5, 0, 3)] + [("f", 9)])
+        assert ends == [(0, 1, 0, 1)] * 3 + [None]
+
+    asyncio.run(scenario())

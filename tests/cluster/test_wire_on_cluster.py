@@ -1,0 +1,85 @@
+"""Kafka clients through brokers whose hot tier is a 3-primary Redis Cluster: two
+brokers on it, confluent-kafka and kafka-python producing and consuming in a group."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from kafka import KafkaConsumer, KafkaProducer
+
+from tests.cluster_servers import ClusterServers
+from tests.kafka_client import Connection
+from tests.wire.conftest import Broker
+
+OPTIONS = ("--broker-session-timeout-ms", "3000", "--broker-heartbeat-interval-ms", "300")
+
+
+@pytest.fixture
+def brokers(empty_cluster: ClusterServers, tmp_path: Path) -> Iterator[list[Broker]]:
+    started = [
+        Broker(empty_cluster.cluster_url, tmp_path / f"b{n}", ("--node-id", str(n), *OPTIONS))
+        for n in (1, 2)
+    ]
+    yield started
+    for broker in started:
+        assert broker.stop() == 0, broker.stderr()
+        assert "Traceback" not in broker.stderr(), broker.stderr()
+
+
+def _wait_for_both(broker: Broker) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with Connection(broker.bootstrap) as connection:
+            if {b.node_id for b in connection.metadata(None).brokers} == {1, 2}:
+                return
+        time.sleep(0.1)
+    raise AssertionError("the brokers did not see each other")
+
+
+def test_confluent_and_kafka_python_on_a_cluster(brokers: list[Broker]) -> None:
+    first, second = brokers
+    _wait_for_both(first)
+    first.cli("create", "orders", "--partitions", "6")
+    producer = Producer({"bootstrap.servers": first.bootstrap, "enable.idempotence": True})
+    for i in range(600):
+        producer.produce("orders", value=b"c%d" % i, key=b"k%d" % (i % 17))
+    assert producer.flush(30) == 0
+    kp = KafkaProducer(bootstrap_servers=second.bootstrap, acks="all")
+    for i in range(60):
+        kp.send("orders", value=b"p%d" % i)
+    kp.flush(30)
+    kp.close()
+    expected = {b"c%d" % i for i in range(600)} | {b"p%d" % i for i in range(60)}
+    consumer = Consumer(
+        {
+            "bootstrap.servers": second.bootstrap,
+            "group.id": "on-cluster",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe(["orders"])
+    seen: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(seen) < len(expected) and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            seen.append(message.value())
+    consumer.commit(asynchronous=False)
+    consumer.close()
+    assert sorted(seen) == sorted(expected)
+    # The group's offsets are committed: kafka-python in the same group reads nothing new.
+    kc = KafkaConsumer(
+        "orders",
+        bootstrap_servers=first.bootstrap,
+        group_id="on-cluster",
+        consumer_timeout_ms=3000,
+    )
+    assert [m.value for m in kc] == []
+    kc.close()
+    # Every record is where the CLI reads it too.
+    lines = first.cli("consume", "orders").stdout.split()
+    assert sorted(lines) == sorted(expected)
