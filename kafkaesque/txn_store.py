@@ -105,19 +105,33 @@ class TransactionCoordinator:
         return Transaction.from_fields(transactional_id, raw) if raw else None
 
     async def _save(self, txn: Transaction) -> None:
-        key = self.keys.transaction(txn.transactional_id)
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(key, mapping=txn.fields())
-        pipe.sadd(self.keys.transactions, txn.transactional_id)
+        """The state and the id sets in one MULTI; on a Redis Cluster, where the state's
+        slot is the id's own, the sets are kept supersets instead (added to before the
+        state is written, removed from after): a reader meets at worst an id with
+        nothing due, which it skips, never misses one."""
+        tid = txn.transactional_id
         deadline = txn.deadline_ms()
+        if self.keys.cluster:
+            index = self.redis.pipeline(transaction=False)
+            index.sadd(self.keys.transactions, tid)
+            if deadline is not None:
+                index.zadd(self.keys.transactions_due, {tid: deadline})
+            await index.execute()
+            await self.redis.hset(self.keys.transaction(tid), mapping=txn.fields())
+            if deadline is None:
+                await self.redis.zrem(self.keys.transactions_due, tid)
+            return
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hset(self.keys.transaction(tid), mapping=txn.fields())
+        pipe.sadd(self.keys.transactions, tid)
         if deadline is None:
-            pipe.zrem(self.keys.transactions_due, txn.transactional_id)
+            pipe.zrem(self.keys.transactions_due, tid)
         else:
-            pipe.zadd(self.keys.transactions_due, {txn.transactional_id: deadline})
+            pipe.zadd(self.keys.transactions_due, {tid: deadline})
         await pipe.execute()
 
     async def _drop(self, transactional_id: str) -> None:
-        pipe = self.redis.pipeline(transaction=True)
+        pipe = self.redis.pipeline(transaction=not self.keys.cluster)  # see _save
         pipe.delete(self.keys.transaction(transactional_id))
         pipe.srem(self.keys.transactions, transactional_id)
         pipe.zrem(self.keys.transactions_due, transactional_id)

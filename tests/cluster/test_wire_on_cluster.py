@@ -83,3 +83,43 @@ def test_confluent_and_kafka_python_on_a_cluster(brokers: list[Broker]) -> None:
     # Every record is where the CLI reads it too.
     lines = first.cli("consume", "orders").stdout.split()
     assert sorted(lines) == sorted(expected)
+
+
+def test_transactions_on_a_cluster(brokers: list[Broker]) -> None:
+    """A transactional producer (its coordinator's state in the id's own slot) commits one
+    transaction and aborts another; read_committed sees only the committed one."""
+    first, second = brokers
+    _wait_for_both(first)
+    first.cli("create", "payments", "--partitions", "3")
+    producer = Producer({"bootstrap.servers": first.bootstrap, "transactional.id": "pay-1"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(30):
+        producer.produce("payments", value=b"ok%d" % i, partition=i % 3)
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    for i in range(30):
+        producer.produce("payments", value=b"no%d" % i, partition=i % 3)
+    assert producer.flush(30) == 0  # written, then aborted (unsent ones would just go)
+    producer.abort_transaction(30)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": second.bootstrap,
+            "group.id": "payments",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.subscribe(["payments"])
+    seen: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(seen) < 30 and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            seen.append(message.value())
+    extra = consumer.poll(2)  # nothing of the aborted transaction follows
+    consumer.close()
+    assert sorted(seen) == sorted(b"ok%d" % i for i in range(30))
+    assert extra is None or extra.error() is not None
+    listed = first.cli("transactions", "describe", "pay-1").stdout.decode()
+    assert "CompleteAbort" in listed
