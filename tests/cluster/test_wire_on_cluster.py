@@ -3,14 +3,17 @@ brokers on it, confluent-kafka and kafka-python producing and consuming in a gro
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka import KafkaConsumer, KafkaProducer
 
+from kafkaesque.slots import slot_of
 from tests.cluster_servers import ClusterServers
 from tests.kafka_client import Connection
 from tests.wire.conftest import Broker
@@ -123,3 +126,69 @@ def test_transactions_on_a_cluster(brokers: list[Broker]) -> None:
     assert extra is None or extra.error() is not None
     listed = first.cli("transactions", "describe", "pay-1").stdout.decode()
     assert "CompleteAbort" in listed
+
+
+def test_slots_moved_while_producing_lose_and_duplicate_nothing(
+    empty_cluster: ClusterServers, brokers: list[Broker]
+) -> None:
+    """Atomic slot migrations (Valkey 9) of the partitions' slots, back and forth, while an
+    idempotent acks=all producer writes: every acknowledged record is in the log once, in
+    the order it was produced."""
+    first, _ = brokers
+    _wait_for_both(first)
+    first.cli("create", "moving", "--partitions", "4")
+    acked: list[tuple[int, bytes]] = []
+    failed: list[str] = []
+    stop = threading.Event()
+
+    def delivered(error: Any, message: Any) -> None:
+        if error is None:
+            acked.append((message.partition(), message.value()))
+        else:
+            failed.append(str(error))
+
+    def produce() -> None:
+        producer = Producer(
+            {"bootstrap.servers": first.bootstrap, "enable.idempotence": True, "linger.ms": 2}
+        )
+        i = 0
+        while not stop.is_set():
+            producer.produce("moving", value=b"m%06d" % i, partition=i % 4, on_delivery=delivered)
+            producer.poll(0.001)
+            i += 1
+        producer.flush(60)
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    try:
+        nodes = empty_cluster.nodes()
+        for round_ in range(3):
+            for p in (0, 1):
+                slot = slot_of("moving", p)
+                owner = empty_cluster.owner(slot)
+                target = next(n for n in nodes[round_ % 3 :] + nodes if n is not owner)
+                empty_cluster.migrate_slots(slot, slot, target)
+            time.sleep(0.3)
+    finally:
+        stop.set()
+        thread.join(90)
+    assert not failed, failed[:3]
+    assert len(acked) > 500
+    consumer = Consumer({"bootstrap.servers": first.bootstrap, "group.id": "check"})
+    logged: dict[int, list[bytes]] = {}
+    for p in range(4):
+        end = consumer.get_watermark_offsets(TopicPartition("moving", p), 10)[1]
+        consumer.assign([TopicPartition("moving", p, 0)])
+        values: list[bytes] = []
+        while len(values) < end:
+            message = consumer.poll(5)
+            assert message is not None, f"partition {p}: {len(values)} of {end}"
+            if message.error() is None:
+                values.append(message.value())
+        logged[p] = values
+    consumer.close()
+    for p, values in logged.items():
+        assert len(values) == len(set(values)), f"partition {p} has duplicates"
+        assert values == sorted(values), f"partition {p} is out of order"
+        mine = [v for q, v in acked if q == p]
+        assert set(mine) <= set(values), f"partition {p} lost acknowledged records"
