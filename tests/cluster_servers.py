@@ -243,6 +243,10 @@ class ClusterServers:
         raise LookupError(node_id)
 
     # -- addresses -------------------------------------------------------------------
+    def pids(self) -> list[int]:
+        """Every node's process id (for the benchmarks' CPU accounting)."""
+        return [process.proc.pid for process in self._processes]
+
     @property
     def startup_nodes(self) -> list[redis.cluster.ClusterNode]:
         return [redis.cluster.ClusterNode(HOST, n.port) for n in self.primaries]
