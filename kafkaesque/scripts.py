@@ -36,6 +36,7 @@ SCRIPT_NAMES = (
     "delete_records",
     "compact",
     "end_txn",
+    "failover_epoch",
 )
 
 
@@ -118,6 +119,7 @@ class Scripts:
     close_idle: Script
     restore: Script
     archive_on: Script
+    failover_epoch: Script
     producer_id: Script
     delete_records: Script
     compact: Script

@@ -269,6 +269,7 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
         "producer_id": ([k.producer_ids], [now << 10]),
         "delete_records": ([p.meta, p.index, p.stats, k.archiving], [p.prefix, 0]),
         "compact": ([p.meta, p.index, p.stats], [p.prefix, 0, 0, "", b"", "0 0 0 0"]),
+        "failover_epoch": ([p.meta, p.epochs], ["replid", 0]),
     }
     assert sorted(calls) == sorted(SCRIPT_NAMES)
     outcomes = {name: _eval(empty_cluster, name, *call) for name, call in calls.items()}
@@ -293,6 +294,7 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
         "mark_archived": "ran",
         "producer_id": "ran",
         "compact": "ran: CONFLICT",  # the stale page it was given: it ran and refused
+        "failover_epoch": "ran",
     }
     # Even without a global key, a multi-partition script spans slots (one tag each).
     two_partitions = [p.meta, p1.meta]

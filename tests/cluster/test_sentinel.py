@@ -1,0 +1,266 @@
+"""Redis Sentinel: ``redis+sentinel://`` URLs, following a failover, the failover epoch
+bump, the archiver barrier, and what acks=all loses when the primary is killed
+(docs/scale-out.md, section 4)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from kafkaesque.batch_build import build_batch
+from kafkaesque.cli import main
+from kafkaesque.connect import SentinelHotTier, parse_sentinel_url, redis_client
+from kafkaesque.errors import HotTierUnavailable
+from kafkaesque.failover import FailoverWatch
+from kafkaesque.log import Log
+from kafkaesque.notify import Notifier
+from kafkaesque.topic_config import TopicConfig
+from tests.cluster_servers import SentinelServers, wait_until
+from tests.pg import PostgresServer
+from tests.servers import free_port
+from tests.wire.conftest import Broker
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
+
+
+def cli(url: str, *args: str, input: bytes | None = None) -> Result:
+    return CliRunner().invoke(main, ["--redis-url", url, *args], input=input)
+
+
+def one_line_error(result: Result, code: int, fragment: str) -> str:
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output
+    assert fragment in result.stderr, result.stderr
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    return result.stderr
+
+
+# -- URLs --------------------------------------------------------------------------------
+def test_sentinel_url_forms() -> None:
+    url = parse_sentinel_url(
+        "redis+sentinel://h1:26380,h2/svc/3?password=p%40ss&sentinel_password=s"
+    )
+    assert url.sentinels == (("h1", 26380), ("h2", 26379))
+    assert (url.service, url.db, url.password, url.sentinel_password) == ("svc", 3, "p@ss", "s")
+    assert "p@ss" not in repr(url) and "s)" not in repr(url).replace("svc", "")
+    for bad, why in [
+        ("redis+sentinel://h1:26379", "no SERVICE"),
+        ("redis+sentinel://h1:26379/", "no SERVICE"),
+        ("redis+sentinel://h1:x/svc", "bad sentinel address"),
+        ("redis+sentinel://h1:1/svc/db", "bad path"),
+        ("redis+sentinel://h1:1/svc?pasword=secret", "unknown option 'pasword'"),
+    ]:
+        with pytest.raises(ValueError, match=why) as caught:
+            parse_sentinel_url(bad)
+        assert "secret" not in str(caught.value)
+
+
+def test_cli_through_sentinel(sentinel: SentinelServers) -> None:
+    assert cli(sentinel.url, "create", "via-sentinel").exit_code == 0
+    produced = cli(sentinel.url, "produce", "via-sentinel", input=b"one\ntwo\n")
+    assert produced.exit_code == 0, produced.output
+    consumed = cli(sentinel.url, "consume", "via-sentinel")
+    assert consumed.stdout_bytes == b"one\ntwo\n"
+    # The data is on the primary the sentinel names.
+    assert sentinel.client().master_for(sentinel.name).exists("ks:topics")
+
+
+def test_bad_sentinel_urls_are_one_line(sentinel: SentinelServers) -> None:
+    where = f"127.0.0.1:{sentinel.sentinel.port}"
+    result = cli(f"redis+sentinel://{where}?password=hush", "topics")
+    text = one_line_error(result, 2, "no SERVICE")
+    assert "hush" not in text
+    result = cli(f"redis+sentinel://{where}/nosuch?password=hush", "topics")
+    text = one_line_error(result, 1, f"no sentinel gives a primary for 'nosuch': {where}")
+    assert "monitors no 'nosuch'" in text and "hush" not in text
+    port = free_port()
+    result = cli(f"redis+sentinel://127.0.0.1:{port}/{sentinel.name}", "topics")
+    one_line_error(result, 1, f"127.0.0.1:{port} (connection refused)")
+
+
+# -- following a failover, in process ----------------------------------------------------
+def test_log_notifier_and_epochs_follow_a_failover(sentinel: SentinelServers) -> None:
+    """Commands, the notifier's subscription and the epoch bump after SENTINEL FAILOVER:
+    each partition gets one new epoch however many brokers notice, starting at its end."""
+
+    async def scenario() -> None:
+        redis = redis_client(sentinel.url)
+        assert isinstance(redis, SentinelHotTier)
+        log = Log(redis)
+        await log.ensure_recovered()
+        await log.create_topic(TopicConfig("follow", 2))
+        await log.append("follow", 0, [build_batch([b"a", b"b"])])
+        watches = [FailoverWatch(log), FailoverWatch(Log(redis_client(sentinel.url)))]
+        assert [await w.check() for w in watches] == [0, 0]  # adopted, not bumped
+        notifier = Notifier(redis, log.channel(""))
+        notifier.start()
+        await asyncio.sleep(0.3)  # subscribed
+        old = sentinel.primary_address()
+        await asyncio.to_thread(sentinel.failover)
+        assert await redis.get("ks:incarnation") is not None  # the new primary answers
+        # Both brokers notice; the partitions are bumped once.
+        first, second = [await w.check() for w in watches]
+        assert first >= 2 and second == 0  # every partition (other tests' topics too)
+        assert await log.leader_epochs("follow", [0, 1]) == [1, 1]
+        assert await log.epoch_end_offset("follow", 0, 0) == (0, 2)
+        appended = await log.append("follow", 0, [build_batch([b"c"])])
+        assert appended.base_offsets == [2]
+        # Long polls wake up: the subscription moved to the new primary.
+        waiter = notifier.waiter({"follow"})
+        deadline = time.monotonic() + 10
+        while not waiter.done() and time.monotonic() < deadline:
+            await redis.publish(log.channel("follow"), "0:3")
+            await asyncio.sleep(0.1)
+        assert waiter.done(), "the notifier did not follow the failover"
+        assert sentinel.primary_address() != old
+        await notifier.stop()
+        for watch in watches:
+            await watch.log.redis.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_archiver_barrier_waits_for_the_replica(
+    sentinel: SentinelServers, pg_server: PostgresServer
+) -> None:
+    """The archiver commits nothing its replicas have not acknowledged: with the replica
+    stopped the chunk is rolled back; once it is back the same pages are archived."""
+    from storage_pg.archiver import Archiver
+    from storage_pg.pool import create_pool
+
+    async def scenario(replica_pid: int) -> None:
+        log = Log(redis_client(sentinel.url))
+        await log.ensure_recovered()
+        await log.create_topic(TopicConfig("barrier", 1, page_size=2))
+        await log.append("barrier", 0, [build_batch([b"x%d" % i]) for i in range(5)])
+        assert await log.redis.execute_command("WAIT", 1, 4000) == 1  # the replica is in sync
+        pool = await create_pool(dsn, max_size=2)
+        archiver = Archiver(log, pool, idle_close_ms=None, replicas=1, replica_timeout=0.5)
+        os.kill(replica_pid, signal.SIGSTOP)
+        try:
+            summary = await archiver.run_once()
+        finally:
+            os.kill(replica_pid, signal.SIGCONT)
+        assert summary.rows == 0 and "replica(s) acknowledged" in summary.problems[0]
+        archiver.replica_timeout = 10
+        summary = await archiver.run_once()
+        assert summary.rows == 4 and not summary.problems
+        await pool.close()
+        await log.redis.aclose()
+
+    _host, port = sentinel.primary_address()
+    # After the failover of an earlier test, the sentinel makes the old primary a replica
+    # at its next look at it (up to 10 s).
+    primary = next(p for p in sentinel.processes() if p.port == port)
+    wait_until(
+        lambda: primary.client().info("replication")["connected_slaves"] >= 1, 30, "a replica"
+    )
+    replica = next(p for p in sentinel.processes() if p.port not in (port, sentinel.sentinel.port))
+    with pg_server.database() as dsn:
+        asyncio.run(scenario(replica.proc.pid))
+
+
+# -- a broker and a Kafka client while the primary is killed -----------------------------
+def _produce_through_a_kill(tmp_path: Path, insync: int) -> tuple[int, int, int]:
+    """Produce (idempotent, acks=all) with a consumer following, SIGKILL the primary
+    midway; returns (acknowledged, acknowledged but lost, duplicates). The consumer that
+    followed throughout ends with exactly the records a fresh one reads."""
+    servers = SentinelServers(tmp_path / "sentinel")
+    broker = Broker(servers.url, tmp_path / "broker", ["--min-insync-replicas", str(insync)])
+    topic = "failover"
+    try:
+        broker.cli("create", topic)
+        common = {"bootstrap.servers": broker.bootstrap, "broker.address.family": "v4"}
+        producer = Producer(common | {"enable.idempotence": True, "acks": "all", "linger.ms": 2})
+        consumer = Consumer(
+            common | {"group.id": "follower", "enable.auto.commit": False, "fetch.wait.max.ms": 100}
+        )
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        acked: list[bytes] = []
+        seen: dict[int, bytes] = {}
+
+        def delivered(err: object, message: object) -> None:
+            if err is None:
+                acked.append(message.value())  # type: ignore[attr-defined]
+
+        def follow(timeout: float = 0) -> int:
+            got = 0
+            for message in consumer.consume(1000, timeout):
+                if message.error() is None:
+                    seen[message.offset()] = message.value()
+                    got += 1
+            return got
+
+        killed_at = replaced_at = None
+        old = servers.primary_address()
+        i = 0
+        started = time.monotonic()
+        while True:
+            producer.produce(topic, b"%d" % i, on_delivery=delivered)
+            producer.poll(0)
+            follow()
+            i += 1
+            time.sleep(0.002)
+            elapsed = time.monotonic() - started
+            if killed_at is None and elapsed > 2:
+                killed_at = elapsed
+                servers.primary.kill()
+            if killed_at is not None and replaced_at is None and servers.primary_address() != old:
+                # Promoted: a new replica, so that WAIT 1 can be met again.
+                replaced_at = elapsed
+                servers.add_replica(tmp_path / "replica2")
+            if replaced_at is not None and elapsed > replaced_at + 3:
+                break
+            assert elapsed < 30, "no failover"
+        assert producer.flush(60) == 0
+        fresh = Consumer(common | {"group.id": "fresh", "enable.auto.commit": False})
+        low, high = fresh.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        deadline = time.monotonic() + 30
+        while (not seen or max(seen) < high - 1) and time.monotonic() < deadline:
+            follow(0.5)
+        fresh.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        final: dict[int, bytes] = {}
+        while len(final) < high - low and time.monotonic() < deadline:
+            for message in fresh.consume(1000, 0.5):
+                assert message.error() is None, message.error()
+                final[message.offset()] = message.value()
+        consumer.close()
+        fresh.close()
+        assert len(final) == high - low
+        # No offset the follower read holds another record now.
+        assert {o: v for o, v in seen.items() if o in final} == {
+            o: final[o] for o in seen if o in final
+        }
+        values = list(final.values())
+        lost = len(set(acked) - set(values))
+        return len(acked), lost, len(values) - len(set(values))
+    finally:
+        broker.stop()
+        servers.stop()
+        assert "Traceback" not in broker.stderr(), broker.stderr()
+
+
+@pytest.mark.parametrize("insync", [1, 2], ids=["wait-off", "wait-on"])
+def test_acknowledged_records_through_a_killed_primary(tmp_path: Path, insync: int) -> None:
+    acked, lost, duplicates = _produce_through_a_kill(tmp_path, insync)
+    print(f"min-insync-replicas {insync}: {acked} acknowledged, {lost} lost, {duplicates} dup")
+    assert acked > 100
+    if insync == 2:
+        assert lost == 0 and duplicates == 0
+
+
+def test_unreachable_sentinel_is_retriable() -> None:
+    async def scenario() -> None:
+        redis = redis_client(f"redis+sentinel://127.0.0.1:{free_port()}/svc")
+        with pytest.raises(HotTierUnavailable, match="connection refused"):
+            await redis.get("x")
+        await redis.aclose()
+
+    asyncio.run(scenario())
