@@ -10,8 +10,9 @@ after a failover (docs/scale-out.md, section 4).
 
 from __future__ import annotations
 
+import asyncio
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -205,9 +206,54 @@ def _address(client: Redis) -> str:
     return f"{kwargs.get('host')}:{kwargs.get('port')}"
 
 
+# Called with a client of the primary before the pool's first command reaches it, and
+# again whenever the primary changes (kafkaesque.failover bumps the leader epochs).
+SwitchHook = Callable[[Redis], Awaitable[object]]
+
+
 class BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
     """Sentinel's pool (connections to the primary it names) that waits for a free
-    connection at its limit, as ``redis_client``'s does."""
+    connection at its limit, as ``redis_client``'s does. Before its first connection to a
+    primary (the first, and each one a failover brings), its ``switch_hooks`` run on a
+    connection of their own: the new leader epochs are in place before the first append
+    there (else records appended in between would carry the old epoch at offsets the old
+    primary had given to records now lost)."""
+
+    def __init__(self, service_name: str, sentinel_manager: Sentinel, **kwargs: Any) -> None:
+        super().__init__(service_name, sentinel_manager, **kwargs)
+        self.switch_hooks: list[SwitchHook] = []
+        self._switching = asyncio.Lock()
+
+    async def get_master_address(self) -> tuple[str, int]:
+        address = await self.sentinel_manager.discover_master(self.service_name)
+        if self.master_address == address:
+            return address  # type: ignore[no-any-return]
+        async with self._switching:  # one switch at a time; others wait for it
+            if self.master_address != address:
+                await self._run_switch_hooks(address)
+                self.master_address = address
+                # Idle connections to the old primary go; in-use ones when released.
+                await self.disconnect(inuse_connections=False)
+        return address  # type: ignore[no-any-return]
+
+    async def _run_switch_hooks(self, address: tuple[str, int]) -> None:
+        if not self.switch_hooks:
+            return
+        options = {
+            name: self.connection_kwargs[name]
+            for name in ("db", "username", "password", "socket_connect_timeout")
+            if name in self.connection_kwargs
+        }
+        direct = Redis(host=address[0], port=address[1], socket_timeout=30, **options)
+        try:
+            for hook in self.switch_hooks:
+                await hook(direct)
+        except Exception as exc:  # the connection that wanted the primary fails: retried
+            raise RedisConnectionError(
+                f"{address[0]}:{address[1]} is the new primary, not ready yet: {exc}"
+            ) from exc
+        finally:
+            await direct.aclose()
 
 
 class SentinelHotTier(HotTier):
@@ -230,6 +276,13 @@ class SentinelHotTier(HotTier):
             return await self.connection_pool.get_master_address()  # type: ignore[attr-defined]
         except RedisError as exc:
             raise _translated(exc) from exc
+
+    def on_switch(self, hook: SwitchHook) -> None:
+        """Run ``hook`` with a client of the new primary at each failover, before this
+        client's commands reach it (see BlockingSentinelPool)."""
+        hooks = self.connection_pool.switch_hooks  # type: ignore[attr-defined]
+        if hook not in hooks:
+            hooks.append(hook)
 
     async def switches(self) -> AsyncIterator[tuple[str, int]]:
         """The new primary's address at each failover of the service, as a sentinel

@@ -8,8 +8,11 @@ tells it where to truncate), each partition gets a new leader epoch once per pri
 promotion (or a restart) changes; each partition records the one its epoch belongs to,
 so several brokers noticing the same failover bump it once (docs/scale-out.md, 4.3).
 
-``FailoverWatch.run`` checks the primary every ``interval`` seconds, and at once when a
-sentinel announces a switch.
+Through Sentinel, each ``Log``'s client runs ``EpochBump`` on the new primary before its
+own commands reach it, so no append lands there under the old epoch. ``FailoverWatch.run``
+(``serve``) also checks the primary every ``interval`` seconds, and at once when a
+sentinel announces a switch: it bumps for a broker started after a failover, and moves
+the client off a demoted primary that still answers.
 """
 
 from __future__ import annotations
@@ -17,7 +20,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from dataclasses import dataclass
 from typing import Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from kafkaesque.errors import UnknownTopic
 from kafkaesque.log import Log
@@ -60,25 +66,28 @@ async def bump_epochs(target: Log, replid: str, adopt: bool = False) -> int:
     return bumped
 
 
-class FailoverWatch:
-    """Follows the primary of ``target``'s Redis and bumps the epochs when it changes."""
+@dataclass(frozen=True, slots=True)
+class EpochBump:
+    """Bring the log in ``namespace`` to the primary a client reaches: when the primary's
+    replication id is not the one recorded (``NS:primary_replid``), bump the partitions'
+    epochs and record it (the first time, with no id recorded, partitions only adopt it).
+    A Sentinel client runs it before its commands reach a primary
+    (kafkaesque.connect.BlockingSentinelPool): two round trips when nothing changed. Equal
+    for equal namespaces, so a client holds it once per log."""
 
-    def __init__(self, target: Log, interval: float = 1.0) -> None:
-        self.log = target
-        self.interval = interval
-        self.replid: str | None = None  # the primary's, as last seen
-        self._switched = asyncio.Event()
+    namespace: str
 
-    async def check(self) -> int:
-        """Look at the primary once; the number of partitions given a new epoch."""
-        redis = self.log.redis
-        if hasattr(redis, "primary_address"):  # through Sentinel: move to the one it names
-            await redis.primary_address()
-        replid = await primary_replid(redis)
-        if replid is None or replid == self.replid:
+    async def __call__(self, primary: Any) -> int:
+        """The number of partitions given a new epoch."""
+        replid = await primary_replid(primary)
+        if replid is None:  # named by the sentinel, not yet promoted
+            raise RedisConnectionError("it is not a primary yet")
+        key = f"{self.namespace}:primary_replid"
+        recorded = await primary.get(key)
+        if recorded is not None and recorded.decode() == replid:
             return 0
-        first = self.replid is None
-        bumped = await bump_epochs(self.log, replid, adopt=first)
+        bumped = await bump_epochs(Log(primary, self.namespace), replid, adopt=recorded is None)
+        await primary.set(key, replid)
         if bumped:
             log.warning(
                 "the Redis primary changed (replication id %s): %d partition(s) got a new "
@@ -86,8 +95,24 @@ class FailoverWatch:
                 replid,
                 bumped,
             )
-        self.replid = replid
         return bumped
+
+
+class FailoverWatch:
+    """Follows the primary of ``target``'s Redis and bumps the epochs when it changes."""
+
+    def __init__(self, target: Log, interval: float = 1.0) -> None:
+        self.log = target
+        self.interval = interval
+        self._switched = asyncio.Event()
+
+    async def check(self) -> int:
+        """Look at the primary once; the number of partitions given a new epoch here (a
+        Sentinel client's own hook may have given them already)."""
+        redis = self.log.redis
+        if hasattr(redis, "primary_address"):  # through Sentinel: move to the one it names
+            await redis.primary_address()
+        return await EpochBump(self.log.ns)(redis)
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Check until ``stop`` is set; Redis being away is retried."""

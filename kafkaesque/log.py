@@ -118,6 +118,10 @@ class Log(TopicsLog, ArchivingLog):
         self.cold = cold
         self.recover = recover
         self.scripts = Scripts(redis)
+        if hasattr(redis, "on_switch"):  # through Sentinel: new epochs after a failover
+            from kafkaesque.failover import EpochBump
+
+            redis.on_switch(EpochBump(namespace))
 
     def channel(self, topic: str) -> str:
         """Pub/sub channel that carries the new log end after every append."""
