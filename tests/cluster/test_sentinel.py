@@ -74,6 +74,24 @@ def test_sentinel_url_forms() -> None:
         assert "secret" not in str(caught.value)
 
 
+def test_sentinel_passwords_go_where_they_belong() -> None:
+    async def scenario() -> None:
+        client = redis_client("redis+sentinel://h:1/svc/2?password=a&sentinel_password=b", 8, "x")
+        assert isinstance(client, SentinelHotTier)
+        data = client.connection_pool.connection_kwargs
+        assert (data["password"], data["db"]) == ("a", 2)
+        [sentinel] = client.sentinels.sentinels
+        assert sentinel.connection_pool.connection_kwargs["password"] == "b"
+        assert client.connection_pool.max_connections == 8
+        other = redis_client("redis+sentinel://h:1/svc", password="from-file")
+        assert other.connection_pool.connection_kwargs["password"] == "from-file"
+        assert other.sentinels.sentinels[0].connection_pool.connection_kwargs["password"] is None
+        await client.aclose()
+        await other.aclose()
+
+    asyncio.run(scenario())
+
+
 def test_cli_through_sentinel(sentinel: SentinelServers) -> None:
     assert cli(sentinel.url, "create", "via-sentinel").exit_code == 0
     produced = cli(sentinel.url, "produce", "via-sentinel", input=b"one\ntwo\n")
