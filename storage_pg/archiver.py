@@ -124,7 +124,7 @@ class Archiver:
         recover_first: bool = True,
         compact: bool = True,
         replicas: int = 0,
-        replica_timeout: float = 10.0,
+        replica_timeout: float = 4.0,  # under redis-py's 5 s default socket timeout
     ) -> None:
         self.log = log
         self.replicas = replicas
