@@ -105,6 +105,17 @@ class ArchivingLog:
             i += 5 + count
         return pages
 
+    async def replicated(self, topic: str, partition: int, replicas: int, timeout_ms: int) -> bool:
+        """Whether ``replicas`` Redis replicas have everything read from the partition
+        so far: one write in its slot (archive_barrier.lua), then WAIT on that connection,
+        which counts the connection's last write; its replication offset covers every
+        earlier write of the server, so the pages read are there too."""
+        meta = self.keys.partition(topic, partition).meta
+        async with self.redis.client() as connection:
+            await self.scripts.archive_barrier([meta], [], client=connection)
+            acknowledged = await connection.execute_command("WAIT", replicas, max(1, timeout_ms))
+        return int(acknowledged) >= replicas
+
     async def mark_archived(
         self, topic: str, partition: int, through: int, release: bool = False
     ) -> None:

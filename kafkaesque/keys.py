@@ -19,8 +19,9 @@ from kafkaesque import slots
 # Suffixes after a partition's prefix "NS:{TOPIC:P}:" (the hash tag keeps a partition's keys
 # in one slot, so each script touches one slot). Lua's common.lua appends the same ones.
 PARTITION = {
-    "meta": "hash: log end/start offsets, DeleteRecords' floor, leader epoch and leader, "
-    "the open page's counters, settings",
+    "meta": "hash: log end/start offsets, DeleteRecords' floor, leader epoch, leader and "
+    "preferred leader, the open page's counters, settings, the primary's replication id "
+    "(replid) and the archiver's barrier counter",
     "index": "sorted set: page number by its first offset",
     "page:N": "list: page N's RecordBatch v2 batches",
     "bidx:N": "string: 16 bytes per batch of page N (base offset, first global sequence)",
@@ -255,6 +256,12 @@ class Keys:
         server_key" (base64); never a password."""
         return f"{self.catalog}scram"
 
+    @property
+    def primary_replid(self) -> str:
+        """The replication id of the primary the partitions' epochs were last brought to
+        (kafkaesque.failover: a Sentinel failover changes it)."""
+        return f"{self.catalog}primary_replid"
+
     # -- brokers -------------------------------------------------------------------------
     @property
     def brokers(self) -> str:
@@ -310,6 +317,7 @@ class Keys:
             "brokers_alive": r"brokers:alive",
             "membership": r"brokers:membership",
             "brokers_sequence": r"brokers:sequence",
+            "primary_replid": "primary_replid",
         }
         if self.cluster:
             cluster_wide |= {

@@ -25,7 +25,9 @@ from kafkaesque.errors import (
     NeedsRecovery,
     OffsetOutOfRange,
     PolicyViolation,
+    SequenceAhead,
     StorageUnavailable,
+    UnknownProducerId,
     UnknownTopic,
 )
 from kafkaesque.keys import Keys, is_cluster
@@ -139,6 +141,10 @@ class Log(TopicsLog, ArchivingLog, StepsLog):
         # The broker appending through this log (kafkaesque.leadership): its appends to a
         # partition another broker leads are refused. "" (the CLI, tools): never refused.
         self.node = ""
+        if hasattr(redis, "on_switch"):  # through Sentinel: new epochs after a failover
+            from kafkaesque.failover import EpochBump
+
+            redis.on_switch(EpochBump(namespace))
 
     def channel(self, topic: str) -> str:
         """Pub/sub channel that carries the new log end after every append."""
@@ -162,14 +168,43 @@ class Log(TopicsLog, ArchivingLog, StepsLog):
         again; a gap, an old epoch or an unknown producer in mid-sequence (its state was
         lost) raises a ProducerFenced subclass and writes nothing."""
         keys, args = self._append_call(topic, partition, batches)
-        if durability is None or not durability.waits:
-            start, last, *bases = await self._call(self.scripts.append, keys, args)
-        else:
-            start, last, *bases = await self._call(
-                functools.partial(self._append_durably, durability, timeout_ms), keys, args
-            )
+        try:
+            if durability is None or not durability.waits:
+                start, last, *bases = await self._call(self.scripts.append, keys, args)
+            else:
+                start, last, *bases = await self._call(
+                    functools.partial(self._append_durably, durability, timeout_ms), keys, args
+                )
+        except SequenceAhead as exc:
+            raise await self._sequence_ahead(topic, partition, batches, exc) from None
         self._given(last)
         return Appended(bases, start)
+
+    async def _sequence_ahead(
+        self, topic: str, partition: int, batches: Sequence[bytes], exc: SequenceAhead
+    ) -> KafkaesqueError:
+        """What to answer a batch ahead of its producer's sequence: "not yet" (the missing
+        batch was refused and will be retried), unless the producer's newest batch here is
+        older than the partition's epoch and a failover began that epoch
+        (kafkaesque.failover): then the missing batches were acknowledged and lost with
+        the old primary, and will never come. UNKNOWN_PRODUCER_ID lets the client bump
+        its epoch and go on (KIP-360) instead of retrying for ever."""
+        producer_id = producer_fields(batches[0])[0]
+        p = self.keys.partition(topic, partition)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hmget(p.meta, "epoch", "replid")
+        pipe.hget(p.producers, producer_id)
+        (epoch, replid), state = await pipe.execute()
+        if replid is None or state is None or epoch is None:
+            return exc
+        started = await self.redis.hget(p.epochs, int(epoch))
+        newest = int(state.split()[-1].split(b":")[-1]) if b":" in state else -1
+        if started is None or newest >= int(started):
+            return exc
+        return UnknownProducerId(
+            f"producer {producer_id}'s last batches on {topic}[{partition}] were lost in a "
+            "failover of the Redis primary"
+        )
 
     async def append_many(
         self, appends: Sequence[tuple[str, int, Sequence[bytes]]]
@@ -191,8 +226,10 @@ class Log(TopicsLog, ArchivingLog, StepsLog):
                     reply = UnknownTopic(f"unknown topic or partition: {appends[i][0]}")
                 replies[i] = reply
         results: list[Appended | KafkaesqueError] = []
-        for reply in replies:
-            if isinstance(reply, KafkaesqueError):
+        for (topic, partition, batches), reply in zip(appends, replies, strict=True):
+            if isinstance(reply, SequenceAhead):
+                results.append(await self._sequence_ahead(topic, partition, batches, reply))
+            elif isinstance(reply, KafkaesqueError):
                 results.append(reply)
             elif isinstance(reply, Exception):
                 raise reply

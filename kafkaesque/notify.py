@@ -3,7 +3,8 @@
 Used for appends (long-polling fetches wake when records arrive) and for consumer groups
 (requests waiting at a join barrier wake when the group changes). Events from this process
 wake waiters at once through ``notify``; events from other processes (other brokers, the
-CLI) arrive on Redis pub/sub channels named ``prefix + key``.
+CLI) arrive on Redis pub/sub channels named ``prefix + key``. Through Sentinel, a failover
+announced by a sentinel moves the subscription to the new primary at once.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import contextlib
 from collections.abc import Callable
 
 from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
 
 from kafkaesque.outage import REDIS
 from kafkaesque.tasks import cancel_and_wait
@@ -28,22 +30,45 @@ class Notifier:
         # Watchers stay registered until removed and hear each event's message.
         self._watchers: dict[str, set[Watcher]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._follower: asyncio.Task[None] | None = None
+        self._pubsub: PubSub | None = None  # the subscription now
+        self._switched = False  # a failover closed it: subscribe again at once
         self._stopping = False
         self.closed = False  # shutting down: fetches answer with what they have
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._listen(), name=f"notifier {self._prefix}*")
+        if hasattr(self._redis, "switches"):  # kafkaesque.connect.SentinelHotTier
+            self._follower = asyncio.create_task(self._follow(), name="notifier failovers")
 
     async def stop(self) -> None:
         self._stopping = True
+        if self._follower is not None:
+            await cancel_and_wait(self._follower)
         if self._task is not None:
             await cancel_and_wait(self._task)
+
+    async def _follow(self) -> None:
+        """At each failover a sentinel announces, drop the subscription: it is made again
+        on the new primary (the old one, demoted, may still answer for a while)."""
+        while not self._stopping:
+            try:
+                async for _address in self._redis.switches():  # type: ignore[attr-defined]
+                    pubsub = self._pubsub
+                    if pubsub is not None and pubsub.connection is not None:
+                        self._switched = True
+                        await pubsub.connection.disconnect()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the sentinel went away: the subscription's errors remain
+                pass
+            await asyncio.sleep(1)
 
     async def _listen(self) -> None:
         prefix = self._prefix
         subscribed_before = False
         while not self._stopping:
-            pubsub = self._redis.pubsub()
+            pubsub = self._pubsub = self._redis.pubsub()
             try:
                 await pubsub.psubscribe(prefix + "*")
                 REDIS.recovered()
@@ -61,6 +86,9 @@ class Notifier:
             except Exception as exc:  # Redis went away: retry; waiters fall back to timeouts
                 if self._stopping:  # a cancel redis-py turned into a ConnectionError
                     return
+                if self._switched:  # the failover we follow: the new primary is known
+                    self._switched = False
+                    continue
                 REDIS.failed(exc)  # logged once per outage
                 await asyncio.sleep(1)
             finally:

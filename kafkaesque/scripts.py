@@ -53,6 +53,8 @@ SCRIPT_NAMES = (
     "slot_tick",
     "step_done",
     "tick",
+    "failover_epoch",
+    "archive_barrier",
 )
 
 
@@ -155,6 +157,8 @@ class Scripts:
     close_idle: Script
     restore: Script
     archive_on: Script
+    failover_epoch: Script
+    archive_barrier: Script
     producer_id: Script
     delete_records: Script
     compact: Script

@@ -14,8 +14,11 @@ Per partition, in one transaction per chunk of pages:
 3. fetch the closed pages holding offsets >= that from Redis, decode their batches (every
    compression) into rows and stream them with binary COPY (decoding overlaps with the
    server's inserting: rows are produced lazily while asyncpg sends them);
-4. advance ``archive_progress`` in the same transaction, and commit (synchronously, even
-   where synchronous_commit is off: the commit must outlive a crash of PostgreSQL);
+4. with ``replicas``, wait until that many Redis replicas have every page read (the
+   barrier: a failover must not promote a replica that forgets what the archive holds;
+   not met in time, the chunk is rolled back and retried next pass); then advance
+   ``archive_progress`` in the same transaction, and commit (synchronously, even where
+   synchronous_commit is off: the commit must outlive a crash of PostgreSQL);
 5. only then tell Redis (``mark_archived``), which lets retention drop those pages.
 
 A crash before 4 commits rolls everything back; a crash between 4 and 5 leaves Redis'
@@ -65,6 +68,10 @@ log = logging.getLogger(__name__)
 CONNECTION_ERRORS = REDIS_CONNECTION_ERRORS + PG_CONNECTION_ERRORS
 
 
+class _RollBack(Exception):
+    """Leaves a chunk's transaction uncommitted (the barrier was not met)."""
+
+
 @dataclass(slots=True)
 class ArchiveSummary:
     """What one run archived (running totals while it runs)."""
@@ -91,7 +98,9 @@ class Archiver:
     ``pages_per_transaction``: pages per COPY/commit. ``concurrency``: partitions archived
     at once. ``recover_first``: restore Redis from the archive first if it lost its data.
     ``compact``: compact the compact topics after archiving (pages only once archived, see
-    kafkaesque.compaction); off where a broker beside it compacts already.
+    kafkaesque.compaction); off where a broker beside it compacts already. ``replicas``:
+    Redis replicas that must have a chunk's pages before it is committed (the broker's
+    ``--min-insync-replicas`` minus one), waited for at most ``replica_timeout`` seconds.
     """
 
     def __init__(
@@ -105,8 +114,12 @@ class Archiver:
         copy_timeout: float = 600.0,
         recover_first: bool = True,
         compact: bool = True,
+        replicas: int = 0,
+        replica_timeout: float = 4.0,  # under redis-py's 5 s default socket timeout
     ) -> None:
         self.log = log
+        self.replicas = replicas
+        self.replica_timeout = replica_timeout
         self.pool = pool
         self.idle_close_ms = idle_close_ms
         self.pages_per_transaction = pages_per_transaction
@@ -261,75 +274,85 @@ class Archiver:
         archived_anything = False
         while True:
             pages: list[ClosedPage] = []
-            async with self.pool.acquire() as conn, conn.transaction():
-                if not await conn.fetchval(archive_sql.LOCK, topic, partition):
-                    summary.busy += 1
-                    return
-                await conn.execute(archive_sql.DURABLE)
-                if await conn.fetchval(archive_sql.TOPIC_ID, topic) != topic_id:
-                    return  # deleted from the archive since the run began
-                progress_row = await conn.fetchrow(archive_sql.PROGRESS, topic, partition)
-                through, keys_through, deleted_below = progress_row
-                await catch_up(conn, topic, partition, compact, keys_through, through)
-                if through > state.log_end:
-                    state = await self.log.state(topic, partition)  # it may have grown
-                    if through > state.log_end:
-                        summary.problems.append(
-                            f"{topic}[{partition}]: Redis ends at offset {state.log_end}, "
-                            f"below the {through} already archived (Redis lost data without "
-                            "recovery?); not archiving it"
-                        )
+            try:
+                async with self.pool.acquire() as conn, conn.transaction():
+                    if not await conn.fetchval(archive_sql.LOCK, topic, partition):
+                        summary.busy += 1
                         return
-                if state.floor > deleted_below:
-                    # Deleted in Redis while the archive was not told (a command without
-                    # it, or a topic not archived yet): delete here too.
-                    await delete_below(conn, topic, partition, state.floor)
-                    deleted_below = state.floor
-                through = max(through, deleted_below)  # never archive deleted offsets
-                if through < state.log_start:
-                    # Retention dropped these before archiving was switched on (it keeps
-                    # every unarchived page since): record the gap and go on after it.
-                    gap = await record_gap(
-                        conn, self.log, topic, partition, through, state, counter
+                    await conn.execute(archive_sql.DURABLE)
+                    if await conn.fetchval(archive_sql.TOPIC_ID, topic) != topic_id:
+                        return  # deleted from the archive since the run began
+                    progress_row = await conn.fetchrow(archive_sql.PROGRESS, topic, partition)
+                    through, keys_through, deleted_below = progress_row
+                    await catch_up(conn, topic, partition, compact, keys_through, through)
+                    if through > state.log_end:
+                        state = await self.log.state(topic, partition)  # it may have grown
+                        if through > state.log_end:
+                            summary.problems.append(
+                                f"{topic}[{partition}]: Redis ends at offset {state.log_end}, "
+                                f"below the {through} already archived (Redis lost data without "
+                                "recovery?); not archiving it"
+                            )
+                            return
+                    if state.floor > deleted_below:
+                        # Deleted in Redis while the archive was not told (a command without
+                        # it, or a topic not archived yet): delete here too.
+                        await delete_below(conn, topic, partition, state.floor)
+                        deleted_below = state.floor
+                    through = max(through, deleted_below)  # never archive deleted offsets
+                    if through < state.log_start:
+                        # Retention dropped these before archiving was switched on (it keeps
+                        # every unarchived page since): record the gap and go on after it.
+                        gap = await record_gap(
+                            conn, self.log, topic, partition, through, state, counter
+                        )
+                        if gap is None:
+                            return  # the topic went meanwhile
+                        summary.gaps.append(gap)
+                        through = state.log_start
+                        await conn.execute(
+                            archive_sql.ADVANCE, topic, partition, through, 0, None, compact
+                        )
+                    pages = await self.log.closed_pages(
+                        topic, partition, through, self.pages_per_transaction
                     )
-                    if gap is None:
-                        return  # the topic went meanwhile
-                    summary.gaps.append(gap)
-                    through = state.log_start
-                    await conn.execute(
-                        archive_sql.ADVANCE, topic, partition, through, 0, None, compact
-                    )
-                pages = await self.log.closed_pages(
-                    topic, partition, through, self.pages_per_transaction
+                    held = len(pages)
+                    pages = list(itertools.takewhile(lambda p: p.next_offset <= stable, pages))
+                    held -= len(pages)
+                    if pages:
+                        keys = LatestKeys() if compact else None
+                        aborted = await self.log.aborted_transactions(topic, partition, through)
+                        chunk = await archive_sql.copy_pages(
+                            conn,
+                            topic,
+                            partition,
+                            through,
+                            pages,
+                            keys,
+                            timeout=self.copy_timeout,
+                            aborted=aborted,
+                        )
+                        if keys is not None:
+                            await keys.save(conn, topic, partition)
+                        if not await self._replicated(topic, partition):
+                            raise _RollBack
+                        through = pages[-1].next_offset
+                        await conn.execute(
+                            archive_sql.ADVANCE,
+                            topic,
+                            partition,
+                            through,
+                            chunk.rows,
+                            chunk.max_producer_id,
+                            compact,
+                        )
+            except _RollBack:
+                summary.problems.append(
+                    f"{topic}[{partition}]: fewer than {self.replicas} Redis replica(s) "
+                    f"acknowledged its pages within {self.replica_timeout:g} s; archiving "
+                    "them next pass"
                 )
-                held = len(pages)
-                pages = list(itertools.takewhile(lambda p: p.next_offset <= stable, pages))
-                held -= len(pages)
-                if pages:
-                    keys = LatestKeys() if compact else None
-                    aborted = await self.log.aborted_transactions(topic, partition, through)
-                    chunk = await archive_sql.copy_pages(
-                        conn,
-                        topic,
-                        partition,
-                        through,
-                        pages,
-                        keys,
-                        timeout=self.copy_timeout,
-                        aborted=aborted,
-                    )
-                    if keys is not None:
-                        await keys.save(conn, topic, partition)
-                    through = pages[-1].next_offset
-                    await conn.execute(
-                        archive_sql.ADVANCE,
-                        topic,
-                        partition,
-                        through,
-                        chunk.rows,
-                        chunk.max_producer_id,
-                        compact,
-                    )
+                return
             # committed: now Redis may let the pages go
             if deleted_below > state.floor:
                 # A DeleteRecords that reached the archive but not Redis: finish it.
@@ -351,6 +374,14 @@ class Archiver:
                 break
         if archived_anything:
             summary.partitions += 1
+
+    async def _replicated(self, topic: str, partition: int) -> bool:
+        """The archiver barrier (Log.replicated): whether ``replicas`` Redis replicas have
+        everything read from the partition so far."""
+        if self.replicas <= 0:
+            return True
+        timeout_ms = int(self.replica_timeout * 1000)
+        return await self.log.replicated(topic, partition, self.replicas, timeout_ms)
 
     # -- watermark --------------------------------------------------------------------
     async def advance_watermark(self) -> int:

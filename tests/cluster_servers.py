@@ -404,6 +404,12 @@ class SentinelServers:
         )
         return after
 
+    def add_replica(self, directory: Path) -> ServerProcess:
+        """A new replica of the primary the sentinel names now (e.g. in place of a killed
+        one); the sentinel finds it through the primary."""
+        host, port = self.primary_address()
+        return self._start(directory, _common_settings() | {"replicaof": f"{host} {port}"})
+
     def processes(self) -> Sequence[ServerProcess]:
         return list(self._processes)
 

@@ -46,10 +46,23 @@ if TYPE_CHECKING:
     help="Close open pages whose first record is older than SECONDS, so quiet partitions "
     "are archived too (0: never).",
 )
+@click.option(
+    "--min-insync-replicas",
+    type=click.IntRange(1, 100),
+    default=1,
+    show_default=True,
+    help="As serve's: beyond 1, Redis replicas that must have the pages before they are "
+    "archived (WAIT), so a failover never forgets what the archive holds.",
+)
 @pass_context
 @run_async
 async def archive(
-    ctx: Context, pg_dsn: str | None, mode: str, interval: float | None, idle_close: float
+    ctx: Context,
+    pg_dsn: str | None,
+    mode: str,
+    interval: float | None,
+    idle_close: float,
+    min_insync_replicas: int,
 ) -> None:
     """Archive closed pages into PostgreSQL (run it from cron: scripts/archive_cron.sh)."""
     from storage_pg.archiver import Archiver
@@ -75,7 +88,7 @@ async def archive(
             return
         log = ctx.log(archive=False)
         idle_ms = int(idle_close * 1000) or None
-        archiver = Archiver(log, pool, idle_close_ms=idle_ms)
+        archiver = Archiver(log, pool, idle_close_ms=idle_ms, replicas=min_insync_replicas - 1)
         if interval is not None:
             await archiver.run_forever(interval)
             return

@@ -20,7 +20,13 @@ import redis.connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
-from kafkaesque.connect import DEFAULT_MAX_CONNECTIONS, redis_client
+from kafkaesque.connect import (
+    DEFAULT_MAX_CONNECTIONS,
+    SENTINEL_FORM,
+    SENTINEL_SCHEME,
+    parse_sentinel_url,
+    redis_client,
+)
 from kafkaesque.embedded import EmbeddedError, EmbeddedRedis, default_home
 from kafkaesque.errors import KafkaesqueError, describe_redis_error
 from kafkaesque.groups import GroupCoordinator
@@ -268,6 +274,12 @@ def url_option(*schemes: str, form: str) -> Callable[..., str | None]:
     def check(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
         if value is None:
             return None
+        if value.startswith(SENTINEL_SCHEME + "://") and SENTINEL_SCHEME in schemes:
+            try:
+                parse_sentinel_url(value)
+            except ValueError as exc:  # its message never holds a password
+                raise click.BadParameter(str(exc)) from None
+            return value
         try:
             url = urllib.parse.urlsplit(value)  # ValueError: a broken [IPv6] host
             # several host:port pairs (libpq's failover form) are left to the driver
@@ -311,10 +323,13 @@ check_pg_dsn = url_option("postgresql", "postgres", form="postgresql://user:pass
         "unix",
         "redis+cluster",
         "rediss+cluster",
-        form="redis://host:port/db, rediss://..., unix:///path or redis+cluster://host:port,...",
+        SENTINEL_SCHEME,
+        form="redis://host:port/db, rediss://..., unix:///path, redis+cluster://host:port,... "
+        f"or {SENTINEL_FORM}",
     ),
     help="Redis to use (redis://host:port/db or unix:///path; a Redis Cluster: "
-    "redis+cluster://host:port,host:port). "
+    "redis+cluster://host:port,host:port; the primary Sentinel names: "
+    f"{SENTINEL_FORM}[?password=...&sentinel_password=...]). "
     "Default: a private redis-server under the data directory.",
 )
 @click.option(

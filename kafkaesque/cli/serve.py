@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from kafkaesque.cli.base import Context, key_values, main, one_line_errors, pass_context
-from kafkaesque.connect import DEFAULT_MAX_CONNECTIONS
+from kafkaesque.connect import DEFAULT_MAX_CONNECTIONS, SentinelHotTier
 from kafkaesque.embedded import serving
 from kafkaesque.errors import KafkaesqueError
 from kafkaesque.topic_config import MAX_PARTITIONS
@@ -406,10 +406,20 @@ def serve(
 
             async def archive_forever(stop: asyncio.Event) -> None:
                 # The broker compacts, unless told not to (then cron's `compact` does).
-                archiver = await tier.archiver(log, compact=False)
+                archiver = await tier.archiver(
+                    log, compact=False, replicas=max(0, config.min_insync_replicas - 1)
+                )
                 await archiver.run_forever(archive_interval, stop=stop)
 
             companions.append(archive_forever)
+        if isinstance(log.redis, SentinelHotTier):  # a failover: new leader epochs
+
+            async def follow_failovers(stop: asyncio.Event) -> None:
+                from kafkaesque.failover import FailoverWatch
+
+                await FailoverWatch(log).run(stop)
+
+            companions.append(follow_failovers)
         try:
             await run(log, host, port, config, metrics, companions, listeners, tls)
         finally:

@@ -334,6 +334,8 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
         "register": (registry, [1, "t", "a", b"", 9000, k.membership_channel]),
         "heartbeat": (registry, [1, "t", 9000, k.membership_channel, 5]),
         "deregister": (registry, [1, "t", k.membership_channel]),
+        "failover_epoch": ([p.meta, p.epochs], ["replid", 0]),
+        "archive_barrier": ([p.meta], []),
     }
     # The partition-local scripts give on the cluster what they gave on one Redis.
     owner = empty_cluster.owner(empty_cluster.client().keyslot(p.meta)).client()
@@ -392,6 +394,8 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
         "register": "ran",
         "heartbeat": "ran",
         "deregister": "ran",
+        "failover_epoch": "ran",
+        "archive_barrier": "ran",
     }
     # Even without a global key, a multi-partition script spans slots (one tag each).
     two_partitions = [p.meta, p1.meta]

@@ -13,6 +13,7 @@ from kafkaesque.cluster import cluster_id
 from kafkaesque.consumer_group import ConsumerGroupCoordinator
 from kafkaesque.consumer_group_state import Heartbeat
 from kafkaesque.credentials import CredentialStore
+from kafkaesque.failover import EpochBump
 from kafkaesque.group_state import JoinRequest
 from kafkaesque.groups import CoordinatorConfig, GroupCoordinator
 from kafkaesque.keys import PARTITION, Keys
@@ -114,6 +115,8 @@ def test_every_key_matches_the_documented_layout(redis_url: str, pg_dsn: str) ->
         registry = Registry(log, BrokerInfo(1, {"PLAINTEXT": ("127.0.0.1", 9092)}))
         await registry.register()
         await registry.heartbeat()  # reports the highest sequence number it appended
+        # The primary's replication id, as a Sentinel client records it.
+        await EpochBump("lay")(log.redis)
 
         patterns = keys.patterns()
         present = await all_keys(log.redis)

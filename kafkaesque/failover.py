@@ -1,0 +1,154 @@
+"""After a failover of the Redis primary: a new leader epoch for every partition.
+
+A failover may promote a replica that lacks the last writes of the old primary; the
+offsets of the records it lost will be given to other records. So that a consumer that
+read the lost ones finds out (KIP-320: FENCED_LEADER_EPOCH, then OffsetForLeaderEpoch
+tells it where to truncate), each partition gets a new leader epoch once per primary
+(``failover_epoch.lua``). The primary is told apart by its ``master_replid``, which a
+promotion (or a restart) changes; each partition records the one its epoch belongs to,
+so several brokers noticing the same failover bump it once (docs/scale-out.md, 4.3).
+
+Through Sentinel, each ``Log``'s client runs ``EpochBump`` on the new primary before its
+own commands reach it, so no append lands there under the old epoch. ``FailoverWatch.run``
+(``serve``) also checks the primary every ``interval`` seconds, and at once when a
+sentinel announces a switch: it bumps for a broker started after a failover, and moves
+the client off a demoted primary that still answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from kafkaesque.errors import UnknownTopic
+from kafkaesque.keys import Keys
+from kafkaesque.log import Log
+from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
+
+log = logging.getLogger(__name__)
+
+
+async def primary_replid(redis: Any) -> str | None:
+    """The replication id of the primary ``redis`` reaches; None when it reaches a
+    replica (a demoted primary, before the client moves on)."""
+    info = await redis.info("replication")
+    if info.get("role") != "master":
+        return None
+    return str(info["master_replid"])
+
+
+async def bump_epochs(target: Log, replid: str, adopt: bool = False) -> int:
+    """A new leader epoch for every partition whose epoch belongs to another primary than
+    ``replid``'s; with ``adopt``, partitions that record none only record ``replid``.
+    Returns how many partitions got one."""
+    bumped = 0
+    for name in await target.list_topics():
+        try:
+            config = await target.topic(name)
+        except UnknownTopic:
+            continue  # deleted meanwhile
+        calls = []
+        for number in range(config.partitions):
+            p = target.keys.partition(name, number)
+            calls.append(([p.meta, p.epochs], [replid, 1 if adopt else 0]))
+        results = await target.scripts.failover_epoch.many(target.redis, calls)
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+        count = sum(1 for result in results if result > 0)
+        if count:
+            bumped += count
+            await target.announce_change(name)
+    return bumped
+
+
+@dataclass(frozen=True, slots=True)
+class EpochBump:
+    """Bring the log in ``namespace`` to the primary a client reaches: when the primary's
+    replication id is not the one recorded (``NS:primary_replid``), bump the partitions'
+    epochs and record it (the first time, with no id recorded, partitions only adopt it).
+    A Sentinel client runs it before its commands reach a primary
+    (kafkaesque.connect.BlockingSentinelPool): two round trips when nothing changed. Equal
+    for equal namespaces, so a client holds it once per log."""
+
+    namespace: str
+
+    async def __call__(self, primary: Any) -> int:
+        """The number of partitions given a new epoch."""
+        replid = await primary_replid(primary)
+        if replid is None:  # named by the sentinel, not yet promoted
+            raise RedisConnectionError("it is not a primary yet")
+        key = Keys(self.namespace).primary_replid
+        recorded = await primary.get(key)
+        if recorded is not None and recorded.decode() == replid:
+            return 0
+        bumped = await bump_epochs(Log(primary, self.namespace), replid, adopt=recorded is None)
+        await primary.set(key, replid)
+        if bumped:
+            log.warning(
+                "the Redis primary changed (replication id %s): %d partition(s) got a new "
+                "leader epoch; consumers that read records the new primary lacks truncate",
+                replid,
+                bumped,
+            )
+        return bumped
+
+
+class FailoverWatch:
+    """Follows the primary of ``target``'s Redis and bumps the epochs when it changes."""
+
+    def __init__(self, target: Log, interval: float = 1.0) -> None:
+        self.log = target
+        self.interval = interval
+        self._switched = asyncio.Event()
+
+    async def check(self) -> int:
+        """Look at the primary once; the number of partitions given a new epoch here (a
+        Sentinel client's own hook may have given them already)."""
+        redis = self.log.redis
+        if hasattr(redis, "primary_address"):  # through Sentinel: move to the one it names
+            await redis.primary_address()
+        return await EpochBump(self.log.ns)(redis)
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Check until ``stop`` is set; Redis being away is retried."""
+        follower = None
+        if hasattr(self.log.redis, "switches"):
+            follower = asyncio.create_task(self._follow(), name="sentinel switches")
+        try:
+            while stop is None or not stop.is_set():
+                try:
+                    await self.check()
+                except REDIS_CONNECTION_ERRORS as exc:
+                    REDIS.failed(exc)  # once per outage; the next check retries
+                waits = [asyncio.ensure_future(self._switched.wait())]
+                if stop is not None:
+                    waits.append(asyncio.ensure_future(stop.wait()))
+                try:
+                    await asyncio.wait(waits, timeout=self.interval, return_when="FIRST_COMPLETED")
+                finally:
+                    for waiting in waits:
+                        waiting.cancel()
+                self._switched.clear()
+        finally:
+            if follower is not None:
+                follower.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await follower
+
+    async def _follow(self) -> None:
+        """Wake the loop at each ``+switch-master`` of the service."""
+        while True:
+            try:
+                async for _ in self.log.redis.switches():
+                    self._switched.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the sentinel went away: polling goes on meanwhile
+                pass
+            await asyncio.sleep(1)
