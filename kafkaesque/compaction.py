@@ -47,7 +47,7 @@ from kafkaesque.compaction_types import PartitionCompaction, Policy, TopicCompac
 from kafkaesque.config_keys import LONG_MAX
 from kafkaesque.errors import Conflict, InvalidConfig, InvalidRecord, UnknownTopic
 from kafkaesque.log import Log
-from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
+from kafkaesque.outage import background_step
 from kafkaesque.records import (
     BatchHeader,
     decode_batch_and_header,
@@ -191,16 +191,10 @@ class Compactor:
         """A pass every ``interval`` seconds until ``stop`` is set (or the task is
         cancelled): the broker's compaction. Cheap while nothing changes."""
         while stop is None or not stop.is_set():
-            try:
+            with background_step("compaction pass", log):
                 for done in await self.run_once():
                     if done.compacted:
                         log.info("compaction: %s", done.format())
-            except REDIS_CONNECTION_ERRORS as exc:
-                REDIS.failed(exc)  # logged once per outage; the next pass retries
-            except Exception:
-                log.exception("compaction pass failed")
-            else:
-                REDIS.recovered()
             if stop is None:
                 await asyncio.sleep(interval)
             else:

@@ -34,7 +34,7 @@ from kafkaesque.consumer_group_state import (
     new_member_id,
 )
 from kafkaesque.errors import UnknownTopic
-from kafkaesque.group_offsets import indexed
+from kafkaesque.group_offsets import save_group
 from kafkaesque.group_state import Group
 from kafkaesque.keys import Keys
 
@@ -115,25 +115,21 @@ class ConsumerGroupCoordinator:
 
     async def _save(self, group: ConsumerGroup, heartbeat: str | None = None) -> None:
         gid, k = group.group_id, self.keys
+
+        def beat(pipe: Any) -> None:
+            if heartbeat is not None and heartbeat in group.members:
+                pipe.hset(k.group(gid, ":heartbeats"), heartbeat, _now_ms())
+
         # Listed, and its offsets archived, with the rest.
-        added = [k.groups, k.consumer_groups_active] if group.members else [k.groups]
-        removed = [] if group.members else [k.consumer_groups_active]
-        if k.cluster:  # the index is a superset: group_offsets.indexed
-            await indexed(self.redis, gid, added, [])
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.set(k.group(gid, ":consumer"), group.pack())
-        if not k.cluster:
-            for key in added:
-                pipe.sadd(key, gid)
-            for key in removed:
-                pipe.srem(key, gid)
-        if not group.members:
-            pipe.delete(k.group(gid, ":heartbeats"))
-        if heartbeat is not None and heartbeat in group.members:
-            pipe.hset(k.group(gid, ":heartbeats"), heartbeat, _now_ms())
-        await pipe.execute()
-        if k.cluster:
-            await indexed(self.redis, gid, [], removed)
+        await save_group(
+            self.redis,
+            k,
+            gid,
+            (k.group(gid, ":consumer"), group.pack()),
+            k.consumer_groups_active,
+            bool(group.members),
+            more=beat,
+        )
 
     async def heartbeat(self, group_id: str, hb: Heartbeat, version: int) -> HeartbeatResult:
         """One ConsumerGroupHeartbeat; raises HeartbeatRefused with the error to answer."""

@@ -9,8 +9,9 @@ gives them back to a Redis that lost its data, clamped to the restored log ends.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import msgpack
 from redis.asyncio import Redis
@@ -201,3 +202,42 @@ async def indexed(redis: Redis, group_id: str, added: list[str], removed: list[s
     for key in removed:
         pipe.srem(key, group_id)
     await pipe.execute()
+
+
+async def save_group(
+    redis: Redis,
+    keys: Keys,
+    group_id: str,
+    state: tuple[str, bytes],
+    active: str,
+    has_members: bool,
+    *,
+    more: Callable[[Any], None] | None = None,
+    event: int | None = None,
+) -> None:
+    """Write a group's ``state`` (key, value) with its index sets (``groups`` and the
+    ``active`` set while it has members), in one MULTI on one Redis; on a cluster the sets
+    are kept a superset around it (``indexed``). ``more`` adds commands on the group's own
+    keys to the MULTI; ``event`` is published on the group's channel."""
+    added = [keys.groups, active] if has_members else [keys.groups]
+    removed = [] if has_members else [active]
+    if keys.cluster:
+        await indexed(redis, group_id, added, [])
+    pipe = redis.pipeline(transaction=True)
+    pipe.set(*state)
+    if not keys.cluster:
+        for key in added:
+            pipe.sadd(key, group_id)
+        for key in removed:
+            pipe.srem(key, group_id)
+    if not has_members:
+        pipe.delete(keys.group(group_id, ":heartbeats"))
+    if more is not None:
+        more(pipe)
+    if event is not None and not keys.cluster:
+        pipe.publish(keys.group_events(group_id), event)
+    await pipe.execute()
+    if keys.cluster:  # a cluster client pipelines no PUBLISH: sent after the MULTI
+        if event is not None:
+            await redis.publish(keys.group_events(group_id), event)
+        await indexed(redis, group_id, [], removed)

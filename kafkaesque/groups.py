@@ -24,7 +24,7 @@ from kafkaesque.consumer_group import consumer_commit_error, make_room_for_class
 from kafkaesque.consumer_group_state import ConsumerGroupError
 from kafkaesque.consumer_protocol import decode_assignment as decode_consumer_assignment
 from kafkaesque.errors import GroupBusy
-from kafkaesque.group_offsets import CommittedOffset, OffsetStore, indexed
+from kafkaesque.group_offsets import CommittedOffset, OffsetStore, indexed, save_group
 from kafkaesque.group_rules import (
     FIRST_EPOCH_AWARE_COMMIT,
     commit_error,
@@ -105,25 +105,15 @@ class GroupCoordinator:
 
     async def _save(self, group: Group) -> None:
         k, gid = self.keys, group.group_id
-        added = [k.groups, k.groups_active] if group.members else [k.groups]
-        removed = [] if group.members else [k.groups_active]
-        if k.cluster:  # the index sets are in the catalog's slot: see group_offsets.indexed
-            await indexed(self.redis, gid, added, [])
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.set(k.group(gid), group.pack())
-        if not k.cluster:
-            for key in added:
-                pipe.sadd(key, gid)
-            for key in removed:
-                pipe.srem(key, gid)
-        if not group.members:
-            pipe.delete(k.group(gid, ":heartbeats"))
-        if not k.cluster:  # a cluster client pipelines no PUBLISH: sent after the MULTI
-            pipe.publish(k.group_events(gid), group.generation)
-        await pipe.execute()
-        if k.cluster:
-            await self.redis.publish(k.group_events(gid), group.generation)
-            await indexed(self.redis, gid, [], removed)
+        await save_group(
+            self.redis,
+            k,
+            gid,
+            (k.group(gid), group.pack()),
+            k.groups_active,
+            bool(group.members),
+            event=group.generation,
+        )
         self.notifier.notify(gid)
 
     def _lock(self, group_id: str) -> Any:

@@ -7,8 +7,10 @@ by the loops of one process logs the first failure and the recovery, nothing in 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from collections.abc import Iterator
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -51,3 +53,18 @@ class Outage:
 
 # The Redis of this process (a broker or a command uses one): its loops share one outage.
 REDIS = Outage("Redis", logging.getLogger("kafkaesque.redis"))
+
+
+@contextlib.contextmanager
+def background_step(what: str, logger: logging.Logger) -> Iterator[None]:
+    """One step of a background loop: Redis away is the shared outage (logged once, the
+    next step retries), any other failure one traceback naming ``what``; the loop goes on
+    either way."""
+    try:
+        yield
+    except REDIS_CONNECTION_ERRORS as exc:
+        REDIS.failed(exc)
+    except Exception:
+        logger.exception("%s failed", what)
+    else:
+        REDIS.recovered()

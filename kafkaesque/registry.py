@@ -20,7 +20,7 @@ import msgpack
 from kafkaesque.errors import DuplicateBroker, UnknownSession
 from kafkaesque.log import Log
 from kafkaesque.notify import Notifier
-from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
+from kafkaesque.outage import background_step
 
 log = logging.getLogger(__name__)
 
@@ -175,15 +175,9 @@ class Registry:
                 except TimeoutError:
                     pass
                 self._wake.clear()
-                try:
+                with background_step("broker heartbeat", log):
                     await self.heartbeat()
                     await on_heartbeat(announced)
-                except REDIS_CONNECTION_ERRORS as exc:
-                    REDIS.failed(exc)  # logged once per outage; the next beat retries
-                except Exception:
-                    log.exception("broker heartbeat failed")
-                else:
-                    REDIS.recovered()
         finally:
             await self._events.stop()
 

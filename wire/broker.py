@@ -20,7 +20,7 @@ from kafkaesque.leadership import Leadership
 from kafkaesque.log import Log
 from kafkaesque.memory import MemoryGuard
 from kafkaesque.notify import Notifier
-from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
+from kafkaesque.outage import REDIS_CONNECTION_ERRORS, background_step
 from kafkaesque.partitions import MAX_MESSAGE_BYTES, Partitions
 from kafkaesque.reads import ReadCache
 from kafkaesque.registry import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS, BrokerInfo, Registry
@@ -384,7 +384,7 @@ class Broker:
         ticks = 0
         while True:
             await asyncio.sleep(0.5)
-            try:
+            with background_step("expiring group members", log):
                 # Every group at the start and once a minute, else those with members.
                 await self.groups.tick_all(sweep=ticks % 120 == 0)
                 await self.consumer_groups.tick_all()
@@ -392,9 +392,3 @@ class Broker:
                     for marker in await self.log.finish_steps():
                         log.info("finished a topic operation left half-done: %s", marker)
                 ticks += 1
-            except REDIS_CONNECTION_ERRORS as exc:
-                REDIS.failed(exc)  # logged once per outage; the next tick retries
-            except Exception:
-                log.exception("expiring group members failed")
-            else:
-                REDIS.recovered()

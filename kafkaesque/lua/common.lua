@@ -337,3 +337,28 @@ end
 local function publish_append(channel, prefix, log_end)
   redis.call('PUBLISH', channel, string.match(prefix, ':(%d+)}:$') .. ':' .. log_end)
 end
+
+-- Why a topic cannot be created now (an error reply), or nil: Redis lost its data
+-- (the recovery marker is gone), or the topic exists. create.lua and create_catalog.lua.
+local function creation_refused(topics, config, recovery_marker, name)
+  if redis.call('EXISTS', recovery_marker) == 0 then
+    return redis.error_reply('NEEDS_RECOVERY Redis has lost its data')
+  end
+  if redis.call('SISMEMBER', topics, name) == 1 or redis.call('EXISTS', config) == 1 then
+    return redis.error_reply('TOPIC_EXISTS topic already exists: ' .. name)
+  end
+  return nil
+end
+
+-- A topic config's compare-and-set: an error reply when the topic is gone or its config
+-- is not ``expected`` any more, else nil. configure.lua and configure_catalog.lua.
+local function config_changed(key, expected)
+  local current = redis.call('GET', key)
+  if not current then
+    return redis.error_reply('UNKNOWN_TOPIC_OR_PARTITION no such topic')
+  end
+  if current ~= expected then
+    return redis.error_reply('CONFLICT the topic changed meanwhile')
+  end
+  return nil
+end

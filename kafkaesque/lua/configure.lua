@@ -8,13 +8,8 @@
 -- ARGV: expected config, new config, settings ("name value ...", see settings_list),
 -- number of existing partitions
 
-local current = redis.call('GET', KEYS[1])
-if not current then
-  return redis.error_reply('UNKNOWN_TOPIC_OR_PARTITION no such topic')
-end
-if current ~= ARGV[1] then
-  return redis.error_reply('CONFLICT the topic changed meanwhile')
-end
+local changed = config_changed(KEYS[1], ARGV[1])
+if changed then return changed end
 local existing = tonumber(ARGV[4])
 local first_meta = 3
 for i = first_meta + existing, #KEYS do

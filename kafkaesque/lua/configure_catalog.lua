@@ -7,13 +7,8 @@
 -- KEYS[5] the configuring marker, KEYS[6] config versions (hash: topic -> last version)
 -- ARGV: expected config, new config, now (ms), name
 -- Returns {config version, archiving switch on (1/0), sequence floor}.
-local current = redis.call('GET', KEYS[1])
-if not current then
-  return redis.error_reply('UNKNOWN_TOPIC_OR_PARTITION no such topic')
-end
-if current ~= ARGV[1] then
-  return redis.error_reply('CONFLICT the topic changed meanwhile')
-end
+local changed = config_changed(KEYS[1], ARGV[1])
+if changed then return changed end
 redis.call('SET', KEYS[1], ARGV[2])
 local version = redis.call('HINCRBY', KEYS[6], ARGV[4], 1)
 redis.call('SET', KEYS[5], version)

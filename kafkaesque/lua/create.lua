@@ -3,12 +3,8 @@
 -- switch (the partitions get it in their meta), KEYS[5..] one meta hash per partition
 -- ARGV: name, config (msgpack), settings ("name value ...", see settings_list)
 local name = ARGV[1]
-if redis.call('EXISTS', KEYS[3]) == 0 then
-  return redis.error_reply('NEEDS_RECOVERY Redis has lost its data')
-end
-if redis.call('SISMEMBER', KEYS[1], name) == 1 or redis.call('EXISTS', KEYS[2]) == 1 then
-  return redis.error_reply('TOPIC_EXISTS topic already exists: ' .. name)
-end
+local refused = creation_refused(KEYS[1], KEYS[2], KEYS[3], name)
+if refused then return refused end
 for i = 5, #KEYS do
   if redis.call('EXISTS', KEYS[i]) == 1 then
     return redis.error_reply('TOPIC_EXISTS stale partition state for ' .. name)

@@ -9,12 +9,8 @@
 -- Returns {archiving switch on (1/0), sequence floor}: read after the topic exists, so an
 -- enabler of archiving or an archiver's tick either sees the topic or is seen here.
 local name = ARGV[1]
-if redis.call('EXISTS', KEYS[3]) == 0 then
-  return redis.error_reply('NEEDS_RECOVERY Redis has lost its data')
-end
-if redis.call('SISMEMBER', KEYS[1], name) == 1 or redis.call('EXISTS', KEYS[2]) == 1 then
-  return redis.error_reply('TOPIC_EXISTS topic already exists: ' .. name)
-end
+local refused = creation_refused(KEYS[1], KEYS[2], KEYS[3], name)
+if refused then return refused end
 if redis.call('EXISTS', KEYS[8]) == 1 then
   return redis.error_reply('TOPIC_EXISTS topic is being deleted: ' .. name)
 end

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -23,13 +23,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_broker(redis_url: str, port: int, pg_dsn: str | None = None) -> subprocess.Popen:
+def start_broker(
+    redis_url: str, port: int, pg_dsn: str | None = None, extra: Sequence[str] = ()
+) -> subprocess.Popen:
     """Start a broker on 127.0.0.1:``port`` against ``redis_url`` and wait until it listens.
     Without ``pg_dsn`` it does not archive, so nothing but the measured traffic runs; with
-    it, it reads old offsets from that archive (and archives only once an hour)."""
+    it, it reads old offsets from that archive (and archives only once an hour). ``extra``:
+    more ``serve`` options."""
     command = [sys.executable, "-m", "kafkaesque", "--redis-url", redis_url]
     command += ["--pg-dsn", pg_dsn, "serve", "--archive-interval", "3600"] if pg_dsn else ["serve"]
     command += ["--listen", f"127.0.0.1:{port}"] + ([] if pg_dsn else ["--no-archive"])
+    command += extra
     proc = subprocess.Popen(command, stderr=subprocess.DEVNULL)
     for _ in range(500):
         try:

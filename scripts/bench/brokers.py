@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from broker_process import free_port, produce
+from broker_process import free_port, produce, start_broker
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafkaesque.embedded import EmbeddedRedis
@@ -31,7 +29,6 @@ from kafkaesque.embedded import EmbeddedRedis
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the tests' cluster fixture
 from tests.cluster_servers import ClusterServers
 
-REPO = Path(__file__).resolve().parents[2]
 PARTITIONS = 12
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -51,21 +48,6 @@ def self_cpu() -> float:
     return times.user + times.system
 
 
-def start(url: str, node: int, port: int) -> subprocess.Popen:
-    command = [sys.executable, "-m", "kafkaesque", "--redis-url", url, "serve", "--no-archive"]
-    command += ["--node-id", str(node), "--listen", f"127.0.0.1:{port}"]
-    proc = subprocess.Popen(command, stderr=subprocess.DEVNULL, cwd=REPO)
-    for _ in range(500):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-            return proc
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError("a broker did not start") from None
-            time.sleep(0.02)
-    raise RuntimeError("a broker did not start")
-
-
 def leaders_spread(bootstrap: str, topic: str, brokers: int) -> None:
     """Wait until the topic's leaders are on every broker (the hash spreads 12 over 3)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -80,7 +62,10 @@ def leaders_spread(bootstrap: str, topic: str, brokers: int) -> None:
 
 def run(url: str, redis_pids: list[int], brokers: int, records: int) -> dict[str, float]:
     ports = [free_port() for _ in range(brokers)]
-    procs = [start(url, node, port) for node, port in enumerate(ports, start=1)]
+    procs = [
+        start_broker(url, port, extra=("--node-id", str(node)))
+        for node, port in enumerate(ports, start=1)
+    ]
     bootstrap = f"127.0.0.1:{ports[0]}"
     topic = f"brokers-{brokers}"
     try:
