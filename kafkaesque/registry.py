@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import msgpack
 
 from kafkaesque.errors import DuplicateBroker, UnknownSession
+from kafkaesque.keys import Keys
 from kafkaesque.log import Log
 from kafkaesque.notify import Notifier
 from kafkaesque.outage import background_step
@@ -26,6 +27,11 @@ log = logging.getLogger(__name__)
 
 SESSION_TIMEOUT_MS = 9_000  # KRaft's broker.session.timeout.ms
 HEARTBEAT_INTERVAL_MS = 2_000  # KRaft's broker.heartbeat.interval.ms
+
+
+def registry_keys(keys: Keys) -> list[str]:
+    """The KEYS of the registry's scripts (brokers.lua)."""
+    return [keys.brokers, keys.brokers_alive, keys.membership, keys.brokers_sequence]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +82,7 @@ class Registry:
         self.membership = -1
         self.registered = False
         keys = log_.keys
-        self._keys = [keys.brokers, keys.brokers_alive, keys.membership, keys.brokers_sequence]
+        self._keys = registry_keys(keys)
         self._channel = keys.membership_channel
         self._events = Notifier(log_.redis, self._channel)
         self._wake = asyncio.Event()
@@ -197,16 +203,9 @@ class Registry:
 async def registered(log_: Log) -> list[tuple[BrokerInfo, float]]:
     """The brokers whose sessions are running, with the seconds each has left (by
     Redis' clock), by node id; read-only (the brokers' heartbeats expire the others)."""
-    keys = log_.keys
-    pipe = log_.redis.pipeline(transaction=True)
-    pipe.hgetall(keys.brokers)
-    pipe.zrange(keys.brokers_alive, 0, -1, withscores=True)
-    pipe.time()
-    entries, deadlines, (seconds, micros) = await pipe.execute()
-    now_ms = seconds * 1000 + micros // 1000
-    found = []
-    for node, deadline in deadlines:
-        value = entries.get(node)
-        if value is not None and deadline >= now_ms:
-            found.append((BrokerInfo.unpacked(int(node), value), (deadline - now_ms) / 1000))
+    now, *rows = await log_.scripts.brokers_list(registry_keys(log_.keys), [])
+    found = [
+        (BrokerInfo.unpacked(int(rows[i]), rows[i + 1]), (int(rows[i + 2]) - now) / 1000)
+        for i in range(0, len(rows), 3)
+    ]
     return sorted(found, key=lambda item: item[0].node_id)

@@ -43,6 +43,7 @@ SCRIPT_NAMES = (
     "register",
     "heartbeat",
     "deregister",
+    "brokers_list",
     # A Redis Cluster's steps over several slots (kafkaesque/log_steps.py).
     "create_catalog",
     "create_partition",
@@ -65,6 +66,7 @@ LIBRARIES = {
     "register": ("brokers",),
     "heartbeat": ("brokers",),
     "deregister": ("brokers",),
+    "brokers_list": ("brokers",),
     "configure": ("retime",),
     "configure_partition": ("retime",),
 }
@@ -168,6 +170,7 @@ class Scripts:
     register: Script
     heartbeat: Script
     deregister: Script
+    brokers_list: Script
     create_catalog: Script
     create_partition: Script
     configure_catalog: Script

@@ -106,6 +106,13 @@ def pg_server() -> Iterator[PostgresServer]:
 
 
 @pytest.fixture
+def pg_dsn(pg_server: PostgresServer) -> Iterator[str]:
+    """A new, empty database on the session's server, dropped after the test."""
+    with pg_server.database() as dsn:
+        yield dsn
+
+
+@pytest.fixture
 def redis_url(redis_server: RedisServer) -> str:
     """A real Redis, emptied for this test."""
     redis.Redis.from_url(redis_server.url).flushall()

@@ -334,6 +334,7 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
         "register": (registry, [1, "t", "a", b"", 9000, k.membership_channel]),
         "heartbeat": (registry, [1, "t", 9000, k.membership_channel, 5]),
         "deregister": (registry, [1, "t", k.membership_channel]),
+        "brokers_list": (registry, []),
         "failover_epoch": ([p.meta, p.epochs], ["replid", 0]),
         "archive_barrier": ([p.meta], []),
     }
@@ -394,6 +395,7 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
         "register": "ran",
         "heartbeat": "ran",
         "deregister": "ran",
+        "brokers_list": "ran",
         "failover_epoch": "ran",
         "archive_barrier": "ran",
     }

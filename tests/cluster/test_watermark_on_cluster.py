@@ -8,9 +8,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Iterator
-
-import pytest
 
 from kafkaesque.batch_build import build_batch
 from kafkaesque.connect import redis_client
@@ -20,13 +17,6 @@ from kafkaesque.slots import slot_of
 from kafkaesque.topic_config import TopicConfig
 from storage_pg import Archiver, create_pool, ensure_schema
 from tests.cluster_servers import ClusterServers
-from tests.pg import PostgresServer
-
-
-@pytest.fixture
-def pg_dsn(pg_server: PostgresServer) -> Iterator[str]:
-    with pg_server.database() as dsn:
-        yield dsn
 
 
 async def archived_ids(pool) -> set[int]:
