@@ -284,6 +284,11 @@ class Keys:
         return f"{self.catalog}brokers:sequence"
 
     @property
+    def next_node_id(self) -> str:
+        """The last node id assigned to a broker started without one."""
+        return f"{self.catalog}brokers:next_node_id"
+
+    @property
     def membership_channel(self) -> str:
         """Pub/sub channel: the brokers or the partitions' leaders changed."""
         return f"{self.catalog}brokers:changed"
@@ -317,6 +322,7 @@ class Keys:
             "brokers_alive": r"brokers:alive",
             "membership": r"brokers:membership",
             "brokers_sequence": r"brokers:sequence",
+            "next_node_id": r"brokers:next_node_id",
             "primary_replid": "primary_replid",
         }
         if self.cluster:

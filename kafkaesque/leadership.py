@@ -55,13 +55,17 @@ class Leadership:
     def __init__(self, log_: Log, registry: Registry) -> None:
         self.log = log_
         self.registry = registry
-        self.me = registry.me.node_id
         # (topic, partition) -> its leader as last seen; a partition not here yet (a new
         # topic) is served by whoever is asked, until the next reconcile.
         self.leaders: dict[tuple[str, int], int] = {}
         self._last_membership = -2
         self._last_sweep = 0.0
         self._due = True
+
+    @property
+    def me(self) -> int:
+        """This broker's node id (the registry's: it may be assigned when joining)."""
+        return self.registry.me.node_id
 
     def soon(self) -> None:
         """Reconcile at the next heartbeat (a request met a partition without a leader)."""

@@ -10,6 +10,7 @@ change at once and recomputes who leads what (kafkaesque.leadership).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 
 SESSION_TIMEOUT_MS = 9_000  # KRaft's broker.session.timeout.ms
 HEARTBEAT_INTERVAL_MS = 2_000  # KRaft's broker.heartbeat.interval.ms
+FIRST_ASSIGNED_ID = 1000  # assigned node ids start here (Kafka's reserved.broker.max.id)
 
 
 def registry_keys(keys: Keys) -> list[str]:
@@ -108,6 +110,26 @@ class Registry:
         self.registered = True
         self._duplicate_logged = False
         self._update(reply)
+
+    async def join(self, assign: bool) -> None:
+        """Register; with ``assign``, when this node id is taken by a live broker at
+        another address, take the next free id instead (1000 and up, above the ids people
+        give, as Kafka's broker.id generation) and register as that."""
+        try:
+            await self.register()
+        except DuplicateBroker:
+            if not assign:
+                await self.heartbeat()  # logs it, and serves unregistered
+                return
+            node = int(await self.log.redis.incr(self.log.keys.next_node_id))
+            if node < FIRST_ASSIGNED_ID:  # the counter starts above the ids people give
+                node = await self.log.redis.incrby(
+                    self.log.keys.next_node_id, FIRST_ASSIGNED_ID - node
+                )
+            log.info("node id %d is taken: this broker is node %d", self.me.node_id, node)
+            self.me = dataclasses.replace(self.me, node_id=int(node))
+            self.live = {self.me.node_id: self.me}
+            await self.register()
 
     async def heartbeat(self) -> None:
         """Renew the session (registering again if it was lost) and read the members."""

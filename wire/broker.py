@@ -40,6 +40,8 @@ class BrokerConfig:
     host: str = "127.0.0.1"  # advertised host: an IPv4 literal, see README
     port: int = 9092
     node_id: int = 0
+    # Without an id given (serve without --node-id): node_id if free, else one assigned.
+    assign_node_id: bool = False
     # KRaft's broker session: a broker not heard of for session_timeout_ms is gone and
     # its partitions move; it heartbeats every heartbeat_interval_ms.
     session_timeout_ms: int = SESSION_TIMEOUT_MS
@@ -312,7 +314,9 @@ class Broker:
         """Register (once listening: the endpoints are known), take up the partitions
         this broker wins, and heartbeat from now on."""
         self.registry.me = self.config.info()
-        await self.registry.heartbeat()
+        await self.registry.join(self.config.assign_node_id)
+        self.config.node_id = self.registry.me.node_id  # assigned, perhaps
+        self.log.node = str(self.config.node_id)
         await self.leadership.reconcile()
         loop = asyncio.get_running_loop()
 

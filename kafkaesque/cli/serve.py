@@ -119,11 +119,9 @@ def listeners_option(
 @click.option(
     "--node-id",
     type=click.IntRange(0, 2**31 - 1),
-    default=0,
-    show_default=True,
     envvar="KAFKAESQUE_NODE_ID",
-    help="This broker's id among the brokers sharing the Redis (env KAFKAESQUE_NODE_ID); "
-    "give each its own.",
+    help="This broker's id among the brokers sharing the Redis (env KAFKAESQUE_NODE_ID). "
+    "Default: 0, or the next free id from 1000 when another live broker has 0.",
 )
 @click.option(
     "--broker-session-timeout-ms",
@@ -293,7 +291,7 @@ def serve(
     sasl_enabled_mechanisms: str,
     connections_max_reauth_ms: int,
     failed_authentication_delay_ms: int,
-    node_id: int,
+    node_id: int | None,
     broker_session_timeout_ms: int,
     broker_heartbeat_interval_ms: int,
     auto_create_topics: bool,
@@ -361,7 +359,8 @@ def serve(
     config = BrokerConfig(
         host=advertised_host,
         port=port,
-        node_id=node_id,
+        node_id=0 if node_id is None else node_id,
+        assign_node_id=node_id is None,
         session_timeout_ms=broker_session_timeout_ms,
         heartbeat_interval_ms=broker_heartbeat_interval_ms,
         auto_create_topics=auto_create_topics,

@@ -38,6 +38,7 @@ class Broker:
         directory: Path,
         extra_args: Sequence[str] = (),
         pg_dsn: str | None = None,
+        assign_node_id: bool = False,
     ) -> None:
         self.redis_url = redis_url
         self.global_args = ["--redis-url", redis_url]
@@ -52,6 +53,10 @@ class Broker:
         command = [sys.executable, "-m", "kafkaesque", *self.global_args, "serve"]
         command += ["--listen", self.bootstrap, "--advertised-host", "127.0.0.1"]
         command += [] if pg_dsn else ["--no-archive"]
+        if "--node-id" not in extra_args and not assign_node_id:
+            # Brokers of one test module share its Redis with other options each: one
+            # node id keeps each answering for itself instead of forming a cluster.
+            command += ["--node-id", "0"]
         command += extra_args
         self.command = command
         self.start()

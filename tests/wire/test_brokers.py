@@ -385,3 +385,17 @@ def test_replica_assignments_pick_the_leader(cluster: Cluster) -> None:
         assert cluster.settled("assigned") == {0: 2, 1: 1, 2: 2}
     finally:
         admin.close()
+
+
+def test_brokers_started_without_a_node_id_get_one(cluster: Cluster, tmp_path: Path) -> None:
+    """The first takes node id 0 if free, the next one an id from 1000 up; both serve."""
+    first = Broker(cluster.redis.url, tmp_path / "a", OPTIONS, assign_node_id=True)
+    second = Broker(cluster.redis.url, tmp_path / "b", OPTIONS, assign_node_id=True)
+    try:
+        cluster.wait_for(lambda: cluster.listed(1) == {0, 1, 2, 3, 1000}, "five brokers")
+        assert "this broker is node 1000" in second.stderr()
+        ports = {b.node_id: b.port for b in cluster.metadata(None).brokers}
+        assert (ports[0], ports[1000]) == (first.port, second.port)
+    finally:
+        assert first.stop() == 0 and second.stop() == 0
+    cluster.wait_for(lambda: cluster.listed(1) == set(NODES), "the two gone")
