@@ -130,3 +130,37 @@ def test_hazards_between_the_passes_steps(empty_cluster: ClusterServers, pg_dsn:
             await lg.redis.aclose()
 
     asyncio.run(scenario())
+
+
+def test_two_archivers_share_the_partitions(empty_cluster: ClusterServers, pg_dsn: str) -> None:
+    """Two archivers (two machines' cron jobs) at once on a cluster: each takes the
+    partitions the other does not hold; every record is archived exactly once."""
+
+    async def scenario() -> None:
+        url = empty_cluster.cluster_url
+        log = Log(redis_client(url))
+        await log.create_topic(TopicConfig("shared", 6, page_size=4))
+        appended = 0
+        for round_ in range(10):
+            for p in range(6):
+                await log.append("shared", p, [build_batch([b"%d" % round_, b"y"])])
+                appended += 2
+        pools = [await create_pool(pg_dsn) for _ in range(2)]
+        await ensure_schema(pools[0])
+        logs = [Log(redis_client(url)) for _ in range(2)]
+        archivers = [
+            Archiver(lg, pool, idle_close_ms=0, pages_per_transaction=1)
+            for lg, pool in zip(logs, pools, strict=True)
+        ]
+        summaries = await asyncio.gather(*(a.run_once() for a in archivers))
+        rest = await archivers[0].run_once()  # what one skipped while the other held it
+        rows = sum(s.rows for s in summaries) + rest.rows
+        assert rows == appended == await pools[0].fetchval("SELECT count(*) FROM record")
+        assert all(s.rows > 0 for s in summaries) or any(s.busy for s in summaries)
+        assert (await archivers[1].run_once()).rows == 0
+        for lg, pool in zip([*logs, log], [*pools, None], strict=True):
+            await lg.redis.aclose()
+            if pool is not None:
+                await pool.close()
+
+    asyncio.run(scenario())
