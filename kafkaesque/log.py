@@ -31,6 +31,7 @@ from kafkaesque.errors import (
     UnknownTopic,
 )
 from kafkaesque.keys import Keys, is_cluster
+from kafkaesque.log_leaders import LeadersLog
 from kafkaesque.log_steps import StepsLog
 from kafkaesque.log_topics import TopicsLog
 from kafkaesque.log_types import (
@@ -55,10 +56,6 @@ _BELOW_START, _PAST_END, _DELETED = 1, 2, 3
 
 def _second(pair: tuple[int, int]) -> int:
     return pair[1]
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _now_ms() -> int:
@@ -106,7 +103,7 @@ def _aborted(entry: bytes) -> tuple[int, int, int]:
     return int(pid), int(first), int(last)
 
 
-class Log(TopicsLog, ArchivingLog, StepsLog):
+class Log(TopicsLog, ArchivingLog, StepsLog, LeadersLog):
     """Topics and partitions kept in one Redis database (the topic operations, in
     kafkaesque.log_topics, and the archiver's side of it, in kafkaesque.archiving, are
     inherited).
@@ -605,52 +602,6 @@ class Log(TopicsLog, ArchivingLog, StepsLog):
     async def leader_epochs(self, topic: str, partitions: Iterable[int]) -> list[int]:
         """The current leader epoch of each of ``partitions`` (one round trip)."""
         return await self._meta_values(topic, partitions, "epoch")
-
-    async def leaders(
-        self, partitions: Sequence[tuple[str, int]]
-    ) -> list[tuple[str, int, str] | None]:
-        """(leader node id, leader epoch, preferred leader) of each (topic, partition),
-        node ids "" when none was set; None for one that does not exist. One round trip."""
-        pipe = self.redis.pipeline(transaction=False)
-        for topic, p in partitions:
-            pipe.hmget(self.keys.partition(topic, p).meta, "leader", "epoch", "preferred", "end")
-        return [
-            None
-            if end is None
-            else ((leader or b"").decode(), int(epoch or 0), (preferred or b"").decode())
-            for leader, epoch, preferred, end in await pipe.execute()
-        ]
-
-    async def prefer(self, topic: str, nodes: dict[int, int]) -> None:
-        """Set partitions' preferred leaders (partition -> node id), one round trip."""
-        calls = [([self.keys.partition(topic, p).meta], [node]) for p, node in nodes.items()]
-        for reply in await self.scripts.prefer.many(self.redis, calls):
-            if isinstance(reply, Exception):
-                raise reply
-
-    async def lead(
-        self, moves: Sequence[tuple[str, int, str, str]]
-    ) -> list[tuple[bool, str, int] | None]:
-        """Move the leadership of partitions, each a compare-and-set (lead.lua):
-        (topic, partition, the leader seen, "" for none; the new one). One pipelined round
-        trip; per move (done, the leader now, its epoch), None for a partition that does
-        not exist."""
-        calls = []
-        for topic, p, seen, new in moves:
-            keys = self.keys.partition(topic, p)
-            calls.append(([keys.meta, keys.epochs], [seen, new]))
-        replies = await self.scripts.lead.many(self.redis, calls)
-        results: list[tuple[bool, str, int] | None] = []
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
-            done, *rest = reply
-            if done < 0:
-                results.append(None)
-            else:
-                leader, epoch = rest
-                results.append((done == 1, _text(leader), int(epoch)))
-        return results
 
     async def log_ends(self, topic: str, partitions: Iterable[int]) -> list[int]:
         """The log end offset of each of ``partitions`` (one round trip, no retention)."""
