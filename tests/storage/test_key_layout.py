@@ -115,6 +115,8 @@ def test_every_key_matches_the_documented_layout(redis_url: str, pg_dsn: str) ->
         registry = Registry(log, BrokerInfo(1, {"PLAINTEXT": ("127.0.0.1", 9092)}))
         await registry.register()
         await registry.heartbeat()  # reports the highest sequence number it appended
+        # A second broker without a node id of its own: assigned the next one.
+        await Registry(log, BrokerInfo(1, {"PLAINTEXT": ("127.0.0.1", 9093)})).join(True)
         # The primary's replication id, as a Sentinel client records it.
         await EpochBump("lay")(log.redis)
 
