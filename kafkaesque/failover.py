@@ -73,7 +73,7 @@ class EpochBump:
     replication id is not the one recorded (``NS:primary_replid``), bump the partitions'
     epochs and record it (the first time, with no id recorded, partitions only adopt it).
     A Sentinel client runs it before its commands reach a primary
-    (kafkaesque.connect.BlockingSentinelPool): two round trips when nothing changed. Equal
+    (kafkaesque.hot_tier_sentinel.BlockingSentinelPool): two round trips when nothing changed. Equal
     for equal namespaces, so a client holds it once per log."""
 
     namespace: str

@@ -38,7 +38,7 @@ class Notifier:
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._listen(), name=f"notifier {self._prefix}*")
-        if hasattr(self._redis, "switches"):  # kafkaesque.connect.SentinelHotTier
+        if hasattr(self._redis, "switches"):  # kafkaesque.hot_tier_sentinel.SentinelHotTier
             self._follower = asyncio.create_task(self._follow(), name="notifier failovers")
 
     async def stop(self) -> None:

@@ -18,7 +18,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from kafkaesque.errors import HotTierUnavailable, describe_redis_error
 
 # What Redis going away looks like to callers: redis-py's errors, or the core's own once
-# the client translated them (kafkaesque.connect).
+# the client translated them (kafkaesque.hot_tier).
 REDIS_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     RedisConnectionError,
     RedisTimeoutError,

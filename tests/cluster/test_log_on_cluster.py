@@ -1,7 +1,7 @@
 """The Log's tests (tests/test_log.py, test_log_steps.py, test_sequence.py, test_consume.py,
 test_delete_records.py, test_retention.py, test_topic_configs.py, test_transactions_log.py)
 against the 3-primary cluster fixture, through ``redis+cluster://``
-(kafkaesque.connect.cluster_client): the Log in the cluster layout, topics in steps,
+(kafkaesque.hot_tier_cluster.cluster_client): the Log in the cluster layout, topics in steps,
 appends on the partitions' shards."""
 
 from __future__ import annotations
