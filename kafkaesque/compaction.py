@@ -38,11 +38,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from kafkaesque.batch_build import rebuild_batch
+from kafkaesque.clock import now_ms as _now_ms
 from kafkaesque.compaction_types import PartitionCompaction, Policy, TopicCompaction
 from kafkaesque.config_keys import LONG_MAX
 from kafkaesque.errors import Conflict, InvalidConfig, InvalidRecord, UnknownTopic
@@ -84,10 +84,6 @@ class _Transactions:
             pid == header.producer_id and first <= header.base_offset < last
             for pid, first, last in self.aborted
         )
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True, slots=True)

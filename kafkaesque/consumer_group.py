@@ -15,13 +15,13 @@ Unlike the classic protocol nothing waits here: members learn of changes by hear
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import Redis
 
 from kafkaesque import topic_regex
 from kafkaesque.assignors import ASSIGNORS
+from kafkaesque.clock import now_ms as _now_ms
 from kafkaesque.consumer_group_state import (
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
@@ -44,10 +44,6 @@ if TYPE_CHECKING:
 # How often a heartbeat re-reads the subscribed topics (new topics matching a regex, new
 # partitions) when nothing else made it: Kafka's metadata refresh, roughly.
 TOPIC_REFRESH_MS = 1000
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _lock(redis: Redis, keys: Keys, group_id: str) -> Any:

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from redis.asyncio import Redis
 
+from kafkaesque.clock import now_ms as _now_ms
 from kafkaesque.consumer_group import consumer_commit_error, make_room_for_classic
 from kafkaesque.consumer_group_state import ConsumerGroupError
 from kafkaesque.consumer_protocol import decode_assignment as decode_consumer_assignment
@@ -59,10 +60,6 @@ __all__ = [
     "SyncResult",
     "decode_consumer_assignment",
 ]
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class SyncResult(NamedTuple):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
@@ -19,6 +18,7 @@ from redis.exceptions import AskError
 
 from kafkaesque.archiving import ArchivingLog
 from kafkaesque.batch_build import build_control_batch
+from kafkaesque.clock import now_ms as _now_ms
 from kafkaesque.durability import DEFAULT_TIMEOUT_MS, Durability
 from kafkaesque.errors import (
     KafkaesqueError,
@@ -56,10 +56,6 @@ _BELOW_START, _PAST_END, _DELETED = 1, 2, 3
 
 def _second(pair: tuple[int, int]) -> int:
     return pair[1]
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _after(offset: int, first: int) -> int | None:

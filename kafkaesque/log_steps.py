@@ -10,13 +10,13 @@ to repeat, then drops the marker. A crash in between leaves the marker: ``finish
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
+from kafkaesque.clock import now_ms as _now_ms
 from kafkaesque.errors import Conflict, UnknownTopic
 from kafkaesque.keys import Keys
 from kafkaesque.log_types import RestoredTopic
@@ -30,10 +30,6 @@ STEP_AGE_MS = 10_000
 # The archiving switch while archive_on.lua visits the partitions: creators already
 # see it (they test that it exists); only the finished switch (ARCHIVING_ON) means done.
 ARCHIVING_PENDING = b"pending"
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class StepsLog:

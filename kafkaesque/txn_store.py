@@ -27,6 +27,7 @@ import msgpack
 from redis.asyncio import Redis
 from redis.exceptions import LockError
 
+from kafkaesque.clock import now_ms as _now_ms
 from kafkaesque.consumer_group import consumer_commit_error
 from kafkaesque.consumer_group_state import ConsumerGroupError
 from kafkaesque.errors import KafkaesqueError, UnknownTopic
@@ -44,10 +45,6 @@ TopicPartition = tuple[str, int]
 # An offset a transaction commits: (offset, metadata, leader epoch).
 PendingOffset = tuple[int, str | None, int]
 INVALID_REGULAR_EXPRESSION = 128  # ListTransactions v2's pattern
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class MarkerWriter(Protocol):
