@@ -17,7 +17,6 @@ from redis.crc import key_slot
 from redis.exceptions import AskError
 
 from kafkaesque.archiving import ArchivingLog
-from kafkaesque.batch_build import build_control_batch
 from kafkaesque.clock import now_ms as _now_ms
 from kafkaesque.durability import DEFAULT_TIMEOUT_MS, Durability
 from kafkaesque.errors import (
@@ -34,12 +33,12 @@ from kafkaesque.keys import Keys, is_cluster
 from kafkaesque.log_leaders import LeadersLog
 from kafkaesque.log_steps import StepsLog
 from kafkaesque.log_topics import TopicsLog
+from kafkaesque.log_transactions import TransactionsLog, aborted_entry
 from kafkaesque.log_types import (
     Appended,
     ColdStore,
     PartitionRead,
     PartitionState,
-    ProducerState,
     ReadResult,
     RestoredTopic,
 )
@@ -54,10 +53,6 @@ HIGH_WATERMARK = -1
 _BELOW_START, _PAST_END, _DELETED = 1, 2, 3
 
 
-def _second(pair: tuple[int, int]) -> int:
-    return pair[1]
-
-
 def _after(offset: int, first: int) -> int | None:
     """``first`` when the data resumes after a gap beginning at ``offset``, else None."""
     return first if first > offset else None
@@ -69,7 +64,7 @@ def _parsed(
     """A read script's answer: (status, log start, log end, leader epoch, last stable
     offset, aborted transactions, batches)."""
     status, start, end, epoch, lso, aborted, *batches = answer
-    return status, start, end, epoch, lso, [_aborted(a) for a in aborted], batches
+    return status, start, end, epoch, lso, [aborted_entry(a) for a in aborted], batches
 
 
 def _from_redis(
@@ -93,13 +88,7 @@ def _from_redis(
     )
 
 
-def _aborted(entry: bytes) -> tuple[int, int, int]:
-    """An aborted index entry "pid:first:last" as (producer id, first, last offset)."""
-    pid, first, last = entry.split(b":")
-    return int(pid), int(first), int(last)
-
-
-class Log(TopicsLog, ArchivingLog, StepsLog, LeadersLog):
+class Log(TopicsLog, ArchivingLog, StepsLog, LeadersLog, TransactionsLog):
     """Topics and partitions kept in one Redis database (the topic operations, in
     kafkaesque.log_topics, and the archiver's side of it, in kafkaesque.archiving, are
     inherited).
@@ -623,96 +612,6 @@ class Log(TopicsLog, ArchivingLog, StepsLog, LeadersLog):
         known = max(e for e, _ in history if e <= epoch)
         end = min((start for e, start in history if e > epoch), default=state.log_end)
         return known, end
-
-    async def producers(self, topic: str, partition: int) -> list[ProducerState]:
-        """The idempotent producers the partition keeps sequence state for (append.lua's
-        "epoch first:last:offset ..." per id, newest batch last), by producer id; raises
-        UnknownTopic for a partition that does not exist."""
-        p = self.keys.partition(topic, partition)
-        pipe = self.redis.pipeline(transaction=True)  # one view of the two keys
-        pipe.exists(p.meta)
-        pipe.hgetall(p.producers)
-        pipe.zrange(p.producers_seen, 0, -1, withscores=True)
-        exists, states, seen = await pipe.execute()
-        if not exists:
-            raise UnknownTopic(f"unknown topic or partition: {topic}[{partition}]")
-        used = {int(pid): int(ms) for pid, ms in seen}
-        found = []
-        for pid, raw in states.items():
-            epoch, *batches = raw.decode().split()
-            # A producer with no batch kept has no sequence yet: Kafka's -1.
-            last = int(batches[-1].split(":")[1]) if batches else -1
-            found.append(ProducerState(int(pid), int(epoch), last, used.get(int(pid), -1)))
-        return sorted(found, key=lambda s: s.producer_id)
-
-    async def end_transaction(
-        self,
-        topic: str,
-        partition: int,
-        producer_id: int,
-        producer_epoch: int,
-        commit: bool,
-        coordinator_epoch: int = 0,
-    ) -> tuple[int, int]:
-        """Write the producer's COMMIT or ABORT marker (end_txn.lua): its transaction on
-        the partition ends, an abort goes into the aborted index. Returns (log start, the
-        marker's offset); raises InvalidProducerEpoch for an epoch older than the
-        producer's here, UnknownTopic."""
-        k = self.keys
-        p = k.partition(topic, partition)
-        marker = build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch)
-        now = _now_ms()
-        sequence, recovery, floor = self._sequencing(topic, partition, now)
-        keys = [p.meta, p.index, p.stats, sequence, p.producers, recovery]
-        keys += [p.txn_open, p.txn_aborted]
-        args = [p.prefix, k.appended(topic), now, producer_id, producer_epoch]
-        args += [int(commit), marker, floor]
-        start, offset = await self._call(self.scripts.end_txn, keys, args)
-        return start, offset
-
-    async def open_transactions(self, topic: str, partition: int) -> list[tuple[int, int]]:
-        """(producer id, first offset) of each transaction open on the partition, oldest
-        first; raises UnknownTopic for a partition that does not exist."""
-        p = self.keys.partition(topic, partition)
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.exists(p.meta)
-        pipe.hgetall(p.txn_open)
-        exists, found = await pipe.execute()
-        if not exists:
-            raise UnknownTopic(f"unknown topic or partition: {topic}[{partition}]")
-        return sorted(((int(pid), int(first)) for pid, first in found.items()), key=_second)
-
-    async def aborted_transactions(
-        self, topic: str, partition: int, first: int = 0
-    ) -> list[tuple[int, int, int]]:
-        """(producer id, first offset, ABORT marker's offset) of the aborted transactions
-        Redis still knows that end at or after ``first``, by their end."""
-        p = self.keys.partition(topic, partition)
-        entries = await self.redis.zrangebyscore(p.txn_aborted, first, "+inf")
-        return [_aborted(e) for e in entries]
-
-    async def last_stable_offset(self, topic: str, partition: int) -> int:
-        """The first offset of the oldest open transaction, else the log end."""
-        [lso] = await self.last_stable_offsets(topic, [partition])
-        return lso
-
-    async def last_stable_offsets(self, topic: str, partitions: Iterable[int]) -> list[int]:
-        """The last stable offset of each of ``partitions`` (one round trip); raises
-        UnknownTopic if one does not exist."""
-        numbers = list(partitions)
-        # One MULTI on a single Redis; a cluster's partitions are in slots of their own.
-        pipe = self.redis.pipeline(transaction=not self.cluster)
-        for number in numbers:
-            p = self.keys.partition(topic, number)
-            pipe.hget(p.meta, "end")
-            pipe.hvals(p.txn_open)
-        replies = await pipe.execute()
-        found = []
-        for number, end, firsts in zip(numbers, replies[::2], replies[1::2], strict=True):
-            if end is None:
-                raise UnknownTopic(f"unknown topic or partition: {topic}[{number}]")
-            found.append(min([int(end), *map(int, firsts)]))
-        return found
 
     async def new_producer_id(self) -> int:
         """A producer id no other producer of this Redis has had, before or after a loss of
