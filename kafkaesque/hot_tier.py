@@ -15,6 +15,7 @@ from redis.exceptions import (
 
 from kafkaesque.errors import HotTierFull, from_redis
 from kafkaesque.outage import REDIS
+from kafkaesque.pipelined import PipelinedConnection
 
 # Connections the broker may open to Redis: enough that requests rarely queue for one,
 # few enough that thousands of clients do not exhaust Redis' maxclients (10,000).
@@ -52,7 +53,24 @@ class HotTierPipeline(Pipeline):
 class HotTier(Redis):
     """The client of the hot tier: a Redis failure that means "not now" (unreachable,
     loading, read-only, full) is raised as the core's retriable error, so every request
-    can answer it with a Kafka error code, and the outage is logged once, not per call."""
+    can answer it with a Kafka error code, and the outage is logged once, not per call.
+
+    Script calls share one pipelined connection (``pipelined``, kafkaesque.pipelined);
+    not through Sentinel, whose connections must each find the primary after a failover."""
+
+    PIPELINES_SCRIPTS = True
+    _pipelined: PipelinedConnection | None = None
+
+    def pipelined(self) -> PipelinedConnection:
+        """The connection script calls share (made on first use)."""
+        if self._pipelined is None:
+            self._pipelined = PipelinedConnection(self)
+        return self._pipelined
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        if self._pipelined is not None:
+            await self._pipelined.aclose()
+        await super().aclose(close_connection_pool)
 
     async def execute_command(self, *args: Any, **options: Any) -> Any:
         try:

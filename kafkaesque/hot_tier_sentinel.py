@@ -178,6 +178,8 @@ class SentinelHotTier(HotTier):
     """The hot tier's client when the primary is found through Sentinel (its pool knows
     the sentinels and the service; ``client()`` copies share it)."""
 
+    PIPELINES_SCRIPTS = False  # each connection asks the sentinels for the primary
+
     @property
     def sentinels(self) -> _Sentinels:
         return self.connection_pool.sentinel_manager  # type: ignore[attr-defined,no-any-return]

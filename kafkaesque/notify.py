@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
 from kafkaesque.outage import REDIS
+from kafkaesque.pipelined import ConnectionClosed, reply_batches
 from kafkaesque.tasks import cancel_and_wait
 
 Watcher = Callable[[str, str | None], None]
@@ -67,20 +68,19 @@ class Notifier:
     async def _listen(self) -> None:
         prefix = self._prefix
         subscribed_before = False
+        lost = False  # the subscription's connection just closed: subscribe again at once
         while not self._stopping:
             pubsub = self._pubsub = self._redis.pubsub()
             try:
                 await pubsub.psubscribe(prefix + "*")
+                lost = False
                 REDIS.recovered()
                 if subscribed_before:
                     # Events may have gone by unheard: every watcher must look again.
                     for key in list(self._watchers):
                         self.notify(key)
                 subscribed_before = True
-                async for message in pubsub.listen():
-                    if message["type"] == "pmessage":
-                        key = message["channel"].decode()[len(prefix) :]
-                        self.notify(key, message["data"].decode())
+                await self._messages(pubsub)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # Redis went away: retry; waiters fall back to timeouts
@@ -89,11 +89,32 @@ class Notifier:
                 if self._switched:  # the failover we follow: the new primary is known
                     self._switched = False
                     continue
+                if isinstance(exc, ConnectionClosed) and not lost:
+                    # Only the connection may be gone (a timeout, a restart): reconnecting
+                    # tells, and names the reason (refused, unknown host...) if Redis is.
+                    lost = True
+                    continue
                 REDIS.failed(exc)  # logged once per outage
                 await asyncio.sleep(1)
             finally:
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()
+
+    async def _messages(self, pubsub: PubSub) -> None:
+        """Notify each message of the subscription until its connection fails. Read
+        straight off the connection: redis-py's listen() costs more per message than the
+        append that sent it (listen() only where there is no socket: fakeredis)."""
+        skip = len(self._prefix)
+        reader = getattr(pubsub.connection, "_reader", None)
+        if not isinstance(reader, asyncio.StreamReader):
+            async for message in pubsub.listen():
+                if message["type"] == "pmessage":
+                    self.notify(message["channel"].decode()[skip:], message["data"].decode())
+            return
+        async for batch in reply_batches(reader):
+            for kind, _pattern, channel, *data in batch:
+                if kind == b"pmessage":
+                    self.notify(channel.decode()[skip:], data[0].decode())
 
     def notify(self, key: str, message: str | None = None) -> None:
         """An event on ``key``; ``message`` says more (e.g. which partition grew), None:

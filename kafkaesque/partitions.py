@@ -199,7 +199,14 @@ class Partitions:
         """Append a client's records to many partitions; one outcome per partition. The
         appends go to Redis in one round trip, unless acks=all waits for durability
         (the waits cover one connection's writes: then each partition is one call)."""
-        if len(records) == 1 or (acks_all and self.durability.waits):
+        if len(records) == 1:  # no task to gather: a task costs a fifth of an append
+            (((topic, partition), data),) = records.items()
+            return {
+                (topic, partition): await self.append_records(
+                    topic, partition, data, acks_all, timeout_ms
+                )
+            }
+        if acks_all and self.durability.waits:
             outcomes = await asyncio.gather(
                 *(
                     self.append_records(t, p, data, acks_all, timeout_ms)

@@ -14,10 +14,13 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from kafkaesque.errors import from_lua, from_redis
+from kafkaesque.hot_tier import _translated
 from kafkaesque.keys import is_cluster
+from kafkaesque.outage import REDIS
+from kafkaesque.pipelined import PipelinedConnection
 
 SCRIPT_NAMES = (
     "create",
@@ -82,18 +85,42 @@ def source(name: str) -> str:
 
 
 class Script:
-    """A registered script; its error replies are raised as core exceptions."""
+    """A registered script; its error replies are raised as core exceptions. Calls go
+    through ``shared`` (the client's pipelined connection) when there is one, unless a
+    ``client`` is named (a connection whose writes a WAIT then covers)."""
 
-    __slots__ = ("_script",)
+    __slots__ = ("_script", "_shared")
 
-    def __init__(self, script: AsyncScript) -> None:
+    def __init__(self, script: AsyncScript, shared: PipelinedConnection | None = None) -> None:
         self._script = script
+        self._shared = shared
 
     async def __call__(self, keys: list[Any], args: list[Any], client: Any = None) -> Any:
+        if client is None and self._shared is not None:
+            return await self._shared_call(keys, args)
         try:
             return await self._script(keys=keys, args=args, client=client)
         except ResponseError as exc:
             raise from_lua(exc) from None
+
+    async def _shared_call(self, keys: list[Any], args: list[Any]) -> Any:
+        shared = self._shared
+        assert shared is not None
+        script = self._script
+        try:
+            try:
+                reply = await shared.execute("EVALSHA", script.sha, len(keys), *keys, *args)
+            except NoScriptError:  # Redis restarted or its scripts were flushed
+                await shared.execute("SCRIPT", "LOAD", script.script)
+                reply = await shared.execute("EVALSHA", script.sha, len(keys), *keys, *args)
+        except RedisError as exc:
+            error = _translated(exc)
+            if isinstance(error, ResponseError):
+                raise from_lua(error) from None
+            raise error from exc
+        if REDIS.since is not None:
+            REDIS.recovered()
+        return reply
 
     async def many(self, redis: Redis, calls: Sequence[tuple[list[Any], list[Any]]]) -> list[Any]:
         """Run the script once per (keys, args), pipelined in one round trip (not a
@@ -132,6 +159,14 @@ class Script:
     async def _pipelined(
         self, redis: Redis, calls: Sequence[tuple[list[Any], list[Any]]]
     ) -> list[Any]:
+        if self._shared is not None:
+            sha = self._script.sha
+            try:
+                return await self._shared.execute_many(
+                    [("EVALSHA", sha, len(keys), *keys, *args) for keys, args in calls]
+                )
+            except RedisError as exc:
+                raise _translated(exc) from exc
         pipe = redis.pipeline(transaction=False)
         for keys, args in calls:
             pipe.evalsha(self._script.sha, len(keys), *keys, *args)
@@ -142,8 +177,9 @@ class Scripts:
     """One registered script per operation; redis-py sends EVALSHA and loads on NOSCRIPT."""
 
     def __init__(self, redis: Redis) -> None:
+        shared = redis.pipelined() if getattr(redis, "PIPELINES_SCRIPTS", False) else None
         for name in SCRIPT_NAMES:
-            setattr(self, name, Script(redis.register_script(source(name))))
+            setattr(self, name, Script(redis.register_script(source(name)), shared))
 
     create: Script
     append: Script

@@ -45,6 +45,9 @@ API_VERSIONS = 18
 # once is accepted, not left to retry their handshake a second later (asyncio's 100).
 LISTEN_BACKLOG = 1024
 REPEAT_LOG_INTERVAL = 60.0  # seconds between lines counting a repeated warning or error
+# Responses up to this size are joined and written at once: a write per piece is a send()
+# per piece while the socket keeps up. Larger ones (fetched records) are not copied.
+JOIN_BELOW = 64 << 10
 
 
 class RequestStalled(Exception):
@@ -370,10 +373,13 @@ class Server:
                 finally:
                     self.budget.release(size)
                 if response_bytes is not None:  # None: acks=0 produce, no response at all
-                    # Piece by piece: a fetch's records go out as the bytes Redis returned.
-                    for piece in response_bytes:
-                        writer.write(piece)
-                    self.metrics.bytes_out.inc(sum(map(len, response_bytes)))
+                    sent = sum(map(len, response_bytes))
+                    if sent <= JOIN_BELOW:  # one send, not one per piece
+                        writer.write(b"".join(response_bytes))
+                    else:  # a fetch's records go out as the bytes Redis returned, uncopied
+                        for piece in response_bytes:
+                            writer.write(piece)
+                    self.metrics.bytes_out.inc(sent)
                     await writer.drain()
                 if sasl is not None and sasl.failed:  # logged by the SASL state
                     self.metrics.errors.labels("sasl").inc()

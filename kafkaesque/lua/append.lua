@@ -26,12 +26,9 @@ local archiving = o.archiving
 local now = tonumber(ARGV[3])
 -- A broker that no longer leads the partition (another took it over, lead.lua) is
 -- refused, so each append runs either before the move or not at all.
-if ARGV[5] ~= '' then
-  local leader = redis.call('HGET', meta, 'leader')
-  if leader and leader ~= ARGV[5] then
-    return redis.error_reply('NOT_LEADER_OR_FOLLOWER broker ' .. leader ..
-      ' leads this partition')
-  end
+if ARGV[5] ~= '' and o.leader and o.leader ~= ARGV[5] then
+  return redis.error_reply('NOT_LEADER_OR_FOLLOWER broker ' .. o.leader ..
+    ' leads this partition')
 end
 
 -- Idempotent producers: state per producer id is "epoch first:last:offset ..." for its

@@ -184,11 +184,18 @@ local function settings_list(text)
   return list
 end
 
+-- The limits trim_index enforces, from the meta fields max_pages, retention_bytes,
+-- floor and delete (in that order, from m[first]).
+local LIMIT_FIELDS = {'max_pages', 'retention_bytes', 'floor', 'delete'}
+local function limits_of(m, first, open_bytes)
+  return {max_pages = tonumber(m[first]), retention_bytes = tonumber(m[first + 1] or -1),
+          open_bytes = open_bytes, floor = tonumber(m[first + 2] or 0),
+          delete = m[first + 3] ~= '0'}
+end
+
 -- The limits trim_index enforces, from a meta hash.
 local function meta_limits(meta, open_bytes)
-  local m = redis.call('HMGET', meta, 'max_pages', 'retention_bytes', 'floor', 'delete')
-  return {max_pages = tonumber(m[1]), retention_bytes = tonumber(m[2] or -1),
-          open_bytes = open_bytes, floor = tonumber(m[3] or 0), delete = m[4] ~= '0'}
+  return limits_of(redis.call('HMGET', meta, unpack(LIMIT_FIELDS)), 1, open_bytes)
 end
 
 -- Fields every partition's meta hash starts with; `settings` as in settings_list.
@@ -254,12 +261,15 @@ end
 -- for a partition that does not exist), append_batch writes batches into it, rolling
 -- pages, and finish_append saves it and applies retention. append.lua and end_txn.lua
 -- (transaction markers) share them, so both assign offsets and roll pages alike.
+-- One HMGET reads every field an append needs: each command a script runs costs about as
+-- much as the work it does for a small batch.
 local function open_page(meta)
   local m = redis.call('HMGET', meta, 'end', 'page', 'page_records', 'page_bytes',
     'page_size', 'ttl', 'segment_bytes', 'epoch', 'archived', 'page_max_ts', 'segment_ms',
-    'page_opened', 'archiving')
+    'page_opened', 'archiving', 'leader', 'bytes', unpack(LIMIT_FIELDS))
   if not m[1] then return nil end
   return {
+    leader = m[14], total_bytes = tonumber(m[15] or 0), meta_fields = m,
     next_offset = tonumber(m[1]), page = tonumber(m[2]),
     records = tonumber(m[3]), bytes = tonumber(m[4]),
     page_size = tonumber(m[5]), ttl = tonumber(m[6]),
@@ -309,16 +319,18 @@ end
 -- closed pages beyond max_pages or retention_bytes, and index entries of pages that
 -- expired, so the index never grows without bound. Returns the log start.
 local function finish_append(o, meta, index, stats, prefix, archiving)
-  redis.call('HSET', meta, 'end', o.next_offset, 'page', o.page, 'page_records', o.records,
-    'page_bytes', o.bytes)
-  if o.max_ts and o.records > 0 then
-    redis.call('HSET', meta, 'page_max_ts', string.format('%.0f', o.max_ts))
-  end
-  redis.call('HINCRBY', meta, 'bytes', o.appended)
   local closed = redis.call('ZCARD', index) - (o.records > 0 and 1 or 0)
   local start = trim_index(meta, index, stats, prefix, o.page, closed,
-    meta_limits(meta, o.bytes), o.next_offset, o.archived, archiving)
-  redis.call('HSET', meta, 'start', start)
+    limits_of(o.meta_fields, 16, o.bytes), o.next_offset, o.archived, archiving)
+  -- trim_index reads none of these fields: they are written once, together.
+  local fields = {'end', o.next_offset, 'page', o.page, 'page_records', o.records,
+    'page_bytes', o.bytes, 'bytes', string.format('%.0f', o.total_bytes + o.appended),
+    'start', start}
+  if o.max_ts and o.records > 0 then
+    fields[#fields + 1] = 'page_max_ts'
+    fields[#fields + 1] = string.format('%.0f', o.max_ts)
+  end
+  redis.call('HSET', meta, unpack(fields))
   return start
 end
 
