@@ -15,21 +15,30 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import AsyncIterator, Sequence
+import contextvars
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import hiredis
 from redis._parsers.base import BaseParser
 from redis.asyncio import Redis
-from redis.asyncio.connection import AbstractConnection
-from redis.exceptions import ConnectionError, InvalidResponse, ResponseError
+from redis.exceptions import ConnectionError, InvalidResponse, RedisError, ResponseError
 
 READ_SIZE = 1 << 16
 # Bytes written and not yet taken by the socket above which a caller waits for the send
 # buffer to drain: a Redis that stops reading holds back its callers, not our memory.
 HIGH_WATER = 4 << 20
+# How long a call whose connection Redis closed waits for a new one to say why (_closed).
+RETRY_TIMEOUT = 2.0
 
 Arg = bytes | str | int | float | memoryview
+
+# Called when an ordered command (an append: ``ordered=True``) has been written to the
+# shared connection, in the context that wrote it: the broker's next request on a client
+# connection may then start, its appends queued behind (wire/server.py).
+WRITTEN: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
+    "written", default=None
+)
 
 
 def pack(args: Sequence[Arg]) -> bytes:
@@ -72,6 +81,50 @@ async def reply_batches(reader: asyncio.StreamReader) -> AsyncIterator[list[Any]
             yield batch
 
 
+class _Replies(asyncio.Protocol):
+    """The shared connection's protocol, in place of redis-py's stream once it is set up:
+    each reply resolves the oldest waiting call. Replies are parsed as they arrive, with
+    no stream buffer between the socket and the parser (a fetch's 1 MiB reply was copied
+    three times through one)."""
+
+    def __init__(self, owner: PipelinedConnection) -> None:
+        self.owner = owner
+        self.parser = reply_parser()
+        self.waiting: collections.deque[asyncio.Future[Any]] = collections.deque()
+        self.paused = False  # the transport holds more than its high-water mark
+        self.drained: list[asyncio.Future[None]] = []
+
+    def data_received(self, data: bytes) -> None:
+        parser, waiting = self.parser, self.waiting
+        parser.feed(data)
+        try:
+            while (reply := parser.gets()) is not False:
+                future = waiting.popleft()
+                if future.done():  # its caller was cancelled; the order holds
+                    continue
+                if isinstance(reply, ResponseError):
+                    future.set_exception(reply)
+                else:
+                    future.set_result(reply)
+        except (InvalidResponse, IndexError) as exc:  # garbage, or a reply nobody asked for
+            self.owner._closed(self, ConnectionError(f"Redis protocol error: {exc}"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        reason = f": {exc}" if exc else ""
+        self.owner._closed(self, ConnectionClosed(f"Connection closed by server{reason}."))
+        self.resume_writing()
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        drained, self.drained = self.drained, []
+        for future in drained:
+            if not future.done():
+                future.set_result(None)
+
+
 class PipelinedConnection:
     """The shared connection of one client (see the module's text). Failures are redis-py's
     exceptions: a ResponseError subclass for an error reply (NoScriptError...), a
@@ -80,37 +133,53 @@ class PipelinedConnection:
 
     def __init__(self, client: Redis) -> None:
         self._pool = client.connection_pool
-        self._connection: AbstractConnection | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._reader_task: asyncio.Task[None] | None = None
-        self._waiting: collections.deque[asyncio.Future[Any]] = collections.deque()
+        self._transport: asyncio.Transport | None = None
+        # redis-py's connection object: kept, since it closes its socket when collected.
+        self._connection: Any = None
+        self._protocol: _Replies | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._connecting: asyncio.Lock | None = None
+        self._preloaded: dict[str, None] = {}  # scripts loaded on every new connection
+        self._explaining: set[asyncio.Task[None]] = set()  # see _closed
 
-    async def execute(self, *args: Arg) -> Any:
-        """Send one command; its reply."""
-        writer = self._writer
-        if writer is None or self._loop is not asyncio.get_running_loop():
-            writer = await self._connect()
+    def preload(self, script: str) -> None:
+        """Load ``script`` whenever the connection is made, before any call: calls of it
+        then never meet NOSCRIPT, whose retry would run them out of order."""
+        self._preloaded[script] = None
+
+    async def execute(self, *args: Arg, ordered: bool = False) -> Any:
+        """Send one command; its reply. ``ordered``: tell WRITTEN once it is written."""
+        protocol = self._protocol
+        if protocol is None or self._loop is not asyncio.get_running_loop():
+            protocol = await self._connect()
         future = self._loop.create_future()  # type: ignore[union-attr]
-        self._waiting.append(future)
-        writer.write(pack(args))
-        if writer.transport.get_write_buffer_size() > HIGH_WATER:
-            await self._drain(writer)
+        protocol.waiting.append(future)
+        self._transport.write(pack(args))  # type: ignore[union-attr]
+        written = WRITTEN.get() if ordered else None
+        if written is not None:
+            written()
+        if protocol.paused:
+            await self._drain(protocol)
         return await future
 
-    async def execute_many(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
+    async def execute_many(
+        self, commands: Sequence[Sequence[Arg]], ordered: bool = False
+    ) -> list[Any]:
         """Send the commands back to back, in order; one reply per command, an error
-        reply as its exception (not raised). A lost connection is raised."""
-        writer = self._writer
-        if writer is None or self._loop is not asyncio.get_running_loop():
-            writer = await self._connect()
+        reply as its exception (not raised). A lost connection is raised. ``ordered``:
+        tell WRITTEN once they are written."""
+        protocol = self._protocol
+        if protocol is None or self._loop is not asyncio.get_running_loop():
+            protocol = await self._connect()
         loop = self._loop
         futures = [loop.create_future() for _ in commands]  # type: ignore[union-attr]
-        self._waiting.extend(futures)
-        writer.write(b"".join(pack(command) for command in commands))
-        if writer.transport.get_write_buffer_size() > HIGH_WATER:
-            await self._drain(writer)
+        protocol.waiting.extend(futures)
+        self._transport.write(b"".join(pack(command) for command in commands))  # type: ignore[union-attr]
+        written = WRITTEN.get() if ordered else None
+        if written is not None:
+            written()
+        if protocol.paused:
+            await self._drain(protocol)
         replies: list[Any] = []
         for future in futures:
             try:
@@ -121,60 +190,78 @@ class PipelinedConnection:
 
     async def aclose(self) -> None:
         """Close the connection; calls waiting on it fail."""
-        if self._reader_task is not None and self._loop is asyncio.get_running_loop():
-            self._reader_task.cancel()
-            await asyncio.gather(self._reader_task, return_exceptions=True)
-        self._closed(ConnectionError("connection closed"))
+        if self._protocol is not None:
+            self._closed(self._protocol, ConnectionError("connection closed"))
 
-    async def _drain(self, writer: asyncio.StreamWriter) -> None:
-        try:
-            await writer.drain()
-        except OSError as exc:  # the reader fails the waiting calls too
-            raise ConnectionError(f"Error writing to Redis: {exc}") from exc
+    async def _drain(self, protocol: _Replies) -> None:
+        """Wait until the transport has sent what Redis was slow to take."""
+        future = self._loop.create_future()  # type: ignore[union-attr]
+        protocol.drained.append(future)
+        await future
 
-    async def _connect(self) -> asyncio.StreamWriter:
+    async def _connect(self) -> _Replies:
         loop = asyncio.get_running_loop()
         if self._loop is not loop:  # a new event loop (tests): nothing carries over
-            self._closed(ConnectionError("event loop changed"))
+            if self._protocol is not None:
+                self._closed(self._protocol, ConnectionError("event loop changed"))
             self._loop, self._connecting = loop, asyncio.Lock()
         async with self._connecting:  # type: ignore[union-attr]
-            if self._writer is not None:
-                return self._writer
+            if self._protocol is not None:
+                return self._protocol
+            # redis-py sets the connection up (TLS, AUTH, SELECT), then it is ours.
             connection = self._pool.make_connection()
             await connection.connect()
-            reader, writer = connection._reader, connection._writer
-            if reader is None or writer is None:
+            writer = connection._writer
+            if writer is None:
                 raise ConnectionError("Redis connection has no stream")
-            self._connection, self._writer = connection, writer
-            self._reader_task = loop.create_task(self._read(reader), name="redis pipeline")
-            return writer
+            transport = writer.transport
+            protocol = _Replies(self)
+            transport.set_protocol(protocol)
+            transport.set_write_buffer_limits(high=HIGH_WATER)
+            self._transport, self._protocol = transport, protocol  # type: ignore[assignment]
+            self._connection = connection
+            if self._preloaded:
+                loads = [("SCRIPT", "LOAD", script) for script in self._preloaded]
+                for reply in await self.execute_many(loads):
+                    if isinstance(reply, Exception):
+                        raise reply
+            return protocol
 
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        """Match replies to the waiting calls, in order, until the connection fails."""
-        waiting = self._waiting
+    def _closed(self, protocol: _Replies, failure: ConnectionError) -> None:
+        """Drop the connection of ``protocol`` (if still the current one) and fail every
+        call waiting on it. When Redis closed it, the calls fail once a new connection
+        was tried: with its error (refused, unknown host...) if Redis is away, which
+        says why better than "closed"."""
+        if protocol is self._protocol:
+            transport, self._transport, self._protocol = self._transport, None, None
+            self._connection = None
+            if transport is not None:
+                transport.abort()
+        waiting, protocol.waiting = protocol.waiting, collections.deque()
+        if not waiting:
+            return
+        if isinstance(failure, ConnectionClosed) and self._loop is not None:
+            task = self._loop.create_task(self._fail_after_retry(waiting, failure))
+            self._explaining.add(task)
+            task.add_done_callback(self._explaining.discard)
+            return
+        _fail(waiting, failure)
+
+    async def _fail_after_retry(
+        self, waiting: collections.deque[asyncio.Future[Any]], failure: ConnectionError
+    ) -> None:
         try:
-            async for batch in reply_batches(reader):
-                for reply in batch:
-                    future = waiting.popleft()
-                    if future.done():  # its caller was cancelled; the order holds
-                        continue
-                    if isinstance(reply, ResponseError):
-                        future.set_exception(reply)
-                    else:
-                        future.set_result(reply)
-        except asyncio.CancelledError:
-            raise
-        except (OSError, ConnectionError, InvalidResponse, IndexError) as exc:
-            failure = exc if isinstance(exc, ConnectionError) else ConnectionError(str(exc))
-            self._closed(failure)
+            async with asyncio.timeout(RETRY_TIMEOUT):
+                await self._connect()
+        except (RedisError, OSError, TimeoutError) as exc:
+            if isinstance(exc, ConnectionError):
+                failure = exc
+            elif isinstance(exc, RedisError):
+                failure = ConnectionError(str(exc))
+        _fail(waiting, failure)
 
-    def _closed(self, failure: ConnectionError) -> None:
-        """Drop the connection and fail every call waiting on it."""
-        writer, self._writer = self._writer, None
-        self._connection = None
-        if writer is not None:
-            writer.transport.abort()
-        waiting, self._waiting = self._waiting, collections.deque()
-        for future in waiting:
-            if not future.done():
-                future.set_exception(failure)
+
+def _fail(waiting: collections.deque[asyncio.Future[Any]], failure: ConnectionError) -> None:
+    for future in waiting:
+        if not future.done():
+            future.set_exception(failure)

@@ -20,7 +20,7 @@ from kafkaesque.errors import from_lua, from_redis
 from kafkaesque.hot_tier import _translated
 from kafkaesque.keys import is_cluster
 from kafkaesque.outage import REDIS
-from kafkaesque.pipelined import PipelinedConnection
+from kafkaesque.pipelined import ConnectionClosed, PipelinedConnection
 
 SCRIPT_NAMES = (
     "create",
@@ -84,16 +84,30 @@ def source(name: str) -> str:
     return "\n".join((lua / f"{part}.lua").read_text() for part in parts)
 
 
+def _shared_failure(exc: RedisError) -> Exception:
+    """A failed call on the shared connection as the core's error. A connection closed
+    under it is not reported as an outage yet: the next call connects again, and reports
+    one, with its reason (refused, unknown host...), if Redis is away."""
+    if isinstance(exc, ConnectionClosed):
+        return from_redis(exc) or exc
+    return _translated(exc)
+
+
 class Script:
     """A registered script; its error replies are raised as core exceptions. Calls go
     through ``shared`` (the client's pipelined connection) when there is one, unless a
     ``client`` is named (a connection whose writes a WAIT then covers)."""
 
-    __slots__ = ("_script", "_shared")
+    __slots__ = ("_ordered", "_script", "_shared")
 
-    def __init__(self, script: AsyncScript, shared: PipelinedConnection | None = None) -> None:
+    def __init__(
+        self, script: AsyncScript, shared: PipelinedConnection | None = None, ordered: bool = False
+    ) -> None:
         self._script = script
         self._shared = shared
+        # Appends: their order on the shared connection is the order they run in, which
+        # pipelined produce requests rely on (kafkaesque.pipelined.WRITTEN).
+        self._ordered = ordered
 
     async def __call__(self, keys: list[Any], args: list[Any], client: Any = None) -> Any:
         if client is None and self._shared is not None:
@@ -109,12 +123,14 @@ class Script:
         script = self._script
         try:
             try:
-                reply = await shared.execute("EVALSHA", script.sha, len(keys), *keys, *args)
+                reply = await shared.execute(
+                    "EVALSHA", script.sha, len(keys), *keys, *args, ordered=self._ordered
+                )
             except NoScriptError:  # Redis restarted or its scripts were flushed
                 await shared.execute("SCRIPT", "LOAD", script.script)
                 reply = await shared.execute("EVALSHA", script.sha, len(keys), *keys, *args)
         except RedisError as exc:
-            error = _translated(exc)
+            error = _shared_failure(exc)
             if isinstance(error, ResponseError):
                 raise from_lua(error) from None
             raise error from exc
@@ -163,10 +179,11 @@ class Script:
             sha = self._script.sha
             try:
                 return await self._shared.execute_many(
-                    [("EVALSHA", sha, len(keys), *keys, *args) for keys, args in calls]
+                    [("EVALSHA", sha, len(keys), *keys, *args) for keys, args in calls],
+                    ordered=self._ordered,
                 )
             except RedisError as exc:
-                raise _translated(exc) from exc
+                raise _shared_failure(exc) from exc
         pipe = redis.pipeline(transaction=False)
         for keys, args in calls:
             pipe.evalsha(self._script.sha, len(keys), *keys, *args)
@@ -179,7 +196,11 @@ class Scripts:
     def __init__(self, redis: Redis) -> None:
         shared = redis.pipelined() if getattr(redis, "PIPELINES_SCRIPTS", False) else None
         for name in SCRIPT_NAMES:
-            setattr(self, name, Script(redis.register_script(source(name)), shared))
+            script = redis.register_script(source(name))
+            ordered = name == "append"
+            if ordered and shared is not None:
+                shared.preload(script.script)
+            setattr(self, name, Script(script, shared, ordered=ordered))
 
     create: Script
     append: Script

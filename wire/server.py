@@ -17,6 +17,7 @@ from typing import Any
 from kafkaesque.errors import KafkaesqueError
 from kafkaesque.log import Log
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
+from kafkaesque.pipelined import WRITTEN
 from kafkaesque.quota_rates import REFRESH_SECONDS, QuotaManager
 from kafkaesque.quotas import QuotaStore
 from kafkaesque.tasks import cancel_and_wait
@@ -48,6 +49,8 @@ REPEAT_LOG_INTERVAL = 60.0  # seconds between lines counting a repeated warning 
 # Responses up to this size are joined and written at once: a write per piece is a send()
 # per piece while the socket keeps up. Larger ones (fetched records) are not copied.
 JOIN_BELOW = 64 << 10
+# Produce requests of one connection in flight at once (wire.server.Server._pipelined).
+PIPELINE_DEPTH = 64
 
 
 class RequestStalled(Exception):
@@ -324,9 +327,14 @@ class Server:
         max_idle = config.connections_max_idle_ms / 1000
         # A request sent in part must go on within the request timeout (and the idle one).
         stall = min(config.request_timeout_ms, config.connections_max_idle_ms) / 1000
+        # Produce requests read while earlier ones are in flight (see _pipelined): their
+        # tasks, the future set once the newest has answered, and what failed in them.
+        tasks: set[asyncio.Task[None]] = set()
+        tail: asyncio.Future[None] | None = None
+        failures: list[BaseException] = []
         try:
             while not self._stopping:
-                self._idle[writer] = True
+                self._idle[writer] = not tasks
                 try:
                     async with asyncio.timeout(max_idle):
                         first = await reader.readexactly(1)
@@ -359,9 +367,40 @@ class Server:
                 # meanwhile the socket is read no further than asyncio's buffer (128 KiB), and
                 # the client's sends block.
                 await self.budget.reserve(size)
+                reserved = size
                 try:
                     frame = await read_body(reader, size, stall)
                     self.metrics.bytes_in.inc(size + 4)
+                    if failures:  # a pipelined request failed (and said so)
+                        break
+                    if self._may_pipeline(frame, connection) and len(tasks) < PIPELINE_DEPTH:
+                        ready = asyncio.get_running_loop().create_future()
+                        written = asyncio.get_running_loop().create_future()
+                        task = asyncio.create_task(
+                            self._pipelined(
+                                frame,
+                                size,
+                                supported_apis,
+                                client_host,
+                                connection,
+                                writer,
+                                (tail, ready, written),
+                                failures,
+                                peer,
+                            )
+                        )
+                        reserved = 0  # the task releases it
+                        del frame
+                        tasks.add(task)
+                        task.add_done_callback(tasks.discard)
+                        tail = written
+                        await ready  # its appends are written to Redis: the next may follow
+                        continue
+                    if tail is not None:  # the produce requests in flight answer first
+                        await tail
+                        tail = None
+                    if failures:  # a pipelined request failed (and said so)
+                        break
                     if sasl is not None and sasl.raw_tokens:  # after a v0 SaslHandshake
                         token = await self._raw_token(frame, connection)
                         response_bytes, mute_ms = [token], 0
@@ -371,16 +410,10 @@ class Server:
                         )
                     del frame  # not kept while the next request is awaited
                 finally:
-                    self.budget.release(size)
+                    if reserved:
+                        self.budget.release(reserved)
                 if response_bytes is not None:  # None: acks=0 produce, no response at all
-                    sent = sum(map(len, response_bytes))
-                    if sent <= JOIN_BELOW:  # one send, not one per piece
-                        writer.write(b"".join(response_bytes))
-                    else:  # a fetch's records go out as the bytes Redis returned, uncopied
-                        for piece in response_bytes:
-                            writer.write(piece)
-                    self.metrics.bytes_out.inc(sent)
-                    await writer.drain()
+                    await self._respond(writer, response_bytes)
                 if sasl is not None and sasl.failed:  # logged by the SASL state
                     self.metrics.errors.labels("sasl").inc()
                     break
@@ -391,18 +424,12 @@ class Server:
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(mute_ms / 1000):
                             await self._stopped.wait()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # the client closed the connection
-        except (MalformedRequest, UnsupportedVersion, DropConnection, RequestStalled) as exc:
-            log.warning("closing connection from %s: %s", peer, exc)
-            self.metrics.errors.labels(type(exc).__name__).inc()
-        except REDIS_CONNECTION_ERRORS as exc:  # the client reconnects and retries
-            REDIS.failed(exc)  # logged once per outage
-            self.metrics.errors.labels("redis").inc()
         except Exception as exc:
-            self._internal_error(exc, peer)
-            self.metrics.errors.labels("internal").inc()
+            if not failures:  # else a pipelined request's failure closed it, reported
+                self._report(exc, peer)
         finally:
+            if tasks:  # their appends complete; their answers have nowhere to go
+                await asyncio.gather(*tasks, return_exceptions=True)
             if connection.read_cache is not None:
                 connection.read_cache.close()
             self._idle.pop(writer, None)
@@ -413,6 +440,90 @@ class Server:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    def _report(self, exc: BaseException, peer: object) -> None:
+        """Log why a connection closes, once, as its kind of failure deserves."""
+        if isinstance(exc, asyncio.IncompleteReadError | ConnectionError):
+            return  # the client closed the connection
+        if isinstance(exc, MalformedRequest | UnsupportedVersion | DropConnection | RequestStalled):
+            log.warning("closing connection from %s: %s", peer, exc)
+            self.metrics.errors.labels(type(exc).__name__).inc()
+        elif isinstance(exc, REDIS_CONNECTION_ERRORS):  # the client reconnects and retries
+            REDIS.failed(exc)  # logged once per outage
+            self.metrics.errors.labels("redis").inc()
+        elif isinstance(exc, Exception):
+            self._internal_error(exc, peer)
+            self.metrics.errors.labels("internal").inc()
+
+    def _may_pipeline(self, frame: bytes | memoryview, connection: ConnectionState) -> bool:
+        """Whether this request may start before the ones in flight have answered: a
+        Produce (api key 0) of an authenticated client while no quota is set. Its appends
+        are written to Redis on the shared connection behind theirs, so they run in order
+        (kafkaesque.pipelined); other requests wait for everything before them, as in
+        Kafka, where a connection's requests run one at a time."""
+        sasl = connection.sasl
+        return (
+            frame[0] == 0
+            and frame[1] == 0
+            and not self.quotas.active
+            and (sasl is None or (sasl.authenticated and not sasl.raw_tokens))
+        )
+
+    async def _pipelined(
+        self,
+        frame: bytes | memoryview,
+        size: int,
+        supported_apis: dict[int, tuple[int, int]],
+        client_host: str,
+        connection: ConnectionState,
+        writer: asyncio.StreamWriter,
+        order: tuple[asyncio.Future[None] | None, asyncio.Future[None], asyncio.Future[None]],
+        failures: list[BaseException],
+        peer: object,
+    ) -> None:
+        """One Produce request handled while the connection reads the next. ``order``:
+        the previous request's future set once it answered (None: none in flight), this
+        one's set once its appends are written to Redis (or it finished without any), and
+        this one's set once it answered. A failure is reported and closes the
+        connection."""
+        previous, ready, written = order
+
+        def appends_written() -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        WRITTEN.set(appends_written)  # this task's context only
+        try:
+            try:
+                response_bytes, _ = await self._handle(
+                    frame, supported_apis, client_host, connection
+                )
+            finally:
+                del frame
+                self.budget.release(size)
+                appends_written()
+            if previous is not None:
+                await previous
+            if response_bytes is not None and not failures and not writer.is_closing():
+                await self._respond(writer, response_bytes)
+        except Exception as exc:
+            if not failures:
+                self._report(exc, peer)
+            failures.append(exc)
+            writer.transport.abort()
+        finally:
+            written.set_result(None)
+
+    async def _respond(self, writer: asyncio.StreamWriter, response_bytes: list[bytes]) -> None:
+        """Write one response (pieces in order) and wait until the socket takes it."""
+        sent = sum(map(len, response_bytes))
+        if sent <= JOIN_BELOW:  # one send, not one per piece
+            writer.write(b"".join(response_bytes))
+        else:  # a fetch's records go out as the bytes Redis returned, uncopied
+            for piece in response_bytes:
+                writer.write(piece)
+        self.metrics.bytes_out.inc(sent)
+        await writer.drain()
 
     async def _handle(
         self,

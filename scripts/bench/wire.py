@@ -9,8 +9,8 @@ Starts a private redis-server and a `kafkaesque serve` broker (a subprocess), th
   through `Log.append` in this process (the storage's cost of the same batches, without
   the broker); then a confluent-kafka consumer (fetch.queue.backoff.ms=50) reads the N
   records back from offset 0, and so does kcat (librdkafka in C, to /dev/null: the
-  broker's rate when the client is not the limit). Best round of each; the ratios are
-  wire / storage;
+  broker's rate when the client is not the limit); kcat also produces N records from a
+  file, for the same reason. Best round of each; the ratios are wire / storage;
 - latency at a steady 5,000 records/s (each value carries its send time, a consumer
   thread with fetch.wait.max.ms 100 records arrival): p50/p99/p99.9 with linger.ms=0
   (the broker's and the clients' round trips) and with the client's default linger
@@ -36,6 +36,7 @@ import random
 import re
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -190,6 +191,25 @@ def kcat_consume(bootstrap: str, topic: str, n: int) -> float | None:
     return time.perf_counter() - started
 
 
+def kcat_produce(bootstrap: str, topic: str, n: int) -> float | None:
+    """Seconds kcat (librdkafka in C) takes to produce ``n`` records of 100 bytes from a
+    file to partition 0, with the confluent-kafka producer's settings: the broker's rate
+    when the producing client costs no Python per record; None without kcat."""
+    kcat = shutil.which("kcat") or shutil.which("kafkacat")
+    if kcat is None:
+        return None
+    settings = ["linger.ms=5", "batch.size=1000000", "queue.buffering.max.messages=2000000"]
+    with tempfile.NamedTemporaryFile() as lines:
+        lines.write((VALUE + b"\n") * n)
+        lines.flush()
+        command = [kcat, "-b", bootstrap, "-P", "-t", topic, "-p", "0", "-l", "-X", "acks=1"]
+        for setting in settings:
+            command += ["-X", setting]
+        started = time.perf_counter()
+        subprocess.run([*command, lines.name], check=True, timeout=300)
+        return time.perf_counter() - started
+
+
 def raw_read(r: redis.Redis, topic: str) -> tuple[float, list[bytes]]:
     """Seconds raw redis-py takes to read the partition's stored batches, about 1 MiB per
     LRANGE (one fetch's worth); and the batches."""
@@ -240,7 +260,7 @@ def main() -> None:
         args.records, args.rounds, args.latency_seconds = 200_000, 2, 2.0
         args.fanout_appends, args.fanout_seconds = 50, 15.0
     n = args.records
-    best = {"produce": 1e9, "append": 1e9, "consume": 1e9, "raw": 1e9, "kcat": 1e9}
+    best = dict.fromkeys(("produce", "append", "consume", "raw", "kcat", "kcat_produce"), 1e9)
     with broker_on_embedded_redis() as (bootstrap, url):
         r = redis.Redis.from_url(url)
         produce(bootstrap, "warm", 20_000)  # the broker's imports and caches, off the clock
@@ -254,6 +274,9 @@ def main() -> None:
             kcat = kcat_consume(bootstrap, f"bench{i}", n)
             if kcat is not None:
                 seconds["kcat"] = kcat
+            kcat = kcat_produce(bootstrap, f"kcat{i}", n)
+            if kcat is not None:
+                seconds["kcat_produce"] = kcat
             print(
                 f"round {i + 1}: "
                 + "  ".join(f"{k} {n / s:,.0f}/s" for k, s in seconds.items())
@@ -278,6 +301,11 @@ def main() -> None:
         f"consume  {n / best['consume']:>11,.0f} records/s   raw Redis LRANGE of them     "
         f" {n / best['raw']:>11,.0f} records/s   ratio {best['raw'] / best['consume']:.2f}",
     ]
+    if best["kcat_produce"] < 1e9:
+        lines.append(
+            f"produce  {n / best['kcat_produce']:>11,.0f} records/s with kcat (C, no Python per"
+            f" record)   ratio {best['append'] / best['kcat_produce']:.2f}"
+        )
     if best["kcat"] < 1e9:
         lines.append(
             f"consume  {n / best['kcat']:>11,.0f} records/s with kcat (C, no Python per record)"
