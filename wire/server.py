@@ -332,15 +332,24 @@ class Server:
         tasks: set[asyncio.Task[None]] = set()
         tail: asyncio.Future[None] | None = None
         failures: list[BaseException] = []
+        waiting = [False]  # for the next request's first byte
+
+        def finished(task: asyncio.Task[None]) -> None:
+            tasks.discard(task)
+            if not tasks and waiting[0] and writer in self._idle:
+                self._idle[writer] = True  # nothing in flight: shutdown may close it
+
         try:
             while not self._stopping:
                 self._idle[writer] = not tasks
+                waiting[0] = True
                 try:
                     async with asyncio.timeout(max_idle):
                         first = await reader.readexactly(1)
                 except TimeoutError:
                     log.info("closing connection from %s: idle for %.0f s", peer, max_idle)
                     break
+                waiting[0] = False
                 self._idle[writer] = False
                 try:
                     async with asyncio.timeout(stall):
@@ -392,7 +401,7 @@ class Server:
                         reserved = 0  # the task releases it
                         del frame
                         tasks.add(task)
-                        task.add_done_callback(tasks.discard)
+                        task.add_done_callback(finished)
                         tail = written
                         await ready  # its appends are written to Redis: the next may follow
                         continue

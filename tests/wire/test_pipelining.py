@@ -4,6 +4,9 @@ appends their records in the order they were sent, as Kafka's one-at-a-time hand
 
 from __future__ import annotations
 
+import signal
+import time
+
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.batch_build import build_batch
@@ -66,3 +69,22 @@ def test_a_failing_request_in_a_pipeline_closes_only_its_connection(broker: Brok
         assert conn.read_frame() is None
     with Connection(broker.bootstrap) as conn:
         assert conn.produce(topic, 0, build_batch([b"b"])).error_code == ErrorCode.none
+
+
+def test_sigterm_closes_a_connection_idle_after_pipelined_requests_at_once(
+    broker_factory,
+) -> None:
+    """A producer idle after its pipelined requests were answered holds nothing in flight:
+    SIGTERM closes its connection at once instead of waiting out the shutdown grace."""
+    broker = broker_factory()
+    topic = "pipelined-stop"
+    with Connection(broker.bootstrap) as conn:
+        conn.create_topic(topic)
+        requests = [produce_request(topic, {0: build_batch([b"x"])}, acks=1) for _ in range(20)]
+        sent = [(conn.send_request(req), req) for req in requests]
+        for correlation_id, req in sent:
+            response = conn.read_response(req, correlation_id)
+            assert response.responses[0].partition_responses[0].error_code == ErrorCode.none
+        started = time.monotonic()
+        assert broker.stop() in (0, -signal.SIGTERM)
+        assert time.monotonic() - started < 5  # the grace for busy connections is 10 s
