@@ -24,6 +24,8 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
+from itertools import repeat
+from operator import attrgetter
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -53,6 +55,7 @@ SESSIONS_VERSION = 7  # session_id and session_epoch (KIP-227)
 TOPIC_IDS_VERSION = 13  # topics named by id only
 LEADER_HINT_VERSION = 16  # current_leader and node_endpoints (KIP-951)
 READ_COMMITTED = 1  # isolation_level (v4+)
+_PARTITION = attrgetter("partition")
 
 # A partition to read: its topic's name (None for an unknown topic id), its topic id (v13+),
 # and what is asked of it.
@@ -123,7 +126,7 @@ async def full_fetch(broker: Broker, request: Request, open_session: bool) -> An
         ]
         outcomes = await read_topics(broker, request, asks, connection.read_cache)
         topics = [
-            (name, topic_id, [r.partition for r in reqs], fetched)
+            (name, topic_id, list(map(_PARTITION, reqs)), fetched)
             for (name, topic_id, reqs), fetched in zip(asks, outcomes, strict=True)
         ]
         return answer(broker, request, INVALID_SESSION_ID, topics, memo)
@@ -158,24 +161,22 @@ async def full_fetch(broker: Broker, request: Request, open_session: bool) -> An
 
 class FetchMemo:
     """What a connection's sessionless fetches keep from one to the next: per topic, the
-    request's partition entries and the FetchRequests made of them (the same objects
-    while the entries stay the same, which the ReadCache recognises at once); per
-    partition with nothing new, its answer and that answer's encoded entry."""
+    FetchRequest made of each partition entry of the last request (the same object while
+    the entry stays the same, which the ReadCache recognises at once; librdkafka rotates
+    the order of its partitions from one request to the next, so they are found by the
+    entry itself); per partition with nothing new, its answer and its encoded entry."""
 
     def __init__(self, version: int) -> None:
         self.version = version
-        self._requests: dict[str, tuple[list[tuple[int, ...]], list[FetchRequest]]] = {}
-        # (topic name, partition) -> (the Fetched answered, its entry's bytes)
-        self.entries: dict[tuple[str, int], tuple[Fetched, bytes]] = {}
+        self._requests: dict[str, dict[tuple[int, ...], FetchRequest]] = {}
+        # topic name -> partition -> (the Fetched answered, its entry's bytes)
+        self.entries: dict[str, dict[int, tuple[Fetched, bytes]]] = {}
 
     def requests(self, name: str | None, topic: FetchTopic) -> list[FetchRequest]:
-        """The topic's partitions as FetchRequests; those unchanged since the last
+        """The topic's partitions as FetchRequests; those whose entry is as in the last
         request are the objects made then."""
         entries, lay = topic.entries, topic.layout
         key = name or ""  # an unknown topic's requests are never read
-        old = self._requests.get(key)
-        if old is not None and old[0] == entries:
-            return old[1]
         at_p, at_o, at_m = lay.partition, lay.fetch_offset, lay.partition_max_bytes
         at_e, at_l = lay.current_leader_epoch, lay.last_fetched_epoch
 
@@ -189,14 +190,10 @@ class FetchMemo:
                 -1 if at_l < 0 else raw[at_l],
             )
 
-        if old is not None and len(old[0]) == len(entries):
-            made = [
-                r if a == b else make(a) for a, b, r in zip(entries, old[0], old[1], strict=True)
-            ]
-        else:
-            made = [make(raw) for raw in entries]
+        old = self._requests.get(key, {}).get
+        made = [old(raw) or make(raw) for raw in entries]
         if name is not None:
-            self._requests[name] = (entries, made)
+            self._requests[name] = dict(zip(entries, made, strict=True))
         return made
 
 
@@ -320,7 +317,10 @@ async def read_topics(
             refused = Fetched(TopicAuthorizationFailed(f"Not authorized to READ topic {name}"))
             outcomes.append([refused] * len(reqs))
         else:
-            outcomes.append([results[name, r.partition] for r in reqs])
+            # C loops, not Python ones: 10,000 partitions here for librdkafka.
+            outcomes.append(
+                list(map(results.__getitem__, zip(repeat(name), map(_PARTITION, reqs))))
+            )
     return outcomes
 
 
@@ -353,15 +353,15 @@ def answer(
     version = request.api_version
     leader_hints = version >= LEADER_HINT_VERSION
     encoded = []
-    kept = memo.entries if memo is not None else None
     for name, topic_id, indexes, outcomes in topics:
         pieces: list[bytes] = []
+        kept = None if memo is None or name is None else memo.entries.setdefault(name, {})
+        get = kept.get if kept is not None else {}.get
         for index, r in zip(indexes, outcomes, strict=True):
-            if kept is not None:
-                found = kept.get((name, index))  # type: ignore[arg-type]
-                if found is not None and found[0] is r:
-                    pieces.append(found[1])
-                    continue
+            found = get(index)
+            if found is not None and found[0] is r:
+                pieces.append(found[1])
+                continue
             if r.diverging_epoch is not None or (
                 leader_hints and isinstance(r.error, FencedLeaderEpoch)
             ):
@@ -377,8 +377,8 @@ def answer(
                 r.batches,
             )
             pieces += entry
-            if kept is not None and name is not None and not r.batches and r.error is None:
-                kept[name, index] = (r, entry[0])
+            if kept is not None and not r.batches and r.error is None:
+                kept[index] = (r, entry[0])
         encoded.append(EncodedTopic(name, topic_id, len(indexes), pieces))
     return FetchAnswer(version, NO_THROTTLE, ErrorCode.none.value, session_id, tuple(encoded))
 
