@@ -24,8 +24,8 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
-from itertools import repeat
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import attrgetter, is_
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -190,10 +190,15 @@ class FetchMemo:
                 -1 if at_l < 0 else raw[at_l],
             )
 
-        old = self._requests.get(key, {}).get
-        made = [old(raw) or make(raw) for raw in entries]
-        if name is not None:
-            self._requests[name] = dict(zip(entries, made, strict=True))
+        kept = self._requests.setdefault(key, {})
+        made = list(map(kept.get, entries))  # a C loop: most entries are as last time
+        new = list(compress(range(len(made)), map(is_, made, repeat(None))))
+        for i in new:
+            made[i] = kept[entries[i]] = make(entries[i])
+        if len(kept) > 2 * len(entries):  # forget the entries of old offsets
+            self._requests[key] = dict(zip(entries, made, strict=True))
+        if name is None:
+            del self._requests[key]
         return made
 
 
