@@ -8,14 +8,22 @@ struct call and leave the records bytes as they are, as a piece of their own.
 They take a response only when none of its tagged fields differs from its default
 (kio writes those; here they are one 0 byte), else return None and kio writes it.
 tests/wire/test_fast_responses.py holds them to kio's bytes for every version.
+
+A Fetch answer of many partitions is not built as kio entities at all: the handler encodes
+each partition's entry with ``fetch_partition`` (and keeps the entry of a partition with
+nothing new, to send again while its offsets stay as they are) and hands a ``FetchAnswer``
+of those pieces, which ``fetch_response`` frames.
 """
 
 from __future__ import annotations
 
+import datetime
 import struct
-from dataclasses import fields
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from functools import cache
-from typing import Any
+from typing import Any, ClassVar
 
 _ZERO_UUID = bytes(16)
 _I32 = struct.Struct(">i")
@@ -77,6 +85,8 @@ def _frame(correlation_id: int, flexible: bool, parts: list[bytes]) -> list[byte
         head = _HEADER_V1.pack(size + 5, correlation_id, 0)
     else:
         head = _HEADER_V0.pack(size + 4, correlation_id)
+    if not parts or max(map(len, parts)) < _SEPARATE:  # one piece: no loop per part
+        return [b"".join((head, *parts))]
     pieces: list[bytes] = []
     small = [head]
     for part in parts:
@@ -109,9 +119,99 @@ def _tag_defaults(cls: type, names: tuple[str, ...]) -> tuple[tuple[str, Any], .
 _PARTITION_TAGS = ("diverging_epoch", "current_leader", "snapshot_id")
 
 
+@dataclass(frozen=True, slots=True)
+class EncodedTopic:
+    """A topic of a FetchAnswer: its name (v4-v12) or id (v13+) and its partitions'
+    entries, already encoded (``fetch_partition``), as pieces in order."""
+
+    topic: str | None
+    topic_id: uuid.UUID | None
+    count: int  # partitions
+    pieces: Sequence[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchAnswer:
+    """A Fetch response whose partitions are encoded already; the fields the quotas
+    change (throttle_time, responses) are kio's names."""
+
+    __api_key__: ClassVar[int] = 1
+    version: int
+    throttle_time: datetime.timedelta
+    error_code: int
+    session_id: int
+    responses: tuple[EncodedTopic, ...]
+
+
+_EMPTY_ABORTED = {False: b"\0\0\0\0", True: b"\x01"}  # no aborted transactions (not null)
+_EMPTY_RECORDS = {False: b"\0\0\0\0", True: b"\x01"}  # records of 0 bytes (not null)
+
+
+def fetch_partition(
+    version: int,
+    index: int,
+    error: int,
+    high_watermark: int,
+    last_stable: int,
+    log_start: int,
+    aborted: Sequence[tuple[int, int, int]],
+    batches: Sequence[bytes],
+) -> list[bytes]:
+    """A PartitionData entry of Fetch ``version`` without tagged fields, as pieces: the
+    batches as they are (not copied) when large. ``aborted``: (producer id, first offset,
+    marker offset)."""
+    flexible = version >= 12
+    if version >= 5:
+        head = _PARTITION[5].pack(index, error, high_watermark, last_stable, log_start)
+    else:
+        head = _PARTITION[4].pack(index, error, high_watermark, last_stable)
+    if aborted:
+        tag = b"\0" if flexible else b""
+        head += _count(len(aborted), flexible) + b"".join(
+            _ABORTED.pack(pid, first) + tag for pid, first, _ in aborted
+        )
+    else:
+        head += _EMPTY_ABORTED[flexible]
+    if version >= 11:
+        head += b"\xff\xff\xff\xff"  # preferred_read_replica -1
+    size = sum(map(len, batches))
+    if not size:
+        return [head + _EMPTY_RECORDS[flexible] + (b"\0" if flexible else b"")]
+    head += _uv(size + 1) if flexible else _I32.pack(size)
+    if size < _SEPARATE:
+        return [head + b"".join(batches) + (b"\0" if flexible else b"")]
+    return [head, *batches, b"\0"] if flexible else [head, *batches]
+
+
+def _fetch_answer(correlation_id: int, response: FetchAnswer) -> list[bytes]:
+    version = response.version
+    flexible = version >= 12
+    throttle = _ms(response.throttle_time)
+    parts: list[bytes] = []
+    if version >= 7:
+        parts.append(_FETCH_TOP.pack(throttle, response.error_code, response.session_id))
+    else:
+        parts.append(_I32.pack(throttle))
+    parts.append(_count(len(response.responses), flexible))
+    for topic in response.responses:
+        if version >= 13:
+            parts.append(_ZERO_UUID if topic.topic_id is None else topic.topic_id.bytes)
+        else:
+            parts.append(_string(topic.topic or "", flexible))
+        parts.append(_count(topic.count, flexible))
+        parts += topic.pieces
+        if flexible:
+            parts.append(b"\0")
+    if flexible:
+        parts.append(b"\0")  # the response's tagged fields: node_endpoints are none
+    return _frame(correlation_id, flexible, parts)
+
+
 def fetch_response(correlation_id: int, response: Any) -> list[bytes] | None:
     """A FetchResponse (v4 to v17) as frame pieces; None if it has tagged fields to write
     (or is of another version)."""
+    if isinstance(response, FetchAnswer):
+        return _fetch_answer(correlation_id, response)
     version = response.__version__
     flexible = version >= 12
     if not 4 <= version <= 17 or getattr(response, "node_endpoints", ()):

@@ -26,6 +26,7 @@ from kio.serial.errors import SerialError
 
 from wire.array_guard import check_flexible
 from wire.fast_responses import ENCODERS
+from wire.fetch_request import MalformedFetch, parse_fetch
 
 NO_THROTTLE = datetime.timedelta(0)  # every response's throttle_time: no quotas here
 # Kafka's socket.request.max.bytes default (BrokerConfig.socket_request_max_bytes): larger
@@ -39,6 +40,7 @@ _HEADER_PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id
 # reads it, and the three zero bytes as the fields after it. librdkafka ends an
 # AlterUserScramCredentials request (51) with a second empty tagged-field buffer.
 _TRAILING_BYTES_IGNORED = frozenset({3, 51})
+FETCH = 1  # parsed by wire.fetch_request, not kio: its requests may name 10,000 partitions
 
 
 class MalformedRequest(Exception):
@@ -76,6 +78,9 @@ class ConnectionState:
     # The kafkaesque.reads.ReadCache of this connection's fetches outside a session
     # (librdkafka, kafkajs, aiokafka): quiet partitions are not read again; closed with it.
     read_cache: Any = None
+    # wire.handlers.fetch.FetchMemo: what this connection's sessionless fetches keep from
+    # one to the next (the requests made of its partitions, the entries of quiet ones).
+    fetch_memo: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +89,7 @@ class Request:
     api_version: int
     correlation_id: int
     client_id: str | None
-    body: Any  # the kio request entity
+    body: Any  # the kio request entity; for Fetch a wire.fetch_request.FetchBody
     size: int  # bytes of the frame, for metrics
     client_host: str = ""  # the peer's address, for consumer group member descriptions
     connection: ConnectionState = field(default_factory=ConnectionState)
@@ -140,10 +145,24 @@ def parse_request(
         raise UnsupportedVersion(api_key, api_version, correlation_id)
     try:
         header, used = _reader(schema.__header_schema__)(frame, 0)
+        if api_key == FETCH:
+            body, end = parse_fetch(bytes(frame), used, api_version)
+            if end != len(frame):
+                raise MalformedFetch(f"{len(frame) - end} trailing bytes in the frame")
+            return Request(
+                api_key,
+                api_version,
+                correlation_id,
+                header.client_id,
+                body,
+                len(frame),
+                client_host,
+                connection or ConnectionState(),
+            )
         if schema.__flexible__:
             check_flexible(schema, frame, used)  # before kio reserves memory for arrays
         body, body_size = _reader(schema)(frame, used)
-    except (SerialError, KeyError, ValueError, TypeError) as exc:
+    except (SerialError, KeyError, ValueError, TypeError, struct.error) as exc:
         # kio raises KeyError for an unknown tagged field.
         raise MalformedRequest(f"cannot parse {schema.__name__}: {exc!r}") from exc
     if used + body_size != len(frame) and api_key not in _TRAILING_BYTES_IGNORED:

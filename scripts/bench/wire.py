@@ -21,8 +21,10 @@ Starts a private redis-server and a `kafkaesque serve` broker (a subprocess), th
 
     python scripts/bench/wire.py [--records N] [--rounds R] [--latency-seconds S]
                                  [--fanout-appends A] [--quick] [--no-write]
+                                 [--only fanout]
 
 --quick: 200,000 records, 2 rounds, 2 s of latency, 50 appends per fan-out size.
+--only fanout: the fetch latency with many partitions alone (nothing is written).
 Results are also written to docs/benchmarks.md's "wire.py" section (its "Current
 figures" block) unless --no-write.
 """
@@ -255,12 +257,23 @@ def main() -> None:
     parser.add_argument("--fanout-seconds", type=float, default=30.0)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--no-write", action="store_true", help="leave docs/benchmarks.md")
+    parser.add_argument("--only", choices=["fanout"], help="run this part alone")
     args = parser.parse_args()
     if args.quick:
         args.records, args.rounds, args.latency_seconds = 200_000, 2, 2.0
         args.fanout_appends, args.fanout_seconds = 50, 15.0
     n = args.records
     best = dict.fromkeys(("produce", "append", "consume", "raw", "kcat", "kcat_produce"), 1e9)
+    if args.only == "fanout":
+        with broker_on_embedded_redis() as (bootstrap, url):
+            fanout = {
+                count: fanout_latency(
+                    bootstrap, url, count, args.fanout_appends, args.fanout_seconds
+                )
+                for count in (1000, 10_000)
+            }
+        print("\n".join(fanout_lines(fanout)))
+        return
     with broker_on_embedded_redis() as (bootstrap, url):
         r = redis.Redis.from_url(url)
         produce(bootstrap, "warm", 20_000)  # the broker's imports and caches, off the clock
@@ -318,14 +331,18 @@ def main() -> None:
             f"  p99 {percentile(samples, 99):.2f} ms  p99.9 {percentile(samples, 99.9):.2f} ms"
             f"  ({len(samples)} samples)"
         )
-    for count, samples in fanout.items():
-        lines.append(
-            f"fetch latency, {count:>6,} partitions assigned: p50 {percentile(samples, 50):.1f} ms"
-            f"  p99 {percentile(samples, 99):.1f} ms  ({len(samples)} appends)"
-        )
+    lines += fanout_lines(fanout)
     print("\n".join(lines))
     if not args.no_write:
         write_docs(lines)
+
+
+def fanout_lines(fanout: dict[int, list[float]]) -> list[str]:
+    return [
+        f"fetch latency, {count:>6,} partitions assigned: p50 {percentile(samples, 50):.1f} ms"
+        f"  p99 {percentile(samples, 99):.1f} ms  ({len(samples)} appends)"
+        for count, samples in fanout.items()
+    ]
 
 
 def write_docs(lines: list[str]) -> None:

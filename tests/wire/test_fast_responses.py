@@ -3,6 +3,7 @@ the broker answers, or leave the response to kio."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import random
 import uuid
@@ -10,7 +11,13 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
-from wire.fast_responses import fetch_response, produce_response
+from wire.fast_responses import (
+    EncodedTopic,
+    FetchAnswer,
+    fetch_partition,
+    fetch_response,
+    produce_response,
+)
 from wire.protocol import (
     build,
     encode_response,
@@ -179,3 +186,65 @@ def test_tagged_fields_are_left_to_kio(version):
     )
     assert fetch_response(1, with_endpoints) is None
     assert response_pieces(1, with_endpoints) == [kio_response(1, with_endpoints)]
+
+
+@pytest.mark.parametrize("version", range(4, 18))
+def test_fetch_answers_are_kio_bytes(version):
+    """A FetchAnswer of entries from fetch_partition is what kio writes of the same
+    response (aborted transactions and records as empty, not null, when there are none)."""
+    rng = random.Random(version)
+    for _ in range(20):
+        response = fetch_entity(version, rng)
+        encoded = []
+        for topic in response.responses:
+            pieces = []
+            for p in topic.partitions:
+                aborted = [
+                    (a.producer_id, a.first_offset, -1) for a in p.aborted_transactions or ()
+                ]
+                records = p.records or b""
+                batches = [records[:5], records[5:]] if records else []
+                pieces += fetch_partition(
+                    version,
+                    p.partition_index,
+                    p.error_code.value,
+                    p.high_watermark,
+                    p.last_stable_offset,
+                    getattr(p, "log_start_offset", -1),  # v5+
+                    aborted,
+                    batches,
+                )
+            encoded.append(
+                EncodedTopic(
+                    getattr(topic, "topic", None),
+                    getattr(topic, "topic_id", None),
+                    len(topic.partitions),
+                    pieces,
+                )
+            )
+        answer = FetchAnswer(
+            version,
+            response.throttle_time,
+            getattr(response, "error_code", ErrorCode.none).value,  # v7+
+            getattr(response, "session_id", 0),
+            tuple(encoded),
+        )
+        # kio's view of the same response: nulls written as empty, as the handler sends.
+        expected = dataclasses.replace(
+            response,
+            responses=tuple(
+                dataclasses.replace(
+                    t,
+                    partitions=tuple(
+                        dataclasses.replace(
+                            p,
+                            aborted_transactions=p.aborted_transactions or (),
+                            records=p.records or b"",
+                        )
+                        for p in t.partitions
+                    ),
+                )
+                for t in response.responses
+            ),
+        )
+        assert b"".join(response_pieces(3, answer)) == kio_response(3, expected)

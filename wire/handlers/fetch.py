@@ -24,6 +24,8 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
+from itertools import compress, repeat
+from operator import attrgetter, is_
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -33,6 +35,8 @@ from kafkaesque.reads import Fetched, FetchRequest, ReadCache
 from wire.authorize import Operation, topics_allowed
 from wire.broker import Broker
 from wire.errors import error_code
+from wire.fast_responses import EncodedTopic, FetchAnswer, fetch_partition
+from wire.fetch_request import FetchTopic
 from wire.fetch_sessions import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
@@ -51,6 +55,7 @@ SESSIONS_VERSION = 7  # session_id and session_epoch (KIP-227)
 TOPIC_IDS_VERSION = 13  # topics named by id only
 LEADER_HINT_VERSION = 16  # current_leader and node_endpoints (KIP-951)
 READ_COMMITTED = 1  # isolation_level (v4+)
+_PARTITION = attrgetter("partition")
 
 # A partition to read: its topic's name (None for an unknown topic id), its topic id (v13+),
 # and what is asked of it.
@@ -103,45 +108,98 @@ async def full_fetch(broker: Broker, request: Request, open_session: bool) -> An
     """Every requested partition, answered; a new session of them if ``open_session``."""
     body, version = request.body, request.api_version
     names = [await topic_name(broker, t, version) for t in body.topics]
+    sessions = broker.fetch_sessions
+    opening = open_session and version >= SESSIONS_VERSION and sessions.slots > 0
+    if not opening:
+        # Clients without sessions send every partition each time (librdkafka: 10,000 of
+        # them): the connection keeps what its last fetches read and answered, as a
+        # session would, and nothing is built per partition that did not change.
+        connection = request.connection
+        if connection.read_cache is None:
+            connection.read_cache = sessions.read_cache()
+        memo = connection.fetch_memo
+        if memo is None or memo.version != version:
+            memo = connection.fetch_memo = FetchMemo(version)
+        asks = [
+            (name, t.topic_id, memo.requests(name, t))
+            for name, t in zip(names, body.topics, strict=True)
+        ]
+        outcomes = await read_topics(broker, request, asks, connection.read_cache)
+        topics = [
+            (name, topic_id, list(map(_PARTITION, reqs)), fetched)
+            for (name, topic_id, reqs), fetched in zip(asks, outcomes, strict=True)
+        ]
+        return answer(broker, request, INVALID_SESSION_ID, topics, memo)
     wanted = [
         (name, getattr(t, "topic_id", None), asked(t, p, version))
         for name, t in zip(names, body.topics, strict=True)
         for p in t.partitions
     ]
-    sessions = broker.fetch_sessions
-    opening = open_session and version >= SESSIONS_VERSION and sessions.slots > 0
-    if opening:  # a session's read cache starts with the read that opens it
-        cache = sessions.read_cache()
-        try:
-            results = await read(broker, request, wanted, cache)
-        except BaseException:
-            if cache is not None:
-                cache.close()
-            raise
+    cache = sessions.read_cache()  # a session's read cache starts with the read that opens it
+    try:
+        results = await read(broker, request, wanted, cache)
+    except BaseException:
+        if cache is not None:
+            cache.close()
+        raise
+    for (_, _, cached), fetched in zip(wanted, results, strict=True):
+        cached.answered(fetched)
+    by_id = version >= TOPIC_IDS_VERSION
+    session_id = sessions.create(by_id, (c for _, _, c in wanted), cache)
+    if session_id == INVALID_SESSION_ID:
+        log.debug("no fetch session slot free for %d partitions", len(wanted))
     else:
-        # Clients without sessions send every partition each time: the connection keeps
-        # what its last fetches read, as a session would.
-        connection = request.connection
-        if connection.read_cache is None:
-            connection.read_cache = sessions.read_cache()
-        results = await read(broker, request, wanted, connection.read_cache)
-    session_id = INVALID_SESSION_ID
-    if opening:
-        for (_, _, cached), fetched in zip(wanted, results, strict=True):
-            cached.answered(fetched)
-        by_id = version >= TOPIC_IDS_VERSION
-        session_id = sessions.create(by_id, (c for _, _, c in wanted), cache)
-        if session_id == INVALID_SESSION_ID:
-            log.debug("no fetch session slot free for %d partitions", len(wanted))
-        else:
-            log.debug("fetch session %d opened with %d partitions", session_id, len(wanted))
+        log.debug("fetch session %d opened with %d partitions", session_id, len(wanted))
     # Topics as the request has them, each with its partitions in the request's order.
-    answers = iter(zip(wanted, results, strict=True))
-    grouped = [
-        (name, getattr(t, "topic_id", None), [next(answers) for _ in t.partitions])
-        for name, t in zip(names, body.topics, strict=True)
-    ]
+    answers = iter(results)
+    grouped = []
+    for name, t in zip(names, body.topics, strict=True):
+        indexes = [raw[t.layout.partition] for raw in t.entries]
+        grouped.append((name, t.topic_id, indexes, [next(answers) for _ in indexes]))
     return answer(broker, request, session_id, grouped)
+
+
+class FetchMemo:
+    """What a connection's sessionless fetches keep from one to the next: per topic, the
+    FetchRequest made of each partition entry of the last request (the same object while
+    the entry stays the same, which the ReadCache recognises at once; librdkafka rotates
+    the order of its partitions from one request to the next, so they are found by the
+    entry itself); per partition with nothing new, its answer and its encoded entry."""
+
+    def __init__(self, version: int) -> None:
+        self.version = version
+        self._requests: dict[str, dict[tuple[int, ...], FetchRequest]] = {}
+        # topic name -> partition -> (the Fetched answered, its entry's bytes)
+        self.entries: dict[str, dict[int, tuple[Fetched, bytes]]] = {}
+
+    def requests(self, name: str | None, topic: FetchTopic) -> list[FetchRequest]:
+        """The topic's partitions as FetchRequests; those whose entry is as in the last
+        request are the objects made then."""
+        entries, lay = topic.entries, topic.layout
+        key = name or ""  # an unknown topic's requests are never read
+        at_p, at_o, at_m = lay.partition, lay.fetch_offset, lay.partition_max_bytes
+        at_e, at_l = lay.current_leader_epoch, lay.last_fetched_epoch
+
+        def make(raw: tuple[int, ...]) -> FetchRequest:
+            return FetchRequest(
+                key,
+                raw[at_p],
+                raw[at_o],
+                raw[at_m],
+                -1 if at_e < 0 else raw[at_e],
+                -1 if at_l < 0 else raw[at_l],
+            )
+
+        kept = self._requests.setdefault(key, {})
+        made = list(map(kept.get, entries))  # a C loop: most entries are as last time
+        new = list(compress(range(len(made)), map(is_, made, repeat(None))))
+        for i in new:
+            made[i] = kept[entries[i]] = make(entries[i])
+        if len(kept) > 2 * len(entries):  # forget the entries of old offsets
+            self._requests[key] = dict(zip(entries, made, strict=True))
+        if name is None:
+            del self._requests[key]
+        return made
 
 
 async def incremental_fetch(broker: Broker, request: Request, session: FetchSession) -> Any:
@@ -198,7 +256,10 @@ async def incremental_fetch(broker: Broker, request: Request, session: FetchSess
         len(session.partitions),
         sum(len(g) for g in grouped.values()),
     )
-    topics = [(*heads[topic], entries) for topic, entries in grouped.items()]
+    topics = [
+        (*heads[topic], [e[2].partition for e, _ in entries], [f for _, f in entries])
+        for topic, entries in grouped.items()
+    ]
     return answer(broker, request, session.id, topics)
 
 
@@ -207,40 +268,64 @@ async def read(
 ) -> list[Fetched]:
     """The outcome of each wanted partition, in order: one read of all that may be read,
     so that min_bytes and max_wait cover them all; ``cache``: a session's (see ReadCache)."""
+    asks = [
+        (
+            name,
+            topic_id,
+            [
+                FetchRequest(
+                    name or "",
+                    c.partition,
+                    c.fetch_offset,
+                    c.max_bytes,
+                    c.current_leader_epoch,
+                    c.last_fetched_epoch,
+                )
+            ],
+        )
+        for name, topic_id, c in wanted
+    ]
+    return [fetched for (fetched,) in await read_topics(broker, request, asks, cache)]
+
+
+async def read_topics(
+    broker: Broker,
+    request: Request,
+    asks: Sequence[tuple[str | None, uuid.UUID | None, Sequence[FetchRequest]]],
+    cache: ReadCache | None = None,
+) -> list[list[Fetched]]:
+    """Per topic (its name, None for an unknown topic id; its id; its partitions' requests),
+    the outcome of each partition, in order: one read of all that may be read."""
     body = request.body
-    readable = topics_allowed(broker, request, Operation.READ, {n for n, _, _ in wanted if n})
+    readable = topics_allowed(broker, request, Operation.READ, {n for n, _, _ in asks if n})
+    if len(asks) == 1 and asks[0][0] in readable:
+        requests = asks[0][2]  # librdkafka's 10,000 partitions of one topic: no copy
+    else:
+        requests = [r for name, _, reqs in asks if name in readable for r in reqs]
     results = await broker.partitions.fetch(
-        [
-            FetchRequest(
-                name,
-                c.partition,
-                c.fetch_offset,
-                c.max_bytes,
-                c.current_leader_epoch,
-                c.last_fetched_epoch,
-            )
-            for name, _, c in wanted
-            if name in readable
-        ],
+        requests,
         max_bytes=body.max_bytes,
         min_bytes=body.min_bytes,
         max_wait=body.max_wait.total_seconds(),
         # A client that sends no leader epoch is told of truncation by this connection's
         # memory of the epochs it read at.
         seen_epochs=request.connection.fetch_epochs,
-        committed=getattr(body, "isolation_level", 0) == READ_COMMITTED,
+        committed=body.isolation_level == READ_COMMITTED,
         cache=cache,
     )
     outcomes = []
-    for name, topic_id, c in wanted:
+    for name, topic_id, reqs in asks:
         if name is None:
-            outcomes.append(Fetched(UnknownTopicId(f"no topic has the id {topic_id}")))
+            refused = Fetched(UnknownTopicId(f"no topic has the id {topic_id}"))
+            outcomes.append([refused] * len(reqs))
         elif name not in readable:
-            outcomes.append(
-                Fetched(TopicAuthorizationFailed(f"Not authorized to READ topic {name}"))
-            )
+            refused = Fetched(TopicAuthorizationFailed(f"Not authorized to READ topic {name}"))
+            outcomes.append([refused] * len(reqs))
         else:
-            outcomes.append(results[name, c.partition])
+            # C loops, not Python ones: 10,000 partitions here for librdkafka.
+            outcomes.append(
+                list(map(results.__getitem__, zip(repeat(name), map(_PARTITION, reqs))))
+            )
     return outcomes
 
 
@@ -256,13 +341,55 @@ def refusal(request: Request, error: ErrorCode, session_id: int = INVALID_SESSIO
     )
 
 
+Answered = Sequence[tuple[str | None, uuid.UUID | None, Sequence[int], Sequence[Fetched]]]
+
+
 def answer(
     broker: Broker,
     request: Request,
     session_id: int,
-    topics: Sequence[tuple[str | None, uuid.UUID | None, Sequence[tuple[Wanted, Fetched]]]],
+    topics: Answered,
+    memo: FetchMemo | None = None,
 ) -> Any:
-    """The response naming these topics' partitions and their outcomes."""
+    """The response naming these topics' partitions (name, id, partition indexes, and
+    their outcomes in the same order). Encoded here, partition by partition (``memo``
+    keeps the entries of partitions with nothing new); a partition with a tagged field to
+    say (a diverging epoch, a fenced leader's hint) has the whole answer built by kio."""
+    version = request.api_version
+    leader_hints = version >= LEADER_HINT_VERSION
+    encoded = []
+    for name, topic_id, indexes, outcomes in topics:
+        pieces: list[bytes] = []
+        kept = None if memo is None or name is None else memo.entries.setdefault(name, {})
+        get = kept.get if kept is not None else {}.get
+        for index, r in zip(indexes, outcomes, strict=True):
+            found = get(index)
+            if found is not None and found[0] is r:
+                pieces.append(found[1])
+                continue
+            if r.diverging_epoch is not None or (
+                leader_hints and isinstance(r.error, FencedLeaderEpoch)
+            ):
+                return entity_answer(broker, request, session_id, topics)
+            entry = fetch_partition(
+                version,
+                index,
+                error_code(r.error).value,
+                r.high_watermark,
+                r.last_stable,
+                r.log_start,
+                r.aborted,
+                r.batches,
+            )
+            pieces += entry
+            if kept is not None and not r.batches and r.error is None:
+                kept[index] = (r, entry[0])
+        encoded.append(EncodedTopic(name, topic_id, len(indexes), pieces))
+    return FetchAnswer(version, NO_THROTTLE, ErrorCode.none.value, session_id, tuple(encoded))
+
+
+def entity_answer(broker: Broker, request: Request, session_id: int, topics: Answered) -> Any:
+    """The response as kio entities, for answers with tagged fields to write."""
     schema = request.response_class
     topic_class = schema_class(schema, "FetchableTopicResponse")
     partition_class = schema_class(schema, "PartitionData")
@@ -304,12 +431,14 @@ def answer(
             topic_class,
             topic=name,
             topic_id=topic_id,
-            partitions=tuple(partition(c.partition, r) for (_, _, c), r in entries),
+            partitions=tuple(
+                partition(index, r) for index, r in zip(indexes, outcomes, strict=True)
+            ),
         )
-        for name, topic_id, entries in topics
+        for name, topic_id, indexes, outcomes in topics
     )
     fenced = leader_hints and any(
-        isinstance(r.error, FencedLeaderEpoch) for _, _, entries in topics for _, r in entries
+        isinstance(r.error, FencedLeaderEpoch) for _, _, _, outcomes in topics for r in outcomes
     )
     return build(
         schema,
