@@ -307,10 +307,17 @@ class Partitions:
         read them again until an append to them is heard."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait
+        # The partitions read by this fetch, and their requests: the others were answered
+        # from the cache, which holds only partitions read to their end without an error
+        # (no bytes), so the long poll counts and remembers only these: a consumer of
+        # 10,000 quiet partitions costs the few that changed, not a pass over all.
+        fresh: dict[TopicPartition, Fetched] = {}
+        read: list[FetchRequest] = []
         async with contextlib.AsyncExitStack() as stack:
             if cache is None:
                 appended = await stack.enter_async_context(self.appends(_topics(requests)))
                 results = await self._read_all(requests, max_bytes, seen_epochs, committed)
+                fresh = dict(results)
             else:
                 appended = cache.watching(_topics(requests))
                 grown = appended.take()
@@ -323,11 +330,12 @@ class Partitions:
                     cache.known((), grown, committed)
                     results, missing = dict.fromkeys(_keys(requests)), list(requests)
                 if missing:
-                    read = await self._read_all(missing, max_bytes, seen_epochs, committed)
-                    results = {tp: read.get(tp) or results[tp] for tp in results}
+                    fresh = await self._read_all(missing, max_bytes, seen_epochs, committed)
+                    results.update(fresh)
+                    read = list(missing)
             # As Kafka, a fetch of no partitions is answered at once: no append could
             # wake it (nor, at shutdown, the notifier).
-            while requests and not self.closed and not _enough(results.values(), min_bytes):
+            while requests and not self.closed and not _enough(fresh.values(), min_bytes):
                 timeout = deadline - loop.time()
                 if timeout <= 0 or not await appended.wait(timeout):
                     break  # nothing was appended: what we read is still current
@@ -337,12 +345,15 @@ class Partitions:
                 if not again:
                     continue  # heard of appends this read saw already
                 regrown = {(r.topic, r.partition) for r in again}
-                used = sum(_size(f) for tp, f in results.items() if tp not in regrown)
-                results |= await self._read_all(
+                used = sum(_size(f) for tp, f in fresh.items() if tp not in regrown)
+                reread = await self._read_all(
                     again, max_bytes - used, seen_epochs, committed, min_one=used == 0
                 )
-        if cache is not None:
-            cache.remember(requests, results, committed)
+                results.update(reread)
+                fresh.update(reread)
+                read += again
+        if cache is not None and read:
+            cache.remember(read, fresh, committed)
         return results  # type: ignore[return-value]  # every partition has its answer
 
     @property
