@@ -195,6 +195,8 @@ class Scripts:
 
     def __init__(self, redis: Redis) -> None:
         shared = redis.pipelined() if getattr(redis, "PIPELINES_SCRIPTS", False) else None
+        # The client's shared connection (kafkaesque.pipelined), None where there is none.
+        self.shared = shared
         for name in SCRIPT_NAMES:
             script = redis.register_script(source(name))
             ordered = name == "append"
@@ -202,6 +204,7 @@ class Scripts:
                 shared.preload(script.script)
             setattr(self, name, Script(script, shared, ordered=ordered))
 
+    shared: PipelinedConnection | None
     create: Script
     append: Script
     read: Script
