@@ -466,16 +466,19 @@ class Server:
 
     def _may_pipeline(self, frame: bytes | memoryview, connection: ConnectionState) -> bool:
         """Whether this request may start before the ones in flight have answered: a
-        Produce (api key 0) of an authenticated client while no quota is set. Its appends
-        are written to Redis on the shared connection behind theirs, so they run in order
-        (kafkaesque.pipelined); other requests wait for everything before them, as in
-        Kafka, where a connection's requests run one at a time."""
+        Produce (api key 0) of an authenticated client while no quota is set and Redis
+        is not so full that producers are held back (the hold-back must keep the next
+        request from being read, as it did). Its appends are written to Redis on the
+        shared connection behind theirs, so they run in order (kafkaesque.pipelined);
+        other requests wait for everything before them, as in Kafka, where a
+        connection's requests run one at a time."""
         sasl = connection.sasl
         return (
             frame[0] == 0
             and frame[1] == 0
             and not self.quotas.active
             and (sasl is None or (sasl.authenticated and not sasl.raw_tokens))
+            and not self.broker.memory.throttle_ms()
         )
 
     async def _pipelined(
