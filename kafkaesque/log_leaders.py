@@ -8,10 +8,9 @@ from collections.abc import Sequence
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from kafkaesque.hot_tier import _translated
 from kafkaesque.keys import Keys
 from kafkaesque.pipelined import pack
-from kafkaesque.scripts import Scripts
+from kafkaesque.scripts import Scripts, shared_failure
 
 # The fields `leaders` reads, packed once (see there).
 _FIELDS = pack(("leader", "epoch", "preferred", "end"))[len(b"*4\r\n") :]
@@ -45,7 +44,7 @@ class LeadersLog:
             try:
                 replies = await shared.execute_packed(packed, len(metas))
             except RedisError as exc:
-                raise _translated(exc) from exc
+                raise shared_failure(exc) from exc
         else:
             pipe = self.redis.pipeline(transaction=False)
             for meta in metas:

@@ -256,14 +256,23 @@ class PipelinedConnection:
     async def _fail_after_retry(
         self, waiting: collections.deque[asyncio.Future[Any]], failure: ConnectionError
     ) -> None:
+        probe = self._pool.make_connection()  # its own: a failure here starts no retry
         try:
             async with asyncio.timeout(RETRY_TIMEOUT):
-                await self._connect()
+                # A Redis shutting down may still accept a connection and then close it:
+                # only an answered PING says it is there.
+                await probe.connect()
+                await probe.send_command("PING")
+                await probe.read_response()
         except (RedisError, OSError, TimeoutError) as exc:
             if isinstance(exc, ConnectionError):
                 failure = exc
-            elif isinstance(exc, RedisError):
+            elif isinstance(exc, TimeoutError):
+                failure = ConnectionError(f"no new connection within {RETRY_TIMEOUT:g} s")
+            else:
                 failure = ConnectionError(str(exc))
+        finally:
+            await probe.disconnect()
         _fail(waiting, failure)
 
 

@@ -84,7 +84,7 @@ def source(name: str) -> str:
     return "\n".join((lua / f"{part}.lua").read_text() for part in parts)
 
 
-def _shared_failure(exc: RedisError) -> Exception:
+def shared_failure(exc: RedisError) -> Exception:
     """A failed call on the shared connection as the core's error. A connection closed
     under it is not reported as an outage yet: the next call connects again, and reports
     one, with its reason (refused, unknown host...), if Redis is away."""
@@ -130,7 +130,7 @@ class Script:
                 await shared.execute("SCRIPT", "LOAD", script.script)
                 reply = await shared.execute("EVALSHA", script.sha, len(keys), *keys, *args)
         except RedisError as exc:
-            error = _shared_failure(exc)
+            error = shared_failure(exc)
             if isinstance(error, ResponseError):
                 raise from_lua(error) from None
             raise error from exc
@@ -183,7 +183,7 @@ class Script:
                     ordered=self._ordered,
                 )
             except RedisError as exc:
-                raise _shared_failure(exc) from exc
+                raise shared_failure(exc) from exc
         pipe = redis.pipeline(transaction=False)
         for keys, args in calls:
             pipe.evalsha(self._script.sha, len(keys), *keys, *args)

@@ -474,8 +474,7 @@ class Server:
         connection's requests run one at a time."""
         sasl = connection.sasl
         return (
-            frame[0] == 0
-            and frame[1] == 0
+            frame[:2] == b"\0\0"  # a frame may be shorter than a header (refused later)
             and not self.quotas.active
             and (sasl is None or (sasl.authenticated and not sasl.raw_tokens))
             and not self.broker.memory.throttle_ms()
