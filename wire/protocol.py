@@ -145,33 +145,25 @@ def parse_request(
         raise UnsupportedVersion(api_key, api_version, correlation_id)
     try:
         header, used = _reader(schema.__header_schema__)(frame, 0)
-        if api_key == FETCH:
+        if api_key == FETCH:  # by hand, checked as it is read (wire.fetch_request)
             body, end = parse_fetch(bytes(frame), used, api_version)
             if end != len(frame):
                 raise MalformedFetch(f"{len(frame) - end} trailing bytes in the frame")
-            return Request(
-                api_key,
-                api_version,
-                correlation_id,
-                header.client_id,
-                body,
-                len(frame),
-                client_host,
-                connection or ConnectionState(),
-            )
-        if schema.__flexible__:
-            check_flexible(schema, frame, used)  # before kio reserves memory for arrays
-        body, body_size = _reader(schema)(frame, used)
+        else:
+            if schema.__flexible__:
+                check_flexible(schema, frame, used)  # before kio reserves memory for arrays
+            body, body_size = _reader(schema)(frame, used)
     except (SerialError, KeyError, ValueError, TypeError, struct.error) as exc:
         # kio raises KeyError for an unknown tagged field.
         raise MalformedRequest(f"cannot parse {schema.__name__}: {exc!r}") from exc
-    if used + body_size != len(frame) and api_key not in _TRAILING_BYTES_IGNORED:
-        raise MalformedRequest(
-            f"{schema.__name__}: {len(frame) - used - body_size} trailing bytes in the frame"
-        )
-    null = _null_array(body)
-    if null is not None:  # kio reads a null array where the schema allows none
-        raise MalformedRequest(f"{schema.__name__}: {null} is null")
+    if api_key != FETCH:
+        if used + body_size != len(frame) and api_key not in _TRAILING_BYTES_IGNORED:
+            raise MalformedRequest(
+                f"{schema.__name__}: {len(frame) - used - body_size} trailing bytes in the frame"
+            )
+        null = _null_array(body)
+        if null is not None:  # kio reads a null array where the schema allows none
+            raise MalformedRequest(f"{schema.__name__}: {null} is null")
     return Request(
         api_key,
         api_version,
