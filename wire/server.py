@@ -6,12 +6,11 @@ import asyncio
 import contextlib
 import functools
 import logging
-import resource
 import signal
 import ssl
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from kafkaesque.errors import KafkaesqueError
@@ -23,6 +22,7 @@ from kafkaesque.quotas import QuotaStore
 from kafkaesque.tasks import cancel_and_wait
 from wire.broker import Broker, BrokerConfig
 from wire.budget import RequestBudget
+from wire.connection_io import LogThrottle, RequestStalled, raise_open_files_limit, read_body
 from wire.handlers import handle, supported
 from wire.handlers.quotas import Throttling
 from wire.metrics import Metrics, api_name
@@ -45,91 +45,11 @@ API_VERSIONS = 18
 # Connections the kernel queues before they are accepted: a burst of clients connecting at
 # once is accepted, not left to retry their handshake a second later (asyncio's 100).
 LISTEN_BACKLOG = 1024
-REPEAT_LOG_INTERVAL = 60.0  # seconds between lines counting a repeated warning or error
 # Responses up to this size are joined and written at once: a write per piece is a send()
 # per piece while the socket keeps up. Larger ones (fetched records) are not copied.
 JOIN_BELOW = 64 << 10
 # Produce requests of one connection in flight at once (wire.server.Server._pipelined).
 PIPELINE_DEPTH = 64
-
-
-class RequestStalled(Exception):
-    """A client sent part of a request, then nothing for the request timeout."""
-
-
-class LogThrottle:
-    """Logs the first occurrence of a kind of event in full, then one line per interval
-    counting its repeats: a failure on every request must not write a traceback each."""
-
-    def __init__(self, logger: logging.Logger, interval: float = REPEAT_LOG_INTERVAL) -> None:
-        self.logger = logger
-        self.interval = interval
-        self._repeats: dict[Hashable, int] = {}  # key -> repeats in the current interval
-
-    def log(
-        self,
-        key: Hashable,
-        level: int,
-        summary: str,
-        msg: str,
-        *args: object,
-        exc_info: BaseException | None = None,
-    ) -> None:
-        """Log ``msg`` unless ``key`` was logged within the interval; repeats are reported
-        as "``summary``: N more in the last S s" at the interval's end."""
-        if key in self._repeats:
-            self._repeats[key] += 1
-            return
-        self._repeats[key] = 0
-        self.logger.log(level, msg, *args, exc_info=exc_info)
-        self._schedule(key, level, summary)
-
-    def _schedule(self, key: Hashable, level: int, summary: str) -> None:
-        asyncio.get_running_loop().call_later(self.interval, self._report, key, level, summary)
-
-    def _report(self, key: Hashable, level: int, summary: str) -> None:
-        count = self._repeats.pop(key)
-        if count:  # still happening: count on; else the next one is logged in full
-            self.logger.log(level, "%s: %d more in the last %g s", summary, count, self.interval)
-            self._repeats[key] = 0
-            self._schedule(key, level, summary)
-
-
-def raise_open_files_limit() -> None:
-    """Raise the soft limit of open files to the hard one: every connection is a file, and
-    the usual soft limit (1024) is below what a broker holds."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        with contextlib.suppress(ValueError, OSError):  # an unlimited hard limit (macOS)
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
-async def read_body(reader: asyncio.StreamReader, size: int, timeout: float) -> bytes | memoryview:
-    """The ``size`` bytes of a request's body; RequestStalled when no byte comes for
-    ``timeout`` seconds. A large body is read into one buffer, not joined from pieces: its
-    memory is its size, not twice that."""
-    loop = asyncio.get_running_loop()
-    got = 0
-    try:
-        async with asyncio.timeout(timeout) as deadline:
-            chunk = await reader.read(size)
-            if len(chunk) == size:  # all there already: the common case
-                return chunk
-            if not chunk:
-                raise asyncio.IncompleteReadError(b"", size)
-            view = memoryview(bytearray(size))
-            while chunk:
-                view[got : got + len(chunk)] = chunk
-                got += len(chunk)
-                if got == size:
-                    return view.toreadonly()
-                deadline.reschedule(loop.time() + timeout)
-                chunk = await reader.read(size - got)
-    except TimeoutError:
-        raise RequestStalled(
-            f"request stalled: {got} of {size} bytes, then nothing for {timeout:g} s"
-        ) from None
-    raise asyncio.IncompleteReadError(b"", size)  # the client closed mid-request
 
 
 class Server:
