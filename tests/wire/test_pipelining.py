@@ -1,5 +1,5 @@
 """Produce requests sent back to back on one connection: the broker starts each before the
-earlier ones have answered (wire.server.Server._pipelined), yet answers them in order and
+earlier ones have answered (wire.connection.Connection._pipelined), yet answers them in order and
 appends their records in the order they were sent, as Kafka's one-at-a-time handling does."""
 
 from __future__ import annotations
