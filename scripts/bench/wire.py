@@ -13,18 +13,19 @@ Starts a private redis-server and a `kafkaesque serve` broker (a subprocess), th
   file, for the same reason. Best round of each; the ratios are wire / storage;
 - latency at a steady 5,000 records/s (each value carries its send time, a consumer
   thread with fetch.wait.max.ms 100 records arrival): p50/p99/p99.9 with linger.ms=0
-  (the broker's and the clients' round trips) and with the client's default linger
-  (5 ms, which every record may wait in the producer before it is sent);
+  (a request per record: the broker's and the clients' round trips), linger.ms=1 (a
+  low-latency setting) and the client's default linger (5 ms, which every record may
+  wait in the producer before it is sent);
 - fetch latency with many partitions: a consumer assigned every partition of a topic of
   1,000 (then 10,000) new partitions from offset 0; records appended one at a time to a
   random partition (linger.ms=0); p50/p99 of the time until the consumer has each.
 
     python scripts/bench/wire.py [--records N] [--rounds R] [--latency-seconds S]
                                  [--fanout-appends A] [--quick] [--no-write]
-                                 [--only fanout]
+                                 [--only fanout|latency]
 
 --quick: 200,000 records, 2 rounds, 2 s of latency, 50 appends per fan-out size.
---only fanout: the fetch latency with many partitions alone (nothing is written).
+--only fanout, --only latency: that part alone (nothing is written).
 Results are also written to docs/benchmarks.md's "wire.py" section (its "Current
 figures" block) unless --no-write.
 """
@@ -257,7 +258,7 @@ def main() -> None:
     parser.add_argument("--fanout-seconds", type=float, default=30.0)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--no-write", action="store_true", help="leave docs/benchmarks.md")
-    parser.add_argument("--only", choices=["fanout"], help="run this part alone")
+    parser.add_argument("--only", choices=["fanout", "latency"], help="run this part alone")
     args = parser.parse_args()
     if args.quick:
         args.records, args.rounds, args.latency_seconds = 200_000, 2, 2.0
@@ -273,6 +274,10 @@ def main() -> None:
                 for count in (1000, 10_000)
             }
         print("\n".join(fanout_lines(fanout)))
+        return
+    if args.only == "latency":
+        with broker_on_embedded_redis() as (bootstrap, _):
+            print("\n".join(latency_lines(latencies(bootstrap, args.latency_seconds))))
         return
     with broker_on_embedded_redis() as (bootstrap, url):
         r = redis.Redis.from_url(url)
@@ -298,10 +303,7 @@ def main() -> None:
             )
             for key, s in seconds.items():
                 best[key] = min(best[key], s)
-        latencies = {
-            linger: latency(bootstrap, f"latency{linger}", args.latency_seconds, linger)
-            for linger in (0, None)
-        }
+        lingers = latencies(bootstrap, args.latency_seconds)
         fanout = {
             count: fanout_latency(bootstrap, url, count, args.fanout_appends, args.fanout_seconds)
             for count in (1000, 10_000)
@@ -324,17 +326,29 @@ def main() -> None:
             f"consume  {n / best['kcat']:>11,.0f} records/s with kcat (C, no Python per record)"
             f"   ratio {best['raw'] / best['kcat']:.2f}"
         )
-    for linger, samples in latencies.items():
-        name = "linger.ms=0" if linger == 0 else "linger default"
-        lines.append(
-            f"latency at 5,000 records/s ({name}): p50 {percentile(samples, 50):.2f} ms"
-            f"  p99 {percentile(samples, 99):.2f} ms  p99.9 {percentile(samples, 99.9):.2f} ms"
-            f"  ({len(samples)} samples)"
-        )
+    lines += latency_lines(lingers)
     lines += fanout_lines(fanout)
     print("\n".join(lines))
     if not args.no_write:
         write_docs(lines)
+
+
+def latencies(bootstrap: str, seconds: float) -> dict[int | None, list[float]]:
+    """Latency samples per producer linger.ms: 0 (a request per record), 1 (a low-latency
+    setting), None (the client's default, 5 ms)."""
+    return {
+        linger: latency(bootstrap, f"latency{linger}", seconds, linger) for linger in (0, 1, None)
+    }
+
+
+def latency_lines(lingers: dict[int | None, list[float]]) -> list[str]:
+    return [
+        "latency at 5,000 records/s ("
+        + ("linger default" if linger is None else f"linger.ms={linger}")
+        + f"): p50 {percentile(samples, 50):.2f} ms  p99 {percentile(samples, 99):.2f} ms"
+        f"  p99.9 {percentile(samples, 99.9):.2f} ms  ({len(samples)} samples)"
+        for linger, samples in lingers.items()
+    ]
 
 
 def fanout_lines(fanout: dict[int, list[float]]) -> list[str]:
