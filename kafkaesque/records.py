@@ -33,12 +33,12 @@ from kafkaesque.compression import Compression, DecompressionError, decompress
 from kafkaesque.errors import CorruptBatch, InvalidRecord
 from kafkaesque.record_body import (
     Record,
-    check_plain_records,
     parse_keys,
     parse_record,
     parse_records,
     parse_values,
 )
+from kafkaesque.record_check import check_plain_records
 
 # Byte positions of the header fields, for ``batch[FIELD]`` and the accessors below.
 # They tile the header in the order of _HEADER's format; tests check the two agree.

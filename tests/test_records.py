@@ -23,11 +23,11 @@ from kafkaesque.compression import Compression, DecompressionError, compress, de
 from kafkaesque.errors import InvalidRecord
 from kafkaesque.record_body import (
     Record,
-    check_plain_records,
     encode_varint,
     parse_record,
     read_varint,
 )
+from kafkaesque.record_check import check_plain_records
 from kafkaesque.records import (
     HEADER_SIZE,
     MAX_CLIENT_RECORDS_BYTES,
@@ -1031,7 +1031,7 @@ def test_plain_record_run_checks_the_offset_delta_width():
 
 
 def test_offset_delta_tables_hold_the_varints():
-    from kafkaesque.record_body import _RUN_LIMIT, _offset_delta_bytes
+    from kafkaesque.record_check import _RUN_LIMIT, _offset_delta_bytes
 
     for i in (*range(0, 9000, 7), 16383, 16384, _RUN_LIMIT - 1):
         varint = encode_varint(i)
