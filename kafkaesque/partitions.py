@@ -321,6 +321,7 @@ class Partitions:
             else:
                 appended = cache.watching(_topics(requests))
                 grown = appended.take()
+                cache.lapsed(self.leadership)  # those are read again: NOT_LEADER
                 if max_wait > 0 and min_bytes > 0:
                     results, missing = cache.known(requests, grown, committed)
                 else:

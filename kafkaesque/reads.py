@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from kafkaesque.errors import KafkaesqueError
 from kafkaesque.notify import Notifier
@@ -111,6 +112,27 @@ class AppendWait:
             self._notifier.unwatch(self._topics, self._heard)
 
 
+class Leaders(Protocol):
+    """kafkaesque.leadership.Leadership as the cache sees it: a new ``leaders`` dict after
+    every reconcile."""
+
+    leaders: dict[TopicPartition, int]
+
+    def check(self, topic: str, partition: int) -> KafkaesqueError | None: ...
+
+
+def settled(r: FetchRequest, fetched: Fetched, committed: bool) -> bool:
+    """A partition read to its end with nothing to answer but its offsets: its answer
+    stays good until an append to it (or a change of its topic) is heard."""
+    end = fetched.last_stable if committed else fetched.high_watermark
+    return (
+        fetched.error is None
+        and not fetched.batches
+        and fetched.diverging_epoch is None
+        and r.offset == end
+    )
+
+
 class ReadCache:
     """A fetch session's memory of its partitions between fetches (KIP-227 lets a broker
     keep one): a partition read to its end with nothing to answer is not read again
@@ -130,8 +152,14 @@ class ReadCache:
         self._refresh_batch = refresh_batch
         self._watch = AppendWait(notifier, set())
         # (topic, partition) -> the request that read it, the answer, when (monotonic),
-        # under READ_COMMITTED or not
+        # under READ_COMMITTED or not; oldest first (``due`` finds the stale at the front).
         self._known: dict[TopicPartition, tuple[FetchRequest, Fetched, float, bool]] = {}
+        self._leaders: dict[TopicPartition, int] | None = None  # as last checked
+
+    @property
+    def heard(self) -> bool:
+        """Appends are heard (else ``known`` vouches for nothing)."""
+        return self._notifier is not None
 
     def watching(self, topics: set[str]) -> AppendWait:
         """The cache's watch, over ``topics`` too from now on."""
@@ -177,6 +205,32 @@ class ReadCache:
             missing.append(r)
         return results, missing
 
+    def due(self) -> list[TopicPartition]:
+        """The partitions whose answers passed their ``refresh``, oldest first, at most
+        ``refresh_batch`` (``known`` reads them again): found without a pass over all."""
+        oldest = time.monotonic() - self._refresh
+        found = []
+        for tp, entry in self._known.items():
+            if entry[2] >= oldest or len(found) >= self._refresh_batch:
+                break
+            found.append(tp)
+        return found
+
+    def forget(self, tps: Iterable[TopicPartition]) -> None:
+        for tp in tps:
+            self._known.pop(tp, None)
+
+    def lapsed(self, leadership: Leaders | None) -> list[TopicPartition]:
+        """Forget the answers of partitions another broker leads now (their fetch is
+        answered NOT_LEADER); they are returned. A pass over the cache only when the
+        leaders changed (a new ``leaders`` dict, every reconcile)."""
+        if leadership is None or leadership.leaders is self._leaders:
+            return []
+        self._leaders = leadership.leaders
+        gone = [tp for tp in self._known if leadership.check(*tp) is not None]
+        self.forget(gone)
+        return gone
+
     def remember(
         self,
         requests: Sequence[FetchRequest],
@@ -203,17 +257,9 @@ class ReadCache:
             if tp not in changed:
                 continue
             fetched = results[tp]
-            entry = get(tp)
-            end = fetched.last_stable if committed else fetched.high_watermark
-            if (
-                fetched.error is None
-                and not fetched.batches
-                and fetched.diverging_epoch is None
-                and r.offset == end
-            ):
+            known.pop(tp, None)  # a new answer goes to the end: the order is by time
+            if settled(r, fetched, committed):
                 known[tp] = (r, fetched, now, committed)
-            elif entry is not None:
-                del known[tp]
 
     def close(self) -> None:
         self._watch.discard()

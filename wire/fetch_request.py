@@ -98,10 +98,21 @@ class FetchTopic:
 
     topic: str | None
     topic_id: uuid.UUID | None
-    entries: list[tuple[int, ...]]
+    # None until first asked for (``entries``), when ``block`` holds them: a connection
+    # that sent the same entries before compares the bytes instead (wire/fetch_memo.py).
+    unpacked: list[tuple[int, ...]] | None
     layout: Layout
     # partition index -> replica_directory_id, for the entries that carry one (v17).
     directory_ids: dict[int, uuid.UUID] = field(default_factory=dict)
+    # The entries as on the wire when all are of the layout's fixed size, else None.
+    block: bytes | None = None
+
+    @property
+    def entries(self) -> list[tuple[int, ...]]:
+        """The partitions' entries, as unpacked from the wire."""
+        if self.unpacked is None:
+            self.unpacked = list(struct.iter_unpack(self.layout.entry.format, self.block or b""))
+        return self.unpacked
 
     @property
     def partitions(self) -> list[FetchPartition]:
@@ -287,9 +298,12 @@ def _topic(r: _Reader, version: int, flexible: bool, lay: Layout) -> FetchTopic:
     end = start + n * size
     buf = r.buf
     directory_ids: dict[int, uuid.UUID] = {}
+    block = None
+    entries: list[tuple[int, ...]] | None = None
     if end <= r.end and (not flexible or buf[start + size - 1 : end : size].count(0) == n):
-        # Fixed-size entries (for a flexible version: none has a tagged field).
-        entries = list(struct.iter_unpack(lay.entry.format, buf[start:end]))
+        # Fixed-size entries (for a flexible version: none has a tagged field): unpacked
+        # when first used.
+        block = bytes(buf[start:end])
         r.pos = end
     elif not flexible:
         raise MalformedFetch(f"{n} partitions of {size} bytes with {r.end - start} left")
@@ -297,7 +311,7 @@ def _topic(r: _Reader, version: int, flexible: bool, lay: Layout) -> FetchTopic:
         entries = [_entry(r, version, directory_ids) for _ in range(n)]
     if flexible:
         r.tagged()
-    return FetchTopic(name, topic_id, entries, lay, directory_ids)
+    return FetchTopic(name, topic_id, entries, lay, directory_ids, block)
 
 
 _FLEXIBLE_ENTRY = struct.Struct(">iiqiqi")

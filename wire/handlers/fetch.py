@@ -24,19 +24,23 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
-from itertools import compress, repeat
-from operator import attrgetter, is_
+from itertools import repeat
+from operator import attrgetter
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.errors import FencedLeaderEpoch, TopicAuthorizationFailed, UnknownTopicId
+from kafkaesque.errors import TopicAuthorizationFailed, UnknownTopicId
 from kafkaesque.reads import Fetched, FetchRequest, ReadCache
 from wire.authorize import Operation, topics_allowed
 from wire.broker import Broker
-from wire.errors import error_code
-from wire.fast_responses import EncodedTopic, FetchAnswer, fetch_partition
-from wire.fetch_request import FetchTopic
+from wire.fast_responses import FetchAnswer
+from wire.fetch_answer import (
+    READ_COMMITTED,
+    answer,
+    planned_fetch,
+)
+from wire.fetch_memo import FetchMemo
 from wire.fetch_sessions import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
@@ -46,15 +50,12 @@ from wire.fetch_sessions import (
     Topic,
     next_epoch,
 )
-from wire.handlers.metadata import broker_entries
-from wire.protocol import NO_THROTTLE, Request, build, schema_class
+from wire.protocol import NO_THROTTLE, Request, build
 
 log = logging.getLogger(__name__)
 
 SESSIONS_VERSION = 7  # session_id and session_epoch (KIP-227)
 TOPIC_IDS_VERSION = 13  # topics named by id only
-LEADER_HINT_VERSION = 16  # current_leader and node_endpoints (KIP-951)
-READ_COMMITTED = 1  # isolation_level (v4+)
 _PARTITION = attrgetter("partition")
 
 # A partition to read: its topic's name (None for an unknown topic id), its topic id (v13+),
@@ -120,16 +121,34 @@ async def full_fetch(broker: Broker, request: Request, open_session: bool) -> An
         memo = connection.fetch_memo
         if memo is None or memo.version != version:
             memo = connection.fetch_memo = FetchMemo(version)
+        cache = connection.read_cache
+        # A long poll whose request is the last one but for a few entries (librdkafka's
+        # next fetch) is answered from the last answer: its work follows the changes.
+        if cache is not None and cache.heard and body.max_wait.total_seconds() > 0:
+            plan = memo.plan(names, body) if body.min_bytes > 0 else None
+            if plan is not None:
+                planned = set(plan.by_name)
+                if topics_allowed(broker, request, Operation.READ, planned) == planned:
+                    return await planned_fetch(broker, request, memo, plan, cache)
         asks = [
             (name, t.topic_id, memo.requests(name, t))
             for name, t in zip(names, body.topics, strict=True)
         ]
-        outcomes = await read_topics(broker, request, asks, connection.read_cache)
+        outcomes = await read_topics(broker, request, asks, cache)
         topics = [
             (name, topic_id, list(map(_PARTITION, reqs)), fetched)
             for (name, topic_id, reqs), fetched in zip(asks, outcomes, strict=True)
         ]
-        return answer(broker, request, INVALID_SESSION_ID, topics, memo)
+        entries: list[list[bytes]] = []
+        response = answer(broker, request, INVALID_SESSION_ID, topics, memo, entries)
+        memo.keep(
+            names,
+            body,
+            [reqs for _, _, reqs in asks],
+            outcomes,
+            entries if isinstance(response, FetchAnswer) else None,
+        )
+        return response
     wanted = [
         (name, getattr(t, "topic_id", None), asked(t, p, version))
         for name, t in zip(names, body.topics, strict=True)
@@ -157,49 +176,6 @@ async def full_fetch(broker: Broker, request: Request, open_session: bool) -> An
         indexes = [raw[t.layout.partition] for raw in t.entries]
         grouped.append((name, t.topic_id, indexes, [next(answers) for _ in indexes]))
     return answer(broker, request, session_id, grouped)
-
-
-class FetchMemo:
-    """What a connection's sessionless fetches keep from one to the next: per topic, the
-    FetchRequest made of each partition entry of the last request (the same object while
-    the entry stays the same, which the ReadCache recognises at once; librdkafka rotates
-    the order of its partitions from one request to the next, so they are found by the
-    entry itself); per partition with nothing new, its answer and its encoded entry."""
-
-    def __init__(self, version: int) -> None:
-        self.version = version
-        self._requests: dict[str, dict[tuple[int, ...], FetchRequest]] = {}
-        # topic name -> partition -> (the Fetched answered, its entry's bytes)
-        self.entries: dict[str, dict[int, tuple[Fetched, bytes]]] = {}
-
-    def requests(self, name: str | None, topic: FetchTopic) -> list[FetchRequest]:
-        """The topic's partitions as FetchRequests; those whose entry is as in the last
-        request are the objects made then."""
-        entries, lay = topic.entries, topic.layout
-        key = name or ""  # an unknown topic's requests are never read
-        at_p, at_o, at_m = lay.partition, lay.fetch_offset, lay.partition_max_bytes
-        at_e, at_l = lay.current_leader_epoch, lay.last_fetched_epoch
-
-        def make(raw: tuple[int, ...]) -> FetchRequest:
-            return FetchRequest(
-                key,
-                raw[at_p],
-                raw[at_o],
-                raw[at_m],
-                -1 if at_e < 0 else raw[at_e],
-                -1 if at_l < 0 else raw[at_l],
-            )
-
-        kept = self._requests.setdefault(key, {})
-        made = list(map(kept.get, entries))  # a C loop: most entries are as last time
-        new = list(compress(range(len(made)), map(is_, made, repeat(None))))
-        for i in new:
-            made[i] = kept[entries[i]] = make(entries[i])
-        if len(kept) > 2 * len(entries):  # forget the entries of old offsets
-            self._requests[key] = dict(zip(entries, made, strict=True))
-        if name is None:
-            del self._requests[key]
-        return made
 
 
 async def incremental_fetch(broker: Broker, request: Request, session: FetchSession) -> Any:
@@ -338,120 +314,4 @@ def refusal(request: Request, error: ErrorCode, session_id: int = INVALID_SESSIO
         session_id=session_id,
         responses=(),
         node_endpoints=(),
-    )
-
-
-Answered = Sequence[tuple[str | None, uuid.UUID | None, Sequence[int], Sequence[Fetched]]]
-
-
-def answer(
-    broker: Broker,
-    request: Request,
-    session_id: int,
-    topics: Answered,
-    memo: FetchMemo | None = None,
-) -> Any:
-    """The response naming these topics' partitions (name, id, partition indexes, and
-    their outcomes in the same order). Encoded here, partition by partition (``memo``
-    keeps the entries of partitions with nothing new); a partition with a tagged field to
-    say (a diverging epoch, a fenced leader's hint) has the whole answer built by kio."""
-    version = request.api_version
-    leader_hints = version >= LEADER_HINT_VERSION
-    encoded = []
-    for name, topic_id, indexes, outcomes in topics:
-        pieces: list[bytes] = []
-        kept = None if memo is None or name is None else memo.entries.setdefault(name, {})
-        get = kept.get if kept is not None else {}.get
-        for index, r in zip(indexes, outcomes, strict=True):
-            found = get(index)
-            if found is not None and found[0] is r:
-                pieces.append(found[1])
-                continue
-            if r.diverging_epoch is not None or (
-                leader_hints and isinstance(r.error, FencedLeaderEpoch)
-            ):
-                return entity_answer(broker, request, session_id, topics)
-            entry = fetch_partition(
-                version,
-                index,
-                error_code(r.error).value,
-                r.high_watermark,
-                r.last_stable,
-                r.log_start,
-                r.aborted,
-                r.batches,
-            )
-            pieces += entry
-            if kept is not None and not r.batches and r.error is None:
-                kept[index] = (r, entry[0])
-        encoded.append(EncodedTopic(name, topic_id, len(indexes), pieces))
-    return FetchAnswer(version, NO_THROTTLE, ErrorCode.none.value, session_id, tuple(encoded))
-
-
-def entity_answer(broker: Broker, request: Request, session_id: int, topics: Answered) -> Any:
-    """The response as kio entities, for answers with tagged fields to write."""
-    schema = request.response_class
-    topic_class = schema_class(schema, "FetchableTopicResponse")
-    partition_class = schema_class(schema, "PartitionData")
-    leader_hints = request.api_version >= LEADER_HINT_VERSION
-    aborted_class = schema_class(schema, "AbortedTransaction")
-
-    def partition(index: int, r: Fetched) -> Any:
-        tagged: dict[str, Any] = {}
-        if r.diverging_epoch is not None:
-            epoch, end = r.diverging_epoch
-            tagged["diverging_epoch"] = build(
-                schema_class(schema, "EpochEndOffset"), epoch=epoch, end_offset=end
-            )
-        if leader_hints and isinstance(r.error, FencedLeaderEpoch):
-            # The client's epoch is stale: this broker still leads, at this epoch.
-            tagged["current_leader"] = build(
-                schema_class(schema, "LeaderIdAndEpoch"),
-                leader_id=broker.config.node_id,
-                leader_epoch=r.leader_epoch,
-            )
-        return build(
-            partition_class,
-            partition_index=index,
-            error_code=error_code(r.error),
-            high_watermark=r.high_watermark,
-            last_stable_offset=r.last_stable,
-            log_start_offset=r.log_start,
-            aborted_transactions=tuple(
-                build(aborted_class, producer_id=pid, first_offset=first)
-                for pid, first, _ in r.aborted
-            ),
-            preferred_read_replica=-1,
-            records=b"".join(r.batches),
-            **tagged,
-        )
-
-    responses = tuple(
-        build(
-            topic_class,
-            topic=name,
-            topic_id=topic_id,
-            partitions=tuple(
-                partition(index, r) for index, r in zip(indexes, outcomes, strict=True)
-            ),
-        )
-        for name, topic_id, indexes, outcomes in topics
-    )
-    fenced = leader_hints and any(
-        isinstance(r.error, FencedLeaderEpoch) for _, _, _, outcomes in topics for r in outcomes
-    )
-    return build(
-        schema,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        session_id=session_id,
-        responses=responses,
-        # KIP-951: the endpoints of the leaders named in current_leader, i.e. this broker.
-        node_endpoints=(
-            broker_entries(
-                broker, schema_class(schema, "NodeEndpoint"), request.connection.listener
-            )
-            if fenced
-            else ()
-        ),
     )
