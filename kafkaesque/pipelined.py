@@ -22,7 +22,7 @@ from typing import Any
 import hiredis
 from redis._parsers.base import BaseParser
 from redis.asyncio import Redis
-from redis.exceptions import ConnectionError, InvalidResponse, RedisError, ResponseError
+from redis.exceptions import ConnectionError, InvalidResponse, RedisError
 
 READ_SIZE = 1 << 16
 # Bytes written and not yet taken by the socket above which a caller waits for the send
@@ -66,8 +66,9 @@ def reply_parser() -> hiredis.Reader:
 
 async def reply_batches(reader: asyncio.StreamReader) -> AsyncIterator[list[Any]]:
     """The replies arriving on a connection, as many as each read brings at a time;
-    ConnectionError when it closes. Much less work per reply than redis-py's reads, for
-    the connections that carry one reply per record: the shared one and pub/sub."""
+    ConnectionError when it closes, an error reply raised. Much less work per reply than
+    redis-py's reads, for the connections that carry one reply per record: the shared one
+    and pub/sub."""
     parser = reply_parser()
     while True:
         data = await reader.read(READ_SIZE)
@@ -76,6 +77,8 @@ async def reply_batches(reader: asyncio.StreamReader) -> AsyncIterator[list[Any]
         parser.feed(data)
         batch = []
         while (reply := parser.gets()) is not False:
+            if isinstance(reply, Exception):  # an error reply: no message to hand on
+                raise reply
             batch.append(reply)
         if batch:
             yield batch
@@ -102,7 +105,9 @@ class _Replies(asyncio.Protocol):
                 future = waiting.popleft()
                 if future.done():  # its caller was cancelled; the order holds
                     continue
-                if isinstance(reply, ResponseError):
+                # Error replies are exceptions: ResponseError subclasses, but LOADING (a
+                # restarted Redis reading its data) is BusyLoadingError, a ConnectionError.
+                if isinstance(reply, Exception):
                     future.set_exception(reply)
                 else:
                     future.set_result(reply)
@@ -166,7 +171,8 @@ class PipelinedConnection:
         self, commands: Sequence[Sequence[Arg]], ordered: bool = False
     ) -> list[Any]:
         """Send the commands back to back, in order; one reply per command, an error
-        reply as its exception (not raised). A lost connection is raised. ``ordered``:
+        reply as its exception (not raised). A lost connection, or a Redis still loading
+        its data, is raised. ``ordered``:
         tell WRITTEN once they are written."""
         packed = b"".join(pack(command) for command in commands)
         return await self.execute_packed(packed, len(commands), ordered)
@@ -187,11 +193,14 @@ class PipelinedConnection:
         if protocol.paused:
             await self._drain(protocol)
         replies: list[Any] = []
-        for future in futures:
+        for future in futures:  # every one awaited, so no failure goes unretrieved
             try:
                 replies.append(await future)
-            except ResponseError as exc:
+            except RedisError as exc:
                 replies.append(exc)
+        for reply in replies:  # Redis is away or still loading: not a reply to hand on
+            if isinstance(reply, ConnectionError):
+                raise reply
         return replies
 
     async def aclose(self) -> None:
