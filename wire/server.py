@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import logging
 import signal
 import ssl
@@ -128,6 +129,11 @@ class Server:
         for sig in (signal.SIGTERM, signal.SIGINT):  # before listening: no window where
             loop.add_signal_handler(sig, stop.set)  # a signal kills a listening broker
         await self.start()
+        # What exists now (modules, kio's schemas: ~120,000 objects) lives as long as the
+        # process: out of the collector's sight, a full collection no longer walks it
+        # (58 ms each, which set the p99 of fetches and produces).
+        gc.collect()
+        gc.freeze()
         for listener in self.listeners:
             log.info(
                 "kafkaesque broker listening on %s://%s:%d",
