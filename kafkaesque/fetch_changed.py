@@ -16,7 +16,8 @@ import asyncio
 from collections.abc import Iterable
 from typing import Protocol
 
-from kafkaesque.partitions import Partitions, _enough, _size
+from kafkaesque.partition_reads import enough, fetched_size
+from kafkaesque.partitions import Partitions
 from kafkaesque.reads import ALL, All, Fetched, FetchRequest, ReadCache, TopicPartition
 
 
@@ -75,10 +76,10 @@ async def fetch_changed(
     fresh: dict[TopicPartition, Fetched] = {}
     read: list[FetchRequest] = []
     if missing:
-        fresh = await partitions._read_all(missing, max_bytes, seen_epochs, committed)
+        fresh = await partitions.read_all(missing, max_bytes, seen_epochs, committed)
         results.update(fresh)
         read = list(missing)
-    while not partitions.closed and not _enough(fresh.values(), min_bytes):
+    while not partitions.closed and not enough(fresh.values(), min_bytes):
         timeout = deadline - loop.time()
         if timeout <= 0 or not await appended.wait(timeout):
             break  # nothing was appended: what we read is still current
@@ -88,8 +89,8 @@ async def fetch_changed(
         if not again:
             continue  # heard of appends this read saw already
         regrown = {(r.topic, r.partition) for r in again}
-        used = sum(_size(f) for tp, f in fresh.items() if tp not in regrown)
-        reread = await partitions._read_all(
+        used = sum(fetched_size(f) for tp, f in fresh.items() if tp not in regrown)
+        reread = await partitions.read_all(
             again, max_bytes - used, seen_epochs, committed, min_one=used == 0
         )
         results.update(reread)
