@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import contextvars
+import socket
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -233,6 +235,7 @@ class PipelinedConnection:
             protocol = _Replies(self)
             transport.set_protocol(protocol)
             transport.set_write_buffer_limits(high=HIGH_WATER)
+            _grow_send_buffer(transport)
             self._transport, self._protocol = transport, protocol  # type: ignore[assignment]
             self._connection = connection
             if self._preloaded:
@@ -283,6 +286,16 @@ class PipelinedConnection:
         finally:
             await probe.disconnect()
         _fail(waiting, failure)
+
+
+def _grow_send_buffer(transport: asyncio.Transport) -> None:
+    """Let the socket take a whole append of a 1 MB batch at once: with the default
+    buffer (208 KiB on a Unix socket) asyncio sent it in five pieces, each after a turn
+    of the event loop (kcat produced 700k-820k records/s, 860k-915k with this)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, HIGH_WATER)
 
 
 def _fail(waiting: collections.deque[asyncio.Future[Any]], failure: ConnectionError) -> None:
