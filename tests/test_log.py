@@ -116,6 +116,36 @@ def test_max_bytes_returns_at_least_one_whole_batch(make_log: Callable[[], Log])
     asyncio.run(scenario())
 
 
+def test_max_bytes_across_pages_of_one_batch_and_of_several(make_log: Callable[[], Log]) -> None:
+    """A page holding one batch is left unread when it would not fit (its size is in the
+    page's stats): the answer is the one a read of every batch gives."""
+
+    async def scenario() -> None:
+        log = make_log()
+        sizes = [5000, 7000, 3000, 9000, 4000]
+        batches = [batch([b"x" * n]) for n in sizes]
+        for name, page_size in (("one", 1), ("two", 2)):  # batches of one record each
+            await log.create_topic(TopicConfig(name, 1, page_size=page_size))
+            for b in batches:
+                await log.append(name, 0, [b])
+            for offset in range(5):
+                for budget in (1, 6000, 12_100, 15_200, 24_300, 40_000):
+                    expected, total = [], 0
+                    for b in batches[offset:]:  # whole batches while they fit, one at least
+                        if expected and total + len(b) > budget:
+                            break
+                        expected.append(b)
+                        total += len(b)
+                    got = (await log.read(name, 0, offset, max_bytes=budget)).batches
+                    assert [len(b) for b in got] == [len(b) for b in expected], (
+                        name,
+                        offset,
+                        budget,
+                    )
+
+    asyncio.run(scenario())
+
+
 def test_max_pages_drops_oldest_closed_pages_and_index_entries(make_log: Callable[[], Log]) -> None:
     async def scenario() -> None:
         log = make_log()

@@ -69,9 +69,19 @@ local function read_partition(keys, prefix, offset, max_bytes, max_records, min_
   end
 
   -- Batches are read a chunk at a time, sized to what the budget still takes: a fixed 64
-  -- copied 15 MB of large batches into Lua to answer a 1 MiB fetch.
-  local pos, chunk = lo, 4
+  -- copied 15 MB of large batches into Lua to answer a 1 MiB fetch, and a first chunk of
+  -- 4 still copied 4 MB where one 1 MB batch was answered. The first is one batch; the
+  -- next are sized by the bytes per batch seen.
+  local pos, chunk = lo, 1
   while true do
+    -- A closed page of one batch (large batches fill a page each) has its size in the
+    -- stats: one that would not fit is not copied into Lua only to be left out (a 1 MB
+    -- batch read and dropped doubled the cost of a 1 MiB fetch).
+    if pos == 0 and #result > READ_HEAD
+        and redis.call('STRLEN', batch_index_key(prefix, page)) == BATCH_INDEX_ENTRY
+        and bytes + page_stat_bytes(prefix .. 'stats', page) > max_bytes then
+      return done()
+    end
     local batches = redis.call('LRANGE', page_key(prefix, page), pos, pos + chunk - 1)
     local read_bytes = 0
     for _, batch in ipairs(batches) do
