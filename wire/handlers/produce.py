@@ -60,8 +60,8 @@ def denied_writes(
 
 
 async def produce(broker: Broker, request: Request) -> Any:
-    body = request.body
-    records = {(t.name, p.index): p.records for t in body.topic_data for p in t.partition_data}
+    body = request.body  # a wire.produce_request.ProduceBody: topics and partitions are tuples
+    records = {(t, p): data for t, partitions in body.topic_data for p, data in partitions}
     if body.acks not in (0, 1, -1):
         codes = {key: (ErrorCode.invalid_required_acks, Appended()) for key in records}
     else:
@@ -70,7 +70,7 @@ async def produce(broker: Broker, request: Request) -> Any:
         results = await broker.partitions.append_many(
             {key: r for key, r in records.items() if key not in denied},
             acks_all=body.acks == -1,
-            timeout_ms=int(body.timeout.total_seconds() * 1000),
+            timeout_ms=body.timeout_ms,
         )
         results.update(denied)
         codes = {key: (error_code(r.error), r) for key, r in results.items()}
@@ -114,9 +114,9 @@ async def produce(broker: Broker, request: Request) -> Any:
         responses=tuple(
             build(
                 topic_class,
-                name=t.name,
-                partition_responses=tuple(partition(t.name, p.index) for p in t.partition_data),
+                name=t,
+                partition_responses=tuple(partition(t, p) for p, _ in partitions),
             )
-            for t in body.topic_data
+            for t, partitions in body.topic_data
         ),
     )
