@@ -86,13 +86,9 @@ def parse_produce(frame: bytes | memoryview, pos: int, version: int) -> tuple[Pr
 
 
 def _view_text(view: memoryview) -> str:
+    """A UTF-8 slice of a frame that is a memoryview (read in pieces); a frame of bytes,
+    the common one, is decoded by bytes.decode, the fastest."""
     return str(view, "utf-8")
-
-
-def _decoder(frame: bytes | memoryview) -> Callable[[Any], str]:
-    """What decodes a UTF-8 slice of ``frame``: bytes.decode, the fastest, for the
-    common frame, which is bytes."""
-    return bytes.decode if type(frame) is bytes else _view_text
 
 
 def _short(frame: bytes | memoryview, pos: int, size: int) -> MalformedProduce:
@@ -107,7 +103,8 @@ def _too_many(frame: bytes | memoryview, pos: int, count: int, field: str) -> Ma
 
 
 def _legacy(frame: bytes | memoryview, pos: int, version: int) -> tuple[ProduceBody, int]:
-    view, size_of, text = memoryview(frame), len(frame), _decoder(frame)
+    view, size_of = memoryview(frame), len(frame)
+    text: Callable[[Any], str] = bytes.decode if type(frame) is bytes else _view_text
     (size,) = _I16.unpack_from(frame, pos)
     pos += 2
     txn_id = None
@@ -149,7 +146,8 @@ def _legacy(frame: bytes | memoryview, pos: int, version: int) -> tuple[ProduceB
 def _flexible(frame: bytes | memoryview, pos: int, version: int) -> tuple[ProduceBody, int]:
     # Lengths are varints (stored as N + 1, 0 for null) of one byte, but for the records'
     # and long names': the common case is read inline, the rest by array_guard's reader.
-    view, size_of, text = memoryview(frame), len(frame), _decoder(frame)
+    view, size_of = memoryview(frame), len(frame)
+    text: Callable[[Any], str] = bytes.decode if type(frame) is bytes else _view_text
     size = frame[pos]
     if size < 0x80:
         pos += 1
