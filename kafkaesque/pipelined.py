@@ -48,12 +48,13 @@ MAX_HEADS = 10_000
 
 def pack(args: Sequence[Arg]) -> bytes:
     """One command in the Redis protocol (RESP): an array of bulk strings."""
-    return b"*%d\r\n%b" % (len(args), pack_items(args))
+    parts: list[bytes | memoryview] = [b"*%d\r\n" % len(args)]
+    add_items(parts, args)
+    return b"".join(parts)  # the one copy of a batch argument
 
 
-def pack_items(args: Sequence[Arg]) -> bytes:
-    """``args`` as RESP bulk strings, without the array's header: a part of a command."""
-    parts: list[bytes | memoryview] = []
+def add_items(parts: list[bytes | memoryview], args: Sequence[Arg]) -> None:
+    """Append ``args`` to ``parts`` as RESP bulk strings: a part of a command."""
     append = parts.append
     small = _SMALL_INTS.get
     for arg in args:
@@ -77,7 +78,6 @@ def pack_items(args: Sequence[Arg]) -> bytes:
             append(_bulk(repr(arg).encode()))
         else:
             append(_bulk(bytes(arg)))  # type: ignore[arg-type]
-    return b"".join(parts)
 
 
 def _bulk(value: bytes) -> bytes:
@@ -104,9 +104,13 @@ class CommandHeads:
         if found is None:
             if len(self._packed) >= self.limit:
                 del self._packed[next(iter(self._packed))]
-            found = self._packed[head] = (len(head), pack_items(head))
+            items: list[bytes | memoryview] = []
+            add_items(items, head)
+            found = self._packed[head] = (len(head), b"".join(items))
         size, packed = found
-        return b"*%d\r\n%b%b" % (size + len(rest), packed, pack_items(rest))
+        parts: list[bytes | memoryview] = [b"*%d\r\n" % (size + len(rest)), packed]
+        add_items(parts, rest)
+        return b"".join(parts)
 
     def __len__(self) -> int:
         return len(self._packed)
