@@ -43,18 +43,79 @@ WRITTEN: contextvars.ContextVar[Callable[[], None] | None] = contextvars.Context
 )
 
 
+# Commands whose packed heads CommandHeads keeps: one per partition appended to (a head is
+# about 400 bytes), the oldest dropped past this.
+MAX_HEADS = 10_000
+
+
 def pack(args: Sequence[Arg]) -> bytes:
     """One command in the Redis protocol (RESP): an array of bulk strings."""
-    parts = [b"*%d\r\n" % len(args)]
+    parts: list[bytes | memoryview] = [b"*%d\r\n" % len(args)]
+    add_items(parts, args)
+    return b"".join(parts)  # the one copy of a batch argument
+
+
+def add_items(parts: list[bytes | memoryview], args: Sequence[Arg]) -> None:
+    """Append ``args`` to ``parts`` as RESP bulk strings: a part of a command."""
+    append = parts.append
+    small = _SMALL_INTS.get
     for arg in args:
-        if isinstance(arg, str):
-            arg = arg.encode()
+        kind = type(arg)  # exact types first: isinstance chains cost most of a command
+        if kind is int:
+            packed = small(arg)  # type: ignore[arg-type]
+            if packed is None:
+                packed = _bulk(b"%d" % arg)
+            append(packed)
+        elif kind is str:
+            append(_bulk(arg.encode()))  # type: ignore[union-attr]
+        elif kind is bytes or kind is memoryview:
+            append(b"$%d\r\n" % len(arg))  # type: ignore[arg-type]
+            append(arg)  # type: ignore[arg-type]
+            append(b"\r\n")
+        elif isinstance(arg, str):
+            append(_bulk(arg.encode()))
         elif isinstance(arg, int):
-            arg = b"%d" % arg
+            append(_bulk(b"%d" % arg))
         elif isinstance(arg, float):
-            arg = repr(arg).encode()
-        parts += (b"$%d\r\n" % len(arg), arg, b"\r\n")
-    return b"".join(parts)
+            append(_bulk(repr(arg).encode()))
+        else:
+            append(_bulk(bytes(arg)))  # type: ignore[arg-type]
+
+
+def _bulk(value: bytes) -> bytes:
+    return b"$%d\r\n%b\r\n" % (len(value), value)
+
+
+# The small ints of an append (offset counts, -1 for no producer, 0 floors) packed once.
+_SMALL_INTS = {i: _bulk(b"%d" % i) for i in range(-1, 1024)}
+
+
+class CommandHeads:
+    """Commands whose first arguments repeat (a script's EVALSHA, SHA and keys, the same
+    for every append to a partition), packed once: a command is then its header, the
+    packed head and the few arguments that vary. Keyed by the head's own values, so an
+    entry is never stale; bounded by dropping the oldest (MAX_HEADS)."""
+
+    def __init__(self, limit: int = MAX_HEADS) -> None:
+        self.limit = limit
+        self._packed: dict[tuple[Arg, ...], tuple[int, bytes]] = {}
+
+    def command(self, head: tuple[Arg, ...], rest: Sequence[Arg]) -> bytes:
+        """The packed command ``*head, *rest``."""
+        found = self._packed.get(head)
+        if found is None:
+            if len(self._packed) >= self.limit:
+                del self._packed[next(iter(self._packed))]
+            items: list[bytes | memoryview] = []
+            add_items(items, head)
+            found = self._packed[head] = (len(head), b"".join(items))
+        size, packed = found
+        parts: list[bytes | memoryview] = [b"*%d\r\n" % (size + len(rest)), packed]
+        add_items(parts, rest)
+        return b"".join(parts)
+
+    def __len__(self) -> int:
+        return len(self._packed)
 
 
 class ConnectionClosed(ConnectionError):
@@ -156,12 +217,16 @@ class PipelinedConnection:
 
     async def execute(self, *args: Arg, ordered: bool = False) -> Any:
         """Send one command; its reply. ``ordered``: tell WRITTEN once it is written."""
+        return await self.execute_one(pack(args), ordered)
+
+    async def execute_one(self, packed: bytes, ordered: bool = False) -> Any:
+        """``execute`` of one command the caller packed itself (see CommandHeads)."""
         protocol = self._protocol
         if protocol is None or self._loop is not asyncio.get_running_loop():
             protocol = await self._connect()
         future = self._loop.create_future()  # type: ignore[union-attr]
         protocol.waiting.append(future)
-        self._transport.write(pack(args))  # type: ignore[union-attr]
+        self._transport.write(packed)  # type: ignore[union-attr]
         written = WRITTEN.get() if ordered else None
         if written is not None:
             written()

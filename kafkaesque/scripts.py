@@ -20,7 +20,7 @@ from kafkaesque.errors import from_lua, from_redis
 from kafkaesque.hot_tier import _translated
 from kafkaesque.keys import is_cluster
 from kafkaesque.outage import REDIS
-from kafkaesque.pipelined import ConnectionClosed, PipelinedConnection
+from kafkaesque.pipelined import CommandHeads, ConnectionClosed, PipelinedConnection, pack
 
 SCRIPT_NAMES = (
     "create",
@@ -98,16 +98,24 @@ class Script:
     through ``shared`` (the client's pipelined connection) when there is one, unless a
     ``client`` is named (a connection whose writes a WAIT then covers)."""
 
-    __slots__ = ("_ordered", "_script", "_shared")
+    __slots__ = ("_fixed", "_heads", "_ordered", "_script", "_shared")
 
     def __init__(
-        self, script: AsyncScript, shared: PipelinedConnection | None = None, ordered: bool = False
+        self,
+        script: AsyncScript,
+        shared: PipelinedConnection | None = None,
+        ordered: bool = False,
+        fixed_args: int | None = None,
     ) -> None:
         self._script = script
         self._shared = shared
         # Appends: their order on the shared connection is the order they run in, which
         # pipelined produce requests rely on (kafkaesque.pipelined.WRITTEN).
         self._ordered = ordered
+        # With ``fixed_args``: a call's keys and first ``fixed_args`` args repeat (per
+        # partition), so their packed form is kept and only the other args are packed.
+        self._fixed = fixed_args
+        self._heads = CommandHeads() if fixed_args is not None else None
 
     async def __call__(self, keys: list[Any], args: list[Any], client: Any = None) -> Any:
         if client is None and self._shared is not None:
@@ -117,15 +125,20 @@ class Script:
         except ResponseError as exc:
             raise from_lua(exc) from None
 
+    def _packed(self, keys: list[Any], args: list[Any]) -> bytes:
+        """The EVALSHA command of a call, packed."""
+        sha, fixed = self._script.sha, self._fixed
+        if self._heads is None or fixed is None:
+            return pack(("EVALSHA", sha, len(keys), *keys, *args))
+        return self._heads.command(("EVALSHA", sha, len(keys), *keys, *args[:fixed]), args[fixed:])
+
     async def _shared_call(self, keys: list[Any], args: list[Any]) -> Any:
         shared = self._shared
         assert shared is not None
         script = self._script
         try:
             try:
-                reply = await shared.execute(
-                    "EVALSHA", script.sha, len(keys), *keys, *args, ordered=self._ordered
-                )
+                reply = await shared.execute_one(self._packed(keys, args), self._ordered)
             except NoScriptError:  # Redis restarted or its scripts were flushed
                 await shared.execute("SCRIPT", "LOAD", script.script)
                 reply = await shared.execute("EVALSHA", script.sha, len(keys), *keys, *args)
@@ -176,12 +189,9 @@ class Script:
         self, redis: Redis, calls: Sequence[tuple[list[Any], list[Any]]]
     ) -> list[Any]:
         if self._shared is not None:
-            sha = self._script.sha
+            packed = b"".join([self._packed(keys, args) for keys, args in calls])
             try:
-                return await self._shared.execute_many(
-                    [("EVALSHA", sha, len(keys), *keys, *args) for keys, args in calls],
-                    ordered=self._ordered,
-                )
+                return await self._shared.execute_packed(packed, len(calls), self._ordered)
             except RedisError as exc:
                 raise shared_failure(exc) from exc
         pipe = redis.pipeline(transaction=False)
@@ -202,7 +212,10 @@ class Scripts:
             ordered = name == "append"
             if ordered and shared is not None:
                 shared.preload(script.script)
-            setattr(self, name, Script(script, shared, ordered=ordered))
+            # append.lua's keys and its first two args (the partition's key prefix and its
+            # channel: Log._append_call) are the same for every append to a partition.
+            fixed = 2 if ordered and shared is not None else None
+            setattr(self, name, Script(script, shared, ordered=ordered, fixed_args=fixed))
 
     shared: PipelinedConnection | None
     create: Script

@@ -12,7 +12,9 @@ tests/wire/test_fast_responses.py holds them to kio's bytes for every version.
 A Fetch answer of many partitions is not built as kio entities at all: the handler encodes
 each partition's entry with ``fetch_partition`` (and keeps the entry of a partition with
 nothing new, to send again while its offsets stay as they are) and hands a ``FetchAnswer``
-of those pieces, which ``fetch_response`` frames.
+of those pieces, which ``fetch_response`` frames. Nor is a Produce answer: the handler hands a
+``ProduceAnswer`` of plain tuples; a kio ProduceResponse (tests build them) is read into
+one and written the same way.
 """
 
 from __future__ import annotations
@@ -281,48 +283,85 @@ def fetch_response(correlation_id: int, response: Any) -> list[bytes] | None:
     return _frame(correlation_id, flexible, parts)
 
 
+# One partition of a ProduceAnswer: index, error code, base offset, log append time (ms,
+# -1: none), log start offset, record errors ((batch index, message), v8+), error message.
+PartitionAnswer = tuple[int, int, int, int, int, tuple[tuple[int, str | None], ...], str | None]
+
+
+@dataclass(slots=True)  # not frozen: built a third faster, per request
+class ProduceAnswer:
+    """A Produce response as the handler answers it, with no kio entity per topic and
+    partition (building them cost more than the rest of a one-record answer); the field
+    the quotas change (throttle_time) keeps kio's name."""
+
+    __api_key__: ClassVar[int] = 0
+    version: int
+    throttle_time: datetime.timedelta
+    responses: tuple[tuple[str, tuple[PartitionAnswer, ...]], ...]  # (topic, partitions)
+
+
 def produce_response(correlation_id: int, response: Any) -> list[bytes] | None:
-    """A ProduceResponse (v3 to v12) as frame pieces; None if it has tagged fields (or is
-    of another version)."""
+    """A ProduceResponse (v3 to v12), a ProduceAnswer or kio's entity, as frame pieces;
+    None for an entity with tagged fields to write (or of another version)."""
+    if isinstance(response, ProduceAnswer):
+        return _produce_answer(correlation_id, response)
     version = response.__version__
-    flexible = version >= 9
     if not 3 <= version <= 12 or getattr(response, "node_endpoints", ()):
         return None
+    responses = []
+    for topic in response.responses:
+        partitions = []
+        for p in topic.partition_responses:
+            if version >= 9 and not _defaults(p, ("current_leader",)):
+                return None
+            append_time = p.log_append_time
+            errors = getattr(p, "record_errors", ())
+            partitions.append(
+                (
+                    p.index,
+                    p.error_code.value,
+                    p.base_offset,
+                    -1 if append_time is None else round(append_time.timestamp() * 1000),
+                    getattr(p, "log_start_offset", -1),
+                    tuple((e.batch_index, e.batch_index_error_message) for e in errors),
+                    getattr(p, "error_message", None),
+                )
+            )
+        responses.append((topic.name, tuple(partitions)))
+    answer = ProduceAnswer(version, response.throttle_time, tuple(responses))
+    return _produce_answer(correlation_id, answer)
+
+
+def _produce_answer(correlation_id: int, response: ProduceAnswer) -> list[bytes]:
+    version = response.version
+    flexible = version >= 9
     parts: list[bytes] = []
     add = parts.append
     add(_count(len(response.responses), flexible))
     fixed = _PRODUCE_PARTITION[5 if version >= 5 else 3]
-    for topic in response.responses:
-        add(_string(topic.name, flexible))
-        add(_count(len(topic.partition_responses), flexible))
-        for p in topic.partition_responses:
-            if flexible and not _defaults(p, ("current_leader",)):
-                return None
-            append_time = p.log_append_time
-            append_ms = -1 if append_time is None else round(append_time.timestamp() * 1000)
+    for name, partitions in response.responses:
+        add(_string(name, flexible))
+        add(_count(len(partitions), flexible))
+        for index, code, base, append_ms, log_start, errors, message in partitions:
             if version >= 5:
-                add(
-                    fixed.pack(
-                        p.index, p.error_code.value, p.base_offset, append_ms, p.log_start_offset
-                    )
-                )
+                add(fixed.pack(index, code, base, append_ms, log_start))
             else:
-                add(fixed.pack(p.index, p.error_code.value, p.base_offset, append_ms))
+                add(fixed.pack(index, code, base, append_ms))
             if version >= 8:
-                add(_count(len(p.record_errors), flexible))
-                for e in p.record_errors:
-                    add(_I32.pack(e.batch_index))
-                    add(_nullable_string(e.batch_index_error_message, flexible))
+                add(_count(len(errors), flexible))
+                for batch_index, batch_message in errors:
+                    add(_I32.pack(batch_index))
+                    add(_nullable_string(batch_message, flexible))
                     if flexible:
                         add(b"\0")
-                add(_nullable_string(p.error_message, flexible))
+                add(_nullable_string(message, flexible))
             if flexible:
-                add(b"\0")
+                add(b"\0")  # current_leader (v10+) at its default: no tagged fields
         if flexible:
             add(b"\0")
     add(_I32.pack(_ms(response.throttle_time)))
     if flexible:
-        add(b"\0")
+        add(b"\0")  # node_endpoints (v10+): none
     return _frame(correlation_id, flexible, parts)
 
 

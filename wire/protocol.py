@@ -27,6 +27,7 @@ from kio.serial.errors import SerialError
 from wire.array_guard import check_flexible
 from wire.fast_responses import ENCODERS
 from wire.fetch_request import MalformedFetch, parse_fetch
+from wire.produce_request import MalformedProduce, parse_produce
 
 NO_THROTTLE = datetime.timedelta(0)  # every response's throttle_time: no quotas here
 # Kafka's socket.request.max.bytes default (BrokerConfig.socket_request_max_bytes): larger
@@ -40,7 +41,9 @@ _HEADER_PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id
 # reads it, and the three zero bytes as the fields after it. librdkafka ends an
 # AlterUserScramCredentials request (51) with a second empty tagged-field buffer.
 _TRAILING_BYTES_IGNORED = frozenset({3, 51})
+PRODUCE = 0  # parsed by wire.produce_request, not kio: a request per record costs
 FETCH = 1  # parsed by wire.fetch_request, not kio: its requests may name 10,000 partitions
+_BY_HAND = (PRODUCE, FETCH)
 
 
 class MalformedRequest(Exception):
@@ -89,7 +92,9 @@ class Request:
     api_version: int
     correlation_id: int
     client_id: str | None
-    body: Any  # the kio request entity; for Fetch a wire.fetch_request.FetchBody
+    # The kio request entity; for Produce a wire.produce_request.ProduceBody, for Fetch a
+    # wire.fetch_request.FetchBody.
+    body: Any
     size: int  # bytes of the frame, for metrics
     client_host: str = ""  # the peer's address, for consumer group member descriptions
     connection: ConnectionState = field(default_factory=ConnectionState)
@@ -149,6 +154,10 @@ def parse_request(
             body, end = parse_fetch(bytes(frame), used, api_version)
             if end != len(frame):
                 raise MalformedFetch(f"{len(frame) - end} trailing bytes in the frame")
+        elif api_key == PRODUCE:  # by hand too; its records are views of the frame
+            body, end = parse_produce(frame, used, api_version)
+            if end != len(frame):
+                raise MalformedProduce(f"{len(frame) - end} trailing bytes in the frame")
         else:
             if schema.__flexible__:
                 check_flexible(schema, frame, used)  # before kio reserves memory for arrays
@@ -156,7 +165,7 @@ def parse_request(
     except (SerialError, KeyError, ValueError, TypeError, struct.error) as exc:
         # kio raises KeyError for an unknown tagged field.
         raise MalformedRequest(f"cannot parse {schema.__name__}: {exc!r}") from exc
-    if api_key != FETCH:
+    if api_key not in _BY_HAND:
         if used + body_size != len(frame) and api_key not in _TRAILING_BYTES_IGNORED:
             raise MalformedRequest(
                 f"{schema.__name__}: {len(frame) - used - body_size} trailing bytes in the frame"

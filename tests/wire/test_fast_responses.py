@@ -14,10 +14,12 @@ from kio.schema.errors import ErrorCode
 from wire.fast_responses import (
     EncodedTopic,
     FetchAnswer,
+    ProduceAnswer,
     fetch_partition,
     fetch_response,
     produce_response,
 )
+from wire.handlers.quotas import with_throttle
 from wire.protocol import (
     build,
     encode_response,
@@ -140,6 +142,46 @@ def test_produce_responses_are_kio_bytes(version):
         pieces = produce_response(-7, response)
         assert pieces is not None
         assert b"".join(pieces) == kio_response(-7, response)
+
+
+@pytest.mark.parametrize("version", range(3, 13))
+def test_produce_answers_are_kio_bytes(version):
+    """The handler's ProduceAnswer writes the bytes of kio's entity of the same values,
+    throttled too (the quotas replace its throttle_time)."""
+    rng = random.Random(version)
+    for _ in range(30):
+        entity = produce_entity(version, rng)
+        answer = ProduceAnswer(
+            version,
+            entity.throttle_time,
+            tuple(
+                (
+                    t.name,
+                    tuple(
+                        (
+                            p.index,
+                            p.error_code.value,
+                            p.base_offset,
+                            -1
+                            if p.log_append_time is None
+                            else round(p.log_append_time.timestamp() * 1000),
+                            getattr(p, "log_start_offset", -1),
+                            tuple(
+                                (e.batch_index, e.batch_index_error_message)
+                                for e in getattr(p, "record_errors", ())
+                            ),
+                            getattr(p, "error_message", None),
+                        )
+                        for p in t.partition_responses
+                    ),
+                )
+                for t in entity.responses
+            ),
+        )
+        assert encode_response(-7, answer) == kio_response(-7, entity)
+        throttled = with_throttle(answer, 9)
+        again = with_throttle(entity, 9)
+        assert encode_response(3, throttled) == kio_response(3, again)
 
 
 def test_records_are_a_piece_of_their_own():

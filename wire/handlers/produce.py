@@ -18,25 +18,17 @@ from kafkaesque.partitions import Appended
 from wire.authorize import Operation, ResourceType, allowed, topics_allowed
 from wire.broker import Broker
 from wire.errors import error_code, error_message
-from wire.protocol import DropConnection, Request, build, schema_class
-
-EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-
-
-def timestamp(ms: int) -> datetime.datetime | None:
-    """A Kafka timestamp field's value: -1 (none) is None."""
-    return None if ms < 0 else EPOCH + datetime.timedelta(milliseconds=ms)
+from wire.fast_responses import PartitionAnswer, ProduceAnswer
+from wire.protocol import DropConnection, Request
 
 
-def record_errors(error_class: type | None, error: KafkaesqueError | None) -> tuple[Any, ...]:
-    """Produce v8+: the records (by index in their batch) that made the batch be refused,
+def record_errors(error: KafkaesqueError | None) -> tuple[tuple[int, str | None], ...]:
+    """Produce v8+: the records (batch index, message) that made the batch be refused,
     where the core knew them; the partition's error_message says why."""
-    if error_class is None or not isinstance(error, InvalidRecord):
+    if not isinstance(error, InvalidRecord):
         return ()
     message = str(error)
-    return tuple(
-        build(error_class, batch_index=i, batch_index_error_message=message) for i in error.records
-    )
+    return tuple((i, message) for i in error.records)
 
 
 def denied_writes(
@@ -44,6 +36,8 @@ def denied_writes(
 ) -> dict[tuple[str, int], Appended]:
     """The partitions of topics the principal may not WRITE, refused; all of them for a
     transactional producer without WRITE on its transactional id."""
+    if broker.authorizer is None:  # no ACLs (the default): no sets built per request
+        return {}
     txn_id = getattr(request.body, "transactional_id", None)  # v3+
     if txn_id is not None and not allowed(
         broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id
@@ -60,8 +54,8 @@ def denied_writes(
 
 
 async def produce(broker: Broker, request: Request) -> Any:
-    body = request.body
-    records = {(t.name, p.index): p.records for t in body.topic_data for p in t.partition_data}
+    body = request.body  # a wire.produce_request.ProduceBody: topics and partitions are tuples
+    records = {(t, p): data for t, partitions in body.topic_data for p, data in partitions}
     if body.acks not in (0, 1, -1):
         codes = {key: (ErrorCode.invalid_required_acks, Appended()) for key in records}
     else:
@@ -70,7 +64,7 @@ async def produce(broker: Broker, request: Request) -> Any:
         results = await broker.partitions.append_many(
             {key: r for key, r in records.items() if key not in denied},
             acks_all=body.acks == -1,
-            timeout_ms=int(body.timeout.total_seconds() * 1000),
+            timeout_ms=body.timeout_ms,
         )
         results.update(denied)
         codes = {key: (error_code(r.error), r) for key, r in results.items()}
@@ -86,37 +80,29 @@ async def produce(broker: Broker, request: Request) -> Any:
         if failed:
             raise DropConnection(f"acks=0 produce failed: {', '.join(failed)}")
         return None
-    schema = request.response_class
-    topic_class = schema_class(schema, "TopicProduceResponse")
-    partition_class = schema_class(schema, "PartitionProduceResponse")
-    error_class = (
-        schema_class(schema, "BatchIndexAndErrorMessage") if request.api_version >= 8 else None
-    )
+    # Answered without kio entities (wire.fast_responses.ProduceAnswer). v10's
+    # current_leader (KIP-951) keeps its default: it is only for NOT_LEADER_OR_FOLLOWER,
+    # which the one broker, leader of all, never answers.
+    with_errors = request.api_version >= 8
 
-    def partition(topic: str, index: int) -> Any:
-        # v10's current_leader (KIP-951) keeps its default: it is only for
-        # NOT_LEADER_OR_FOLLOWER, which the one broker, leader of all, never answers.
+    def partition(topic: str, index: int) -> PartitionAnswer:
         code, result = codes[topic, index]
-        return build(
-            partition_class,
-            index=index,
-            error_code=code,
-            base_offset=result.base_offset,
-            log_append_time=timestamp(result.log_append_time),
-            log_start_offset=result.log_start,
-            record_errors=record_errors(error_class, result.error),
-            error_message=error_message(result.error),
+        error = result.error
+        return (
+            index,
+            code.value,
+            result.base_offset,
+            max(result.log_append_time, -1),  # -1: CreateTime
+            result.log_start,
+            record_errors(error) if with_errors and error is not None else (),
+            error_message(error),
         )
 
-    return build(
-        schema,
-        throttle_time=datetime.timedelta(milliseconds=throttle_ms),
-        responses=tuple(
-            build(
-                topic_class,
-                name=t.name,
-                partition_responses=tuple(partition(t.name, p.index) for p in t.partition_data),
-            )
-            for t in body.topic_data
+    return ProduceAnswer(
+        request.api_version,
+        datetime.timedelta(milliseconds=throttle_ms),
+        tuple(
+            (t, tuple([partition(t, p) for p, _ in partitions]))
+            for t, partitions in body.topic_data
         ),
     )
