@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Iterable
 from typing import Protocol
 
-from kafkaesque.partition_reads import enough, fetched_size
+from kafkaesque.partition_reads import enough
 from kafkaesque.partitions import Partitions
 from kafkaesque.reads import ALL, All, Fetched, FetchRequest, ReadCache, TopicPartition
 
@@ -88,13 +88,7 @@ async def fetch_changed(
         again = [asked.request(at) for at in sorted(_heard(asked, appended.take(), results))]
         if not again:
             continue  # heard of appends this read saw already
-        regrown = {(r.topic, r.partition) for r in again}
-        used = sum(fetched_size(f) for tp, f in fresh.items() if tp not in regrown)
-        reread = await partitions.read_all(
-            again, max_bytes - used, seen_epochs, committed, min_one=used == 0
-        )
-        results.update(reread)
-        fresh.update(reread)
+        await partitions.read_again(again, fresh, results, max_bytes, seen_epochs, committed)
         read += again
     if read:
         cache.remember(read, fresh, committed)

@@ -117,17 +117,31 @@ class ReadingPartitions:
                 again = grown_requests(requests, appended.take(), results)
                 if not again:
                     continue  # heard of appends this read saw already
-                regrown = {(r.topic, r.partition) for r in again}
-                used = sum(fetched_size(f) for tp, f in fresh.items() if tp not in regrown)
-                reread = await self.read_all(
-                    again, max_bytes - used, seen_epochs, committed, min_one=used == 0
-                )
-                results.update(reread)
-                fresh.update(reread)
+                await self.read_again(again, fresh, results, max_bytes, seen_epochs, committed)
                 read += again
         if cache is not None and read:
             cache.remember(read, fresh, committed)
         return results  # type: ignore[return-value]  # every partition has its answer
+
+    async def read_again(
+        self,
+        again: Sequence[FetchRequest],
+        fresh: dict[TopicPartition, Fetched],
+        results: dict[TopicPartition, Fetched | None],
+        max_bytes: int,
+        seen_epochs: dict[TopicPartition, int] | None,
+        committed: bool,
+    ) -> None:
+        """Read again, in one round trip, the partitions of a long poll an append was
+        heard for, within the budget the others' answers left (``fresh``: this fetch's
+        reads so far); their answers replace theirs in ``fresh`` and ``results``."""
+        regrown = {(r.topic, r.partition) for r in again}
+        used = sum(fetched_size(f) for tp, f in fresh.items() if tp not in regrown)
+        reread = await self.read_all(
+            again, max_bytes - used, seen_epochs, committed, min_one=used == 0
+        )
+        results.update(reread)
+        fresh.update(reread)
 
     @property
     def closed(self) -> bool:

@@ -53,7 +53,8 @@ def check_flexible(cls: type, frame: bytes | memoryview, pos: int) -> None:
     _entity(cls)(frame, pos)
 
 
-def _uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """An unsigned varint of at most 5 bytes at ``pos`` and where it ends."""
     value = shift = 0
     while True:
         if pos >= len(buf):
@@ -70,7 +71,7 @@ def _uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
 
 def _length(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     """A compact length (stored as N + 1; 0 is null, returned as 0 items)."""
-    value, pos = _uvarint(buf, pos)
+    value, pos = read_uvarint(buf, pos)
     count = max(value - 1, 0)
     if count > len(buf) - pos:
         raise ArrayTooLong(f"a length of {count} with {len(buf) - pos} bytes left")
@@ -102,10 +103,10 @@ def _entity(cls: type) -> Skip:
     def skip_entity(buf: bytes | memoryview, pos: int) -> int:
         for skip in skips:
             pos = skip(buf, pos)
-        count, pos = _uvarint(buf, pos)
+        count, pos = read_uvarint(buf, pos)
         for _ in range(count):
-            tag, pos = _uvarint(buf, pos)
-            size, pos = _uvarint(buf, pos)
+            tag, pos = read_uvarint(buf, pos)
+            size, pos = read_uvarint(buf, pos)
             end = pos + size
             if end > len(buf):
                 raise ArrayTooLong(f"a tagged field of {size} bytes past the frame's end")

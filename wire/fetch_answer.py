@@ -54,25 +54,14 @@ async def planned_fetch(
     leader_hints = version >= LEADER_HINT_VERSION
     several: dict[int, list[tuple[int, list[bytes]]]] = {}  # per topic: entries of pieces
     for t, at, r in plan.answered(results, committed):
-        if r.diverging_epoch is not None or (
-            leader_hints and isinstance(r.error, FencedLeaderEpoch)
-        ):
+        if _tagged(r, leader_hints):
             memo.topics = None  # the next request is read whole and kept again
             whole = [
                 (t.memo.name, t.memo.topic_id, list(map(_PARTITION, t.requests)), t.answers)
                 for t in plan.topics
             ]
             return entity_answer(broker, request, INVALID_SESSION_ID, whole)
-        entry = fetch_partition(
-            version,
-            t.requests[at].partition,
-            error_code(r.error).value,
-            r.high_watermark,
-            r.last_stable,
-            r.log_start,
-            r.aborted,
-            r.batches,
-        )
+        entry = _entry(version, t.requests[at].partition, r)
         if len(entry) == 1:
             t.pieces[at] = entry[0]
         else:  # records kept apart: never reused (the partition is unsettled)
@@ -87,6 +76,28 @@ async def planned_fetch(
         encoded.append(EncodedTopic(t.memo.name, t.memo.topic_id, len(t.requests), pieces))
     return FetchAnswer(
         version, NO_THROTTLE, ErrorCode.none.value, INVALID_SESSION_ID, tuple(encoded)
+    )
+
+
+def _tagged(r: Fetched, leader_hints: bool) -> bool:
+    """Whether a partition's answer has a tagged field to say (a diverging epoch, a fenced
+    leader's hint): kio then builds the whole answer."""
+    return r.diverging_epoch is not None or (
+        leader_hints and isinstance(r.error, FencedLeaderEpoch)
+    )
+
+
+def _entry(version: int, index: int, r: Fetched) -> list[bytes]:
+    """A partition's answer, encoded (its records as a piece of their own when any)."""
+    return fetch_partition(
+        version,
+        index,
+        error_code(r.error).value,
+        r.high_watermark,
+        r.last_stable,
+        r.log_start,
+        r.aborted,
+        r.batches,
     )
 
 
@@ -122,20 +133,9 @@ def answer(
                 pieces.append(found[1])
                 single.append(found[1])
                 continue
-            if r.diverging_epoch is not None or (
-                leader_hints and isinstance(r.error, FencedLeaderEpoch)
-            ):
+            if _tagged(r, leader_hints):
                 return entity_answer(broker, request, session_id, topics)
-            entry = fetch_partition(
-                version,
-                index,
-                error_code(r.error).value,
-                r.high_watermark,
-                r.last_stable,
-                r.log_start,
-                r.aborted,
-                r.batches,
-            )
+            entry = _entry(version, index, r)
             pieces += entry
             single.append(entry[0] if len(entry) == 1 else b"")
             if kept is not None and not r.batches and r.error is None:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from wire.array_guard import _uvarint
+from wire.array_guard import read_uvarint
 
 MIN_VERSION = 3  # kio (like Kafka 4) reads no older Produce
 MAX_VERSION = 12  # v13 names topics by id
@@ -152,7 +152,7 @@ def _flexible(frame: bytes | memoryview, pos: int, version: int) -> tuple[Produc
     if size < 0x80:
         pos += 1
     else:
-        size, pos = _uvarint(frame, pos)
+        size, pos = read_uvarint(frame, pos)
     txn_id = None
     if size:
         size -= 1
@@ -162,32 +162,17 @@ def _flexible(frame: bytes | memoryview, pos: int, version: int) -> tuple[Produc
         pos += size
     acks, timeout = _ACKS_TIMEOUT.unpack_from(frame, pos)
     pos += 6
-    count = frame[pos] - 1
-    if count < 0x7F:
-        pos += 1
-    else:
-        count, pos = _uvarint(frame, pos)
-        count -= 1
+    count, pos = _compact(frame, pos)
     if count < 0 or count * _FLEXIBLE_TOPIC > size_of - pos:
         raise _too_many(frame, pos, count, "topic_data")
     topics = []
     for _ in range(count):
-        size = frame[pos] - 1
-        if size < 0x7F:
-            pos += 1
-        else:
-            size, pos = _uvarint(frame, pos)
-            size -= 1
+        size, pos = _compact(frame, pos)
         if size < 0 or pos + size > size_of:
             raise MalformedProduce("a topic name is null") if size < 0 else _short(frame, pos, size)
         name = text(frame[pos : pos + size])
         pos += size
-        count = frame[pos] - 1
-        if count < 0x7F:
-            pos += 1
-        else:
-            count, pos = _uvarint(frame, pos)
-            count -= 1
+        count, pos = _compact(frame, pos)
         if count < 0 or count * _FLEXIBLE_PARTITION > size_of - pos:
             raise _too_many(frame, pos, count, "partition_data")
         partitions: list[ProducePartition] = []
@@ -200,7 +185,7 @@ def _flexible(frame: bytes | memoryview, pos: int, version: int) -> tuple[Produc
                 size = (size & 0x7F) | frame[pos + 5] << 7
                 pos += 6
             else:
-                size, pos = _uvarint(frame, pos + 4)
+                size, pos = read_uvarint(frame, pos + 4)
             if not size:
                 partitions.append((index, None))
             elif pos + size - 1 > size_of:
@@ -215,13 +200,23 @@ def _flexible(frame: bytes | memoryview, pos: int, version: int) -> tuple[Produc
     return ProduceBody(version, txn_id, acks, timeout, topics), pos
 
 
+def _compact(frame: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """A compact length or count (a varint of N + 1; -1 for null) and where it ends; one
+    byte, the common case, without the general reader."""
+    n = frame[pos] - 1
+    if n < 0x7F:
+        return n, pos + 1
+    n, pos = read_uvarint(frame, pos)
+    return n - 1, pos
+
+
 def _skip_tagged(frame: bytes | memoryview, pos: int) -> int:
     """Past a tagged-field section: Produce has no tagged fields, so any is skipped, as
     Kafka skips a tag it does not know."""
-    count, pos = _uvarint(frame, pos)
+    count, pos = read_uvarint(frame, pos)
     for _ in range(count):
-        _, pos = _uvarint(frame, pos)  # the tag
-        size, pos = _uvarint(frame, pos)
+        _, pos = read_uvarint(frame, pos)  # the tag
+        size, pos = read_uvarint(frame, pos)
         if pos + size > len(frame):
             raise _short(frame, pos, size)
         pos += size

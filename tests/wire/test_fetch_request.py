@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from kio.serial import entity_reader, entity_writer
 
 from tests.kafka_client import encode_request, request
+from tests.wire.parsing import assert_truncations_refused
 from wire.fetch_request import FLEXIBLE_VERSION, parse_fetch
 from wire.protocol import MalformedRequest, parse_request
 
@@ -176,12 +177,7 @@ def test_many_partitions(version: int) -> None:
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_truncated_frames_are_refused(version: int) -> None:
-    frame = many_partitions(version, 3)
-    for size in range(len(frame)):
-        with pytest.raises(MalformedRequest):
-            parse_request(frame[:size], SUPPORTED)
-    with pytest.raises(MalformedRequest):  # and one byte too many
-        parse_request(frame + b"\0", SUPPORTED)
+    assert_truncations_refused(many_partitions(version, 3), SUPPORTED)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
