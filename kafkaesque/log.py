@@ -299,7 +299,7 @@ class Log(ReadsLog, TopicsLog, ArchivingLog, StepsLog, LeadersLog, TransactionsL
         archive below Redis' oldest offset first; None when there is none (ListOffsets by
         time)."""
         state = await self.state(topic, partition)  # raises UnknownTopic; applies retention
-        if self.cold is not None:
+        if self.cold is not None and state.log_start > 0:  # else nothing is only archived
             cold_start = await self.cold.start_offset(topic, partition)
             if cold_start is not None and cold_start < state.log_start:
                 found = await self.cold.find_time(topic, partition, timestamp, state.log_start)

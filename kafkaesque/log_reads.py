@@ -255,8 +255,10 @@ class ReadsLog:
         )
 
     async def _earliest(self, topic: str, partition: int, redis_start: int) -> int:
-        """The lower of Redis' log start and the archive's first offset."""
-        if self.cold is not None:
+        """The lower of Redis' log start and the archive's first offset. The archive
+        holds only what Redis held, so from a Redis start of 0 it is not asked (and an
+        unreachable archive fails nothing)."""
+        if self.cold is not None and redis_start > 0:
             cold_start = await self.cold.start_offset(topic, partition)
             if cold_start is not None:
                 return min(redis_start, cold_start)

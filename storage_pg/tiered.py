@@ -18,7 +18,6 @@ offset falls back to Redis' own, and only a read that needs the archive fails, w
 from __future__ import annotations
 
 import asyncio
-import logging
 import uuid
 
 import asyncpg
@@ -31,19 +30,17 @@ from storage_pg.deletion import delete_records, delete_topic
 from storage_pg.pool import PG_CONNECTION_ERRORS, create_pool
 from storage_pg.recovery import bind_cluster, recover
 
-log = logging.getLogger(__name__)
-
 
 class Archive:
     """One archive database, connected lazily; implements kafkaesque.log_types.ColdStore."""
 
-    def __init__(self, dsn: str, *, max_connections: int = 4, strict: bool = False) -> None:
-        """``strict``: an unreachable archive fails every request that asks about old
-        offsets (the CLI: a `consume` from the start must not quietly skip them); else
-        the earliest offset falls back to Redis' own (the broker keeps serving)."""
+    def __init__(self, dsn: str, *, max_connections: int = 4) -> None:
+        """An unreachable archive fails every request that asks about old offsets with
+        StorageUnavailable (a retriable KAFKA_STORAGE_ERROR on the wire): the earliest
+        offset is never Redis' own instead, or a consumer reset to the earliest, or a
+        `consume` from the start, would quietly skip what only the archive holds."""
         self.dsn = dsn
         self.max_connections = max_connections
-        self.strict = strict
         self._pool: asyncpg.Pool | None = None
         self._lock = asyncio.Lock()
         self._reader: ArchiveReader | None = None
@@ -83,10 +80,7 @@ class Archive:
         try:
             return await (await self._cold_reader()).start_offset(topic, partition)
         except PG_CONNECTION_ERRORS as exc:
-            if self.strict:
-                raise StorageUnavailable(f"the archive is unreachable: {exc}") from exc
-            log.warning("archive unreachable, earliest offset from Redis only: %s", exc)
-            return None
+            raise StorageUnavailable(f"the archive is unreachable: {exc}") from exc
 
     async def dropped_ranges(self, topic: str) -> list[tuple[int, int, int]]:
         """(partition, first offset, last offset) of each of the topic's gaps: offsets
@@ -117,8 +111,8 @@ class Archive:
             raise StorageUnavailable(f"the archive is unreachable: {exc}") from exc
 
     async def delete_topic(self, topic: str, topic_id: bytes | None, partitions: int) -> bool:
-        """Delete the topic's records from the archive (whatever ``strict`` says: a delete
-        that cannot reach the archive must fail, not leave the records behind)."""
+        """Delete the topic's records from the archive (a delete that cannot reach the
+        archive must fail, not leave the records behind)."""
         try:
             async with (await self.pool()).acquire() as conn:
                 incarnation = None if topic_id is None else uuid.UUID(bytes=topic_id)
@@ -131,8 +125,8 @@ class Archive:
     async def delete_records(
         self, topic: str, topic_id: bytes, partition: int, before: int
     ) -> None:
-        """Delete the partition's archived records below ``before`` (whatever ``strict``
-        says: Redis' floor must not move while the archive still serves what is below)."""
+        """Delete the partition's archived records below ``before`` (a failure is raised:
+        Redis' floor must not move while the archive still serves what is below)."""
         try:
             async with (await self.pool()).acquire() as conn:
                 await delete_records(conn, topic, uuid.UUID(bytes=topic_id), partition, before)

@@ -115,15 +115,14 @@ class Context:
         log = Log(redis_client(self.url(), max_connections, password))
         dsn = self.archive_dsn(start=False) if archive else None
         if dsn is not None:
-            self.attach_archive(log, dsn, strict=True)
+            self.attach_archive(log, dsn)
         return log
 
-    def attach_archive(self, log: Log, dsn: str, strict: bool = False) -> Archive:
-        """Attach the archive at ``dsn``; ``strict``: fail, rather than fall back to
-        Redis alone, when it is unreachable (see storage_pg.tiered.Archive)."""
+    def attach_archive(self, log: Log, dsn: str) -> Archive:
+        """Attach the archive at ``dsn`` (see storage_pg.tiered.Archive)."""
         from storage_pg.tiered import Archive, attach
 
-        archive = Archive(dsn, strict=strict)
+        archive = Archive(dsn)
         self._archives.append(archive)
         attach(log, archive)
         return archive

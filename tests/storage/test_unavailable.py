@@ -8,10 +8,14 @@ import time
 
 import pytest
 
+from kafkaesque.errors import StorageUnavailable
+from kafkaesque.partitions import EARLIEST, LATEST, FoundOffset, OffsetLookup, Partitions
 from kafkaesque.topic_config import TopicConfig
 from storage_pg import Archiver, ArchiveSummary, create_pool
 from storage_pg.archiver import CONNECTION_ERRORS
+from storage_pg.tiered import Archive, attach
 from tests.pg import PostgresServer
+from tests.servers import free_port
 from tests.storage.common import Row, archived_rows, make_log, produce
 
 
@@ -70,3 +74,29 @@ def test_postgres_stopped_mid_run(
     finally:
         if pg_server.proc is None:
             pg_server.start()
+
+
+def test_an_unreachable_archive_gives_no_earliest_offset(redis_url: str) -> None:
+    """The archive may hold offsets below Redis' oldest: while it cannot be asked, the
+    earliest offset is an error to retry (KAFKA_STORAGE_ERROR on the wire), not Redis'
+    start, which would move a consumer reset to the earliest past the archived records."""
+
+    async def scenario() -> None:
+        log = make_log(redis_url)
+        await log.create_topic(TopicConfig("t", 1, page_size=1))
+        await produce(log, "t", 0, [b"first", b"kept"])
+        archive = Archive(f"postgresql://kafkaesque@127.0.0.1:{free_port()}/kafkaesque")
+        attach(log, archive)
+        assert await log.earliest_offset("t", 0) == 0  # nothing can be below Redis' 0
+        await log.raise_floor("t", 0, 1)  # Redis starts at 1: the archive could hold 0
+        with pytest.raises(StorageUnavailable, match="unreachable"):
+            await log.earliest_offset("t", 0)
+        with pytest.raises(StorageUnavailable, match="unreachable"):
+            await log.offset_for_timestamp("t", 0, 0)
+        lookups = [OffsetLookup("t", 0, EARLIEST), OffsetLookup("t", 0, LATEST)]
+        earliest, latest = await Partitions(log).list_offsets(lookups)
+        assert isinstance(earliest, StorageUnavailable)
+        assert isinstance(latest, FoundOffset) and latest.offset == 2  # Redis alone knows it
+        await archive.close()
+
+    asyncio.run(scenario())
