@@ -1,0 +1,140 @@
+"""Offsets a transaction commits (TxnOffsetCommit): staged in the group's ``txnoffsets``
+hash, checked against the group as Kafka does, and committed or dropped when the
+transaction ends (kafkaesque.txn_store.TransactionCoordinator inherits this)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+
+import msgpack
+from redis.asyncio import Redis
+from redis.exceptions import LockError
+
+from kafkaesque.consumer_group import consumer_commit_error
+from kafkaesque.consumer_group_state import ConsumerGroupError
+from kafkaesque.group_offsets import CommittedOffset
+from kafkaesque.group_rules import check_member
+from kafkaesque.group_types import MAX_METADATA, GroupError, GroupState
+from kafkaesque.groups import GroupCoordinator
+from kafkaesque.keys import Keys
+from kafkaesque.transactions import Transaction, TxnError
+
+TopicPartition = tuple[str, int]
+# An offset a transaction commits: (offset, metadata, leader epoch).
+PendingOffset = tuple[int, str | None, int]
+
+
+class TxnOffsetStore:
+    """The transaction coordinator's side of consumer group offsets."""
+
+    redis: Redis
+    keys: Keys
+    groups: GroupCoordinator
+    clock: Callable[[], int]
+    # The coordinator's: a transactional id's state, and its per-id lock.
+    load: Callable[[str], Awaitable[Transaction | None]]
+    _locked: Callable[[str], AbstractAsyncContextManager[None]]
+
+    async def commit_offsets(
+        self,
+        transactional_id: str,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        offsets: dict[TopicPartition, PendingOffset],
+        generation: int = -1,
+        member_id: str = "",
+        instance_id: str | None = None,
+    ) -> dict[TopicPartition, int]:
+        """Store offsets pending on the transaction, committed by its EndTxn commit; per
+        partition a Kafka code (TxnError or the group's GroupError)."""
+
+        def every(code: int) -> dict[TopicPartition, int]:
+            return dict.fromkeys(offsets, code)
+
+        if not transactional_id or not group_id:
+            return every(
+                TxnError.INVALID_REQUEST if not transactional_id else GroupError.INVALID_GROUP_ID
+            )
+        try:
+            async with self._locked(transactional_id):
+                txn = await self.load(transactional_id)
+                if txn is None:
+                    return every(TxnError.INVALID_PRODUCER_ID_MAPPING)
+                error = txn.offsets_error(producer_id, producer_epoch, group_id)
+                if error:
+                    return every(error)
+                group_error = await self._group_error(group_id, generation, member_id, instance_id)
+                if group_error:
+                    return every(group_error)
+                return await self._stage(transactional_id, group_id, offsets)
+        except LockError:
+            return every(TxnError.CONCURRENT_TRANSACTIONS)
+
+    async def _stage(
+        self, transactional_id: str, group_id: str, offsets: dict[TopicPartition, PendingOffset]
+    ) -> dict[TopicPartition, int]:
+        """Stage the offsets until the transaction ends; a Kafka code per partition."""
+        codes: dict[TopicPartition, int] = {}
+        values = {}
+        for (topic, partition), (offset, metadata, epoch) in offsets.items():
+            if metadata is not None and len(metadata) > MAX_METADATA:
+                codes[topic, partition] = GroupError.OFFSET_METADATA_TOO_LARGE
+                continue
+            codes[topic, partition] = TxnError.NONE
+            field = f"{transactional_id}\0{topic}\0{partition}"
+            values[field] = msgpack.packb([offset, metadata or "", epoch])
+        if values:
+            await self.redis.hset(self.keys.group_txn_offsets(group_id), mapping=values)
+        return codes
+
+    async def _group_error(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None
+    ) -> int:
+        """Kafka's validateTransactionalOffsetCommit: a commit naming a member or a
+        generation must match the group's; an anonymous one (generation -1, no member) is
+        accepted whatever the group's state."""
+        if member_id:
+            # A consumer-protocol (KIP-848) group: the generation is the member epoch.
+            consumer = await consumer_commit_error(
+                self.redis, self.keys, group_id, member_id, generation
+            )
+            if consumer == ConsumerGroupError.STALE_MEMBER_EPOCH:
+                return GroupError.ILLEGAL_GENERATION
+            if consumer is not None:
+                return int(consumer)
+        group = await self.groups.load(group_id)
+        if group is None:
+            return GroupError.NONE if generation < 0 else GroupError.ILLEGAL_GENERATION
+        if generation < 0 and group.state == GroupState.EMPTY:
+            return GroupError.NONE
+        if generation >= 0 or member_id or instance_id is not None:
+            return int(check_member(group, member_id, instance_id, generation))
+        return GroupError.NONE
+
+    async def pending_offsets(self, group_id: str) -> set[TopicPartition]:
+        """The group's partitions with offsets pending on an open transaction (OffsetFetch
+        require_stable answers UNSTABLE_OFFSET_COMMIT for them)."""
+        fields = await self.redis.hkeys(self.keys.group_txn_offsets(group_id))
+        pending = set()
+        for raw in fields:
+            _, topic, partition = raw.decode().split("\0")
+            pending.add((topic, int(partition)))
+        return pending
+
+    async def _settle_offsets(self, group_id: str, transactional_id: str, commit: bool) -> None:
+        key = self.keys.group_txn_offsets(group_id)
+        prefix = f"{transactional_id}\0".encode()
+        raw = {k: v for k, v in (await self.redis.hgetall(key)).items() if k.startswith(prefix)}
+        if not raw:
+            return
+        if commit:
+            now = self.clock()
+            offsets = {}
+            for k, v in raw.items():
+                _, topic, partition = k.decode().split("\0")
+                offset, metadata, epoch = msgpack.unpackb(v)
+                offsets[topic, int(partition)] = CommittedOffset(offset, metadata, now, epoch)
+            await self.groups.offsets.write(group_id, offsets)
+        await self.redis.hdel(key, *raw)
