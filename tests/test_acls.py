@@ -13,7 +13,6 @@ from kafkaesque.acls import (
     AclBinding,
     AclFilter,
     AclStore,
-    Authorizer,
     Operation,
     PatternType,
     Permission,
@@ -21,6 +20,7 @@ from kafkaesque.acls import (
     check_binding,
     check_filter,
 )
+from kafkaesque.authorizer import Authorizer
 from kafkaesque.errors import InvalidRequest
 
 T, G, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER

@@ -1,6 +1,6 @@
 """The authorization checks handlers make, as Kafka's KafkaApis (AuthHelper) makes them.
 
-Each check asks the broker's ``Authorizer`` (kafkaesque/acls.py) about the request's
+Each check asks the broker's ``Authorizer`` (kafkaesque/authorizer.py) about the request's
 principal and peer host; without an authorizer (``serve`` without ``--authorizer acl``)
 everything is allowed and a check costs one attribute test. The ``check_*`` functions
 raise the core's ``*AuthorizationFailed``, which ``wire/errors.py`` turns into Kafka's

@@ -6,7 +6,8 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
-from kafkaesque.acls import AclStore, Authorizer
+from kafkaesque.acls import AclStore
+from kafkaesque.authorizer import Authorizer
 from kafkaesque.cluster import cluster_id
 from kafkaesque.compaction import Compactor
 from kafkaesque.config_keys import BROKER_SYNONYMS, UNIT_SYNONYMS, Kind, broker_defaults

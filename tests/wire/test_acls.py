@@ -39,12 +39,12 @@ from kio.schema.errors import ErrorCode
 from kafkaesque.acls import (
     AclBinding,
     AclStore,
-    Authorizer,
     Operation,
     PatternType,
     Permission,
     ResourceType,
 )
+from kafkaesque.authorizer import Authorizer
 from kafkaesque.keys import Keys
 from tests.kafka_client import Connection, metadata_request, request
 from tests.wire.conftest import Broker

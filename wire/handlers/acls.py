@@ -11,7 +11,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.acls import AclBinding, Authorizer, check_binding, check_filter
+from kafkaesque.acls import AclBinding, check_binding, check_filter
+from kafkaesque.authorizer import Authorizer
 from kafkaesque.errors import InvalidRequest, KafkaesqueError, SecurityDisabled
 from wire.authorize import Operation, check_cluster
 from wire.broker import Broker
