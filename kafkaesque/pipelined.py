@@ -37,7 +37,7 @@ Arg = bytes | str | int | float | memoryview
 
 # Called when an ordered command (an append: ``ordered=True``) has been written to the
 # shared connection, in the context that wrote it: the broker's next request on a client
-# connection may then start, its appends queued behind (wire/server.py).
+# connection may then start, its appends queued behind (wire/connection.py).
 WRITTEN: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
     "written", default=None
 )
