@@ -10,9 +10,10 @@
 - as the source of the archiver the broker runs on an interval.
 
 The pool is created on first use, so a command that never reaches below Redis' oldest
-offset never connects. PostgreSQL being unreachable never stops hot traffic: the earliest
-offset falls back to Redis' own, and only a read that needs the archive fails, with
-``StorageUnavailable`` (KAFKA_STORAGE_ERROR on the wire, which clients retry).
+offset never connects. PostgreSQL being unreachable never stops hot traffic: only what
+needs the archive fails (a read below Redis' oldest offset, the earliest offset or a time
+lookup once Redis no longer starts at 0), with ``StorageUnavailable`` (KAFKA_STORAGE_ERROR
+on the wire, which clients retry).
 """
 
 from __future__ import annotations
