@@ -21,7 +21,7 @@ from kafkaesque.acls import (
     Permission,
     ResourceType,
 )
-from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
+from kafkaesque.outage import background_step
 
 log = logging.getLogger(__name__)
 
@@ -110,12 +110,8 @@ class Authorizer:
         """Refresh every ``refresh_seconds`` until cancelled; a Redis outage keeps the last
         bindings read."""
         while True:
-            try:
+            with background_step("reading the ACLs", log):
                 await self.refresh()
-            except REDIS_CONNECTION_ERRORS as exc:
-                REDIS.failed(exc)
-            except Exception:
-                log.exception("reading the ACLs failed")
             await asyncio.sleep(self.refresh_seconds)
 
     def authorize(

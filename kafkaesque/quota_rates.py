@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
+from kafkaesque.outage import background_step
 from kafkaesque.quotas import (
     CLIENT_ID,
     CONNECTION_CREATION_RATE,
@@ -207,12 +207,8 @@ class QuotaManager:
         """Refresh every ``refresh_seconds`` (or at once after ``changed``) until cancelled;
         a Redis outage keeps the last quotas read."""
         while True:
-            try:
+            with background_step("reading the client quotas", log):
                 await self.refresh()
-            except REDIS_CONNECTION_ERRORS as exc:
-                REDIS.failed(exc)
-            except Exception:
-                log.exception("reading the client quotas failed")
             self._expire(self.now_ms())
             self._changed.clear()
             try:
