@@ -84,9 +84,8 @@ def wait_for_counts(consumer: Consumer, wanted: dict[str, int], worker: FaustWor
 def test_faust_table_recovers_from_its_compacted_changelog(broker, topic_name, tmp_path):
     # Now and then, under load, faust's recovery ends at once without reading the changelog
     # and its stream skips the first record produced while it was down (not understood
-    # yet: the broker answered the same requests as in runs that pass). That record's
-    # offset is then committed past, so no restart brings it back: a second run of the
-    # whole scenario, on new topics and a new app, must pass.
+    # yet). That record's offset is then committed past, so no restart brings it back: a
+    # second run of the whole scenario, on new topics and a new app, must pass.
     first = recovery_scenario(broker, topic_name, tmp_path / "first")
     if first is not None:
         second = recovery_scenario(broker, topic_name, tmp_path / "second")
