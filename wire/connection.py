@@ -68,6 +68,10 @@ class Connection:
         self.tail: asyncio.Future[None] | None = None
         self.failures: list[BaseException] = []
         self.waiting = False  # for the next request's first byte
+        config = server.broker.config
+        self.max_idle = config.connections_max_idle_ms / 1000
+        # A request sent in part must go on within the request timeout (and the idle one).
+        self.stall = min(config.request_timeout_ms, config.connections_max_idle_ms) / 1000
 
     async def run(self) -> None:
         """Serve requests until the client leaves, a request is refused with the
@@ -89,10 +93,6 @@ class Connection:
             if self.state.read_cache is not None:
                 self.state.read_cache.close()
 
-    @property
-    def max_idle(self) -> float:
-        return self.broker.config.connections_max_idle_ms / 1000
-
     async def _next(self, deadline: ReadDeadline) -> bool:
         """Read, run and answer one request (or start it, pipelined); False to close."""
         server, reader, config = self.server, self.reader, self.broker.config
@@ -103,14 +103,8 @@ class Connection:
         first = await reader.readexactly(1)
         self.waiting = False
         idle[self.writer] = False
-        # A request sent in part must go on within the request timeout (and the idle one).
-        stall = min(config.request_timeout_ms, config.connections_max_idle_ms) / 1000
-        deadline.start(
-            stall,
-            lambda: RequestStalled(
-                f"request stalled: a partial size, then nothing for {stall:g} s"
-            ),
-        )
+        stall = self.stall
+        deadline.start(stall, self._prefix_stalled)
         prefix = first + await reader.readexactly(3)
         size = int.from_bytes(prefix, "big", signed=True)
         if prefix[:2] == b"\x16\x03" and not self.listener.tls:  # a TLS ClientHello
@@ -167,6 +161,9 @@ class Connection:
                 async with asyncio.timeout(mute_ms / 1000):
                     await server.stopped.wait()
         return True
+
+    def _prefix_stalled(self) -> RequestStalled:
+        return RequestStalled(f"request stalled: a partial size, then nothing for {self.stall:g} s")
 
     def _may_pipeline(self, frame: bytes | memoryview) -> bool:
         """Whether this request may start before the ones in flight have answered: a
