@@ -127,10 +127,10 @@ class Script:
 
     def _packed(self, keys: list[Any], args: list[Any]) -> bytes:
         """The EVALSHA command of a call, packed."""
-        sha, fixed = self._script.sha, self._fixed
-        if self._heads is None or fixed is None:
+        sha, fixed, heads = self._script.sha, self._fixed, self._heads
+        if heads is None:  # no fixed args
             return pack(("EVALSHA", sha, len(keys), *keys, *args))
-        return self._heads.command(("EVALSHA", sha, len(keys), *keys, *args[:fixed]), args[fixed:])
+        return heads.command(("EVALSHA", sha, len(keys), *keys, *args[:fixed]), args[fixed:])
 
     async def _shared_call(self, keys: list[Any], args: list[Any]) -> Any:
         shared = self._shared
