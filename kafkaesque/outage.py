@@ -33,9 +33,16 @@ class Outage:
         self.what = what
         self.logger = logger
         self.since: float | None = None  # monotonic time of the first failure
+        self.broken = False  # a connection broke mid-reply: not reported until it recurs
 
     def failed(self, exc: BaseException) -> None:
         if self.since is None:
+            if _broke_mid_reply(exc) and not self.broken:
+                # "Connection reset" says nothing of why; the next try connects again
+                # and meets the reason (refused...), or succeeds: a one-off is no outage.
+                self.broken = True
+                return
+            self.broken = False
             self.since = time.monotonic()
             if isinstance(exc, HotTierUnavailable):  # already says what and why
                 reason = str(exc)
@@ -44,11 +51,17 @@ class Outage:
             self.logger.warning("%s; retrying until it is back", reason)
 
     def recovered(self) -> None:
+        self.broken = False
         if self.since is not None:
             self.logger.warning(
                 "%s available again after %.1f s", self.what, time.monotonic() - self.since
             )
             self.since = None
+
+
+def _broke_mid_reply(exc: BaseException) -> bool:
+    """redis-py's error for a connection that broke while a reply was read."""
+    return isinstance(exc, RedisConnectionError) and str(exc).startswith("Error while reading")
 
 
 # The Redis of this process (a broker or a command uses one): its loops share one outage.
