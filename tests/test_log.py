@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Callable
 
 import pytest
@@ -66,6 +67,41 @@ def test_offsets_across_pages_and_rollover(make_log: Callable[[], Log]) -> None:
             result = await log.read("t", 0, offset, max_records=1)
             first = read_header(result.batches[0])
             assert first.base_offset <= offset <= first.base_offset + first.last_offset_delta
+
+    asyncio.run(scenario())
+
+
+def test_reads_find_any_offset_in_pages_of_many_batches(make_log: Callable[[], Log]) -> None:
+    """A page's last batch index entries are scanned, earlier ones binary searched: every
+    offset of closed pages and the open one is found, a read goes on across pages to the
+    log's end, and a budget takes whole batches while they fit."""
+
+    async def scenario() -> None:
+        log = make_log()
+        await log.create_topic(TopicConfig("t", 1, page_size=60))
+        end = 0
+        for i in range(80):  # batches of 1-3 records: pages of ~30 batches, the last open
+            count = 1 + i % 3
+            await log.append("t", 0, [batch(words(end, count))])
+            end += count
+        assert (await log.state("t", 0)).pages == 3
+        for offset in range(end):
+            one = await log.read("t", 0, offset, max_records=1)
+            first = read_header(one.batches[0])
+            assert first.base_offset <= offset <= first.base_offset + first.last_offset_delta
+            rest = [read_header(b) for b in (await log.read("t", 0, offset)).batches]
+            assert rest[0] == first
+            for before, after in itertools.pairwise(rest):
+                assert after.base_offset == before.base_offset + before.last_offset_delta + 1
+            assert rest[-1].base_offset + rest[-1].last_offset_delta == end - 1
+            budget = 3 * len(one.batches[0])
+            some = (await log.read("t", 0, offset, max_bytes=budget)).batches
+            assert [read_header(b) for b in some] == rest[: len(some)]
+            assert sum(map(len, some)) <= budget
+            if len(some) < len(rest):  # the next batch would not have fitted
+                following = (await log.read("t", 0, rest[len(some)].base_offset)).batches[0]
+                assert sum(map(len, some)) + len(following) > budget
+        assert not (await log.read("t", 0, end)).batches
 
     asyncio.run(scenario())
 

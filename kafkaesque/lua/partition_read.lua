@@ -2,6 +2,8 @@
 -- partitions in one call).
 local READ_OK, READ_BELOW_START, READ_PAST_END, READ_DELETED = 0, 1, 2, 3
 local READ_HEAD = 6 -- the fields before the batches in a read's result
+local TAIL_ENTRIES = 8 -- batch index entries read at once from a page's end
+local MAX_READ_RECORDS = 2147483647 -- no record limit
 
 -- Whole batches of one partition from the batch holding ``offset`` onwards: keys = {meta
 -- hash, page index zset, open transactions hash, aborted transactions zset}. ``min_one``:
@@ -13,9 +15,9 @@ local READ_HEAD = 6 -- the fields before the batches in a read's result
 -- nil for a partition that does not exist. Status READ_DELETED: the offset is below the
 -- floor DeleteRecords set (deleted everywhere: no use asking the archive).
 local function read_partition(keys, prefix, offset, max_bytes, max_records, min_one, committed)
-  local m = redis.call('HMGET', keys[1], 'end', 'epoch', 'floor')
+  local m = redis.call('HMGET', keys[1], 'end', 'epoch', 'floor', 'page')
   if not m[1] then return nil, 0 end
-  local log_end, epoch = tonumber(m[1]), tonumber(m[2])
+  local log_end, epoch, open = tonumber(m[1]), tonumber(m[2]), tonumber(m[4])
   local lso = last_stable(keys[3], log_end)
   -- Under READ_COMMITTED nothing at or past the last stable offset is read.
   local limit = committed and lso or log_end
@@ -42,6 +44,9 @@ local function read_partition(keys, prefix, offset, max_bytes, max_records, min_
   if offset >= limit or (max_bytes <= 0 and not min_one) then return result, 0 end
 
   local bytes, records = 0, 0
+  -- Every batch ends at or below the log end, so without a last stable offset below it
+  -- (READ_COMMITTED) or a record limit, a batch past the first needs no look inside.
+  local whole = limit == log_end and max_records >= MAX_READ_RECORDS
   -- The aborted transactions a READ_COMMITTED reader of the batches read needs to drop
   -- their records: those ending at or after the first batch and starting before the end.
   local function done()
@@ -58,9 +63,29 @@ local function read_partition(keys, prefix, offset, max_bytes, max_records, min_
 
   local found = redis.call('ZREVRANGEBYSCORE', keys[2], offset, '-inf', 'LIMIT', 0, 1)
   local page = tonumber(found[1])
-  -- Binary search the page's batch index for the last batch starting at or before offset.
+  -- The last batch of the page starting at or before offset, from the page's batch index.
+  -- A consumer at the log's end reads one of the last batches: the last TAIL_ENTRIES
+  -- entries come in one GETRANGE and are scanned, and only an offset before them is
+  -- binary searched (a dozen GETRANGEs in a page of 4,096 batches).
   local bidx = batch_index_key(prefix, page)
-  local lo, hi = 0, redis.call('STRLEN', bidx) / BATCH_INDEX_ENTRY - 1
+  local count = redis.call('STRLEN', bidx) / BATCH_INDEX_ENTRY
+  local lo, hi = 0, count - 1
+  local tail_first = math.max(0, count - TAIL_ENTRIES)
+  if tail_first > 0 then
+    local tail = redis.call('GETRANGE', bidx, tail_first * BATCH_INDEX_ENTRY, -1)
+    if unpack_uint(tail, 1, 8) <= offset then
+      lo = tail_first
+      for i = count - 1, tail_first + 1, -1 do
+        if unpack_uint(tail, (i - tail_first) * BATCH_INDEX_ENTRY + 1, 8) <= offset then
+          lo = i
+          break
+        end
+      end
+      hi = lo
+    else
+      hi = tail_first - 1
+    end
+  end
   while lo < hi do
     local mid = math.floor((lo + hi + 1) / 2)
     local base = unpack_uint(redis.call('GETRANGE', bidx, mid * BATCH_INDEX_ENTRY,
@@ -73,7 +98,11 @@ local function read_partition(keys, prefix, offset, max_bytes, max_records, min_
   -- 4 still copied 4 MB where one 1 MB batch was answered. The first is one batch; the
   -- next are sized by the bytes per batch seen.
   local pos, chunk = lo, 1
+  -- The batches in the page being read, while known (the first page's, from its index).
+  local in_page = count
   while true do
+    -- The open page is the last: read to its end, the read is done.
+    if pos >= in_page and page == open then return done() end
     -- A closed page of one batch (large batches fill a page each) has its size in the
     -- stats: one that would not fit is not copied into Lua only to be left out (a 1 MB
     -- batch read and dropped doubled the cost of a 1 MiB fetch).
@@ -86,6 +115,12 @@ local function read_partition(keys, prefix, offset, max_bytes, max_records, min_
     local read_bytes = 0
     for _, batch in ipairs(batches) do
       read_bytes = read_bytes + #batch
+      if whole and #result > READ_HEAD then
+        -- Past the first batch, only the budget decides (no header is unpacked).
+        if bytes + #batch > max_bytes then return done() end
+        result[#result + 1] = batch
+        bytes = bytes + #batch
+      else
       -- The batch found may end before the offset when the compactor removed the batches
       -- after it: skip it, or a reader with a small budget would get it again and again.
       local batch_end = unpack_uint(batch, BASE_OFFSET, BASE_OFFSET_WIDTH) + offset_count(batch)
@@ -100,12 +135,14 @@ local function read_partition(keys, prefix, offset, max_bytes, max_records, min_
         bytes = bytes + #batch
         records = records + offset_count(batch)
       end
+      end
     end
     if #batches < chunk then
+      if page == open then return done() end
       -- The next page (numbers may skip pages the compactor emptied and removed).
       page = next_indexed(keys[2], tonumber(redis.call('ZSCORE', keys[2], page)))
       if not page then return done() end
-      pos = 0
+      pos, in_page = 0, math.huge
     else
       pos = pos + chunk
     end

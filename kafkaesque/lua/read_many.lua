@@ -13,7 +13,7 @@ for i, meta in ipairs(KEYS) do
   local keys = {meta, prefix .. 'index', txn_open_key(prefix), txn_aborted_key(prefix)}
   local limit = math.min(tonumber(ARGV[i * 2 + 3]), remaining)
   local result, bytes = read_partition(keys, prefix, tonumber(ARGV[i * 2 + 2]), limit,
-    2147483647, min_one and total == 0, committed)
+    MAX_READ_RECORDS, min_one and total == 0, committed)
   results[i] = result or {-1}
   total = total + bytes
   remaining = remaining - bytes
