@@ -152,12 +152,12 @@ local function trim_index(meta, index, stats, prefix, open_page, closed, limits,
   local held = closed_bytes(meta, stats)  -- summed first for a partition older than it
   local floor = limits.floor or 0
   while true do
-    local oldest = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
+    -- The oldest page and the first offset of the one after it, in one call.
+    local oldest = redis.call('ZRANGE', index, 0, 1, 'WITHSCORES')
     if #oldest == 0 then return math.max(end_offset, floor) end
     local page = oldest[1]
     if tonumber(page) == open_page then return math.max(tonumber(oldest[2]), floor) end
-    local following = redis.call('ZRANGE', index, 1, 1, 'WITHSCORES')
-    local next_first = #following > 0 and tonumber(following[2]) or end_offset
+    local next_first = #oldest > 2 and tonumber(oldest[4]) or end_offset
     -- release: Redis is short of memory, so every archived closed page goes now (the
     -- archive serves its offsets); never an unarchived one (checked just below).
     -- max_pages bounds memory: without the delete policy (compact) a page goes only once
@@ -319,9 +319,14 @@ end
 -- closed pages beyond max_pages or retention_bytes, and index entries of pages that
 -- expired, so the index never grows without bound. Returns the log start.
 local function finish_append(o, meta, index, stats, prefix, archiving)
-  local closed = redis.call('ZCARD', index) - (o.records > 0 and 1 or 0)
-  local start = trim_index(meta, index, stats, prefix, o.page, closed,
-    limits_of(o.meta_fields, 16, o.bytes), o.next_offset, o.archived, archiving)
+  local limits = limits_of(o.meta_fields, 16, o.bytes)
+  -- The closed pages are counted only for a max_pages to enforce.
+  local closed = 0
+  if limits.max_pages > 0 then
+    closed = redis.call('ZCARD', index) - (o.records > 0 and 1 or 0)
+  end
+  local start = trim_index(meta, index, stats, prefix, o.page, closed, limits, o.next_offset,
+    o.archived, archiving)
   -- trim_index reads none of these fields: they are written once, together.
   local fields = {'end', o.next_offset, 'page', o.page, 'page_records', o.records,
     'page_bytes', o.bytes, 'bytes', string.format('%.0f', o.total_bytes + o.appended),
