@@ -115,6 +115,13 @@ class FetchTopic:
         return self.unpacked
 
     @property
+    def count(self) -> int:
+        """How many partition entries the topic has (counted without unpacking them)."""
+        if self.unpacked is None and self.block is not None:
+            return len(self.block) // self.layout.entry.size
+        return len(self.entries)
+
+    @property
     def partitions(self) -> list[FetchPartition]:
         normal = self.layout.normal
         found = [normal(raw) for raw in self.entries]
