@@ -123,6 +123,10 @@ def produce_error(broker: Broker, identity: Identity, topic: str, **config: Any)
         producer.flush(20)
     except (KafkaException, SystemError):  # the fatal error, raised out of a callback
         pass
+    finally:
+        # After a fatal error the client is never freed: closed here, or its threads
+        # would go on connecting to this module's broker after it stopped.
+        producer.close()
     assert outcome or fatal, "no delivery report"
     return fatal[0] if fatal else outcome[0]
 
