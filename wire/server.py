@@ -180,6 +180,11 @@ class Server:
             log.warning("closing connection from %s: TLS handshake failed: %s", peer, reason)
             self.metrics.errors.labels("tls").inc()
             writer.transport.abort()
+            # The stream's closed future holds the same failure: taken here, or asyncio may
+            # log "Future exception was never retrieved" with a traceback when the stream
+            # is collected (a client that connects and leaves, as a port probe does).
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), TLS_HANDSHAKE_TIMEOUT)
             return False
         return True
 
