@@ -5,6 +5,7 @@ bump, the archiver barrier, and what acks=all loses when the primary is killed
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -214,6 +215,7 @@ def _produce_through_a_kill(
     servers = SentinelServers(tmp_path / "sentinel")
     broker = Broker(servers.url, tmp_path / "broker", ["--min-insync-replicas", str(insync)])
     topic = "failover"
+    producers: list[Producer] = []
     try:
         broker.cli("create", topic)
         common = {"bootstrap.servers": broker.bootstrap, "broker.address.family": "v4"}
@@ -228,7 +230,7 @@ def _produce_through_a_kill(
             return Producer(common | settings | {"error_cb": error})
 
         producer = new_producer()
-        producers = [producer]
+        producers.append(producer)
         consumer = Consumer(
             common | {"group.id": "follower", "enable.auto.commit": False, "fetch.wait.max.ms": 100}
         )
@@ -316,6 +318,12 @@ def _produce_through_a_kill(
         print(f"fatal producer errors: {fatal}")
         return len(acked), len(lost), len(lost & ever_seen), len(values) - len(set(values))
     finally:
+        # A producer that met a fatal error is never freed: closed here, or its threads
+        # would go on connecting to this broker's port after it stopped.
+        for each in producers:
+            with contextlib.suppress(KafkaException):
+                each.purge()
+                each.close()
         broker.stop()
         servers.stop()
         assert "Traceback" not in broker.stderr(), broker.stderr()
