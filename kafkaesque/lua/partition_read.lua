@@ -121,20 +121,20 @@ local function read_partition(keys, prefix, offset, max_bytes, max_records, min_
         result[#result + 1] = batch
         bytes = bytes + #batch
       else
-      -- The batch found may end before the offset when the compactor removed the batches
-      -- after it: skip it, or a reader with a small budget would get it again and again.
-      local batch_end = unpack_uint(batch, BASE_OFFSET, BASE_OFFSET_WIDTH) + offset_count(batch)
-      if #result > READ_HEAD or batch_end > offset then
-        -- A batch across the last stable offset waits until its transaction ends.
-        if batch_end > limit then return done() end
-        local must = min_one and #result == READ_HEAD
-        if not must and (bytes + #batch > max_bytes or records >= max_records) then
-          return done()
+        -- The batch found may end before the offset when the compactor removed the batches
+        -- after it: skip it, or a reader with a small budget would get it again and again.
+        local batch_end = unpack_uint(batch, BASE_OFFSET, BASE_OFFSET_WIDTH) + offset_count(batch)
+        if #result > READ_HEAD or batch_end > offset then
+          -- A batch across the last stable offset waits until its transaction ends.
+          if batch_end > limit then return done() end
+          local must = min_one and #result == READ_HEAD
+          if not must and (bytes + #batch > max_bytes or records >= max_records) then
+            return done()
+          end
+          result[#result + 1] = batch
+          bytes = bytes + #batch
+          records = records + offset_count(batch)
         end
-        result[#result + 1] = batch
-        bytes = bytes + #batch
-        records = records + offset_count(batch)
-      end
       end
     end
     if #batches < chunk then
