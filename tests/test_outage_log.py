@@ -18,11 +18,16 @@ def lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "test.outage"]
 
 
-def test_a_broken_reply_then_a_refusal_reports_the_refusal(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+@pytest.fixture
+def outage(caplog: pytest.LogCaptureFixture) -> Outage:
+    """An outage log of Redis whose warnings ``lines`` returns."""
     caplog.set_level(logging.WARNING, logger="test.outage")
-    outage = Outage("Redis", logging.getLogger("test.outage"))
+    return Outage("Redis", logging.getLogger("test.outage"))
+
+
+def test_a_broken_reply_then_a_refusal_reports_the_refusal(
+    outage: Outage, caplog: pytest.LogCaptureFixture
+) -> None:
     outage.failed(RESET)
     assert lines(caplog) == []
     outage.failed(REFUSED)
@@ -35,10 +40,8 @@ def test_a_broken_reply_then_a_refusal_reports_the_refusal(
 
 
 def test_a_one_off_break_is_no_outage_but_a_recurring_one_is(
-    caplog: pytest.LogCaptureFixture,
+    outage: Outage, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="test.outage")
-    outage = Outage("Redis", logging.getLogger("test.outage"))
     outage.failed(RESET)
     outage.recovered()  # the next try worked
     assert lines(caplog) == []
