@@ -58,7 +58,7 @@ SESSIONS_VERSION = 7  # session_id and session_epoch (KIP-227)
 TOPIC_IDS_VERSION = 13  # topics named by id only
 _PARTITION = attrgetter("partition")
 # Partitions up to which a sessionless fetch is not kept for the next one (FetchMemo): a
-# fetch of one partition spent a quarter of its time keeping and comparing.
+# fetch of one partition spent a quarter of its time keeping and comparing it.
 SMALL_FETCH = 8
 
 # A partition to read: its topic's name (None for an unknown topic id), its topic id (v13+),
@@ -108,23 +108,6 @@ async def fetch(broker: Broker, request: Request) -> Any:
     return await incremental_fetch(broker, request, session)
 
 
-async def small_fetch(
-    broker: Broker, request: Request, names: list[str | None], cache: ReadCache | None
-) -> Any:
-    """A sessionless fetch of a few partitions, read and answered as it comes: keeping it
-    to compare the next one with costs more than it saves up to SMALL_FETCH partitions."""
-    asks = [
-        (name, t.topic_id, [make_request(name or "", t.layout, raw) for raw in t.entries])
-        for name, t in zip(names, request.body.topics, strict=True)
-    ]
-    outcomes = await read_topics(broker, request, asks, cache)
-    topics = [
-        (name, topic_id, list(map(_PARTITION, reqs)), fetched)
-        for (name, topic_id, reqs), fetched in zip(asks, outcomes, strict=True)
-    ]
-    return answer(broker, request, INVALID_SESSION_ID, topics)
-
-
 async def full_fetch(broker: Broker, request: Request, open_session: bool) -> Any:
     """Every requested partition, answered; a new session of them if ``open_session``."""
     body, version = request.body, request.api_version
@@ -139,21 +122,34 @@ async def full_fetch(broker: Broker, request: Request, open_session: bool) -> An
         if connection.read_cache is None:
             connection.read_cache = sessions.read_cache()
         cache = connection.read_cache
-        if sum(t.count for t in body.topics) <= SMALL_FETCH:
-            return await small_fetch(broker, request, names, cache)
-        memo = connection.fetch_memo
-        if memo is None or memo.version != version:
-            memo = connection.fetch_memo = FetchMemo(version)
+        # A fetch of a few partitions is read as it comes: keeping it to compare the next
+        # one with costs more than it saves.
+        memo = None
+        if sum(t.count for t in body.topics) > SMALL_FETCH:
+            memo = connection.fetch_memo
+            if memo is None or memo.version != version:
+                memo = connection.fetch_memo = FetchMemo(version)
         # A long poll whose request is the last one but for a few entries (librdkafka's
         # next fetch) is answered from the last answer: its work follows the changes.
-        if cache is not None and cache.heard and body.max_wait.total_seconds() > 0:
+        if (
+            memo is not None
+            and cache is not None
+            and cache.heard
+            and body.max_wait.total_seconds() > 0
+        ):
             plan = memo.plan(names, body) if body.min_bytes > 0 else None
             if plan is not None:
                 planned = set(plan.by_name)
                 if topics_allowed(broker, request, Operation.READ, planned) == planned:
                     return await planned_fetch(broker, request, memo, plan, cache)
         asks = [
-            (name, t.topic_id, memo.requests(name, t))
+            (
+                name,
+                t.topic_id,
+                memo.requests(name, t)
+                if memo is not None
+                else [make_request(name or "", t.layout, raw) for raw in t.entries],
+            )
             for name, t in zip(names, body.topics, strict=True)
         ]
         outcomes = await read_topics(broker, request, asks, cache)
@@ -163,13 +159,14 @@ async def full_fetch(broker: Broker, request: Request, open_session: bool) -> An
         ]
         entries: list[list[bytes]] = []
         response = answer(broker, request, INVALID_SESSION_ID, topics, memo, entries)
-        memo.keep(
-            names,
-            body,
-            [reqs for _, _, reqs in asks],
-            outcomes,
-            entries if isinstance(response, FetchAnswer) else None,
-        )
+        if memo is not None:
+            memo.keep(
+                names,
+                body,
+                [reqs for _, _, reqs in asks],
+                outcomes,
+                entries if isinstance(response, FetchAnswer) else None,
+            )
         return response
     wanted = [
         (name, getattr(t, "topic_id", None), asked(t, p, version))
