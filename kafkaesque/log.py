@@ -37,6 +37,7 @@ from kafkaesque.log_types import (
     PartitionState,
     RestoredTopic,
 )
+from kafkaesque.offset_guess import OffsetGuesses
 from kafkaesque.records import decode_batch, next_offset, offset_count, producer_fields
 from kafkaesque.scripts import Scripts
 from kafkaesque.sequence import EPOCH_MS, STEPS_PER_MS, clock, record_id
@@ -78,6 +79,9 @@ class Log(ReadsLog, TopicsLog, ArchivingLog, StepsLog, LeadersLog, TransactionsL
         self.cold = cold
         self.recover = recover
         self.scripts = Scripts(redis)
+        # The offsets the next appends should get, written into their batches so that
+        # Redis need not rewrite them (kafkaesque.offset_guess).
+        self.guesses = OffsetGuesses()
         # The broker appending through this log (kafkaesque.leadership): its appends to a
         # partition another broker leads are refused. "" (the CLI, tools): never refused.
         self.node = ""
@@ -107,17 +111,19 @@ class Log(ReadsLog, TopicsLog, ArchivingLog, StepsLog, LeadersLog, TransactionsL
         one of a producer's last five batches returns its original offset and is not written
         again; a gap, an old epoch or an unknown producer in mid-sequence (its state was
         lost) raises a ProducerFenced subclass and writes nothing."""
-        keys, args = self._append_call(topic, partition, batches)
+        placed, guess = self.guesses.place(topic, partition, batches)
+        keys, args = self._append_call(topic, partition, placed)
         try:
             if durability is None or not durability.waits:
-                start, last, *bases = await self._call(self.scripts.append, keys, args)
+                start, last, epoch, *bases = await self._call(self.scripts.append, keys, args)
             else:
-                start, last, *bases = await self._call(
+                start, last, epoch, *bases = await self._call(
                     functools.partial(self._append_durably, durability, timeout_ms), keys, args
                 )
         except SequenceAhead as exc:
             raise await self._sequence_ahead(topic, partition, batches, exc) from None
         self._given(last)
+        self.guesses.learn(topic, partition, guess, bases, batches[-1], epoch)
         return Appended(bases, start)
 
     async def _sequence_ahead(
@@ -153,8 +159,12 @@ class Log(ReadsLog, TopicsLog, ArchivingLog, StepsLog, LeadersLog, TransactionsL
         ``append`` (without durability waits: they cover one connection's writes, and
         a pipeline may not run on the one the waits would be sent on). One result per
         (topic, partition, batches): its Appended, or the core error that refused it."""
+        placed = [
+            self.guesses.place(topic, partition, batches) for topic, partition, batches in appends
+        ]
         calls = [
-            self._append_call(topic, partition, batches) for topic, partition, batches in appends
+            self._append_call(topic, partition, batches)
+            for (topic, partition, _), (batches, _) in zip(appends, placed, strict=True)
         ]
         replies = await self.scripts.append.many(self.redis, calls)
         lost = [i for i, reply in enumerate(replies) if isinstance(reply, NeedsRecovery)]
@@ -166,7 +176,9 @@ class Log(ReadsLog, TopicsLog, ArchivingLog, StepsLog, LeadersLog, TransactionsL
                     reply = UnknownTopic(f"unknown topic or partition: {appends[i][0]}")
                 replies[i] = reply
         results: list[Appended | KafkaesqueError] = []
-        for (topic, partition, batches), reply in zip(appends, replies, strict=True):
+        for (topic, partition, batches), (_, guess), reply in zip(
+            appends, placed, replies, strict=True
+        ):
             if isinstance(reply, SequenceAhead):
                 results.append(await self._sequence_ahead(topic, partition, batches, reply))
             elif isinstance(reply, KafkaesqueError):
@@ -174,8 +186,9 @@ class Log(ReadsLog, TopicsLog, ArchivingLog, StepsLog, LeadersLog, TransactionsL
             elif isinstance(reply, Exception):
                 raise reply
             else:
-                start, last, *bases = reply
+                start, last, epoch, *bases = reply
                 self._given(last)
+                self.guesses.learn(topic, partition, guess, bases, batches[-1], epoch)
                 results.append(Appended(bases, start))
         return results
 

@@ -9,8 +9,9 @@
 -- ARGV[4] sequence floor (0 on one Redis: see next_sequence), ARGV[5] the appending
 -- broker's node id ('' for none: the CLI, tools), then per batch: offset count, producer
 -- id, producer epoch, base sequence, batch bytes.
--- Returns {log start offset, last sequence number given, base offset per batch}, or an
--- error reply naming the Kafka error (kafkaesque/errors.py); on error nothing is written.
+-- Returns {log start offset, last sequence number given, leader epoch, base offset per
+-- batch}, or an error reply naming the Kafka error (kafkaesque/errors.py); on error
+-- nothing is written.
 local meta, index, stats, gseq_key, producers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local txn_open = KEYS[7]
 local prefix = ARGV[1]
@@ -156,6 +157,7 @@ end
 
 local start = finish_append(o, meta, index, stats, prefix, archiving)
 if o.appended > 0 then publish_append(ARGV[2], prefix, o.next_offset) end
+table.insert(bases, 1, o.leader_epoch)
 table.insert(bases, 1, last_sequence)
 table.insert(bases, 1, start)
 return bases

@@ -36,9 +36,16 @@ local LEADER_EPOCH, LEADER_EPOCH_WIDTH = 13, 4
 local LAST_OFFSET_DELTA, LAST_OFFSET_DELTA_WIDTH = 24, 4
 local MAX_TIMESTAMP, MAX_TIMESTAMP_WIDTH = 36, 8
 
--- A batch with its base offset and partition leader epoch (4 packed bytes) replaced.
+-- A batch with its base offset and partition leader epoch (4 packed bytes) replaced. One
+-- that already has them (kafkaesque/offset_guess.py) is kept as sent: a new string the
+-- size of the batch is a copy, and Valkey hashes every byte of it.
 local function with_offset_and_epoch(batch, base_offset, epoch_bytes)
-  return pack_uint(base_offset, BASE_OFFSET_WIDTH)
+  local offset_bytes = pack_uint(base_offset, BASE_OFFSET_WIDTH)
+  if string.sub(batch, BASE_OFFSET, BASE_OFFSET_WIDTH) == offset_bytes
+      and string.sub(batch, LEADER_EPOCH, LEADER_EPOCH + LEADER_EPOCH_WIDTH - 1) == epoch_bytes then
+    return batch
+  end
+  return offset_bytes
     .. string.sub(batch, BASE_OFFSET + BASE_OFFSET_WIDTH, LEADER_EPOCH - 1)
     .. epoch_bytes .. string.sub(batch, LEADER_EPOCH + LEADER_EPOCH_WIDTH)
 end

@@ -120,7 +120,7 @@ def test_hazards_between_the_passes_steps(empty_cluster: ClusterServers, pg_dsn:
         log.tick = real_tick  # type: ignore[method-assign]
         new_id = await log.sequence_at("new", 1, 0)
         assert new_id > mark
-        _start, last, base = await other.scripts.append(keys=keys, args=args)
+        _start, last, _epoch, base = await other.scripts.append(keys=keys, args=args)
         late_id = await log.sequence_at("h", 1, base)
         assert late_id > mark and counter_of(late_id) == last
         await archiver.run_once()
