@@ -7,6 +7,7 @@ its requests turn by one partition each time as librdkafka's do."""
 from __future__ import annotations
 
 import struct
+import time
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -128,6 +129,26 @@ def test_turned_fetches_answer_as_a_fresh_connection_would(broker, topic_name):
         offsets = dict.fromkeys(range(PARTITIONS), 0)
         check(conn, "an append to the new topic")
         assert offsets[7] == 1
+
+
+def test_a_small_fetch_between_large_ones_leaves_no_answer_stale(broker, topic_name):
+    """A fetch of a few partitions is read without the connection's memo, but it takes
+    the appends the connection heard. The next long poll of many partitions must not be
+    planned from the memo of the one before: it would answer a partition that grew
+    meanwhile as it was, empty, until that partition's next append."""
+    topic, other_topic = topic_name(), topic_name()
+    offsets = dict.fromkeys(range(PARTITIONS), 0)
+    with Connection(broker.bootstrap) as conn, Connection(broker.bootstrap) as other:
+        create(conn, topic, PARTITIONS)
+        create(conn, other_topic, 1)
+        poll(conn, topic, offsets, 0)
+        poll(conn, topic, offsets, 1)  # kept: partition 5 empty at offset 0
+        produce(other, topic, 5, b"a")
+        time.sleep(0.3)  # heard by conn's read cache
+        poll(conn, other_topic, {0: 0}, 0)  # a small fetch on the same connection
+        got, _ = poll(conn, topic, offsets, 2)
+        p5 = next(s for s in summary(got) if s[0] == 5)
+        assert p5[2] == 1 and p5[5], p5
 
 
 def entries(version: int, offsets: list[tuple[int, int]]) -> bytes:

@@ -123,9 +123,13 @@ async def full_fetch(broker: Broker, request: Request, open_session: bool) -> An
             connection.read_cache = sessions.read_cache()
         cache = connection.read_cache
         # A fetch of a few partitions is read as it comes: keeping it to compare the next
-        # one with costs more than it saves.
+        # one with costs more than it saves. The memo kept before it is dropped: this
+        # fetch takes the appends the connection heard, so a long poll planned from the
+        # memo would answer a partition that grew meanwhile as it was.
         memo = None
-        if sum(t.count for t in body.topics) > SMALL_FETCH:
+        if sum(t.count for t in body.topics) <= SMALL_FETCH:
+            connection.fetch_memo = None
+        else:
             memo = connection.fetch_memo
             if memo is None or memo.version != version:
                 memo = connection.fetch_memo = FetchMemo(version)
