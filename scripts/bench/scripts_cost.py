@@ -7,9 +7,14 @@ call, the median of alternating rounds.
 - tail read: read_many.lua of one partition at its newest batch (a caught-up consumer's
   fetch after an append), against an LRANGE of that batch;
 - 64 KiB read: read_many.lua of the small batches that fill 64 KiB, from the middle of a
-  page of 3,000, against an LRANGE of the same batches.
+  page of 3,000, against an LRANGE of the same batches;
+- 1 MB append: append.lua with one batch of 9,000 records (a batching producer's request),
+  sent as the client built it (baseOffset 0, no epoch: the script rewrites both) and as
+  Log.append sends it (both already written in, kafkaesque/offset_guess.py), against an
+  RPUSH of it; fewer calls (--big-calls), each round on a new topic.
 
-    python scripts/bench/scripts_cost.py [--rounds N] [--calls N] [--server NAME]
+    python scripts/bench/scripts_cost.py [--rounds N] [--calls N] [--big-calls N]
+                                         [--server NAME]
 """
 
 from __future__ import annotations
@@ -29,10 +34,12 @@ from redis_servers import add_server_option, running_server
 from kafkaesque.batch_build import build_batch
 from kafkaesque.connect import redis_client
 from kafkaesque.log import Log
+from kafkaesque.records import offset_count, with_base_offset
 from kafkaesque.scripts import source
 from kafkaesque.topic_config import TopicConfig
 
 BATCHES = 3000  # one-record batches in the page read (a page holds 4,096 by default)
+BIG_RECORDS = 9000  # of 100 bytes: a batch of ~1 MB, librdkafka's default batch.size
 
 
 def usec_per_call(r: redis.Redis, command: str, calls: int, send: Callable[[], None]) -> float:
@@ -56,6 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--big-calls", type=int, default=50)
     add_server_option(parser)
     args = parser.parse_args()
     batch = build_batch([b"v" * 100])
@@ -109,6 +117,56 @@ def main() -> None:
             s, b = statistics.median(scripted), statistics.median(baseline)
             print(f"{name:22s} script {s:8.1f} us   {raw.upper()} of the same bytes {b:6.1f} us"
                   f"   ratio {s / b:5.1f}")  # fmt: skip
+        big_appends(r, log, url, append_sha, args.rounds, args.big_calls)
+
+
+def big_appends(
+    r: redis.Redis, log: Log, url: str, append_sha: str, rounds: int, calls: int
+) -> None:
+    """Redis time per append of a ~1 MB batch: as built, and with its offset and epoch
+    already in place, against an RPUSH of it (medians of alternating rounds)."""
+    batch = build_batch([b"v" * 100] * BIG_RECORDS)
+    count = offset_count(batch)
+    times: dict[str, list[float]] = {"as built": [], "placed": [], "rpush": []}
+
+    async def create(name: str) -> int:
+        """A new topic of one partition; its leader epoch."""
+        log = Log(redis_client(url))
+        await log.create_topic(TopicConfig(name, 1))
+        epoch = await log.redis.hget(log.keys.partition(name, 0).meta, "epoch")
+        await log.redis.aclose()
+        return int(epoch or 0)
+
+    async def delete(name: str) -> None:
+        log = Log(redis_client(url))
+        await log.delete_topic(name)
+        await log.redis.aclose()
+
+    for i in range(rounds):
+        for mode in ("as built", "placed"):
+            name = f"big-{i}-{mode.replace(' ', '-')}"
+            epoch = asyncio.run(create(name))
+            p = r.pipeline(transaction=False)
+            for n in range(calls):
+                sent = batch if mode == "as built" else with_base_offset(batch, n * count, epoch)
+                keys, call_args = log._append_call(name, 0, [sent])
+                p.execute_command("EVALSHA", append_sha, len(keys), *keys, *call_args)
+            times[mode].append(usec_per_call(r, "evalsha", calls, p.execute))
+            asyncio.run(delete(name))
+        p = r.pipeline(transaction=False)
+        for _ in range(calls):
+            p.rpush("big-scratch", batch)
+        times["rpush"].append(usec_per_call(r, "rpush", calls, p.execute))
+        r.delete("big-scratch")
+    medians = {mode: statistics.median(t) for mode, t in times.items()}
+    print(
+        f"1 MB append, as built  script {medians['as built']:8.1f} us   RPUSH of it"
+        f" {medians['rpush']:6.1f} us   ratio {medians['as built'] / medians['rpush']:5.1f}"
+    )
+    print(
+        f"1 MB append, placed    script {medians['placed']:8.1f} us   RPUSH of it"
+        f" {medians['rpush']:6.1f} us   ratio {medians['placed'] / medians['rpush']:5.1f}"
+    )
 
 
 if __name__ == "__main__":
