@@ -123,7 +123,7 @@ class Log(ReadsLog, TopicsLog, ArchivingLog, StepsLog, LeadersLog, TransactionsL
         except SequenceAhead as exc:
             raise await self._sequence_ahead(topic, partition, batches, exc) from None
         self._given(last)
-        self.guesses.learn(topic, partition, guess, bases, batches[-1], epoch)
+        self.guesses.learn(topic, partition, guess, bases, batches, epoch)
         return Appended(bases, start)
 
     async def _sequence_ahead(
@@ -188,7 +188,7 @@ class Log(ReadsLog, TopicsLog, ArchivingLog, StepsLog, LeadersLog, TransactionsL
             else:
                 start, last, epoch, *bases = reply
                 self._given(last)
-                self.guesses.learn(topic, partition, guess, bases, batches[-1], epoch)
+                self.guesses.learn(topic, partition, guess, bases, batches, epoch)
                 results.append(Appended(bases, start))
         return results
 

@@ -24,6 +24,9 @@ from kafkaesque.records import offset_count, with_base_offset
 # Smaller batches are sent as they are: Lua rewrites them for about what the copy here
 # would cost.
 PLACE_FROM = 1024
+# Partitions remembered at most (each entry is small; a topic deleted elsewhere leaves its
+# entries behind): past it they are all forgotten and learnt again from the next replies.
+MAX_PARTITIONS = 100_000
 
 
 @dataclass(slots=True)
@@ -74,14 +77,18 @@ class OffsetGuesses:
         partition: int,
         guess: Guess | None,
         bases: Sequence[int],
-        last_batch: bytes,
+        batches: Sequence[bytes],
         epoch: int,
     ) -> None:
-        """An append's reply: its batches' base offsets and the partition's epoch."""
+        """An append's reply: its ``batches``' base offsets and the partition's epoch."""
+        if not bases:
+            return
         key = (topic, partition)
         nxt = self._next.get(key)
         if nxt is None:
-            end = bases[-1] + offset_count(last_batch)
+            if len(self._next) >= MAX_PARTITIONS:
+                self._next.clear()
+            end = bases[-1] + offset_count(batches[-1])
             self._next[key] = _Next(end, epoch, next(self._generations))
         elif guess is not None and guess.generation == nxt.generation:
             nxt.epoch = epoch

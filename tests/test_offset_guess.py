@@ -8,6 +8,9 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import pytest
+
+from kafkaesque import offset_guess
 from kafkaesque.batch_build import build_batch
 from kafkaesque.log import Log
 from kafkaesque.offset_guess import PLACE_FROM, OffsetGuesses
@@ -39,7 +42,7 @@ def test_placed_batches_carry_the_next_offsets_and_epoch() -> None:
     first = [big_batch(b"a"), big_batch(b"b")]
     sent, guess = guesses.place("t", 0, first)
     assert guess is None and list(sent) == first  # nothing is known before a reply
-    guesses.learn("t", 0, guess, [10, 10 + BIG], first[-1], 3)
+    guesses.learn("t", 0, guess, [10, 10 + BIG], first, 3)
     sent, guess = guesses.place("t", 0, [big_batch(b"c"), build_batch([b"small"])])
     assert guess is not None and guess.base == 10 + 2 * BIG
     header = read_header(sent[0])
@@ -54,12 +57,12 @@ def test_placed_batches_carry_the_next_offsets_and_epoch() -> None:
 def test_a_wrong_guess_corrects_every_append_in_flight_once() -> None:
     guesses = OffsetGuesses()
     one = big_batch(b"x")
-    guesses.learn("t", 0, None, [0], one, 0)
+    guesses.learn("t", 0, None, [0], [one], 0)
     in_flight = [guesses.place("t", 0, [one])[1] for _ in range(3)]  # BIG, 2 BIG, 3 BIG
     # Another writer appended 7 offsets first: each reply is 7 past its guess.
     for guess in in_flight:
         assert guess is not None
-        guesses.learn("t", 0, guess, [guess.base + 7], one, 0)
+        guesses.learn("t", 0, guess, [guess.base + 7], [one], 0)
     sent, guess = guesses.place("t", 0, [one])
     assert guess is not None and base_offset(sent[0]) == 4 * BIG + 7  # shifted once, not 3x
 
@@ -113,5 +116,24 @@ def test_steady_appends_are_sent_already_placed(make_log: Callable[[], Log]) -> 
             appended = await log.append("t", 0, [big_batch(b"c"), big_batch(b"d")])
             assert appended.base_offsets == [(2 * i + 2) * BIG, (2 * i + 3) * BIG]
             assert [base_offset(b) for b in sent[-2:]] == appended.base_offsets
+
+    asyncio.run(scenario())
+
+
+def test_an_empty_append_and_many_partitions_are_handled(
+    make_log: Callable[[], Log], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An append of no batches writes nothing and answers no offsets; the guesses kept
+    stay bounded however many partitions a Log appends to."""
+    monkeypatch.setattr(offset_guess, "MAX_PARTITIONS", 3)
+
+    async def scenario() -> None:
+        log = make_log()
+        await log.create_topic(TopicConfig("t", 5))
+        assert (await log.append("t", 0, [])).base_offsets == []
+        for p in range(5):
+            await log.append("t", p, [big_batch(b"a")])
+            assert len(log.guesses._next) <= 3
+        assert (await log.append("t", 4, [big_batch(b"b")])).base_offsets == [BIG]
 
     asyncio.run(scenario())
