@@ -342,12 +342,16 @@ class PipelinedConnection:
                 await probe.send_command("PING")
                 await probe.read_response()
         except (RedisError, OSError, TimeoutError) as exc:
-            if isinstance(exc, ConnectionError):
-                failure = exc
-            elif isinstance(exc, TimeoutError):
-                failure = ConnectionError(f"no new connection within {RETRY_TIMEOUT:g} s")
+            text = str(exc).rstrip(".") or type(exc).__name__
+            if isinstance(exc, ConnectionError) and text.startswith("Error "):
+                failure = exc  # redis-py's "Error 111 connecting to HOST:PORT. Why."
             else:
-                failure = ConnectionError(str(exc))
+                # Said as redis-py's connect errors are (errors.describe_redis_error),
+                # so the outage's one log line names the server: "HOST:PORT (why)".
+                if isinstance(exc, TimeoutError):
+                    text = f"no new connection within {RETRY_TIMEOUT:g} s"
+                where = getattr(probe, "path", "") or f"{probe.host}:{probe.port}"
+                failure = ConnectionError(f"{where} ({text[:1].lower()}{text[1:]})")
         finally:
             await probe.disconnect()
         _fail(waiting, failure)

@@ -12,6 +12,7 @@ import pytest
 import redis.asyncio
 from redis.exceptions import BusyLoadingError, ResponseError
 
+from kafkaesque.errors import describe_redis_error
 from kafkaesque.pipelined import PipelinedConnection, pack, reply_batches
 
 LOADING = b"-LOADING Redis is loading the dataset in memory\r\n"
@@ -73,5 +74,42 @@ def test_an_error_reply_on_a_subscription_is_raised() -> None:
         batches = reply_batches(reader)
         with pytest.raises(BusyLoadingError):
             await anext(batches)
+
+    asyncio.run(scenario())
+
+
+def test_a_redis_that_closes_every_connection_is_named_in_the_failure() -> None:
+    """A Redis shutting down closes the shared connection, then accepts new ones and
+    closes them: the call fails naming the server and why, as a refused connect does."""
+
+    async def scenario() -> None:
+        closing = False
+
+        async def shutting_down(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal closing
+            parser = hiredis.Reader()
+            while not closing and (data := await reader.read(1 << 16)):
+                parser.feed(data)
+                while (command := parser.gets()) is not False:
+                    if command[0].upper() == b"GET":
+                        closing = True  # no answer: the connection closes under the call
+                        break
+                    writer.write(b"+OK\r\n")
+            writer.close()
+
+        server = await asyncio.start_server(shutting_down, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = redis.asyncio.Redis.from_url(f"redis://127.0.0.1:{port}")
+        shared = PipelinedConnection(client)
+        try:
+            assert await shared.execute("SET", "k", "v") == b"OK"
+            with pytest.raises(redis.ConnectionError) as failure:
+                await shared.execute("GET", "k")
+            assert str(failure.value) == f"127.0.0.1:{port} (connection closed by server)"
+            assert describe_redis_error(failure.value) == str(failure.value)
+        finally:
+            await shared.aclose()
+            await client.aclose()
+            server.close()
 
     asyncio.run(scenario())

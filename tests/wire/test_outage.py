@@ -3,6 +3,7 @@ back, no traceback per tick, and Kafka clients served again without a restart.""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -65,7 +66,11 @@ def test_a_broker_that_loses_redis_logs_it_once_and_serves_again(tmp_path: Path)
         assert "Traceback" not in logged
         lines = logged.splitlines()
         assert len(lines) <= 4, logged
-        assert "cannot reach Redis: 127.0.0.1:" in logged and "(connection refused)" in logged
+        # Where and why: refused, or closed by a Redis still shutting down when retried.
+        assert re.search(
+            r"cannot reach Redis: 127\.0\.0\.1:\d+ \(connection (refused|closed by server)\)",
+            logged,
+        ), logged
         assert "Redis available again after" in logged
     finally:
         broker.stop()
