@@ -163,9 +163,18 @@ class Archiver:
 
         async def one(topic: str, topic_id: uuid.UUID, partition: int, compact: bool) -> None:
             async with limit:
-                with contextlib.suppress(UnknownTopic):  # deleted meanwhile
+                try:
                     await self._archive_partition(
                         topic, topic_id, partition, compact, summary, progress
+                    )
+                except UnknownTopic:  # deleted meanwhile
+                    pass
+                except asyncpg.DataError as exc:
+                    # PostgreSQL refused a value of this partition's records: its pages
+                    # stay in Redis, said every pass; the other partitions go on.
+                    summary.problems.append(
+                        f"{topic}[{partition}]: the archive refused a record "
+                        f"({type(exc).__name__}: {exc}); its pages stay in Redis"
                     )
 
         try:

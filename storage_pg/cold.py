@@ -27,7 +27,7 @@ import asyncpg
 from kafkaesque.batch_build import build_batch
 from storage_pg.compacted import KEYS_THROUGH, SELECT_LATEST
 from storage_pg.pool import PG_EPOCH_MS, ms_to_pg, pg_to_datetime, pg_to_ms
-from storage_pg.rows import NO_HEADERS
+from storage_pg.rows import NO_HEADERS, header_key
 
 _SELECT = """
     SELECT "offset", "timestamp", key, value, headers, producer_id, producer_epoch,
@@ -244,7 +244,9 @@ def _ms(value: tuple[int] | None) -> int:
 def _headers(text: str) -> list[tuple[str, bytes | None]]:
     if text == NO_HEADERS:
         return []
-    return [(k, None if v is None else base64.b64decode(v)) for k, v in json.loads(text)]
+    return [
+        (header_key(k), None if v is None else base64.b64decode(v)) for k, v in json.loads(text)
+    ]
 
 
 # --- status ------------------------------------------------------------------------------

@@ -37,11 +37,24 @@ _SEQUENCE_MASK = 0x7FFFFFFF  # Kafka's producer sequence wraps to 0 after Int32.
 
 
 def headers_json(headers: list[tuple[str, bytes | None]]) -> str:
-    """Decoded headers as ``record.headers`` JSON."""
+    """Decoded headers as ``record.headers`` JSON: ``[key, base64 value or null]`` each.
+    A key holding U+0000 (valid in a Kafka header key, refused in a jsonb string: one such
+    record stopped every partition's archiving) is ``{"base64": its UTF-8}`` instead."""
     if not headers:
         return NO_HEADERS
-    items = [[k, None if v is None else base64.b64encode(v).decode()] for k, v in headers]
+    items = [
+        [
+            {"base64": base64.b64encode(k.encode()).decode()} if "\0" in k else k,
+            None if v is None else base64.b64encode(v).decode(),
+        ]
+        for k, v in headers
+    ]
     return json.dumps(items, separators=(",", ":"))
+
+
+def header_key(key: str | dict[str, str]) -> str:
+    """A ``record.headers`` key as the record had it (see headers_json)."""
+    return key if isinstance(key, str) else base64.b64decode(key["base64"]).decode()
 
 
 def batch_rows(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 
 import asyncpg
@@ -210,6 +211,36 @@ def test_undecodable_batch_is_kept_raw_and_skipped(redis_url: str, pg_dsn: str) 
         row = await fetchval(pg_dsn, "SELECT batch FROM rejected_batch WHERE base_offset = 2")
         assert row is not None and bytes(row)[16:] == bytes(batch)[16:]
         assert (await status(pool)).rejected_batches == 1
+        await pool.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_record_the_archive_refuses_stops_only_its_partition(
+    redis_url: str, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A value PostgreSQL refuses (here a header key jsonb cannot hold, as it was written
+    before keys with U+0000 were encoded) holds back its own partition, said as a
+    problem; every other partition is archived."""
+    from storage_pg import rows
+
+    def raw_json(headers: list[tuple[str, bytes | None]]) -> str:
+        return json.dumps([[k, None] for k, _ in headers])
+
+    monkeypatch.setattr(rows, "headers_json", raw_json)
+
+    async def scenario() -> None:
+        log = make_log(redis_url)
+        for topic in ("a", "bad", "c"):
+            await log.create_topic(TopicConfig(topic, 1, page_size=1))
+        good = await produce(log, "a", 0, [b"1"])
+        await produce(log, "bad", 0, [b"2"], headers=[[("n\0ul", None)]])
+        good += await produce(log, "c", 0, [b"3"])
+        pool = await create_pool(pg_dsn)
+        summary = await Archiver(log, pool, idle_close_ms=0).run_once()
+        assert [r.value for r in await archived_rows(pg_dsn)] == [r.value for r in good]
+        assert len(summary.problems) == 1 and "bad[0]: the archive refused" in summary.problems[0]
+        assert (await log.state("bad", 0)).log_start == 0  # kept in Redis
         await pool.close()
 
     asyncio.run(scenario())

@@ -21,7 +21,8 @@ async def produce_shapes(log, topic: str, rng: random.Random) -> list[Row]:
         if i % 4 == 1:
             kwargs["keys"] = [None if j % 2 else b"" if j % 3 else b"key" for j in range(n)]
         if i % 4 == 2:
-            kwargs["headers"] = [[("a", b"1"), ("n", None)][: j % 3] for j in range(n)]
+            # A NUL in a key: valid in Kafka, not in a jsonb string.
+            kwargs["headers"] = [[("a", b"1"), ("n\0ul", None)][: j % 3] for j in range(n)]
         if i % 4 == 3:
             kwargs["producer"] = (77, 1, seq)
             seq += n
