@@ -85,7 +85,9 @@ async def fetch_changed(
             break  # nothing was appended: what we read is still current
         # Read again only the partitions that grew past what was read or last answered
         # (one round trip), within the budget the others left.
-        again = [asked.request(at) for at in sorted(_heard(asked, appended.take(), results))]
+        grown = appended.take()
+        cache.forget_heard(grown, lambda t, p: asked.position(t, p) is not None)
+        again = [asked.request(at) for at in sorted(_heard(asked, grown, results))]
         if not again:
             continue  # heard of appends this read saw already
         await partitions.read_again(again, fresh, results, max_bytes, seen_epochs, committed)

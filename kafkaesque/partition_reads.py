@@ -114,7 +114,10 @@ class ReadingPartitions:
                     break  # nothing was appended: what we read is still current
                 # Read again only the partitions that grew (one round trip), within the
                 # budget the others left.
-                again = grown_requests(requests, appended.take(), results)
+                grown = appended.take()
+                if cache is not None:
+                    cache.forget_heard(grown, lambda t, p: (t, p) in results)
+                again = grown_requests(requests, grown, results)
                 if not again:
                     continue  # heard of appends this read saw already
                 await self.read_again(again, fresh, results, max_bytes, seen_epochs, committed)

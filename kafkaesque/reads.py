@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -215,6 +215,21 @@ class ReadCache:
                 break
             found.append(tp)
         return found
+
+    def forget_heard(
+        self, grown: dict[str, dict[int, int] | All], asks: Callable[[str, int], bool]
+    ) -> None:
+        """Forget the partitions in ``grown`` (appends heard while a long poll waited)
+        that the read at hand does not ``asks``: it reads again only those it asks, and a
+        later read must not take the others' old answers as current."""
+        for topic, heard in grown.items():
+            if isinstance(heard, All):
+                for tp in [tp for tp in self._known if tp[0] == topic and not asks(*tp)]:
+                    del self._known[tp]
+                continue
+            for partition in heard:
+                if not asks(topic, partition):
+                    self._known.pop((topic, partition), None)
 
     def forget(self, tps: Iterable[TopicPartition]) -> None:
         for tp in tps:

@@ -744,3 +744,28 @@ def test_a_session_gone_closes_its_read_cache():
     cache.create(False, cached(0))
     cache.close()
     assert caches[2].closed == 1 and len(cache) == 0
+
+
+def during(poll: Any, action: Any) -> None:
+    """``poll()`` (a long poll) in a thread, and ``action()`` while it waits."""
+    thread = threading.Thread(target=poll)
+    thread.start()
+    time.sleep(0.4)
+    action()
+    thread.join()
+
+
+def test_a_partition_forgotten_while_it_grew_is_answered_with_its_records(broker, topic_name):
+    """An append heard while a session's long poll waits on another partition is not
+    read by that poll; the partition, asked again, is read, not answered from the
+    session's cache as it was before."""
+    topic = topic_name()
+    with Connection(broker.bootstrap) as conn, Connection(broker.bootstrap) as other:
+        create(other, topic, 2)
+        session, _ = opened(conn, {topic: {0: 0, 1: 0}}, max_wait_ms=100, min_bytes=1)
+        during(
+            lambda: fetch(conn, session, 1, {}, {topic: [1]}, max_wait_ms=1500, min_bytes=1),
+            lambda: produce(other, topic, 1, b"x"),
+        )
+        got = answered(fetch(conn, session, 2, {topic: {1: 0}}, max_wait_ms=500, min_bytes=1))
+        assert (got[topic, 1].high_watermark, values(got[topic, 1])) == (1, [b"x"])

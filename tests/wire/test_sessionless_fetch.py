@@ -18,10 +18,12 @@ from tests.wire.common import wait_until
 from tests.wire.test_fetch_sessions import (
     answered,
     create,
+    during,
     evalsha_calls,
     fetch,
     on_log,
     produce,
+    values,
 )
 from wire.fetch_memo import MOST_CHANGED, FetchMemo, rotated
 from wire.fetch_request import parse_fetch
@@ -149,6 +151,23 @@ def test_a_small_fetch_between_large_ones_leaves_no_answer_stale(broker, topic_n
         got, _ = poll(conn, topic, offsets, 2)
         p5 = next(s for s in summary(got) if s[0] == 5)
         assert p5[2] == 1 and p5[5], p5
+
+
+def test_a_partition_left_out_while_it_grew_is_answered_with_its_records(broker, topic_name):
+    """An append heard while a long poll waits on other partitions is not read by that
+    poll; the next fetch that asks for the partition reads it, not the connection's
+    cache of its answer before (stale until the cache's refresh, seconds later)."""
+    topic = topic_name()
+    both = {topic: {0: 0, 1: 0}}
+    with Connection(broker.bootstrap) as conn, Connection(broker.bootstrap) as other:
+        create(other, topic, 2)
+        fetch(conn, 0, FINAL_EPOCH, both, max_wait_ms=100, min_bytes=1)  # both cached
+        during(
+            lambda: fetch(conn, 0, FINAL_EPOCH, {topic: {0: 0}}, max_wait_ms=1500, min_bytes=1),
+            lambda: produce(other, topic, 1, b"x"),
+        )
+        got = answered(fetch(conn, 0, FINAL_EPOCH, both, max_wait_ms=500, min_bytes=1))
+        assert (got[topic, 1].high_watermark, values(got[topic, 1])) == (1, [b"x"])
 
 
 def entries(version: int, offsets: list[tuple[int, int]]) -> bytes:
