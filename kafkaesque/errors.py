@@ -126,6 +126,12 @@ class InvalidProducerEpoch(ProducerFenced):
     """A batch from an older epoch of the producer."""
 
 
+class TransactionNotOpen(KafkaesqueError):
+    """A transactional batch for a partition its producer's ongoing transaction does not
+    hold: a late batch of a transaction that ended (the client timed it out), which
+    would otherwise open one nothing ends (Kafka's INVALID_TXN_STATE)."""
+
+
 class UnknownProducerId(ProducerFenced):
     """A producer in mid-sequence this partition has no state for (Redis lost it, or the
     id expired): clients bump their epoch and go on (KIP-360)."""

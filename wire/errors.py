@@ -38,6 +38,7 @@ ERROR_CODES: dict[type[core.KafkaesqueError], ErrorCode] = {
     core.SequenceAhead: ErrorCode.not_enough_replicas,
     core.InvalidProducerEpoch: ErrorCode.invalid_producer_epoch,
     core.UnknownProducerId: ErrorCode.unknown_producer_id,
+    core.TransactionNotOpen: ErrorCode.invalid_txn_state,
     core.OffsetOutOfRange: ErrorCode.offset_out_of_range,
     core.LogTruncated: ErrorCode.offset_out_of_range,
     core.FencedLeaderEpoch: ErrorCode.fenced_leader_epoch,

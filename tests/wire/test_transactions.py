@@ -21,9 +21,11 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from kio.schema.errors import ErrorCode
 
+from kafkaesque.batch_build import build_batch
 from tests.kafka_client import Connection, decode_response, request
 from tests.wire.clients import JS, requires
 from tests.wire.common import TIMEOUT, create_topic, produce_numbered, value_of, wait_until
+from tests.wire.test_transactions_fetch import latest
 
 # Timed-out transactions are looked for every 0.2 s (Kafka: every 10 s).
 BROKER_ARGS = (
@@ -356,6 +358,80 @@ def test_restart_between_add_partitions_and_end(broker_factory, topic_name):
 
 
 # -- bad input ---------------------------------------------------------------------------
+def test_a_batch_outside_the_ongoing_transaction_is_refused(broker, topic_name):
+    """A transactional batch reaching a partition its producer's ongoing transaction does
+    not hold is refused (Kafka's transaction.partition.verification): a late batch of a
+    transaction the client already aborted would open one that nothing ends, holding
+    read_committed readers back for ever, and the producer's next commit there would
+    commit it."""
+    topic = topic_name()
+    create_topic(broker.bootstrap, topic, 1)
+    tid = f"tx-{topic}"
+
+    def txn_produce(conn: Connection, value: bytes, pid: int, epoch: int, seq: int) -> int:
+        batch = build_batch(
+            [value], producer_id=pid, producer_epoch=epoch, base_sequence=seq, transactional=True
+        )
+        partition_data = [{"index": 0, "records": batch}]
+        response = conn.request(
+            request(
+                0,
+                7,
+                transactional_id=tid,
+                acks=-1,
+                timeout=10_000,
+                topic_data=[{"name": topic, "partition_data": partition_data}],
+            )
+        )
+        return response.responses[0].partition_responses[0].error_code
+
+    def add(conn: Connection, pid: int, epoch: int) -> None:
+        response = conn.request(
+            request(
+                24,
+                3,
+                v3_and_below_transactional_id=tid,
+                v3_and_below_producer_id=pid,
+                v3_and_below_producer_epoch=epoch,
+                v3_and_below_topics=[{"name": topic, "partitions": [0]}],
+            )
+        )
+        assert (
+            response.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+            == 0
+        )
+
+    def end(conn: Connection, pid: int, epoch: int, commit: bool) -> None:
+        response = conn.request(
+            request(
+                26, 3, transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=commit
+            )
+        )
+        assert response.error_code == ErrorCode.none
+
+    with Connection(broker.bootstrap) as conn:
+        init = init_producer(conn, tid)
+        pid, epoch = init.producer_id, init.producer_epoch
+        # Not added by AddPartitionsToTxn: refused.
+        assert txn_produce(conn, b"unadded", pid, epoch, 0) == ErrorCode.invalid_txn_state
+        add(conn, pid, epoch)
+        assert txn_produce(conn, b"t1", pid, epoch, 0) == ErrorCode.none
+        end(conn, pid, epoch, commit=False)
+        # The batch the client timed out arrives after the abort, at the same epoch...
+        assert txn_produce(conn, b"late", pid, epoch, 1) == ErrorCode.invalid_txn_state
+        # ... and after the client bumped its epoch (KIP-360), as librdkafka does.
+        bumped = init_producer(conn, tid, current=(pid, epoch))
+        assert txn_produce(conn, b"late", pid, epoch, 1) == ErrorCode.invalid_producer_epoch
+        assert conn.produce(topic, 0, build_batch([b"plain"])).error_code == ErrorCode.none
+        # Nothing is left open: the last stable offset is the log end.
+        assert latest(conn, topic, 1) == latest(conn, topic, 0)
+        epoch = bumped.producer_epoch
+        add(conn, pid, epoch)
+        assert txn_produce(conn, b"t2", pid, epoch, 0) == ErrorCode.none
+        end(conn, pid, epoch, commit=True)
+    assert consume_all(broker.bootstrap, topic, 1, "read_committed") == [b"plain", b"t2"]
+
+
 def test_bad_requests(broker, topic_name):
     topic = topic_name()
     create_topic(broker.bootstrap, topic, 1)

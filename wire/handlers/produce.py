@@ -9,12 +9,16 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.errors import (
+    InvalidProducerEpoch,
     InvalidRecord,
     KafkaesqueError,
     TopicAuthorizationFailed,
     TransactionalIdAuthorizationFailed,
+    TransactionNotOpen,
 )
 from kafkaesque.partitions import Appended
+from kafkaesque.records import ATTR_TRANSACTIONAL, HEADER_SIZE, attributes, producer_fields
+from kafkaesque.transactions import TxnError
 from wire.authorize import Operation, ResourceType, allowed, topics_allowed
 from wire.broker import Broker
 from wire.errors import error_code, error_message
@@ -53,6 +57,39 @@ def denied_writes(
     }
 
 
+async def outside_transaction(
+    broker: Broker, request: Request, records: dict[tuple[str, int], Any]
+) -> dict[tuple[str, int], Appended]:
+    """A transactional producer's partitions that its ongoing transaction does not hold
+    (AddPartitionsToTxn), refused, as Kafka's transaction.partition.verification does: a
+    batch of a transaction that ended (the client timed the request out, aborted, and
+    went on) would open a transaction no marker ends, holding read_committed readers
+    back for ever, and the producer's next commit there would commit it."""
+    txn_id = getattr(request.body, "transactional_id", None)  # v3+
+    first = next((r for r in records.values() if r is not None and len(r) >= HEADER_SIZE), None)
+    if not txn_id or first is None or not attributes(first) & ATTR_TRANSACTIONAL:
+        return {}
+    producer_id, producer_epoch, _ = producer_fields(first)
+    outcome = await broker.transactions.verify_partitions(
+        txn_id, producer_id, producer_epoch, records
+    )
+    refused: dict[tuple[str, int], Appended] = {}
+    for (topic, partition), error in outcome.items():
+        if error in (TxnError.PRODUCER_FENCED, TxnError.INVALID_PRODUCER_EPOCH):
+            refusal: KafkaesqueError = InvalidProducerEpoch(
+                f"producer {producer_id} epoch {producer_epoch} of {txn_id} is fenced"
+            )
+        elif error:
+            refusal = TransactionNotOpen(
+                f"{topic}[{partition}] is not in an ongoing transaction of {txn_id} "
+                f"(producer {producer_id}, epoch {producer_epoch}): {error.name}"
+            )
+        else:
+            continue
+        refused[topic, partition] = Appended(refusal)
+    return refused
+
+
 async def produce(broker: Broker, request: Request) -> Any:
     body = request.body  # a wire.produce_request.ProduceBody: topics and partitions are tuples
     records = {(t, p): data for t, partitions in body.topic_data for p, data in partitions}
@@ -60,6 +97,11 @@ async def produce(broker: Broker, request: Request) -> Any:
         codes = {key: (ErrorCode.invalid_required_acks, Appended()) for key in records}
     else:
         denied = denied_writes(broker, request, records)
+        denied.update(
+            await outside_transaction(
+                broker, request, {k: r for k, r in records.items() if k not in denied}
+            )
+        )
         # acks=all waits up to the request's timeout for the append to be durable.
         results = await broker.partitions.append_many(
             {key: r for key, r in records.items() if key not in denied},
