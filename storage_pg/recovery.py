@@ -16,6 +16,7 @@ import uuid
 
 import asyncpg
 
+from kafkaesque.clock import now_ms as clock_ms
 from kafkaesque.cluster import cluster_id
 from kafkaesque.group_offsets import OffsetStore
 from kafkaesque.log import Log
@@ -68,9 +69,27 @@ _EPOCH = """
 """
 
 
-async def restored_topics(conn: asyncpg.Connection) -> list[RestoredTopic]:
-    """Every archived topic, each partition at its archived end with its last known epoch
-    and the log start DeleteRecords moved."""
+# A restore's leader epochs start above the minutes since this instant. After the
+# archiver's last pass Redis may have raised a partition's epoch (a leader move, a
+# failover) and consumers may have read the lost records under it: the archive cannot
+# know how far it went. An epoch moves by one per leader change, and a partition does not
+# change leader every minute, so the minutes passed are above any epoch it reached since
+# the last restore (which started it at the minutes of its own time).
+RESTORE_EPOCH_BASE_MS = 1_577_836_800_000  # 2020-01-01T00:00:00Z
+
+
+def restore_epoch_floor(now_ms: int) -> int:
+    """The epoch a restore at ``now_ms`` at least starts each partition above."""
+    return max(0, (now_ms - RESTORE_EPOCH_BASE_MS) // 60_000)
+
+
+async def restored_topics(
+    conn: asyncpg.Connection, now_ms: int | None = None
+) -> list[RestoredTopic]:
+    """Every archived topic, each partition at its archived end with the epoch to restore
+    it above (its last known one, at least ``restore_epoch_floor``) and the log start
+    DeleteRecords moved."""
+    floor = restore_epoch_floor(clock_ms() if now_ms is None else now_ms)
     progress = {
         (r["topic"], r["partition"]): r["archived_through"]
         for r in await conn.fetch("SELECT topic, partition, archived_through FROM archive_progress")
@@ -103,7 +122,7 @@ async def restored_topics(conn: asyncpg.Connection) -> list[RestoredTopic]:
             epoch, log_start = states.get((name, p), (0, 0))
             # Deleted offsets are accounted for like archived ones: never handed out again.
             log_end = max(progress.get((name, p), 0), log_start)
-            partitions.append(RestoredPartition(log_end, epoch, log_start))
+            partitions.append(RestoredPartition(log_end, max(epoch, floor), log_start))
         topics.append(RestoredTopic(config, partitions))
     return topics
 
