@@ -260,6 +260,9 @@ class ReadsLog:
         unreachable archive fails nothing)."""
         if self.cold is not None and redis_start > 0:
             cold_start = await self.cold.start_offset(topic, partition)
-            if cold_start is not None:
-                return min(redis_start, cold_start)
+            if cold_start is not None and cold_start < redis_start:
+                # Not below the floor of a DeleteRecords that reached Redis but not the
+                # archive yet (a command run without it): reads there are refused.
+                meta = self.keys.partition(topic, partition).meta
+                return max(cold_start, int(await self.redis.hget(meta, "floor") or 0))
         return redis_start

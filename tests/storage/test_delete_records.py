@@ -8,8 +8,9 @@ import asyncio
 from pathlib import Path
 
 from kafkaesque.log import Log
+from kafkaesque.records import base_offset
 from kafkaesque.topic_config import TopicConfig
-from storage_pg import Archiver, create_pool
+from storage_pg import Archiver, ArchiveReader, create_pool
 from storage_pg.recovery import recover
 from storage_pg.tiered import Archive, attach
 from tests.storage.common import Row, archived_rows, fetchval, make_log, produce
@@ -216,3 +217,29 @@ def test_cli_deletes_through_the_archive_and_consume_starts_after(
     consumed = cli(redis_url, tmp_path, "consume", "t", pg_dsn=pg_dsn)
     assert consumed.stdout.decode().split() == [f"v{n}" for n in range(30, 50)]
     assert consumed.stderr == b""  # the deleted offsets are no gap
+
+
+def test_the_earliest_offset_keeps_a_floor_the_archive_has_not_heard_of(
+    redis_url: str, pg_dsn: str
+) -> None:
+    """DeleteRecords through a Log without the archive (a command run without it): until
+    the archiver carries the floor over, the archive still holds the records below it.
+    The earliest offset is the floor, not the archive's first row, where a read would be
+    refused as deleted (a consumer reset to the earliest would loop)."""
+
+    async def scenario() -> None:
+        pool = await create_pool(pg_dsn)
+        plain = make_log(redis_url)
+        await plain.enable_archiving()
+        await plain.create_topic(TopicConfig("t", 1, page_size=2))
+        for i in range(3):
+            await produce(plain, "t", 0, [b"%d" % i, b"x"])
+        await Archiver(plain, pool, idle_close_ms=0).run_once()
+        assert await plain.delete_records("t", 0, 4) == 4  # Redis only
+        served = make_log(redis_url, cold=ArchiveReader(pool))
+        assert await served.earliest_offset("t", 0) == 4
+        result = await served.read("t", 0, 4)
+        assert not result.below_start and base_offset(result.batches[0]) == 4
+        await pool.close()
+
+    asyncio.run(scenario())
