@@ -105,16 +105,34 @@ class ArchivingLog:
             i += 5 + count
         return pages
 
-    async def replicated(self, topic: str, partition: int, replicas: int, timeout_ms: int) -> bool:
-        """Whether ``replicas`` Redis replicas have everything read from the partition
-        so far: one write in its slot (archive_barrier.lua), then WAIT on that connection,
-        which counts the connection's last write; its replication offset covers every
-        earlier write of the server, so the pages read are there too."""
+    async def replicated(
+        self, topic: str, partition: int, replicas: int, timeout_ms: int, fsync: bool = False
+    ) -> bool:
+        """Whether everything read from the partition so far is durable: fsynced to the
+        server's AOF (``fsync``) and at ``replicas`` Redis replicas. One write in its slot
+        (archive_barrier.lua), then WAITAOF and WAIT on that connection, which count the
+        connection's last write; its offset covers every earlier write of the server, so
+        the pages read are covered too."""
         meta = self.keys.partition(topic, partition).meta
+        timeout = max(1, timeout_ms)  # 0 would mean "wait forever"
         async with self.redis.client() as connection:
             await self.scripts.archive_barrier([meta], [], client=connection)
-            acknowledged = await connection.execute_command("WAIT", replicas, max(1, timeout_ms))
-        return int(acknowledged) >= replicas
+            if fsync:
+                local, _ = await connection.execute_command("WAITAOF", 1, 0, timeout)
+                if int(local) < 1:
+                    return False
+            if replicas > 0:
+                acknowledged = await connection.execute_command("WAIT", replicas, timeout)
+                if int(acknowledged) < replicas:
+                    return False
+        return True
+
+    async def aof_enabled(self) -> bool:
+        """Whether the server writes an AOF (INFO persistence; never on a cluster, whose
+        shards each have their own)."""
+        if self.keys.cluster:
+            return False
+        return int((await self.redis.info("persistence")).get("aof_enabled", 0)) == 1
 
     async def mark_archived(
         self, topic: str, partition: int, through: int, release: bool = False

@@ -137,7 +137,7 @@ def test_archiver_barrier_waits_for_the_replica(
             summary = await archiver.run_once()
         finally:
             os.kill(replica_pid, signal.SIGCONT)
-        assert summary.rows == 0 and "replica(s) acknowledged" in summary.problems[0]
+        assert summary.rows == 0 and "durable (at 1 replica(s))" in summary.problems[0]
         archiver.replica_timeout = 4
         summary = await archiver.run_once()
         assert summary.rows == 4 and not summary.problems

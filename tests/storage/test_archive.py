@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from pathlib import Path
 
 import asyncpg
 import pytest
@@ -15,6 +16,7 @@ from kafkaesque.topic_config import TopicConfig
 from storage_pg import Archiver, ArchiveReader, create_pool, ensure_schema, status, watermark
 from storage_pg.pool import ArchiveError
 from storage_pg.schema import SCHEMA_VERSION
+from tests.servers import RedisServer
 from tests.storage.common import Row, archived_rows, fetchval, make_log, produce
 
 TOPICS = {"alpha": 2, "beta": 3, "gamma.log-1": 1}
@@ -244,6 +246,37 @@ def test_a_record_the_archive_refuses_stops_only_its_partition(
         await pool.close()
 
     asyncio.run(scenario())
+
+
+async def archive_three_pages(url: str, pg_dsn: str) -> dict:
+    """Archive three pages from the Redis at ``url``; Redis' command stats meanwhile."""
+    log = make_log(url)
+    await log.create_topic(TopicConfig("t", 1, page_size=2))
+    for i in range(3):
+        await produce(log, "t", 0, [b"%d" % i, b"x"])
+    pool = await create_pool(pg_dsn)
+    await log.redis.config_resetstat()
+    summary = await Archiver(log, pool, idle_close_ms=0).run_once()
+    assert (summary.rows, summary.problems) == (6, [])
+    await pool.close()
+    return await log.redis.info("commandstats")
+
+
+def test_pages_are_fsynced_in_redis_before_the_archive_commits_them(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    """On a Redis with an AOF, a chunk's pages are fsynced there (WAITAOF) before the
+    archive commits them: a Redis back from a power loss without them would hand their
+    offsets out again under the same epoch."""
+    server = RedisServer(tmp_path / "aof", appendonly=True)
+    try:
+        assert asyncio.run(archive_three_pages(server.url, pg_dsn))["cmdstat_waitaof"]["calls"]
+    finally:
+        server.stop()
+
+
+def test_without_an_aof_there_is_no_fsync_to_wait_for(redis_url: str, pg_dsn: str) -> None:
+    assert "cmdstat_waitaof" not in asyncio.run(archive_three_pages(redis_url, pg_dsn))
 
 
 def test_out_of_range_timestamps(redis_url: str, pg_dsn: str) -> None:
