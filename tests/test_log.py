@@ -406,7 +406,7 @@ def test_add_partitions_grows_and_never_shrinks(make_log: Callable[[], Log]) -> 
 
 
 def test_idle_producer_ids_expire_after_a_day(make_log: Callable[[], Log], monkeypatch) -> None:
-    import kafkaesque.log
+    import kafkaesque.log_appends
 
     async def scenario() -> None:
         log = make_log()
@@ -414,7 +414,7 @@ def test_idle_producer_ids_expire_after_a_day(make_log: Callable[[], Log], monke
         producers = log.keys.partition("exp", 0).producers
         day = 86_400_000
         for pid, now in ((1, 0), (2, day // 2), (3, day + 1)):
-            monkeypatch.setattr(kafkaesque.log, "_now_ms", lambda now=now: now)
+            monkeypatch.setattr(kafkaesque.log_appends, "_now_ms", lambda now=now: now)
             await log.append("exp", 0, [producer_batch(words(0, 1), pid, 0, 0)])
         # Producer 1 was last seen more than a day before producer 3's append.
         assert sorted(await log.redis.hkeys(producers)) == [b"2", b"3"]
