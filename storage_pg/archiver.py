@@ -46,7 +46,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import asyncpg
-from redis.exceptions import ResponseError
 
 from kafkaesque.archiving import ClosedPage
 from kafkaesque.compaction import Compactor
@@ -58,6 +57,7 @@ from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
 from storage_pg import archive_sql, group_offsets
 from storage_pg.compacted import LatestKeys, catch_up
 from storage_pg.deletion import delete_below, delete_topic
+from storage_pg.durable_barrier import DurableBarrier
 from storage_pg.gaps import advance_watermark, record_gap
 from storage_pg.pool import PG_CONNECTION_ERRORS, check_pool, ms_to_pg
 from storage_pg.recovery import bind_cluster, recover
@@ -102,10 +102,7 @@ class Archiver:
     kafkaesque.compaction); off where a broker beside it compacts already. ``replicas``:
     Redis replicas that must have a chunk's pages before it is committed (the broker's
     ``--min-insync-replicas`` minus one), waited for at most ``replica_timeout`` seconds.
-    On a server with an AOF a chunk is also fsynced there before it is committed: else
-    Redis could come back from a power loss without records the archive has, and hand
-    their offsets out again under the same epoch (the archive would never take the new
-    ones, and Redis would drop them as archived).
+    On a server with an AOF a chunk is also fsynced there first (storage_pg.durable_barrier).
     """
 
     def __init__(
@@ -138,7 +135,7 @@ class Archiver:
         # transaction. Keyed by topic id: a name deleted and created again is another log.
         self._through: dict[tuple[uuid.UUID, int], tuple[int, int]] = {}
         self._epochs: dict[tuple[uuid.UUID, int], int] = {}
-        self._fsync: bool | None = None  # whether Redis has an AOF to wait for: on first use
+        self.barrier = DurableBarrier(log, replicas)
         # Whether compact_key is kept for a partition, as last committed (the cleanup
         # policy may change while no record arrives).
         self._keyed: dict[tuple[uuid.UUID, int], bool] = {}
@@ -349,7 +346,7 @@ class Archiver:
                         )
                         if keys is not None:
                             await keys.save(conn, topic, partition)
-                        if not await self._replicated(topic, partition):
+                        if not await self.barrier.holds(topic, partition, self.replica_timeout):
                             raise _RollBack
                         through = pages[-1].next_offset
                         await conn.execute(
@@ -364,7 +361,7 @@ class Archiver:
             except _RollBack:
                 summary.problems.append(
                     f"{topic}[{partition}]: Redis did not confirm its pages durable "
-                    f"({self._durable_what()}) within {self.replica_timeout:g} s; archiving "
+                    f"({self.barrier}) within {self.replica_timeout:g} s; archiving "
                     "them next pass"
                 )
                 return
@@ -389,29 +386,6 @@ class Archiver:
                 break
         if archived_anything:
             summary.partitions += 1
-
-    async def _replicated(self, topic: str, partition: int) -> bool:
-        """The archiver barrier (Log.replicated): whether everything read from the
-        partition so far is fsynced to Redis' AOF (if it has one) and at ``replicas``
-        Redis replicas."""
-        if self._fsync is None:
-            self._fsync = await self.log.aof_enabled()
-        if self.replicas <= 0 and not self._fsync:
-            return True
-        timeout_ms = int(self.replica_timeout * 1000)
-        try:
-            return await self.log.replicated(
-                topic, partition, self.replicas, timeout_ms, fsync=self._fsync
-            )
-        except ResponseError:  # the AOF was switched off since: ask again next pass
-            self._fsync = None
-            return False
-
-    def _durable_what(self) -> str:
-        wanted = ["fsynced to its AOF"] if self._fsync else []
-        if self.replicas > 0:
-            wanted.append(f"at {self.replicas} replica(s)")
-        return " and ".join(wanted)
 
     # -- watermark --------------------------------------------------------------------
     async def advance_watermark(self) -> int:
