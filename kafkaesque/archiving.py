@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
-from kafkaesque.errors import UnknownTopic
+from kafkaesque.durability import Durability
+from kafkaesque.errors import NotDurable, UnknownTopic
 from kafkaesque.keys import Keys
 from kafkaesque.scripts import Scripts
 from kafkaesque.sequence import Ids
@@ -110,21 +111,16 @@ class ArchivingLog:
     ) -> bool:
         """Whether everything read from the partition so far is durable: fsynced to the
         server's AOF (``fsync``) and at ``replicas`` Redis replicas. One write in its slot
-        (archive_barrier.lua), then WAITAOF and WAIT on that connection, which count the
-        connection's last write; its offset covers every earlier write of the server, so
-        the pages read are covered too."""
+        (archive_barrier.lua), then the waits an acks=all append makes (Durability) on
+        that connection: they count its last write, whose offset covers every earlier
+        write of the server, so the pages read are covered too."""
         meta = self.keys.partition(topic, partition).meta
-        timeout = max(1, timeout_ms)  # 0 would mean "wait forever"
         async with self.redis.client() as connection:
             await self.scripts.archive_barrier([meta], [], client=connection)
-            if fsync:
-                local, _ = await connection.execute_command("WAITAOF", 1, 0, timeout)
-                if int(local) < 1:
-                    return False
-            if replicas > 0:
-                acknowledged = await connection.execute_command("WAIT", replicas, timeout)
-                if int(acknowledged) < replicas:
-                    return False
+            try:
+                await Durability(fsync, replicas).wait(connection, timeout_ms)
+            except NotDurable:
+                return False
         return True
 
     async def aof_enabled(self) -> bool:

@@ -5,8 +5,6 @@ the archive would never take the new records, and Redis would drop them as archi
 
 from __future__ import annotations
 
-from redis.exceptions import ResponseError
-
 from kafkaesque.log import Log
 
 
@@ -25,13 +23,12 @@ class DurableBarrier:
             self._fsync = await self.log.aof_enabled()
         if self.replicas <= 0 and not self._fsync:
             return True
-        try:
-            return await self.log.replicated(
-                topic, partition, self.replicas, int(timeout * 1000), fsync=self._fsync
-            )
-        except ResponseError:  # the AOF was switched off since: ask again next time
-            self._fsync = None
-            return False
+        held = await self.log.replicated(
+            topic, partition, self.replicas, int(timeout * 1000), fsync=self._fsync
+        )
+        if not held:
+            self._fsync = None  # the AOF may have been switched off since: ask again
+        return held
 
     def __str__(self) -> str:
         wanted = ["fsynced to its AOF"] if self._fsync else []

@@ -83,13 +83,11 @@ def restore_epoch_floor(now_ms: int) -> int:
     return max(0, (now_ms - RESTORE_EPOCH_BASE_MS) // 60_000)
 
 
-async def restored_topics(
-    conn: asyncpg.Connection, now_ms: int | None = None
-) -> list[RestoredTopic]:
+async def restored_topics(conn: asyncpg.Connection) -> list[RestoredTopic]:
     """Every archived topic, each partition at its archived end with the epoch to restore
     it above (its last known one, at least ``restore_epoch_floor``) and the log start
     DeleteRecords moved."""
-    floor = restore_epoch_floor(clock_ms() if now_ms is None else now_ms)
+    floor = restore_epoch_floor(clock_ms())
     progress = {
         (r["topic"], r["partition"]): r["archived_through"]
         for r in await conn.fetch("SELECT topic, partition, archived_through FROM archive_progress")

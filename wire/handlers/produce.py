@@ -97,11 +97,12 @@ async def produce(broker: Broker, request: Request) -> Any:
         codes = {key: (ErrorCode.invalid_required_acks, Appended()) for key in records}
     else:
         denied = denied_writes(broker, request, records)
-        denied.update(
-            await outside_transaction(
-                broker, request, {k: r for k, r in records.items() if k not in denied}
+        if getattr(body, "transactional_id", None):  # v3+; nothing more for the others
+            denied.update(
+                await outside_transaction(
+                    broker, request, {k: r for k, r in records.items() if k not in denied}
+                )
             )
-        )
         # acks=all waits up to the request's timeout for the append to be durable.
         results = await broker.partitions.append_many(
             {key: r for key, r in records.items() if key not in denied},
