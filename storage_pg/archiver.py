@@ -59,7 +59,7 @@ from storage_pg.compacted import LatestKeys, catch_up
 from storage_pg.deletion import delete_below, delete_topic
 from storage_pg.durable_barrier import DurableBarrier
 from storage_pg.gaps import advance_watermark, record_gap
-from storage_pg.pool import PG_CONNECTION_ERRORS, check_pool, ms_to_pg
+from storage_pg.pool import PG_CONNECTION_ERRORS, ArchiveError, check_pool, ms_to_pg
 from storage_pg.recovery import bind_cluster, recover
 from storage_pg.schema import ensure_schema
 
@@ -419,6 +419,9 @@ class Archiver:
                     exc,
                     delay,
                 )
+            except ArchiveError as exc:  # its message is for people: no traceback
+                delay, backoff = backoff, min(backoff * 2, max_backoff)
+                log.error("archive: %s; retrying in %.1fs", exc, delay)
             except Exception:
                 delay, backoff = backoff, min(backoff * 2, max_backoff)
                 log.exception("archive run failed; retrying in %.1fs", delay)
