@@ -284,6 +284,7 @@ LUA_ERRORS: dict[str, type[KafkaesqueError]] = {
     "OFFSET_OUT_OF_RANGE": OffsetOutOfRange,
     "INVALID_RECORD": InvalidRecord,
     "NOT_LEADER_OR_FOLLOWER": NotLeader,
+    "INVALID_TXN_STATE": TransactionNotOpen,
     "DUPLICATE_BROKER_REGISTRATION": DuplicateBroker,
     "UNKNOWN_SESSION": UnknownSession,
 }

@@ -31,6 +31,7 @@ PARTITION = {
     "epochs": "hash: leader epoch -> the offset it starts at",
     "txn_open": "hash: producer id -> first offset of its open transaction",
     "txn_aborted": "sorted set: 'pid:first:last' of aborted transactions by last offset",
+    "txn_ended": "hash: producer id -> serial number of its last transaction ended here",
 }
 
 
@@ -73,6 +74,12 @@ class PartitionKeys:
     def txn_aborted(self) -> str:
         """Aborted transactions, "pid:first:last" scored by last (the ABORT marker's) offset."""
         return self.prefix + "txn_aborted"
+
+    @property
+    def txn_ended(self) -> str:
+        """Ended transactions: producer id -> the serial number of its last transaction
+        whose marker is written here; a late batch of it is refused."""
+        return self.prefix + "txn_ended"
 
     def page(self, number: int) -> str:
         return f"{self.prefix}page:{number}"

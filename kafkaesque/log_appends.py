@@ -51,6 +51,7 @@ class AppendsLog:
         batches: Sequence[bytes],
         durability: Durability | None = None,
         timeout_ms: int = DEFAULT_TIMEOUT_MS,
+        transaction: int | None = None,
     ) -> Appended:
         """Append checked RecordBatch v2 batches atomically; returns their base offsets.
         With ``durability`` it returns only once the append is on disk / at the replicas
@@ -59,9 +60,14 @@ class AppendsLog:
         Batches of idempotent producers (producer id >= 0) are sequence-checked: a retry of
         one of a producer's last five batches returns its original offset and is not written
         again; a gap, an old epoch or an unknown producer in mid-sequence (its state was
-        lost) raises a ProducerFenced subclass and writes nothing."""
+        lost) raises a ProducerFenced subclass and writes nothing.
+
+        ``transaction``: the serial number of the transaction the transactional batches'
+        producer was verified in (TransactionCoordinator.verify_for_append); if that
+        transaction's marker is already on the partition, TransactionNotOpen, nothing
+        written."""
         placed, guess = self.guesses.place(topic, partition, batches)
-        keys, args = self._append_call(topic, partition, placed)
+        keys, args = self._append_call(topic, partition, placed, transaction)
         try:
             if durability is None or not durability.waits:
                 reply = await self._call(self.scripts.append, keys, args)
@@ -111,7 +117,9 @@ class AppendsLog:
         )
 
     async def append_many(
-        self, appends: Sequence[tuple[str, int, Sequence[bytes]]]
+        self,
+        appends: Sequence[tuple[str, int, Sequence[bytes]]],
+        transaction: int | None = None,
     ) -> list[Appended | KafkaesqueError]:
         """Append to many partitions in one pipelined round trip, each atomically as
         ``append`` (without durability waits: they cover one connection's writes, and
@@ -121,7 +129,7 @@ class AppendsLog:
             self.guesses.place(topic, partition, batches) for topic, partition, batches in appends
         ]
         calls = [
-            self._append_call(topic, partition, batches)
+            self._append_call(topic, partition, batches, transaction)
             for (topic, partition, _), (batches, _) in zip(appends, placed, strict=True)
         ]
         replies = await self.scripts.append.many(self.redis, calls)
@@ -160,17 +168,22 @@ class AppendsLog:
         return k.slot_hash(slot_of(topic, partition)), k.partition(topic, partition).meta, floor
 
     def _append_call(
-        self, topic: str, partition: int, batches: Sequence[bytes]
+        self,
+        topic: str,
+        partition: int,
+        batches: Sequence[bytes],
+        transaction: int | None = None,
     ) -> tuple[list[str], list[object]]:
         """append.lua's keys and arguments."""
         k = self.keys
         p = k.partition(topic, partition)
         now = _now_ms()
         sequence, marker, floor = self._sequencing(topic, partition, now)
-        args: list[object] = [p.prefix, k.appended(topic), now, floor, self.node]
+        serial = "" if transaction is None else transaction
+        args: list[object] = [p.prefix, k.appended(topic), now, floor, self.node, serial]
         for batch in batches:
             args += (offset_count(batch), *producer_fields(batch), batch)
-        keys = [p.meta, p.index, p.stats, sequence, p.producers, marker, p.txn_open]
+        keys = [p.meta, p.index, p.stats, sequence, p.producers, marker, p.txn_open, p.txn_ended]
         return keys, args
 
     async def _append_durably(

@@ -70,20 +70,22 @@ class TransactionsLog:
         producer_epoch: int,
         commit: bool,
         coordinator_epoch: int = 0,
+        transaction: int | None = None,
     ) -> tuple[int, int]:
         """Write the producer's COMMIT or ABORT marker (end_txn.lua): its transaction on
-        the partition ends, an abort goes into the aborted index. Returns (log start, the
-        marker's offset); raises InvalidProducerEpoch for an epoch older than the
-        producer's here, UnknownTopic."""
+        the partition ends, an abort goes into the aborted index; from then on appends
+        verified in ``transaction`` (its serial number) are refused here. Returns (log
+        start, the marker's offset); raises InvalidProducerEpoch for an epoch older than
+        the producer's here, UnknownTopic."""
         k = self.keys
         p = k.partition(topic, partition)
         marker = build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch)
         now = _now_ms()
         sequence, recovery, floor = self._sequencing(topic, partition, now)
         keys = [p.meta, p.index, p.stats, sequence, p.producers, recovery]
-        keys += [p.txn_open, p.txn_aborted]
+        keys += [p.txn_open, p.txn_aborted, p.txn_ended]
         args = [p.prefix, k.appended(topic), now, producer_id, producer_epoch]
-        args += [int(commit), marker, floor]
+        args += [int(commit), marker, floor, "" if transaction is None else transaction]
         start, offset = await self._call(self.scripts.end_txn, keys, args)
         return start, offset
 

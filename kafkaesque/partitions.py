@@ -112,13 +112,17 @@ class Partitions(ReadingPartitions):
         batches: Sequence[bytes],
         acks_all: bool = False,
         timeout_ms: int = DEFAULT_TIMEOUT_MS,
+        transaction: int | None = None,
     ) -> Appended:
         """Append whole, checked batches atomically, as the topic's configs ask (see
         kafkaesque.append_policy); raises a KafkaesqueError, and then appends none. With
-        ``acks_all``, return once the append is as durable as ``durability`` asks."""
+        ``acks_all``, return once the append is as durable as ``durability`` asks;
+        ``transaction``: see Log.append."""
         batches, append_time = await self._as_configured(topic, batches)
         durability = self.durability if acks_all else None
-        appended = await self.log.append(topic, partition, batches, durability, timeout_ms)
+        appended = await self.log.append(
+            topic, partition, batches, durability, timeout_ms, transaction
+        )
         return self._appended(topic, partition, batches, appended, append_time)
 
     async def _as_configured(
@@ -163,11 +167,13 @@ class Partitions(ReadingPartitions):
         records: bytes | None,
         acks_all: bool = False,
         timeout_ms: int = DEFAULT_TIMEOUT_MS,
+        transaction: int | None = None,
     ) -> Appended:
         """Check a client's records (one or more batches as sent) and append them; the
         refusal, if any, is in the result."""
         try:
-            return await self.append(topic, partition, _split(records), acks_all, timeout_ms)
+            batches = _split(records)
+            return await self.append(topic, partition, batches, acks_all, timeout_ms, transaction)
         except KafkaesqueError as exc:
             return _refused(topic, partition, exc)
 
@@ -176,6 +182,7 @@ class Partitions(ReadingPartitions):
         records: dict[TopicPartition, bytes | None],
         acks_all: bool = False,
         timeout_ms: int = DEFAULT_TIMEOUT_MS,
+        transaction: int | None = None,
     ) -> dict[TopicPartition, Appended]:
         """Append a client's records to many partitions; one outcome per partition. The
         appends go to Redis in one round trip, unless acks=all waits for durability
@@ -184,13 +191,13 @@ class Partitions(ReadingPartitions):
             (((topic, partition), data),) = records.items()
             return {
                 (topic, partition): await self.append_records(
-                    topic, partition, data, acks_all, timeout_ms
+                    topic, partition, data, acks_all, timeout_ms, transaction
                 )
             }
         if acks_all and self.durability.waits:
             outcomes = await asyncio.gather(
                 *(
-                    self.append_records(t, p, data, acks_all, timeout_ms)
+                    self.append_records(t, p, data, acks_all, timeout_ms, transaction)
                     for (t, p), data in records.items()
                 )
             )
@@ -206,7 +213,8 @@ class Partitions(ReadingPartitions):
                 ready.append((topic, partition, batches, append_time))
         try:
             replies: list[LogAppended | KafkaesqueError] = await self.log.append_many(
-                [(topic, partition, batches) for topic, partition, batches, _ in ready]
+                [(topic, partition, batches) for topic, partition, batches, _ in ready],
+                transaction,
             )
         except KafkaesqueError as exc:  # Redis is away: every partition says so
             replies = [exc] * len(ready)
@@ -226,8 +234,10 @@ class Partitions(ReadingPartitions):
         producer_epoch: int,
         commit: bool,
         coordinator_epoch: int = 0,
+        transaction: int | None = None,
     ) -> dict[TopicPartition, KafkaesqueError | None]:
-        """Append a COMMIT or ABORT control batch for the producer's transaction to each
+        """Append a COMMIT or ABORT control batch for the producer's transaction (serial
+        number ``transaction``, if the coordinator's: see Log.end_transaction) to each
         partition (atomic per partition), ending it there: the partition's last stable
         offset moves past it, an abort is recorded in the partition's aborted-transaction
         index. A partition where the producer has no open transaction still gets the
@@ -239,7 +249,13 @@ class Partitions(ReadingPartitions):
         async def one(topic: str, partition: int) -> KafkaesqueError | None:
             try:
                 await self.log.end_transaction(
-                    topic, partition, producer_id, producer_epoch, commit, coordinator_epoch
+                    topic,
+                    partition,
+                    producer_id,
+                    producer_epoch,
+                    commit,
+                    coordinator_epoch,
+                    transaction,
                 )
             except KafkaesqueError as exc:
                 return exc

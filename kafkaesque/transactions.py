@@ -89,6 +89,9 @@ class Transaction:
     groups: set[str] = field(default_factory=set)
     start_ms: int = -1  # when the open transaction began
     updated_ms: int = 0
+    # Counts the transactions opened: the markers of number N make the partitions refuse
+    # the late batches verified in N (append.lua, end_txn.lua).
+    serial: int = 0
 
     # -- storage: one Redis hash per transactional id -------------------------------
     def fields(self) -> dict[str, bytes | int | str]:
@@ -103,6 +106,7 @@ class Transaction:
             "groups": msgpack.packb(sorted(self.groups)),
             "start_ms": self.start_ms,
             "updated_ms": self.updated_ms,
+            "serial": self.serial,
         }
 
     @classmethod
@@ -122,6 +126,7 @@ class Transaction:
             set(msgpack.unpackb(raw[b"groups"])),
             number("start_ms"),
             number("updated_ms"),
+            int(raw.get(b"serial", 0)),  # none before serial numbers were kept
         )
 
     # -- deadlines ------------------------------------------------------------------------
@@ -227,6 +232,7 @@ class Transaction:
             return TxnError.NONE
         if self.state in ENDED:
             self.partitions, self.groups, self.start_ms = set(), set(), now
+            self.serial += 1
         self.state = TxnState.ONGOING
         self.partitions |= partitions
         self.groups |= groups

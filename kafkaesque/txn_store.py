@@ -50,6 +50,7 @@ class MarkerWriter(Protocol):
         producer_epoch: int,
         commit: bool,
         coordinator_epoch: int = 0,
+        transaction: int | None = None,
     ) -> dict[TopicPartition, KafkaesqueError | None]: ...
 
 
@@ -142,7 +143,11 @@ class TransactionCoordinator(TxnOffsetStore):
         commit = txn.state == TxnState.PREPARE_COMMIT
         if txn.partitions:
             results = await self.markers.write_markers(
-                sorted(txn.partitions), txn.producer_id, txn.producer_epoch, commit
+                sorted(txn.partitions),
+                txn.producer_id,
+                txn.producer_epoch,
+                commit,
+                transaction=txn.serial,
             )
             # A deleted topic's markers are dropped, as Kafka's marker channel does.
             failed = {
@@ -290,6 +295,22 @@ class TransactionCoordinator(TxnOffsetStore):
     ) -> dict[TopicPartition, TxnError]:
         """AddPartitionsToTxn v4+ verify_only: whether each partition is in the
         transaction (NONE) or not (INVALID_TXN_STATE); nothing changes."""
+        outcome, _ = await self.verify_for_append(
+            transactional_id, producer_id, producer_epoch, partitions
+        )
+        return outcome
+
+    async def verify_for_append(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Iterable[TopicPartition],
+    ) -> tuple[dict[TopicPartition, TxnError], int]:
+        """``verify_partitions``, and the serial number of the transaction verified: a
+        Produce appends with it (Log.append's ``transaction``), so that its batches are
+        refused on a partition where that transaction's marker got first (Kafka's
+        verification guard)."""
         wanted = set(partitions)
         txn = await self.load(transactional_id) if transactional_id else None
         error = (
@@ -298,11 +319,12 @@ class TransactionCoordinator(TxnOffsetStore):
             else txn.verify(producer_id, producer_epoch)
         )
         if error or txn is None:
-            return dict.fromkeys(wanted, error)
-        return {
+            return dict.fromkeys(wanted, error), -1
+        outcome = {
             tp: TxnError.NONE if tp in txn.partitions else TxnError.INVALID_TXN_STATE
             for tp in wanted
         }
+        return outcome, txn.serial
 
     # -- EndTxn -----------------------------------------------------------------------
     async def end(

@@ -9,9 +9,11 @@ from collections.abc import Callable, Iterable
 
 import pytest
 
-from kafkaesque.errors import HotTierUnavailable, KafkaesqueError
+from kafkaesque.batch_build import build_batch
+from kafkaesque.errors import HotTierUnavailable, KafkaesqueError, TransactionNotOpen
 from kafkaesque.groups import GroupCoordinator
 from kafkaesque.log import Log
+from kafkaesque.partitions import Partitions
 from kafkaesque.topic_config import TopicConfig
 from kafkaesque.transactions import MAX_EPOCH, Transaction, TxnConfig, TxnError, TxnState
 from kafkaesque.txn_store import TransactionCoordinator
@@ -77,6 +79,7 @@ class Markers:
         producer_epoch: int,
         commit: bool,
         coordinator_epoch: int = 0,
+        transaction: int | None = None,
     ) -> dict[tuple[str, int], KafkaesqueError | None]:
         wanted = list(partitions)
         self.calls.append((wanted, producer_id, producer_epoch, commit))
@@ -224,3 +227,56 @@ async def test_listing_filters(setup) -> None:
     assert (await c.listing(["Ongoing"], duration_ms=400)).transactions[0].transactional_id == "a-1"
     assert (await c.listing(["Ongoing"], duration_ms=600)).transactions == []
     assert (await c.listing(["Nope"])).unknown_states == ["Nope"]
+
+
+# -- a Produce verified, then overtaken by its transaction's end ------------------------------
+def txn_batch(pid: int, epoch: int, seq: int, value: bytes) -> bytes:
+    return build_batch(
+        [value], producer_id=pid, producer_epoch=epoch, base_sequence=seq, transactional=True
+    )
+
+
+def test_a_batch_verified_before_its_transaction_ended_is_refused(make_log) -> None:
+    """Produce checks the transaction, then appends: an EndTxn between the two (the client
+    timed the request out and aborted) writes its markers first. The append then refuses
+    the batch in Redis, atomically: it would open a transaction no marker ends, or slip
+    into the producer's next one. Batches verified in the next transaction go in."""
+
+    async def scenario() -> None:
+        log = make_log()
+        await log.ensure_recovered()
+        await log.create_topic(TopicConfig("a", 2))
+        parts = Partitions(log)
+        c = TransactionCoordinator(log, parts, GroupCoordinator(log.redis))
+        init = await c.init_producer("t", 60_000)
+        pid, epoch = init.producer_id, init.producer_epoch
+        await c.add_partitions("t", pid, epoch, [("a", 0), ("a", 1)])
+        await parts.append("a", 1, [txn_batch(pid, epoch, 0, b"in")])
+        outcome, first = await c.verify_for_append("t", pid, epoch, [("a", 0), ("a", 1)])
+        assert set(outcome.values()) == {TxnError.NONE}
+        assert await c.end("t", pid, epoch, False) == TxnError.NONE  # overtakes the append
+        end_before = await log.log_ends("a", [0, 1])
+        for partition, seq in ((0, 0), (1, 1)):  # opening one, or joining the ended one
+            with pytest.raises(TransactionNotOpen):
+                await parts.append(
+                    "a", partition, [txn_batch(pid, epoch, seq, b"late")], transaction=first
+                )
+        assert await log.log_ends("a", [0, 1]) == end_before  # nothing written
+        assert await log.last_stable_offsets("a", [0, 1]) == end_before
+        # The next transaction: its own serial number goes in; the late one still does not.
+        await c.add_partitions("t", pid, epoch, [("a", 0)])
+        _, second = await c.verify_for_append("t", pid, epoch, [("a", 0)])
+        assert second > first
+        appended = await parts.append(
+            "a", 0, [txn_batch(pid, epoch, 0, b"next")], transaction=second
+        )
+        assert appended.base_offset == end_before[0]
+        with pytest.raises(TransactionNotOpen):
+            await parts.append("a", 0, [txn_batch(pid, epoch, 1, b"late")], transaction=first)
+        assert await c.end("t", pid, epoch, True) == TxnError.NONE
+        assert await log.last_stable_offsets("a", [0]) == await log.log_ends("a", [0])
+        # The many-partition path checks the same.
+        replies = await log.append_many([("a", 0, [txn_batch(pid, epoch, 1, b"x")])], second)
+        assert isinstance(replies[0], TransactionNotOpen)
+
+    asyncio.run(scenario())

@@ -4,16 +4,20 @@
 -- transactional batch from a producer with no open transaction here opens one.
 -- KEYS[1] meta hash, KEYS[2] page index zset, KEYS[3] page stats hash,
 -- KEYS[4] sequence counter (one Redis) or the slot's hash (a cluster), KEYS[5] producer
--- state hash, KEYS[6] recovery marker, KEYS[7] open transactions hash
+-- state hash, KEYS[6] recovery marker, KEYS[7] open transactions hash, KEYS[8] ended
+-- transactions hash
 -- ARGV[1] key prefix of this partition, ARGV[2] notification channel, ARGV[3] now (ms),
 -- ARGV[4] sequence floor (0 on one Redis: see next_sequence), ARGV[5] the appending
--- broker's node id ('' for none: the CLI, tools), then per batch: offset count, producer
--- id, producer epoch, base sequence, batch bytes.
+-- broker's node id ('' for none: the CLI, tools), ARGV[6] the serial number of the
+-- transaction the broker verified the batches' transactional producer is in ('' for none:
+-- no check), then per batch: offset count, producer id, producer epoch, base sequence,
+-- batch bytes.
 -- Returns {log start offset, last sequence number given, leader epoch, base offset per
 -- batch}, or an error reply naming the Kafka error (kafkaesque/errors.py); on error
 -- nothing is written.
 local meta, index, stats, gseq_key, producers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local txn_open = KEYS[7]
+local txn_open, txn_ended = KEYS[7], KEYS[8]
+local serial = tonumber(ARGV[6])
 local prefix = ARGV[1]
 if redis.call('EXISTS', KEYS[6]) == 0 then
   -- Redis lost its data: appending now could reuse offsets the archive already holds.
@@ -62,7 +66,7 @@ local function load(pid)
 end
 
 local n = 0
-for i = 6, #ARGV, 5 do
+for i = 7, #ARGV, 5 do
   n = n + 1
   local count, pid = tonumber(ARGV[i]), ARGV[i + 1]
   fresh[n] = true
@@ -72,6 +76,16 @@ for i = 6, #ARGV, 5 do
   end
   if pid == '-1' and is_transactional(ARGV[i + 4]) then
     return redis.error_reply('INVALID_RECORD a transactional batch needs a producer id')
+  end
+  -- A batch of a transaction whose marker is already here (the client timed the request
+  -- out and ended the transaction while it was on its way) would open a transaction no
+  -- marker ends, or slip into the producer's next one.
+  if serial and is_transactional(ARGV[i + 4]) then
+    local ended = tonumber(redis.call('HGET', txn_ended, pid) or -1)
+    if ended >= serial then
+      return redis.error_reply('INVALID_TXN_STATE transaction ' .. serial .. ' of producer '
+        .. pid .. ' has ended on this partition')
+    end
   end
   if pid ~= '-1' then
     local pepoch, first = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
@@ -110,12 +124,12 @@ for i = 6, #ARGV, 5 do
 end
 
 local total = 0
-for i = 6, #ARGV, 5 do total = total + tonumber(ARGV[i]) end
+for i = 7, #ARGV, 5 do total = total + tonumber(ARGV[i]) end
 local gseq = next_sequence(gseq_key, total, tonumber(ARGV[4]))
 local last_sequence = gseq + total - 1
 
 n = 0
-for i = 6, #ARGV, 5 do
+for i = 7, #ARGV, 5 do
   n = n + 1
   local count, batch = tonumber(ARGV[i]), ARGV[i + 4]
   if fresh[n] then
@@ -151,6 +165,7 @@ if touched then
     'LIMIT', 0, 16)
   if #expired > 0 then
     redis.call('HDEL', producers, unpack(expired))
+    redis.call('HDEL', txn_ended, unpack(expired))
     redis.call('ZREM', seen, unpack(expired))
   end
 end

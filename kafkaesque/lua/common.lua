@@ -231,9 +231,11 @@ end
 
 -- Transactions (kafkaesque/keys.py names them): the open ones, producer id -> the offset
 -- of its first transactional record; the aborted ones, "pid:first:last" scored by last
--- (the ABORT marker's offset).
+-- (the ABORT marker's offset); the ended ones, producer id -> the serial number of its last
+-- transaction whose marker is written here.
 local function txn_open_key(prefix) return prefix .. 'txn_open' end
 local function txn_aborted_key(prefix) return prefix .. 'txn_aborted' end
+local function txn_ended_key(prefix) return prefix .. 'txn_ended' end
 
 -- Delete every key of one partition.
 local function delete_partition(meta, index, stats, producers, prefix)
@@ -245,7 +247,8 @@ local function delete_partition(meta, index, stats, producers, prefix)
     redis.call('DEL', page_key(prefix, open_page), batch_index_key(prefix, open_page))
   end
   redis.call('DEL', meta, index, stats, producers, producers_seen_key(prefix),
-    epochs_key(prefix), txn_open_key(prefix), txn_aborted_key(prefix))
+    epochs_key(prefix), txn_open_key(prefix), txn_aborted_key(prefix),
+    txn_ended_key(prefix))
 end
 
 -- Raise a slot's sequence counter (its hash's `seq`) to at least `floor`.

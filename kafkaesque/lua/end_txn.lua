@@ -6,10 +6,12 @@
 -- a newer one becomes the producer's, fencing the older epoch's later data.
 -- KEYS[1] meta hash, KEYS[2] page index zset, KEYS[3] page stats hash,
 -- KEYS[4] sequence counter or slot hash (append.lua), KEYS[5] producer state hash,
--- KEYS[6] recovery marker, KEYS[7] open transactions hash, KEYS[8] aborted index zset
+-- KEYS[6] recovery marker, KEYS[7] open transactions hash, KEYS[8] aborted index zset,
+-- KEYS[9] ended transactions hash
 -- ARGV[1] key prefix, ARGV[2] notification channel, ARGV[3] now (ms), ARGV[4] producer id,
 -- ARGV[5] producer epoch, ARGV[6] 1 commit / 0 abort, ARGV[7] the marker batch,
--- ARGV[8] sequence floor (append.lua)
+-- ARGV[8] sequence floor (append.lua), ARGV[9] the transaction's serial number ('' for
+-- none): append.lua refuses that transaction's batches from now on
 -- Returns {log start, the marker's offset}, or an error reply; on error nothing is written.
 local meta, index, stats, gseq_key, producers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local txn_open, txn_aborted = KEYS[7], KEYS[8]
@@ -40,6 +42,10 @@ redis.call('ZADD', producers_seen_key(prefix), now, pid)
 
 local gseq = next_sequence(gseq_key, 1, tonumber(ARGV[8]))
 local offset = append_batch(o, meta, index, stats, prefix, archiving, batch, 1, gseq, now)
+local serial = tonumber(ARGV[9])
+if serial and serial > tonumber(redis.call('HGET', KEYS[9], pid) or -1) then
+  redis.call('HSET', KEYS[9], pid, serial)
+end
 local first = redis.call('HGET', txn_open, pid)
 if first then
   redis.call('HDEL', txn_open, pid)

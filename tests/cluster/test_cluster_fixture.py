@@ -254,12 +254,12 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
             ["new", b"", ""],
         ),
         "append": (
-            [*appending, p.txn_open],
-            [p.prefix, k.appended(TOPIC), now, floor, "", 1, -1, -1, -1, batch],
+            [*appending, p.txn_open, p.txn_ended],
+            [p.prefix, k.appended(TOPIC), now, floor, "", "", 1, -1, -1, -1, batch],
         ),
         "end_txn": (
-            [*appending, p.txn_open, p.txn_aborted],
-            [p.prefix, k.appended(TOPIC), now, 7, 0, 1, build_control_batch(7, 0, True), floor],
+            [*appending, p.txn_open, p.txn_aborted, p.txn_ended],
+            [p.prefix, k.appended(TOPIC), now, 7, 0, 1, build_control_batch(7, 0, True), floor, 1],
         ),
         "read": (
             [p.meta, p.index, p.txn_open, p.txn_aborted],

@@ -55,7 +55,7 @@ def test_every_key_matches_the_documented_layout(redis_url: str, pg_dsn: str) ->
                 )
                 await log.append(name, 0, [batch])
                 if seq == 0:
-                    await log.end_transaction(name, 0, 9, 0, commit=False)
+                    await log.end_transaction(name, 0, 9, 0, commit=False, transaction=1)
         await log.delete_records("t.1", 1, 2)  # DeleteRecords frees pages, adds no key
         await log.set_topic_defaults({"retention.ms": "86400000"})  # serve --config's
         quota = check_alteration([("client-id", "c")], [("producer_byte_rate", 1024.0, False)])

@@ -368,7 +368,9 @@ def test_a_batch_outside_the_ongoing_transaction_is_refused(broker, topic_name):
     create_topic(broker.bootstrap, topic, 1)
     tid = f"tx-{topic}"
 
-    def txn_produce(conn: Connection, value: bytes, pid: int, epoch: int, seq: int) -> int:
+    def txn_produce(
+        conn: Connection, value: bytes, pid: int, epoch: int, seq: int, txn_id: str | None = tid
+    ) -> int:
         batch = build_batch(
             [value], producer_id=pid, producer_epoch=epoch, base_sequence=seq, transactional=True
         )
@@ -377,7 +379,7 @@ def test_a_batch_outside_the_ongoing_transaction_is_refused(broker, topic_name):
             request(
                 0,
                 7,
-                transactional_id=tid,
+                transactional_id=txn_id,
                 acks=-1,
                 timeout=10_000,
                 topic_data=[{"name": topic, "partition_data": partition_data}],
@@ -415,6 +417,9 @@ def test_a_batch_outside_the_ongoing_transaction_is_refused(broker, topic_name):
         # Not added by AddPartitionsToTxn: refused.
         assert txn_produce(conn, b"unadded", pid, epoch, 0) == ErrorCode.invalid_txn_state
         add(conn, pid, epoch)
+        # Transactional records without their transactional id, as Kafka answers.
+        refused = txn_produce(conn, b"anonymous", pid, epoch, 0, txn_id=None)
+        assert refused == ErrorCode.transactional_id_authorization_failed
         assert txn_produce(conn, b"t1", pid, epoch, 0) == ErrorCode.none
         end(conn, pid, epoch, commit=False)
         # The batch the client timed out arrives after the abort, at the same epoch...

@@ -57,26 +57,43 @@ def denied_writes(
     }
 
 
+def first_transactional(records: dict[tuple[str, int], Any]) -> bytes | None:
+    """The first partition's first batch that is transactional, if one is (Kafka looks at
+    each partition's first batch: v3+ allows one batch per partition)."""
+    for data in records.values():
+        if data is not None and len(data) >= HEADER_SIZE and attributes(data) & ATTR_TRANSACTIONAL:
+            return data
+    return None
+
+
 async def outside_transaction(
     broker: Broker, request: Request, records: dict[tuple[str, int], Any]
-) -> dict[tuple[str, int], Appended]:
+) -> tuple[dict[tuple[str, int], Appended], int | None]:
     """A transactional producer's partitions that its ongoing transaction does not hold
     (AddPartitionsToTxn), refused, as Kafka's transaction.partition.verification does: a
     batch of a transaction that ended (the client timed the request out, aborted, and
     went on) would open a transaction no marker ends, holding read_committed readers
-    back for ever, and the producer's next commit there would commit it."""
+    back for ever, and the producer's next commit there would commit it. Also the serial
+    number of the transaction verified, for the appends (None: nothing transactional):
+    a marker written after this check still refuses them (append.lua). Transactional
+    batches without a transactional id are refused, as Kafka does."""
+    first = first_transactional(records)
+    if first is None:
+        return {}, None
     txn_id = getattr(request.body, "transactional_id", None)  # v3+
-    first = next((r for r in records.values() if r is not None and len(r) >= HEADER_SIZE), None)
-    if not txn_id or first is None or not attributes(first) & ATTR_TRANSACTIONAL:
-        return {}
+    if not txn_id:
+        refusal = TransactionalIdAuthorizationFailed(
+            "transactional records need a transactional id"
+        )
+        return {key: Appended(refusal) for key in records}, None
     producer_id, producer_epoch, _ = producer_fields(first)
-    outcome = await broker.transactions.verify_partitions(
+    outcome, serial = await broker.transactions.verify_for_append(
         txn_id, producer_id, producer_epoch, records
     )
     refused: dict[tuple[str, int], Appended] = {}
     for (topic, partition), error in outcome.items():
         if error in (TxnError.PRODUCER_FENCED, TxnError.INVALID_PRODUCER_EPOCH):
-            refusal: KafkaesqueError = InvalidProducerEpoch(
+            refusal = InvalidProducerEpoch(
                 f"producer {producer_id} epoch {producer_epoch} of {txn_id} is fenced"
             )
         elif error:
@@ -87,7 +104,7 @@ async def outside_transaction(
         else:
             continue
         refused[topic, partition] = Appended(refusal)
-    return refused
+    return refused, serial
 
 
 async def produce(broker: Broker, request: Request) -> Any:
@@ -97,17 +114,16 @@ async def produce(broker: Broker, request: Request) -> Any:
         codes = {key: (ErrorCode.invalid_required_acks, Appended()) for key in records}
     else:
         denied = denied_writes(broker, request, records)
-        if getattr(body, "transactional_id", None):  # v3+; nothing more for the others
-            denied.update(
-                await outside_transaction(
-                    broker, request, {k: r for k, r in records.items() if k not in denied}
-                )
-            )
+        refused, transaction = await outside_transaction(
+            broker, request, {k: r for k, r in records.items() if k not in denied}
+        )
+        denied.update(refused)
         # acks=all waits up to the request's timeout for the append to be durable.
         results = await broker.partitions.append_many(
             {key: r for key, r in records.items() if key not in denied},
             acks_all=body.acks == -1,
             timeout_ms=body.timeout_ms,
+            transaction=transaction,
         )
         results.update(denied)
         codes = {key: (error_code(r.error), r) for key, r in results.items()}
