@@ -130,6 +130,13 @@ class ArchivingLog:
             return False
         return int((await self.redis.info("persistence")).get("aof_enabled", 0)) == 1
 
+    async def connected_replicas(self) -> int:
+        """How many replicas the server has connected (INFO replication; 0 on a cluster,
+        whose shards each have their own)."""
+        if self.keys.cluster:
+            return 0
+        return int((await self.redis.info("replication")).get("connected_slaves", 0))
+
     async def mark_archived(
         self, topic: str, partition: int, through: int, release: bool = False
     ) -> None:

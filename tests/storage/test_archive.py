@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import signal
+import time
 from pathlib import Path
 
 import asyncpg
@@ -277,6 +279,50 @@ def test_pages_are_fsynced_in_redis_before_the_archive_commits_them(
 
 def test_without_an_aof_there_is_no_fsync_to_wait_for(redis_url: str, pg_dsn: str) -> None:
     assert "cmdstat_waitaof" not in asyncio.run(archive_three_pages(redis_url, pg_dsn))
+
+
+def test_every_connected_replica_has_the_pages_before_the_archive_commits_them(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    """With --min-insync-replicas 1 (no replica asked of appends) the archiver still waits
+    for every connected replica: one Sentinel promotes must not lack what the archive
+    holds, or it would hand those offsets out again. A stalled replica holds archiving
+    back (told as a problem); the pages go once it has them."""
+    primary = RedisServer(tmp_path / "primary", extra_args=["--repl-diskless-sync-delay", "0"])
+    replica = RedisServer(
+        tmp_path / "replica", extra_args=["--replicaof", "127.0.0.1", str(primary.port)]
+    )
+
+    async def scenario() -> None:
+        log = make_log(primary.url)
+        deadline = time.monotonic() + 30
+        while (await log.redis.info("replication")).get("slave0", {}).get("state") != "online":
+            assert time.monotonic() < deadline, "the replica never synced"
+            await asyncio.sleep(0.05)
+        assert await log.redis.execute_command("WAIT", 1, 30_000) == 1  # and has loaded
+        await log.create_topic(TopicConfig("t", 1, page_size=2))
+        for i in range(3):
+            await produce(log, "t", 0, [b"%d" % i, b"x"])
+        pool = await create_pool(pg_dsn)
+        archiver = Archiver(log, pool, idle_close_ms=0, replica_timeout=0.3)
+        replica.proc.send_signal(signal.SIGSTOP)
+        try:
+            summary = await archiver.run_once()
+        finally:
+            replica.proc.send_signal(signal.SIGCONT)
+        assert summary.rows == 0 and await archived_rows(pg_dsn) == []
+        [problem] = summary.problems
+        assert "did not confirm" in problem and "at 1 replica" in problem, problem
+        archiver.replica_timeout = 4.0  # a resumed replica acknowledges within a second
+        summary = await archiver.run_once()
+        assert (summary.rows, summary.problems) == (6, [])
+        await pool.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        replica.stop()
+        primary.stop()
 
 
 def test_out_of_range_timestamps(redis_url: str, pg_dsn: str) -> None:
