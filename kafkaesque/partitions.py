@@ -349,7 +349,7 @@ class Partitions(ReadingPartitions):
         the largest timestamp), EARLIEST_LOCAL (the first offset in Redis), LATEST_TIERED
         (the last archived), or ms: the first record at or after it. None when there is
         none, as Kafka answers -1. With ``committed`` (READ_COMMITTED) LATEST is the last
-        stable offset."""
+        stable offset, and a search by time finds nothing at or past it."""
         config = await self.log.topic(topic)
         if not 0 <= partition < config.partitions:
             raise UnknownTopic(f"unknown topic or partition: {topic}[{partition}]")
@@ -376,7 +376,13 @@ class Partitions(ReadingPartitions):
             raise UnsupportedLookup(f"offset lookup {timestamp} is not supported")
         else:
             found = await self.log.offset_for_timestamp(topic, partition, timestamp)
-        return None if found is None else FoundOffset(found[0], found[1], epoch)
+        if found is None:
+            return None
+        # READ_COMMITTED finds nothing at or past the last stable offset, as in Kafka: a
+        # reader placed there would stand in a transaction that may yet abort.
+        if committed and found[0] >= await self.log.last_stable_offset(topic, partition):
+            return None
+        return FoundOffset(found[0], found[1], epoch)
 
     async def epoch_end_offset(
         self, topic: str, partition: int, epoch: int, current_leader_epoch: int = NO_EPOCH

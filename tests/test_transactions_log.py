@@ -16,7 +16,7 @@ from kafkaesque.compaction import Compactor
 from kafkaesque.consume import Consumer
 from kafkaesque.errors import InvalidProducerEpoch, InvalidRecord, UnknownTopic
 from kafkaesque.log import Log
-from kafkaesque.partitions import LATEST, Partitions
+from kafkaesque.partitions import LATEST, MAX_TIMESTAMP, Partitions
 from kafkaesque.records import (
     check_batch,
     control_type,
@@ -30,6 +30,7 @@ from kafkaesque.records import (
 from kafkaesque.topic_config import TopicConfig
 
 PID, OTHER = 1000, 2000
+TXN = {"producer_id": PID, "producer_epoch": 0, "base_sequence": 0, "transactional": True}
 
 
 def txn(values: list[bytes], pid: int = PID, epoch: int = 0, seq: int = 0) -> bytes:
@@ -127,6 +128,35 @@ def test_commit_and_abort_move_the_last_stable_offset(make_log: Callable[[], Log
         # A read from inside the aborted range still learns of the abort; one after it not.
         assert (await log.read("t", 0, 4, committed=True)).aborted == [(PID, 1, 6)]
         assert (await log.read("t", 0, 7, committed=True)).aborted == []
+
+    asyncio.run(scenario())
+
+
+def test_committed_lookups_by_time_stop_at_the_last_stable_offset(
+    make_log: Callable[[], Log],
+) -> None:
+    """ListOffsets by time (and MAX_TIMESTAMP) under READ_COMMITTED finds no offset at or
+    past the last stable offset, as Kafka answers: a reader placed there would wait on a
+    transaction that may abort."""
+
+    async def scenario() -> None:
+        log = make_log()
+        await log.create_topic(TopicConfig("t", 1))
+        parts = Partitions(log)
+        await log.append("t", 0, [build_batch([b"p0"], timestamp=1000)])  # 0
+        await log.append(
+            "t", 0, [build_batch([b"a0"], timestamp=2000, **TXN)]
+        )  # 1: PID's transaction, open
+        await log.append("t", 0, [build_batch([b"p1"], timestamp=3000)])  # 2
+        for committed, expected in ((False, [0, 1, 2, 2]), (True, [0, None, None, None])):
+            found = [
+                await parts.list_offset("t", 0, ts, committed=committed)
+                for ts in (500, 1500, 2500, MAX_TIMESTAMP)
+            ]
+            assert [f and f.offset for f in found] == expected, committed
+        await parts.write_markers([("t", 0)], PID, 0, commit=True)  # 3
+        found = await parts.list_offset("t", 0, 2500, committed=True)
+        assert found is not None and found.offset == 2
 
     asyncio.run(scenario())
 
