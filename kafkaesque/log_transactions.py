@@ -123,12 +123,17 @@ class TransactionsLog:
         pipe = self.redis.pipeline(transaction=not self.cluster)
         for number in numbers:
             p = self.keys.partition(topic, number)
-            pipe.hget(p.meta, "end")
+            pipe.hmget(p.meta, "end", "start", "floor")
             pipe.hvals(p.txn_open)
         replies = await pipe.execute()
         found = []
-        for number, end, firsts in zip(numbers, replies[::2], replies[1::2], strict=True):
+        for number, (end, start, floor), firsts in zip(
+            numbers, replies[::2], replies[1::2], strict=True
+        ):
             if end is None:
                 raise UnknownTopic(f"unknown topic or partition: {topic}[{number}]")
-            found.append(min([int(end), *map(int, firsts)]))
+            # Not below the log start: a transaction whose start DeleteRecords or
+            # retention removed holds no reader back there (partition_read.lua).
+            oldest = min([int(end), *map(int, firsts)])
+            found.append(max(oldest, int(start or 0), int(floor or 0)))
         return found

@@ -161,6 +161,26 @@ def test_committed_lookups_by_time_stop_at_the_last_stable_offset(
     asyncio.run(scenario())
 
 
+def test_the_last_stable_offset_is_never_below_the_log_start(
+    make_log: Callable[[], Log],
+) -> None:
+    """DeleteRecords past an open transaction's first offset: the last stable offset is
+    the new log start, as in Kafka, not an offset no reader can fetch."""
+
+    async def scenario() -> None:
+        log = make_log()
+        await log.create_topic(TopicConfig("t", 1))
+        await log.append("t", 0, [txn([b"a0"])])  # 0: PID's transaction, open
+        await log.append("t", 0, [plain([b"p0"]), plain([b"p1"])])  # 1, 2
+        assert await log.last_stable_offset("t", 0) == 0
+        await log.delete_records("t", 0, 2)
+        assert await log.last_stable_offset("t", 0) == 2
+        read = await log.read("t", 0, 2, committed=True)
+        assert (read.log_start, read.last_stable) == (2, 2)
+
+    asyncio.run(scenario())
+
+
 def test_committed_reads_stop_before_a_straddling_batch(make_log: Callable[[], Log]) -> None:
     async def scenario() -> None:
         log = make_log()

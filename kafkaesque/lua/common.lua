@@ -349,7 +349,8 @@ local function finish_append(o, meta, index, stats, prefix, archiving)
   return start
 end
 
--- The last stable offset: the first offset of the oldest open transaction, else the log end.
+-- The first offset of the oldest open transaction, else the log end (the last stable offset,
+-- once raised to the log start: partition_read.lua).
 local function last_stable(txn_open, log_end)
   local lso = log_end
   for _, first in ipairs(redis.call('HVALS', txn_open)) do

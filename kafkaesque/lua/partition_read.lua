@@ -37,6 +37,10 @@ local function read_partition(keys, prefix, offset, max_bytes, max_records, min_
   end
   local floor = tonumber(m[3] or 0)
   start = math.max(start, floor)
+  -- A transaction whose start was deleted (DeleteRecords, retention) holds back no reader
+  -- below the log start, as in Kafka.
+  lso = math.max(lso, start)
+  limit = committed and lso or log_end
   if offset < floor then return {READ_DELETED, start, log_end, epoch, lso, aborted}, 0 end
   if offset < start then return {READ_BELOW_START, start, log_end, epoch, lso, aborted}, 0 end
   if offset > log_end then return {READ_PAST_END, start, log_end, epoch, lso, aborted}, 0 end
