@@ -241,6 +241,17 @@ class ConsumerGroupCoordinator:
 # -- hooks of the classic coordinator (kafkaesque/groups.py), called under the group's lock --
 
 
+async def consumer_group_subscriptions(
+    redis: Redis, keys: Keys, group_id: str
+) -> tuple[bool, frozenset[str]] | None:
+    """For offset expiry: whether the consumer group has members, and the topics they
+    subscribe to (by name or regex, as last resolved); None if ``group_id`` is none."""
+    group = await _load(redis, keys, group_id)
+    if group is None:
+        return None
+    return bool(group.members), frozenset(group.topics) if group.members else frozenset()
+
+
 async def make_room_for_classic(redis: Redis, keys: Keys, group_id: str) -> bool:
     """Whether a classic JoinGroup may go on: not while a consumer group of that id has
     members (INCONSISTENT_GROUP_PROTOCOL); an empty one is dropped, offsets kept."""

@@ -21,7 +21,11 @@ from typing import Any, NamedTuple
 from redis.asyncio import Redis
 
 from kafkaesque.clock import now_ms as _now_ms
-from kafkaesque.consumer_group import consumer_commit_error, make_room_for_classic
+from kafkaesque.consumer_group import (
+    consumer_commit_error,
+    consumer_group_subscriptions,
+    make_room_for_classic,
+)
 from kafkaesque.consumer_group_state import ConsumerGroupError
 from kafkaesque.consumer_protocol import decode_assignment as decode_consumer_assignment
 from kafkaesque.errors import GroupBusy
@@ -232,6 +236,8 @@ class GroupCoordinator:
         async with self._lock(group_id):
             group = await self.load(group_id)
             if group is None:
+                if sweep:  # a consumer group (KIP-848) has only its offsets here
+                    await self._expire_consumer_group_offsets(group_id, now)
                 return
             if sweep and group.members:
                 await self.redis.sadd(self.keys.groups_active, group_id)
@@ -263,6 +269,25 @@ class GroupCoordinator:
         )
         if long_empty and len(expired) == len(committed):
             await self._drop(group.group_id)
+
+    async def _expire_consumer_group_offsets(self, group_id: str, now: int) -> None:
+        """A consumer group's offsets of topics no member subscribes to, past
+        offsets.retention.minutes from their commit, dropped; the group too once it is
+        empty and has none left, as Kafka's group coordinator does."""
+        found = await consumer_group_subscriptions(self.redis, self.keys, group_id)
+        if found is None:
+            return
+        has_members, subscribed = found
+        retention = self.config.offsets_retention_ms
+        committed = await self.offsets.read(group_id)
+        expired = [
+            tp
+            for tp, c in committed.items()
+            if tp[0] not in subscribed and c.commit_ms + retention <= now
+        ]
+        await self.offsets.delete(group_id, expired)
+        if not has_members and len(expired) == len(committed):
+            await self._drop(group_id)
 
     async def tick_all(self, sweep: bool = False) -> None:
         """Tick every group with members; with ``sweep``, every group there is (empty
@@ -370,12 +395,14 @@ class GroupCoordinator:
         pipe = self.redis.pipeline(transaction=True)
         pipe.delete(
             self.keys.group(group_id),
+            self.keys.group(group_id, ":consumer"),  # a consumer group's (KIP-848) state
             self.keys.group(group_id, ":offsets"),
             self.keys.group(group_id, ":heartbeats"),
         )
+        index = [self.keys.groups, self.keys.groups_active, self.keys.consumer_groups_active]
         if not self.keys.cluster:
-            pipe.srem(self.keys.groups, group_id)
-            pipe.srem(self.keys.groups_active, group_id)
+            for key in index:
+                pipe.srem(key, group_id)
         await pipe.execute()
         if self.keys.cluster:  # after: see group_offsets.indexed
-            await indexed(self.redis, group_id, [], [self.keys.groups, self.keys.groups_active])
+            await indexed(self.redis, group_id, [], index)

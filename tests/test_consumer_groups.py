@@ -64,3 +64,38 @@ def test_classic_views_delete_and_hooks(make_log: Callable[[], Log]) -> None:
         await classic.stop()
 
     asyncio.run(scenario())
+
+
+def test_offsets_of_a_consumer_group_expire_after_the_retention(
+    make_log: Callable[[], Log],
+) -> None:
+    """offsets.retention.minutes for a consumer group (KIP-848), as Kafka's coordinator:
+    offsets of topics no member subscribes to expire that long after their commit; an
+    empty group's all do, and the group goes with them."""
+    minute = 60_000
+    now = [0]
+
+    async def scenario() -> None:
+        log = make_log()
+        for name in ("t", "u"):
+            await log.create_topic(TopicConfig(name, 1))
+        consumer = ConsumerGroupCoordinator(log)
+        config = CoordinatorConfig(initial_rebalance_delay_ms=0, offsets_retention_minutes=1)
+        classic = GroupCoordinator(log.redis, config, clock=lambda: now[0])
+        now[0] = 1_000_000
+        member = Heartbeat("m", 0, rebalance_timeout_ms=1000, topics=["t"])
+        joined = await consumer.heartbeat("cg", member, 1)
+        offsets = {("t", 0): (4, "", -1), ("u", 0): (7, "", -1)}
+        assert await classic.commit("cg", joined.epoch, "m", None, offsets) == 0
+        now[0] += minute - 1
+        await classic.tick_all(sweep=True)
+        assert set(await classic.committed("cg")) == {("t", 0), ("u", 0)}
+        now[0] += 1
+        await classic.tick_all(sweep=True)
+        assert set(await classic.committed("cg")) == {("t", 0)}  # the member reads t
+        await consumer.heartbeat("cg", Heartbeat("m", -1), 1)  # leaves: the group is empty
+        await classic.tick_all(sweep=True)
+        assert "cg" not in await classic.list_groups()
+        assert await classic.committed("cg") == {} and await consumer.load("cg") is None
+
+    asyncio.run(scenario())
