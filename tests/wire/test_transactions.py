@@ -962,3 +962,32 @@ def test_kafka_python_read_committed_skips_aborted(broker, topic_name):
     expected = KAFKA_PYTHON_OWN + [f"{value_of(i)}!".encode() for i in range(count)]
     values = consume_all(broker.bootstrap, sink, 2, "read_committed", len(expected))
     assert sorted(values) == sorted(expected)
+
+
+def test_more_than_one_batch_per_partition_is_refused(broker, topic_name):
+    """Produce v3+ carries exactly one batch per partition (Kafka answers INVALID_RECORD
+    otherwise): a transactional batch behind a plain one would slip past the transactional
+    id's checks and open a transaction no marker ends, holding the last stable offset."""
+    topic = topic_name()
+    create_topic(broker.bootstrap, topic, 1)
+    plain = build_batch([b"plain"])
+    hanging = build_batch(
+        [b"hang"], producer_id=4242, producer_epoch=0, base_sequence=0, transactional=True
+    )
+    with Connection(broker.bootstrap) as conn:
+        for records in (plain + hanging, plain + plain):
+            response = conn.request(
+                request(
+                    0,
+                    7,
+                    transactional_id=None,
+                    acks=-1,
+                    timeout=10_000,
+                    topic_data=[
+                        {"name": topic, "partition_data": [{"index": 0, "records": records}]}
+                    ],
+                )
+            )
+            code = response.responses[0].partition_responses[0].error_code
+            assert code == ErrorCode.invalid_record
+        assert latest(conn, topic, 0) == latest(conn, topic, 1) == 0  # nothing written

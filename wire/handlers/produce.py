@@ -57,9 +57,24 @@ def denied_writes(
     }
 
 
+def more_than_one_batch(records: dict[tuple[str, int], Any]) -> dict[tuple[str, int], Appended]:
+    """Partitions whose records hold more than one batch, refused INVALID_RECORD as Kafka
+    refuses them on Produce v3+ ("exactly one record batch per partition"): the checks of
+    a transactional producer look at each partition's batch, and a second one would slip
+    past them."""
+    refused = {}
+    for key, data in records.items():
+        # baseOffset (8 bytes), batchLength (4), then batchLength bytes.
+        if data is not None and len(data) >= 12 and len(data) > 12 + int.from_bytes(data[8:12]):
+            refused[key] = Appended(
+                InvalidRecord("Produce v3+ allows exactly one record batch per partition")
+            )
+    return refused
+
+
 def first_transactional(records: dict[tuple[str, int], Any]) -> bytes | None:
-    """The first partition's first batch that is transactional, if one is (Kafka looks at
-    each partition's first batch: v3+ allows one batch per partition)."""
+    """The first partition's batch that is transactional, if one is (one batch per
+    partition: ``more_than_one_batch``)."""
     for data in records.values():
         if data is not None and len(data) >= HEADER_SIZE and attributes(data) & ATTR_TRANSACTIONAL:
             return data
@@ -114,6 +129,10 @@ async def produce(broker: Broker, request: Request) -> Any:
         codes = {key: (ErrorCode.invalid_required_acks, Appended()) for key in records}
     else:
         denied = denied_writes(broker, request, records)
+        if request.api_version >= 3:
+            denied.update(
+                more_than_one_batch({k: r for k, r in records.items() if k not in denied})
+            )
         refused, transaction = await outside_transaction(
             broker, request, {k: r for k, r in records.items() if k not in denied}
         )
