@@ -188,6 +188,17 @@ class OffsetStore:
         return clamped
 
 
+async def pending_transactional(redis: Redis, keys: Keys, group_id: str) -> set[TopicPartition]:
+    """The group's partitions with offsets pending on an open transaction (staged by
+    TxnOffsetCommit, kafkaesque.txn_offsets, as "transactional id NUL topic NUL
+    partition"): the group and those offsets are kept from expiry, as in Kafka."""
+    pending = set()
+    for raw in await redis.hkeys(keys.group_txn_offsets(group_id)):
+        _, topic, partition = raw.decode().split("\0")
+        pending.add((topic, int(partition)))
+    return pending
+
+
 async def indexed(redis: Redis, group_id: str, added: list[str], removed: list[str]) -> None:
     """On a cluster the index sets (groups, groups:active, groups:consumer) are in the
     catalog's slot, apart from a group's keys, so no MULTI holds both. The rule instead:

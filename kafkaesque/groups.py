@@ -29,7 +29,13 @@ from kafkaesque.consumer_group import (
 from kafkaesque.consumer_group_state import ConsumerGroupError
 from kafkaesque.consumer_protocol import decode_assignment as decode_consumer_assignment
 from kafkaesque.errors import GroupBusy
-from kafkaesque.group_offsets import CommittedOffset, OffsetStore, indexed, save_group
+from kafkaesque.group_offsets import (
+    CommittedOffset,
+    OffsetStore,
+    indexed,
+    pending_transactional,
+    save_group,
+)
 from kafkaesque.group_rules import (
     FIRST_EPOCH_AWARE_COMMIT,
     commit_error,
@@ -255,11 +261,14 @@ class GroupCoordinator:
         Called under the group's lock."""
         retention = self.config.offsets_retention_ms
         committed = await self.offsets.read(group.group_id)
+        # Offsets an open transaction holds for the group keep it, and their partitions.
+        pending = await pending_transactional(self.redis, self.keys, group.group_id)
         expired = [
             tp
             for tp, c in committed.items()
             if (start := offset_expires_from(group, tp[0], c.commit_ms)) is not None
             and start + retention <= now
+            and tp not in pending
         ]
         await self.offsets.delete(group.group_id, expired)
         long_empty = (
@@ -267,7 +276,7 @@ class GroupCoordinator:
             and (group.empty_since_ms or 0) + retention <= now
             and not any(t > now for t in group.pending.values())  # ids handed out
         )
-        if long_empty and len(expired) == len(committed):
+        if long_empty and len(expired) == len(committed) and not pending:
             await self._drop(group.group_id)
 
     async def _expire_consumer_group_offsets(self, group_id: str, now: int) -> None:
@@ -280,13 +289,14 @@ class GroupCoordinator:
         has_members, subscribed = found
         retention = self.config.offsets_retention_ms
         committed = await self.offsets.read(group_id)
+        pending = await pending_transactional(self.redis, self.keys, group_id)
         expired = [
             tp
             for tp, c in committed.items()
-            if tp[0] not in subscribed and c.commit_ms + retention <= now
+            if tp[0] not in subscribed and c.commit_ms + retention <= now and tp not in pending
         ]
         await self.offsets.delete(group_id, expired)
-        if not has_members and len(expired) == len(committed):
+        if not has_members and len(expired) == len(committed) and not pending:
             await self._drop(group_id)
 
     async def tick_all(self, sweep: bool = False) -> None:

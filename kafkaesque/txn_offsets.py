@@ -13,7 +13,7 @@ from redis.exceptions import LockError
 
 from kafkaesque.consumer_group import consumer_commit_error
 from kafkaesque.consumer_group_state import ConsumerGroupError
-from kafkaesque.group_offsets import CommittedOffset
+from kafkaesque.group_offsets import CommittedOffset, pending_transactional
 from kafkaesque.group_rules import check_member
 from kafkaesque.group_types import MAX_METADATA, GroupError, GroupState
 from kafkaesque.groups import GroupCoordinator
@@ -116,12 +116,7 @@ class TxnOffsetStore:
     async def pending_offsets(self, group_id: str) -> set[TopicPartition]:
         """The group's partitions with offsets pending on an open transaction (OffsetFetch
         require_stable answers UNSTABLE_OFFSET_COMMIT for them)."""
-        fields = await self.redis.hkeys(self.keys.group_txn_offsets(group_id))
-        pending = set()
-        for raw in fields:
-            _, topic, partition = raw.decode().split("\0")
-            pending.add((topic, int(partition)))
-        return pending
+        return await pending_transactional(self.redis, self.keys, group_id)
 
     async def _settle_offsets(self, group_id: str, transactional_id: str, commit: bool) -> None:
         key = self.keys.group_txn_offsets(group_id)

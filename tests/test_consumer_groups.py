@@ -15,7 +15,10 @@ from kafkaesque.consumer_group_state import ConsumerGroupError, Heartbeat
 from kafkaesque.group_state import GroupError, JoinRequest
 from kafkaesque.groups import CoordinatorConfig, GroupCoordinator
 from kafkaesque.log import Log
+from kafkaesque.partitions import Partitions
 from kafkaesque.topic_config import TopicConfig
+from kafkaesque.transactions import TxnError
+from kafkaesque.txn_store import TransactionCoordinator
 from tests.kafka_client import decode_assignment
 from wire.handlers.consumer_groups import described_as_classic
 
@@ -97,5 +100,50 @@ def test_offsets_of_a_consumer_group_expire_after_the_retention(
         await classic.tick_all(sweep=True)
         assert "cg" not in await classic.list_groups()
         assert await classic.committed("cg") == {} and await consumer.load("cg") is None
+
+    asyncio.run(scenario())
+
+
+def test_offsets_pending_on_a_transaction_keep_their_group(make_log: Callable[[], Log]) -> None:
+    """An empty group whose only offsets are pending on an open transaction (TxnOffsetCommit)
+    is not dropped by the sweep, nor are such partitions' committed offsets expired, as in
+    Kafka: the commit would land in a group no index lists, never archived, never expired."""
+    minute = 60_000
+    now = [1_000_000]
+
+    async def scenario() -> None:
+        log = make_log()
+        await log.ensure_recovered()
+        await log.create_topic(TopicConfig("t", 2))
+        consumer = ConsumerGroupCoordinator(log)
+        config = CoordinatorConfig(initial_rebalance_delay_ms=0, offsets_retention_minutes=1)
+        classic = GroupCoordinator(log.redis, config, clock=lambda: now[0])
+        txns = TransactionCoordinator(log, Partitions(log), classic, clock=lambda: now[0])
+        init = await txns.init_producer("tx", 600_000)
+        pid, epoch = init.producer_id, init.producer_epoch
+        # A consumer group (KIP-848) with nothing committed, and a classic one whose
+        # committed offset of t-1 is past its retention.
+        joined = await consumer.heartbeat(
+            "cg", Heartbeat("m", 0, rebalance_timeout_ms=1000, topics=["t"]), 1
+        )
+        assert await classic.commit("solo", -1, "", None, {("t", 1): (3, "", -1)}) == 0
+        for group in ("cg", "solo"):
+            assert await txns.add_offsets("tx", pid, epoch, group) == TxnError.NONE
+        member = {"cg": (joined.epoch, "m"), "solo": (-1, "")}
+        for group, (generation, member_id) in member.items():
+            codes = await txns.commit_offsets(
+                "tx", group, pid, epoch, {("t", 1): (5, None, -1)}, generation, member_id
+            )
+            assert codes == {("t", 1): 0}
+        await consumer.heartbeat("cg", Heartbeat("m", -1), 1)  # the member leaves
+        now[0] += 2 * minute
+        await classic.tick_all(sweep=True)
+        assert {"cg", "solo"} <= set(await classic.list_groups()), "dropped with offsets pending"
+        assert (await classic.committed("solo"))[("t", 1)].offset == 3  # not expired
+        assert await txns.end("tx", pid, epoch, True) == TxnError.NONE
+        for group in ("cg", "solo"):
+            assert (await classic.committed(group))[("t", 1)].offset == 5
+        snapshot = await classic.offsets.snapshot()
+        assert snapshot is not None and {"cg", "solo"} <= set(snapshot.groups)
 
     asyncio.run(scenario())
