@@ -10,11 +10,11 @@ import time
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
-from redis.exceptions import WatchError
+from redis.exceptions import AskError, WatchError
 
 from kafkaesque.durability import Durability
 from kafkaesque.errors import NotDurable, UnknownTopic
-from kafkaesque.keys import Keys
+from kafkaesque.keys import Keys, is_cluster
 from kafkaesque.scripts import Scripts
 from kafkaesque.sequence import Ids
 from kafkaesque.slots import slot_of
@@ -107,35 +107,50 @@ class ArchivingLog:
         return pages
 
     async def replicated(
-        self, topic: str, partition: int, replicas: int, timeout_ms: int, fsync: bool = False
-    ) -> bool:
-        """Whether everything read from the partition so far is durable: fsynced to the
-        server's AOF (``fsync``) and at ``replicas`` Redis replicas. One write in its slot
-        (archive_barrier.lua), then the waits an acks=all append makes (Durability) on
-        that connection: they count its last write, whose offset covers every earlier
-        write of the server, so the pages read are covered too."""
+        self, topic: str, partition: int, replicas: int, timeout_ms: int
+    ) -> tuple[bool, Durability]:
+        """Whether everything read from the partition so far is durable on the server
+        serving it (on a cluster, its shard's primary): fsynced to its AOF when it has
+        one, and at every replica of it in sync, at least ``replicas``; and what that
+        took. One write in the partition's slot (archive_barrier.lua), then the waits an
+        acks=all append makes (Durability) on that connection: they count its last write,
+        whose offset covers every earlier write of the server, so the pages read are
+        covered too."""
         meta = self.keys.partition(topic, partition).meta
-        async with self.redis.client() as connection:
+        try:
+            return await self._replicated(meta, replicas, timeout_ms)
+        except AskError:  # MOVED too: the slot moved; the next pass asks its new node
+            await self.redis.refresh_slots()  # type: ignore[attr-defined]
+            return False, Durability(False, replicas)
+
+    async def _replicated(
+        self, meta: str, replicas: int, timeout_ms: int
+    ) -> tuple[bool, Durability]:
+        # A connection of its own to the server holding the partition (on a cluster, the
+        # primary of its slot, by redis-py's slot map).
+        redis = self.redis
+        server = await redis.for_key(meta) if is_cluster(redis) else redis  # type: ignore[attr-defined]
+        async with server.client() as connection:
+            persistence = await connection.info("persistence")
+            replication = await connection.info("replication")
+            # A replica still in its first sync (not "online") is one WAIT never counts.
+            online = sum(
+                1
+                for name, value in replication.items()
+                if name.startswith("slave")
+                and isinstance(value, dict)
+                and value.get("state") == "online"
+            )
+            fsync = int(persistence.get("aof_enabled", 0)) == 1
+            wanted = Durability(fsync, max(replicas, online))
+            if not wanted.waits:
+                return True, wanted
             await self.scripts.archive_barrier([meta], [], client=connection)
             try:
-                await Durability(fsync, replicas).wait(connection, timeout_ms)
+                await wanted.wait(connection, timeout_ms)
             except NotDurable:
-                return False
-        return True
-
-    async def aof_enabled(self) -> bool:
-        """Whether the server writes an AOF (INFO persistence; never on a cluster, whose
-        shards each have their own)."""
-        if self.keys.cluster:
-            return False
-        return int((await self.redis.info("persistence")).get("aof_enabled", 0)) == 1
-
-    async def connected_replicas(self) -> int:
-        """How many replicas the server has connected (INFO replication; 0 on a cluster,
-        whose shards each have their own)."""
-        if self.keys.cluster:
-            return 0
-        return int((await self.redis.info("replication")).get("connected_slaves", 0))
+                return False, wanted
+        return True, wanted
 
     async def mark_archived(
         self, topic: str, partition: int, through: int, release: bool = False

@@ -5,45 +5,31 @@ archive would never take the new records, and Redis would drop them as archived.
 
 from __future__ import annotations
 
-import time
-
+from kafkaesque.durability import Durability
 from kafkaesque.log import Log
-
-ASK_AGAIN_S = 10.0  # how long what Redis said of its AOF and replicas is trusted
 
 
 class DurableBarrier:
-    """Fsynced to Redis' AOF (when it has one) and at every connected Redis replica, at
-    least ``replicas`` of them: the archiver is no producer waiting, and a replica Sentinel
-    promotes must not lack what the archive holds, whatever acks=all asks of appends."""
+    """Fsynced to the AOF of the server serving a partition (when it has one) and at every
+    replica of it in sync, at least ``replicas`` of them: the archiver is no producer
+    waiting, and a replica Sentinel or a cluster promotes must not lack what the archive
+    holds, whatever acks=all asks of appends (Log.replicated)."""
 
     def __init__(self, log: Log, replicas: int) -> None:
         self.log = log
         self.replicas = replicas
-        self._fsync = False
-        self._connected = 0
-        self._asked = -ASK_AGAIN_S  # when INFO was last asked (time.monotonic())
+        self._last = Durability(False, replicas)  # what the last partition waited for
 
     async def holds(self, topic: str, partition: int, timeout: float) -> bool:
         """Whether everything read from the partition so far is durable, waiting at most
-        ``timeout`` seconds (Log.replicated)."""
-        if time.monotonic() - self._asked >= ASK_AGAIN_S:
-            self._fsync = await self.log.aof_enabled()
-            self._connected = await self.log.connected_replicas()
-            self._asked = time.monotonic()
-        wanted = max(self.replicas, self._connected)
-        if wanted <= 0 and not self._fsync:
-            return True
-        held = await self.log.replicated(
-            topic, partition, wanted, int(timeout * 1000), fsync=self._fsync
+        ``timeout`` seconds."""
+        held, self._last = await self.log.replicated(
+            topic, partition, self.replicas, int(timeout * 1000)
         )
-        if not held:
-            self._asked = -ASK_AGAIN_S  # a replica may have gone, the AOF off: ask again
         return held
 
     def __str__(self) -> str:
-        wanted = ["fsynced to its AOF"] if self._fsync else []
-        replicas = max(self.replicas, self._connected)
-        if replicas > 0:
-            wanted.append(f"at {replicas} replica(s)")
+        wanted = ["fsynced to its AOF"] if self._last.fsync else []
+        if self._last.replicas > 0:
+            wanted.append(f"at {self._last.replicas} replica(s)")
         return " and ".join(wanted)

@@ -105,9 +105,9 @@ def test_steady_appends_are_sent_already_placed(make_log: Callable[[], Log]) -> 
         sent: list[bytes] = []
         real = log._append_call
 
-        def spy(topic: str, partition: int, batches: Sequence[bytes]) -> Any:
+        def spy(topic: str, partition: int, batches: Sequence[bytes], *rest: Any) -> Any:
             sent.extend(batches)
-            return real(topic, partition, batches)
+            return real(topic, partition, batches, *rest)
 
         log._append_call = spy  # type: ignore[method-assign]
         await log.append("t", 0, [big_batch(b"a"), big_batch(b"b")])
