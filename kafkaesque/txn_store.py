@@ -286,20 +286,6 @@ class TransactionCoordinator(TxnOffsetStore):
         except LockError:
             return TxnError.CONCURRENT_TRANSACTIONS
 
-    async def verify_partitions(
-        self,
-        transactional_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        partitions: Iterable[TopicPartition],
-    ) -> dict[TopicPartition, TxnError]:
-        """AddPartitionsToTxn v4+ verify_only: whether each partition is in the
-        transaction (NONE) or not (INVALID_TXN_STATE); nothing changes."""
-        outcome, _ = await self.verify_for_append(
-            transactional_id, producer_id, producer_epoch, partitions
-        )
-        return outcome
-
     async def verify_for_append(
         self,
         transactional_id: str,
@@ -307,10 +293,12 @@ class TransactionCoordinator(TxnOffsetStore):
         producer_epoch: int,
         partitions: Iterable[TopicPartition],
     ) -> tuple[dict[TopicPartition, TxnError], int]:
-        """``verify_partitions``, and the serial number of the transaction verified: a
-        Produce appends with it (Log.append's ``transaction``), so that its batches are
-        refused on a partition where that transaction's marker got first (Kafka's
-        verification guard)."""
+        """Whether each partition is in the ongoing transaction (NONE) or not
+        (INVALID_TXN_STATE), nothing changed (AddPartitionsToTxn v4+ verify_only, and
+        Produce's check); and the serial number of the transaction verified: a Produce
+        appends with it (Log.append's ``transaction``), so that its batches are refused
+        on a partition where that transaction's marker got first (Kafka's verification
+        guard)."""
         wanted = set(partitions)
         txn = await self.load(transactional_id) if transactional_id else None
         error = (

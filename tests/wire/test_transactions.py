@@ -417,6 +417,25 @@ def test_a_batch_outside_the_ongoing_transaction_is_refused(broker, topic_name):
         # Not added by AddPartitionsToTxn: refused.
         assert txn_produce(conn, b"unadded", pid, epoch, 0) == ErrorCode.invalid_txn_state
         add(conn, pid, epoch)
+        # AddPartitionsToTxn v4+ verify_only (a broker's question): in the transaction.
+        verified = conn.request(
+            request(
+                24,
+                4,
+                transactions=[
+                    {
+                        "transactional_id": tid,
+                        "producer_id": pid,
+                        "producer_epoch": epoch,
+                        "verify_only": True,
+                        "topics": [{"name": topic, "partitions": [0]}],
+                    }
+                ],
+            )
+        )
+        [txn_result] = verified.results_by_transaction
+        [by_partition] = txn_result.topic_results[0].results_by_partition
+        assert by_partition.partition_error_code == ErrorCode.none
         # Transactional records without their transactional id, as Kafka answers.
         refused = txn_produce(conn, b"anonymous", pid, epoch, 0, txn_id=None)
         assert refused == ErrorCode.transactional_id_authorization_failed

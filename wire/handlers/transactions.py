@@ -150,10 +150,11 @@ async def add_partitions_to_txn(broker: Broker, request: Request) -> Any:
         )
     results = []
     for txn in body.transactions:
-        call = coordinator.verify_partitions if txn.verify_only else coordinator.add_partitions
-        outcome = await call(
-            txn.transactional_id, txn.producer_id, txn.producer_epoch, _partitions(txn.topics)
-        )
+        args = (txn.transactional_id, txn.producer_id, txn.producer_epoch)
+        if txn.verify_only:
+            outcome, _ = await coordinator.verify_for_append(*args, _partitions(txn.topics))
+        else:
+            outcome = await coordinator.add_partitions(*args, _partitions(txn.topics))
         results.append(
             build(
                 result_class,
