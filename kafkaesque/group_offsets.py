@@ -194,9 +194,21 @@ async def pending_transactional(redis: Redis, keys: Keys, group_id: str) -> set[
     partition"): the group and those offsets are kept from expiry, as in Kafka."""
     pending = set()
     for raw in await redis.hkeys(keys.group_txn_offsets(group_id)):
-        _, topic, partition = raw.decode().split("\0")
-        pending.add((topic, int(partition)))
+        _, topic, partition = pending_field(raw)
+        pending.add((topic, partition))
     return pending
+
+
+def pending_field_name(transactional_id: str, topic: str, partition: int) -> str:
+    """The field of an offset ``transactional_id`` holds pending (``pending_field``)."""
+    return f"{transactional_id}\0{topic}\0{partition}"
+
+
+def pending_field(raw: bytes) -> tuple[str, str, int]:
+    """A pending offset's field: (transactional id, topic, partition). A transactional id
+    may hold NUL; a topic name cannot."""
+    transactional_id, topic, partition = raw.decode().rsplit("\0", 2)
+    return transactional_id, topic, int(partition)
 
 
 async def indexed(redis: Redis, group_id: str, added: list[str], removed: list[str]) -> None:

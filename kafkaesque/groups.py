@@ -348,6 +348,15 @@ class GroupCoordinator:
             )
         return GroupError.NONE
 
+    async def ensure_group(self, group_id: str) -> None:
+        """A group for ``group_id``, listed, unless it is one (classic or consumer): where
+        a transaction commits offsets for a group id not seen before."""
+        async with self._lock(group_id):
+            if await self.load(group_id) is not None:
+                return
+            if await consumer_group_subscriptions(self.redis, self.keys, group_id) is None:
+                await self._save(Group(group_id))
+
     async def committed(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
         return await self.offsets.read(group_id)
 
@@ -407,6 +416,7 @@ class GroupCoordinator:
             self.keys.group(group_id),
             self.keys.group(group_id, ":consumer"),  # a consumer group's (KIP-848) state
             self.keys.group(group_id, ":offsets"),
+            self.keys.group_txn_offsets(group_id),  # a later commit brings none back
             self.keys.group(group_id, ":heartbeats"),
         )
         index = [self.keys.groups, self.keys.groups_active, self.keys.consumer_groups_active]

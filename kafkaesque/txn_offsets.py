@@ -13,7 +13,12 @@ from redis.exceptions import LockError
 
 from kafkaesque.consumer_group import consumer_commit_error
 from kafkaesque.consumer_group_state import ConsumerGroupError
-from kafkaesque.group_offsets import CommittedOffset, pending_transactional
+from kafkaesque.group_offsets import (
+    CommittedOffset,
+    pending_field,
+    pending_field_name,
+    pending_transactional,
+)
 from kafkaesque.group_rules import check_member
 from kafkaesque.group_types import MAX_METADATA, GroupError, GroupState
 from kafkaesque.groups import GroupCoordinator
@@ -83,7 +88,7 @@ class TxnOffsetStore:
                 codes[topic, partition] = GroupError.OFFSET_METADATA_TOO_LARGE
                 continue
             codes[topic, partition] = TxnError.NONE
-            field = f"{transactional_id}\0{topic}\0{partition}"
+            field = pending_field_name(transactional_id, topic, partition)
             values[field] = msgpack.packb([offset, metadata or "", epoch])
         if values:
             await self.redis.hset(self.keys.group_txn_offsets(group_id), mapping=values)
@@ -120,16 +125,20 @@ class TxnOffsetStore:
 
     async def _settle_offsets(self, group_id: str, transactional_id: str, commit: bool) -> None:
         key = self.keys.group_txn_offsets(group_id)
-        prefix = f"{transactional_id}\0".encode()
-        raw = {k: v for k, v in (await self.redis.hgetall(key)).items() if k.startswith(prefix)}
+        raw = {}
+        for field, value in (await self.redis.hgetall(key)).items():
+            owner, topic, partition = pending_field(field)
+            if owner == transactional_id:
+                raw[field] = (topic, partition, value)
         if not raw:
             return
         if commit:
             now = self.clock()
             offsets = {}
-            for k, v in raw.items():
-                _, topic, partition = k.decode().split("\0")
-                offset, metadata, epoch = msgpack.unpackb(v)
-                offsets[topic, int(partition)] = CommittedOffset(offset, metadata, now, epoch)
+            for topic, partition, value in raw.values():
+                offset, metadata, epoch = msgpack.unpackb(value)
+                offsets[topic, partition] = CommittedOffset(offset, metadata, now, epoch)
+            # A group id not seen before gets its group, listed, as Kafka creates it.
+            await self.groups.ensure_group(group_id)
             await self.groups.offsets.write(group_id, offsets)
         await self.redis.hdel(key, *raw)

@@ -147,3 +147,86 @@ def test_offsets_pending_on_a_transaction_keep_their_group(make_log: Callable[[]
         assert snapshot is not None and {"cg", "solo"} <= set(snapshot.groups)
 
     asyncio.run(scenario())
+
+
+async def txn_setup(make_log: Callable[[], Log], now: list[int]):
+    log = make_log()
+    await log.ensure_recovered()
+    await log.create_topic(TopicConfig("t", 2))
+    config = CoordinatorConfig(initial_rebalance_delay_ms=0, offsets_retention_minutes=1)
+    classic = GroupCoordinator(log.redis, config, clock=lambda: now[0])
+    txns = TransactionCoordinator(log, Partitions(log), classic, clock=lambda: now[0])
+    return classic, txns
+
+
+async def pending(txns: TransactionCoordinator, txn_id: str, group: str) -> tuple[int, int]:
+    """An open transaction of ``txn_id`` with offset 5 of t-0 pending for ``group``."""
+    init = await txns.init_producer(txn_id, 600_000)
+    pid, epoch = init.producer_id, init.producer_epoch
+    assert await txns.add_offsets(txn_id, pid, epoch, group) == TxnError.NONE
+    codes = await txns.commit_offsets(txn_id, group, pid, epoch, {("t", 0): (5, None, -1)})
+    assert codes == {("t", 0): 0}
+    return pid, epoch
+
+
+def test_deleted_group_gets_no_offsets_from_a_later_commit(make_log: Callable[[], Log]) -> None:
+    """DeleteGroups while a transaction holds offsets for the group deletes the pending
+    offsets with it, as Kafka does: the transaction's commit brings back nothing (else
+    offsets of a group no index lists: never expired, never archived)."""
+    now = [1_000_000]
+
+    async def scenario() -> None:
+        classic, txns = await txn_setup(make_log, now)
+        assert await classic.commit("g", -1, "", None, {("t", 1): (3, "", -1)}) == 0
+        pid, epoch = await pending(txns, "tx", "g")
+        assert await classic.delete("g") == GroupError.NONE
+        assert await classic.committed("g") == {}
+        assert await txns.end("tx", pid, epoch, True) == TxnError.NONE
+        left = await classic.committed("g")
+        listed = "g" in await classic.list_groups()
+        assert left == {}, (
+            f"a deleted group has offsets again: {left}; listed: {listed}; "
+            f"DeleteGroups now answers {await classic.delete('g')!r}"
+        )
+
+    asyncio.run(scenario())
+
+
+def test_offsets_committed_to_a_new_group_by_a_transaction_are_indexed(
+    make_log: Callable[[], Log],
+) -> None:
+    """TxnOffsetCommit for a group id not seen before (sendOffsetsToTransaction with the
+    group metadata of an assign()-ing consumer, generation -1) creates the group at the
+    commit, as Kafka does: listed, in the archive's snapshot, expired in time."""
+    now = [1_000_000]
+
+    async def scenario() -> None:
+        classic, txns = await txn_setup(make_log, now)
+        pid, epoch = await pending(txns, "tx", "fresh")
+        assert await txns.end("tx", pid, epoch, True) == TxnError.NONE
+        assert (await classic.committed("fresh"))[("t", 0)].offset == 5
+        snapshot = await classic.offsets.snapshot()
+        assert snapshot is not None
+        assert "fresh" in await classic.list_groups(), "committed offsets of an unlisted group"
+        assert "fresh" in snapshot.groups, "committed offsets the archive never takes"
+
+    asyncio.run(scenario())
+
+
+def test_a_transactional_id_with_a_nul_does_not_stop_the_sweep(
+    make_log: Callable[[], Log],
+) -> None:
+    """Kafka puts no rule on transactional.id's characters: one holding NUL (the pending
+    field's separator) neither breaks the sweep nor settles another id's offsets."""
+    now = [1_000_000]
+
+    async def scenario() -> None:
+        classic, txns = await txn_setup(make_log, now)
+        assert await classic.commit("a-group", -1, "", None, {("t", 1): (3, "", -1)}) == 0
+        await pending(txns, "app\0one", "a-group")
+        assert await classic.commit("z-group", -1, "", None, {("t", 1): (3, "", -1)}) == 0
+        now[0] += 10 * 60_000
+        await classic.tick_all(sweep=True)  # raised ValueError: too many values to unpack
+        assert "z-group" not in await classic.list_groups()  # expired, as the sweep should
+
+    asyncio.run(scenario())

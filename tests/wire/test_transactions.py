@@ -1010,3 +1010,31 @@ def test_more_than_one_batch_per_partition_is_refused(broker, topic_name):
             code = response.responses[0].partition_responses[0].error_code
             assert code == ErrorCode.invalid_record
         assert latest(conn, topic, 0) == latest(conn, topic, 1) == 0  # nothing written
+
+
+def with_batch_length(batch: bytes, length: int) -> bytes:
+    """``batch`` with its batchLength field (bytes 8..12) set to ``length``."""
+    return batch[:8] + length.to_bytes(4, "big", signed=True) + batch[12:]
+
+
+@pytest.mark.parametrize(
+    "shrink",
+    [
+        pytest.param(5, id="5-bytes-short"),  # fewer than a log overhead left after it
+        pytest.param(None, id="below-the-header"),  # batchLength 10
+    ],
+)
+def test_one_batch_with_a_short_batch_length_is_still_corrupt_message(broker, topic_name, shrink):
+    """One batch whose batchLength field was damaged (smaller than the bytes sent) is not
+    taken for two: CORRUPT_MESSAGE, as Kafka answers it (its batch iterator finds no second
+    batch in fewer than 12 trailing bytes, and a length below the header is corrupt). A
+    client sends a CORRUPT_MESSAGE batch again; INVALID_RECORD fails it for good."""
+    topic = topic_name()
+    create_topic(broker.bootstrap, topic, 1)
+    batch = build_batch([b"one", b"two"])
+    true_length = int.from_bytes(batch[8:12], "big")
+    damaged = with_batch_length(batch, 10 if shrink is None else true_length - shrink)
+    with Connection(broker.bootstrap) as conn:
+        resp = conn.produce(topic, 0, damaged)
+        assert resp.error_code == ErrorCode.corrupt_message, resp
+        assert latest(conn, topic, 0) == 0

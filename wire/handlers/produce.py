@@ -17,7 +17,13 @@ from kafkaesque.errors import (
     TransactionNotOpen,
 )
 from kafkaesque.partitions import Appended
-from kafkaesque.records import ATTR_TRANSACTIONAL, HEADER_SIZE, attributes, producer_fields
+from kafkaesque.records import (
+    ATTR_TRANSACTIONAL,
+    BATCH_LENGTH,
+    HEADER_SIZE,
+    attributes,
+    producer_fields,
+)
 from kafkaesque.transactions import TxnError
 from wire.authorize import Operation, ResourceType, allowed, topics_allowed
 from wire.broker import Broker
@@ -64,8 +70,13 @@ def more_than_one_batch(records: dict[tuple[str, int], Any]) -> dict[tuple[str, 
     past them."""
     refused = {}
     for key, data in records.items():
-        # baseOffset (8 bytes), batchLength (4), then batchLength bytes.
-        if data is not None and len(data) >= 12 and len(data) > 12 + int.from_bytes(data[8:12]):
+        # baseOffset (8 bytes), batchLength (4), then batchLength bytes. As Kafka's batch
+        # iterator: a second batch needs at least its own 12 bytes after a first one of
+        # a sound length; a damaged length is left to the batch checks (CORRUPT_MESSAGE).
+        if data is None or len(data) < HEADER_SIZE:
+            continue
+        first = BATCH_LENGTH.stop + int.from_bytes(data[BATCH_LENGTH])
+        if first >= HEADER_SIZE and len(data) >= first + BATCH_LENGTH.stop:
             refused[key] = Appended(
                 InvalidRecord("Produce v3+ allows exactly one record batch per partition")
             )
