@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 from redis.exceptions import AskError, WatchError
 
-from kafkaesque.durability import Durability
+from kafkaesque.durability import Durability, has_waitaof
 from kafkaesque.errors import NotDurable, UnknownTopic
 from kafkaesque.keys import Keys, is_cluster
 from kafkaesque.scripts import Scripts
@@ -108,24 +108,24 @@ class ArchivingLog:
 
     async def replicated(
         self, topic: str, partition: int, replicas: int, timeout_ms: int
-    ) -> tuple[bool, Durability]:
+    ) -> tuple[bool, Durability | None]:
         """Whether everything read from the partition so far is durable on the server
         serving it (on a cluster, its shard's primary): fsynced to its AOF when it has
         one, and at every replica of it in sync, at least ``replicas``; and what that
-        took. One write in the partition's slot (archive_barrier.lua), then the waits an
-        acks=all append makes (Durability) on that connection: they count its last write,
-        whose offset covers every earlier write of the server, so the pages read are
-        covered too."""
+        took (None: the partition's slot had just moved). One write in the partition's
+        slot (archive_barrier.lua), then the waits an acks=all append makes (Durability)
+        on that connection: they count its last write, whose offset covers every earlier
+        write of the server, so the pages read are covered too."""
         meta = self.keys.partition(topic, partition).meta
         try:
             return await self._replicated(meta, replicas, timeout_ms)
         except AskError:  # MOVED too: the slot moved; the next pass asks its new node
             await self.redis.refresh_slots()  # type: ignore[attr-defined]
-            return False, Durability(False, replicas)
+            return False, None
 
     async def _replicated(
         self, meta: str, replicas: int, timeout_ms: int
-    ) -> tuple[bool, Durability]:
+    ) -> tuple[bool, Durability | None]:
         # A connection of its own to the server holding the partition (on a cluster, the
         # primary of its slot, by redis-py's slot map).
         redis = self.redis
@@ -141,7 +141,8 @@ class ArchivingLog:
                 and isinstance(value, dict)
                 and value.get("state") == "online"
             )
-            fsync = int(persistence.get("aof_enabled", 0)) == 1
+            # Redis 6.2-7.1 has an AOF but no WAITAOF to wait for its fsync (as acks=all).
+            fsync = int(persistence.get("aof_enabled", 0)) == 1 and await has_waitaof(connection)
             wanted = Durability(fsync, max(replicas, online))
             if not wanted.waits:
                 return True, wanted

@@ -78,9 +78,7 @@ async def probe(redis: Redis, min_insync_replicas: int = 1) -> tuple[Durability,
             f"{what} has no AOF (appendonly no): acknowledged records survive a broker "
             "crash, not a Redis restart"
         )
-    try:
-        await redis.execute_command("WAITAOF", 0, 0, 1)
-    except ResponseError:
+    if not await has_waitaof(redis):
         return Durability(replicas=replicas), (
             f"{what} has no WAITAOF (7.2+): acks=all cannot wait for the fsync; acknowledged "
             "records survive a broker or Redis crash, and with appendfsync everysec up to "
@@ -91,3 +89,13 @@ async def probe(redis: Redis, min_insync_replicas: int = 1) -> tuple[Durability,
         + (f" and {replicas} replica(s)" if replicas else "")
         + "; acknowledged records survive a broker crash, a Redis crash and power loss"
     )
+
+
+async def has_waitaof(redis: Redis) -> bool:
+    """Whether the server has WAITAOF (Redis 7.2+, Valkey): asked with one that returns at
+    once."""
+    try:
+        await redis.execute_command("WAITAOF", 0, 0, 1)
+    except ResponseError:
+        return False
+    return True

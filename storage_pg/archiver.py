@@ -346,8 +346,9 @@ class Archiver:
                         )
                         if keys is not None:
                             await keys.save(conn, topic, partition)
-                        if not await self.barrier.holds(topic, partition, self.replica_timeout):
-                            raise _RollBack
+                        why = await self.barrier.holds(topic, partition, self.replica_timeout)
+                        if why is not None:
+                            raise _RollBack(why)
                         through = pages[-1].next_offset
                         await conn.execute(
                             archive_sql.ADVANCE,
@@ -358,12 +359,8 @@ class Archiver:
                             chunk.max_producer_id,
                             compact,
                         )
-            except _RollBack:
-                summary.problems.append(
-                    f"{topic}[{partition}]: Redis did not confirm its pages durable "
-                    f"({self.barrier}) within {self.replica_timeout:g} s; archiving "
-                    "them next pass"
-                )
+            except _RollBack as why:
+                summary.problems.append(f"{topic}[{partition}]: {why}; archiving them next pass")
                 return
             # committed: now Redis may let the pages go
             if deleted_below > state.floor:

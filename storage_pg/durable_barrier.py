@@ -5,7 +5,6 @@ archive would never take the new records, and Redis would drop them as archived.
 
 from __future__ import annotations
 
-from kafkaesque.durability import Durability
 from kafkaesque.log import Log
 
 
@@ -18,18 +17,20 @@ class DurableBarrier:
     def __init__(self, log: Log, replicas: int) -> None:
         self.log = log
         self.replicas = replicas
-        self._last = Durability(False, replicas)  # what the last partition waited for
 
-    async def holds(self, topic: str, partition: int, timeout: float) -> bool:
-        """Whether everything read from the partition so far is durable, waiting at most
-        ``timeout`` seconds."""
-        held, self._last = await self.log.replicated(
+    async def holds(self, topic: str, partition: int, timeout: float) -> str | None:
+        """None once everything read from the partition so far is durable, waiting at
+        most ``timeout`` seconds; else why not, for the archiver's report."""
+        held, wanted = await self.log.replicated(
             topic, partition, self.replicas, int(timeout * 1000)
         )
-        return held
-
-    def __str__(self) -> str:
-        wanted = ["fsynced to its AOF"] if self._last.fsync else []
-        if self._last.replicas > 0:
-            wanted.append(f"at {self._last.replicas} replica(s)")
-        return " and ".join(wanted)
+        if held:
+            return None
+        if wanted is None:
+            return "its slot moved to another Redis node meanwhile"
+        needs = ["fsynced to its AOF"] if wanted.fsync else []
+        if wanted.replicas > 0:
+            needs.append(f"at {wanted.replicas} replica(s)")
+        return (
+            f"Redis did not confirm its pages durable ({' and '.join(needs)}) within {timeout:g} s"
+        )
