@@ -5,12 +5,13 @@ Inherited by kafkaesque.log.Log, which sets the Redis client, its scripts and ke
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import time
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
-from redis.exceptions import AskError, WatchError
+from redis.exceptions import AskError, ResponseError, WatchError
 
 from kafkaesque.durability import Durability, has_waitaof
 from kafkaesque.errors import NotDurable, UnknownTopic
@@ -141,8 +142,12 @@ class ArchivingLog:
                 and isinstance(value, dict)
                 and value.get("state") == "online"
             )
-            # Redis 6.2-7.1 has an AOF but no WAITAOF to wait for its fsync (as acks=all).
-            fsync = int(persistence.get("aof_enabled", 0)) == 1 and await has_waitaof(connection)
+            # Redis 6.2-7.1 has an AOF but no WAITAOF to wait for its fsync (as acks=all);
+            # a WAITAOF refused otherwise (NOPERM) is tried, and the chunk waits, told why.
+            fsync = int(persistence.get("aof_enabled", 0)) == 1
+            if fsync:
+                with contextlib.suppress(ResponseError):
+                    fsync = await has_waitaof(connection)
             wanted = Durability(fsync, max(replicas, online))
             if not wanted.waits:
                 return True, wanted

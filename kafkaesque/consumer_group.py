@@ -232,7 +232,9 @@ class ConsumerGroupCoordinator:
             if group.members:
                 return ConsumerGroupError.NON_EMPTY_GROUP
             await self.redis.delete(
-                self.keys.group(group_id, ":consumer"), self.keys.group(group_id, ":offsets")
+                self.keys.group(group_id, ":consumer"),
+                self.keys.group(group_id, ":offsets"),
+                self.keys.group_txn_offsets(group_id),  # a later commit brings none back
             )
             await self.redis.srem(self.keys.groups, group_id)
         return ConsumerGroupError.NONE

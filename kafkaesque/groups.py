@@ -348,14 +348,24 @@ class GroupCoordinator:
             )
         return GroupError.NONE
 
-    async def ensure_group(self, group_id: str) -> None:
-        """A group for ``group_id``, listed, unless it is one (classic or consumer): where
-        a transaction commits offsets for a group id not seen before."""
+    async def settle_pending(
+        self,
+        group_id: str,
+        fields: list[bytes],
+        offsets: dict[tuple[str, int], CommittedOffset] | None,
+    ) -> None:
+        """A transaction's end for the group: its pending offsets (``fields`` of the
+        group's txnoffsets) dropped, and with ``offsets`` (a commit) those written, under
+        the group's lock, so a sweep or a DeleteGroups sees them pending or committed,
+        never neither. A group id not seen before gets its group, listed, as Kafka."""
         async with self._lock(group_id):
-            if await self.load(group_id) is not None:
-                return
-            if await consumer_group_subscriptions(self.redis, self.keys, group_id) is None:
-                await self._save(Group(group_id))
+            if offsets:
+                if await self.load(group_id) is None and (
+                    await consumer_group_subscriptions(self.redis, self.keys, group_id) is None
+                ):
+                    await self._save(Group(group_id, empty_since_ms=self.clock()))
+                await self.offsets.write(group_id, offsets)
+            await self.redis.hdel(self.keys.group_txn_offsets(group_id), *fields)
 
     async def committed(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
         return await self.offsets.read(group_id)

@@ -13,6 +13,7 @@ from redis.exceptions import LockError
 
 from kafkaesque.consumer_group import consumer_commit_error
 from kafkaesque.consumer_group_state import ConsumerGroupError
+from kafkaesque.errors import UnknownTopic
 from kafkaesque.group_offsets import (
     CommittedOffset,
     pending_field,
@@ -23,6 +24,7 @@ from kafkaesque.group_rules import check_member
 from kafkaesque.group_types import MAX_METADATA, GroupError, GroupState
 from kafkaesque.groups import GroupCoordinator
 from kafkaesque.keys import Keys
+from kafkaesque.log import Log
 from kafkaesque.transactions import Transaction, TxnError
 
 TopicPartition = tuple[str, int]
@@ -35,6 +37,7 @@ class TxnOffsetStore:
 
     redis: Redis
     keys: Keys
+    log: Log
     groups: GroupCoordinator
     clock: Callable[[], int]
     # The coordinator's: a transactional id's state, and its per-id lock.
@@ -83,7 +86,16 @@ class TxnOffsetStore:
         """Stage the offsets until the transaction ends; a Kafka code per partition."""
         codes: dict[TopicPartition, int] = {}
         values = {}
+        counts = {}  # partitions per topic; 0: no such topic (Kafka answers it unknown)
+        for topic in {t for t, _ in offsets}:
+            try:
+                counts[topic] = (await self.log.topic(topic)).partitions
+            except UnknownTopic:
+                counts[topic] = 0
         for (topic, partition), (offset, metadata, epoch) in offsets.items():
+            if not 0 <= partition < counts[topic]:
+                codes[topic, partition] = TxnError.UNKNOWN_TOPIC_OR_PARTITION
+                continue
             if metadata is not None and len(metadata) > MAX_METADATA:
                 codes[topic, partition] = GroupError.OFFSET_METADATA_TOO_LARGE
                 continue
@@ -132,13 +144,10 @@ class TxnOffsetStore:
                 raw[field] = (topic, partition, value)
         if not raw:
             return
+        offsets = {}
         if commit:
             now = self.clock()
-            offsets = {}
             for topic, partition, value in raw.values():
                 offset, metadata, epoch = msgpack.unpackb(value)
                 offsets[topic, partition] = CommittedOffset(offset, metadata, now, epoch)
-            # A group id not seen before gets its group, listed, as Kafka creates it.
-            await self.groups.ensure_group(group_id)
-            await self.groups.offsets.write(group_id, offsets)
-        await self.redis.hdel(key, *raw)
+        await self.groups.settle_pending(group_id, list(raw), offsets)

@@ -230,3 +230,105 @@ def test_a_transactional_id_with_a_nul_does_not_stop_the_sweep(
         assert "z-group" not in await classic.list_groups()  # expired, as the sweep should
 
     asyncio.run(scenario())
+
+
+def test_deleted_consumer_group_gets_no_offsets_from_a_later_commit(
+    make_log: Callable[[], Log],
+) -> None:
+    """As test_deleted_group_gets_no_offsets_from_a_later_commit, for a consumer group
+    (KIP-848): its DeleteGroups drops the offsets pending on a transaction too."""
+    now = [1_000_000]
+
+    async def scenario() -> None:
+        classic, txns = await txn_setup(make_log, now)
+        consumer = ConsumerGroupCoordinator(txns.log)
+        await consumer.heartbeat(
+            "cg", Heartbeat("m", 0, rebalance_timeout_ms=1000, topics=["t"], client_id="c"), 1
+        )
+        pid, epoch = await pending(txns, "tx", "cg")
+        await consumer.heartbeat("cg", Heartbeat("m", -1), 1)  # leaves: empty
+        assert await classic.delete("cg") == GroupError.GROUP_ID_NOT_FOUND  # the handler's order
+        assert await consumer.delete("cg") == ConsumerGroupError.NONE
+        assert await classic.committed("cg") == {}
+        assert await txns.end("tx", pid, epoch, True) == TxnError.NONE
+        left = await classic.committed("cg")
+        assert left == {}, f"a deleted consumer group has offsets again: {left}"
+
+    asyncio.run(scenario())
+
+
+def test_delete_while_a_transaction_settles_leaves_no_offsets(
+    make_log: Callable[[], Log],
+) -> None:
+    """A DeleteGroups racing a transaction's commit for the group (another broker's):
+    either the group is gone with its offsets, or it is listed with them; never offsets
+    of a group no index lists (never expired, never archived)."""
+    now = [1_000_000]
+
+    async def scenario() -> None:
+        classic, txns = await txn_setup(make_log, now)
+        pid, epoch = await pending(txns, "tx", "g")
+        real_write = classic.offsets.write
+
+        async def write_then_delete(group_id, offsets):  # type: ignore[no-untyped-def]
+            deleting = asyncio.create_task(classic.delete(group_id))
+            await asyncio.sleep(0.05)  # it waits for the group's lock, held by the settle
+            await real_write(group_id, offsets)
+            assert not deleting.done()
+            await asyncio.sleep(0)
+
+        classic.offsets.write = write_then_delete  # type: ignore[method-assign]
+        assert await txns.end("tx", pid, epoch, True) == TxnError.NONE
+        left = await classic.committed("g")
+        listed = "g" in await classic.list_groups()
+        assert left == {} or listed, f"offsets of an unlisted (deleted) group: {left}"
+
+    asyncio.run(scenario())
+
+
+def test_a_sweep_while_a_transaction_settles_keeps_the_committed_offsets(
+    make_log: Callable[[], Log],
+) -> None:
+    """A sweep racing a transaction's commit for a new group id never sees the offsets
+    neither pending nor committed, so it never drops the group with offsets just
+    committed."""
+    now = [1_000_000]
+
+    async def scenario() -> None:
+        classic, txns = await txn_setup(make_log, now)
+        pid, epoch = await pending(txns, "tx", "fresh")
+        real_write = classic.offsets.write
+        sweeps: list[asyncio.Task[None]] = []
+
+        async def write_under_a_sweep(group_id, offsets):  # type: ignore[no-untyped-def]
+            sweeps.append(asyncio.create_task(classic.tick(group_id, sweep=True)))
+            await asyncio.sleep(0.05)  # the sweep waits for the group's lock
+            await real_write(group_id, offsets)
+
+        classic.offsets.write = write_under_a_sweep  # type: ignore[method-assign]
+        assert await txns.end("tx", pid, epoch, True) == TxnError.NONE
+        await asyncio.gather(*sweeps)
+        assert ("t", 0) in await classic.committed("fresh")
+        assert "fresh" in await classic.list_groups()
+
+    asyncio.run(scenario())
+
+
+def test_a_topic_name_with_a_nul_is_settled_by_its_own_transaction(
+    make_log: Callable[[], Log],
+) -> None:
+    """TxnOffsetCommit for a topic that does not exist (a name holding NUL, the pending
+    field's separator, among them) is UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers."""
+    now = [1_000_000]
+
+    async def scenario() -> None:
+        _, txns = await txn_setup(make_log, now)
+        init = await txns.init_producer("tx", 600_000)
+        pid, epoch = init.producer_id, init.producer_epoch
+        assert await txns.add_offsets("tx", pid, epoch, "g") == TxnError.NONE
+        codes = await txns.commit_offsets("tx", "g", pid, epoch, {("a\0b", 0): (5, None, -1)})
+        assert codes == {("a\0b", 0): TxnError.UNKNOWN_TOPIC_OR_PARTITION}
+        assert await txns.end("tx", pid, epoch, True) == TxnError.NONE
+        assert await txns.pending_offsets("g") == set()
+
+    asyncio.run(scenario())

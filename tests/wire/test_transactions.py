@@ -1038,3 +1038,20 @@ def test_one_batch_with_a_short_batch_length_is_still_corrupt_message(broker, to
         resp = conn.produce(topic, 0, damaged)
         assert resp.error_code == ErrorCode.corrupt_message, resp
         assert latest(conn, topic, 0) == 0
+
+
+def test_a_batch_length_short_by_more_than_12_bytes_is_still_corrupt_message(broker, topic_name):
+    """One batch whose batchLength is 32 bytes short: Kafka's batch iterator reads a
+    'second batch' length inside the record value (0xff..: -1), below 14: CORRUPT_MESSAGE,
+    as for any trailing 'batch' that does not fit (then one batch whose CRC fails)."""
+    topic = topic_name()
+    create_topic(broker.bootstrap, topic, 1)
+    batch = build_batch([b"\xff" * 64])
+    true_length = int.from_bytes(batch[8:12], "big")
+    damaged = with_batch_length(batch, true_length - 32)
+    second_length = int.from_bytes(damaged[12 + true_length - 32 + 8 :][:4], "big", signed=True)
+    assert second_length == -1  # what Kafka reads as the second batch's length
+    with Connection(broker.bootstrap) as conn:
+        resp = conn.produce(topic, 0, damaged)
+        assert resp.error_code == ErrorCode.corrupt_message, resp
+        assert latest(conn, topic, 0) == 0

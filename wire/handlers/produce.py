@@ -76,7 +76,11 @@ def more_than_one_batch(records: dict[tuple[str, int], Any]) -> dict[tuple[str, 
         if data is None or len(data) < HEADER_SIZE:
             continue
         first = BATCH_LENGTH.stop + int.from_bytes(data[BATCH_LENGTH])
-        if first >= HEADER_SIZE and len(data) >= first + BATCH_LENGTH.stop:
+        # Kafka's nextBatchSize for what follows: at least up to the magic byte (17), a
+        # length of at least 14, and all of it there; else no second batch is read.
+        rest = data[first:] if first >= HEADER_SIZE else b""
+        second = int.from_bytes(rest[BATCH_LENGTH], signed=True) if len(rest) >= 17 else -1
+        if second >= 14 and len(rest) >= BATCH_LENGTH.stop + second:
             refused[key] = Appended(
                 InvalidRecord("Produce v3+ allows exactly one record batch per partition")
             )
