@@ -15,7 +15,7 @@ from redis.exceptions import AskError, ResponseError, WatchError
 
 from kafkaesque.durability import Durability, has_waitaof
 from kafkaesque.errors import NotDurable, UnknownTopic
-from kafkaesque.keys import Keys, is_cluster
+from kafkaesque.keys import Keys, serving
 from kafkaesque.scripts import Scripts
 from kafkaesque.sequence import Ids
 from kafkaesque.slots import slot_of
@@ -127,11 +127,7 @@ class ArchivingLog:
     async def _replicated(
         self, meta: str, replicas: int, timeout_ms: int
     ) -> tuple[bool, Durability | None]:
-        # A connection of its own to the server holding the partition (on a cluster, the
-        # primary of its slot, by redis-py's slot map).
-        redis = self.redis
-        server = await redis.for_key(meta) if is_cluster(redis) else redis  # type: ignore[attr-defined]
-        async with server.client() as connection:
+        async with (await serving(self.redis, meta)).client() as connection:
             persistence = await connection.info("persistence")
             replication = await connection.info("replication")
             # A replica still in its first sync (not "online") is one WAIT never counts.

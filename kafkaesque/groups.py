@@ -259,44 +259,56 @@ class GroupCoordinator:
         """Drop the offsets past offsets.retention.minutes (``offset_expires_from`` says
         from when); a group left empty that long, with no offsets, goes too, as in Kafka.
         Called under the group's lock."""
-        retention = self.config.offsets_retention_ms
-        committed = await self.offsets.read(group.group_id)
-        # Offsets an open transaction holds for the group keep it, and their partitions.
-        pending = await pending_transactional(self.redis, self.keys, group.group_id)
-        expired = [
-            tp
-            for tp, c in committed.items()
-            if (start := offset_expires_from(group, tp[0], c.commit_ms)) is not None
-            and start + retention <= now
-            and tp not in pending
-        ]
-        await self.offsets.delete(group.group_id, expired)
         long_empty = (
             group.state == GroupState.EMPTY
-            and (group.empty_since_ms or 0) + retention <= now
+            and (group.empty_since_ms or 0) + self.config.offsets_retention_ms <= now
             and not any(t > now for t in group.pending.values())  # ids handed out
         )
-        if long_empty and len(expired) == len(committed) and not pending:
-            await self._drop(group.group_id)
+        await self._expire(
+            group.group_id,
+            now,
+            lambda topic, commit_ms: offset_expires_from(group, topic, commit_ms),
+            long_empty,
+        )
 
     async def _expire_consumer_group_offsets(self, group_id: str, now: int) -> None:
-        """A consumer group's offsets of topics no member subscribes to, past
-        offsets.retention.minutes from their commit, dropped; the group too once it is
-        empty and has none left, as Kafka's group coordinator does."""
+        """A consumer group's offsets of topics no member subscribes to expire from their
+        commit; the group goes once it is empty and has none left, as Kafka's group
+        coordinator does. Called under the group's lock."""
         found = await consumer_group_subscriptions(self.redis, self.keys, group_id)
         if found is None:
             return
         has_members, subscribed = found
+        await self._expire(
+            group_id,
+            now,
+            lambda topic, commit_ms: None if topic in subscribed else commit_ms,
+            not has_members,
+        )
+
+    async def _expire(
+        self,
+        group_id: str,
+        now: int,
+        expires_from: Callable[[str, int], int | None],
+        may_go: bool,
+    ) -> None:
+        """Drop the group's offsets whose retention, started when ``expires_from`` (topic,
+        commit time) says (None: kept), has passed; then the group itself, if ``may_go``
+        and none is left. Offsets an open transaction holds for the group keep it, and
+        their partitions."""
         retention = self.config.offsets_retention_ms
         committed = await self.offsets.read(group_id)
         pending = await pending_transactional(self.redis, self.keys, group_id)
         expired = [
             tp
             for tp, c in committed.items()
-            if tp[0] not in subscribed and c.commit_ms + retention <= now and tp not in pending
+            if tp not in pending
+            and (start := expires_from(tp[0], c.commit_ms)) is not None
+            and start + retention <= now
         ]
         await self.offsets.delete(group_id, expired)
-        if not has_members and len(expired) == len(committed) and not pending:
+        if may_go and len(expired) == len(committed) and not pending:
             await self._drop(group_id)
 
     async def tick_all(self, sweep: bool = False) -> None:

@@ -355,6 +355,13 @@ class Keys:
         return {name: re.compile(rf"{p}\Z", re.S) for name, p in patterns.items()}
 
 
+async def serving(client: Any, key: str) -> Any:
+    """The client of the server holding ``key``: on a Redis Cluster a plain client of the
+    primary of its slot (redis-py's slot map), else ``client`` itself. Waits such as WAIT
+    and WAITAOF count one connection's writes, so they go to that server."""
+    return await client.for_key(key) if is_cluster(client) else client
+
+
 def is_cluster(client: Any) -> bool:
     """Whether ``client`` is a Redis Cluster client (asyncio or not)."""
     return isinstance(client, redis.asyncio.cluster.RedisCluster | redis.cluster.RedisCluster)

@@ -18,7 +18,7 @@ from kafkaesque.errors import (
     UnknownProducerId,
     UnknownTopic,
 )
-from kafkaesque.keys import Keys, is_cluster
+from kafkaesque.keys import Keys, is_cluster, serving
 from kafkaesque.log_types import Appended
 from kafkaesque.offset_guess import Guess, OffsetGuesses
 from kafkaesque.records import offset_count, producer_fields
@@ -192,21 +192,16 @@ class AppendsLog:
         """The append script, then the waits on the same connection: WAITAOF and WAIT
         only cover the writes of their own connection. On a cluster, a connection to the
         node serving the partition (its slot map read again once if the slot moved)."""
-        if is_cluster(self.redis):
-            for attempt in range(2):
-                node = await self.redis.for_key(keys[0])  # type: ignore[attr-defined]
-                try:
-                    async with node.client() as connection:
-                        appended = await self.scripts.append(
-                            keys=keys, args=args, client=connection
-                        )
-                        await durability.wait(connection, timeout_ms)
-                    return appended
-                except AskError:  # MOVED too: the slot is elsewhere now
-                    if attempt:
-                        raise
-                    await self.redis.refresh_slots()  # type: ignore[attr-defined]
-        async with self.redis.client() as connection:
-            appended = await self.scripts.append(keys=keys, args=args, client=connection)
-            await durability.wait(connection, timeout_ms)
-        return appended
+        moved = False
+        while True:
+            server = await serving(self.redis, keys[0])
+            try:
+                async with server.client() as connection:
+                    appended = await self.scripts.append(keys=keys, args=args, client=connection)
+                    await durability.wait(connection, timeout_ms)
+                return appended
+            except AskError:  # MOVED too: the slot is elsewhere now (a cluster only)
+                if moved or not is_cluster(self.redis):
+                    raise
+                moved = True
+                await self.redis.refresh_slots()  # type: ignore[attr-defined]
