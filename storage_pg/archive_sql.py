@@ -159,5 +159,6 @@ def _reject(chunk: Chunk, batch: bytes, first_id: int, exc: Exception) -> None:
         base_offset, count = header.base_offset, header.record_count
     except InvalidRecord:
         base_offset, count = -1, 0
-    chunk.rejected.append((base_offset, first_id, count, batch, str(exc)))
+    # The message may quote what the client sent; a text column takes no NUL.
+    chunk.rejected.append((base_offset, first_id, count, batch, str(exc).replace("\0", "\\0")))
     chunk.bytes += len(batch)

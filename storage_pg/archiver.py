@@ -38,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import logging
 import time
 import uuid
@@ -61,6 +60,7 @@ from storage_pg.durable_barrier import DurableBarrier
 from storage_pg.gaps import advance_watermark, record_gap
 from storage_pg.pool import PG_CONNECTION_ERRORS, ArchiveError, check_pool, ms_to_pg
 from storage_pg.recovery import bind_cluster, recover
+from storage_pg.rows import configs_json
 from storage_pg.schema import ensure_schema
 
 log = logging.getLogger(__name__)
@@ -228,7 +228,7 @@ class Archiver:
                     config.ttl,
                     config.max_pages,
                     ms_to_pg(config.created_ms),
-                    json.dumps(config.configs),
+                    configs_json(config.configs),
                 )
                 if await conn.fetchval(archive_sql.TOPIC, *row) is None:
                     if await conn.fetchval(archive_sql.DELETED, topic_id):

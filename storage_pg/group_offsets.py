@@ -6,6 +6,11 @@ The table mirrors Redis as of one snapshot: a pass replaces its contents in one
 transaction, so groups deleted and topics forgotten in Redis leave the archive too. Each
 snapshot carries Redis' clock; an older snapshot (a slower archiver running at the same
 time) never overwrites a newer one.
+
+Group ids and metadata are whatever strings clients chose, NUL included, which a
+PostgreSQL ``text`` value cannot hold (one commit with metadata "a\\0b" used to fail every
+pass's COPY): they are kept as their UTF-8 bytes in ``bytea`` columns (migration 8,
+``BYTEA_MIGRATION``), so they come back byte for byte.
 """
 
 from __future__ import annotations
@@ -34,13 +39,31 @@ MIGRATION = """
         'committed consumer group offsets as of group_offset_snapshot.as_of_ms (Redis clock)';
 """
 
+# 8: group ids and metadata as UTF-8 bytes. convert_to turns the rows archived so far (no
+# NUL in them: the COPY refused those) from the database's encoding into UTF-8.
+BYTEA_MIGRATION = """
+    ALTER TABLE group_offset
+        ALTER COLUMN group_id TYPE bytea USING convert_to(group_id, 'UTF8'),
+        ALTER COLUMN metadata TYPE bytea USING convert_to(metadata, 'UTF8');
+    COMMENT ON COLUMN group_offset.group_id IS 'the group id in UTF-8 (any string, NUL included)';
+    COMMENT ON COLUMN group_offset.metadata IS 'the commit''s metadata in UTF-8 (any string)';
+"""
+
 _COLUMNS = ("group_id", "topic", "partition", "offset", "metadata", "commit_ms", "leader_epoch")
 
 
 async def save(conn: asyncpg.Connection, snapshot: OffsetsSnapshot) -> bool:
     """Replace the archived offsets with ``snapshot``; False if a newer one is archived."""
     rows = [
-        (group_id, topic, partition, o.offset, o.metadata, o.commit_ms, o.leader_epoch)
+        (
+            group_id.encode(),
+            topic,
+            partition,
+            o.offset,
+            o.metadata.encode(),
+            o.commit_ms,
+            o.leader_epoch,
+        )
         for group_id, offsets in snapshot.groups.items()
         for (topic, partition), o in offsets.items()
     ]
@@ -57,11 +80,12 @@ async def save(conn: asyncpg.Connection, snapshot: OffsetsSnapshot) -> bool:
 
 
 async def load(conn: asyncpg.Connection) -> dict[str, dict[TopicPartition, CommittedOffset]]:
+    """Every archived group's offsets, group ids and metadata as clients committed them."""
     groups: dict[str, dict[TopicPartition, CommittedOffset]] = {}
     for r in await conn.fetch(
         "SELECT " + ", ".join(f'"{c}"' for c in _COLUMNS) + " FROM group_offset"
     ):
-        groups.setdefault(r["group_id"], {})[r["topic"], r["partition"]] = CommittedOffset(
-            r["offset"], r["metadata"], r["commit_ms"], r["leader_epoch"]
+        groups.setdefault(r["group_id"].decode(), {})[r["topic"], r["partition"]] = CommittedOffset(
+            r["offset"], r["metadata"].decode(), r["commit_ms"], r["leader_epoch"]
         )
     return groups

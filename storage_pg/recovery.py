@@ -10,7 +10,6 @@ Consumer groups get their archived committed offsets back.
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 
@@ -24,6 +23,7 @@ from kafkaesque.log_types import RestoredPartition, RestoredTopic
 from kafkaesque.topic_config import TopicConfig, legacy_configs
 from storage_pg import group_offsets
 from storage_pg.pool import PG_EPOCH_MS, ArchiveError, check_pool
+from storage_pg.rows import configs_from_json
 from storage_pg.schema import ensure_schema
 
 logger = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ async def restored_topics(conn: asyncpg.Connection) -> list[RestoredTopic]:
         if r["configs"] is None:  # archived before topics had Kafka's configs
             configs = legacy_configs(r["page_size"], r["ttl"], r["max_pages"])
         else:
-            configs = json.loads(r["configs"])
+            configs = configs_from_json(r["configs"])
         config = TopicConfig(
             name,
             r["partitions"],

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Mapping
 from itertools import repeat
 
 from kafkaesque.errors import InvalidRecord
@@ -36,25 +37,46 @@ NO_HEADERS = "[]"
 _SEQUENCE_MASK = 0x7FFFFFFF  # Kafka's producer sequence wraps to 0 after Int32.MAX
 
 
+JsonbText = str | dict[str, str]
+
+
+def jsonb_text(text: str) -> JsonbText:
+    """A client's string as a jsonb value that gives it back byte for byte (``text_of``):
+    itself, or ``{"base64": its UTF-8}`` when it holds U+0000, which a jsonb string
+    cannot (valid in a Kafka string: one such value stopped the archiver for good)."""
+    return {"base64": base64.b64encode(text.encode()).decode()} if "\0" in text else text
+
+
+def text_of(value: JsonbText) -> str:
+    """The string ``jsonb_text`` stored."""
+    return value if isinstance(value, str) else base64.b64decode(value["base64"]).decode()
+
+
 def headers_json(headers: list[tuple[str, bytes | None]]) -> str:
-    """Decoded headers as ``record.headers`` JSON: ``[key, base64 value or null]`` each.
-    A key holding U+0000 (valid in a Kafka header key, refused in a jsonb string: one such
-    record stopped every partition's archiving) is ``{"base64": its UTF-8}`` instead."""
+    """Decoded headers as ``record.headers`` JSON: ``[key, base64 value or null]`` each,
+    keys as ``jsonb_text``."""
     if not headers:
         return NO_HEADERS
     items = [
-        [
-            {"base64": base64.b64encode(k.encode()).decode()} if "\0" in k else k,
-            None if v is None else base64.b64encode(v).decode(),
-        ]
-        for k, v in headers
+        [jsonb_text(k), None if v is None else base64.b64encode(v).decode()] for k, v in headers
     ]
     return json.dumps(items, separators=(",", ":"))
 
 
-def header_key(key: str | dict[str, str]) -> str:
+def header_key(key: JsonbText) -> str:
     """A ``record.headers`` key as the record had it (see headers_json)."""
-    return key if isinstance(key, str) else base64.b64decode(key["base64"]).decode()
+    return text_of(key)
+
+
+def configs_json(configs: Mapping[str, str]) -> str:
+    """A topic's configs as ``topic.configs`` JSON, values as ``jsonb_text`` (a client may
+    set any text on some configs, the throttled-replica lists, NUL included)."""
+    return json.dumps({name: jsonb_text(value) for name, value in configs.items()})
+
+
+def configs_from_json(text: str) -> dict[str, str]:
+    """The configs ``configs_json`` stored."""
+    return {name: text_of(value) for name, value in json.loads(text).items()}
 
 
 def batch_rows(

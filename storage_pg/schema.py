@@ -48,6 +48,12 @@ with Redis, so the watermark may pass them and readers can report them.
 Migration 7 (``storage_pg/compacted.py``): ``compact_key`` keeps, per partition of a compact
 topic and key, the offset of its latest archived record, so cold reads of a compact topic
 serve a compacted log; ``archive_progress.keys_through`` says how far it covers.
+
+Migration 8 (``storage_pg/group_offsets.py``): ``group_offset.group_id`` and ``metadata``
+become ``bytea`` (UTF-8): clients choose them, NUL included, which ``text`` cannot hold.
+Other strings clients choose reach PostgreSQL only inside ``jsonb`` (header keys in
+``record.headers``, config values in ``topic.configs``), where one holding NUL is kept as
+``{"base64": its UTF-8}``; topic names are Kafka's legal characters only.
 """
 
 from __future__ import annotations
@@ -192,6 +198,8 @@ MIGRATIONS: list[str] = [
     """,
     # 7: compact topics' latest offset per key (storage_pg/compacted.py)
     compacted.MIGRATION,
+    # 8: group ids and offset metadata as UTF-8 bytes (storage_pg/group_offsets.py)
+    group_offsets.BYTEA_MIGRATION,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
