@@ -22,10 +22,10 @@ their number):
   (an idempotent producer's retry let through).
 - ``lost-write``: an acknowledged write no read ever returned, although either some read
   of its key reached a higher offset (the log moved past it: it was there, or should have
-  been, and is gone), or the history has a final read of every partition from the
-  earliest offset (then every acknowledged write must have been read by someone). Without
-  a final read, an acknowledged write past the highest offset read is only ``unseen``
-  (counted, not an anomaly).
+  been, and is gone), or the history's final read (an ``ok`` op ``final-read`` whose value
+  lists the partitions read from the earliest offset to their end) covered its key: then
+  every acknowledged write must have been read by someone. Otherwise an acknowledged write
+  past the highest offset read is only ``unseen`` (counted, not an anomaly).
 - ``int-poll-skip``: within one poll, two successive records of a key whose indices differ
   by more than one: the poll jumped over a value that is in the log (someone else read or
   wrote it there).
@@ -78,6 +78,7 @@ KINDS = (
 )
 RESETS = ("assign", "subscribe", "crash")
 EXAMPLES = 8  # examples kept per kind
+NODES = 1 << 20  # graph nodes per op: the op (a transaction) or one of its sends
 
 
 def check(
@@ -97,6 +98,7 @@ class _Checker:
         # Completions by index; invocations to recover an info op's intended writes.
         self.by_index = {op.index: op for op in ops}
         self.writer: dict[int, int] = {}  # value -> index of the completion that wrote it
+        self.writer_node: dict[int, int] = {}  # value -> its writer's node in the graph
         self.write_type: dict[int, str] = {}
         self.positions: dict[int, set[tuple[int, int]]] = defaultdict(set)  # v -> {(k, o)}
         self.at: dict[int, dict[int, set[int]]] = defaultdict(lambda: defaultdict(set))
@@ -116,22 +118,23 @@ class _Checker:
     # --- collecting -------------------------------------------------------------------
 
     def collect(self) -> None:
-        invocations: dict[int | str, Op] = {}
+        invocations: dict[tuple[int | str, str], Op] = {}
         for op in self.ops:
-            if op.final:
+            if op.f == "final-read" and op.type == OK:
+                # The final read got every partition listed to its end.
                 self.has_final = True
-                if op.f == "assign" and op.type == OK and isinstance(op.value, list):
-                    self.final_keys.update(op.value)
+                self.final_keys.update(op.value or ())
             if op.type == INVOKE:
-                invocations[op.process] = op
+                invocations[(op.process, op.f)] = op
                 continue
-            invocation = invocations.pop(op.process, None)
+            invocation = invocations.pop((op.process, op.f), None)
             if op.f not in ("send", "poll", "txn"):
                 continue
             # An info op's value is what was invoked; its writes are known by value only.
             source = op if op.type != INFO or invocation is None else invocation
-            for key, offset, value in source.sends():
+            for n, (key, offset, value) in enumerate(source.sends()):
                 self.writer[value] = op.index
+                self.writer_node[value] = node(op, n)
                 self.write_type[value] = op.type
                 if op.type == OK:
                     self.acked.append((op.index, key, offset, value))
@@ -149,8 +152,6 @@ class _Checker:
                         self.at[key][offset].add(value)
                         if offset > self.max_read.get(key, -1):
                             self.max_read[key] = offset
-                        if op.final:
-                            self.final_keys.add(key)
         for key, offsets in self.at.items():
             self.index[key] = {o: i for i, o in enumerate(sorted(offsets))}
 
@@ -179,7 +180,7 @@ class _Checker:
             highest = self.max_read.get(key, -1)
             if offset is not None and highest > offset:
                 reason = f"reads of key {key} reached offset {highest}"
-            elif self.has_final and (key in self.final_keys or not self.final_keys):
+            elif key in self.final_keys:
                 reason = "never read, not even by the final read from the earliest offset"
             else:
                 self.counts["unseen"] += 1
@@ -279,22 +280,32 @@ class _Checker:
     # --- dependency cycles --------------------------------------------------------------
 
     def graph(self) -> dict[int, dict[int, set[str]]]:
-        """op index -> successor -> edge kinds ("ww", "wr")."""
+        """node -> successor -> edge kinds ("ww", "wr"). A transaction is one node; each
+        send of a plain send op is a node of its own (Kafka promises no atomicity or
+        isolation across the records of one produce, so cycles among them are no
+        anomaly); plain polls are left out (a node with only incoming edges is in no
+        cycle)."""
         edges: dict[int, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
         for offsets in self.at.values():
             writers = [
-                self.writer[v]
+                self.writer_node[v]
                 for o in sorted(offsets)
                 for v in sorted(offsets[o])[:1]
-                if v in self.writer and self.write_type[v] != FAIL
+                if v in self.writer_node and self.write_type[v] != FAIL
             ]
             for a, b in pairwise(writers):
                 if a != b:
                     edges[a][b].add("ww")
         for reader, _key, _offset, value in self.reads:
-            writer = self.writer.get(value)
-            if writer is not None and writer != reader and self.write_type[value] != FAIL:
-                edges[writer][reader].add("wr")
+            writer = self.writer_node.get(value)
+            target = reader * NODES
+            if (
+                self.by_index[reader].f == "txn"
+                and writer is not None
+                and writer != target
+                and self.write_type[value] != FAIL
+            ):
+                edges[writer][target].add("wr")
         return edges
 
     def cycles(self) -> None:
@@ -324,9 +335,15 @@ class _Checker:
     ) -> list[dict[str, Any]]:
         steps = []
         for a, b in zip(cycle, cycle[1:] + cycle[:1], strict=True):
-            op = self.by_index[a]
+            op = self.by_index[a // NODES]
+            value = op.value if a % NODES == 0 else op.value[a % NODES - 1]
             steps.append(
-                {"op": a, "process": op.process, "value": op.value, "then": sorted(edges[a][b])}
+                {
+                    "op": op.index,
+                    "process": op.process,
+                    "value": value,
+                    "then": sorted(edges[a][b]),
+                }
             )
         return steps
 
@@ -357,6 +374,11 @@ class _Checker:
                 "final-read": self.has_final,
             },
         }
+
+
+def node(op: Op, micro: int) -> int:
+    """The graph node of an op's ``micro``-th send: the op itself for a transaction."""
+    return op.index * NODES + (0 if op.f == "txn" else micro + 1)
 
 
 def strongly_connected(edges: dict[int, Any]) -> list[list[int]]:

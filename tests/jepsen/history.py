@@ -9,7 +9,9 @@ An operation is ``{index, time, process, type, f, value}``:
   runs one operation at a time; a process whose operation ended ``info`` is never used
   again (its client is thrown away and a new process number takes over).
 - ``f``: ``send``, ``poll`` or ``txn`` (a list of micro-ops), ``assign`` / ``subscribe``
-  (what a consumer reads from changed: the checker forgets where it was), ``crash``.
+  (what a consumer reads from changed: the checker forgets where it was), ``crash``,
+  ``final-read`` (value: the partitions the final read got from the earliest offset to
+  the end; its polls are marked ``final``).
   The nemesis (process ``"nemesis"``) logs its faults as ``info`` ops with its own ``f``.
 - ``value`` (sends, polls, txns): micro-ops ``["send", k, v]`` on invocation and
   ``["send", k, [offset, v]]`` once acknowledged; ``["poll"]`` on invocation and
@@ -167,19 +169,20 @@ def read(path: Path) -> list[Op]:
 
 def pairs(ops: Iterable[Op]) -> Iterator[tuple[Op, Op | None]]:
     """Each invocation with its completion (None: never completed), in invocation order.
-    Processes run one op at a time, so a completion belongs to its process' last
-    invocation."""
-    pending: dict[int | str, Op] = {}
+    A process runs one op at a time, except that a subscribed consumer's rebalance
+    (logged as ``assign``) happens inside its poll: a completion belongs to its process'
+    last invocation of the same ``f``."""
+    pending: dict[tuple[int | str, str], Op] = {}
     out: list[list[Op | None]] = []
     slots: dict[int, list[Op | None]] = {}
     for op in ops:
         if op.type == INVOKE:
-            pending[op.process] = op
+            pending[(op.process, op.f)] = op
             slot: list[Op | None] = [op, None]
             slots[id(op)] = slot
             out.append(slot)
         else:
-            invocation = pending.pop(op.process, None)
+            invocation = pending.pop((op.process, op.f), None)
             if invocation is not None:
                 slots[id(invocation)][1] = op
     for invocation, completion in out:
