@@ -47,6 +47,10 @@ GROUP = "jepsen"
 # librdkafka's own log (timeouts, reconnects: expected under faults) goes here; the runner
 # sends it to clients.log.
 CLIENT_LOG = logging.getLogger("kafkaesque.jepsen.clients")
+# Outside a run (clients that outlive it, still reconnecting while they are freed) the
+# lines go nowhere, rather than to stderr through logging's last resort.
+CLIENT_LOG.addHandler(logging.NullHandler())
+CLIENT_LOG.propagate = False
 LOG = logging.getLogger("kafkaesque.jepsen")
 
 
