@@ -100,7 +100,7 @@ class EmbeddedRedis:
                 "--unixsocketperm", "700",
                 "--dir", str(data),
                 "--appendonly", "yes",
-                "--appendfsync", "everysec",
+                "--appendfsync", "always",
                 "--daemonize", "yes",
                 "--pidfile", str(self.pidfile),
                 "--logfile", str(self.home / "redis.log"),
