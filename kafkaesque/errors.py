@@ -198,7 +198,8 @@ class HotTierFull(HotTierUnavailable):
 
 
 class NotEnoughReplicas(KafkaesqueError):
-    """Redis refuses writes for lack of replicas (min-replicas-to-write); nothing written."""
+    """Too few Redis replicas are in sync for acks=all (append.lua), or Redis refuses
+    writes for lack of them (min-replicas-to-write); nothing written."""
 
 
 class NotDurable(KafkaesqueError):
@@ -287,6 +288,7 @@ LUA_ERRORS: dict[str, type[KafkaesqueError]] = {
     "INVALID_TXN_STATE": TransactionNotOpen,
     "DUPLICATE_BROKER_REGISTRATION": DuplicateBroker,
     "UNKNOWN_SESSION": UnknownSession,
+    "NOT_ENOUGH_REPLICAS": NotEnoughReplicas,
 }
 
 

@@ -55,7 +55,8 @@ class AppendsLog:
     ) -> Appended:
         """Append checked RecordBatch v2 batches atomically; returns their base offsets.
         With ``durability`` it returns only once the append is on disk / at the replicas
-        as that asks (raising NotDurable after ``timeout_ms``; the append stays).
+        as that asks (raising NotDurable after ``timeout_ms``; the append stays); with
+        fewer replicas in sync than it asks, NotEnoughReplicas and nothing written.
 
         Batches of idempotent producers (producer id >= 0) are sequence-checked: a retry of
         one of a producer's last five batches returns its original offset and is not written
@@ -67,7 +68,8 @@ class AppendsLog:
         transaction's marker is already on the partition, TransactionNotOpen, nothing
         written."""
         placed, guess = self.guesses.place(topic, partition, batches)
-        keys, args = self._append_call(topic, partition, placed, transaction)
+        replicas = 0 if durability is None else durability.replicas
+        keys, args = self._append_call(topic, partition, placed, transaction, replicas)
         try:
             if durability is None or not durability.waits:
                 reply = await self._call(self.scripts.append, keys, args)
@@ -173,14 +175,16 @@ class AppendsLog:
         partition: int,
         batches: Sequence[bytes],
         transaction: int | None = None,
+        replicas: int = 0,
     ) -> tuple[list[str], list[object]]:
-        """append.lua's keys and arguments."""
+        """append.lua's keys and arguments; ``replicas``: how many Redis replicas must be
+        in sync for the append to be made (acks=all's, checked in the script)."""
         k = self.keys
         p = k.partition(topic, partition)
         now = _now_ms()
         sequence, marker, floor = self._sequencing(topic, partition, now)
         serial = "" if transaction is None else transaction
-        args: list[object] = [p.prefix, k.appended(topic), now, floor, self.node, serial]
+        args: list[object] = [p.prefix, k.appended(topic), now, floor, self.node, serial, replicas]
         for batch in batches:
             args += (offset_count(batch), *producer_fields(batch), batch)
         keys = [p.meta, p.index, p.stats, sequence, p.producers, marker, p.txn_open, p.txn_ended]

@@ -10,8 +10,8 @@
 -- ARGV[4] sequence floor (0 on one Redis: see next_sequence), ARGV[5] the appending
 -- broker's node id ('' for none: the CLI, tools), ARGV[6] the serial number of the
 -- transaction the broker verified the batches' transactional producer is in ('' for none:
--- no check), then per batch: offset count, producer id, producer epoch, base sequence,
--- batch bytes.
+-- no check), ARGV[7] how many Redis replicas acks=all waits for (0: none), then per batch:
+-- offset count, producer id, producer epoch, base sequence, batch bytes.
 -- Returns {log start offset, last sequence number given, leader epoch, base offset per
 -- batch}, or an error reply naming the Kafka error (kafkaesque/errors.py); on error
 -- nothing is written.
@@ -29,6 +29,23 @@ if not o then
 end
 local archiving = o.archiving
 local now = tonumber(ARGV[3])
+-- acks=all with replicas to wait for: refused NOT_ENOUGH_REPLICAS, nothing written, while
+-- this server has fewer replicas in sync (online, heard from within 10 s), as Kafka
+-- refuses before appending while the in-sync replicas are too few. Appended regardless,
+-- every retry would be told NOT_ENOUGH_REPLICAS_AFTER_APPEND with its batch kept, and a
+-- producer that gives up and bumps its epoch would write it again.
+local wanted_replicas = tonumber(ARGV[7])
+if wanted_replicas > 0 then
+  local in_sync = 0
+  local info = redis.call('INFO', 'replication')
+  for lag in string.gmatch(info, 'slave%d+:[^\r\n]*state=online[^\r\n]*lag=(%d+)') do
+    if tonumber(lag) <= 10 then in_sync = in_sync + 1 end
+  end
+  if in_sync < wanted_replicas then
+    return redis.error_reply('NOT_ENOUGH_REPLICAS ' .. in_sync .. ' of ' .. wanted_replicas ..
+      ' Redis replicas in sync')
+  end
+end
 -- A broker that no longer leads the partition (another took it over, lead.lua) is
 -- refused, so each append runs either before the move or not at all.
 if ARGV[5] ~= '' and o.leader and o.leader ~= ARGV[5] then
@@ -66,7 +83,7 @@ local function load(pid)
 end
 
 local n = 0
-for i = 7, #ARGV, 5 do
+for i = 8, #ARGV, 5 do
   n = n + 1
   local count, pid = tonumber(ARGV[i]), ARGV[i + 1]
   fresh[n] = true
@@ -124,12 +141,12 @@ for i = 7, #ARGV, 5 do
 end
 
 local total = 0
-for i = 7, #ARGV, 5 do total = total + tonumber(ARGV[i]) end
+for i = 8, #ARGV, 5 do total = total + tonumber(ARGV[i]) end
 local gseq = next_sequence(gseq_key, total, tonumber(ARGV[4]))
 local last_sequence = gseq + total - 1
 
 n = 0
-for i = 7, #ARGV, 5 do
+for i = 8, #ARGV, 5 do
   n = n + 1
   local count, batch = tonumber(ARGV[i]), ARGV[i + 4]
   if fresh[n] then
