@@ -178,6 +178,7 @@ class Nemesis(threading.Thread):
                 self.pause_primary(kind)
             case "failover":
                 assert isinstance(t, Sentinel)
+                t.ready()
                 with self.fault(kind, f"primary {t.servers.primary_address()[1]}"):
                     t.servers.failover(timeout=30)
             case _:
@@ -205,6 +206,7 @@ class Nemesis(threading.Thread):
     def kill_primary(self, kind: str) -> None:
         t = self.topology
         if isinstance(t, Sentinel):
+            t.ready()
             primary = t.primary()
             with self.fault(kind, f"primary {primary.port}"):
                 primary.kill()
@@ -227,6 +229,7 @@ class Nemesis(threading.Thread):
         t = self.topology
         wait: Callable[[], None]
         if isinstance(t, Sentinel):
+            t.ready()
             primary = t.primary()
 
             def wait() -> None:

@@ -330,6 +330,23 @@ class Sentinel(Topology):
                 return process
         raise LookupError(f"no running primary at {address}")
 
+    def ready(self, timeout: float = 60.0) -> None:
+        """Until the sentinel knows a replica in sync with the primary it names (before
+        a fault that needs one to promote; a failover without one fails: NOGOODSLAVE)."""
+
+        def replica_ok() -> bool:
+            primary = self.servers.primary_address()
+            replicas = self.servers.sentinel.client().sentinel_slaves(self.servers.name)
+            return any(
+                not r.get("is_disconnected")
+                and not r.get("is_sdown")
+                and r.get("master-link-status") == "ok"
+                and r.get("master-port") == primary[1]
+                for r in replicas
+            )
+
+        wait_until(replica_ok, timeout, "a replica in sync, known to the sentinel")
+
     def replace_replica(self) -> None:
         """A new replica of the current primary, in place of a killed server."""
         self.replicas_added += 1

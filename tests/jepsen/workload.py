@@ -221,7 +221,10 @@ def produce_all(
             producer.produce(TOPIC, value=b"%d" % value, partition=partition, on_delivery=delivered)
     except (KafkaException, BufferError) as exc:
         return results, f"produce: {exc}"
-    left = producer.flush(timeout_ms / 1000 + 5)
+    try:
+        left = producer.flush(timeout_ms / 1000 + 5)
+    except KafkaException as exc:  # a transactional producer's fatal error
+        return results, f"flush: {exc}"
     if errors:
         return results, errors[0]
     if left or len(results) < len(sends):
@@ -331,7 +334,10 @@ class TxnWorker(Worker):
                 done.append(["poll", reads])
             results, error = produce_all(self.producer, sends, self.settings.txn_timeout_ms)
             if error is not None:
-                raise KafkaException(KafkaError(KafkaError._FAIL, error))
+                # Most delivery errors inside a transaction are abortable: then the
+                # abort settles it (fail), else the outcome is unknown (info).
+                self.abort_or_crash(invocation, error)
+                return
             done += [["send", k, [results.get(v), v]] for k, v in sends]
             if self.rng.random() < self.settings.abort_ratio:
                 self.producer.abort_transaction(30)
@@ -345,20 +351,27 @@ class TxnWorker(Worker):
         self.history.complete(invocation, OK, done)
 
     def failed(self, invocation: Op, exc: KafkaException) -> None:
-        """A transaction that raised: aborted if the client can still abort it (``fail``),
-        else unknown (``info``) and the clients are replaced."""
-        assert self.producer is not None
+        """A transaction that raised: aborted if the client says it must be and can
+        still abort it (``fail``), else unknown (``info``) and the clients are replaced."""
         error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
         text = str(error or exc)
         if error is not None and error.txn_requires_abort():
-            try:
-                self.producer.abort_transaction(30)
-            except KafkaException:
-                pass
-            else:
-                self.history.complete(invocation, FAIL, error=text)
-                self.reassign()
-                return
+            self.abort_or_crash(invocation, text)
+        else:
+            self.crash(invocation, text)
+
+    def abort_or_crash(self, invocation: Op, text: str) -> None:
+        assert self.producer is not None
+        try:
+            self.producer.abort_transaction(30)
+        except KafkaException as exc:
+            self.crash(invocation, f"{text}; abort: {exc}")
+        else:
+            self.history.complete(invocation, FAIL, error=text)
+            self.reassign()
+
+    def crash(self, invocation: Op, text: str) -> None:
+        assert self.producer is not None
         self.history.complete(invocation, INFO, error=text)
         discard(self.producer)
         self.producer = None
