@@ -13,6 +13,14 @@ own commands reach it, so no append lands there under the old epoch. ``FailoverW
 (``serve``) also checks the primary every ``interval`` seconds, and at once when a
 sentinel announces a switch: it bumps for a broker started after a failover, and moves
 the client off a demoted primary that still answers.
+
+On a Redis Cluster each shard fails over on its own: the same is done per slot range of
+a primary (docs/scale-out.md 4.4). The replication id a range's partitions were last
+brought to is recorded in the slot hash of the range's first slot (field ``replid``, on
+the shard itself); a change bumps only the partitions whose slot is in the range. The
+cluster client runs ``EpochBump`` on a node before its commands reach slots the node did
+not serve before (``HotTierCluster.on_switch``), and the watch checks every primary's
+replication id each ``interval`` (a primary can change without its address changing).
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +38,7 @@ from kafkaesque.errors import UnknownTopic
 from kafkaesque.keys import Keys
 from kafkaesque.log import Log
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
+from kafkaesque.slots import slot_of
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +52,25 @@ async def primary_replid(redis: Any) -> str | None:
     return str(info["master_replid"])
 
 
-async def bump_epochs(target: Log, replid: str, adopt: bool = False) -> int:
+async def bump_epochs(
+    target: Log,
+    replid: str,
+    adopt: bool = False,
+    slots: Sequence[tuple[int, int]] | None = None,
+) -> int:
     """A new leader epoch for every partition whose epoch belongs to another primary than
     ``replid``'s; with ``adopt``, partitions that record none only record ``replid``.
-    Returns how many partitions got one."""
+    With ``slots`` (ranges, both ends included: one shard of a cluster), only the
+    partitions whose slot is in them. Returns how many partitions got one."""
+    return (await _bump(target, replid, adopt, slots))[0]
+
+
+async def _bump(
+    target: Log, replid: str, adopt: bool, slots: Sequence[tuple[int, int]] | None
+) -> tuple[int, set[int]]:
+    """``bump_epochs``, and the slots of the partitions it found."""
     bumped = 0
+    found: set[int] = set()
     for name in await target.list_topics():
         try:
             config = await target.topic(name)
@@ -54,8 +78,14 @@ async def bump_epochs(target: Log, replid: str, adopt: bool = False) -> int:
             continue  # deleted meanwhile
         calls = []
         for number in range(config.partitions):
+            slot = slot_of(name, number)
+            if slots is not None and not _within(slot, slots):
+                continue
+            found.add(slot)
             p = target.keys.partition(name, number)
             calls.append(([p.meta, p.epochs], [replid, 1 if adopt else 0]))
+        if not calls:
+            continue
         results = await target.scripts.failover_epoch.many(target.redis, calls)
         for result in results:
             if isinstance(result, Exception):
@@ -64,7 +94,11 @@ async def bump_epochs(target: Log, replid: str, adopt: bool = False) -> int:
         if count:
             bumped += count
             await target.announce_change(name)
-    return bumped
+    return bumped, found
+
+
+def _within(slot: int, ranges: Sequence[tuple[int, int]]) -> bool:
+    return any(first <= slot <= last for first, last in ranges)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,15 +108,26 @@ class EpochBump:
     epochs and record it (the first time, with no id recorded, partitions only adopt it).
     A Sentinel client runs it before its commands reach a primary
     (kafkaesque.hot_tier_sentinel.BlockingSentinelPool): two round trips when nothing changed. Equal
-    for equal namespaces, so a client holds it once per log."""
+    for equal namespaces, so a client holds it once per log.
+
+    On a cluster (``ranges`` and ``cluster`` given: the slot ranges ``primary`` serves,
+    kafkaesque.hot_tier_cluster.HotTierCluster.on_switch), the same per range, the id
+    recorded in the slot hash of the range's first slot."""
 
     namespace: str
 
-    async def __call__(self, primary: Any) -> int:
+    async def __call__(
+        self,
+        primary: Any,
+        ranges: Sequence[tuple[int, int]] | None = None,
+        cluster: Any = None,
+    ) -> int:
         """The number of partitions given a new epoch."""
         replid = await primary_replid(primary)
         if replid is None:  # named by the sentinel, not yet promoted
             raise RedisConnectionError("it is not a primary yet")
+        if ranges is not None:
+            return await self._cluster_ranges(primary, replid, ranges, cluster)
         key = Keys(self.namespace).primary_replid
         recorded = await primary.get(key)
         if recorded is not None and recorded.decode() == replid:
@@ -93,6 +138,53 @@ class EpochBump:
             log.warning(
                 "the Redis primary changed (replication id %s): %d partition(s) got a new "
                 "leader epoch; consumers that read records the new primary lacks truncate",
+                replid,
+                bumped,
+            )
+        return bumped
+
+    async def _cluster_ranges(
+        self, primary: Any, replid: str, ranges: Sequence[tuple[int, int]], cluster: Any
+    ) -> int:
+        """One shard of a cluster: its ranges whose recorded id is not ``replid``'s get
+        their partitions bumped (adopted where none is recorded), then record it, in the
+        ranges that hold partitions only (an empty log keeps no key; an empty range is
+        walked again at each check, which finds nothing to do)."""
+        keys = Keys(self.namespace, cluster=True)
+        pipe = primary.pipeline(transaction=False)
+        for first, _last in ranges:
+            pipe.hget(keys.slot_hash(first), "replid")
+        recorded = await pipe.execute()
+        stale: dict[bool, list[tuple[int, int]]] = {True: [], False: []}  # by adopt
+        for (first, last), value in zip(ranges, recorded, strict=True):
+            if value is None or value.decode() != replid:
+                stale[value is None].append((first, last))
+        if not stale[True] and not stale[False]:
+            return 0
+        target = Log(cluster, self.namespace)
+        bumped = 0
+        found: set[int] = set()
+        for adopt, which in stale.items():
+            if which:
+                count, slots = await _bump(target, replid, adopt, which)
+                bumped += count
+                found |= slots
+        holding = [
+            (first, last)
+            for first, last in stale[True] + stale[False]
+            if any(first <= slot <= last for slot in found)
+        ]
+        if holding:
+            pipe = primary.pipeline(transaction=False)
+            for first, _last in holding:
+                pipe.hset(keys.slot_hash(first), "replid", replid)
+            await pipe.execute()
+        if bumped:
+            log.warning(
+                "the Redis Cluster primary of slots %s changed (replication id %s): %d "
+                "partition(s) got a new leader epoch; consumers that read records the new "
+                "primary lacks truncate",
+                ",".join(f"{a}-{b}" for a, b in stale[False]),
                 replid,
                 bumped,
             )
@@ -111,6 +203,8 @@ class FailoverWatch:
         """Look at the primary once; the number of partitions given a new epoch here (a
         Sentinel client's own hook may have given them already)."""
         redis = self.log.redis
+        if hasattr(redis, "check_primaries"):  # a cluster: every shard's primary
+            return int(await redis.check_primaries())
         if hasattr(redis, "primary_address"):  # through Sentinel: move to the one it names
             await redis.primary_address()
         return await EpochBump(self.log.ns)(redis)

@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
 from redis.asyncio import BlockingConnectionPool
-from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.exceptions import (
     AskError,
     ClusterDownError,
     ClusterError,
     MovedError,
+    RedisClusterException,
     RedisError,
+    SlotNotCoveredError,
     TryAgainError,
 )
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from kafkaesque.errors import HotTierUnavailable
 from kafkaesque.hot_tier import (
@@ -24,40 +33,158 @@ from kafkaesque.hot_tier import (
     _translated,
 )
 from kafkaesque.outage import REDIS
+from kafkaesque.slots import SLOTS
+
+log = logging.getLogger(__name__)
 
 # -- Redis Cluster (docs/scale-out.md 2.4) --------------------------------------------------
 
 CLUSTER_SCHEME = "redis+cluster://"
 
+# Set while a command or pipeline of the client runs: an ``aclose()`` redis-py calls from
+# there (after CLUSTERDOWN, a MOVED storm, a pipeline's connection error) is its way of
+# asking for a new slot map, not the owner closing the client.
+_IN_COMMAND: ContextVar[bool] = ContextVar("kafkaesque_cluster_command", default=False)
+# Set while the switch hooks of a new primary run: their own commands reach it unchecked.
+_SWITCHING: ContextVar[bool] = ContextVar("kafkaesque_cluster_switching", default=False)
+
+# Called with a client of a node that became the primary of ``ranges`` (slot ranges, first
+# and last included) and the cluster client, before other commands of the client reach
+# those slots there (kafkaesque.failover.EpochBump gives their partitions a new epoch).
+ClusterSwitchHook = Callable[[HotTier, Sequence[tuple[int, int]], "HotTierCluster"], Awaitable[Any]]
+
+
+class _NodePool(BlockingConnectionPool):
+    """A node's pool; ``on_failure`` is called when the node cannot be reached (its cluster
+    client then reads the slot map again: the node may have failed over)."""
+
+    on_failure: Callable[[], None] | None = None
+
+
+class _NodeClient(HotTier):
+    """A plain client of one node of the cluster (``HotTierCluster.node_client``)."""
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        with self._noting_failure():
+            return await super().execute_command(*args, **options)
+
+    async def initialize(self) -> _NodeClient:
+        with self._noting_failure():
+            await super().initialize()
+        return self
+
+    @contextlib.contextmanager
+    def _noting_failure(self) -> Any:
+        try:
+            yield
+        except HotTierUnavailable as exc:
+            if isinstance(exc.__cause__, RedisConnectionError | RedisTimeoutError):
+                callback = getattr(self.connection_pool, "on_failure", None)
+                if callback is not None:
+                    callback()
+            raise
+
+
+class _ClusterPipeline(ClusterPipeline):
+    """redis-py's cluster pipeline with the client's translation of failures, and its
+    resets of the client (``aclose`` when a node fails) taken as such."""
+
+    async def execute(self, *args: Any, **kwargs: Any) -> Any:
+        token = _IN_COMMAND.set(True)
+        try:
+            return await super().execute(*args, **kwargs)
+        except (RedisError, RedisClusterException) as exc:
+            error = _translated_cluster(exc)
+            if error is exc:
+                raise
+            raise error from exc
+        finally:
+            _IN_COMMAND.reset(token)
+
 
 class HotTierCluster(RedisCluster):
     """The hot tier as a Redis Cluster: redis-py's cluster client with ``HotTier``'s
     translation of "not now" failures (CLUSTERDOWN, TRYAGAIN or MOVED after redis-py's own
-    retries, an unreachable node: HotTierUnavailable). ``for_key`` gives a plain client of
-    the node serving a key (durable appends wait on the connection that wrote), and
-    ``pubsub`` one of a primary's (a classic PUBLISH reaches every node)."""
+    retries, an unreachable node or uncovered slot: HotTierUnavailable). ``for_key`` gives
+    a plain client of the node serving a key (durable appends wait on the connection that
+    wrote), and ``pubsub`` one of a primary's (a classic PUBLISH reaches every node).
+
+    A node's death must not disturb the others: redis-py's own resets (its ``aclose()``
+    after CLUSTERDOWN or a pipeline's connection error) only make the next command read
+    the slot map again; they close no connection of a healthy node, no node client.
+
+    Failover (docs/scale-out.md 4.4): each slot remembers the primary its ``switch hooks``
+    ran for. When the slot map names another one (a replica promoted), the hooks run on it
+    before any command of this client (through redis-py's routing or ``for_key``) reaches
+    it there; until they succeed, such commands fail as retriable."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._node_clients: dict[str, HotTier] = {}
+        self._node_clients: dict[str, _NodeClient] = {}
         self._subscriptions = 0
+        self._refresh_wanted = False  # a node client met a node away
+        self._switch_hooks: list[ClusterSwitchHook] = []
+        # By slot: the primary the hooks ran for; the nodes serving slots they did not yet.
+        self._confirmed: list[str | None] = [None] * SLOTS
+        self._unconfirmed: set[str] = set()
+        self._switch_locks: dict[str, asyncio.Lock] = {}
+        self._seen_slot_map: object = None  # the slot map _unconfirmed was computed from
 
+    # -- commands ----------------------------------------------------------------------
     async def execute_command(self, *args: Any, **options: Any) -> Any:
+        token = _IN_COMMAND.set(True)
         try:
             result = await super().execute_command(*args, **options)
-        except RedisError as exc:
-            raise _translated_cluster(exc) from exc
+        except (RedisError, RedisClusterException) as exc:
+            error = _translated_cluster(exc)
+            if error is exc:
+                raise
+            raise error from exc
+        finally:
+            _IN_COMMAND.reset(token)
         if REDIS.since is not None:
             REDIS.recovered()
         return result
 
+    async def _execute_command(self, target_node: ClusterNode, *args: Any, **kwargs: Any) -> Any:
+        # Each attempt of a command (retries after a new slot map too) passes here.
+        self._note_new_primaries()
+        if target_node.name in self._unconfirmed and not _SWITCHING.get():
+            await self._confirm(target_node.name)
+        return await super()._execute_command(target_node, *args, **kwargs)
+
+    async def script_load(self, script: Any) -> Any:  # type: ignore[override]
+        """SCRIPT LOAD on every primary, as redis-py does (after NOSCRIPT), except that a
+        primary away (its shard lost) does not fail it: a script runs on one key's node
+        only, so the others' partitions go on."""
+        nodes = self.get_primaries()
+        if not nodes:  # the slot map is not read yet
+            return await self.execute_command("SCRIPT LOAD", script)
+        replies = await asyncio.gather(
+            *(self.execute_command("SCRIPT LOAD", script, target_nodes=node) for node in nodes),
+            return_exceptions=True,
+        )
+        for reply in replies:
+            if not isinstance(reply, BaseException):
+                return reply
+        raise replies[0]  # type: ignore[misc]
+
+    def pipeline(self, transaction: Any | None = None, shard_hint: Any | None = None) -> Any:
+        if shard_hint:
+            raise RedisClusterException("shard_hint is deprecated in cluster mode")
+        return _ClusterPipeline(self, transaction)
+
     async def initialize(self, *args: Any, **kwargs: Any) -> HotTierCluster:
         try:
             await super().initialize(*args, **kwargs)
-        except RedisError as exc:
-            raise _translated_cluster(exc) from exc
+        except (RedisError, RedisClusterException) as exc:
+            error = _translated_cluster(exc)
+            if error is exc:
+                raise
+            raise error from exc
         return self
 
+    # -- one node's own clients -----------------------------------------------------------
     def node_client(self, host: str, port: int) -> HotTier:
         """A plain client of one node (kept: one pool per node)."""
         name = f"{host}:{port}"
@@ -68,29 +195,48 @@ class HotTierCluster(RedisCluster):
                 for k, v in self.get_connection_kwargs().items()
                 if k in _NODE_CONNECTION_KWARGS
             }
-            pool = BlockingConnectionPool(
+            pool = _NodePool(
                 host=host,
                 port=port,
                 max_connections=DEFAULT_MAX_CONNECTIONS,
                 timeout=POOL_TIMEOUT,
                 **kwargs,
             )
-            client = self._node_clients[name] = HotTier.from_pool(pool)
+            pool.on_failure = self._node_away
+            client = self._node_clients[name] = _NodeClient.from_pool(pool)
         return client
 
+    def _node_away(self) -> None:
+        self._refresh_wanted = True
+
     async def for_key(self, key: str) -> HotTier:
-        """A plain client of the primary serving ``key``'s slot (redis-py's slot map)."""
+        """A plain client of the primary serving ``key``'s slot (redis-py's slot map, read
+        again when a node client found its node away: it may have failed over), once the
+        switch hooks ran there."""
         if self._initialize:  # not connected yet: the slot map comes with the first call
             await self.initialize()
-        node = self.get_node_from_key(key)
+        if self._refresh_wanted:
+            self._refresh_wanted = False
+            await self.refresh_slots()
+        try:
+            node = self.get_node_from_key(key)
+        except RedisClusterException as exc:  # its slot is not served now
+            raise _translated_cluster(exc) from exc
+        self._note_new_primaries()
+        if node.name in self._unconfirmed:
+            await self._confirm(node.name)
         return self.node_client(node.host, node.port)
 
     async def refresh_slots(self) -> None:
-        """Read the slot map again (after a MOVED or ASK met on a node's own client)."""
+        """Read the slot map again (after a MOVED or ASK met on a node's own client, or a
+        node away)."""
         try:
             await self.nodes_manager.initialize()
-        except RedisError as exc:
-            raise _translated_cluster(exc) from exc
+        except (RedisError, RedisClusterException) as exc:
+            error = _translated_cluster(exc)
+            if error is exc:
+                raise
+            raise error from exc
 
     def pubsub(self, **kwargs: Any) -> Any:  # type: ignore[override]
         """A pub/sub connection to one primary, the next one at each call (a subscriber
@@ -101,11 +247,150 @@ class HotTierCluster(RedisCluster):
         self._subscriptions += 1
         return self.node_client(node.host, node.port).pubsub(**kwargs)
 
+    # -- failover --------------------------------------------------------------------------
+    def on_switch(self, hook: ClusterSwitchHook) -> None:
+        """Run ``hook`` on every node that becomes the primary of slots (the first time the
+        slot map is read, then at each failover), before this client's commands reach it
+        there."""
+        if hook not in self._switch_hooks:
+            self._switch_hooks.append(hook)
+            self._confirmed = [None] * SLOTS
+            self._seen_slot_map = None
+
+    def primary_ranges(self) -> dict[str, list[tuple[int, int]]]:
+        """By primary (``host:port``), the slot ranges it serves in the slot map."""
+        ranges: dict[str, list[tuple[int, int]]] = {}
+        cache = self.nodes_manager.slots_cache
+        start, owner = 0, None
+        for slot in range(SLOTS + 1):
+            nodes = cache.get(slot) if slot < SLOTS else None
+            name = nodes[0].name if nodes else None
+            if name != owner:
+                if owner is not None:
+                    ranges.setdefault(owner, []).append((start, slot - 1))
+                start, owner = slot, name
+        return ranges
+
+    def _note_new_primaries(self) -> None:
+        """Once per slot map read (each reading makes a new one, whichever path read it):
+        the primaries that serve slots the hooks have not run for on them."""
+        cache = self.nodes_manager.slots_cache
+        if cache is self._seen_slot_map or not self._switch_hooks:
+            return
+        self._seen_slot_map = cache
+        unconfirmed = set()
+        for slot in range(SLOTS):
+            nodes = cache.get(slot)
+            if nodes and nodes[0].name != self._confirmed[slot]:
+                unconfirmed.add(nodes[0].name)
+        self._unconfirmed = unconfirmed
+
+    async def _confirm(self, name: str) -> int:
+        """Run the switch hooks on primary ``name`` for the slots it serves that they did
+        not run for; HotTierUnavailable while they fail (its new slots wait)."""
+        lock = self._switch_locks.setdefault(name, asyncio.Lock())
+        async with lock:
+            if name not in self._unconfirmed:
+                return 0
+            ranges = self.primary_ranges().get(name, [])
+            bumped = await self._run_hooks(name, _split(ranges, self._confirmed, name))
+            for first, last in ranges:
+                self._confirmed[first : last + 1] = [name] * (last - first + 1)
+            self._unconfirmed.discard(name)
+            return bumped
+
+    async def check_primaries(self, timeout: float = 5.0) -> int:
+        """Read the slot map and run the switch hooks on every primary for all its slots
+        (a primary can change without its address changing: a restart, a failover and
+        back), all at once, each given ``timeout`` seconds; the number of partitions
+        given a new epoch. Raises HotTierUnavailable naming the primaries that could not
+        be checked, after checking the others."""
+        await self.refresh_slots()
+        self._note_new_primaries()
+
+        async def check(name: str, ranges: list[tuple[int, int]]) -> int:
+            async with self._switch_locks.setdefault(name, asyncio.Lock()):
+                bumped = await self._run_hooks(name, ranges)
+                for first, last in ranges:
+                    self._confirmed[first : last + 1] = [name] * (last - first + 1)
+                self._unconfirmed.discard(name)
+                return bumped
+
+        checks = [
+            asyncio.wait_for(check(name, ranges), timeout)
+            for name, ranges in self.primary_ranges().items()
+        ]
+        results = await asyncio.gather(*checks, return_exceptions=True)
+        failures = []
+        for result in results:
+            if isinstance(result, asyncio.TimeoutError):
+                failures.append(f"a primary did not answer in {timeout} s")
+            elif isinstance(result, HotTierUnavailable):
+                failures.append(str(result))
+            elif isinstance(result, BaseException):
+                raise result
+        if failures:
+            raise HotTierUnavailable("; ".join(failures))
+        return sum(r for r in results if isinstance(r, int))
+
+    async def _run_hooks(self, name: str, ranges: Sequence[tuple[int, int]]) -> int:
+        if not ranges:
+            return 0
+        host, _, port = name.rpartition(":")
+        client = self.node_client(host, int(port))
+        token = _SWITCHING.set(True)
+        bumped = 0
+        try:
+            for hook in self._switch_hooks:
+                result = await hook(client, ranges, self)
+                bumped += result if isinstance(result, int) else 0
+        except HotTierUnavailable as exc:
+            raise HotTierUnavailable(
+                f"{name}, the primary of slots {_ranges_text(ranges)}, is not ready: {exc}"
+            ) from exc
+        except (RedisError, RedisClusterException) as exc:
+            raise HotTierUnavailable(
+                f"{name}, the primary of slots {_ranges_text(ranges)}, is not ready: {exc}"
+            ) from exc
+        finally:
+            _SWITCHING.reset(token)
+        return bumped
+
+    # -- closing -------------------------------------------------------------------------
     async def aclose(self) -> None:
-        for client in self._node_clients.values():
-            await client.aclose()
+        if _IN_COMMAND.get():
+            # redis-py resetting after a node failed: the next command reads the slot map
+            # again. Closing every connection here (redis-py's way) would cut the
+            # commands in flight on the healthy nodes and the node clients in use.
+            self._initialize = True
+            return
+        clients = list(self._node_clients.values())  # node_client may add one meanwhile
         self._node_clients.clear()
+        for client in clients:
+            with contextlib.suppress(Exception):
+                await client.aclose()
         await super().aclose()
+
+
+def _split(
+    ranges: Sequence[tuple[int, int]], confirmed: list[str | None], name: str
+) -> list[tuple[int, int]]:
+    """The parts of ``ranges`` whose slots are not confirmed for ``name``."""
+    parts = []
+    for first, last in ranges:
+        start = None
+        for slot in range(first, last + 2):
+            fresh = slot <= last and confirmed[slot] != name
+            if fresh and start is None:
+                start = slot
+            elif not fresh and start is not None:
+                parts.append((start, slot - 1))
+                start = None
+    return parts
+
+
+def _ranges_text(ranges: Sequence[tuple[int, int]]) -> str:
+    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in ranges)
 
 
 # What a node's own client takes of the cluster client's connection settings.
@@ -128,14 +413,29 @@ _NODE_CONNECTION_KWARGS = frozenset(
 )
 
 
-def _translated_cluster(exc: RedisError) -> Exception:
+def _translated_cluster(exc: Exception) -> Exception:
     """A cluster's "not now" (the slots moving or uncovered, a node away) as the core's
     retriable error; the rest as ``_translated``."""
     if isinstance(exc, ClusterDownError | TryAgainError | MovedError | AskError | ClusterError):
         error = HotTierUnavailable(f"the Redis Cluster is not serving the keys now: {exc}")
         REDIS.failed(error)
         return error
-    return _translated(exc)
+    if isinstance(exc, RedisClusterException):
+        # An uncovered slot, or no node answering the slot map; other ones (keys of
+        # several slots in one command) are mistakes, raised as they are.
+        text = str(exc)
+        if (
+            isinstance(exc, SlotNotCoveredError)
+            or "not covered" in text
+            or "cannot be connected" in text
+        ):
+            error = HotTierUnavailable(f"the Redis Cluster is not serving the keys now: {text}")
+            REDIS.failed(error)
+            return error
+        return exc
+    if isinstance(exc, RedisError):
+        return _translated(exc)
+    return exc
 
 
 def cluster_client(
@@ -170,6 +470,9 @@ def cluster_client(
         startup_nodes=nodes,
         max_connections=max_connections,
         socket_connect_timeout=5,
+        # A shard wholly away (primary and replicas) leaves its slots uncovered: the
+        # others go on (CLUSTER SLOTS still names it until the nodes forget it).
+        require_full_coverage=False,
         **kwargs,
     )
 

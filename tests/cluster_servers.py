@@ -11,6 +11,8 @@ started is stopped by ``stop`` (also when starting fails half-way).
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -60,16 +62,35 @@ class ServerProcess:
         lines += [f"{name} {value}" for name, value in settings.items()]
         self.config = directory / ("sentinel.conf" if sentinel else "server.conf")
         self.config.write_text("\n".join(lines) + "\n")
-        command = [redis_server_binary(), str(self.config)]
+        self.command = [redis_server_binary(), str(self.config)]
         if sentinel:
-            command.append("--sentinel")
-        self.log_file = (directory / "server.log").open("wb")
-        self.proc = subprocess.Popen(command, stdout=self.log_file, stderr=subprocess.STDOUT)
+            self.command.append("--sentinel")
+        self._start()
+
+    def _start(self) -> None:
+        self.log_file = (self.directory / "server.log").open("ab")
+        self.proc = subprocess.Popen(self.command, stdout=self.log_file, stderr=subprocess.STDOUT)
         try:
             wait_for_port(self.port, self.proc)
         except BaseException:
             self.stop()
             raise
+
+    def restart(self) -> None:
+        """Start it again after ``kill`` or ``stop``: same port, directory and settings (a
+        cluster node comes back with its nodes.conf, without data: no persistence)."""
+        if self.running():
+            raise RuntimeError("still running")
+        self.log_file.close()
+        self._start()
+
+    def pause(self) -> None:
+        """SIGSTOP: it neither answers nor reads what it was sent (it stays in the socket
+        buffers) until ``resume``."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.proc.pid, signal.SIGCONT)
 
     def client(self, **kwargs: Any) -> redis.Redis:
         return redis.Redis(host=HOST, port=self.port, **kwargs)
@@ -235,6 +256,39 @@ class ClusterServers:
             if first <= slot <= last:
                 return self.by_id(node_id)
         raise LookupError(f"slot {slot} is not served")
+
+    def replica_of(self, primary: ClusterNode) -> ClusterNode:
+        """The (first) replica following ``primary`` now."""
+        for node in self.nodes():
+            if node is primary or not node.process.running():
+                continue
+            if node.client().info("replication").get("master_port") == primary.port:
+                return node
+        raise LookupError(f"no replica of {primary.node_id}")
+
+    def wait_promoted(self, node: ClusterNode, slot: int, timeout: float = 20) -> None:
+        """Until ``node`` serves ``slot`` as a primary, in the slot map of every running
+        primary, and takes writes."""
+
+        def promoted() -> bool:
+            if node.client().info("replication").get("role") != "master":
+                return False
+            for other in self.primaries + self.replicas:
+                if not other.process.running():
+                    continue
+                if other.client().info("replication").get("role") != "master":
+                    continue
+                if self.owner_seen_by(slot, other) != node.node_id:
+                    return False
+            return True
+
+        wait_until(promoted, timeout, f"{node.node_id} to serve slot {slot}")
+
+    def owner_seen_by(self, slot: int, node: ClusterNode) -> str | None:
+        for (first, last), node_id in self.slot_owners(node).items():
+            if first <= slot <= last:
+                return node_id
+        return None
 
     def by_id(self, node_id: str) -> ClusterNode:
         for node in self.nodes():

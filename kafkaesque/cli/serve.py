@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from kafkaesque.cli.base import Context, key_values, main, one_line_errors, pass_context
-from kafkaesque.connect import DEFAULT_MAX_CONNECTIONS, SentinelHotTier
+from kafkaesque.connect import DEFAULT_MAX_CONNECTIONS, HotTierCluster, SentinelHotTier
 from kafkaesque.embedded import serving
 from kafkaesque.errors import KafkaesqueError
 from kafkaesque.topic_config import MAX_PARTITIONS
@@ -411,7 +411,8 @@ def serve(
                 await archiver.run_forever(archive_interval, stop=stop)
 
             companions.append(archive_forever)
-        if isinstance(log.redis, SentinelHotTier):  # a failover: new leader epochs
+        # A failover (of a cluster's shard too): new leader epochs.
+        if isinstance(log.redis, SentinelHotTier | HotTierCluster):
 
             async def follow_failovers(stop: asyncio.Event) -> None:
                 from kafkaesque.failover import FailoverWatch
