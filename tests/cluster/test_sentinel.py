@@ -203,13 +203,14 @@ def test_log_notifier_and_epochs_follow_a_failover(sentinel: SentinelServers) ->
 
 # -- a broker and a Kafka client while the primary is killed -----------------------------
 def _produce_through_a_kill(
-    tmp_path: Path, insync: int, lagging: bool
+    tmp_path: Path, insync: int, lagging: bool, alone: float = 0
 ) -> tuple[int, int, int, int]:
     """Produce (idempotent, acks=all) with a consumer following, SIGKILL the primary
     midway (``lagging``: after a second in which the replica was stopped and its link
-    cut); returns (acknowledged, acknowledged but lost, lost ones the follower had read,
-    duplicates). A producer that fails (its acknowledged records are gone) is replaced,
-    as an application would. The consumer that followed throughout ends with exactly the
+    cut); the promoted replica gets a replica of its own ``alone`` seconds later. Returns
+    (acknowledged, acknowledged but lost, lost ones the follower had read, duplicates).
+    A producer that fails (its acknowledged records are gone) is replaced, as an
+    application would. The consumer that followed throughout ends with exactly the
     records a fresh one reads: no offset it read holds another record after the
     failover."""
     servers = SentinelServers(tmp_path / "sentinel")
@@ -227,6 +228,8 @@ def _produce_through_a_kill(
                     fatal.append(err.str())
 
             settings = {"enable.idempotence": True, "acks": "all", "linger.ms": 2}
+            if alone:  # records time out while no replica is there: the producer bumps
+                settings["message.timeout.ms"] = int(alone * 1000 / 2)  # its epoch
             return Producer(common | settings | {"error_cb": error})
 
         producer = new_producer()
@@ -252,14 +255,26 @@ def _produce_through_a_kill(
                     got += 1
             return got
 
-        killed_at = replaced_at = None
+        killed_at = promoted_at = replaced_at = ready_at = None
         stopped = False
         old = servers.primary_address()
         i = 0
         started = time.monotonic()
         while True:
+            elapsed = time.monotonic() - started
+            # Alone: records are sent for 1.5 s after the promotion, then none until the
+            # new replica is in sync; each of them times out while the primary is alone
+            # (the producer bumps its epoch, sending again those not timed out yet), and
+            # none is about to time out when appends resume.
+            quiet = (
+                alone
+                and promoted_at is not None
+                and elapsed > promoted_at + 1.5
+                and (ready_at is None or elapsed < ready_at + 0.5)
+            )
             try:
-                producer.produce(topic, b"%d" % i, on_delivery=delivered)
+                if not quiet:
+                    producer.produce(topic, b"%d" % i, on_delivery=delivered)
             except KafkaException as exc:  # fatal: acknowledged records were lost
                 assert exc.args[0].code() == KafkaError._FATAL, exc
                 try:
@@ -281,17 +296,24 @@ def _produce_through_a_kill(
                 # had sent is in the replica's socket buffer, read after SIGCONT).
                 servers.primary.client().execute_command("CLIENT", "KILL", "TYPE", "replica")
             if killed_at is None and elapsed > 2:
+                if alone:  # nothing in flight at the kill: only the lone primary is tested
+                    assert producer.flush(10) == 0
                 killed_at = elapsed
                 servers.primary.kill()
                 if lagging:
                     os.kill(servers.replica.proc.pid, signal.SIGCONT)
-            if killed_at is not None and replaced_at is None and servers.primary_address() != old:
-                # Promoted: a new replica, so that WAIT 1 can be met again.
+            if promoted_at is None and killed_at is not None and servers.primary_address() != old:
+                promoted_at = elapsed
+            if promoted_at is not None and replaced_at is None and elapsed > promoted_at + alone:
+                # A new replica, so that WAIT 1 can be met again.
                 replaced_at = elapsed
                 servers.add_replica(tmp_path / "replica2")
-            if replaced_at is not None and elapsed > replaced_at + 3:
+            if replaced_at is not None and ready_at is None:
+                link = servers.replica.client().info("replication").get("slave0", {})
+                ready_at = elapsed if link.get("state") == "online" else None
+            if ready_at is not None and elapsed > ready_at + 3:
                 break
-            assert elapsed < 30, "no failover"
+            assert elapsed < 30 + alone, "no failover"
         assert producer.flush(60) == 0
         for old_producer in producers[:-1]:
             old_producer.flush(0)
@@ -330,17 +352,20 @@ def _produce_through_a_kill(
 
 
 @pytest.mark.parametrize(
-    ("insync", "lagging"),
-    [(1, True), (2, True), (2, False)],
-    ids=["wait-off-lagging", "wait-on-lagging", "wait-on-in-sync"],
+    ("insync", "lagging", "alone"),
+    [(1, True, 0), (2, True, 0), (2, False, 0), (2, False, 4)],
+    ids=["wait-off-lagging", "wait-on-lagging", "wait-on-in-sync", "wait-on-no-replica-for-4s"],
 )
 def test_acknowledged_records_through_a_killed_primary(
-    tmp_path: Path, insync: int, lagging: bool
+    tmp_path: Path, insync: int, lagging: bool, alone: float
 ) -> None:
-    """With WAIT (--min-insync-replicas 2) nothing acknowledged is lost; without, what
-    the replica had not received: here the second it was cut off (without a lag, none
-    was lost in the runs made while writing this: the replica had it all)."""
-    acked, lost, read, duplicates = _produce_through_a_kill(tmp_path, insync, lagging)
+    """With WAIT (--min-insync-replicas 2) nothing acknowledged is lost, and nothing is
+    written twice: also while the promoted primary has no replica for longer than the
+    producer's message timeout, so that it gives up on records and bumps its epoch
+    (appends are refused before they are made, NOT_ENOUGH_REPLICAS). Without WAIT, what
+    the replica had not received is lost: here the second it was cut off (without a lag,
+    none was lost in the runs made while writing this: the replica had it all)."""
+    acked, lost, read, duplicates = _produce_through_a_kill(tmp_path, insync, lagging, alone)
     print(f"min-insync-replicas {insync}, lagging {lagging}: {acked} acknowledged, {lost} lost")
     assert acked > 100
     if insync == 2:
