@@ -10,6 +10,7 @@ from contextvars import ContextVar
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
+from redis._parsers.commands import AsyncCommandsParser
 from redis.asyncio import BlockingConnectionPool
 from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.exceptions import (
@@ -85,6 +86,37 @@ class _NodeClient(HotTier):
             raise
 
 
+class _CommandsParser(AsyncCommandsParser):
+    """redis-py's command table, read from a primary that answers: redis-py asks only
+    the first primary of the slot map (also for COMMAND GETKEYS later), which failed
+    every start of a client while that one was away."""
+
+    __slots__ = ("_cluster",)
+
+    def __init__(self, cluster: HotTierCluster) -> None:
+        super().__init__()
+        self._cluster = cluster
+
+    async def initialize(self, node: ClusterNode | None = None) -> None:
+        candidates = [node] if node is not None else []
+        candidates += [n for n in self._cluster.get_primaries() if n is not node]
+        if not candidates:
+            await super().initialize(node)
+            return
+        failure: Exception | None = None
+        for candidate in candidates:
+            try:
+                await super().initialize(candidate)
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                failure = exc
+                continue
+            if candidate is not node:  # keyless commands go there too
+                self._cluster.nodes_manager.default_node = candidate
+            return
+        assert failure is not None
+        raise failure
+
+
 class _ClusterPipeline(ClusterPipeline):
     """redis-py's cluster pipeline with the client's translation of failures, and its
     resets of the client (``aclose`` when a node fails) taken as such."""
@@ -120,6 +152,7 @@ class HotTierCluster(RedisCluster):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.commands_parser = _CommandsParser(self)
         self._node_clients: dict[str, _NodeClient] = {}
         self._subscriptions = 0
         self._refresh_wanted = False  # a node client met a node away
@@ -129,6 +162,9 @@ class HotTierCluster(RedisCluster):
         self._unconfirmed: set[str] = set()
         self._switch_locks: dict[str, asyncio.Lock] = {}
         self._seen_slot_map: object = None  # the slot map _unconfirmed was computed from
+        # Nodes whose last command failed to reach them: keyless commands (INFO, PING)
+        # go to another primary meanwhile.
+        self._away: set[str] = set()
 
     # -- commands ----------------------------------------------------------------------
     async def execute_command(self, *args: Any, **options: Any) -> Any:
@@ -151,7 +187,25 @@ class HotTierCluster(RedisCluster):
         self._note_new_primaries()
         if target_node.name in self._unconfirmed and not _SWITCHING.get():
             await self._confirm(target_node.name)
-        return await super()._execute_command(target_node, *args, **kwargs)
+        try:
+            result = await super()._execute_command(target_node, *args, **kwargs)
+        except (RedisConnectionError, RedisTimeoutError):
+            self._away.add(target_node.name)
+            raise
+        self._away.discard(target_node.name)
+        return result
+
+    def get_default_node(self) -> Any:
+        """redis-py's node for keyless commands, unless it is away: then another primary
+        (redis-py would pick the same dead one again from a slot map that still names
+        it, failing INFO or PING while a shard is lost)."""
+        node = super().get_default_node()
+        if node is not None and node.name in self._away:
+            for other in self.get_primaries():
+                if other.name not in self._away:
+                    self.nodes_manager.default_node = other
+                    return other
+        return node
 
     async def script_load(self, script: Any) -> Any:  # type: ignore[override]
         """SCRIPT LOAD on every primary, as redis-py does (after NOSCRIPT), except that a
