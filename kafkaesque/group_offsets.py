@@ -4,7 +4,7 @@ msgpack [offset, metadata, commit time (ms), leader epoch].
 Besides reads and writes, this is where the offsets cross to the archive: ``snapshot``
 takes every group's offsets as one consistent picture (or refuses while Redis has lost its
 data, so an empty Redis is never mistaken for "every group deleted"), and ``restore``
-gives them back to a Redis that lost its data, clamped to the restored log ends.
+gives them back to a Redis that lost its data, as they were committed.
 """
 
 from __future__ import annotations
@@ -39,14 +39,15 @@ class OffsetsSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
-class ClampedOffset:
-    """A restored offset past its partition's restored log end, set back to that end."""
+class OffsetPastEnd:
+    """A restored offset past its partition's restored log end: the group read records
+    Redis lost, and new records take those offsets."""
 
     group_id: str
     topic: str
     partition: int
     committed: int
-    restored: int
+    log_end: int
 
 
 def _field(topic: str, partition: int) -> str:
@@ -155,13 +156,25 @@ class OffsetStore:
         self,
         groups: Mapping[str, Mapping[TopicPartition, CommittedOffset]],
         log_ends: Mapping[TopicPartition, int],
-    ) -> list[ClampedOffset]:
-        """Give groups back their offsets after Redis lost its data. An offset Redis already
-        has (a member committed since) wins; one past its partition's restored log end is
-        set back to that end, since the offsets beyond were lost and are given out again
-        to new records; offsets of partitions that no longer exist are dropped. A group
-        Redis does not know comes back empty (no members), as after a broker restart."""
-        clamped = []
+    ) -> list[OffsetPastEnd]:
+        """Give groups back their offsets after Redis lost its data; return those past
+        their partition's restored log end. An offset Redis already has (a member committed
+        since) wins; offsets of partitions that no longer exist are dropped. A group Redis
+        does not know comes back empty (no members), as after a broker restart.
+
+        An offset past the restored log end is kept as committed, with its leader epoch,
+        as Kafka keeps one past an unclean leader's log end: the group read records that
+        were lost, and new records take their offsets. Its consumers find out as in Kafka:
+        while the new log ends below the offset a fetch there is OFFSET_OUT_OF_RANGE;
+        OffsetForLeaderEpoch for the committed epoch answers the restored end, below the
+        offset, so a client that validates a committed position (Java; KIP-320) sees the
+        truncation; a consumer still running across the loss is fenced by the new epoch
+        and validates its own position. Set back to the log end, the offset would hide all
+        of it: every group consumer would read again, silently, offsets that now hold
+        other records. (What the offset cannot tell: once new records passed it,
+        librdkafka, kafka-python and aiokafka, which start at a committed offset without
+        validating it, go on from it and do not read the new records below it.)"""
+        past_end = []
         cluster = self.keys.cluster
         pipe = self.redis.pipeline(transaction=True)
         for group_id, offsets in groups.items():
@@ -173,8 +186,7 @@ class OffsetStore:
                 if end is None:
                     continue
                 if o.offset > end:
-                    clamped.append(ClampedOffset(group_id, topic, partition, o.offset, end))
-                    o = CommittedOffset(end, o.metadata, o.commit_ms, o.leader_epoch)
+                    past_end.append(OffsetPastEnd(group_id, topic, partition, o.offset, end))
                 pipe.hsetnx(
                     self.keys.group(group_id, ":offsets"), _field(topic, partition), _pack(o)
                 )
@@ -185,7 +197,7 @@ class OffsetStore:
                 pipe.sadd(self.keys.groups, group_id)
         if not cluster:
             await pipe.execute()
-        return clamped
+        return past_end
 
 
 async def pending_transactional(redis: Redis, keys: Keys, group_id: str) -> set[TopicPartition]:

@@ -5,7 +5,8 @@ partition the archive knows is recreated at the offset where the archive ends, w
 higher leader epoch so Kafka clients see the truncation (KIP-320) instead of reusing
 offsets silently; the global sequence and producer id counters are raised past everything
 the archive holds, so new records get fresh ids and idempotent producers fresh ids.
-Consumer groups get their archived committed offsets back.
+Consumer groups get their archived committed offsets back as committed, leader epochs
+included, even past the restored log end, so their consumers see the truncation too.
 """
 
 from __future__ import annotations
@@ -174,13 +175,15 @@ async def recover(log: Log, pool: asyncpg.Pool) -> bool:
     }
     for c in await OffsetStore(log.redis, log.keys).restore(committed, log_ends):
         logger.warning(
-            "group %s: committed offset %d of %s[%d] is past the restored log end; set to %d"
-            " (the offsets from there were lost with Redis and go to new records)",
+            "group %s: committed offset %d of %s[%d] is past the restored log end %d: it"
+            " read records lost with Redis, and new records take offsets from %d (kept as"
+            " committed, with its leader epoch, so the group's consumers are told)",
             c.group_id,
             c.committed,
             c.topic,
             c.partition,
-            c.restored,
+            c.log_end,
+            c.log_end,
         )
     # Record the epochs the restore gave the partitions, so a second loss bumps past them.
     async with pool.acquire() as conn:

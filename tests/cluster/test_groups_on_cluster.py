@@ -53,13 +53,13 @@ def test_offsets_snapshot_and_restore_per_group(empty_cluster: ClusterServers) -
         await log.redis.flushall()
         assert await store.snapshot() is None  # the catalog lost its data
         await log.ensure_recovered()
-        clamped = await store.restore(snapshot.groups, {("t", 0): 8})
-        assert [(c.group_id, c.committed, c.restored) for c in clamped] == [("c{x}", 9, 8)]
+        past_end = await store.restore(snapshot.groups, {("t", 0): 8})
+        assert [(c.group_id, c.committed, c.log_end) for c in past_end] == [("c{x}", 9, 8)]
         again = await store.snapshot()
         assert {g: o[("t", 0)].offset for g, o in again.groups.items()} == {
             "a": 3,
             "b": 7,
-            "c{x}": 8,
+            "c{x}": 9,
         }
         assert sorted(await groups.list_groups()) == ["a", "b", "c{x}"]
         await log.redis.aclose()
