@@ -19,6 +19,8 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from redis.asyncio import Redis
+from redis.asyncio.lock import Lock
+from redis.exceptions import LockNotOwnedError
 
 from kafkaesque.clock import now_ms as _now_ms
 from kafkaesque.consumer_group import (
@@ -125,7 +127,12 @@ class GroupCoordinator:
 
     def _lock(self, group_id: str) -> Any:
         # Held for one read-modify-write; the timeout frees it if a process dies holding it.
-        return self.redis.lock(self.keys.group(group_id, ":lock"), timeout=10, blocking_timeout=10)
+        return self.redis.lock(
+            self.keys.group(group_id, ":lock"),
+            timeout=10,
+            blocking_timeout=10,
+            lock_class=_GroupLock,
+        )
 
     async def _heartbeat(self, group_id: str, member_id: str) -> None:
         await self.redis.hset(self.keys.group(group_id, ":heartbeats"), member_id, self.clock())
@@ -448,3 +455,16 @@ class GroupCoordinator:
         await pipe.execute()
         if self.keys.cluster:  # after: see group_offsets.indexed
             await indexed(self.redis, group_id, [], index)
+
+
+class _GroupLock(Lock):
+    """A group's lock whose release, when the key is gone or another's, is no error:
+    Redis lost its data while it was held (a FLUSHALL takes the key), or the holder outlived
+    the timeout. The writes made under it stand either way; raising would fail the request
+    (or the sweep) after the fact."""
+
+    async def do_release(self, expected_token: bytes) -> None:
+        try:
+            await super().do_release(expected_token)
+        except LockNotOwnedError:
+            pass
