@@ -15,6 +15,7 @@ from wire.connection_io import ConnectionIdle, ReadDeadline, RequestStalled, rea
 from wire.handlers import handle, supported
 from wire.metrics import api_name
 from wire.protocol import (
+    PRODUCE,
     ConnectionState,
     DropConnection,
     MalformedRequest,
@@ -154,8 +155,9 @@ class Connection:
             server.metrics.errors.labels("sasl").inc()
             return False
         if mute_ms:
-            # Over its quota: the next request is not read until the throttle time has
-            # passed (KIP-219's muted channel). Nothing is in flight meanwhile.
+            # Over its quota, or Redis short of memory: the next request is not read until
+            # the throttle time has passed (KIP-219's muted channel). Nothing is in flight
+            # meanwhile.
             idle[self.writer] = True
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(mute_ms / 1000):
@@ -275,6 +277,10 @@ class Connection:
             encoded = response_pieces(request.correlation_id, response)
         size = 0 if encoded is None else sum(map(len, encoded))
         throttled, mute_ms = server.throttling.after(request, response, size)
+        if request.api_key == PRODUCE:
+            # Redis short of memory: the answer (its throttle_time says it) goes at once,
+            # the next request waits (wire/handlers/produce.py says why).
+            mute_ms = max(mute_ms, self.broker.memory.throttle_ms())
         if throttled is not response:  # a throttle time or an emptied fetch to tell
             encoded = response_pieces(request.correlation_id, throttled)
         return encoded, mute_ms

@@ -104,3 +104,42 @@ def test_a_full_redis_holds_producers_back_and_loses_nothing(tmp_path: Path, pg_
     finally:
         broker.stop()
         server.stop()
+
+
+def test_a_held_back_producer_is_answered_at_once_then_waits(tmp_path: Path) -> None:
+    """Redis between HIGH and FULL: as Kafka's quotas since KIP-219, the Produce answer
+    goes at once, saying the throttle time, and the connection's next request waits it
+    out. An answer held back instead outlasted short client request timeouts: the client
+    took the written batch for possibly lost, and an idempotent producer that then bumped
+    its epoch wrote it again (duplicates under maxmemory)."""
+    server = RedisServer(
+        tmp_path / "redis",
+        extra_args=["--maxmemory", str(MAXMEMORY), "--maxmemory-policy", "noeviction"],
+    )
+    ballast = redis.Redis.from_url(server.url)  # nothing the archiver could release
+    n = 0
+    while ballast.info("memory")["used_memory"] < (HIGH + FULL) / 2 * MAXMEMORY:
+        ballast.set(f"ballast:{n}", b"x" * 65536)
+        n += 1
+    broker = Broker(server.url, tmp_path / "b")
+    try:
+        broker.cli("create", "held")
+        with Connection(broker.bootstrap) as c:
+            # A first append loads what the broker keeps of the partition; then the
+            # throttle it earned passes.
+            c.request(produce_request("held", {0: build_batch(values(0))}, acks=1))
+            c.api_versions()
+            started = time.monotonic()
+            answer = c.request(produce_request("held", {0: build_batch(values(1))}, acks=1))
+            answered = time.monotonic() - started
+            [partition] = answer.responses[0].partition_responses
+            assert partition.error_code == ErrorCode.none
+            throttle = answer.throttle_time.total_seconds()
+            assert 0 < throttle <= MAX_THROTTLE_MS / 1000
+            assert answered < throttle / 2, f"answered after {answered:.2f} s"
+            started = time.monotonic()
+            c.api_versions()  # read only once the throttle time has passed
+            assert time.monotonic() - started > throttle * 0.8
+    finally:
+        broker.stop()
+        server.stop()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 from typing import Any
 
@@ -161,11 +160,13 @@ async def produce(broker: Broker, request: Request) -> Any:
         )
         results.update(denied)
         codes = {key: (error_code(r.error), r) for key, r in results.items()}
-    # Redis short of memory: producers hold back (the response waits, and says so in
-    # throttle_time, as Kafka's quotas do) while the archiver drains.
+    # Redis short of memory: producers hold back while the archiver drains. As Kafka's
+    # quotas since KIP-219, the answer goes at once and says so in throttle_time; the
+    # connection then reads nothing for that long (wire/connection.py). An answer held
+    # back instead could outlast the client's own request timeout: the client then
+    # takes a written batch for possibly lost, and an idempotent producer that bumps its
+    # epoch sends it again as a new batch, which no sequence check can recognise.
     throttle_ms = broker.memory.throttle_ms()
-    if throttle_ms:
-        await asyncio.sleep(throttle_ms / 1000)
     if body.acks == 0:
         # The client expects no response at all, so an error can only be told by closing
         # the connection, as Kafka does.
