@@ -155,11 +155,20 @@ class EpochBump:
         for first, _last in ranges:
             pipe.hget(keys.slot_hash(first), "replid")
         recorded = await pipe.execute()
+        # What this client saw there before (HotTierCluster.replids, by slot): a range
+        # with no record yet (no partitions when last walked) is adopted only if no other
+        # primary was seen serving it.
+        known = getattr(cluster, "replids", None)
         stale: dict[bool, list[tuple[int, int]]] = {True: [], False: []}  # by adopt
         for (first, last), value in zip(ranges, recorded, strict=True):
-            if value is None or value.decode() != replid:
-                stale[value is None].append((first, last))
+            if value is not None and value.decode() == replid:
+                continue
+            moved = known is not None and any(
+                seen not in (None, replid) for seen in known[first : last + 1]
+            )
+            stale[value is None and not moved].append((first, last))
         if not stale[True] and not stale[False]:
+            _remember(known, ranges, replid)
             return 0
         target = Log(cluster, self.namespace)
         bumped = 0
@@ -179,6 +188,7 @@ class EpochBump:
             for first, _last in holding:
                 pipe.hset(keys.slot_hash(first), "replid", replid)
             await pipe.execute()
+        _remember(known, ranges, replid)
         if bumped:
             log.warning(
                 "the Redis Cluster primary of slots %s changed (replication id %s): %d "
@@ -189,6 +199,14 @@ class EpochBump:
                 bumped,
             )
         return bumped
+
+
+def _remember(
+    known: list[str | None] | None, ranges: Sequence[tuple[int, int]], replid: str
+) -> None:
+    if known is not None:
+        for first, last in ranges:
+            known[first : last + 1] = [replid] * (last - first + 1)
 
 
 class FailoverWatch:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from typing import Any
@@ -160,11 +161,15 @@ class HotTierCluster(RedisCluster):
         # By slot: the primary the hooks ran for; the nodes serving slots they did not yet.
         self._confirmed: list[str | None] = [None] * SLOTS
         self._unconfirmed: set[str] = set()
+        # By slot: the replication id of the primary the hooks last saw there (EpochBump
+        # tells a failover it saw from a first look by it).
+        self.replids: list[str | None] = [None] * SLOTS
         self._switch_locks: dict[str, asyncio.Lock] = {}
         self._seen_slot_map: object = None  # the slot map _unconfirmed was computed from
         # Nodes whose last command failed to reach them: keyless commands (INFO, PING)
         # go to another primary meanwhile.
         self._away: set[str] = set()
+        _follow_moves(self)
 
     # -- commands ----------------------------------------------------------------------
     async def execute_command(self, *args: Any, **options: Any) -> Any:
@@ -353,6 +358,21 @@ class HotTierCluster(RedisCluster):
             self._unconfirmed.discard(name)
             return bumped
 
+    async def _moved(self, slot: int) -> None:
+        """A MOVED named ``slot``'s new primary (a manual failover, its old primary still
+        up, or a resharding): the hooks run there for that slot before redis-py sends the
+        command again (its MOVED retries do not pass ``_execute_command``)."""
+        nodes = self.nodes_manager.slots_cache.get(slot)
+        if not nodes or not self._switch_hooks or _SWITCHING.get():
+            return
+        name = nodes[0].name
+        if self._confirmed[slot] == name:
+            return
+        async with self._switch_locks.setdefault(name, asyncio.Lock()):
+            if self._confirmed[slot] != name:
+                await self._run_hooks(name, [(slot, slot)])
+                self._confirmed[slot] = name
+
     async def check_primaries(self, timeout: float = 5.0) -> int:
         """Read the slot map and run the switch hooks on every primary for all its slots
         (a primary can change without its address changing: a restart, a failover and
@@ -424,6 +444,27 @@ class HotTierCluster(RedisCluster):
             with contextlib.suppress(Exception):
                 await client.aclose()
         await super().aclose()
+
+
+def _follow_moves(cluster: HotTierCluster) -> None:
+    """Make the client's NodesManager call ``cluster._moved`` after redis-py moved a slot
+    on a MOVED reply (a class of its own: the manager has slots, no attribute can be
+    set; the client is held weakly, as the manager is the client's)."""
+    manager = cluster.nodes_manager
+    base = type(manager)
+    move = getattr(base, "move_slot", None)
+    if move is None or not asyncio.iscoroutinefunction(move):  # another redis-py
+        return
+    owner = weakref.ref(cluster)
+
+    async def move_slot(self: Any, error: Any) -> Any:
+        result = await move(self, error)
+        client = owner()
+        if client is not None:
+            await client._moved(error.slot_id)
+        return result
+
+    manager.__class__ = type("_NodesManager", (base,), {"__slots__": (), "move_slot": move_slot})
 
 
 def _split(

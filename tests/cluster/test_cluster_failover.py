@@ -8,6 +8,7 @@ kills nodes."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Iterator
@@ -17,8 +18,13 @@ import pytest
 import redis
 
 from kafkaesque.batch_build import build_batch
+from kafkaesque.connect import redis_client
+from kafkaesque.failover import FailoverWatch
 from kafkaesque.keys import Keys
+from kafkaesque.log import Log
+from kafkaesque.records import read_header
 from kafkaesque.slots import slot_of
+from kafkaesque.topic_config import TopicConfig
 from tests.cluster_servers import ClusterNode, ClusterServers
 from tests.kafka_client import Connection
 from tests.wire.conftest import Broker
@@ -65,6 +71,43 @@ def topic_off(cluster: ClusterServers, avoid: ClusterNode) -> str:
 def no_internal_error(broker: Broker) -> None:
     text = broker.stderr()
     assert "Traceback" not in text and "internal error" not in text, text
+
+
+# -- the epoch bump, in process ---------------------------------------------------------
+def test_appends_after_a_shard_failover_carry_a_new_epoch(shards: ClusterServers) -> None:
+    """CLUSTER FAILOVER of one shard (its old primary stays up and answers MOVED): the
+    first append after it, through a client whose slot map still names the old primary,
+    already carries the new epoch, which starts at the end the partition had; other
+    clients noticing bump nothing again, and a partition on another shard keeps its
+    epoch."""
+
+    async def scenario() -> None:
+        log = Log(redis_client(shards.cluster_url))
+        await log.create_topic(TopicConfig("e", 1))
+        slot = slot_of("e", 0)
+        primary = shards.owner(slot)
+        other_shard = topic_off(shards, primary)
+        await log.create_topic(TopicConfig(other_shard, 1))
+        await log.append("e", 0, [build_batch([b"a", b"b"])])
+        node = await log.redis.for_key(log.keys.partition("e", 0).meta)  # type: ignore[attr-defined]
+        assert await node.execute_command("WAIT", 1, 5000) == 1  # the replica has them
+        watcher = Log(redis_client(shards.cluster_url))
+        assert await FailoverWatch(watcher).check() == 0  # partitions adopt the primary
+        replica = shards.replica_of(primary)
+        replica.client().execute_command("CLUSTER", "FAILOVER")
+        await asyncio.to_thread(shards.wait_promoted, replica, slot)
+        appended = await log.append("e", 0, [build_batch([b"c"])])
+        assert appended.base_offsets == [2]
+        read = await log.read("e", 0, 2)
+        assert read.leader_epoch == 1 and read_header(read.batches[0]).partition_leader_epoch == 1
+        assert await log.epoch_end_offset("e", 0, 0) == (0, 2)
+        assert await FailoverWatch(watcher).check() == 0  # bumped once
+        assert await log.leader_epochs("e", [0]) == [1]
+        assert await log.leader_epochs(other_shard, [0]) == [0]
+        for each in (log, watcher):
+            await each.redis.aclose()
+
+    asyncio.run(scenario())
 
 
 # -- (a) a shard lost whole ----------------------------------------------------------------
