@@ -12,11 +12,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import asyncpg
 import pytest
+import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
 
 from kafkaesque.groups import GroupCoordinator
 from kafkaesque.log import Log
@@ -26,7 +29,9 @@ from storage_pg import Archiver, create_pool, recover
 from storage_pg import group_offsets as archived
 from storage_pg.cold import ArchiveReader, _headers
 from storage_pg.schema import MIGRATIONS, ensure_schema
+from tests.kafka_client import Connection
 from tests.storage.common import make_log, produce
+from tests.wire.conftest import Broker
 
 THROTTLED = "leader.replication.throttled.replicas"  # a config that takes any text
 
@@ -191,3 +196,39 @@ async def archived_rows_of(pool: asyncpg.Pool) -> list[list[tuple[str, bytes | N
     """The headers of every archived record, keys read back as cold reads read them."""
     async with pool.acquire() as conn:
         return [_headers(r[0]) for r in await conn.fetch("SELECT headers FROM record ORDER BY id")]
+
+
+# --- on the wire: one kafka-python commit --------------------------------------------------
+
+
+def test_kafka_python_commit_with_nul_metadata_survives_a_flush(
+    redis_url: str, pg_dsn: str, tmp_path: Path
+) -> None:
+    """The report's reproduction: one kafka-python commit with metadata "Hello\\0world!"
+    made every archiver pass fail. Archived, then Redis flushed, the first request after
+    the loss (an OffsetFetch) gets the metadata back byte for byte."""
+    kafka = pytest.importorskip("kafka")
+    # The broker's own archiver stays out of the way (one pass at start, the next in an
+    # hour): the CLI archives, and nothing restores Redis before the OffsetFetch does.
+    broker = Broker(redis_url, tmp_path / "b", ["--archive-interval", "3600"], pg_dsn)
+    try:
+        assert broker.cli("create", "t").returncode == 0
+        consumer = kafka.KafkaConsumer(
+            bootstrap_servers=broker.bootstrap, group_id="g", enable_auto_commit=False
+        )
+        try:
+            tp = kafka.TopicPartition("t", 0)
+            consumer.commit({tp: kafka.OffsetAndMetadata(0, "Hello\0world!", -1)})
+        finally:
+            consumer.close()
+        archived_once = broker.cli("archive", "--once")
+        assert archived_once.returncode == 0, archived_once.stderr.decode()
+
+        redis.Redis.from_url(redis_url).flushall()
+        with Connection(broker.bootstrap) as conn:
+            assert conn.offset_fetch("g", {"t": [0]}) == {
+                ("t", 0): (0, "Hello\0world!", ErrorCode.none)
+            }
+    finally:
+        broker.stop()
+    assert "Traceback" not in broker.stderr(), broker.stderr()

@@ -128,6 +128,12 @@ async def _fetch_group(
         return (), ErrorCode.group_authorization_failed
     try:
         committed = await broker.groups.committed(group_id)
+        if not committed and broker.log.recover and await broker.log.needs_recovery():
+            # Redis lost its data and nothing restored it yet: the archive has the offsets.
+            # Answering "none committed" would send the group's consumers to their reset
+            # policy (the log's start or end) instead of where they were.
+            await broker.log.ensure_recovered()
+            committed = await broker.groups.committed(group_id)
         pending = await broker.transactions.pending_offsets(group_id) if require_stable else set()
     except StorageUnavailable:
         return (), UNAVAILABLE
