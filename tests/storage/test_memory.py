@@ -4,6 +4,7 @@ nothing acknowledged, and go on once the archiver made room."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -12,9 +13,12 @@ import redis
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.batch_build import build_batch
+from kafkaesque.connect import redis_client
 from kafkaesque.errors import HotTierFull
+from kafkaesque.log import Log
 from kafkaesque.memory import FULL, HIGH, MAX_THROTTLE_MS, MemoryGuard, MemoryUse
 from kafkaesque.records import base_offset, decode_values, split_batches
+from kafkaesque.topic_config import TopicConfig
 from tests.kafka_client import Connection, produce_request
 from tests.servers import RedisServer
 from tests.wire.conftest import Broker
@@ -142,4 +146,41 @@ def test_a_held_back_producer_is_answered_at_once_then_waits(tmp_path: Path) -> 
             assert time.monotonic() - started > throttle * 0.8
     finally:
         broker.stop()
+        server.stop()
+
+
+def test_an_append_into_a_full_redis_writes_nothing(tmp_path: Path) -> None:
+    """Redis checks maxmemory only at a script's first write, and append.lua's first
+    write asks for memory (INCRBY of the sequence) after every check: refused there, the
+    append leaves nothing behind, neither its batch nor its producer's sequence state, so
+    the producer's retry is appended exactly once."""
+    server = RedisServer(
+        tmp_path / "redis",
+        extra_args=["--maxmemory", str(MAXMEMORY), "--maxmemory-policy", "noeviction"],
+    )
+
+    async def run() -> None:
+        log = Log(redis_client(server.url))
+        await log.create_topic(TopicConfig("t", 1))
+        batch = build_batch([b"first"], producer_id=7, producer_epoch=0, base_sequence=0)
+        await log.append("t", 0, [batch])
+        admin = redis.Redis.from_url(server.url)
+        used = admin.info("memory")["used_memory"]
+        admin.config_set("maxmemory", used // 2)  # over it: every write that asks is refused
+        producers = log.keys.partition("t", 0).producers
+        before = admin.hgetall(producers)
+        second = build_batch([b"second"], producer_id=7, producer_epoch=0, base_sequence=1)
+        with pytest.raises(HotTierFull):
+            await log.append("t", 0, [second])
+        assert admin.hget(log.keys.partition("t", 0).meta, "end") == b"1"  # nothing written
+        assert admin.hgetall(producers) == before
+        admin.config_set("maxmemory", MAXMEMORY)
+        appended = await log.append("t", 0, [second])  # the retry, once there is room
+        assert appended.base_offsets == [1]
+        assert (await log.state("t", 0)).log_end == 2
+        await log.redis.aclose()
+
+    try:
+        asyncio.run(run())
+    finally:
         server.stop()
