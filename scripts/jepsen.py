@@ -120,6 +120,9 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--senders", type=int, default=3)
     parser.add_argument("--txn-workers", type=int, default=1)
+    parser.add_argument(
+        "--gap", default="2,5", help="seconds between faults, MIN,MAX (default 2,5)"
+    )
     parser.add_argument("--allow", default="", help="anomaly kinds that do not fail a run")
     parser.add_argument("--check", type=Path, help="only check this history.jsonl")
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -135,6 +138,8 @@ def main() -> int:
         print(json.dumps(result, indent=1, default=str))
         return 0 if result["valid?"] else 1
     faults = None if args.nemesis == "all" else tuple(args.nemesis.split(","))
+    low, high = (float(x) for x in args.gap.split(","))
+    gap = (low, high)
     out = args.out or Path(tempfile.mkdtemp(prefix="kafkaesque-jepsen-"))
     out.mkdir(parents=True, exist_ok=True)
     # A kill (SIGTERM) unwinds like Ctrl-C, so the servers a run started are stopped.
@@ -150,6 +155,7 @@ def main() -> int:
             seed=seed,
             faults=faults,
             allowed=allowed,
+            gap=gap,
             workload=WorkloadSettings(
                 partitions=args.partitions, senders=args.senders, txn_workers=args.txn_workers
             ),

@@ -47,6 +47,7 @@ COMMON = (
 FAULTS = {
     "single": (*COMMON, "redis-kill", "redis-pause", "partition-drop", "partition-hold"),
     "brokers3": (*COMMON, "redis-kill", "redis-pause", "partition-drop", "partition-hold"),
+    "single-volatile": (*COMMON, "redis-kill", "redis-pause", "partition-drop", "partition-hold"),
     "sentinel": (*COMMON, "primary-kill", "primary-pause", "failover"),
     "cluster": (*COMMON, "primary-kill", "primary-pause"),
 }

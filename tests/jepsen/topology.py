@@ -7,6 +7,9 @@ or cut off, all on loopback:
   and the archiver with ``--min-insync-replicas 2`` (WAIT 1), one broker.
 - ``cluster``: a Redis Cluster of 3 primaries with a replica each, ``--min-insync-replicas
   2``, one broker.
+- ``single-volatile``: ``single`` with Redis' AOF off, a known-bad setup for checking
+  the harness itself: a killed Redis comes back empty, so acknowledged records are lost
+  and their offsets given to other records.
 
 In ``single`` and ``brokers3`` each broker reaches Redis through a TcpProxy of its own, so
 the nemesis can partition one broker from Redis while the archiver and the other brokers
@@ -40,7 +43,7 @@ from tests.pg import PostgresServer
 from tests.servers import RedisServer, free_port
 from tests.wire.conftest import REPO, Broker
 
-TOPOLOGIES = ("single", "brokers3", "sentinel", "cluster")
+TOPOLOGIES = ("single", "brokers3", "sentinel", "cluster", "single-volatile")
 ARCHIVE_INTERVAL = "1"
 # Brokers notice a dead peer within seconds (the defaults take 9 s).
 BROKER_OPTIONS = ("--broker-session-timeout-ms", "3000", "--broker-heartbeat-interval-ms", "300")
@@ -286,9 +289,10 @@ class Topology:
 
 class SingleRedis(Topology):
     name = "single"
+    appendonly = True
 
     def start_redis(self) -> None:
-        self.redis = RedisServer(self.directory / "redis", appendonly=True)
+        self.redis = RedisServer(self.directory / "redis", appendonly=self.appendonly)
         self.proxies = [TcpProxy(self.redis.port) for _ in range(self.broker_count)]
 
     def redis_url(self) -> str:
@@ -299,6 +303,8 @@ class SingleRedis(Topology):
 
     def check_aof(self) -> None:
         """A restarted server must be the same one: AOF on, same directory and port."""
+        if not self.appendonly:
+            return
         client = redis.Redis(port=self.redis.port, socket_timeout=10)
         try:
             config = client.config_get("appendonly") | client.config_get("dir")
@@ -445,6 +451,13 @@ def make(name: str, directory: Path, partitions: int) -> Topology:
         case "brokers3":
             topology = SingleRedis(directory, partitions, brokers=3)
             topology.name = "brokers3"
+            return topology
+        case "single-volatile":
+            # The harness' self-check: Redis without persistence loses acknowledged
+            # records when killed; the checker must say so.
+            topology = SingleRedis(directory, partitions, brokers=1)
+            topology.name = "single-volatile"
+            topology.appendonly = False
             return topology
         case "sentinel":
             return Sentinel(directory, partitions)
