@@ -45,6 +45,8 @@ their number):
 - ``G0`` (write cycle): a cycle of write-write dependencies between ops. ``ww``: for each
   key, the op that wrote the value at one index precedes the op that wrote the value at
   the next index. Transactions writing to two partitions in opposite orders form one.
+  Offsets with two values and values at two offsets are left out of the order (they are
+  reported as such; cycles through them would only restate it).
 - ``G1c`` (circular information flow): a cycle of ``ww`` and ``wr`` edges with at least
   one ``wr`` (the writer of a value precedes every op that read it), e.g. two
   transactions each reading what the other wrote.
@@ -287,11 +289,17 @@ class _Checker:
         cycle)."""
         edges: dict[int, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
         for offsets in self.at.values():
+            # An offset with two values, or a value at two offsets, has no one place in
+            # the order: already reported (inconsistent-offsets, duplicate), left out here
+            # rather than made into cycles that only restate it.
             writers = [
                 self.writer_node[v]
                 for o in sorted(offsets)
-                for v in sorted(offsets[o])[:1]
-                if v in self.writer_node and self.write_type[v] != FAIL
+                if len(offsets[o]) == 1
+                for v in offsets[o]
+                if v in self.writer_node
+                and self.write_type[v] != FAIL
+                and len(self.positions[v]) == 1
             ]
             for a, b in pairwise(writers):
                 if a != b:

@@ -256,6 +256,16 @@ def test_plain_sends_interleaved_are_no_write_cycle() -> None:
     assert b.check()["valid?"]
 
 
+def test_a_duplicate_makes_no_write_cycle_of_its_own() -> None:
+    b = Builder()
+    # Value 1 at offsets 0 and 2 (applied twice): no order says 1 precedes or follows 2.
+    b.txn(0, [["send", 0, [0, 1]]])
+    b.txn(1, [["send", 0, [1, 2]]])
+    b.poll(2, {0: [(0, 1), (1, 2), (2, 1)]})
+    result = b.check()
+    assert found(result) == {"duplicate"}
+
+
 def test_circular_information_flow_g1c() -> None:
     b = Builder()
     # Each transaction read what the other wrote.
