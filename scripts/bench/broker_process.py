@@ -35,7 +35,8 @@ def start_broker(
     command += ["--listen", f"127.0.0.1:{port}"] + ([] if pg_dsn else ["--no-archive"])
     command += extra
     proc = subprocess.Popen(command, stderr=subprocess.DEVNULL)
-    for _ in range(500):
+    deadline = time.monotonic() + 60  # a loaded machine imports slowly
+    while time.monotonic() < deadline:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
             return proc
