@@ -204,7 +204,9 @@ def check_filter(
     permission: int,
 ) -> AclFilter:
     """A filter, checked as Kafka's Describe/DeleteAclsRequest do: UNKNOWN elements are an
-    invalid request."""
+    invalid request. The principal and host are matched literally, as Kafka's
+    AccessControlEntryFilter does, whatever their form (``*`` finds only bindings for the
+    principal ``*``)."""
     rtype = _member(ResourceType, resource_type)
     pattern = _member(PatternType, pattern_type)
     op = _member(Operation, operation)
@@ -212,8 +214,6 @@ def check_filter(
     unknown = [e.__class__.__name__ for e in (rtype, pattern, op, perm) if e.name == "UNKNOWN"]
     if unknown:
         raise InvalidRequest(f"The filter contains UNKNOWN elements: {', '.join(unknown)}")
-    if principal is not None:
-        parse_principal(principal)
     return AclFilter(rtype, name, pattern, principal, host, op, perm)  # type: ignore[arg-type]
 
 

@@ -188,6 +188,16 @@ def test_filters_with_unknown_elements_are_invalid() -> None:
     assert check_filter(1, None, 1, None, None, 1, 1) == AclFilter()
 
 
+def test_filter_principals_match_literally() -> None:
+    """As Kafka: a filter's principal is any string, compared as it is (no TYPE:NAME
+    check), so ``*`` is a valid filter that matches only bindings for ``*``."""
+    star = check_filter(1, None, 1, "*", None, 1, 1)
+    assert star == AclFilter(principal="*")
+    assert not star.matches(acl("t", Operation.READ))
+    assert AclFilter(principal="User:*").matches(acl("t", Operation.READ, principal="User:*"))
+    assert not AclFilter(principal="User:*").matches(acl("t", Operation.READ))
+
+
 def test_the_store_keeps_bindings_and_bumps_its_version() -> None:
     async def scenario() -> None:
         redis = fakeredis.FakeAsyncRedis()

@@ -359,6 +359,20 @@ def test_acl_requests_are_checked(broker: Broker, identity: Identity, acls):
             )
         )
         assert answer.error_code == ErrorCode.invalid_request
+        answer = conn.request(  # a principal filter is matched literally, as Kafka's
+            request(
+                29,
+                3,
+                resource_type_filter=1,
+                resource_name_filter=None,
+                pattern_type_filter=1,
+                principal_filter="*",
+                host_filter=None,
+                operation=1,
+                permission_type=1,
+            )
+        )
+        assert answer.error_code == ErrorCode.none and answer.resources == ()
         answer = conn.request(
             request(
                 31,
