@@ -154,6 +154,32 @@ def test_describe_log_dirs_reports_redis_bytes(broker, admin, topic_name):
     assert none["log_dirs"][0]["topics"] == []
 
 
+def test_alter_replica_log_dirs_answers_where_replicas_live(broker, topic_name):
+    """A replica lives in Redis: "moving" it there is done at once; no other path is a log
+    dir of the broker (LOG_DIR_NOT_FOUND), an unknown partition has no replica here."""
+    topic, missing = topic_name(), topic_name("missing")
+    create_topic(broker.bootstrap, topic, 2)
+    wanted = [
+        dict(path="redis", topics=[dict(name=topic, partitions=[0, 7])]),
+        dict(path="/var/lib/kafka/data", topics=[dict(name=topic, partitions=[1])]),
+        dict(path="redis", topics=[dict(name=missing, partitions=[0])]),
+    ]
+    with Connection(broker.bootstrap) as conn:
+        for version in (1, 2):
+            answer = conn.request(request(34, version, dirs=wanted))
+            codes = {
+                (t.topic_name, p.partition_index): p.error_code
+                for t in answer.results
+                for p in t.partitions
+            }
+            assert codes == {
+                (topic, 0): ErrorCode.none,
+                (topic, 7): ErrorCode.replica_not_available,
+                (topic, 1): ErrorCode.log_dir_not_found,
+                (missing, 0): ErrorCode.replica_not_available,
+            }
+
+
 def test_describe_log_dirs_v4_memory_bounds(broker, redis_server, topic_name):
     """v4's total and usable bytes: Redis' maxmemory and what is left of it, -1 without."""
     client = redis.Redis.from_url(redis_server.url)

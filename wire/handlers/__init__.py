@@ -115,6 +115,7 @@ HANDLERS: dict[int, Api] = {
     23: Api(2, 4, offsets.offset_for_leader_epoch),  # v4 is flexible
     32: Api(1, 4, configs.describe_configs),
     33: Api(0, 2, configs.alter_configs),
+    34: Api(1, 2, log_dirs.alter_replica_log_dirs),  # Kafka 4 dropped v0
     35: Api(1, 4, log_dirs.describe_log_dirs),  # Kafka 4 dropped v0
     37: Api(0, 3, admin.create_partitions),
     42: Api(0, 2, groups.delete_groups, coordinator=True),

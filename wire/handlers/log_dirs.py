@@ -1,4 +1,5 @@
-"""DescribeLogDirs: the storage behind each partition, as Kafka's log directories.
+"""DescribeLogDirs and AlterReplicaLogDirs: the storage behind each partition, as Kafka's
+log directories.
 
 A partition's records are in Redis, and with an archive its older records are in
 PostgreSQL too (tiered), so there are two "log dirs": ``redis``, sized by the bytes of the
@@ -129,3 +130,51 @@ async def describe_log_dirs(broker: Broker, request: Request) -> Any:
     return build(
         schema, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, results=tuple(results)
     )
+
+
+async def alter_replica_log_dirs(broker: Broker, request: Request) -> Any:
+    """AlterReplicaLogDirs, truthfully: a partition's replica lives in Redis, the one log
+    dir that holds replicas, so no move is ever needed. A partition asked to go to
+    ``redis`` answers NONE (it is there); ``archive`` holds the older records of every
+    partition but no replica, KAFKA_STORAGE_ERROR; any other path is no log dir of this
+    broker, LOG_DIR_NOT_FOUND, as Kafka answers. A partition that does not exist answers
+    REPLICA_NOT_AVAILABLE (Kafka's answer when it hosts no replica of it). Needs ALTER on
+    the cluster, as Kafka."""
+    schema = request.response_class
+    topic_class = schema_class(schema, "AlterReplicaLogDirTopicResult")
+    partition_class = schema_class(schema, "AlterReplicaLogDirPartitionResult")
+    allowed = cluster_allowed(broker, request, Operation.ALTER)
+    outcome: dict[str, dict[int, ErrorCode]] = {}
+    for wanted in request.body.dirs:
+        for topic in wanted.topics:
+            for partition in topic.partitions:
+                if not allowed:
+                    code = ErrorCode.cluster_authorization_failed
+                elif not await _exists(broker, topic.name, partition):
+                    code = ErrorCode.replica_not_available
+                elif wanted.path == REDIS_DIR:
+                    code = ErrorCode.none
+                elif wanted.path == ARCHIVE_DIR and broker.log.cold is not None:
+                    code = ErrorCode.kafka_storage_error
+                else:
+                    code = ErrorCode.log_dir_not_found
+                outcome.setdefault(topic.name, {})[partition] = code
+    results = tuple(
+        build(
+            topic_class,
+            topic_name=name,
+            partitions=tuple(
+                build(partition_class, partition_index=p, error_code=code)
+                for p, code in codes.items()
+            ),
+        )
+        for name, codes in outcome.items()
+    )
+    return build(schema, throttle_time=NO_THROTTLE, results=results)
+
+
+async def _exists(broker: Broker, topic: str, partition: int) -> bool:
+    try:
+        return 0 <= partition < (await broker.log.topic(topic)).partitions
+    except UnknownTopic:
+        return False
