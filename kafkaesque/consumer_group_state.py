@@ -17,13 +17,13 @@ and saves it.
 from __future__ import annotations
 
 import base64
-import re
 import uuid
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 
 import msgpack
 
+from kafkaesque import topic_regex
 from kafkaesque.assignors import ASSIGNORS, DEFAULT_ASSIGNOR, TopicPartition
 
 LEAVE_EPOCH = -1
@@ -108,9 +108,9 @@ class Member:
 
     def subscribed(self, topics: dict[str, list]) -> frozenset[str]:
         """The topics of ``topics`` (the group's subscribed topics) this member wants."""
-        pattern = re.compile(self.regex) if self.regex else None
+        regex = self.regex
         return frozenset(
-            t for t in topics if t in self.topics or (pattern and pattern.fullmatch(t))
+            t for t in topics if t in self.topics or (regex and topic_regex.matches(regex, t))
         )
 
 
@@ -184,8 +184,8 @@ class ConsumerGroup:
         names.update(t for m in self.members.values() for t, _ in (*m.assigned, *m.revoking))
         for m in self.members.values():
             if m.regex:
-                pattern = re.compile(m.regex)
-                names.update(t for t in all_topics or () if pattern.fullmatch(t))
+                regex = m.regex
+                names.update(t for t in all_topics or () if topic_regex.matches(regex, t))
         return names
 
     def resolve(self, owned: dict[bytes, list[int]] | None) -> set[TopicPartition] | None:

@@ -525,3 +525,25 @@ def test_confluent_regex_subscription(broker, topic_name):
         assert sorted(got) == sorted((t, value_of(i)) for t in topics for i in range(10))
     finally:
         c.close()
+
+
+def test_confluent_regex_subscriptions_as_librdkafka_joins_them(broker, topic_name):
+    """librdkafka sends its regex subscriptions joined, ``(^.*A.*)|(^.*B.*)``: matched in
+    linear time (RE2, as Kafka's RE2/J), where a backtracking guard refused the pattern
+    and the consumer waited for ever for an assignment."""
+    base = topic_name("rx")
+    wanted = {f"{base}-a", f"{base}-b"}
+    for name in (*wanted, f"{base}-c"):
+        create_topic(broker.bootstrap, name, 1)
+    logs = Logs()
+    c = consumer(broker.bootstrap, f"g-{base}", logs)
+    try:
+        c.subscribe([f"^.*{base}-a.*", f"^.*{base}-b.*"])
+
+        def assigned() -> bool:
+            c.poll(0.2)
+            return {tp.topic for tp in c.assignment()} == wanted
+
+        wait_for(assigned, f"an assignment of {sorted(wanted)}: {logs}", timeout=TIMEOUT)
+    finally:
+        c.close()
