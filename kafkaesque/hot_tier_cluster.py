@@ -18,6 +18,7 @@ from redis.exceptions import (
     AskError,
     ClusterDownError,
     ClusterError,
+    MaxConnectionsError,
     MovedError,
     RedisClusterException,
     RedisError,
@@ -194,6 +195,8 @@ class HotTierCluster(RedisCluster):
             await self._confirm(target_node.name)
         try:
             result = await super()._execute_command(target_node, *args, **kwargs)
+        except MaxConnectionsError:  # this client's pool is full, the node is fine
+            raise
         except (RedisConnectionError, RedisTimeoutError):
             self._away.add(target_node.name)
             raise
