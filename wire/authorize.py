@@ -47,6 +47,54 @@ def allowed(
     )
 
 
+# The operations each resource type supports (Kafka's AclEntry.supportedOperations), and
+# the value of an authorized-operations field a request did not ask for (Integer.MIN_VALUE).
+SUPPORTED_OPERATIONS: dict[ResourceType, tuple[Operation, ...]] = {
+    ResourceType.TOPIC: (
+        Operation.READ,
+        Operation.WRITE,
+        Operation.CREATE,
+        Operation.DESCRIBE,
+        Operation.DELETE,
+        Operation.ALTER,
+        Operation.DESCRIBE_CONFIGS,
+        Operation.ALTER_CONFIGS,
+    ),
+    ResourceType.GROUP: (
+        Operation.READ,
+        Operation.DESCRIBE,
+        Operation.DELETE,
+        Operation.DESCRIBE_CONFIGS,
+        Operation.ALTER_CONFIGS,
+    ),
+    ResourceType.CLUSTER: (
+        Operation.CREATE,
+        Operation.CLUSTER_ACTION,
+        Operation.DESCRIBE_CONFIGS,
+        Operation.ALTER_CONFIGS,
+        Operation.IDEMPOTENT_WRITE,
+        Operation.ALTER,
+        Operation.DESCRIBE,
+    ),
+}
+NOT_ASKED = -(2**31)
+
+
+def authorized_operations(
+    broker: Broker, request: Request, resource_type: ResourceType, name: str, asked: bool = True
+) -> int:
+    """The bit field of the operations the request's principal may do on the resource,
+    among those its type supports (every one of them without an authorizer), as Kafka's
+    KafkaApis.authorizedOperations; NOT_ASKED unless ``asked``."""
+    if not asked:
+        return NOT_ASKED
+    field = 0
+    for operation in SUPPORTED_OPERATIONS[resource_type]:
+        if allowed(broker, request, operation, resource_type, name):
+            field |= 1 << operation
+    return field
+
+
 def cluster_allowed(broker: Broker, request: Request, operation: Operation) -> bool:
     return allowed(broker, request, operation, ResourceType.CLUSTER, CLUSTER_NAME)
 

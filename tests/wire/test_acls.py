@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection
 from confluent_kafka.admin import (
     AclBinding as CkAclBinding,
 )
@@ -517,3 +517,66 @@ def test_transactions_need_write_on_the_transactional_id(
     producer.begin_transaction()
     producer.produce(topic, b"in a transaction")
     producer.commit_transaction(20)
+
+
+def test_authorized_operations_are_what_the_acls_allow(
+    broker: Broker, identity: Identity, acls, topic_name
+):
+    """DescribeTopics and DescribeCluster with include_authorized_operations answer the
+    operations the principal may do (implied ones too), as Kafka's
+    KafkaApis.authorizedOperations; a principal that may not DESCRIBE the cluster gets
+    none of its operations."""
+    topic = topic_name()
+    created(broker, topic)
+    acls(
+        (Operation.READ, ResourceType.TOPIC, topic),
+        (Operation.ALTER_CONFIGS, ResourceType.TOPIC, topic),
+        grantee=identity.grantee,
+    )
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, **identity.config})
+    wanted = TopicCollection([topic])
+    [future] = admin.describe_topics(wanted, include_authorized_operations=True).values()
+    operations = {op.name for op in future.result(timeout=20).authorized_operations}
+    # READ implies DESCRIBE, ALTER_CONFIGS implies DESCRIBE_CONFIGS.
+    assert operations == {"READ", "DESCRIBE", "ALTER_CONFIGS", "DESCRIBE_CONFIGS"}
+    cluster = admin.describe_cluster(include_authorized_operations=True).result(timeout=20)
+    assert not cluster.authorized_operations  # no DESCRIBE on the cluster: none told
+    acls(
+        (Operation.READ, ResourceType.TOPIC, topic),
+        (Operation.ALTER, ResourceType.CLUSTER, "kafka-cluster"),
+        grantee=identity.grantee,
+    )
+    cluster = admin.describe_cluster(include_authorized_operations=True).result(timeout=20)
+    assert {op.name for op in cluster.authorized_operations} == {"ALTER", "DESCRIBE"}
+
+
+def test_without_an_authorizer_every_supported_operation_is_authorized(broker_factory) -> None:
+    broker = broker_factory()
+    broker.cli("create", "everything")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    [future] = admin.describe_topics(
+        TopicCollection(["everything"]), include_authorized_operations=True
+    ).values()
+    operations = {op.name for op in future.result(timeout=20).authorized_operations}
+    assert operations == {
+        "READ",
+        "WRITE",
+        "CREATE",
+        "DESCRIBE",
+        "DELETE",
+        "ALTER",
+        "DESCRIBE_CONFIGS",
+        "ALTER_CONFIGS",
+    }
+    cluster = admin.describe_cluster(include_authorized_operations=True).result(timeout=20)
+    assert {op.name for op in cluster.authorized_operations} == {
+        "CREATE",
+        "CLUSTER_ACTION",
+        "DESCRIBE_CONFIGS",
+        "ALTER_CONFIGS",
+        "IDEMPOTENT_WRITE",
+        "ALTER",
+        "DESCRIBE",
+    }
+    [future] = admin.describe_topics(TopicCollection(["everything"])).values()
+    assert future.result(timeout=20).authorized_operations is None  # not asked

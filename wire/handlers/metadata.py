@@ -7,15 +7,24 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kafkaesque.acls import CLUSTER_NAME
 from kafkaesque.errors import KafkaesqueError, StorageUnavailable, TopicExists, UnknownTopic
 from kafkaesque.topic_config import TopicConfig, check_topic_name
-from wire.authorize import Operation, ResourceType, allowed, cluster_allowed, topics_allowed
+from wire.authorize import (
+    NOT_ASKED,
+    Operation,
+    ResourceType,
+    allowed,
+    authorized_operations,
+    cluster_allowed,
+    topics_allowed,
+)
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.protocol import NO_THROTTLE, Request, build, error_response, schema_class
 
 NO_TOPIC_ID = uuid.UUID(int=0)  # Kafka's "no id", for topics in error
-NO_OPERATIONS = -2147483648  # authorized operations: not requested / not supported
+NO_OPERATIONS = NOT_ASKED  # authorized operations of a topic in error: none told
 
 
 async def topic_config(broker: Broker, name: str, auto_create: bool) -> TopicConfig | ErrorCode:
@@ -177,6 +186,8 @@ async def metadata(broker: Broker, request: Request) -> Any:
         entries = [
             await authorized_topic(broker, request, t, auto_create, version) for t in body.topics
         ]
+    # v8+: the operations the principal may do, when asked (v8-10 for the cluster too).
+    topic_operations = getattr(body, "include_topic_authorized_operations", False)
     topics = []
     for name, config in entries:
         if not isinstance(config, ErrorCode):
@@ -218,7 +229,9 @@ async def metadata(broker: Broker, request: Request) -> Any:
                 topic_id=uuid.UUID(bytes=config.topic_id),
                 is_internal=False,
                 partitions=partitions,
-                topic_authorized_operations=NO_OPERATIONS,
+                topic_authorized_operations=authorized_operations(
+                    broker, request, ResourceType.TOPIC, config.name, topic_operations
+                ),
             )
         )
     return build(
@@ -230,8 +243,18 @@ async def metadata(broker: Broker, request: Request) -> Any:
         cluster_id=broker.cluster_id,
         controller_id=controller_id(broker),
         topics=tuple(topics),
-        cluster_authorized_operations=NO_OPERATIONS,
+        cluster_authorized_operations=cluster_operations(
+            broker, request, getattr(body, "include_cluster_authorized_operations", False)
+        ),
     )
+
+
+def cluster_operations(broker: Broker, request: Request, asked: bool) -> int:
+    """The cluster's authorized operations as Kafka answers them: none (0) for a
+    principal that may not DESCRIBE the cluster."""
+    if asked and not cluster_allowed(broker, request, Operation.DESCRIBE):
+        return 0
+    return authorized_operations(broker, request, ResourceType.CLUSTER, CLUSTER_NAME, asked)
 
 
 BROKER_ENDPOINTS, CONTROLLER_ENDPOINTS = 1, 2  # DescribeCluster v1+'s endpoint types
@@ -261,6 +284,8 @@ async def describe_cluster(broker: Broker, request: Request) -> Any:
         brokers=broker_entries(
             broker, schema_class(schema, "DescribeClusterBroker"), request.connection.listener
         ),
-        cluster_authorized_operations=NO_OPERATIONS,
+        cluster_authorized_operations=cluster_operations(
+            broker, request, request.body.include_cluster_authorized_operations
+        ),
         endpoint_type=1,  # v1+: these are broker endpoints
     )

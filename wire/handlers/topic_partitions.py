@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from kafkaesque.errors import InvalidRequest, InvalidTopic, StorageUnavailable, UnknownTopic
 from kafkaesque.topic_config import TopicConfig, check_topic_name
-from wire.authorize import Operation, ResourceType, allowed
+from wire.authorize import Operation, ResourceType, allowed, authorized_operations
 from wire.broker import Broker
 from wire.handlers.metadata import (
     NO_OPERATIONS,
@@ -64,7 +64,13 @@ async def describe_topic_partitions(broker: Broker, request: Request) -> Any:
     topic_class = schema_class(schema, "DescribeTopicPartitionsResponseTopic")
     try:
         visible = partial(allowed, broker, request, Operation.DESCRIBE, ResourceType.TOPIC)
-        topics, next_cursor = await _page(broker, request.body, schema, topic_class, visible)
+
+        def operations(name: str) -> int:  # always told here (no flag asks), as Kafka
+            return authorized_operations(broker, request, ResourceType.TOPIC, name)
+
+        topics, next_cursor = await _page(
+            broker, request.body, schema, topic_class, visible, operations
+        )
     except InvalidRequest:
         topics = [
             _topic_error(topic_class, t.name, ErrorCode.invalid_request)
@@ -75,10 +81,16 @@ async def describe_topic_partitions(broker: Broker, request: Request) -> Any:
 
 
 async def _page(
-    broker: Broker, body: Any, schema: type, topic_class: type, visible: Callable[[str], bool]
+    broker: Broker,
+    body: Any,
+    schema: type,
+    topic_class: type,
+    visible: Callable[[str], bool],
+    operations: Callable[[str], int],
 ) -> tuple[list[Any], Any]:
     """(the page's topics, the next cursor or None); topics not ``visible`` to the
-    principal are left out of a listing and refused when named."""
+    principal are left out of a listing and refused when named; ``operations`` gives a
+    topic's authorized operations."""
     partition_class = schema_class(schema, "DescribeTopicPartitionsResponsePartition")
     listing = not body.topics
     names = sorted(
@@ -135,7 +147,7 @@ async def _page(
                 topic_id=uuid.UUID(bytes=config.topic_id),
                 is_internal=False,
                 partitions=partitions,
-                topic_authorized_operations=NO_OPERATIONS,
+                topic_authorized_operations=operations(name),
             )
         )
         remaining -= len(partitions)
