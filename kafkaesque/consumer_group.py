@@ -36,6 +36,7 @@ from kafkaesque.consumer_group_state import (
 from kafkaesque.errors import UnknownTopic
 from kafkaesque.group_offsets import save_group
 from kafkaesque.group_state import Group
+from kafkaesque.group_types import ExpiryTimers
 from kafkaesque.keys import Keys
 
 if TYPE_CHECKING:
@@ -105,6 +106,7 @@ class ConsumerGroupCoordinator:
         self.redis = log.redis
         self.config = config or ConsumerGroupConfig()
         self.keys = log.keys
+        self.timers = ExpiryTimers("consumer group expiry")
 
     async def load(self, group_id: str) -> ConsumerGroup | None:
         return await _load(self.redis, self.keys, group_id)
@@ -134,9 +136,10 @@ class ConsumerGroupCoordinator:
         validate(hb, version)
         if not hb.member_id:  # v0: the coordinator names new members
             hb = dataclasses.replace(hb, member_id=new_member_id())
-        now = _now_ms()
         async with _lock(self.redis, self.keys, group_id):
             group = await self.load(group_id)
+            config = await self.group_config(group_id)
+            now = _now_ms()
             if group is None:
                 if hb.epoch != 0:
                     raise HeartbeatRefused(
@@ -145,10 +148,12 @@ class ConsumerGroupCoordinator:
                 await self._take_over_classic(group_id)
                 group = ConsumerGroup(group_id)
             before = group.pack()
+            interval = config.heartbeat_interval_ms
             if hb.epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
                 group.leave(hb.member_id, hb.epoch)
                 await self._save(group)
-                return HeartbeatResult(hb.member_id, hb.epoch, None)
+                self._arm(group_id, group.next_expiry(await self._heartbeats(group_id), config))
+                return HeartbeatResult(hb.member_id, hb.epoch, None, heartbeat_interval_ms=interval)
             epoch = group.epoch
             member, joined = group.update_member(hb)
             if joined or group.epoch != epoch or now - group.refreshed_ms >= TOPIC_REFRESH_MS:
@@ -160,7 +165,7 @@ class ConsumerGroupCoordinator:
                 await self.redis.hset(
                     self.keys.group(group_id, ":heartbeats"), member.member_id, now
                 )
-            return result
+            return dataclasses.replace(result, heartbeat_interval_ms=interval)
 
     async def _take_over_classic(self, group_id: str) -> None:
         """A new consumer group under an id a classic group has: refused while that group
@@ -189,24 +194,75 @@ class ConsumerGroupCoordinator:
         return out
 
     # -- expiry ---------------------------------------------------------------------------
+    async def group_config(self, group_id: str) -> ConsumerGroupConfig:
+        """The broker's config with the group's own (consumer.session.timeout.ms,
+        consumer.heartbeat.interval.ms: its dynamic group configs)."""
+        configs = await self.redis.hgetall(self.keys.group_configs(group_id))
+        return self.config.for_group({k.decode(): v.decode() for k, v in configs.items()})
+
+    async def _heartbeats(self, group_id: str) -> dict[str, int]:
+        raw = await self.redis.hgetall(self.keys.group(group_id, ":heartbeats"))
+        return {k.decode(): int(v) for k, v in raw.items()}
+
+    async def _expire(self, group_id: str) -> ConsumerGroup | None:
+        """Remove the members whose session expired or that did not revoke in time; under
+        the group's lock. Returns the group as it is then (None: there is none)."""
+        group = await self.load(group_id)
+        if group is None:
+            await self.redis.srem(self.keys.consumer_groups_active, group_id)
+            return None
+        heartbeats = await self._heartbeats(group_id)
+        config = await self.group_config(group_id)
+        gone = group.expire(heartbeats, _now_ms(), config)
+        if gone:
+            await self.redis.hdel(self.keys.group(group_id, ":heartbeats"), *gone)
+            await self._save(group)
+        self._arm(group_id, group.next_expiry(heartbeats, config))
+        return group
+
     async def tick(self, group_id: str) -> None:
         """Remove members whose session expired or that did not revoke in time."""
-        key = self.keys.group(group_id, ":heartbeats")
-        heartbeats = {k.decode(): int(v) for k, v in (await self.redis.hgetall(key)).items()}
         async with _lock(self.redis, self.keys, group_id):
-            group = await self.load(group_id)
-            if group is None:
-                await self.redis.srem(self.keys.consumer_groups_active, group_id)
-                return
-            gone = group.expire(heartbeats, _now_ms(), self.config)
-            if gone:
-                await self.redis.hdel(key, *gone)
-                await self._save(group)
+            await self._expire(group_id)
 
     async def tick_all(self) -> None:
-        """Tick every consumer group with members (``Broker._expire_members``)."""
-        for raw in sorted(await self.redis.smembers(self.keys.consumer_groups_active)):
-            await self.tick(raw.decode())
+        """Tick the consumer groups with members (``Broker._expire_members``, every 0.5 s):
+        one round trip reads them all, and only a group with a member due is locked and
+        changed; the others get a timer for their next expiry, so a session ends on the
+        millisecond, as Kafka's timers end it, not at the next tick."""
+        group_ids = sorted(
+            g.decode() for g in await self.redis.smembers(self.keys.consumer_groups_active)
+        )
+        if not group_ids:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for g in group_ids:
+            pipe.get(self.keys.group(g, ":consumer"))
+            pipe.hgetall(self.keys.group(g, ":heartbeats"))
+            pipe.hgetall(self.keys.group_configs(g))
+        replies = await pipe.execute()
+        now = _now_ms()
+        for i, group_id in enumerate(group_ids):
+            raw, beats, configs = replies[3 * i : 3 * i + 3]
+            if raw is None:
+                await self.tick(group_id)  # unlists it
+                continue
+            group = ConsumerGroup.unpack(raw)
+            config = self.config.for_group({k.decode(): v.decode() for k, v in configs.items()})
+            due = group.next_expiry({k.decode(): int(v) for k, v in beats.items()}, config)
+            if due is not None and due <= now:
+                await self.tick(group_id)
+            else:
+                self._arm(group_id, due)
+
+    def _arm(self, group_id: str, due: int | None) -> None:
+        """A timer that ticks the group when its next member is due (ms), if that comes
+        before the next periodic tick would; the earliest timer per group wins."""
+        self.timers.arm(group_id, due, self.tick)
+
+    def close(self) -> None:
+        """Stop the expiry timers (the broker is stopping)."""
+        self.timers.close()
 
     # -- for the classic group APIs ----------------------------------------------------------
     async def listing(self, group_ids: list[str]) -> dict[str, str]:
@@ -226,7 +282,8 @@ class ConsumerGroupCoordinator:
     async def delete(self, group_id: str) -> ConsumerGroupError | None:
         """DeleteGroups of a consumer group (None: it is none): refused with members."""
         async with _lock(self.redis, self.keys, group_id):
-            group = await self.load(group_id)
+            # Members whose session ended are gone by now, as Kafka's timers remove them.
+            group = await self._expire(group_id)
             if group is None:
                 return None
             if group.members:

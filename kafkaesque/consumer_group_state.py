@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 
@@ -63,6 +64,29 @@ class MemberState(StrEnum):
 class ConsumerGroupConfig:
     session_timeout_ms: int = 45_000  # Kafka's group.consumer.session.timeout.ms
     heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
+
+    def group_defaults(self) -> dict[str, str]:
+        """The broker's defaults of the group configs and their bounds, as
+        ``config_keys.check_group_configs`` reads them. Kafka's bounds
+        (group.consumer.min.session.timeout.ms 45 s, max 60 s; heartbeats 5-15 s) are
+        widened to take in this broker's own defaults, which may lie outside them here."""
+        session, heartbeat = self.session_timeout_ms, self.heartbeat_interval_ms
+        return {
+            "consumer.session.timeout.ms": str(session),
+            "consumer.heartbeat.interval.ms": str(heartbeat),
+            "group.consumer.min.session.timeout.ms": str(min(45_000, session)),
+            "group.consumer.max.session.timeout.ms": str(max(60_000, session)),
+            "group.consumer.min.heartbeat.interval.ms": str(min(5_000, heartbeat)),
+            "group.consumer.max.heartbeat.interval.ms": str(max(15_000, heartbeat)),
+        }
+
+    def for_group(self, configs: Mapping[str, str]) -> ConsumerGroupConfig:
+        """This config with a group's own consumer.session.timeout.ms and
+        consumer.heartbeat.interval.ms (its dynamic group configs), where set."""
+        return ConsumerGroupConfig(
+            int(configs.get("consumer.session.timeout.ms", self.session_timeout_ms)),
+            int(configs.get("consumer.heartbeat.interval.ms", self.heartbeat_interval_ms)),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +144,7 @@ class HeartbeatResult:
     epoch: int
     assignment: list[TopicPartition] | None  # None: unchanged, not sent
     topic_ids: dict[str, bytes] = field(default_factory=dict)  # of the assignment's topics
+    heartbeat_interval_ms: int = 5_000  # the group's consumer.heartbeat.interval.ms
 
 
 def new_member_id() -> str:
@@ -358,6 +383,17 @@ class ConsumerGroup:
         return HeartbeatResult(member.member_id, member.epoch, assigned, ids)
 
     # -- expiry -----------------------------------------------------------------------
+    def next_expiry(self, heartbeats: dict[str, int], config: ConsumerGroupConfig) -> int | None:
+        """When (ms) the next member is due to be removed by ``expire``: its session's end,
+        or its revocation deadline; None without members."""
+        deadlines = []
+        for m in self.members.values():
+            if m.member_id in heartbeats:
+                deadlines.append(heartbeats[m.member_id] + config.session_timeout_ms + 1)
+            if m.state == MemberState.UNREVOKED:
+                deadlines.append(m.revoke_deadline_ms + 1)
+        return min(deadlines, default=None)
+
     def expire(
         self, heartbeats: dict[str, int], now: int, config: ConsumerGroupConfig
     ) -> list[str]:

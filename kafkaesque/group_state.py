@@ -302,6 +302,18 @@ class Group:
                 errors.append(GroupError.NONE)
         return errors
 
+    def next_due(self, heartbeats: dict[str, int]) -> int | None:
+        """When (ms) ``expire`` or ``close_round_if_due`` next has something to do: a
+        member's session end, or the join round's deadline; None: nothing is pending."""
+        deadlines = [
+            heartbeats[m.member_id] + m.session_timeout_ms + 1
+            for m in self.members.values()
+            if m.member_id in heartbeats
+        ]
+        if self.state == GroupState.PREPARING:
+            deadlines.append(self.deadline_ms)
+        return min(deadlines, default=None)
+
     def expire(self, heartbeats: dict[str, int], now: int, config: CoordinatorConfig) -> list[str]:
         """Remove members whose last heartbeat is older than their session timeout, then
         close a round past its deadline; returns the removed member ids."""

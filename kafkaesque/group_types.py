@@ -7,8 +7,16 @@ Plain data, shared by the state machine (group_state.py), its per-request checks
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
+
+from kafkaesque.clock import now_ms
+from kafkaesque.outage import background_step
+
+_log = logging.getLogger(__name__)
 
 MAX_METADATA = 4096  # Kafka's offset.metadata.max.bytes
 INT32_MAX = 2**31 - 1
@@ -122,3 +130,51 @@ class JoinStep:
     def heartbeat(self) -> bool:
         """Whether the join counts as the member's heartbeat (it is one unless refused)."""
         return self.result is None or self.result.error == GroupError.NONE
+
+
+class ExpiryTimers:
+    """One timer per group that ticks it when its next member's session ends (ms), as
+    Kafka's coordinator times sessions out, rather than at the next periodic tick, whose
+    pass over many groups may come late. The earliest deadline per group wins; a tick
+    re-arms the timer with the group's next deadline (heartbeats move it later)."""
+
+    def __init__(self, what: str, clock: Callable[[], int] = now_ms) -> None:
+        self.what = what  # for the log, when a tick fails
+        self.clock = clock  # the coordinator's (ms): deadlines are on it
+        self._handles: dict[str, tuple[int, asyncio.TimerHandle]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.closed = False
+
+    def arm(self, group_id: str, due: int | None, tick: Callable[[str], Awaitable[None]]) -> None:
+        """Tick ``group_id`` at ``due`` (ms since the epoch; None: nothing due)."""
+        if due is None or self.closed:
+            return
+        current = self._handles.get(group_id)
+        if current is not None and current[0] <= due:
+            return
+        if current is not None:
+            current[1].cancel()
+        delay = max(0, due - self.clock()) / 1000
+        handle = asyncio.get_running_loop().call_later(delay, self._fire, group_id, tick)
+        self._handles[group_id] = (due, handle)
+
+    def _fire(self, group_id: str, tick: Callable[[str], Awaitable[None]]) -> None:
+        self._handles.pop(group_id, None)
+        if self.closed:
+            return
+        task = asyncio.get_running_loop().create_task(self._run(group_id, tick))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, group_id: str, tick: Callable[[str], Awaitable[None]]) -> None:
+        with background_step(self.what, _log):
+            await tick(group_id)
+
+    def close(self) -> None:
+        """Cancel every timer and running tick (the broker is stopping)."""
+        self.closed = True
+        for _, handle in self._handles.values():
+            handle.cancel()
+        self._handles.clear()
+        for task in self._tasks:
+            task.cancel()

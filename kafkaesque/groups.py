@@ -51,6 +51,7 @@ from kafkaesque.group_state import Group
 from kafkaesque.group_types import (
     MAX_METADATA,
     CoordinatorConfig,
+    ExpiryTimers,
     GroupError,
     GroupState,
     JoinRequest,
@@ -99,11 +100,13 @@ class GroupCoordinator:
         self.keys = Keys.of(redis, namespace)
         self.offsets = OffsetStore(redis, self.keys)
         self.notifier = Notifier(redis, self.keys.group_events(""))
+        self.timers = ExpiryTimers("expiring group members", clock)
 
     def start(self) -> None:
         self.notifier.start()
 
     async def stop(self) -> None:
+        self.timers.close()
         self.notifier.close()
         await self.notifier.stop()
 
@@ -241,26 +244,36 @@ class GroupCoordinator:
         """Expire members whose session timed out; close a join round past its deadline.
         ``sweep``: also list the group as active if it has members (heals the set after
         an upgrade or a process that died between the writes), and expire its offsets."""
-        now = self.clock()
+        async with self._lock(group_id):
+            group = await self._expired(group_id)
+            if group is None:
+                if sweep:  # a consumer group (KIP-848) has only its offsets here
+                    await self._expire_consumer_group_offsets(group_id, self.clock())
+                return
+            if sweep and group.members:
+                await self.redis.sadd(self.keys.groups_active, group_id)
+            if sweep:
+                await self._expire_offsets(group, self.clock())
+
+    async def _expired(self, group_id: str) -> Group | None:
+        """The group with the members whose session ended removed and a round past its
+        deadline closed (saved if that changed it), timed to the millisecond, as Kafka's
+        timers are; a timer is armed for what comes due next. Called under its lock."""
+        group = await self.load(group_id)
+        if group is None:
+            return None
         heartbeats_key = self.keys.group(group_id, ":heartbeats")
         heartbeats = {
             k.decode(): int(v) for k, v in (await self.redis.hgetall(heartbeats_key)).items()
         }
-        async with self._lock(group_id):
-            group = await self.load(group_id)
-            if group is None:
-                if sweep:  # a consumer group (KIP-848) has only its offsets here
-                    await self._expire_consumer_group_offsets(group_id, now)
-                return
-            if sweep and group.members:
-                await self.redis.sadd(self.keys.groups_active, group_id)
-            expired = group.expire(heartbeats, now, self.config)
-            if expired:
-                await self.redis.hdel(heartbeats_key, *expired)
-            if group.close_round_if_due(now) or expired:
-                await self._save(group)
-            if sweep:
-                await self._expire_offsets(group, now)
+        now = self.clock()
+        expired = group.expire(heartbeats, now, self.config)
+        if expired:
+            await self.redis.hdel(heartbeats_key, *expired)
+        if group.close_round_if_due(now) or expired:
+            await self._save(group)
+        self.timers.arm(group_id, group.next_due(heartbeats), self.tick)
+        return group
 
     async def _expire_offsets(self, group: Group, now: int) -> None:
         """Drop the offsets past offsets.retention.minutes (``offset_expires_from`` says
@@ -319,16 +332,33 @@ class GroupCoordinator:
             await self._drop(group_id)
 
     async def tick_all(self, sweep: bool = False) -> None:
-        """Tick every group with members; with ``sweep``, every group there is (empty
-        groups, which can be thousands of short-lived ids, cost nothing otherwise)."""
+        """Tick the groups with members whose session or join round is due: one round
+        trip reads every active group, and the others get a timer for when theirs comes,
+        which fires on its own, so a session ends on time even while a long pass (a
+        sweep over thousands of groups) holds up the next one. With ``sweep``, then tick
+        every group there is (offset expiry; empty groups, which can be thousands of
+        short-lived ids, cost nothing otherwise)."""
+        group_ids = sorted(g.decode() for g in await self.redis.smembers(self.keys.groups_active))
+        if group_ids:
+            pipe = self.redis.pipeline(transaction=False)
+            for g in group_ids:
+                pipe.get(self.keys.group(g))
+                pipe.hgetall(self.keys.group(g, ":heartbeats"))
+            replies = await pipe.execute()
+            now = self.clock()
+            for i, group_id in enumerate(group_ids):
+                raw, beats = replies[2 * i], replies[2 * i + 1]
+                due = None
+                if raw is not None:
+                    heartbeats = {k.decode(): int(v) for k, v in beats.items()}
+                    due = Group.unpack(raw).next_due(heartbeats)
+                if raw is None or (due is not None and due <= now):
+                    await self.tick(group_id)
+                else:
+                    self.timers.arm(group_id, due, self.tick)
         if sweep:
-            group_ids = await self.list_groups()
-        else:
-            group_ids = sorted(
-                g.decode() for g in await self.redis.smembers(self.keys.groups_active)
-            )
-        for group_id in group_ids:
-            await self.tick(group_id, sweep)
+            for group_id in await self.list_groups():
+                await self.tick(group_id, sweep=True)
 
     # -- offsets --------------------------------------------------------------------
     async def commit(
@@ -430,7 +460,8 @@ class GroupCoordinator:
 
     async def delete(self, group_id: str) -> GroupError:
         async with self._lock(group_id):
-            group = await self.load(group_id)
+            # Members whose session ended are gone by now, as Kafka's timers remove them.
+            group = await self._expired(group_id)
             if group is None:
                 return GroupError.GROUP_ID_NOT_FOUND
             if group.members:

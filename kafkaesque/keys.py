@@ -146,6 +146,12 @@ class Keys:
         """The broker's topic config defaults (``serve --config``), msgpack."""
         return f"{self.catalog}topic_defaults"
 
+    @property
+    def broker_configs(self) -> str:
+        """Hash: dynamic broker configs (AlterConfigs on a BROKER resource): field "" (the
+        cluster-wide default) or a node id -> msgpack map of config name -> value."""
+        return f"{self.catalog}broker_configs"
+
     def appended(self, topic: str) -> str:
         """Pub/sub channel: the appended partition's new log end after every append."""
         return f"{self.ns}:appended:{topic}"
@@ -208,6 +214,11 @@ class Keys:
         """A group's state (``part`` ""), or its ":heartbeats", ":offsets", ":lock", or
         ":consumer" (a consumer-protocol group's state, instead of the classic one)."""
         return f"{self.ns}:group:{{{group_id}}}{part}"
+
+    def group_configs(self, group_id: str) -> str:
+        """Hash: the group's dynamic configs (IncrementalAlterConfigs on a GROUP resource),
+        name -> canonical value; kept whether or not the group exists, as Kafka's."""
+        return self.group(group_id, ":configs")
 
     def group_events(self, group_id: str) -> str:
         """Pub/sub channel announcing the group's state changes."""
@@ -315,6 +326,7 @@ class Keys:
             "archiving": "archiving",
             "cluster_id": "cluster_id",
             "topic_defaults": "topic_defaults",
+            "broker_configs": "broker_configs",
             "groups": "groups",
             "groups_active": r"groups:active",
             "consumer_groups_active": r"groups:consumer",
@@ -345,7 +357,7 @@ class Keys:
             cluster_wide["gseq"] = "gseq"
         tagged = {
             "partition": rf"\{{.+:\d+\}}:(?:{suffix})",
-            "group": r"group:\{.*\}(?::heartbeats|:offsets|:lock|:consumer|:txnoffsets)?",
+            "group": r"group:\{.*\}(?::heartbeats|:offsets|:lock|:consumer|:txnoffsets|:configs)?",
             "transaction": r"txn:\{.*\}(?::lock)?",
         }
         if self.cluster:
