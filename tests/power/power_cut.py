@@ -6,7 +6,9 @@ truncates each AOF file to what its last fsync covered: the bytes that sat in th
 cache are gone, as they would be after a power loss. What the server then loads is what a
 machine that lost its power would have found on disk.
 
-Used by tests/power/test_power_cut.py and scripts/bench/power_cut.py.
+``through_a_power_cut`` runs a producer through a real broker into such a server, cuts
+the power and reads the log back. Used by tests/power/test_power_cut.py and
+scripts/bench/power_cut.py.
 """
 
 from __future__ import annotations
@@ -18,9 +20,15 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import redis
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
 from kafkaesque.embedded import EmbeddedRedis
+from tests.wire.conftest import Broker
 
 SHIM_SOURCE = Path(__file__).with_name("fsync_shim.c")
 
@@ -134,3 +142,113 @@ def _alive(pid: int) -> bool:
         with open(f"/proc/{pid}/stat") as stat:
             return stat.read().split(") ")[-1][:1] != "Z"
     return False
+
+
+TOPIC = "power"
+PARTITIONS = 2
+Records = dict[tuple[int, int], bytes]  # (partition, offset) -> value
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One producer through a power cut: records/s acknowledged while producing, the
+    records acknowledged, those of them the cut lost or changed, AOF bytes dropped."""
+
+    rate: float
+    acknowledged: Records
+    lost: Records
+    dropped: dict[str, int]
+
+
+def through_a_power_cut(
+    directory: Path,
+    shim: Path,
+    acks: str,
+    seconds: float,
+    fsync_delay_ms: int = 0,
+    appendfsync: str | None = None,
+) -> Outcome:
+    """A fresh embedded server under the fsync recorder (``appendfsync`` set after start
+    when given) and a broker on it; a producer (idempotent with acks=all) flat out for
+    ``seconds``; the power cut with records in flight (broker and server killed, the AOF
+    cut back); then the log read back through a new broker."""
+    server = PowerCutServer(directory / "home", shim, fsync_delay_ms)
+    url = server.start()
+    try:
+        if appendfsync is not None:
+            admin = redis.Redis(unix_socket_path=str(server.embedded.socket))
+            admin.config_set("appendfsync", appendfsync)
+            admin.close()
+        broker = Broker(url, directory / "broker")
+        try:
+            created = AdminClient({"bootstrap.servers": broker.bootstrap})
+            created.create_topics([NewTopic(TOPIC, PARTITIONS)])[TOPIC].result(30)
+            acknowledged, rate = _produce(broker.bootstrap, seconds, acks)
+        finally:
+            broker.proc.kill()  # the power goes for the broker too
+            broker.proc.wait()
+        dropped = server.cut_power()
+        server.restart()
+        broker = Broker(url, directory / "after")
+        try:
+            found = _read_all(broker.bootstrap)
+        finally:
+            broker.stop()
+    finally:
+        server.stop()
+    lost = {key: value for key, value in acknowledged.items() if found.get(key) != value}
+    return Outcome(rate, acknowledged, lost, dropped)
+
+
+def _produce(bootstrap: str, seconds: float, acks: str) -> tuple[Records, float]:
+    """What a producer flat out for ``seconds`` was told was written, and how fast."""
+    acknowledged: Records = {}
+
+    def delivered(error: object, message: object) -> None:
+        if error is None:
+            acknowledged[(message.partition(), message.offset())] = message.value()  # type: ignore[attr-defined]
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": acks,
+            "enable.idempotence": acks == "all",
+            "linger.ms": 5,
+        }
+    )
+    started = time.monotonic()
+    i = 0
+    while time.monotonic() - started < seconds:
+        try:
+            value = b"%d-" % i + b"v" * 100
+            producer.produce(TOPIC, value, partition=i % PARTITIONS, on_delivery=delivered)
+            i += 1
+        except BufferError:
+            producer.poll(0.01)
+        producer.poll(0)
+    # The power goes while records are still in flight: only what was answered counts.
+    producer.poll(0)
+    return acknowledged, len(acknowledged) / (time.monotonic() - started)
+
+
+def _read_all(bootstrap: str) -> Records:
+    """Every record of the topic, from offset 0 to the end."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "reader", "enable.auto.commit": False}
+    )
+    ends = {
+        p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=20)[1]
+        for p in range(PARTITIONS)
+    }
+    consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+    found: Records = {}
+    deadline = time.monotonic() + 120
+    while any(sum(1 for (p, _) in found if p == q) < ends[q] for q in ends):
+        if time.monotonic() > deadline:
+            raise RuntimeError("could not read the log back")
+        for message in consumer.consume(10_000, 0.5):
+            if message.error() is not None:
+                raise RuntimeError(f"reading the log back: {message.error()}")
+            found[(message.partition(), message.offset())] = message.value()
+    consumer.close()
+    return found
