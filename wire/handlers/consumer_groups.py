@@ -104,9 +104,8 @@ async def consumer_group_heartbeat(broker: Broker, request: Request) -> Any:
         error_message=None,
         member_id=result.member_id,
         member_epoch=result.epoch,
-        heartbeat_interval=datetime.timedelta(
-            milliseconds=coordinator.config.heartbeat_interval_ms
-        ),
+        # The group's consumer.heartbeat.interval.ms, else the broker's.
+        heartbeat_interval=datetime.timedelta(milliseconds=result.heartbeat_interval_ms),
         assignment=assignment,
     )
 

@@ -1,0 +1,96 @@
+"""Static members that close: gone when their session ends, to the millisecond.
+
+A static member (group.instance.id) that closes sends no LeaveGroup (classic protocol), or
+leaves with member epoch -2 (KIP-848): either way Kafka keeps it until its session times
+out, then removes it on a timer of millisecond precision. So a DeleteGroups right after
+the close is refused (NON_EMPTY_GROUP), and one sent just past the session's end succeeds
+for every group, however the broker's periodic expiry pass is phased against it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.wire.common import FAST_GROUP_ARGS, TIMEOUT, create_topic
+
+pytest.importorskip("confluent_kafka")
+from confluent_kafka import Consumer, KafkaError
+from confluent_kafka.admin import AdminClient
+
+SESSION_MS = 6000  # the classic protocol's broker minimum, as Kafka's
+# KIP-848 members get their session timeout from the broker (or their group's config).
+BROKER_ARGS = (
+    *FAST_GROUP_ARGS,
+    "--config",
+    f"group.consumer.session.timeout.ms={SESSION_MS}",
+    "--config",
+    "group.consumer.heartbeat.interval.ms=100",
+)
+GROUPS = 3
+# How long after a close DeleteGroups must succeed: the session (counted from the last
+# heartbeat, which came before the close) and a little for the request. Well within the
+# broker's 0.5 s expiry pass, so groups deleted only by that pass fail here.
+MARGIN_S = 0.1
+
+
+def _consumer(bootstrap: str, group: str, protocol: str) -> Consumer:
+    config = {
+        "bootstrap.servers": bootstrap,
+        "broker.address.family": "v4",
+        "group.id": group,
+        "group.instance.id": f"{group}-static",
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    }
+    if protocol == "consumer":
+        config["group.protocol"] = "consumer"
+    else:
+        config |= {"session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": 100}
+    return Consumer(config)
+
+
+def _delete(admin: AdminClient, group: str) -> KafkaError | None:
+    """DeleteGroups of one group: None when deleted, else the error."""
+    future = admin.delete_consumer_groups([group], request_timeout=TIMEOUT)[group]
+    try:
+        future.result()
+    except Exception as exc:  # KafkaException carrying the KafkaError
+        return exc.args[0]
+    return None
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_closed_static_members_leave_when_their_session_ends(broker, topic_name, protocol):
+    topic = topic_name()
+    create_topic(broker.bootstrap, topic, GROUPS)
+    groups = [f"{topic}-g{i}" for i in range(GROUPS)]
+    consumers = [_consumer(broker.bootstrap, g, protocol) for g in groups]
+    try:
+        for c in consumers:
+            c.subscribe([topic])
+        deadline = time.monotonic() + TIMEOUT
+        while not all(c.assignment() for c in consumers):
+            assert time.monotonic() < deadline, "the consumers got no partitions"
+            for c in consumers:
+                c.poll(0.05)
+        # Closed one after another, out of phase with each other and with the broker's
+        # periodic pass: each group's session ends at its own moment.
+        closed = []
+        for c in consumers:
+            c.close()
+            closed.append(time.monotonic())
+            time.sleep(0.17)
+    finally:
+        for c in consumers:
+            c.close()  # a no-op after the first close
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, "broker.address.family": "v4"})
+    # The static members stay: no LeaveGroup, or a leave that keeps them (epoch -2).
+    for group in groups:
+        error = _delete(admin, group)
+        assert error is not None and error.code() == KafkaError.NON_EMPTY_GROUP, (group, error)
+    for group, at in zip(groups, closed, strict=True):
+        time.sleep(max(0.0, at + SESSION_MS / 1000 + MARGIN_S - time.monotonic()))
+        late = time.monotonic() - at - SESSION_MS / 1000
+        assert _delete(admin, group) is None, f"{group} still has members {late:.3f} s late"
