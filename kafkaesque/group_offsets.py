@@ -10,7 +10,7 @@ gives them back to a Redis that lost its data, as they were committed.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
@@ -32,10 +32,12 @@ class CommittedOffset:
 
 @dataclass(frozen=True, slots=True)
 class OffsetsSnapshot:
-    """Every group's committed offsets at one moment (``as_of_ms``, Redis' clock)."""
+    """Every group's committed offsets at one moment (``as_of_ms``, Redis' clock), and each
+    classic group's state (``Group.pack``: generation, members, assignment) with them."""
 
     as_of_ms: int
     groups: dict[str, dict[TopicPartition, CommittedOffset]]
+    states: dict[str, bytes] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,18 +117,20 @@ class OffsetStore:
         pipe.smembers(self.keys.groups)
         for group_id in group_ids:
             pipe.hgetall(self.keys.group(group_id, ":offsets"))
-        again, (seconds, micros), now_members, *hashes = await pipe.execute()
+            pipe.get(self.keys.group(group_id))
+        again, (seconds, micros), now_members, *replies = await pipe.execute()
         if again != marker:
             return None
         # A group created between the two reads is taken at the next snapshot; one deleted
         # between them is left out now.
         present = {g.decode() for g in now_members}
-        groups = {
-            group_id: _parse(raw)
-            for group_id, raw in zip(group_ids, hashes, strict=True)
-            if group_id in present
-        }
-        return OffsetsSnapshot(seconds * 1000 + micros // 1000, groups)
+        groups, states = {}, {}
+        for group_id, raw, state in zip(group_ids, replies[::2], replies[1::2], strict=True):
+            if group_id in present:
+                groups[group_id] = _parse(raw)
+                if state is not None:
+                    states[group_id] = state
+        return OffsetsSnapshot(seconds * 1000 + micros // 1000, groups, states)
 
     async def _snapshot_per_group(self) -> OffsetsSnapshot | None:
         """The cluster's snapshot: groups are in slots of their own, so no MULTI holds
@@ -140,27 +144,43 @@ class OffsetStore:
         seconds, micros = await self.redis.time()
         members = await self.redis.smembers(self.keys.groups)
         group_ids = sorted(g.decode() for g in members)
-        groups = {}
+        groups, states = {}, {}
         for group_id in group_ids:
-            raw = await self.redis.hgetall(self.keys.group(group_id, ":offsets"))
+            pipe = self.redis.pipeline(transaction=True)  # one slot: the group's
+            pipe.hgetall(self.keys.group(group_id, ":offsets"))
+            pipe.get(self.keys.group(group_id))
+            raw, state = await pipe.execute()
             groups[group_id] = _parse(raw)
+            if state is not None:
+                states[group_id] = state
         now_members = await self.redis.smembers(self.keys.groups)
         again = await self.redis.get(self.keys.incarnation)
         if again != marker:
             return None
         present = {g.decode() for g in now_members}  # the index is a superset: see indexed
         groups = {g: offsets for g, offsets in groups.items() if g in present}
-        return OffsetsSnapshot(seconds * 1000 + micros // 1000, groups)
+        states = {g: state for g, state in states.items() if g in present}
+        return OffsetsSnapshot(seconds * 1000 + micros // 1000, groups, states)
 
     async def restore(
         self,
         groups: Mapping[str, Mapping[TopicPartition, CommittedOffset]],
         log_ends: Mapping[TopicPartition, int],
+        states: Mapping[str, bytes] | None = None,
+        now_ms: int = 0,
     ) -> list[OffsetPastEnd]:
         """Give groups back their offsets after Redis lost its data; return those past
         their partition's restored log end. An offset Redis already has (a member committed
-        since) wins; offsets of partitions that no longer exist are dropped. A group Redis
-        does not know comes back empty (no members), as after a broker restart.
+        since) wins; offsets of partitions that no longer exist are dropped.
+
+        A group comes back in its archived state (``states``: generation, members and
+        their assignment), as Kafka's coordinator loads a group after a failover: its
+        members go on heartbeating and fetching, so the new leader epoch fences their
+        fetches and they check their own positions (KIP-320), where a group lost with
+        Redis made them join again and start over from the archived commits, which lag
+        their positions, reading again, silently, offsets that now hold other records.
+        Each member's session starts at ``now_ms``: one that does not come back expires.
+        A group Redis already has, or one without a usable state, comes back empty.
 
         An offset past the restored log end is kept as committed, with its leader epoch,
         as Kafka keeps one past an unclean leader's log end: the group read records that
@@ -176,10 +196,16 @@ class OffsetStore:
         validating it, go on from it and do not read the new records below it.)"""
         past_end = []
         cluster = self.keys.cluster
+        states = states or {}
         pipe = self.redis.pipeline(transaction=True)
-        for group_id, offsets in groups.items():
+        # Groups with a state and no offsets (members that never committed) come back too.
+        no_offsets: dict[TopicPartition, CommittedOffset] = {}
+        every = {**dict.fromkeys(states, no_offsets), **groups}
+        for group_id, offsets in every.items():
+            group = _restorable(group_id, states.get(group_id))
+            index = [self.keys.groups, self.keys.groups_active] if group.members else []
             if cluster:  # one MULTI per group (its slot), listed first: see indexed
-                await indexed(self.redis, group_id, [self.keys.groups], [])
+                await indexed(self.redis, group_id, index or [self.keys.groups], [])
                 pipe = self.redis.pipeline(transaction=True)
             for (topic, partition), o in sorted(offsets.items()):
                 end = log_ends.get((topic, partition))
@@ -190,14 +216,34 @@ class OffsetStore:
                 pipe.hsetnx(
                     self.keys.group(group_id, ":offsets"), _field(topic, partition), _pack(o)
                 )
-            pipe.set(self.keys.group(group_id), Group(group_id).pack(), nx=True)
+            if group.members:
+                # Sessions start now (a member without a heartbeat would never expire).
+                pipe.hset(
+                    self.keys.group(group_id, ":heartbeats"),
+                    mapping=dict.fromkeys(group.members, now_ms),
+                )
+            pipe.set(self.keys.group(group_id), group.pack(), nx=True)
             if cluster:
                 await pipe.execute()
             else:
-                pipe.sadd(self.keys.groups, group_id)
+                for key in index or [self.keys.groups]:
+                    pipe.sadd(key, group_id)
         if not cluster:
             await pipe.execute()
         return past_end
+
+
+def _restorable(group_id: str, state: bytes | None) -> Group:
+    """The archived state of a group to restore, or an empty group if there is none or it
+    cannot be read (an older format): losing the members only makes them join again."""
+    if state is not None:
+        try:
+            group = Group.unpack(state)
+        except (ValueError, TypeError, KeyError, msgpack.UnpackException):
+            group = None
+        if group is not None and group.group_id == group_id:
+            return group
+    return Group(group_id)
 
 
 async def pending_transactional(redis: Redis, keys: Keys, group_id: str) -> set[TopicPartition]:

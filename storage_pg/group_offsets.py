@@ -7,6 +7,9 @@ transaction, so groups deleted and topics forgotten in Redis leave the archive t
 snapshot carries Redis' clock; an older snapshot (a slower archiver running at the same
 time) never overwrites a newer one.
 
+Each classic group's state (generation, members, assignment) is kept beside its offsets
+(``group_state``, migration 9), so a restore gives the group back with its members.
+
 Group ids and metadata are whatever strings clients chose, NUL included, which a
 PostgreSQL ``text`` value cannot hold (one commit with metadata "a\\0b" used to fail every
 pass's COPY): they are kept as their UTF-8 bytes in ``bytea`` columns (migration 8,
@@ -49,6 +52,17 @@ BYTEA_MIGRATION = """
     COMMENT ON COLUMN group_offset.metadata IS 'the commit''s metadata in UTF-8 (any string)';
 """
 
+# 9: each classic group's state (kafkaesque.group_state.Group.pack: generation, members,
+# assignment), so a restore gives the group back with its members rather than empty.
+STATE_MIGRATION = """
+    CREATE TABLE group_state (
+        group_id bytea PRIMARY KEY,
+        state bytea NOT NULL
+    );
+    COMMENT ON TABLE group_state IS
+        'each classic group''s state as Redis had it at group_offset_snapshot.as_of_ms';
+"""
+
 _COLUMNS = ("group_id", "topic", "partition", "offset", "metadata", "commit_ms", "leader_epoch")
 
 
@@ -75,6 +89,12 @@ async def save(conn: asyncpg.Connection, snapshot: OffsetsSnapshot) -> bool:
         await conn.execute("DELETE FROM group_offset")
         if rows:
             await conn.copy_records_to_table("group_offset", records=rows, columns=_COLUMNS)
+        await conn.execute("DELETE FROM group_state")
+        if snapshot.states:
+            states = [(group_id.encode(), state) for group_id, state in snapshot.states.items()]
+            await conn.copy_records_to_table(
+                "group_state", records=states, columns=("group_id", "state")
+            )
         await conn.execute("UPDATE group_offset_snapshot SET as_of_ms = $1", snapshot.as_of_ms)
     return True
 
@@ -89,3 +109,11 @@ async def load(conn: asyncpg.Connection) -> dict[str, dict[TopicPartition, Commi
             r["offset"], r["metadata"].decode(), r["commit_ms"], r["leader_epoch"]
         )
     return groups
+
+
+async def load_states(conn: asyncpg.Connection) -> dict[str, bytes]:
+    """Every archived classic group's state (``Group.pack``), by group id."""
+    return {
+        bytes(r["group_id"]).decode(): bytes(r["state"])
+        for r in await conn.fetch("SELECT group_id, state FROM group_state")
+    }

@@ -163,6 +163,7 @@ async def recover(log: Log, pool: asyncpg.Pool) -> bool:
         )
         archived_id = await conn.fetchval("SELECT id FROM cluster")
         committed = await group_offsets.load(conn)
+        states = await group_offsets.load_states(conn)
     if archived_id is not None:
         # Kafka clients notice a changed cluster id; keep the one they knew. Redis lost its
         # data, so an id it got since (a broker started on it) is the archive's again.
@@ -173,7 +174,8 @@ async def recover(log: Log, pool: asyncpg.Pool) -> bool:
         for topic in topics
         for p, restored in enumerate(topic.partitions)
     }
-    for c in await OffsetStore(log.redis, log.keys).restore(committed, log_ends):
+    restored = OffsetStore(log.redis, log.keys).restore(committed, log_ends, states, clock_ms())
+    for c in await restored:
         logger.warning(
             "group %s: committed offset %d of %s[%d] is past the restored log end %d: it"
             " read records lost with Redis, and new records take offsets from %d (kept as"

@@ -54,6 +54,10 @@ become ``bytea`` (UTF-8): clients choose them, NUL included, which ``text`` cann
 Other strings clients choose reach PostgreSQL only inside ``jsonb`` (header keys in
 ``record.headers``, config values in ``topic.configs``), where one holding NUL is kept as
 ``{"base64": its UTF-8}``; topic names are Kafka's legal characters only.
+
+Migration 9 (``storage_pg/group_offsets.py``): ``group_state`` keeps each classic group's
+state (generation, members, assignment) with its offsets, so a restore gives the group back
+with its members, as Kafka's coordinator loads a group after a failover.
 """
 
 from __future__ import annotations
@@ -200,6 +204,8 @@ MIGRATIONS: list[str] = [
     compacted.MIGRATION,
     # 8: group ids and offset metadata as UTF-8 bytes (storage_pg/group_offsets.py)
     group_offsets.BYTEA_MIGRATION,
+    # 9: classic groups' states, restored with their members (storage_pg/group_offsets.py)
+    group_offsets.STATE_MIGRATION,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

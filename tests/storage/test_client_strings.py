@@ -28,7 +28,7 @@ from kafkaesque.topic_config import TopicConfig
 from storage_pg import Archiver, create_pool, recover
 from storage_pg import group_offsets as archived
 from storage_pg.cold import ArchiveReader, _headers
-from storage_pg.schema import MIGRATIONS, ensure_schema
+from storage_pg.schema import MIGRATIONS, SCHEMA_VERSION, ensure_schema
 from tests.kafka_client import Connection
 from tests.storage.common import make_log, produce
 from tests.wire.conftest import Broker
@@ -116,7 +116,7 @@ def test_migration_8_keeps_the_offsets_archived_as_text(pg_dsn: str) -> None:
                 "gr\u00fcppe \U0001f600",
                 "m\u00e9ta\x01",
             )
-            assert await ensure_schema(conn) == 8
+            assert await ensure_schema(conn) == SCHEMA_VERSION
             assert await archived.load(conn) == {
                 "gr\u00fcppe \U0001f600": {
                     ("t", 0): archived.CommittedOffset(42, "m\u00e9ta\x01", 1000, 3)

@@ -11,6 +11,7 @@ import pytest
 
 from kafkaesque.group_offsets import CommittedOffset, OffsetsSnapshot
 from kafkaesque.group_state import GroupState
+from kafkaesque.group_types import CoordinatorConfig, GroupError, JoinRequest
 from kafkaesque.groups import GroupCoordinator
 from kafkaesque.topic_config import TopicConfig
 from storage_pg import Archiver, create_pool, recover
@@ -99,6 +100,44 @@ def test_an_older_snapshot_never_overwrites_a_newer_one(pg_dsn: str) -> None:
             assert (await archived.load(conn))["g"][("t", 0)].offset == 9
             assert await archived.save(conn, OffsetsSnapshot(3000, {}))  # every group deleted
             assert await archived.load(conn) == {}
+        await pool.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_group_comes_back_with_its_members(redis_url: str, pg_dsn: str) -> None:
+    """As Kafka's coordinator loads a group after a failover: the member goes on
+    heartbeating at its generation (no rebalance, so it keeps its position and its fetches
+    are fenced by the new epoch), its session counted from the restore."""
+
+    async def scenario() -> None:
+        pool = await create_pool(pg_dsn)
+        log = make_log(redis_url)
+        config = CoordinatorConfig(initial_rebalance_delay_ms=0)
+        groups = GroupCoordinator(log.redis, config, namespace=log.ns)
+        groups.start()
+        await log.enable_archiving()
+        await log.create_topic(TopicConfig("t", 1, page_size=5))
+        request = JoinRequest("", None, "c", "/h", 6000, 6000, "consumer", [("range", b"m")], False)
+        joined = await groups.join("g", request)
+        member, generation = joined.member_id, joined.generation
+        assert (await groups.sync("g", generation, member, None, {member: b"all"})).error == 0
+        await groups.commit("g", generation, member, None, {("t", 0): (0, "", -1)})
+        await groups.commit("lonely", -1, "", None, {("t", 0): (0, "", -1)})
+        await Archiver(log, pool, idle_close_ms=None).run_once()
+
+        await log.redis.flushall()
+        assert await recover(log, pool)
+        group = await groups.load("g")
+        assert group is not None and group.state == GroupState.STABLE
+        assert (group.generation, list(group.members)) == (generation, [member])
+        assert await groups.heartbeat("g", generation, member, None) == GroupError.NONE
+        assert (await groups.sync("g", generation, member, None, {})).assignment == b"all"
+        assert (await groups.load("lonely")).state == GroupState.EMPTY  # type: ignore[union-attr]
+        # Its session runs from the restore: a member that does not come back expires.
+        heartbeats = await log.redis.hgetall(log.keys.group("g", ":heartbeats"))
+        assert list(heartbeats) == [member.encode()]
+        await groups.stop()
         await pool.close()
 
     asyncio.run(scenario())

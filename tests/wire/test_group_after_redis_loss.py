@@ -5,12 +5,15 @@ A running, archiving broker; 1,050 records archived, the next ones only in Redis
 consumer reads them and commits (its position, with the leader epoch of the records:
 KIP-320), and the archiver copies the commit. Redis is flushed: the broker restores the
 partition at 1,050 with a higher leader epoch, and the group with its committed offset; new
-records take offsets 1,050 on. Either the consumer goes on across the loss (the group was
-lost too: it joins again and its position comes from OffsetFetch), or it had stopped and
-a new member of its group starts. Each client, set to raise instead of resetting, must
+records take offsets 1,050 on. Either the consumer goes on across the loss (its group comes
+back with its members: it is fenced by the new epoch and checks its position, rather than
+join again and start over from a commit that lags it), or it had stopped and a new member
+of its group starts. Each client, set to raise instead of resetting, must
 report an error or never return a record at an offset its group returned before with
 another value. Restoring the committed offset set back to the restored log end failed
-every "restarted" case: each client read 1,050 on again without a word.
+every "restarted" case: each client read 1,050 on again without a word; restoring the
+group without its members fails "lagging" whenever the member's heartbeat reaches the
+empty group before its fetch is fenced (it starts again at 1,040).
 """
 
 from __future__ import annotations
@@ -83,6 +86,11 @@ class Confluent:
     def commit(self) -> None:
         self.consumer.commit(asynchronous=False)
 
+    def pause(self, paused: bool) -> None:
+        """Stop or go on fetching (heartbeats go on)."""
+        switch = self.consumer.pause if paused else self.consumer.resume
+        switch(self.consumer.assignment())
+
     def close(self) -> None:
         self.consumer.close()
 
@@ -113,6 +121,10 @@ class KafkaPython:
 
     def commit(self) -> None:
         self.consumer.commit()
+
+    def pause(self, paused: bool) -> None:
+        switch = self.consumer.pause if paused else self.consumer.resume
+        switch(*self.consumer.assignment())
 
     def close(self) -> None:
         self.consumer.close()
@@ -150,6 +162,13 @@ class AioKafka:
 
     def commit(self) -> None:
         self.loop.run_until_complete(self.consumer.commit())
+
+    def pause(self, paused: bool) -> None:
+        async def switch() -> None:  # aiokafka wants its loop running
+            change = self.consumer.pause if paused else self.consumer.resume
+            change(*self.consumer.assignment())
+
+        self.loop.run_until_complete(switch())
 
     def close(self) -> None:
         self.loop.run_until_complete(self.consumer.stop())
@@ -206,11 +225,11 @@ def archived_commit(pg_dsn: str, group: str) -> int | None:
 
 
 # (mode, new records after the loss): "running", the consumer goes on across the loss;
-# "restarted", it stopped and a new member of its group starts after the loss. 10 new
-# records end below the committed offset (1,100), 200 above it. (A member whose position
-# was past its last archived commit and that the lost group makes rebalance starts again
-# at that commit, unvalidated by librdkafka and kafka-python: see docs/archive.md.)
-SCENARIOS = [("running", 200), ("restarted", 10), ("restarted", 200)]
+# "lagging", the same with its last commit (1,040) below the restored end: it read 60 more
+# records than it committed, 50 of them lost; "restarted", it stopped and a new member of
+# its group starts after the loss. 10 new records end below the committed offset (1,100),
+# 200 above it.
+SCENARIOS = [("running", 200), ("lagging", 200), ("restarted", 10), ("restarted", 200)]
 
 
 @pytest.mark.parametrize(("mode", "fresh"), SCENARIOS, ids=[f"{m}-{n}" for m, n in SCENARIOS])
@@ -227,31 +246,42 @@ def test_group_consumer_is_told_when_offsets_it_read_were_lost(
     topic, group = f"lost-{client_name}", f"g-{client_name}"
     broker.cli("create", topic, "--page-size", "200")
     old = [b"old-%04d" % i for i in range(ARCHIVED + 50)]
-    produce(broker.bootstrap, topic, old[:ARCHIVED])
+    produce(broker.bootstrap, topic, old[:1040])
 
     def archive_all() -> bool:
         broker.cli("archive", "--once", "--idle-close", "0.001")
         return archived_to(broker, topic) == ARCHIVED
 
-    wait_until(archive_all, "1,050 records archived", TIMEOUT)
-    produce(broker.bootstrap, topic, old[ARCHIVED:])  # only in Redis
-
     start_at_zero(broker.bootstrap, topic, group)  # the clients raise rather than reset
     seen = Seen()
     client: Any = CLIENTS[client_name](broker.bootstrap, topic, group, seen)
     try:
+        assert poll_until(client, seen, lambda: len(seen.records) == 1040)
+        client.commit()  # 1040, with the records' leader epoch
+        produce(broker.bootstrap, topic, old[1040:ARCHIVED])
+        wait_until(archive_all, "1,050 records archived", TIMEOUT)
+        produce(broker.bootstrap, topic, old[ARCHIVED:])  # only in Redis
         assert poll_until(client, seen, lambda: len(seen.records) == len(old))
         assert seen.records == list(enumerate(old)) and seen.errors == []
-        client.commit()  # 1100, with the records' leader epoch
-        wait_until(lambda: archived_commit(pg_dsn, group) == len(old), "commit archived", TIMEOUT)
+        if mode != "lagging":
+            client.commit()  # 1100: all it read
+        committed = 1040 if mode == "lagging" else len(old)
+        wait_until(lambda: archived_commit(pg_dsn, group) == committed, "commit archived", TIMEOUT)
         if mode == "restarted":
             client.close()
             client = None
 
+        if mode == "lagging":
+            # Its heartbeats, not its fetches, meet the restored group first: a group
+            # restored empty makes it join again and start over at 1,040.
+            client.pause(True)
         redis.Redis.from_url(redis_url).flushall()
         produce(broker.bootstrap, topic, [b"new-%04d" % i for i in range(fresh)])
         if client is None:  # a new member of the group
             client = CLIENTS[client_name](broker.bootstrap, topic, group, seen)
+        else:
+            poll_until(client, seen, lambda: False, timeout=3)  # heartbeats, 6 at least
+            client.pause(False)
         last = ARCHIVED + fresh - 1
         poll_until(
             client,

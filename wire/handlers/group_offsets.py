@@ -12,13 +12,29 @@ from kafkaesque.group_types import MAX_METADATA
 from wire.authorize import Operation, ResourceType, allowed, topics_allowed
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.protocol import NO_THROTTLE, Request, build, schema_class
+from wire.protocol import NO_THROTTLE, Request, build, error_response, schema_class
 
 # What a coordinator says while it cannot reach the group's state (Redis away): clients
 # look the coordinator up again and retry.
 UNAVAILABLE = ErrorCode.coordinator_not_available
 NO_EPOCH = -1
 TopicPartition = tuple[str, int]
+
+
+async def restore_first(broker: Broker, request: Request | None = None) -> Any | None:
+    """If Redis lost its data and nothing restored it yet, restore it from the archive now:
+    a group request answered from the empty Redis would lose the group the archive has
+    (its members told to join again, its consumers sent back to their commits or their
+    reset policy). One EXISTS while Redis has its data. With ``request``: None, or the
+    answer to give while the archive is unreachable (COORDINATOR_NOT_AVAILABLE: retried)."""
+    if broker.log.recover and await broker.log.needs_recovery():
+        try:
+            await broker.log.ensure_recovered()
+        except StorageUnavailable:
+            if request is None:
+                raise
+            return error_response(request.response_class, UNAVAILABLE)
+    return None
 
 
 async def _commit(broker: Broker, request: Request) -> dict[TopicPartition, ErrorCode]:
@@ -129,10 +145,9 @@ async def _fetch_group(
     try:
         committed = await broker.groups.committed(group_id)
         if not committed and broker.log.recover and await broker.log.needs_recovery():
-            # Redis lost its data and nothing restored it yet: the archive has the offsets.
-            # Answering "none committed" would send the group's consumers to their reset
-            # policy (the log's start or end) instead of where they were.
-            await broker.log.ensure_recovered()
+            # Answering "none committed" from the empty Redis would send the group's
+            # consumers to their reset policy (the log's start or end).
+            await restore_first(broker)
             committed = await broker.groups.committed(group_id)
         pending = await broker.transactions.pending_offsets(group_id) if require_stable else set()
     except StorageUnavailable:

@@ -14,7 +14,7 @@ from wire.authorize import Operation, ResourceType, allowed, check_group, cluste
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.handlers.consumer_groups import described_as_classic
-from wire.handlers.group_offsets import UNAVAILABLE
+from wire.handlers.group_offsets import UNAVAILABLE, restore_first
 from wire.protocol import NO_THROTTLE, Request, build, schema_class
 
 log = logging.getLogger(__name__)
@@ -101,6 +101,8 @@ async def join_group(broker: Broker, request: Request) -> Any:
     reason = getattr(body, "reason", None)  # v8+
     if reason:
         log.info("group %s: member %r joins: %s", body.group_id, body.member_id, reason)
+    if (unavailable := await restore_first(broker, request)) is not None:
+        return unavailable  # the archive has the group (members included): retried
     result = await broker.groups.join(
         body.group_id,
         JoinRequest(
@@ -146,6 +148,8 @@ async def join_group(broker: Broker, request: Request) -> Any:
 async def sync_group(broker: Broker, request: Request) -> Any:
     body = request.body
     check_group(broker, request, Operation.READ, body.group_id)
+    if (unavailable := await restore_first(broker, request)) is not None:
+        return unavailable
     result = await broker.groups.sync(
         body.group_id,
         body.generation_id,
@@ -167,6 +171,8 @@ async def sync_group(broker: Broker, request: Request) -> Any:
 async def heartbeat(broker: Broker, request: Request) -> Any:
     body = request.body
     check_group(broker, request, Operation.READ, body.group_id)
+    if (unavailable := await restore_first(broker, request)) is not None:
+        return unavailable
     error = await broker.groups.heartbeat(
         body.group_id, body.generation_id, body.member_id, getattr(body, "group_instance_id", None)
     )
