@@ -23,6 +23,7 @@ from redis.asyncio.lock import Lock
 from redis.exceptions import LockNotOwnedError
 
 from kafkaesque.clock import now_ms as _now_ms
+from kafkaesque.config_keys import check_group_configs
 from kafkaesque.consumer_group import (
     consumer_commit_error,
     consumer_group_subscriptions,
@@ -453,6 +454,35 @@ class GroupCoordinator:
         topic created again under the name starts where auto.offset.reset says rather
         than at the old topic's offsets. Returns how many offsets were dropped."""
         return await self.offsets.forget_topic(topic, await self.list_groups())
+
+    # -- group configs (DescribeConfigs, IncrementalAlterConfigs on a GROUP) ---------------
+    async def group_configs(self, group_id: str) -> dict[str, str]:
+        """The group's dynamic configs (name -> canonical value); kept whether or not the
+        group exists, as Kafka keeps them."""
+        raw = await self.redis.hgetall(self.keys.group_configs(group_id))
+        return {k.decode(): v.decode() for k, v in raw.items()}
+
+    async def alter_group_configs(
+        self,
+        group_id: str,
+        change: Callable[[dict[str, str]], dict[str, str]],
+        defaults: dict[str, str],
+        validate_only: bool = False,
+    ) -> dict[str, str]:
+        """Replace the group's configs by ``change`` of them, checked as a whole against
+        the broker's ``defaults`` and bounds (``check_group_configs``; InvalidConfig), under
+        the group's lock so two alters do not lose one another's change."""
+        key = self.keys.group_configs(group_id)
+        async with self._lock(group_id):
+            configs = change(await self.group_configs(group_id))
+            check_group_configs(configs, defaults)
+            if not validate_only:
+                pipe = self.redis.pipeline(transaction=True)
+                pipe.delete(key)
+                if configs:
+                    pipe.hset(key, mapping=configs)
+                await pipe.execute()
+        return configs
 
     # -- listing --------------------------------------------------------------------
     async def list_groups(self) -> list[str]:

@@ -12,8 +12,16 @@ from typing import Any, Literal
 
 import msgpack
 
-from kafkaesque.config_keys import TOPIC_CONFIGS, Kind, parse, typed
-from kafkaesque.errors import InvalidConfig, InvalidPartitions, InvalidTopic
+from kafkaesque.config_keys import (
+    BROKER_SYNONYMS,
+    GROUP_CONFIGS,
+    TOPIC_CONFIGS,
+    Kind,
+    parse,
+    parse_group,
+    typed,
+)
+from kafkaesque.errors import InvalidConfig, InvalidPartitions, InvalidRequest, InvalidTopic
 
 DEFAULT_PAGE_SIZE = 4096
 MAX_TOPIC_NAME = 249
@@ -48,7 +56,13 @@ LUA_SETTINGS = (
     "delete",
 )
 
-Source = Literal["topic", "broker", "default"]
+# Where a config's value comes from, as DescribeConfigs' config_source says it: set on the
+# topic (or group), dynamic broker configs (a broker's own, or the cluster-wide default),
+# the broker's start-up configs (``serve --config``), Kafka's default.
+Source = Literal["topic", "group", "dynamic_broker", "dynamic_default", "broker", "default"]
+# The topic defaults' entry (stored with them, never a config name) that says which come
+# from dynamic broker configs: config name -> "dynamic_broker" or "dynamic_default".
+DEFAULT_SOURCES = "\x00sources"
 
 
 class TopicConfig:
@@ -60,7 +74,15 @@ class TopicConfig:
     Kafka's default. ``page_size``, ``ttl`` and ``max_pages`` are shortcuts for
     kafkaesque.page.size, retention.ms (in seconds) and kafkaesque.max.pages."""
 
-    __slots__ = ("configs", "created_ms", "defaults", "name", "partitions", "topic_id")
+    __slots__ = (
+        "_defaults",
+        "configs",
+        "created_ms",
+        "default_sources",
+        "name",
+        "partitions",
+        "topic_id",
+    )
 
     def __init__(
         self,
@@ -86,9 +108,21 @@ class TopicConfig:
                 self.configs[config_name] = str(value)
         if ttl is not None:  # seconds; 0: forever
             self.configs["retention.ms"] = str(ttl * 1000) if ttl else "-1"
-        self.defaults: dict[str, str] = dict(defaults or {})
+        self.defaults = defaults or {}
         self.created_ms = int(time.time() * 1000) if created_ms is None else created_ms
         self.topic_id = uuid.uuid4().bytes if topic_id is None else topic_id
+
+    @property
+    def defaults(self) -> dict[str, str]:
+        return self._defaults
+
+    @defaults.setter
+    def defaults(self, defaults: Mapping[str, str]) -> None:
+        """The broker's topic defaults as stored: their DEFAULT_SOURCES entry goes to
+        ``default_sources`` (those set by dynamic broker configs, and which kind)."""
+        self._defaults: dict[str, str] = dict(defaults)
+        sources = self._defaults.pop(DEFAULT_SOURCES, None)
+        self.default_sources: dict[str, Source] = dict(sources or {})  # type: ignore[arg-type]
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TopicConfig):
@@ -107,7 +141,7 @@ class TopicConfig:
     def replace(self, **changes: Any) -> TopicConfig:
         fields = {
             "configs": self.configs,
-            "defaults": self.defaults,
+            "defaults": {**self.defaults, DEFAULT_SOURCES: self.default_sources},
             "created_ms": self.created_ms,
             "topic_id": self.topic_id,
         }
@@ -135,7 +169,9 @@ class TopicConfig:
     def source(self, name: str) -> Source:
         if name in self.configs:
             return "topic"
-        return "broker" if name in self.defaults else "default"
+        if name in self.defaults:
+            return self.default_sources.get(name, "broker")
+        return "default"
 
     def typed(self, name: str) -> Any:
         return typed(name, self.value(name))
@@ -279,7 +315,8 @@ def describe(config: TopicConfig) -> list[ConfigEntry]:
             synonyms.append((key.name, config.configs[key.name], "topic"))
         broker_name = key.broker or key.name
         if key.name in config.defaults:
-            synonyms.append((broker_name, config.defaults[key.name], "broker"))
+            source = config.default_sources.get(key.name, "broker")
+            synonyms.append((broker_name, config.defaults[key.name], source))
         synonyms.append((broker_name, key.default, "default"))
         entries.append(
             ConfigEntry(
@@ -332,3 +369,52 @@ def replaced(config: TopicConfig, settings: Mapping[str, str | None]) -> TopicCo
     """The config after AlterConfigs: ``settings`` replace every config set on the topic
     (those not given return to their defaults)."""
     return config.replace(configs={name: parse(name, value) for name, value in settings.items()})
+
+
+def altered_group(
+    configs: Mapping[str, str], operations: Iterable[tuple[AlterOp, str, str | None]]
+) -> dict[str, str]:
+    """A group's dynamic configs after IncrementalAlterConfigs' operations (SET, DELETE
+    back to the broker's default; no group config is a list), each value checked on its
+    own; the whole set is checked by ``config_keys.check_group_configs``."""
+    result = dict(configs)
+    seen: set[str] = set()
+    for op, name, value in operations:
+        if name in seen:
+            raise InvalidRequest("Error due to duplicate config keys")
+        seen.add(name)
+        if name not in GROUP_CONFIGS:
+            raise InvalidConfig(f"Unknown group config name: {name}")
+        if op == AlterOp.SET:
+            result[name] = parse_group(name, value)
+        elif op == AlterOp.DELETE:
+            result.pop(name, None)
+        elif op in (AlterOp.APPEND, AlterOp.SUBTRACT):
+            raise InvalidConfig(f"Config value append/subtract is not allowed for config {name}")
+        else:
+            raise InvalidRequest(f"Unknown operations type {int(op)}")
+    return result
+
+
+def dynamic_defaults(
+    static: Mapping[str, str],
+    cluster_default: Mapping[str, str],
+    per_broker: Mapping[int, Mapping[str, str]],
+) -> dict[str, str]:
+    """Every topic's defaults from the broker configs: those set at start (``static``,
+    topic config names), then the dynamic cluster-wide default and the brokers' own
+    dynamic configs (broker config names, log.retention.ms ...), each overriding the
+    last. The brokers on one Redis share one log, so a broker's own value sets every
+    topic's default (the highest node id's, where two differ). The entry
+    DEFAULT_SOURCES says which came from dynamic configs."""
+    defaults = dict(static)
+    sources: dict[str, Source] = {}
+    layers: list[tuple[Source, Mapping[str, str]]] = [("dynamic_default", cluster_default)]
+    layers += [("dynamic_broker", per_broker[node]) for node in sorted(per_broker)]
+    for source, settings in layers:
+        for name, value in settings.items():
+            topic_name = BROKER_SYNONYMS.get(name)
+            if topic_name is not None:
+                defaults[topic_name] = value
+                sources[topic_name] = source
+    return {**defaults, DEFAULT_SOURCES: sources} if sources else defaults  # type: ignore[dict-item]
