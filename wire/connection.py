@@ -73,6 +73,9 @@ class Connection:
         self.max_idle = config.connections_max_idle_ms / 1000
         # A request sent in part must go on within the request timeout (and the idle one).
         self.stall = min(config.request_timeout_ms, config.connections_max_idle_ms) / 1000
+        # The whole of a request's body must come within the request timeout (a client's
+        # request.timeout.ms would have given up on it by then anyway).
+        self.request_timeout = config.request_timeout_ms / 1000
 
     async def run(self) -> None:
         """Serve requests until the client leaves, a request is refused with the
@@ -123,11 +126,20 @@ class Connection:
         # Back-pressure: the body is read only once its bytes fit in the budget; meanwhile
         # the socket is read no further than asyncio's buffer (128 KiB), and the client's
         # sends block. No deadline while waiting for the budget: the client is not late.
+        # Once reading, the whole body must come within the request timeout.
         deadline.stop()
-        await server.budget.reserve(size)
+        budget = server.budget
+        if size > budget.large_above:
+            frame = await self._read_large(size, deadline)
+        else:
+            await budget.reserve(size)
+            try:
+                frame = await read_body(reader, size, deadline, stall, self.request_timeout)
+            except BaseException:
+                budget.release(size)
+                raise
         reserved = size
         try:
-            frame = await read_body(reader, size, deadline, stall)
             deadline.stop()
             server.metrics.bytes_in.inc(size + 4)
             if self.failures:  # a pipelined request failed (and said so)
@@ -163,6 +175,23 @@ class Connection:
                 async with asyncio.timeout(mute_ms / 1000):
                     await server.stopped.wait()
         return True
+
+    async def _read_large(self, size: int, deadline: ReadDeadline) -> bytes | memoryview:
+        """The body of a large request, received beside the budget (one at a time, its
+        buffer growing as bytes come), then reserved in it (RequestBudget.settle): a client
+        that announces a large request and stalls holds no budget but its bytes."""
+        budget = self.server.budget
+        await budget.admit_large()
+        try:
+            frame = await read_body(
+                self.reader, size, deadline, self.stall, self.request_timeout, budget.received
+            )
+        except BaseException:
+            budget.abandon_large()
+            raise
+        deadline.stop()  # waiting for the budget is not the client's delay
+        await budget.settle(size)
+        return frame
 
     def _prefix_stalled(self) -> RequestStalled:
         return RequestStalled(f"request stalled: a partial size, then nothing for {self.stall:g} s")

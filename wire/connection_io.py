@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import resource
 from collections.abc import Callable, Hashable
 
@@ -82,13 +83,20 @@ class ReadDeadline:
         self._since = 0.0  # the loop time of the last byte (or the read's start)
         self._expiry: Callable[[], Exception] = ConnectionIdle
         self._timer: asyncio.TimerHandle | None = None
+        self._end = math.inf  # the loop time by which the whole read must be done
+        self.total_expired = False  # what ran out: the whole read's limit, not a byte's
 
-    def start(self, limit: float, expiry: Callable[[], Exception]) -> None:
-        """A read begins that may wait ``limit`` s for a byte; ``expiry`` makes the error."""
+    def start(
+        self, limit: float, expiry: Callable[[], Exception], total: float | None = None
+    ) -> None:
+        """A read begins that may wait ``limit`` s for a byte and, if ``total`` is given,
+        must be done within ``total`` s however bytes trickle in; ``expiry`` makes the
+        error."""
         self._since = now = self._loop.time()
         self._limit = limit
         self._expiry = expiry
-        due = now + limit
+        self._end = math.inf if total is None else now + total
+        due = min(now + limit, self._end)
         if self._timer is not None and self._timer.when() > due:
             self._timer.cancel()
             self._timer = None
@@ -112,8 +120,12 @@ class ReadDeadline:
         self._timer = None
         if self._limit is None:
             return
-        due = self._since + self._limit
+        stalled = self._since + self._limit
+        due = min(stalled, self._end)
         if self._loop.time() >= due:
+            # The whole read's limit ran out while bytes still came (a dribble), rather
+            # than a stall that the whole read's limit merely cut short.
+            self.total_expired = self._end < stalled and self._end - self._since < self._limit / 2
             self._limit = None
             self._reader.set_exception(self._expiry())
         else:  # bytes came since it was armed: wait for the rest of the limit
@@ -121,22 +133,46 @@ class ReadDeadline:
 
 
 async def read_body(
-    reader: asyncio.StreamReader, size: int, deadline: ReadDeadline, stall: float
+    reader: asyncio.StreamReader,
+    size: int,
+    deadline: ReadDeadline,
+    stall: float,
+    total: float | None = None,
+    received: Callable[[int], None] | None = None,
 ) -> bytes | memoryview:
     """The ``size`` bytes of a request's body; RequestStalled when no byte comes for
-    ``stall`` seconds. A large body is read into one buffer, not joined from pieces: its
-    memory is its size, not twice that."""
+    ``stall`` seconds, or the whole body not within ``total`` seconds (a client dribbling
+    a byte now and then must not hold its request's memory for ever). A large body is read
+    into one buffer, not joined from pieces: its memory is its size, not twice that.
+
+    ``received`` (a large request's): told of the bytes as they arrive, and the buffer grows
+    with them rather than being allocated at the announced size, so a client announcing
+    100 MiB and sending nothing holds nothing."""
     got = 0
-    deadline.start(
-        stall,
-        lambda: RequestStalled(
+
+    def late() -> RequestStalled:
+        if deadline.total_expired:
+            return RequestStalled(f"request not received within {total:g} s: {got} of {size} bytes")
+        return RequestStalled(
             f"request stalled: {got} of {size} bytes, then nothing for {stall:g} s"
-        ),
-    )
+        )
+
+    deadline.start(stall, late, total)
     chunk = await reader.read(size)
     if len(chunk) == size:  # all there already: the common case
         return chunk
     if not chunk:
+        raise asyncio.IncompleteReadError(b"", size)
+    if received is not None:
+        grown = bytearray()
+        while chunk:
+            received(len(chunk))
+            grown += chunk  # realloc: a large buffer grows in place (mremap), not copied
+            got += len(chunk)
+            if got == size:
+                return memoryview(grown).toreadonly()
+            deadline.progress()
+            chunk = await reader.read(size - got)
         raise asyncio.IncompleteReadError(b"", size)
     view = memoryview(bytearray(size))
     while chunk:
