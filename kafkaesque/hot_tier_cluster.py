@@ -382,7 +382,7 @@ class HotTierCluster(RedisCluster):
         back), all at once, each given ``timeout`` seconds; the number of partitions
         given a new epoch. Raises HotTierUnavailable naming the primaries that could not
         be checked, after checking the others."""
-        await self.refresh_slots()
+        await self._refresh_if_changed()
         self._note_new_primaries()
 
         async def check(name: str, ranges: list[tuple[int, int]]) -> int:
@@ -409,6 +409,20 @@ class HotTierCluster(RedisCluster):
         if failures:
             raise HotTierUnavailable("; ".join(failures))
         return sum(r for r in results if isinstance(r, int))
+
+    async def _refresh_if_changed(self) -> None:
+        """Read the slot map again if a node's CLUSTER SLOTS differs from ours: redis-py
+        marks every connection for reconnection at each reading, too much once a second."""
+        if self._initialize:
+            await self.initialize()
+        answer = await self.execute_command("CLUSTER SLOTS")
+        theirs = {
+            (int(first), int(last)): f"{v['primary'][0]}:{v['primary'][1]}"
+            for (first, last), v in answer.items()
+        }
+        ours = {r: name for name, ranges in self.primary_ranges().items() for r in ranges}
+        if theirs != ours:
+            await self.refresh_slots()
 
     async def _run_hooks(self, name: str, ranges: Sequence[tuple[int, int]]) -> int:
         if not ranges:
