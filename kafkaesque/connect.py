@@ -5,7 +5,9 @@ found through Sentinel: ``redis+sentinel://h1:26379,h2:26379/SERVICE[/db]`` with
 options ``password`` (of the data nodes) and ``sentinel_password`` (of the sentinels).
 Through Sentinel the client asks for the primary on every new connection, and a READONLY
 reply from a demoted primary drops the connection, so commands reach the new primary
-after a failover (docs/scale-out.md, section 4).
+after a failover (docs/scale-out.md, section 4). A Redis Cluster
+(``redis+cluster://h1:p1,h2:p2``) fails over per shard; its client follows each and gives
+the shard's partitions a new leader epoch (kafkaesque.hot_tier_cluster, section 4.4).
 """
 
 from __future__ import annotations
