@@ -72,13 +72,13 @@ class Progress:
 def table(rows: list[dict]) -> str:
     kinds = "  ".join(f"{SHORT[k]:>7}" for k in KINDS)
     lines = [
-        f"{'run':>3}  {'topology':<9}{'seed':>6}  {'ops':>7}  {'acked':>7}  {'faults':>6}  "
+        f"{'run':>3}  {'topology':<16}{'seed':>6}  {'ops':>7}  {'acked':>7}  {'faults':>6}  "
         f"{kinds}  {'unseen':>6}  result"
     ]
     for row in rows:
         result = row["result"]
         if result is None:
-            lines.append(f"{row['n']:>3}  {row['topology']:<9}{row['seed']:>6}  {row['error']}")
+            lines.append(f"{row['n']:>3}  {row['topology']:<16}{row['seed']:>6}  {row['error']}")
             continue
         counts = "  ".join(f"{result['counts'][k]:>7}" for k in KINDS)
         faults = sum(result["run"]["faults"].values())
@@ -86,7 +86,7 @@ def table(rows: list[dict]) -> str:
         if result["run"]["problems"]:
             verdict += f" ({len(result['run']['problems'])} problems)"
         lines.append(
-            f"{row['n']:>3}  {row['topology']:<9}{row['seed']:>6}  "
+            f"{row['n']:>3}  {row['topology']:<16}{row['seed']:>6}  "
             f"{result['stats']['ops']:>7}  {result['stats']['acknowledged-writes']:>7}  "
             f"{faults:>6}  {counts}  {result['counts']['unseen']:>6}  {verdict}"
         )
