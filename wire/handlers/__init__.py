@@ -13,6 +13,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.errors import KafkaesqueError, StorageUnavailable
+from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.handlers import (
@@ -65,6 +66,18 @@ async def handle(broker: Broker, request: Request) -> Any:
             code = ErrorCode.coordinator_not_available
         else:
             code = error_code(exc)
+        response = error_response(request.response_class, code)
+        if response is None:
+            raise
+        return response
+    except REDIS_CONNECTION_ERRORS as exc:
+        # redis-py's own error, not translated by the core: Redis is away all the same.
+        REDIS.failed(exc)  # logged once per outage
+        code = (
+            ErrorCode.coordinator_not_available
+            if api.coordinator
+            else ErrorCode.kafka_storage_error
+        )
         response = error_response(request.response_class, code)
         if response is None:
             raise

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import uuid
+import weakref
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.acls import CLUSTER_NAME
 from kafkaesque.errors import KafkaesqueError, StorageUnavailable, TopicExists, UnknownTopic
+from kafkaesque.outage import REDIS_CONNECTION_ERRORS
 from kafkaesque.topic_config import TopicConfig, check_topic_name
 from wire.authorize import (
     NOT_ASKED,
@@ -25,13 +27,18 @@ from wire.protocol import NO_THROTTLE, Request, build, error_response, schema_cl
 
 NO_TOPIC_ID = uuid.UUID(int=0)  # Kafka's "no id", for topics in error
 NO_OPERATIONS = NOT_ASKED  # authorized operations of a topic in error: none told
+# Redis (or the archive) away, as the core or redis-py says it.
+UNAVAILABLE: tuple[type[BaseException], ...] = (StorageUnavailable, *REDIS_CONNECTION_ERRORS)
+# Per broker, the topics its last Metadata for all topics listed: what it answers, each
+# LEADER_NOT_AVAILABLE, while Redis is away (see _all_topics).
+_KNOWN_TOPICS: weakref.WeakKeyDictionary[Broker, list[str]] = weakref.WeakKeyDictionary()
 
 
 async def topic_config(broker: Broker, name: str, auto_create: bool) -> TopicConfig | ErrorCode:
     """The topic's config, creating it when allowed; else the error code for the client."""
     try:
         return await _topic_config(broker, name, auto_create)
-    except StorageUnavailable:
+    except UNAVAILABLE:
         # Redis (or the archive a restore needs) is away: as Kafka says of a partition
         # whose leader is offline, so clients wait and ask again.
         return ErrorCode.leader_not_available
@@ -139,7 +146,10 @@ async def requested_topic(
         # v10 and v11 carry a topic id but no null name in the answer: Kafka refuses them.
         return "", ErrorCode.invalid_request
     if entry.name is None:  # v12: by topic id; never auto-created
-        config = await topic_by_id(broker, entry.topic_id or NO_TOPIC_ID)
+        try:
+            config = await topic_by_id(broker, entry.topic_id or NO_TOPIC_ID)
+        except UNAVAILABLE:
+            return None, ErrorCode.leader_not_available
         if config is None:
             return None, ErrorCode.unknown_topic_id
         return config.name, config
@@ -169,6 +179,25 @@ async def authorized_topic(
     return name, config
 
 
+async def _all_topics(
+    broker: Broker, request: Request
+) -> list[tuple[str | None, TopicConfig | ErrorCode]]:
+    """Every topic the principal may DESCRIBE (others hidden). Redis away: the topics this
+    broker listed last, each LEADER_NOT_AVAILABLE, as Kafka answers for a partition whose
+    leader is offline. An answer without them would tell a client that lists all topics
+    (a regex subscription, librdkafka's full refresh) that they were deleted; with a
+    retriable error per topic it keeps them and asks again."""
+    try:
+        names = await broker.log.list_topics()
+    except UNAVAILABLE:
+        names = _KNOWN_TOPICS.get(broker, [])
+        visible = topics_allowed(broker, request, Operation.DESCRIBE, names)
+        return [(name, ErrorCode.leader_not_available) for name in names if name in visible]
+    _KNOWN_TOPICS[broker] = list(names)
+    visible = topics_allowed(broker, request, Operation.DESCRIBE, names)
+    return [(name, await topic_config(broker, name, False)) for name in names if name in visible]
+
+
 async def metadata(broker: Broker, request: Request) -> Any:
     body, version = request.body, request.api_version
     schema = request.response_class
@@ -176,11 +205,7 @@ async def metadata(broker: Broker, request: Request) -> Any:
     partition_class = schema_class(schema, "MetadataResponsePartition")
     # Null means all topics; so does an empty list in v0.
     if body.topics is None or (version == 0 and not body.topics):
-        names = await broker.log.list_topics()
-        visible = topics_allowed(broker, request, Operation.DESCRIBE, names)  # others hidden
-        entries = [
-            (name, await topic_config(broker, name, False)) for name in names if name in visible
-        ]
+        entries = await _all_topics(broker, request)
     else:
         auto_create = body.allow_auto_topic_creation if version >= 4 else True
         entries = [
@@ -193,7 +218,7 @@ async def metadata(broker: Broker, request: Request) -> Any:
         if not isinstance(config, ErrorCode):
             try:
                 leaders = await partition_leaders(broker, config, range(config.partitions))
-            except StorageUnavailable:
+            except UNAVAILABLE:
                 config = ErrorCode.leader_not_available  # as in topic_config
         if isinstance(config, ErrorCode):
             topics.append(
