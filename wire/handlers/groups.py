@@ -182,6 +182,8 @@ async def heartbeat(broker: Broker, request: Request) -> Any:
 async def leave_group(broker: Broker, request: Request) -> Any:
     body = request.body
     check_group(broker, request, Operation.READ, body.group_id)
+    if (unavailable := await restore_first(broker, request)) is not None:
+        return unavailable  # (left from the empty Redis, the member would come back)
     schema = request.response_class
     if request.api_version < 3:
         [error] = await broker.groups.leave(body.group_id, [(body.member_id, None)])
