@@ -14,6 +14,7 @@ from kafkaesque.errors import (
     InvalidReplicaAssignment,
     InvalidReplication,
     InvalidRequest,
+    InvalidTopic,
     KafkaesqueError,
     TopicExists,
     UnknownTopic,
@@ -27,6 +28,21 @@ from wire.errors import error_code
 from wire.handlers.configs import created_configs
 from wire.handlers.metadata import NO_TOPIC_ID, topic_by_id
 from wire.protocol import NO_THROTTLE, Request, build, schema_class
+
+MAX_NAME_SHOWN = 255  # characters of a client's name repeated in an error message
+
+
+def check_existing_topic_name(name: str) -> None:
+    """UnknownTopic for a name no topic can have (Kafka's Topic.validate: 1-249 of
+    [a-zA-Z0-9._-], not "." or ".."), before it reaches Redis or the archive (a NUL byte
+    is no text to PostgreSQL): Kafka answers UNKNOWN_TOPIC_OR_PARTITION when deleting
+    or altering such a topic, as for any topic that does not exist."""
+    try:
+        check_topic_name(name)
+    except InvalidTopic:
+        raise UnknownTopic(
+            f"This server does not host this topic: {name[:MAX_NAME_SHOWN]!r}"
+        ) from None
 
 
 def config_from_request(broker: Broker, topic: Any) -> TopicConfig:
@@ -128,6 +144,7 @@ async def _deletion_target(broker: Broker, entry: Any) -> tuple[str, uuid.UUID |
                 raise UnknownTopicId(f"no topic has the id {entry.topic_id}")
             return config.name, entry.topic_id
         name = entry.name
+    check_existing_topic_name(name)
     try:
         return name, uuid.UUID(bytes=(await broker.log.topic(name)).topic_id)
     except UnknownTopic:
@@ -172,6 +189,7 @@ async def create_partitions(broker: Broker, request: Request) -> Any:
         error, message = ErrorCode.none, None
         try:
             check_topic(broker, request, Operation.ALTER, topic.name)
+            check_existing_topic_name(topic.name)
             current = await broker.log.topic(topic.name)
             if topic.count <= current.partitions:
                 raise InvalidPartitions(
