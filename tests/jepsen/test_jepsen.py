@@ -41,7 +41,11 @@ def test_no_anomaly_through_broker_and_redis_kills_and_a_partition(tmp_path: Pat
     details = json.dumps(
         {k: result[k] for k in ("anomalies", "counts", "stats", "run")}, indent=1, default=str
     )
-    print(summary(result))
+    print(
+        f"{summary(result)}: {result['stats']['ops']} ops, "
+        f"{result['stats']['acknowledged-writes']} acknowledged sends, "
+        f"faults {result['run']['faults']}, {result['run']['seconds']} s"
+    )
     assert result["valid?"], details
     assert result["run"]["tracebacks"] == [], details
     assert sum(result["run"]["faults"].values()) >= 2, details
