@@ -154,7 +154,8 @@ class ExpiryTimers:
             return
         if current is not None:
             current[1].cancel()
-        delay = max(0, due - self.clock()) / 1000
+        # At least 1 ms: a timer that fires a hair early re-arms without spinning.
+        delay = max(1, due - self.clock()) / 1000
         handle = asyncio.get_running_loop().call_later(delay, self._fire, group_id, tick)
         self._handles[group_id] = (due, handle)
 
