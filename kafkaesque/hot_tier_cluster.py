@@ -100,6 +100,12 @@ class _CommandsParser(AsyncCommandsParser):
         self._cluster = cluster
 
     async def initialize(self, node: ClusterNode | None = None) -> None:
+        if self.commands:
+            # Read once: redis-py reads it again at every new slot map (after each
+            # error of a node away), a large reply to parse for nothing.
+            if node is not None and node.name not in self._cluster._away:
+                self.node = node
+            return
         candidates = [node] if node is not None else []
         candidates += [n for n in self._cluster.get_primaries() if n is not node]
         if not candidates:
