@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from tests.kafka_client import Connection, request
 from tests.wire.common import FAST_GROUP_ARGS, TIMEOUT, create_topic
 
 pytest.importorskip("confluent_kafka")
@@ -61,32 +62,32 @@ def _delete(admin: AdminClient, group: str) -> KafkaError | None:
     return None
 
 
-@pytest.mark.parametrize("protocol", ["classic", "consumer"])
-def test_closed_static_members_leave_when_their_session_ends(broker, topic_name, protocol):
-    topic = topic_name()
-    create_topic(broker.bootstrap, topic, GROUPS)
-    groups = [f"{topic}-g{i}" for i in range(GROUPS)]
-    consumers = [_consumer(broker.bootstrap, g, protocol) for g in groups]
-    try:
+def _start(consumers: list[Consumer], topic: str) -> None:
+    """Subscribe, and poll until every consumer has partitions."""
+    for c in consumers:
+        c.subscribe([topic])
+    deadline = time.monotonic() + TIMEOUT
+    while not all(c.assignment() for c in consumers):
+        assert time.monotonic() < deadline, "the consumers got no partitions"
         for c in consumers:
-            c.subscribe([topic])
-        deadline = time.monotonic() + TIMEOUT
-        while not all(c.assignment() for c in consumers):
-            assert time.monotonic() < deadline, "the consumers got no partitions"
-            for c in consumers:
-                c.poll(0.05)
-        # Closed one after another, out of phase with each other and with the broker's
-        # periodic pass: each group's session ends at its own moment.
-        closed = []
-        for c in consumers:
-            c.close()
-            closed.append(time.monotonic())
-            time.sleep(0.17)
-    finally:
-        for c in consumers:
-            c.close()  # a no-op after the first close
+            c.poll(0.05)
+
+
+def _close(consumers: list[Consumer]) -> list[float]:
+    """Close one after another, out of phase with each other and with the broker's
+    periodic pass, so each group's session ends at its own moment; the close times."""
+    closed = []
+    for c in consumers:
+        c.close()
+        closed.append(time.monotonic())
+        time.sleep(0.17)
+    return closed
+
+
+def _deleted_on_time(broker, groups: list[str], closed: list[float]) -> None:
+    """DeleteGroups is refused right after the closes (the static members stay) and
+    succeeds for each group just past its session's end."""
     admin = AdminClient({"bootstrap.servers": broker.bootstrap, "broker.address.family": "v4"})
-    # The static members stay: no LeaveGroup, or a leave that keeps them (epoch -2).
     for group in groups:
         error = _delete(admin, group)
         assert error is not None and error.code() == KafkaError.NON_EMPTY_GROUP, (group, error)
@@ -94,3 +95,76 @@ def test_closed_static_members_leave_when_their_session_ends(broker, topic_name,
         time.sleep(max(0.0, at + SESSION_MS / 1000 + MARGIN_S - time.monotonic()))
         late = time.monotonic() - at - SESSION_MS / 1000
         assert _delete(admin, group) is None, f"{group} still has members {late:.3f} s late"
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_closed_static_members_leave_when_their_session_ends(broker, topic_name, protocol):
+    topic = topic_name()
+    create_topic(broker.bootstrap, topic, GROUPS)
+    groups = [f"{topic}-g{i}" for i in range(GROUPS)]
+    consumers = [_consumer(broker.bootstrap, g, protocol) for g in groups]
+    try:
+        _start(consumers, topic)
+        closed = _close(consumers)
+    finally:
+        for c in consumers:
+            c.close()  # a no-op after the first close
+    _deleted_on_time(broker, groups, closed)
+
+
+# Groups other programs left behind: the broker's start-up pass over every group (offset
+# expiry) takes seconds for this many.
+LEFT_BEHIND = 2000
+
+
+def test_static_members_leave_on_time_while_a_restarted_broker_sweeps(broker_factory, topic_name):
+    """A broker (re)started under many groups first passes over all of them, which takes
+    seconds; the sessions of members it coordinates end on time all the same (they once
+    waited for that pass, and for the periodic ticks held up behind it)."""
+    server = broker_factory(*BROKER_ARGS)
+    topic = topic_name()
+    create_topic(server.bootstrap, topic, GROUPS)
+    with Connection(server.bootstrap) as conn:
+        for start in range(0, LEFT_BEHIND, 200):
+            sent = []
+            for i in range(start, start + 200):
+                req = request(
+                    8,
+                    8,
+                    group_id=f"a-left-behind-{i}",
+                    generation_id_or_member_epoch=-1,
+                    member_id="",
+                    group_instance_id=None,
+                    topics=[
+                        {
+                            "name": topic,
+                            "partitions": [
+                                {
+                                    "partition_index": 0,
+                                    "committed_offset": 0,
+                                    "committed_leader_epoch": -1,
+                                    "committed_metadata": None,
+                                }
+                            ],
+                        }
+                    ],
+                )
+                sent.append((req, conn.send_request(req)))
+            for req, correlation_id in sent:
+                answer = conn.read_response(req, correlation_id)
+                assert answer.topics[0].partitions[0].error_code == 0, answer
+    # Sorted after those: a pass over every group reaches these last.
+    groups = [f"z-{topic}-g{i}" for i in range(GROUPS)]
+    consumers = [_consumer(server.bootstrap, g, "classic") for g in groups]
+    try:
+        _start(consumers, topic)
+        closed = _close(consumers)
+    finally:
+        for c in consumers:
+            c.close()
+    assert server.stop() == 0, server.stderr()
+    server.start()
+    try:
+        _deleted_on_time(server, groups, closed)
+    finally:
+        server.stop()
