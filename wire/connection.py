@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING
 from kafkaesque.errors import KafkaesqueError
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
 from kafkaesque.pipelined import WRITTEN
-from wire.connection_io import ConnectionIdle, ReadDeadline, RequestStalled, read_body
+from wire.connection_io import (
+    ConnectionIdle,
+    ReadDeadline,
+    RequestStalled,
+    clip,
+    read_body,
+)
 from wire.handlers import handle, supported
 from wire.metrics import api_name
 from wire.protocol import (
@@ -86,7 +92,15 @@ class Connection:
                 if not await self._next(deadline):
                     break
         except ConnectionIdle:
-            log.info("closing connection from %s: idle for %.0f s", self.peer, self.max_idle)
+            self.server.throttle.client(
+                "idle",
+                logging.INFO,
+                "idle connections closed",
+                "closing connection from %s: idle for %.0f s",
+                self.peer,
+                self.max_idle,
+                logger=log,
+            )
         except Exception as exc:
             if not self.failures:  # else a pipelined request's failure closed it, reported
                 self._report(exc)
@@ -332,7 +346,17 @@ class Connection:
         if isinstance(exc, asyncio.IncompleteReadError | ConnectionError):
             return  # the client closed the connection
         if isinstance(exc, MalformedRequest | UnsupportedVersion | DropConnection | RequestStalled):
-            log.warning("closing connection from %s: %s", self.peer, exc)
+            # The client's doing, as often as it likes: one line per kind, then a count.
+            kind = type(exc).__name__
+            self.server.throttle.client(
+                kind,
+                logging.WARNING,
+                f"connections closed ({kind})",
+                "closing connection from %s: %s",
+                self.peer,
+                clip(exc, 200),
+                logger=log,
+            )
             metrics.errors.labels(type(exc).__name__).inc()
         elif isinstance(exc, REDIS_CONNECTION_ERRORS):  # the client reconnects and retries
             REDIS.failed(exc)  # logged once per outage

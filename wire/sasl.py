@@ -26,6 +26,7 @@ from kafkaesque.scram import (
     parse_client_first,
     parse_plain,
 )
+from wire.connection_io import LogThrottle, clip
 from wire.protocol import DropConnection
 
 log = logging.getLogger(__name__)
@@ -49,8 +50,17 @@ class SaslSettings:
 class SaslState:
     """One connection's authentication on a SASL listener."""
 
-    def __init__(self, settings: SaslSettings, credentials: CredentialStore, peer: str) -> None:
+    def __init__(
+        self,
+        settings: SaslSettings,
+        credentials: CredentialStore,
+        peer: str,
+        throttle: LogThrottle | None = None,
+    ) -> None:
         self.settings = settings
+        # Failures are the client's doing, as often as it likes: one line per kind, then
+        # a count (the server's throttle, shared by its connections).
+        self.throttle = throttle or LogThrottle(log)
         self.credentials = credentials
         self.peer = peer
         self.mechanism: str | None = None  # chosen by the handshake, until authenticated
@@ -100,12 +110,16 @@ class SaslState:
         except AuthenticationFailed as exc:
             self.failed = True
             who = self._attempt_user
-            log.warning(
-                "authentication failed from %s: user %r, mechanism %s: %s",
+            self.throttle.client(
+                ("sasl-failed", self.mechanism),
+                logging.WARNING,
+                f"authentications failed with {self.mechanism}",
+                "authentication failed from %s: user %s, mechanism %s: %s",
                 self.peer,
-                who,
+                clip(repr(who)),
                 self.mechanism,
-                exc,
+                clip(exc),
+                logger=log,
             )
             await asyncio.sleep(self.settings.failure_delay_ms / 1000)
             raise AuthenticationFailed(
@@ -126,7 +140,16 @@ class SaslState:
     def _refuse(self, error: KafkaesqueError) -> KafkaesqueError:
         """``error``, logged; the connection closes after its answer."""
         self.failed = True
-        log.warning("closing connection from %s: %s", self.peer, error)
+        kind = type(error).__name__
+        self.throttle.client(
+            kind,
+            logging.WARNING,
+            f"SASL refusals ({kind})",
+            "closing connection from %s: %s",
+            self.peer,
+            clip(error, 200),
+            logger=log,
+        )
         return error
 
     async def _step(self, mechanism: str, token: bytes) -> tuple[bytes, str | None]:

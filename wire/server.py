@@ -21,7 +21,7 @@ from kafkaesque.tasks import cancel_and_wait
 from wire.broker import Broker, BrokerConfig
 from wire.budget import RequestBudget
 from wire.connection import Connection
-from wire.connection_io import LogThrottle, raise_open_files_limit
+from wire.connection_io import LogThrottle, clip, raise_open_files_limit
 from wire.handlers.quotas import Throttling
 from wire.metrics import Metrics
 from wire.protocol import ConnectionState
@@ -177,7 +177,15 @@ class Server:
             await writer.start_tls(self.tls, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT)
         except (OSError, TimeoutError, ssl.SSLError, EOFError) as exc:
             reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
-            log.warning("closing connection from %s: TLS handshake failed: %s", peer, reason)
+            self.throttle.client(
+                "tls-handshake",
+                logging.WARNING,
+                "TLS handshakes failed",
+                "closing connection from %s: TLS handshake failed: %s",
+                peer,
+                clip(reason, 200),
+                logger=log,
+            )
             self.metrics.errors.labels("tls").inc()
             writer.transport.abort()
             # The stream's closed future holds the same failure: taken here, or asyncio may
@@ -226,7 +234,9 @@ class Server:
             return
         connection = ConnectionState(listener=listener.name)
         if listener.sasl:
-            connection.sasl = SaslState(self.sasl, self.broker.credentials, str(peer))
+            connection.sasl = SaslState(
+                self.sasl, self.broker.credentials, str(peer), self.throttle
+            )
         elif listener.tls:
             certificate = writer.get_extra_info("peercert")
             if certificate:  # mutual TLS: the principal is the certificate's subject
