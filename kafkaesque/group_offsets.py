@@ -16,6 +16,7 @@ from typing import Any
 import msgpack
 from redis.asyncio import Redis
 
+from kafkaesque.clock import now_ms as clock_ms
 from kafkaesque.group_state import Group
 from kafkaesque.keys import Keys
 
@@ -167,7 +168,7 @@ class OffsetStore:
         groups: Mapping[str, Mapping[TopicPartition, CommittedOffset]],
         log_ends: Mapping[TopicPartition, int],
         states: Mapping[str, bytes] | None = None,
-        now_ms: int = 0,
+        now_ms: int | None = None,
     ) -> list[OffsetPastEnd]:
         """Give groups back their offsets after Redis lost its data; return those past
         their partition's restored log end. An offset Redis already has (a member committed
@@ -179,7 +180,8 @@ class OffsetStore:
         fetches and they check their own positions (KIP-320), where a group lost with
         Redis made them join again and start over from the archived commits, which lag
         their positions, reading again, silently, offsets that now hold other records.
-        Each member's session starts at ``now_ms``: one that does not come back expires.
+        Each member's session starts at ``now_ms`` (the clock's now): one that does not
+        come back expires.
         A group Redis already has, or one without a usable state, comes back empty.
 
         An offset past the restored log end is kept as committed, with its leader epoch,
@@ -191,12 +193,14 @@ class OffsetStore:
         truncation; a consumer still running across the loss is fenced by the new epoch
         and validates its own position. Set back to the log end, the offset would hide all
         of it: every group consumer would read again, silently, offsets that now hold
-        other records. (What the offset cannot tell: once new records passed it,
-        librdkafka, kafka-python and aiokafka, which start at a committed offset without
-        validating it, go on from it and do not read the new records below it.)"""
+        other records. (What the offset cannot tell: once new records passed it, a member
+        starting anew with librdkafka, kafka-python or aiokafka, which start at a committed
+        offset without validating it, goes on from it and does not read the new records
+        below it.)"""
         past_end = []
         cluster = self.keys.cluster
         states = states or {}
+        now = clock_ms() if now_ms is None else now_ms
         pipe = self.redis.pipeline(transaction=True)
         # Groups with a state and no offsets (members that never committed) come back too.
         no_offsets: dict[TopicPartition, CommittedOffset] = {}
@@ -220,7 +224,7 @@ class OffsetStore:
                 # Sessions start now (a member without a heartbeat would never expire).
                 pipe.hset(
                     self.keys.group(group_id, ":heartbeats"),
-                    mapping=dict.fromkeys(group.members, now_ms),
+                    mapping=dict.fromkeys(group.members, now),
                 )
             pipe.set(self.keys.group(group_id), group.pack(), nx=True)
             if cluster:
