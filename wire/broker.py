@@ -344,7 +344,11 @@ class Broker:
 
     async def start(self) -> None:
         self.cluster_id = await cluster_id(self.log.redis, self.log.ns)
-        changed = await self.log.set_topic_defaults(self.config.topic_defaults)
+        # This broker's --config under the dynamic broker configs others set meanwhile
+        # (AlterConfigs on a broker or the cluster default, stored in Redis).
+        from wire.handlers.configs import topic_defaults  # the handlers import this module
+
+        changed = await self.log.set_topic_defaults(await topic_defaults(self))
         if changed:
             log.info("topic defaults changed for: %s", ", ".join(changed))
         durability, promise = await probe(self.log.redis, self.config.min_insync_replicas)
@@ -379,6 +383,7 @@ class Broker:
             if task is not None:
                 await cancel_and_wait(task)
         self.fetch_sessions.close()
+        self.consumer_groups.close()  # its session timers
         await self.notifier.stop()
         await self.groups.stop()
 

@@ -255,7 +255,7 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
         ),
         "append": (
             [*appending, p.txn_open, p.txn_ended],
-            [p.prefix, k.appended(TOPIC), now, floor, "", "", 1, -1, -1, -1, batch],
+            [p.prefix, k.appended(TOPIC), now, floor, "", "", 0, 1, -1, -1, -1, batch],
         ),
         "end_txn": (
             [*appending, p.txn_open, p.txn_aborted, p.txn_ended],

@@ -40,6 +40,7 @@ class Recorded:
     """A durability whose wait only notes the port of the connection it is given."""
 
     waits = True
+    replicas = 0  # none required: no replica check before the append
 
     def __init__(self) -> None:
         self.ports: list[int] = []

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
+import msgpack
+
 from kafkaesque.acls import AclBinding, AclStore, Operation, PatternType, Permission, ResourceType
 from kafkaesque.batch_build import build_batch
 from kafkaesque.cluster import cluster_id
@@ -58,6 +60,9 @@ def test_every_key_matches_the_documented_layout(redis_url: str, pg_dsn: str) ->
                     await log.end_transaction(name, 0, 9, 0, commit=False, transaction=1)
         await log.delete_records("t.1", 1, 2)  # DeleteRecords frees pages, adds no key
         await log.set_topic_defaults({"retention.ms": "86400000"})  # serve --config's
+        # A dynamic broker config, as AlterConfigs on the cluster default stores it
+        # (wire/handlers/configs.py): cluster-wide under "", a broker's under its id.
+        await log.redis.hset(keys.broker_configs, "", msgpack.packb({"log.retention.ms": "1"}))
         quota = check_alteration([("client-id", "c")], [("producer_byte_rate", 1024.0, False)])
         await QuotaStore(log.redis, "lay").alter([quota])  # AlterClientQuotas, `quotas set`
         acl = AclBinding(

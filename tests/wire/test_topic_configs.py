@@ -159,9 +159,9 @@ def test_confluent_bad_configs(configured, topic_name):
     assert error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
     error = error_of(client.describe_configs([missing])[missing])
     assert error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
-    # Broker configs are static here.
+    # num.partitions is not a dynamic broker config: refused as Kafka refuses it.
     broker = ConfigResource(ConfigResource.Type.BROKER, "0", set_config={"num.partitions": "2"})
-    assert error_of(client.alter_configs([broker])[broker]).code() == KafkaError.INVALID_CONFIG
+    assert error_of(client.alter_configs([broker])[broker]).code() == KafkaError.INVALID_REQUEST
 
 
 def test_confluent_broker_configs(configured):
