@@ -49,6 +49,40 @@ def default_home() -> Path:
     return Path(os.environ.get("KAFKAESQUE_HOME") or ".kafkaesque")
 
 
+# Files and directories the servers create: their user's only. The data is every topic's
+# records; the AOF was 0644 in a 0755 directory, readable by any local user.
+PRIVATE_UMASK = 0o077
+
+
+def private_home(home: Path) -> None:
+    """Create the data directory (and its parents) and make it its owner's only (0700).
+    Root's data directory holding a PostgreSQL cluster made before it was private (home/pg
+    a directory, not a link to /var/lib/kafkaesque) stays traversable (0711) for the
+    cluster's service user: nothing in it can be listed, and its files are 0600."""
+    home.mkdir(parents=True, exist_ok=True)
+    pg = home / "pg"
+    legacy_cluster = os.geteuid() == 0 and pg.is_dir() and not pg.is_symlink()
+    os.chmod(home, 0o711 if legacy_cluster else 0o700)
+
+
+def make_private(directory: Path) -> None:
+    """``directory`` 0700 and everything in it 0600 (directories 0700): files an older
+    version or another umask left readable by others."""
+    os.chmod(directory, 0o700)
+    for root, dirs, files in os.walk(directory):
+        for name in dirs:
+            os.chmod(os.path.join(root, name), 0o700)
+        for name in files:
+            path = os.path.join(root, name)
+            if not os.path.islink(path):
+                os.chmod(path, 0o600)
+
+
+def private_file(path: str, flags: int) -> int:
+    """An ``open`` opener creating files 0600."""
+    return os.open(path, flags, 0o600)
+
+
 class EmbeddedRedis:
     """A redis-server owned by a data directory; one per directory, shared by processes."""
 
@@ -78,8 +112,8 @@ class EmbeddedRedis:
     @contextmanager
     def _lock(self):
         """Serialise start/stop between concurrent commands."""
-        self.home.mkdir(parents=True, exist_ok=True)
-        with open(self.home / "lock", "w") as fh:
+        private_home(self.home)
+        with open(self.home / "lock", "w", opener=private_file) as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             yield
 
@@ -92,6 +126,7 @@ class EmbeddedRedis:
                 return self.url
             data = self.home / "redis"
             data.mkdir(parents=True, exist_ok=True)
+            make_private(data)
             self.socket.unlink(missing_ok=True)
             command = [
                 redis_server_binary(),
@@ -105,7 +140,8 @@ class EmbeddedRedis:
                 "--pidfile", str(self.pidfile),
                 "--logfile", str(self.home / "redis.log"),
             ]  # fmt: skip
-            result = subprocess.run(command, capture_output=True, text=True)
+            # Its AOF, RDB, log and pid file 0600 (Valkey has no option for their mode).
+            result = subprocess.run(command, capture_output=True, text=True, umask=PRIVATE_UMASK)
             if result.returncode != 0:
                 raise EmbeddedError(f"redis-server failed to start: {result.stderr.strip()}")
             deadline = time.monotonic() + START_TIMEOUT
@@ -139,8 +175,8 @@ class EmbeddedRedis:
 def serving(home: Path) -> Iterator[None]:
     """Held by a broker while it runs on the data directory's servers (a shared lock, so
     several brokers may): ``kafkaesque stop`` refuses meanwhile (see ``in_use``)."""
-    home.mkdir(exist_ok=True)
-    with open(home / "serve.lock", "w") as fh:
+    private_home(home)
+    with open(home / "serve.lock", "w", opener=private_file) as fh:
         fcntl.flock(fh, fcntl.LOCK_SH)
         yield
 

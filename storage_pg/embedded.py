@@ -47,6 +47,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from kafkaesque.embedded import PRIVATE_UMASK, private_file, private_home
+
 START_TIMEOUT = 60.0
 SERVICE_USER = "kafkaesque"
 DATABASE_USER = "kafkaesque"
@@ -136,7 +138,7 @@ def can_traverse(path: Path, account: Account) -> bool:
 @contextmanager
 def _flock(path: Path):
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
+    with open(path, "a", opener=private_file) as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         yield
 
@@ -204,6 +206,7 @@ def run_as(
         capture_output=True,
         text=True,
         cwd="/",
+        umask=PRIVATE_UMASK,  # the server's log (pg_ctl -l) and files: its user's only
         **extra,
         **kwargs,  # type: ignore[call-overload]
     )
@@ -343,7 +346,7 @@ class EmbeddedPostgres:
     @contextmanager
     def _lock(self):
         """Serialise start/stop between concurrent processes."""
-        self.home.mkdir(parents=True, exist_ok=True)
+        private_home(self.home)
         with _flock(self.home / "postgres.lock"):
             yield
 
