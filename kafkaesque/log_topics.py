@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
@@ -9,11 +10,13 @@ from typing import TYPE_CHECKING, Any, cast
 import msgpack
 from redis.asyncio import Redis
 
-from kafkaesque.errors import Conflict, NeedsRecovery, UnknownTopic
+from kafkaesque.errors import Conflict, NeedsRecovery, StorageUnavailable, UnknownTopic
 from kafkaesque.keys import Keys
 from kafkaesque.log_types import ColdStore
 from kafkaesque.scripts import Scripts
 from kafkaesque.topic_config import TopicConfig
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from kafkaesque.log import Log
@@ -94,7 +97,9 @@ class TopicsLog:
         """Make ``defaults`` (topic config name -> canonical value) the broker's topic
         defaults and apply them to every topic's partitions; returns the topics changed.
         Every topic is configured again even when the defaults did not change, so a run
-        stopped halfway (a crash, Redis away) is completed by the next."""
+        stopped halfway (a crash, Redis away) is completed by the next. A topic with a
+        partition on a Redis Cluster shard that is away is left for the next run (logged),
+        so a broker starts and serves the others meanwhile."""
         previous = await self.topic_defaults()
         await self.redis.set(self.keys.topic_defaults, msgpack.packb(defaults))
         changed = []
@@ -103,6 +108,9 @@ class TopicsLog:
                 after = await self.configure_topic(name, lambda c: c)
             except UnknownTopic:
                 continue  # deleted meanwhile
+            except StorageUnavailable as exc:
+                log.warning("topic defaults not applied to %s for now: %s", name, exc)
+                continue
             before = after.replace(defaults=previous)
             if before.lua_settings() != after.lua_settings():
                 changed.append(name)

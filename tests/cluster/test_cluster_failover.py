@@ -115,7 +115,7 @@ def test_a_lost_shard_leaves_the_others_serving(shards: ClusterServers, tmp_path
     """SIGKILL a primary and its replica: the broker logs no internal error, and a
     partition on a healthy shard answers every produce and fetch at once throughout, the
     first fetch too (its script not loaded yet: SCRIPT LOAD went to every primary and
-    failed on the lost one)."""
+    failed on the lost one); a broker started while the shard is away serves it too."""
     catalog = catalog_shard(shards)
     victim = next(n for n in shards.primaries if n is not catalog)
     victim_replica = shards.replica_of(victim)
@@ -156,6 +156,10 @@ def test_a_lost_shard_leaves_the_others_serving(shards: ClusterServers, tmp_path
         # Through the node timeout (2 s: the shard marked failed) and a few watches.
         serves_healthy(4)
         assert broker.alive()
+        # A broker (re)started while the shard is still away starts, and serves the rest.
+        broker.stop()
+        broker.start()
+        serves_healthy(1)
     finally:
         broker.stop()
     no_internal_error(broker)
