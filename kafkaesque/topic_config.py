@@ -81,6 +81,7 @@ class TopicConfig:
         "default_sources",
         "name",
         "partitions",
+        "replication_factor",
         "topic_id",
     )
 
@@ -96,8 +97,12 @@ class TopicConfig:
         defaults: Mapping[str, str] | None = None,
         created_ms: int | None = None,
         topic_id: bytes | None = None,
+        replication_factor: int = 1,
     ) -> None:
         self.name = name
+        # The replicas Metadata lists per partition: every broker on the Redis serves the
+        # same copy, so any number up to the live brokers is kept (all in sync).
+        self.replication_factor = replication_factor
         self.partitions = partitions
         self.configs: dict[str, str] = dict(configs or {})
         for config_name, value in (
@@ -136,7 +141,14 @@ class TopicConfig:
         return f"TopicConfig({self.name!r}, {self.partitions}, configs={self.configs!r})"
 
     def _identity(self) -> tuple[object, ...]:
-        return (self.name, self.partitions, self.configs, self.created_ms, self.topic_id)
+        return (
+            self.name,
+            self.partitions,
+            self.configs,
+            self.created_ms,
+            self.topic_id,
+            self.replication_factor,
+        )
 
     def replace(self, **changes: Any) -> TopicConfig:
         fields = {
@@ -144,6 +156,7 @@ class TopicConfig:
             "defaults": {**self.defaults, DEFAULT_SOURCES: self.default_sources},
             "created_ms": self.created_ms,
             "topic_id": self.topic_id,
+            "replication_factor": self.replication_factor,
         }
         fields.update(changes)
         name, partitions = fields.pop("name", self.name), fields.pop("partitions", self.partitions)
@@ -240,14 +253,15 @@ class TopicConfig:
 
     # -- storage ------------------------------------------------------------------------
     def pack(self) -> bytes:
-        return msgpack.packb(
-            {
-                "partitions": self.partitions,
-                "configs": self.configs,
-                "created": self.created_ms,
-                "id": self.topic_id,
-            }
-        )
+        packed: dict[str, Any] = {
+            "partitions": self.partitions,
+            "configs": self.configs,
+            "created": self.created_ms,
+            "id": self.topic_id,
+        }
+        if self.replication_factor != 1:  # absent: 1, as topics stored before it
+            packed["rf"] = self.replication_factor
+        return msgpack.packb(packed)
 
     @classmethod
     def unpack(
@@ -267,6 +281,7 @@ class TopicConfig:
             defaults=defaults,
             created_ms=m["created"],
             topic_id=m["id"],
+            replication_factor=m.get("rf", 1),
         )
 
 

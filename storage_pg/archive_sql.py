@@ -56,13 +56,13 @@ REJECT = """
 """
 TOPIC = """
     INSERT INTO topic AS t (name, topic_id, partitions, page_size, ttl, max_pages, created,
-                            configs)
-    SELECT $1, $2, $3, $4, $5, $6, $7, $8
+                            configs, replication_factor)
+    SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9
     WHERE NOT EXISTS (SELECT FROM deleted_topic WHERE topic_id = $2)
     ON CONFLICT (name) DO UPDATE SET
         partitions = GREATEST(t.partitions, EXCLUDED.partitions),
         page_size = EXCLUDED.page_size, ttl = EXCLUDED.ttl, max_pages = EXCLUDED.max_pages,
-        configs = EXCLUDED.configs
+        configs = EXCLUDED.configs, replication_factor = EXCLUDED.replication_factor
     WHERE t.topic_id = EXCLUDED.topic_id
     RETURNING topic_id
 """

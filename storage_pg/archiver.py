@@ -229,6 +229,7 @@ class Archiver:
                     config.max_pages,
                     ms_to_pg(config.created_ms),
                     configs_json(config.configs),
+                    config.replication_factor,
                 )
                 if await conn.fetchval(archive_sql.TOPIC, *row) is None:
                     if await conn.fetchval(archive_sql.DELETED, topic_id):

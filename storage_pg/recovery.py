@@ -101,8 +101,8 @@ async def restored_topics(conn: asyncpg.Connection) -> list[RestoredTopic]:
     }
     topics = []
     for r in await conn.fetch(
-        "SELECT name, topic_id, partitions, page_size, ttl, max_pages, created, configs"
-        " FROM topic ORDER BY name"
+        "SELECT name, topic_id, partitions, page_size, ttl, max_pages, created, configs,"
+        " replication_factor FROM topic ORDER BY name"
     ):
         name = r["name"]
         if r["configs"] is None:  # archived before topics had Kafka's configs
@@ -115,6 +115,7 @@ async def restored_topics(conn: asyncpg.Connection) -> list[RestoredTopic]:
             configs=configs,
             created_ms=r["created"][0] // 1000 + PG_EPOCH_MS,
             topic_id=uuid.UUID(str(r["topic_id"])).bytes,
+            replication_factor=r["replication_factor"],
         )
         partitions = []
         for p in range(config.partitions):

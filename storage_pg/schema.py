@@ -206,6 +206,12 @@ MIGRATIONS: list[str] = [
     group_offsets.BYTEA_MIGRATION,
     # 9: classic groups' states, restored with their members (storage_pg/group_offsets.py)
     group_offsets.STATE_MIGRATION,
+    # 10: a topic's replication factor, restored with it
+    """
+    ALTER TABLE topic ADD COLUMN replication_factor int NOT NULL DEFAULT 1;
+    COMMENT ON COLUMN topic.replication_factor IS
+        'the replicas Metadata lists per partition (every broker serves the one copy)';
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

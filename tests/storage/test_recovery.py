@@ -20,7 +20,7 @@ def test_recovery_after_flushall(redis_url: str, pg_dsn: str) -> None:
         log = make_log(redis_url)
         configs = [
             TopicConfig("a", 2, page_size=4, ttl=3600, max_pages=5),
-            TopicConfig("b", 1, page_size=3),
+            TopicConfig("b", 1, page_size=3, replication_factor=3),  # restored too
             TopicConfig("never-archived", 1),
         ]
         await log.enable_archiving()

@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicCollection, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.batch_build import build_batch
-from tests.kafka_client import Connection, metadata_request, request
+from tests.kafka_client import Connection, create_topics_request, metadata_request, request
 from tests.servers import RedisServer
 from tests.wire.conftest import REPO, Broker
 
@@ -399,3 +400,42 @@ def test_brokers_started_without_a_node_id_get_one(cluster: Cluster, tmp_path: P
     finally:
         assert first.stop() == 0 and second.stop() == 0
     cluster.wait_for(lambda: cluster.listed(1) == set(NODES), "the two gone")
+
+
+def test_replication_factor_up_to_the_brokers(cluster: Cluster) -> None:
+    """Every broker serves the one copy in Redis: CreateTopics takes a replication factor
+    up to the live brokers, and Metadata lists that many replicas, all in sync; a larger
+    factor is refused with Kafka's error and message, as are 0 and below -1."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap()})
+    futures = admin.create_topics(
+        [NewTopic("rf3", 4, 3), NewTopic("rf2", 2, 2), NewTopic("rf4", 1, 4)],
+        request_timeout=20,
+    )
+    futures["rf3"].result(20)
+    futures["rf2"].result(20)
+    with pytest.raises(KafkaException) as refused:
+        futures["rf4"].result(20)
+    error = refused.value.args[0]
+    assert error.code() == ErrorCode.invalid_replication_factor.value
+    assert "factor of 4 cannot be reached because only 3 broker(s)" in error.str()
+    for topic, factor in (("rf3", 3), ("rf2", 2)):
+        for node in NODES:  # every broker tells the same
+            [entry] = cluster.metadata([topic], node).topics
+            for p in entry.partitions:
+                assert len(p.replica_nodes) == factor and p.replica_nodes[0] == p.leader_id
+                assert set(p.replica_nodes) <= set(NODES)
+                assert p.isr_nodes == p.replica_nodes
+    described = admin.describe_topics(TopicCollection(["rf3"]))
+    [description] = [f.result(20) for f in described.values()]
+    assert all(len(p.replicas) == 3 and len(p.isr) == 3 for p in description.partitions)
+    with Connection(cluster.bootstrap()) as conn:
+        for factor in (0, -2):
+            answer = conn.request(
+                create_topics_request(
+                    dict(name=f"rf-bad{-factor}", num_partitions=1, replication_factor=factor),
+                    version=7,
+                )
+            )
+            [result] = answer.topics
+            assert result.error_code == ErrorCode.invalid_replication_factor
+            assert "larger than 0, or -1" in result.error_message

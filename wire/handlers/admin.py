@@ -57,20 +57,49 @@ def config_from_request(broker: Broker, topic: Any) -> TopicConfig:
         partitions = len(topic.assignments)
     if partitions == -1:
         partitions = broker.config.default_partitions
-    if topic.replication_factor not in (-1, 1):
-        raise InvalidReplication(
-            f"replication factor {topic.replication_factor} is larger than the 1 broker available"
-        )
+    factor = replication_factor(broker, topic.replication_factor, bool(topic.assignments))
     configs: dict[str, str] = {}
     for entry in topic.configs:
         if entry.name in configs:
             raise InvalidConfig(f"Error due to duplicate config keys: {entry.name}")
         configs[entry.name] = parse(entry.name, entry.value)
     config = TopicConfig(
-        topic.name, partitions, configs=configs, defaults=broker.config.topic_defaults
+        topic.name,
+        partitions,
+        configs=configs,
+        defaults=broker.config.topic_defaults,
+        replication_factor=factor,
     )
     config.validate()
     return config
+
+
+def replication_factor(broker: Broker, asked: int, assigned: bool) -> int:
+    """The replication factor of a new topic, checked as Kafka's controller does. The data
+    is in Redis, which every broker on it serves: a factor up to the live brokers is kept
+    (Metadata lists that many replicas, all in sync); a larger one is refused with Kafka's
+    message. -1 is the default, 1; a manual assignment names one broker per partition."""
+    if assigned:
+        if asked != -1:
+            raise InvalidRequest(
+                "Both replicationFactor and replicasAssignments were set. "
+                "Both cannot be used at the same time."
+            )
+        return 1
+    if asked == -1:
+        return 1
+    if asked < 1:
+        raise InvalidReplication(
+            "Replication factor must be larger than 0, or -1 to use the default value."
+        )
+    brokers = len(broker.registry.live) or 1  # this broker, before its first heartbeat
+    if asked > brokers:
+        raise InvalidReplication(
+            f"Unable to replicate the partition {asked} time(s): The target replication "
+            f"factor of {asked} cannot be reached because only {brokers} broker(s) are "
+            "registered."
+        )
+    return asked
 
 
 async def create_topics(broker: Broker, request: Request) -> Any:
@@ -117,7 +146,7 @@ async def create_topics(broker: Broker, request: Request) -> Any:
                 error_code=error,
                 error_message=message,
                 num_partitions=config.partitions if config else -1,
-                replication_factor=1 if config else -1,
+                replication_factor=config.replication_factor if config else -1,
                 configs=configs if config else None,
             )
         )

@@ -116,9 +116,15 @@ def leader_error(node: int | None) -> ErrorCode:
     return ErrorCode.none if node is not None else ErrorCode.leader_not_available
 
 
-def replicas(node: int | None) -> tuple[int, ...]:
-    """One copy, in Redis, served by the leader: Kafka's replicas and ISR."""
-    return () if node is None else (node,)
+def replicas(broker: Broker, config: TopicConfig, node: int | None) -> tuple[int, ...]:
+    """A partition's replicas and ISR: its leader, then the live brokers after it (by id,
+    round the ring) up to the topic's replication factor. One copy in Redis serves them
+    all, so each is in sync; with fewer brokers live than the factor, fewer are listed."""
+    if node is None:
+        return ()
+    others = sorted(set(broker.registry.live) - {node})
+    later = [b for b in others if b > node] + [b for b in others if b < node]
+    return (node, *later[: config.replication_factor - 1])
 
 
 def controller_id(broker: Broker) -> int:
@@ -240,8 +246,8 @@ async def metadata(broker: Broker, request: Request) -> Any:
                 partition_index=p,
                 leader_id=-1 if node is None else node,
                 leader_epoch=epoch,
-                replica_nodes=replicas(node),
-                isr_nodes=replicas(node),
+                replica_nodes=replicas(broker, config, node),
+                isr_nodes=replicas(broker, config, node),
                 offline_replicas=(),
             )
             for p, (node, epoch) in enumerate(leaders)
