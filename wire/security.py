@@ -45,14 +45,37 @@ def parse_listener(text: str) -> tuple[str, str, int]:
     return protocol, host.strip("[]"), int(port)
 
 
+class TlsFileError(ValueError):
+    """A TLS file that cannot be read or used: ``which`` ("cert", "key" or "ca") and its
+    path, for a message naming both (OpenSSL's "No such file or directory" names neither)."""
+
+    def __init__(self, which: str, path: str, reason: str) -> None:
+        super().__init__(f"{which} {path}: {reason}")
+        self.which, self.path, self.reason = which, path, reason
+
+
 def tls_context(cert: str, key: str, ca: str | None = None) -> ssl.SSLContext:
     """The server's TLS context; with ``ca``, clients must present a certificate it
-    signed (mutual TLS: Kafka's ssl.client.auth=required)."""
+    signed (mutual TLS: Kafka's ssl.client.auth=required). TlsFileError names the file
+    that failed."""
+    files = {"cert": cert, "key": key, **({"ca": ca} if ca is not None else {})}
+    for which, path in files.items():
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as exc:
+            raise TlsFileError(which, path, exc.strerror or str(exc)) from None
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(cert, key)
+    try:
+        context.load_cert_chain(cert, key)
+    except ssl.SSLError as exc:  # either file's content, or a key not the certificate's
+        raise TlsFileError("cert", f"{cert} (with key {key})", str(exc)) from None
     if ca is not None:
-        context.load_verify_locations(ca)
+        try:
+            context.load_verify_locations(ca)
+        except ssl.SSLError as exc:
+            raise TlsFileError("ca", ca, str(exc)) from None
         context.verify_mode = ssl.CERT_REQUIRED
     return context
 

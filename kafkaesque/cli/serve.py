@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import ssl
 from pathlib import Path
 
 import click
@@ -319,7 +318,7 @@ def serve(
     """Serve the Kafka protocol: unmodified Kafka clients produce and fetch here."""
     from kafkaesque.groups import CoordinatorConfig
     from wire.broker import BrokerConfig
-    from wire.security import Listener, tls_context
+    from wire.security import Listener, TlsFileError, tls_context
     from wire.server import Companion, run
 
     listeners = [Listener(*item) for item in listen]
@@ -347,8 +346,10 @@ def serve(
         with one_line_errors():
             try:
                 tls = tls_context(tls_cert, tls_key, tls_ca)
-            except ssl.SSLError as exc:
-                raise click.ClickException(f"cannot load the TLS files: {exc}") from None
+            except TlsFileError as exc:  # the option and the file, not just OpenSSL's reason
+                raise click.ClickException(
+                    f"cannot load --tls-{exc.which} {exc.path}: {exc.reason}"
+                ) from None
     if logging.getLogger().level > logging.INFO:
         logging.getLogger().setLevel(logging.INFO)
     if broker_heartbeat_interval_ms >= broker_session_timeout_ms:

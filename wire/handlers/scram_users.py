@@ -16,7 +16,7 @@ from kafkaesque.credentials import (
 )
 from kafkaesque.errors import DuplicateResource, KafkaesqueError, UnacceptableCredential
 from kafkaesque.scram import Credential, check_iterations, from_salted
-from wire.authorize import Operation, check_cluster, cluster_allowed
+from wire.authorize import Operation, cluster_allowed
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.protocol import NO_THROTTLE, Request, build, schema_class
@@ -25,12 +25,13 @@ from wire.protocol import NO_THROTTLE, Request, build, schema_class
 async def describe_user_scram_credentials(broker: Broker, request: Request) -> Any:
     """The mechanisms and iterations of the users asked for (null or empty: all); DESCRIBE
     on the cluster, as Kafka checks."""
-    check_cluster(broker, request, Operation.DESCRIBE)  # the response's top-level code
     schema = request.response_class
     result_class = schema_class(schema, "DescribeUserScramCredentialsResult")
     info_class = schema_class(schema, "CredentialInfo")
     store: CredentialStore = broker.credentials
     asked = [u.name for u in request.body.users or ()]
+    if not cluster_allowed(broker, request, Operation.DESCRIBE):
+        return _denied(schema, result_class, asked)
     found: dict[str, list[Credential] | KafkaesqueError] = {}
     if not asked:
         found.update(await store.users())
@@ -64,6 +65,28 @@ async def describe_user_scram_credentials(broker: Broker, request: Request) -> A
         error_code=ErrorCode.none,
         error_message=None,
         results=tuple(results),
+    )
+
+
+def _denied(schema: type, result_class: type, asked: list[str]) -> Any:
+    """CLUSTER_AUTHORIZATION_FAILED for a principal without DESCRIBE on the cluster, in a
+    result per user asked, as Kafka's DescribeUserScramCredentialsRequest.getErrorResponse
+    gives it (with the user's name, which Kafka leaves empty). Kafka also sets the
+    top-level code; librdkafka 2.16 aborts the process (munmap_chunk: invalid pointer) on
+    any top-level error, so with users named it stays 0: every client then fails each
+    user's describe with the error (Java's AdminClient reads either). Asked for all users
+    there is no user to carry it: the top-level code alone, as Kafka answers."""
+    code, message = ErrorCode.cluster_authorization_failed, "Cluster authorization failed."
+    results = tuple(
+        build(result_class, user=user, error_code=code, error_message=message, credential_infos=())
+        for user in asked
+    )
+    return build(
+        schema,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none if asked else code,
+        error_message=None if asked else message,
+        results=results,
     )
 
 
