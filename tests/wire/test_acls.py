@@ -522,15 +522,18 @@ def test_transactions_need_write_on_the_transactional_id(
 def test_authorized_operations_are_what_the_acls_allow(
     broker: Broker, identity: Identity, acls, topic_name
 ):
-    """DescribeTopics and DescribeCluster with include_authorized_operations answer the
-    operations the principal may do (implied ones too), as Kafka's
+    """DescribeTopics, DescribeGroups and DescribeCluster with
+    include_authorized_operations answer the operations the principal may do (implied
+    ones too), as Kafka's
     KafkaApis.authorizedOperations; a principal that may not DESCRIBE the cluster gets
     none of its operations."""
     topic = topic_name()
+    group = f"g-{topic}"
     created(broker, topic)
     acls(
         (Operation.READ, ResourceType.TOPIC, topic),
         (Operation.ALTER_CONFIGS, ResourceType.TOPIC, topic),
+        (Operation.READ, ResourceType.GROUP, group),
         grantee=identity.grantee,
     )
     admin = AdminClient({"bootstrap.servers": broker.bootstrap, **identity.config})
@@ -539,6 +542,11 @@ def test_authorized_operations_are_what_the_acls_allow(
     operations = {op.name for op in future.result(timeout=20).authorized_operations}
     # READ implies DESCRIBE, ALTER_CONFIGS implies DESCRIBE_CONFIGS.
     assert operations == {"READ", "DESCRIBE", "ALTER_CONFIGS", "DESCRIBE_CONFIGS"}
+    [future] = admin.describe_consumer_groups([group], include_authorized_operations=True).values()
+    assert {op.name for op in future.result(timeout=20).authorized_operations} == {
+        "READ",
+        "DESCRIBE",
+    }
     cluster = admin.describe_cluster(include_authorized_operations=True).result(timeout=20)
     assert not cluster.authorized_operations  # no DESCRIBE on the cluster: none told
     acls(

@@ -12,7 +12,8 @@ from tests.wire.common import FAST_GROUP_ARGS, create_topic
 BROKER_ARGS = FAST_GROUP_ARGS  # the module's server: short group delays, sessions from 1 s
 KAFKA4_GROUP_VERSIONS = {8: 9, 9: 9, 10: 6, 11: 9, 12: 4, 13: 5, 14: 5, 15: 5, 16: 5, 42: 2, 47: 0}
 NOT_ASKED = -(2**31)
-GROUP_OPERATIONS = 1 << 3 | 1 << 6 | 1 << 8  # READ, DELETE, DESCRIBE
+# READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS: a group's, with no authorizer
+GROUP_OPERATIONS = 1 << 3 | 1 << 6 | 1 << 8 | 1 << 10 | 1 << 11
 
 
 def sync_v5(conn: Connection, group: str, joined, assignments: dict, **names) -> object:

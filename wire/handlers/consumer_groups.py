@@ -20,11 +20,11 @@ from kio.serial import entity_writer
 from kafkaesque.assignors import TopicPartition
 from kafkaesque.consumer_group_state import ConsumerGroup, Heartbeat, HeartbeatRefused
 from kafkaesque.errors import GroupAuthorizationFailed, StorageUnavailable
-from wire.authorize import Operation, check_group
+from wire.authorize import NOT_ASKED, Operation, ResourceType, authorized_operations, check_group
 from wire.broker import Broker
 from wire.protocol import NO_THROTTLE, Request, build, schema_class
 
-NO_OPERATIONS = -2147483648  # authorized operations: not requested / not supported
+NO_OPERATIONS = NOT_ASKED  # authorized operations of a group in error: none told
 CONSUMER_MEMBER = 1  # ConsumerGroupDescribe v1 member_type: a consumer-protocol member
 
 
@@ -114,7 +114,9 @@ async def consumer_group_describe(broker: Broker, request: Request) -> Any:
     schema = request.response_class
     group_class = schema_class(schema, "DescribedGroup")
     described = []
+    asked = request.body.include_authorized_operations
     for group_id in request.body.group_ids:
+        operations = authorized_operations(broker, request, ResourceType.GROUP, group_id, asked)
         try:
             check_group(broker, request, Operation.DESCRIBE, group_id)
             group = await broker.consumer_groups.load(group_id)
@@ -152,7 +154,7 @@ async def consumer_group_describe(broker: Broker, request: Request) -> Any:
                 assignment_epoch=group.assignment_epoch,
                 assignor_name=group.assignor,
                 members=_members(schema, group),
-                authorized_operations=NO_OPERATIONS,
+                authorized_operations=operations,
             )
         )
     return build(schema, throttle_time=NO_THROTTLE, groups=tuple(described))
@@ -202,7 +204,7 @@ def _encoded(entity: Any) -> bytes:
 
 
 async def described_as_classic(
-    broker: Broker, group_id: str, group_class: type, member_class: type
+    broker: Broker, group_id: str, group_class: type, member_class: type, operations: int
 ) -> Any | None:
     """DescribeGroups' entry for a consumer group (protocol type "consumer", the assignor
     as protocol, members' subscriptions and assignments in the classic embedded format),
@@ -242,5 +244,5 @@ async def described_as_classic(
         protocol_type="consumer",
         protocol_data=group.assignor,
         members=members,
-        authorized_operations=NO_OPERATIONS,
+        authorized_operations=operations,
     )

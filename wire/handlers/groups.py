@@ -10,7 +10,15 @@ from kio.schema.errors import ErrorCode
 
 from kafkaesque.errors import GroupAuthorizationFailed, StorageUnavailable
 from kafkaesque.group_types import GroupState, JoinRequest
-from wire.authorize import Operation, ResourceType, allowed, check_group, cluster_allowed
+from wire.authorize import (
+    NOT_ASKED,
+    Operation,
+    ResourceType,
+    allowed,
+    authorized_operations,
+    check_group,
+    cluster_allowed,
+)
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.handlers.consumer_groups import described_as_classic
@@ -24,10 +32,6 @@ FIRST_BATCHED_LOOKUP = 4  # FindCoordinator v4+: coordinator_keys (KIP-699)
 FIRST_SKIP_ASSIGNMENT = 9  # JoinGroup v9+ (KIP-814)
 GROUP_TYPE = "classic"  # ListGroups v5's group_type of the classic groups
 CONSUMER_TYPE = "consumer"  # ... and of KIP-848 ones
-# DescribeGroups' authorized_operations: "not asked for" (Kafka's Integer.MIN_VALUE), or,
-# with no authorizer, every operation a group supports: READ (3), DELETE (6), DESCRIBE (8).
-NOT_ASKED = -(2**31)
-GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 
 
 def _coordinator(broker: Broker, key_type: int, key: str, listener: str) -> dict[str, Any]:
@@ -210,9 +214,11 @@ async def describe_groups(broker: Broker, request: Request) -> Any:
     group_class = schema_class(schema, "DescribedGroup")
     member_class = schema_class(schema, "DescribedGroupMember")
     asked = getattr(request.body, "include_authorized_operations", False)  # v3+
-    operations = GROUP_OPERATIONS if asked else NOT_ASKED
     described = []
     for group_id in request.body.groups:
+        # As Kafka: the operations the principal may do on the group, when asked; none
+        # told for a group it may not describe.
+        operations = authorized_operations(broker, request, ResourceType.GROUP, group_id, asked)
         try:
             check_group(broker, request, Operation.DESCRIBE, group_id)
             group = await broker.groups.load(group_id)
@@ -220,9 +226,11 @@ async def describe_groups(broker: Broker, request: Request) -> Any:
         except StorageUnavailable:
             group, code = None, UNAVAILABLE
         except GroupAuthorizationFailed as exc:
-            group, code = None, error_code(exc)
+            group, code, operations = None, error_code(exc), NOT_ASKED
         if group is None and code == ErrorCode.none:  # a KIP-848 group, if any
-            consumer = await described_as_classic(broker, group_id, group_class, member_class)
+            consumer = await described_as_classic(
+                broker, group_id, group_class, member_class, operations
+            )
             if consumer is not None:
                 described.append(consumer)
                 continue
