@@ -132,3 +132,11 @@ def _problems(doc: Path) -> list[str]:
 def test_every_file_module_class_and_function_the_docs_name_exists() -> None:
     problems = [problem for doc in DOCS for problem in _problems(doc)]
     assert not problems, "\n".join(problems)
+
+
+def test_the_cli_guide_lists_every_command() -> None:
+    from kafkaesque.cli import main
+
+    guide = (REPO / "docs" / "cli.md").read_text()
+    missing = [name for name in main.commands if not re.search(rf"\b{name}\b", guide)]
+    assert not missing, f"docs/cli.md does not list: {', '.join(missing)}"
