@@ -279,6 +279,21 @@ UNIT_SYNONYMS: dict[str, tuple[str, int]] = {
 BROKER_SYNONYMS: dict[str, str] = {k.broker: k.name for k in TOPIC_CONFIGS.values() if k.broker}
 
 
+def _checked_value(key: ConfigKey, name: str, value: str) -> object:
+    """``value`` parsed as ``key``'s kind and checked by its rule; InvalidConfig naming
+    ``name``, with Kafka's message, otherwise."""
+    try:
+        parsed = _parse_value(key, value)
+    except ValueError as exc:
+        reason = str(exc) if key.kind is Kind.BOOLEAN or "type" in str(exc) else ""
+        reason = reason or f"Not a number of type {key.kind.name}"
+        raise InvalidConfig(f"Invalid value {value} for configuration {name}: {reason}") from None
+    problem = key.check(parsed) if key.check is not None else None
+    if problem is not None:
+        raise InvalidConfig(f"Invalid value {value} for configuration {name}: {problem}")
+    return parsed
+
+
 def _parse_value(key: ConfigKey, value: str) -> object:
     text = value.strip()
     if key.kind is Kind.BOOLEAN:
@@ -309,15 +324,7 @@ def parse(name: str, value: str | None) -> str:
         raise InvalidConfig(f"Unknown topic config name: {name}")
     if value is None:
         raise InvalidConfig(f"Invalid value null for configuration {name}: a value is required")
-    try:
-        parsed = _parse_value(key, value)
-    except ValueError as exc:
-        reason = str(exc) if key.kind is Kind.BOOLEAN or "type" in str(exc) else ""
-        reason = reason or f"Not a number of type {key.kind.name}"
-        raise InvalidConfig(f"Invalid value {value} for configuration {name}: {reason}") from None
-    problem = key.check(parsed) if key.check is not None else None
-    if problem is not None:
-        raise InvalidConfig(f"Invalid value {value} for configuration {name}: {problem}")
+    parsed = _checked_value(key, name, value)
     if isinstance(parsed, bool):
         return "true" if parsed else "false"
     if isinstance(parsed, list):
@@ -535,16 +542,7 @@ def parse_group(name: str, value: str | None) -> str:
         raise InvalidConfig(f"Unknown group config name: {name}")
     if value is None:
         raise InvalidConfig(f"Null value not supported for group configs: {name}")
-    as_topic = ConfigKey(name, key.kind, key.default, key.check)
-    try:
-        parsed = _parse_value(as_topic, value)
-    except ValueError as exc:
-        reason = str(exc) if key.kind is Kind.BOOLEAN or "type" in str(exc) else ""
-        reason = reason or f"Not a number of type {key.kind.name}"
-        raise InvalidConfig(f"Invalid value {value} for configuration {name}: {reason}") from None
-    problem = key.check(parsed) if key.check is not None else None
-    if problem is not None:
-        raise InvalidConfig(f"Invalid value {value} for configuration {name}: {problem}")
+    parsed = _checked_value(ConfigKey(name, key.kind, key.default, key.check), name, value)
     if isinstance(parsed, bool):
         return "true" if parsed else "false"
     return str(parsed)
