@@ -3,10 +3,12 @@ generated from kio's schemas, mutated frames, mutated record batches, group memb
 sessions) sent to a broker process on a private redis-server, both on free loopback ports
 in a temporary directory, with the checks of tests/fuzz/harness.py after every case.
 
-    .venv/bin/python scripts/fuzz.py [--cases N] [--seed S] [--max-rss-mb MB]
+    .venv/bin/python scripts/fuzz.py [--cases N] [--seed S] [--max-rss-mb MB] [--no-archive]
 
+The broker archives to a throwaway PostgreSQL (names reach it), unless --no-archive.
 Progress goes to stderr (a bar when it is a terminal), each failure with its case; at the
-end one line: cases, failures, the broker's peak RSS. The exit status is 1 when any case
+end one line: cases, failures, internal errors, the size of the broker's log, its peak RSS
+per case and its RSS at the end. The exit status is 1 when any case
 failed, the broker died, a normal client was not served afterwards or the broker did not
 stop cleanly; 130 when interrupted. The cases are drawn in chunks, each from its own seed
 derived from --seed, so a run is reproducible.
@@ -39,6 +41,7 @@ from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import seed as hypothesis_seed  # noqa: E402
 
 from tests.fuzz import harness, strategies  # noqa: E402
+from tests.pg import PostgresServer  # noqa: E402
 from tests.servers import RedisServer  # noqa: E402
 from tests.wire.conftest import Broker  # noqa: E402
 
@@ -103,9 +106,21 @@ def run_chunk(cases: int, chunk_seed: int, each: Callable[[Fuzzed], None]) -> No
     fuzz()
 
 
-def fuzz(total: int, seed: int, max_rss_mb: int, directory: Path) -> tuple[int, bool]:
+def internal_errors(problems: list[str]) -> int:
+    """How many of a case's problems are internal errors: UNKNOWN_SERVER_ERROR in an
+    answer, or a connection closed "after an internal error" (logged with a Traceback)."""
+    return sum(
+        "UNKNOWN_SERVER_ERROR" in p or "internal error" in p or "Traceback" in p for p in problems
+    )
+
+
+def fuzz(
+    total: int, seed: int, max_rss_mb: int, directory: Path, archive: bool = True
+) -> tuple[int, bool]:
     """Run the cases against a fresh broker: (failures, whether a signal cut the run short)."""
     redis = RedisServer(directory / "redis")
+    # Names reach the archive too (DeleteTopics asks it of a topic Redis does not know).
+    pg = PostgresServer() if archive else None
     broker = None
     # Why the run stops early. Hypothesis goes on through what a case raises, even a
     # KeyboardInterrupt, so signals only set this and the remaining cases return at once.
@@ -117,14 +132,15 @@ def fuzz(total: int, seed: int, max_rss_mb: int, directory: Path) -> tuple[int, 
     signal.signal(signal.SIGINT, interrupt)
     signal.signal(signal.SIGTERM, interrupt)
     try:
-        broker = Broker(redis.url, directory / "broker", harness.BROKER_ARGS)
+        dsn = pg.dsn() if pg is not None else None
+        broker = Broker(redis.url, directory / "broker", harness.BROKER_ARGS, dsn)
         target = harness.Target(broker, max_rss_mb)
         target.prepare()
         progress = Progress(total)
-        failures = 0
+        failures = internal = 0
 
         def each(case: Fuzzed) -> None:
-            nonlocal failures
+            nonlocal failures, internal
             if halted or target.cases >= total:
                 return
             problems = target.run(case)
@@ -132,6 +148,7 @@ def fuzz(total: int, seed: int, max_rss_mb: int, directory: Path) -> tuple[int, 
                 return
             if problems:
                 failures += 1
+                internal += internal_errors(problems)
                 progress.clear()
                 if failures <= SHOWN_FAILURES:
                     print(f"case {target.cases}: {case!r}", file=sys.stderr)
@@ -163,6 +180,7 @@ def fuzz(total: int, seed: int, max_rss_mb: int, directory: Path) -> tuple[int, 
             if leaked := target.leaked_fds():
                 print(f"the broker holds {leaked} descriptors too many", file=sys.stderr)
                 failures += 1
+        rss_at_end = target.memory()["VmRSS"]
         status = broker.stop()
         if not halted and status not in (0, -signal.SIGTERM):
             print(f"the broker exited with {status} on SIGTERM", file=sys.stderr)
@@ -170,15 +188,19 @@ def fuzz(total: int, seed: int, max_rss_mb: int, directory: Path) -> tuple[int, 
         for problem in target.log_problems():
             print(f"at shutdown, {problem}", file=sys.stderr)
             failures += 1
+        log_bytes = broker.stderr_path.stat().st_size
         print(
-            f"{target.cases} cases, {failures} failures,"
-            f" broker peak RSS {target.peak_kb // MB} MB (bound {max_rss_mb} MB)"
+            f"{target.cases} cases, {failures} failures, {internal} internal errors,"
+            f" broker log {log_bytes / 1e6:.2f} MB, broker peak RSS {target.peak_kb // MB} MB"
+            f" per case (bound {max_rss_mb} MB), RSS at the end {rss_at_end // MB} MB"
         )
         return failures, any(why.startswith("interrupted") for why in halted)
     finally:
         if broker is not None:
             broker.stop()
         redis.stop()
+        if pg is not None:
+            pg.destroy()
 
 
 def main() -> int:
@@ -191,10 +213,17 @@ def main() -> int:
         default=harness.MAX_RSS_MB,
         help="the broker's peak RSS allowed per case (default: %(default)s)",
     )
+    parser.add_argument(
+        "--no-archive",
+        action="store_true",
+        help="no PostgreSQL archive beside the broker (faster to start)",
+    )
     args = parser.parse_args()
     directory = RUN_DIRECTORY
     try:
-        failures, interrupted = fuzz(args.cases, args.seed, args.max_rss_mb, directory)
+        failures, interrupted = fuzz(
+            args.cases, args.seed, args.max_rss_mb, directory, not args.no_archive
+        )
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     return 1 if failures else 130 if interrupted else 0

@@ -87,18 +87,27 @@ class Outcome:
     leftover: int  # bytes of a response cut short
 
 
-def exchange(address: tuple[str, int], data: bytes, timeout: float) -> Outcome:
-    """Send ``data`` on a new connection, shut the write side, read until the broker closes
-    or ``timeout`` passes."""
-    deadline = time.monotonic() + timeout
+DRIBBLE_PAUSE = 0.0005  # seconds between the sends of a dribbled case
+
+
+def exchange(address: tuple[str, int], data: bytes, timeout: float, dribble: int = 0) -> Outcome:
+    """Send ``data`` on a new connection (``dribble`` bytes at a time, each send apart,
+    if given), shut the write side, read until the broker closes or ``timeout`` passes."""
     received = bytearray()
     timed_out = False
     with socket.create_connection(address, timeout=timeout) as sock:
         try:
-            sock.sendall(data)
+            if dribble:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                for start in range(0, len(data), dribble):
+                    sock.sendall(data[start : start + dribble])
+                    time.sleep(DRIBBLE_PAUSE)
+            else:
+                sock.sendall(data)
             sock.shutdown(socket.SHUT_WR)
         except OSError:
             pass  # the broker closed early; read what it sent before
+        deadline = time.monotonic() + timeout  # from the end of the sending
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -281,7 +290,8 @@ class Target:
             return self.converse(case) + self.health()
         waits = any(f.api_key in WAITING_APIS for f in split_frames(case.data))
         try:
-            outcome = exchange(self.address, case.data, WAIT_GRACE if waits else HANG_TIMEOUT)
+            timeout = WAIT_GRACE if waits else HANG_TIMEOUT
+            outcome = exchange(self.address, case.data, timeout, case.dribble)
         except OSError as exc:
             return [f"cannot connect: {exc!r}", *self.health()]
         return answer_problems(case, outcome) + self.health()

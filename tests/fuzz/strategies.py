@@ -17,6 +17,12 @@ Four families:
 * ``group_sessions``: a member joins a group, then sends generated group requests with
   its own member id and generation (mostly), so they reach the coordinator's rounds
   rather than only failing lookups of unknown members.
+* ``odd_names``: a valid request with every string field (topic, group, transactional
+  id, user, principal, config name...) a name with NUL bytes, which must be answered, or
+  bytes that are no UTF-8, which may be refused; never an internal error.
+* ``announced_sizes``: a size prefix announcing a large request, the largest, or more,
+  then a few bytes and the end of the input: closed, without the announced memory.
+* ``dribbled``: valid requests sent a few bytes at a time: answered as usual.
 
 Names come mostly from small pools: the topics and groups of ``POOL_TOPICS`` and
 ``POOL_GROUPS`` (which the harness creates first), so requests reach real partitions and
@@ -82,17 +88,22 @@ _I32 = struct.Struct(">i")
 
 @dataclass(frozen=True)
 class Case:
-    """What one connection sends; the first ``answers`` frames must be answered."""
+    """What one connection sends; the first ``answers`` frames must be answered. With
+    ``dribble``, the bytes go ``dribble`` at a time, each send apart (a slow client)."""
 
     kind: str
     data: bytes
     answers: int
     what: str  # the requests it was made of, for reports
+    dribble: int = 0
 
     def __repr__(self) -> str:
         shown = self.data[:REPR_BYTES].hex() + ("..." if len(self.data) > REPR_BYTES else "")
         size = len(self.data)
-        return f"Case({self.kind}: {self.what}; answers={self.answers}; {size} bytes: {shown})"
+        sent = f"; dribbled {self.dribble} at a time" if self.dribble else ""
+        return (
+            f"Case({self.kind}: {self.what}; answers={self.answers}{sent}; {size} bytes: {shown})"
+        )
 
 
 # -- the advertised APIs -------------------------------------------------------------------
@@ -345,6 +356,81 @@ def requests(draw: Draw) -> Case:
     # connection when it fails.
     answers = next((i for i, r in enumerate(reqs) if getattr(r, "acks", None) == 0), len(reqs))
     return Case("request", b"".join(frames), answers, ", ".join(map(_name, reqs)))
+
+
+# -- names no topic, group or user can have ------------------------------------------------
+
+# Valid UTF-8 with NUL bytes: no text to PostgreSQL, no name to Kafka.
+NUL_NAMES = ("\x00", "a\x00b", "\x00" * 3, "fuzz-one\x00", "fuzz-group\x00")
+# Written in every name field, then replaced in the frame by as many bytes of no UTF-8.
+_SENTINEL = b"\x01odd-name\x01"
+NOT_UTF8 = (b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\x80", b"\xf8\x88\x80\x80\x80")
+
+
+def with_names(entity: Any, name: str) -> Any:
+    """``entity`` with every string field (names, ids, principals...), nested too, set to
+    ``name``."""
+    changes = {}
+    for f in dataclasses.fields(entity):
+        value = getattr(entity, f.name)
+        if isinstance(value, str):
+            changes[f.name] = name
+        elif dataclasses.is_dataclass(value):
+            changes[f.name] = with_names(value, name)
+        elif isinstance(value, tuple) and value:
+            changes[f.name] = tuple(
+                name
+                if isinstance(v, str)
+                else with_names(v, name)
+                if dataclasses.is_dataclass(v)
+                else v
+                for v in value
+            )
+    return dataclasses.replace(entity, **changes)
+
+
+@st.composite
+def odd_names(draw: Draw) -> Case:
+    """A valid request with every name field (and, half the time, the client id) a NUL
+    name, which must be answered; or bytes that are no UTF-8 in all of them, which the
+    broker may answer or refuse (closing the connection), but not fail on."""
+    req = draw(request_entities())
+    correlation_id = draw(correlation_ids())
+    if draw(st.booleans()):
+        name = draw(st.sampled_from(NUL_NAMES))
+        client_id = name if draw(st.booleans()) else "fuzz"
+        frame = encode_request(with_names(req, name), correlation_id, client_id)
+        answers = 0 if getattr(req, "acks", None) == 0 else 1
+        return Case("odd-name", frame, answers, f"{_name(req)} (names {name!r})")
+    bad = draw(st.sampled_from(NOT_UTF8))
+    replacement = (bad * len(_SENTINEL))[: len(_SENTINEL)]
+    client_id = _SENTINEL.decode() if draw(st.booleans()) else "fuzz"
+    frame = encode_request(with_names(req, _SENTINEL.decode()), correlation_id, client_id)
+    frame = frame.replace(_SENTINEL, replacement)
+    return Case("odd-name", frame, 0, f"{_name(req)} (names of bytes {bad!r}, no UTF-8)")
+
+
+# -- announced sizes and slow clients --------------------------------------------------------
+
+ANNOUNCED_SIZES = (1 << 20, (1 << 20) + 1, 60 << 20, 100 << 20, (100 << 20) + 1, 2**31 - 1, -1, 0)
+
+
+@st.composite
+def announced_sizes(draw: Draw) -> Case:
+    """A size prefix announcing far more than follows (a large request, the largest one,
+    beyond it), then the start of a request, and the end of the input: refused or closed
+    at the end, without an answer, and without the memory of the size announced."""
+    frame = encode_request(draw(request_entities()), draw(correlation_ids()))
+    size = draw(st.one_of(st.sampled_from(ANNOUNCED_SIZES), st.integers(len(frame), 100 << 20)))
+    kept = frame[4 : 4 + draw(st.integers(0, len(frame) - 4))]
+    return Case("announced", _I32.pack(size) + kept, 0, f"{size} bytes announced, {len(kept)} sent")
+
+
+@st.composite
+def dribbled(draw: Draw) -> Case:
+    """Valid requests sent a few bytes at a time, each send apart: answered all the same."""
+    case = draw(requests())
+    return dataclasses.replace(case, kind="dribbled", dribble=draw(st.sampled_from((1, 3, 17))))
 
 
 # -- mutated frames ------------------------------------------------------------------------
@@ -693,5 +779,13 @@ def group_sessions(draw: Draw) -> Session:
 
 
 def cases() -> st.SearchStrategy[Case | Session]:
-    """Any of the four families."""
-    return st.one_of(requests(), mutated_frames(), mutated_batches(), group_sessions())
+    """Any of the families."""
+    return st.one_of(
+        requests(),
+        mutated_frames(),
+        mutated_batches(),
+        group_sessions(),
+        odd_names(),
+        announced_sizes(),
+        dribbled(),
+    )

@@ -1,7 +1,7 @@
 """Fuzzing the wire protocol: Hypothesis cases (tests/fuzz/strategies.py) sent to a broker
 process over real sockets, checked by tests/fuzz/harness.py; then a normal client must
-still be served. The examples are derandomized, so every run sends the same 3,750 cases
-(about a minute); scripts/fuzz.py runs the same strategies for as long as asked."""
+still be served. The examples are derandomized, so every run sends the same 4,500 cases
+(about a minute and a half); scripts/fuzz.py runs the same strategies for as long as asked."""
 
 from __future__ import annotations
 
@@ -76,6 +76,24 @@ def test_mutated_batches(broker: Broker, target: Target, case: strategies.Case) 
 @given(session=strategies.group_sessions())
 def test_group_sessions(broker: Broker, target: Target, session: strategies.Session) -> None:
     check(target, session)
+
+
+@settings(FUZZ, max_examples=500)
+@given(case=strategies.odd_names())
+def test_odd_names(broker: Broker, target: Target, case: strategies.Case) -> None:
+    check(target, case)
+
+
+@settings(FUZZ, max_examples=150)
+@given(case=strategies.announced_sizes())
+def test_announced_sizes(broker: Broker, target: Target, case: strategies.Case) -> None:
+    check(target, case)
+
+
+@settings(FUZZ, max_examples=100)
+@given(case=strategies.dribbled())
+def test_dribbled_requests(broker: Broker, target: Target, case: strategies.Case) -> None:
+    check(target, case)
 
 
 def test_a_normal_client_is_served_after_the_fuzz(broker: Broker, target: Target) -> None:
