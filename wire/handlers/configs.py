@@ -83,9 +83,10 @@ async def topic_defaults(broker: Broker) -> dict[str, str]:
     return dynamic_defaults(broker.config.topic_defaults, cluster, per_broker)
 
 
-def _broker_node(broker: Broker, name: str) -> int | None:
+def _broker_node(broker: Broker, name: str, describing: bool = False) -> int | None:
     """The broker a BROKER resource names: None for the cluster-wide default (""); any
-    other than this one is refused, as Kafka does."""
+    other than this one is refused, as Kafka does (its message differs a little for a
+    describe)."""
     if not name:
         return None
     try:
@@ -93,9 +94,8 @@ def _broker_node(broker: Broker, name: str) -> int | None:
     except ValueError:
         raise InvalidRequest(f"Node id must be an integer, but it is: {name}") from None
     if node != broker.config.node_id:
-        raise InvalidRequest(
-            f"Unexpected broker id, expected {broker.config.node_id}, but received {name}"
-        )
+        expected = f"{broker.config.node_id}" + (" or empty string" if describing else "")
+        raise InvalidRequest(f"Unexpected broker id, expected {expected}, but received {name}")
     return node
 
 
@@ -276,18 +276,9 @@ async def _describe_one(broker: Broker, request: Request, resource: Any) -> list
             raise InvalidRequest("Group name must not be empty")
         check_group(broker, request, Operation.DESCRIBE_CONFIGS, name)
         return group_entries(broker, await broker.groups.group_configs(name))
-    if name:
-        try:
-            node = int(name)
-        except ValueError:
-            raise InvalidRequest(f"Node id must be an integer, but it is: {name}") from None
-        if node != broker.config.node_id:
-            raise InvalidRequest(
-                f"Unexpected broker id, expected {broker.config.node_id} or empty string, "
-                f"but received {name}"
-            )
+    node = _broker_node(broker, name, describing=True)
     check_cluster(broker, request, Operation.DESCRIBE_CONFIGS)
-    return await broker_entries(broker, broker.config.node_id if name else None)
+    return await broker_entries(broker, node)
 
 
 async def describe_configs(broker: Broker, request: Request) -> Any:
