@@ -282,6 +282,7 @@ class TxnWorker(Worker):
         # One transactional id per slot: a new producer fences the old one and aborts its
         # open transaction, instead of leaving it to block read_committed readers.
         self.txn_id = f"jepsen-txn-{self.slot}"
+        self.init_retries = 0
 
     def start_clients(self) -> None:
         config = client_config(self.bootstrap, self.settings) | {
@@ -315,7 +316,9 @@ class TxnWorker(Worker):
             try:
                 self.start_clients()
             except KafkaException as exc:
-                self.errors.append(f"init_transactions: {exc}")
+                # The coordinator is away (a fault): not the harness' error, try again.
+                LOG.info("%s: init_transactions: %s", self.name, exc)
+                self.init_retries += 1
                 self.producer = None
                 time.sleep(1)
                 return
