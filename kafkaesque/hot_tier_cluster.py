@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any
 from urllib.parse import parse_qs, unquote
@@ -130,16 +130,8 @@ class _ClusterPipeline(ClusterPipeline):
     resets of the client (``aclose`` when a node fails) taken as such."""
 
     async def execute(self, *args: Any, **kwargs: Any) -> Any:
-        token = _IN_COMMAND.set(True)
-        try:
+        with _in_command():
             return await super().execute(*args, **kwargs)
-        except (RedisError, RedisClusterException) as exc:
-            error = _translated_cluster(exc)
-            if error is exc:
-                raise
-            raise error from exc
-        finally:
-            _IN_COMMAND.reset(token)
 
 
 class HotTierCluster(RedisCluster):
@@ -180,16 +172,8 @@ class HotTierCluster(RedisCluster):
 
     # -- commands ----------------------------------------------------------------------
     async def execute_command(self, *args: Any, **options: Any) -> Any:
-        token = _IN_COMMAND.set(True)
-        try:
+        with _in_command():
             result = await super().execute_command(*args, **options)
-        except (RedisError, RedisClusterException) as exc:
-            error = _translated_cluster(exc)
-            if error is exc:
-                raise
-            raise error from exc
-        finally:
-            _IN_COMMAND.reset(token)
         if REDIS.since is not None:
             REDIS.recovered()
         return result
@@ -529,6 +513,22 @@ _NODE_CONNECTION_KWARGS = frozenset(
         "ssl_check_hostname",
     }
 )
+
+
+@contextlib.contextmanager
+def _in_command() -> Iterator[None]:
+    """A command of the client's own (``aclose`` inside it is redis-py resetting after a
+    node failed), its failures raised as the core's errors."""
+    token = _IN_COMMAND.set(True)
+    try:
+        yield
+    except (RedisError, RedisClusterException) as exc:
+        error = _translated_cluster(exc)
+        if error is exc:
+            raise
+        raise error from exc
+    finally:
+        _IN_COMMAND.reset(token)
 
 
 def _translated_cluster(exc: Exception) -> Exception:
