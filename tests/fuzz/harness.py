@@ -52,7 +52,9 @@ BROKER_ARGS = ("--group-initial-rebalance-delay-ms", "0", "--group-min-session-t
 _SIZE = struct.Struct(">i")
 _HEADER = struct.Struct(">hhi")
 _BAD_LOG = re.compile(r"Traceback|^\S+ \S+ (ERROR|CRITICAL) ", re.MULTILINE)
-_WARNING = re.compile(r"^\S+ \S+ WARNING ", re.MULTILINE)
+# A warning line, but not the count of a throttled kind (LogThrottle's "N more in the
+# last 60 s", which comes once a minute whatever case is running).
+_WARNING = re.compile(r"^\S+ \S+ WARNING (?!.*: \d+ more in the last )", re.MULTILINE)
 FD_SLACK = 10  # descriptors the broker may hold beyond those it had before the cases
 
 
