@@ -10,6 +10,7 @@ import base64
 import uuid
 
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
 from kafkaesque.keys import Keys
 
@@ -23,9 +24,16 @@ async def cluster_id(redis: Redis, namespace: str) -> str:
     every broker process and command on it."""
     key = Keys.of(redis, namespace).cluster_id
     fresh = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-    # One MULTI: a flush between the SET and the GET would otherwise leave nothing to read.
-    pipe = redis.pipeline(transaction=True)
-    pipe.set(key, fresh, nx=True)
-    pipe.get(key)
-    _, value = await pipe.execute()
-    return value.decode()
+    # One command (SET NX GET, Redis 7+): a flush between a SET and a GET would leave
+    # nothing to read, and a transactional pipeline on a cluster client re-initialising
+    # after a node's death failed inside redis-py ("bound to a different event loop").
+    try:
+        value = await redis.set(key, fresh, nx=True, get=True)
+    except ResponseError:  # Redis 6.2: NX and GET not together; one MULTI instead
+        pipe = redis.pipeline(transaction=True)
+        pipe.set(key, fresh, nx=True)
+        pipe.get(key)
+        _, value = await pipe.execute()
+    if value is None:  # ours was set
+        return fresh
+    return value.decode() if isinstance(value, bytes) else str(value)
