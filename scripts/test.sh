@@ -1,8 +1,22 @@
 #!/usr/bin/env bash
-# Set up and run the whole test suite: lint, format check, then pytest with real servers.
+# Set up and run the tests: lint, format check, then pytest with real servers.
+#   scripts/test.sh [PYTEST ARGS]           the whole suite (CI's, the README's)
+#   scripts/test.sh --quick [PYTEST ARGS]   the lane to run before each commit: the unit
+#                                           tests and one real-client smoke test per area
 set -euo pipefail
 cd "$(dirname "$0")/.."
+quick=()
+if [[ "${1:-}" == "--quick" ]]; then
+  shift
+  quick=(
+    tests/test_*.py tests/jepsen/test_checker.py
+    tests/wire/test_api_versions.py tests/wire/test_fast_responses.py
+    tests/wire/test_fetch_request.py tests/wire/test_produce_request.py
+    tests/wire/test_confluent.py tests/wire/test_kafka_python.py
+    tests/storage/test_rows.py tests/storage/test_key_layout.py
+  )
+fi
 scripts/setup.sh --test
 .venv/bin/ruff format --check .
 .venv/bin/ruff check .
-exec .venv/bin/python -m pytest "$@"
+exec .venv/bin/python -m pytest "${quick[@]}" "$@"
