@@ -204,7 +204,11 @@ def _encoded(entity: Any) -> bytes:
 
 
 async def described_as_classic(
-    broker: Broker, group_id: str, group_class: type, member_class: type, operations: int
+    broker: Broker,
+    group_id: str,
+    group_class: type,
+    member_class: type,
+    operations: int = NOT_ASKED,
 ) -> Any | None:
     """DescribeGroups' entry for a consumer group (protocol type "consumer", the assignor
     as protocol, members' subscriptions and assignments in the classic embedded format),
