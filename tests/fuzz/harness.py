@@ -55,7 +55,7 @@ _BAD_LOG = re.compile(r"Traceback|^\S+ \S+ (ERROR|CRITICAL) ", re.MULTILINE)
 # A warning line, but not the count of a throttled kind (LogThrottle's "N more in the
 # last 60 s", which comes once a minute whatever case is running).
 _WARNING = re.compile(r"^\S+ \S+ WARNING (?!.*: \d+ more in the last )", re.MULTILINE)
-FD_SLACK = 10  # descriptors the broker may hold beyond those it had before the cases
+FD_SLACK = 10  # client connections the broker may hold beyond those it had before the cases
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,10 +269,34 @@ class Target:
         self.fds_before = self.open_fds()
 
     def open_fds(self) -> int:
+        """The broker's descriptors that are clients' connections (sockets whose local port
+        is its listener's): its archive's pool may open connections of its own as it goes."""
+        pid = self.broker.proc.pid
         try:
-            return len(os.listdir(f"/proc/{self.broker.proc.pid}/fd"))
+            names = os.listdir(f"/proc/{pid}/fd")
         except OSError:
             return 0
+        inodes = set()
+        for name in names:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{name}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+        port = f":{self.address[1]:04X}"
+        count = 0
+        for table in ("tcp", "tcp6"):
+            try:
+                lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+            except OSError:
+                continue
+            for line in lines:
+                fields = line.split()
+                # local address, state (0A: listening, not a client), inode
+                if fields[1].endswith(port) and fields[3] != "0A" and fields[9] in inodes:
+                    count += 1
+        return count
 
     def leaked_fds(self, timeout: float = 5.0) -> int:
         """Descriptors (connections) beyond ``FD_SLACK`` the broker still holds after the
