@@ -30,6 +30,7 @@ from kafkaesque.errors import (
 )
 from kafkaesque.leadership import Leadership
 from kafkaesque.log import Log
+from kafkaesque.log_throttle import LogThrottle, clip
 from kafkaesque.log_types import Appended as LogAppended
 from kafkaesque.memory import MemoryGuard
 from kafkaesque.notify import Notifier
@@ -41,6 +42,7 @@ from kafkaesque.reads import (
 from kafkaesque.records import offset_count, split_batches
 
 log = logging.getLogger(__name__)
+REFUSALS = LogThrottle(log)  # the batches clients send that are refused
 
 # ListOffsets' special timestamps (KIP-734: MAX_TIMESTAMP, KIP-1005: the local and tiered
 # ends of the log; here Redis is local, the archive tiered).
@@ -406,8 +408,17 @@ def _split(records: bytes | None) -> list[bytes]:
 
 def _refused(topic: str, partition: int, exc: KafkaesqueError) -> Appended:
     """A refused append as its outcome, logged as its kind deserves."""
-    if isinstance(exc, InvalidRecord):
-        log.info("rejected batch for %s[%d]: %s", topic, partition, exc)
+    if isinstance(exc, InvalidRecord):  # a client's doing: it must not flood the log
+        REFUSALS.client(
+            "rejected batch",
+            logging.INFO,
+            "rejected batches",
+            "rejected batch for %s[%d]: %s",
+            clip(topic),
+            partition,
+            clip(exc),
+            logger=log,
+        )
     elif isinstance(exc, HotTierUnavailable):
         pass  # logged once per outage by the client
     elif isinstance(exc, StorageUnavailable | NeedsRecovery):

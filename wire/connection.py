@@ -9,13 +9,13 @@ import time
 from typing import TYPE_CHECKING
 
 from kafkaesque.errors import KafkaesqueError
+from kafkaesque.log_throttle import clip
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
 from kafkaesque.pipelined import WRITTEN
 from wire.connection_io import (
     ConnectionIdle,
     ReadDeadline,
     RequestStalled,
-    clip,
     read_body,
 )
 from wire.handlers import handle, supported

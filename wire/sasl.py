@@ -17,6 +17,7 @@ from kafkaesque.errors import (
     KafkaesqueError,
     UnsupportedSaslMechanism,
 )
+from kafkaesque.log_throttle import LogThrottle, clip
 from kafkaesque.scram import (
     MECHANISMS,
     PLAIN,
@@ -26,7 +27,6 @@ from kafkaesque.scram import (
     parse_client_first,
     parse_plain,
 )
-from wire.connection_io import LogThrottle, clip
 from wire.protocol import DropConnection
 
 log = logging.getLogger(__name__)

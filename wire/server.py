@@ -15,13 +15,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from kafkaesque.log import Log
+from kafkaesque.log_throttle import LogThrottle, clip
 from kafkaesque.quota_rates import REFRESH_SECONDS, QuotaManager
 from kafkaesque.quotas import QuotaStore
 from kafkaesque.tasks import cancel_and_wait
 from wire.broker import Broker, BrokerConfig
 from wire.budget import RequestBudget
 from wire.connection import Connection
-from wire.connection_io import LogThrottle, clip, raise_open_files_limit
+from wire.connection_io import raise_open_files_limit
 from wire.handlers.quotas import Throttling
 from wire.metrics import Metrics
 from wire.protocol import ConnectionState

@@ -1,6 +1,6 @@
 """Log lines a client's input causes are few and short however much it sends: a failed
 login's user name is cut to a prefix, and each kind of refusal is logged once, then
-counted once a minute (wire/connection_io.py LogThrottle), so an unauthenticated client
+counted once a minute (kafkaesque/log_throttle.py LogThrottle), so an unauthenticated client
 cannot fill the disk with WARNING lines."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from kio.schema.errors import ErrorCode
 
-from tests.kafka_client import Connection, encode_request, request
+from kafkaesque.batch_build import build_batch
+from tests.kafka_client import Connection, encode_request, produce_request, request
 from tests.servers import free_port, wait_for_port
 from tests.wire.conftest import Broker
 
@@ -94,3 +95,20 @@ def test_malformed_frames_log_little(broker_factory) -> None:
     print(f"{MALFORMED} malformed frames wrote {written} bytes of log")
     assert written < 100_000, broker.stderr(mark)[:3000]
     assert "closing connection from" in broker.stderr(mark)
+
+
+def test_refused_batches_log_little(broker_factory) -> None:
+    """2,000 produce requests whose batch is refused INVALID_RECORD (keyless records for a
+    compact topic): a burst of lines, then a count (before: a line each)."""
+    broker: Broker = broker_factory()
+    broker.cli("create", "refused", "--config", "cleanup.policy=compact")
+    keyless = build_batch([b"no key"])
+    mark = broker.stderr_size()
+    with Connection(broker.bootstrap) as conn:
+        for _ in range(2000):
+            answer = conn.request(produce_request("refused", {0: keyless}, acks=1))
+            [partition] = answer.responses[0].partition_responses
+            assert partition.error_code == ErrorCode.invalid_record
+    logged = broker.stderr(mark)
+    print(f"2000 refused batches wrote {len(logged)} bytes of log")
+    assert logged.count("rejected batch for refused[0]") <= 25, logged[:3000]

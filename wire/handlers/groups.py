@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from kafkaesque.errors import GroupAuthorizationFailed, StorageUnavailable
 from kafkaesque.group_types import GroupState, JoinRequest
+from kafkaesque.log_throttle import LogThrottle, clip
 from wire.authorize import (
     NOT_ASKED,
     Operation,
@@ -26,6 +27,7 @@ from wire.handlers.group_offsets import UNAVAILABLE, restore_first
 from wire.protocol import NO_THROTTLE, Request, build, schema_class
 
 log = logging.getLogger(__name__)
+MEMBERS = LogThrottle(log)  # members joining and leaving, as clients ask
 
 GROUP_KEY, TRANSACTION_KEY, SHARE_KEY = 0, 1, 2  # FindCoordinator's key types
 FIRST_BATCHED_LOOKUP = 4  # FindCoordinator v4+: coordinator_keys (KIP-699)
@@ -104,7 +106,16 @@ async def join_group(broker: Broker, request: Request) -> Any:
     check_group(broker, request, Operation.READ, body.group_id)
     reason = getattr(body, "reason", None)  # v8+
     if reason:
-        log.info("group %s: member %r joins: %s", body.group_id, body.member_id, reason)
+        MEMBERS.client(
+            "joins",
+            logging.INFO,
+            "members joining",
+            "group %s: member %r joins: %s",
+            clip(body.group_id),
+            clip(body.member_id),
+            reason,
+            logger=log,
+        )
     if (unavailable := await restore_first(broker, request)) is not None:
         return unavailable  # the archive has the group (members included): retried
     result = await broker.groups.join(
@@ -195,7 +206,16 @@ async def leave_group(broker: Broker, request: Request) -> Any:
     leaving = [(m.member_id, m.group_instance_id) for m in body.members]
     for m in body.members:
         if getattr(m, "reason", None):  # v5+
-            log.info("group %s: member %r leaves: %s", body.group_id, m.member_id, m.reason)
+            MEMBERS.client(
+                "leaves",
+                logging.INFO,
+                "members leaving",
+                "group %s: member %r leaves: %s",
+                clip(body.group_id),
+                clip(m.member_id),
+                clip(m.reason),
+                logger=log,
+            )
     errors = await broker.groups.leave(body.group_id, leaving)
     member_class = schema_class(schema, "MemberResponse")
     return build(
