@@ -4,11 +4,11 @@ then stops every server it started."""
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Iterator
-from types import FrameType
 
 import pytest
+
+from tests.deadline import failing_after
 
 DEADLINE = 360  # seconds; a short run takes about 90
 
@@ -25,13 +25,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(autouse=True)
 def deadline() -> Iterator[None]:
-    def expire(signum: int, frame: FrameType | None) -> None:
-        pytest.fail(f"still running after {DEADLINE} s: a hang", pytrace=True)
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(DEADLINE)
-    try:
+    with failing_after(DEADLINE):
         yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)

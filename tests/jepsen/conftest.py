@@ -4,11 +4,11 @@ stops every server it started."""
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Iterator
-from types import FrameType
 
 import pytest
+
+from tests.deadline import failing_after
 
 DEADLINE = 240  # seconds; the short run takes about 50
 
@@ -22,14 +22,5 @@ def deadline(request: pytest.FixtureRequest) -> Iterator[None]:
     if request.node.get_closest_marker("chaos") is None:
         yield
         return
-
-    def expire(signum: int, frame: FrameType | None) -> None:
-        pytest.fail(f"still running after {DEADLINE} s: a hang", pytrace=True)
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(DEADLINE)
-    try:
+    with failing_after(DEADLINE):
         yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
