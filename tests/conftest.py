@@ -86,6 +86,10 @@ def _stop_embedded(home: Path) -> None:
         from storage_pg.embedded import EmbeddedPostgres
 
         EmbeddedPostgres(home).stop()
+        # As root the cluster lives in /var/lib/kafkaesque/clusters (home/pg links to
+        # it): removed with the test's data directory, not left to pile up.
+        if (home / "pg").is_symlink():
+            shutil.rmtree((home / "pg").resolve(), ignore_errors=True)
     if (home / "redis.pid").exists():
         EmbeddedRedis(home).stop()
 
