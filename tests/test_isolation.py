@@ -79,6 +79,9 @@ def user_checkout() -> Iterator[Path]:
         yield work
     finally:
         kafkaesque(work, "stop")
+        cluster = work / ".kafkaesque" / "pg"
+        if cluster.is_symlink():  # as root: the cluster under /var/lib/kafkaesque
+            shutil.rmtree(cluster.resolve(), ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
 
 
