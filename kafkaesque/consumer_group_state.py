@@ -67,7 +67,7 @@ class ConsumerGroupConfig:
 
     def group_defaults(self) -> dict[str, str]:
         """The broker's defaults of the group configs and their bounds, as
-        ``config_keys.check_group_configs`` reads them. Kafka's bounds
+        ``group_config_keys.check_group_configs`` reads them. Kafka's bounds
         (group.consumer.min.session.timeout.ms 45 s, max 60 s; heartbeats 5-15 s) are
         widened to take in this broker's own defaults, which may lie outside them here."""
         session, heartbeat = self.session_timeout_ms, self.heartbeat_interval_ms

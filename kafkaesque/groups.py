@@ -23,7 +23,6 @@ from redis.asyncio.lock import Lock
 from redis.exceptions import LockNotOwnedError
 
 from kafkaesque.clock import now_ms as _now_ms
-from kafkaesque.config_keys import check_group_configs
 from kafkaesque.consumer_group import (
     consumer_commit_error,
     consumer_group_subscriptions,
@@ -32,6 +31,7 @@ from kafkaesque.consumer_group import (
 from kafkaesque.consumer_group_state import ConsumerGroupError
 from kafkaesque.consumer_protocol import decode_assignment as decode_consumer_assignment
 from kafkaesque.errors import GroupBusy
+from kafkaesque.group_config_keys import check_group_configs
 from kafkaesque.group_offsets import (
     CommittedOffset,
     OffsetStore,

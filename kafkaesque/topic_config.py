@@ -14,14 +14,13 @@ import msgpack
 
 from kafkaesque.config_keys import (
     BROKER_SYNONYMS,
-    GROUP_CONFIGS,
     TOPIC_CONFIGS,
     Kind,
     parse,
-    parse_group,
     typed,
 )
 from kafkaesque.errors import InvalidConfig, InvalidPartitions, InvalidRequest, InvalidTopic
+from kafkaesque.group_config_keys import GROUP_CONFIGS, parse_group
 
 DEFAULT_PAGE_SIZE = 4096
 MAX_TOPIC_NAME = 249
@@ -391,7 +390,7 @@ def altered_group(
 ) -> dict[str, str]:
     """A group's dynamic configs after IncrementalAlterConfigs' operations (SET, DELETE
     back to the broker's default; no group config is a list), each value checked on its
-    own; the whole set is checked by ``config_keys.check_group_configs``."""
+    own; the whole set is checked by ``group_config_keys.check_group_configs``."""
     result = dict(configs)
     seen: set[str] = set()
     for op, name, value in operations:

@@ -21,13 +21,12 @@ from kio.schema.errors import ErrorCode
 
 from kafkaesque.config_keys import (
     BROKER_SYNONYMS,
-    GROUP_CONFIGS,
     TOPIC_CONFIGS,
     Kind,
     parse,
-    parse_group,
 )
 from kafkaesque.errors import InvalidConfig, InvalidRequest, KafkaesqueError
+from kafkaesque.group_config_keys import GROUP_CONFIGS, parse_group
 from kafkaesque.topic_config import (
     AlterOp,
     ConfigEntry,
