@@ -304,6 +304,13 @@ _CONNECT_ERROR = re.compile(
     r"Error (?P<errno>-?\d+) connecting to (?P<address>.+?)\. (?P<rest>.*?)\.?$"
 )
 
+# A connection dropped mid-reply: "Error while reading from 127.0.0.1:6379 : (104,
+# 'Connection reset by peer')".
+_READ_ERROR = re.compile(
+    r"Error while (?:reading from|writing to) (?P<address>\S+) ?: "
+    r"\((?P<errno>\d+), '(?P<reason>[^']*)'\)"
+)
+
 _SSL_SOURCE = re.compile(r" \(_ssl\.c:\d+\)$")  # where in CPython's _ssl.c it was raised
 
 
@@ -314,7 +321,11 @@ def describe_redis_error(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     match = _CONNECT_ERROR.match(text)
     if match is None:
-        return text
+        dropped = _READ_ERROR.match(text)
+        if dropped is None:
+            return text
+        reason = dropped["reason"]
+        return f"{dropped['address']} ({reason[:1].lower()}{reason[1:]})"
     errno = int(match["errno"])
     rest = match["rest"]
     if rest.startswith("[SSL"):  # rediss://: the number is the TLS library's, not an errno

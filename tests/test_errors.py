@@ -78,6 +78,10 @@ def test_every_lua_error_reply_parses_to_its_exception() -> None:
             "127.0.0.1:6380 ([SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed:"
             " unable to get local issuer certificate)",
         ),
+        (  # a server that went away mid-reply
+            "Error while reading from 127.0.0.1:28780 : (104, 'Connection reset by peer')",
+            "127.0.0.1:28780 (connection reset by peer)",
+        ),
     ],
 )
 def test_redis_connection_errors_in_one_sentence(message: str, described: str) -> None:
