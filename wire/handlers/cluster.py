@@ -15,7 +15,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.errors import InvalidRequest, KafkaesqueError
+from kafkaesque.errors import InvalidRequest, KafkaesqueError, StorageUnavailable
 from kafkaesque.replicas import PREFERRED, UNCLEAN, Replicas
 from wire.authorize import Operation, check_cluster
 from wire.broker import Broker
@@ -57,6 +57,9 @@ async def _all_partitions(broker: Broker) -> list[tuple[str, list[int]]]:
 
 
 async def elect_leaders(broker: Broker, request: Request) -> Any:
+    """Each partition's outcome (while Redis is away KAFKA_STORAGE_ERROR, retried). When
+    electing everywhere and the partitions cannot be listed (Redis away), Kafka's error
+    response: the code at the top (v1+), no partitions."""
     body, version = request.body, request.api_version
     check_cluster(broker, request, Operation.ALTER)
     schema = request.response_class
@@ -66,11 +69,19 @@ async def elect_leaders(broker: Broker, request: Request) -> Any:
     if election not in (PREFERRED, UNCLEAN):
         raise InvalidRequest(f"unknown election type {election}")  # top-level, in v1+
     everything = body.topic_partitions is None
-    wanted = (
-        await _all_partitions(broker)
-        if everything
-        else [(t.topic, list(t.partitions)) for t in body.topic_partitions]
-    )
+    try:
+        wanted = (
+            await _all_partitions(broker)
+            if everything
+            else [(t.topic, list(t.partitions)) for t in body.topic_partitions]
+        )
+    except StorageUnavailable as exc:
+        return build(
+            schema,
+            throttle_time=NO_THROTTLE,
+            error_code=error_code(exc),
+            replica_election_results=(),
+        )
     place = replicas(broker)
     results = []
     for topic, partitions in wanted:

@@ -84,7 +84,26 @@ async def describe_log_dirs(broker: Broker, request: Request) -> Any:
     if not cluster_allowed(broker, request, Operation.DESCRIBE):  # v1-2: no dirs, as Kafka
         code = ErrorCode.cluster_authorization_failed
         return build(schema, throttle_time=NO_THROTTLE, error_code=code, results=())
-    partitions = await _partitions(broker, request.body.topics)
+    try:
+        partitions = await _partitions(broker, request.body.topics)
+        memory = await memory_use(broker.log.redis)
+    except StorageUnavailable:
+        # Redis away: which partitions there are is not known, so no dir can be told.
+        # Each answers as an offline dir does in Kafka; the top-level code is the
+        # request's own, NONE.
+        dirs = [REDIS_DIR] + ([ARCHIVE_DIR] if broker.log.cold is not None else [])
+        offline = tuple(
+            build(
+                result_class,
+                error_code=ErrorCode.kafka_storage_error,
+                log_dir=name,
+                topics=(),
+                total_bytes=UNKNOWN,
+                usable_bytes=UNKNOWN,
+            )
+            for name in dirs
+        )
+        return build(schema, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, results=offline)
 
     async def result(
         name: str, sizes: Callable[[], Awaitable[Sizes]], total: int, usable: int
@@ -119,7 +138,6 @@ async def describe_log_dirs(broker: Broker, request: Request) -> Any:
             usable_bytes=usable,
         )
 
-    memory = await memory_use(broker.log.redis)
     total = memory.limit or UNKNOWN  # no maxmemory: bounded by the machine, not known
     usable = max(memory.limit - memory.used, 0) if memory.limit else UNKNOWN
     results = [await result(REDIS_DIR, lambda: _redis_sizes(broker, partitions), total, usable)]
@@ -138,19 +156,29 @@ async def alter_replica_log_dirs(broker: Broker, request: Request) -> Any:
     ``redis`` answers NONE (it is there); ``archive`` holds the older records of every
     partition but no replica, KAFKA_STORAGE_ERROR; any other path is no log dir of this
     broker, LOG_DIR_NOT_FOUND, as Kafka answers. A partition that does not exist answers
-    REPLICA_NOT_AVAILABLE (Kafka's answer when it hosts no replica of it). Needs ALTER on
-    the cluster, as Kafka."""
+    REPLICA_NOT_AVAILABLE (Kafka's answer when it hosts no replica of it). While Redis is
+    away, KAFKA_STORAGE_ERROR (an offline log dir's code: retried). Needs ALTER on the
+    cluster, as Kafka."""
     schema = request.response_class
     topic_class = schema_class(schema, "AlterReplicaLogDirTopicResult")
     partition_class = schema_class(schema, "AlterReplicaLogDirPartitionResult")
     allowed = cluster_allowed(broker, request, Operation.ALTER)
     outcome: dict[str, dict[int, ErrorCode]] = {}
+    counts: dict[str, int | None] = {}  # topic -> its partitions (0: none; None: Redis away)
+
+    async def count(name: str) -> int | None:
+        if name not in counts:
+            counts[name] = await _partition_count(broker, name)
+        return counts[name]
+
     for wanted in request.body.dirs:
         for topic in wanted.topics:
             for partition in topic.partitions:
                 if not allowed:
                     code = ErrorCode.cluster_authorization_failed
-                elif not await _exists(broker, topic.name, partition):
+                elif (partitions := await count(topic.name)) is None:
+                    code = ErrorCode.kafka_storage_error  # where its replica is, unknown
+                elif not 0 <= partition < partitions:
                     code = ErrorCode.replica_not_available
                 elif wanted.path == REDIS_DIR:
                     code = ErrorCode.none
@@ -173,8 +201,11 @@ async def alter_replica_log_dirs(broker: Broker, request: Request) -> Any:
     return build(schema, throttle_time=NO_THROTTLE, results=results)
 
 
-async def _exists(broker: Broker, topic: str, partition: int) -> bool:
+async def _partition_count(broker: Broker, topic: str) -> int | None:
+    """The topic's partitions: 0 when it does not exist, None when Redis is away."""
     try:
-        return 0 <= partition < (await broker.log.topic(topic)).partitions
+        return (await broker.log.topic(topic)).partitions
     except UnknownTopic:
-        return False
+        return 0
+    except StorageUnavailable:
+        return None

@@ -6,6 +6,10 @@ starting at the cursor's; at most ``response_partition_limit`` partitions (cappe
 Kafka's max.request.partition.size.limit) and ``next_cursor`` where the next page starts.
 An unknown topic is listed with UNKNOWN_TOPIC_OR_PARTITION (not when listing all: one
 deleted meanwhile is left out) and takes no room on the page. Never auto-creates.
+
+While Redis is away a topic answers LEADER_NOT_AVAILABLE, as Metadata says it; a listing
+of all topics lists the ones Metadata listed last, each so, rather than none (which
+would tell the client they are gone).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from kafkaesque.topic_config import TopicConfig, check_topic_name
 from wire.authorize import Operation, ResourceType, allowed, authorized_operations
 from wire.broker import Broker
 from wire.handlers.metadata import (
+    _KNOWN_TOPICS,
     NO_OPERATIONS,
     NO_TOPIC_ID,
     leader_error,
@@ -31,6 +36,7 @@ from wire.handlers.metadata import (
 from wire.protocol import NO_THROTTLE, Request, build, schema_class
 
 MAX_PARTITIONS = 2000  # Kafka's max.request.partition.size.limit default
+UNAVAILABLE = ErrorCode.leader_not_available  # Redis away, as Metadata says it: retried
 
 
 async def _config(broker: Broker, name: str) -> TopicConfig | ErrorCode:
@@ -42,7 +48,7 @@ async def _config(broker: Broker, name: str) -> TopicConfig | ErrorCode:
     except UnknownTopic:
         return ErrorCode.unknown_topic_or_partition
     except StorageUnavailable:
-        return ErrorCode.leader_not_available  # as Metadata says it: clients ask again
+        return UNAVAILABLE
 
 
 def _topic_error(topic_class: type, name: str, code: ErrorCode) -> Any:
@@ -93,11 +99,15 @@ async def _page(
     topic's authorized operations."""
     partition_class = schema_class(schema, "DescribeTopicPartitionsResponsePartition")
     listing = not body.topics
-    names = sorted(
-        {n for n in await broker.log.list_topics() if visible(n)}
-        if listing
-        else {t.name for t in body.topics}
-    )
+    away = False  # True when Redis could not list them: then each answers UNAVAILABLE
+    if listing:
+        try:
+            listed = await broker.log.list_topics()
+        except StorageUnavailable:
+            listed, away = _KNOWN_TOPICS.get(broker, []), True
+        names = sorted({n for n in listed if visible(n)})
+    else:
+        names = sorted({t.name for t in body.topics})
     cursor = body.cursor
     if cursor is not None:
         if cursor.topic_name not in names:
@@ -114,16 +124,24 @@ async def _page(
         if remaining == 0:  # the page is full: the next one starts at this topic
             next_cursor = build(schema_class(schema, "Cursor"), topic_name=name, partition_index=0)
             break
-        config = (
-            await _config(broker, name) if visible(name) else ErrorCode.topic_authorization_failed
-        )
+        if away:
+            config: TopicConfig | ErrorCode = UNAVAILABLE
+        elif visible(name):
+            config = await _config(broker, name)
+        else:
+            config = ErrorCode.topic_authorization_failed
+        first = cursor.partition_index if cursor and cursor.topic_name == name else 0
+        if not isinstance(config, ErrorCode):
+            end = min(config.partitions, first + remaining)
+            try:
+                leaders = await partition_leaders(broker, config, range(first, end))
+            except StorageUnavailable:
+                config = UNAVAILABLE
         if isinstance(config, ErrorCode):
-            if not listing:
+            # a listing leaves out what is gone or hidden, not what cannot be told now
+            if not listing or config == UNAVAILABLE:
                 topics.append(_topic_error(topic_class, name, config))
             continue
-        first = cursor.partition_index if cursor and cursor.topic_name == name else 0
-        end = min(config.partitions, first + remaining)
-        leaders = await partition_leaders(broker, config, range(first, end))
         partitions = tuple(
             build(
                 partition_class,

@@ -10,11 +10,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kafkaesque.errors import StorageUnavailable
 from kafkaesque.transactions import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TxnError, fenced_code
 from wire.authorize import Operation, ResourceType, allowed, cluster_allowed
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.handlers.group_offsets import topic_errors
+from wire.handlers.group_offsets import UNAVAILABLE, topic_errors
 from wire.protocol import NO_THROTTLE, Request, build, schema_class
 
 # The first version of each API whose clients know PRODUCER_FENCED (KIP-588); older ones
@@ -112,7 +113,9 @@ def _add_refusal(
 
 async def add_partitions_to_txn(broker: Broker, request: Request) -> Any:
     """v0-3: one producer's partitions; v4+: the brokers' batched form, several
-    transactions, each added to or (verify_only) checked."""
+    transactions, each added to or (verify_only) checked. While Redis is away each
+    partition answers COORDINATOR_NOT_AVAILABLE, as Kafka's coordinator does while it
+    cannot serve: the client looks for the coordinator again and retries."""
     body = request.body
     schema = request.response_class
     coordinator = broker.transactions
@@ -125,12 +128,15 @@ async def add_partitions_to_txn(broker: Broker, request: Request) -> Any:
                 throttle_time=NO_THROTTLE,
                 results_by_topic_v3_and_below=_topic_results(schema, refusal),
             )
-        outcome = await coordinator.add_partitions(
-            body.v3_and_below_transactional_id,
-            body.v3_and_below_producer_id,
-            body.v3_and_below_producer_epoch,
-            partitions,
-        )
+        try:
+            outcome = await coordinator.add_partitions(
+                body.v3_and_below_transactional_id,
+                body.v3_and_below_producer_id,
+                body.v3_and_below_producer_epoch,
+                partitions,
+            )
+        except StorageUnavailable:
+            outcome = dict.fromkeys(partitions, UNAVAILABLE)
         version = request.api_version
         outcome = {
             tp: fenced_code(c, version, FENCED_SINCE["add_partitions"]) for tp, c in outcome.items()
@@ -151,10 +157,14 @@ async def add_partitions_to_txn(broker: Broker, request: Request) -> Any:
     results = []
     for txn in body.transactions:
         args = (txn.transactional_id, txn.producer_id, txn.producer_epoch)
-        if txn.verify_only:
-            outcome, _ = await coordinator.verify_for_append(*args, _partitions(txn.topics))
-        else:
-            outcome = await coordinator.add_partitions(*args, _partitions(txn.topics))
+        partitions = _partitions(txn.topics)
+        try:
+            if txn.verify_only:
+                outcome, _ = await coordinator.verify_for_append(*args, partitions)
+            else:
+                outcome = await coordinator.add_partitions(*args, partitions)
+        except StorageUnavailable:
+            outcome = dict.fromkeys(partitions, UNAVAILABLE)
         results.append(
             build(
                 result_class,
@@ -216,16 +226,19 @@ async def txn_offset_commit(broker: Broker, request: Request) -> Any:
         readable = {
             t for t, _ in offsets if allowed(broker, request, Operation.READ, ResourceType.TOPIC, t)
         }
-        codes = await broker.transactions.commit_offsets(
-            body.transactional_id,
-            body.group_id,
-            body.producer_id,
-            body.producer_epoch,
-            {tp: o for tp, o in offsets.items() if tp[0] in readable},
-            generation=getattr(body, "generation_id", -1),  # v3+ (KIP-447)
-            member_id=getattr(body, "member_id", ""),
-            instance_id=getattr(body, "group_instance_id", None),
-        )
+        try:
+            codes = await broker.transactions.commit_offsets(
+                body.transactional_id,
+                body.group_id,
+                body.producer_id,
+                body.producer_epoch,
+                {tp: o for tp, o in offsets.items() if tp[0] in readable},
+                generation=getattr(body, "generation_id", -1),  # v3+ (KIP-447)
+                member_id=getattr(body, "member_id", ""),
+                instance_id=getattr(body, "group_instance_id", None),
+            )
+        except StorageUnavailable:  # Redis away: as OffsetCommit, the client retries
+            codes = dict.fromkeys(offsets, UNAVAILABLE)
         for tp in offsets:
             if tp[0] not in readable:
                 codes[tp] = ErrorCode.topic_authorization_failed
@@ -245,12 +258,16 @@ async def describe_transactions(broker: Broker, request: Request) -> Any:
     states = []
     for transactional_id in request.body.transactional_ids:
         visible = _txn_allowed(broker, request, transactional_id, Operation.DESCRIBE)
-        txn = await broker.transactions.describe(transactional_id) if visible else None
+        code = ErrorCode.transactional_id_not_found if visible else TXN_DENIED
+        try:
+            txn = await broker.transactions.describe(transactional_id) if visible else None
+        except StorageUnavailable:  # Redis away: the coordinator cannot serve, retried
+            txn, code = None, UNAVAILABLE
         if txn is None:
             states.append(
                 build(
                     state_class,
-                    error_code=ErrorCode.transactional_id_not_found if visible else TXN_DENIED,
+                    error_code=code,
                     transactional_id=transactional_id,
                     transaction_state="",
                     transaction_timeout=datetime.timedelta(0),
