@@ -78,6 +78,10 @@ class Log(AppendsLog, ReadsLog, TopicsLog, ArchivingLog, StepsLog, LeadersLog, T
         # The broker appending through this log (kafkaesque.leadership): its appends to a
         # partition another broker leads are refused. "" (the CLI, tools): never refused.
         self.node = ""
+        # Where Redis replicas are required (kafkaesque/high_watermark.py): reads stop at
+        # each partition's high watermark, and ``on_append`` hears of every append.
+        self.capped = False
+        self.on_append: Callable[[str, int], None] | None = None
         if hasattr(redis, "on_switch"):  # through Sentinel: new epochs after a failover
             from kafkaesque.failover import EpochBump
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import Redis
@@ -37,6 +37,7 @@ class AppendsLog:
     node: str
     highest_sequence: int
     guesses: OffsetGuesses
+    on_append: Callable[[str, int], None] | None
 
     if TYPE_CHECKING:  # TopicsLog's, in Log
 
@@ -90,6 +91,8 @@ class AppendsLog:
         if last > self.highest_sequence:
             self.highest_sequence = last
         self.guesses.learn(topic, partition, guess, bases, batches, epoch)
+        if self.on_append is not None:
+            self.on_append(topic, partition)
         return Appended(bases, start)
 
     async def _sequence_ahead(

@@ -65,6 +65,9 @@ class ReadsLog:
     keys: Keys
     cluster: bool
     cold: ColdStore | None
+    # Reads stop at the high watermark (kafkaesque/high_watermark.py): set where Redis
+    # replicas are required.
+    capped: bool
 
     async def read(
         self,
@@ -109,7 +112,7 @@ class ReadsLog:
         if not requests:
             return []
         keys = [self.keys.partition(r.topic, r.partition).meta for r in requests]
-        head = [max_bytes, int(committed), int(min_one)]
+        head = [max_bytes, int(committed), int(min_one), int(self.capped)]
         answers = await self._read_many(keys, head, [(r.offset, r.max_bytes) for r in requests])
         results: list[ReadResult | UnknownTopic | StorageUnavailable] = []
         read_bytes = 0
@@ -151,7 +154,9 @@ class ReadsLog:
             return []
         keys = [self.keys.partition(topic, p).meta for topic, p in partitions]
         # Offset -1 is below every floor: the script answers the offsets and reads nothing.
-        answers = await self._read_many(keys, [0, 0, 0], [(-1, 0)] * len(partitions))
+        answers = await self._read_many(
+            keys, [0, 0, 0, int(self.capped)], [(-1, 0)] * len(partitions)
+        )
         return [None if a[0] < 0 else (a[1], a[2], a[3], a[4]) for a in answers]
 
     async def _read_many(
@@ -251,7 +256,15 @@ class ReadsLog:
         p = self.keys.partition(topic, partition)
         return await self.scripts.read(
             keys=[p.meta, p.index, p.txn_open, p.txn_aborted],
-            args=[p.prefix, offset, max_bytes, max_records, int(min_one), int(committed)],
+            args=[
+                p.prefix,
+                offset,
+                max_bytes,
+                max_records,
+                int(min_one),
+                int(committed),
+                int(self.capped),
+            ],
         )
 
     async def _earliest(self, topic: str, partition: int, redis_start: int) -> int:

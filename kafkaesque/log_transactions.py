@@ -4,7 +4,7 @@ transactions, and the last stable offset."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import Redis
@@ -34,6 +34,7 @@ class TransactionsLog:
     scripts: Scripts
     keys: Keys
     cluster: bool
+    on_append: Callable[[str, int], None] | None
 
     if TYPE_CHECKING:  # Log's and TopicsLog's, in Log
 
@@ -87,6 +88,8 @@ class TransactionsLog:
         args = [p.prefix, k.appended(topic), now, producer_id, producer_epoch]
         args += [int(commit), marker, floor, "" if transaction is None else transaction]
         start, offset = await self._call(self.scripts.end_txn, keys, args)
+        if self.on_append is not None:
+            self.on_append(topic, partition)
         return start, offset
 
     async def open_transactions(self, topic: str, partition: int) -> list[tuple[int, int]]:

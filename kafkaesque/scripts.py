@@ -59,6 +59,8 @@ SCRIPT_NAMES = (
     "tick",
     "failover_epoch",
     "archive_barrier",
+    "hw_mark",
+    "hw_raise",
 )
 
 
@@ -234,6 +236,8 @@ class Scripts:
     archive_on: Script
     failover_epoch: Script
     archive_barrier: Script
+    hw_mark: Script
+    hw_raise: Script
     producer_id: Script
     delete_records: Script
     compact: Script

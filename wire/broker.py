@@ -17,6 +17,7 @@ from kafkaesque.credentials import CredentialStore
 from kafkaesque.durability import probe
 from kafkaesque.errors import InvalidConfig
 from kafkaesque.groups import CoordinatorConfig, GroupCoordinator
+from kafkaesque.high_watermark import HighWatermarks
 from kafkaesque.leadership import Leadership
 from kafkaesque.log import Log
 from kafkaesque.memory import MemoryGuard
@@ -289,6 +290,8 @@ class Broker:
         self._reaper: asyncio.Task[None] | None = None
         self._memory_watch: asyncio.Task[None] | None = None
         self._compaction: asyncio.Task[None] | None = None
+        # Where Redis replicas are required, reads stop at high watermarks it raises.
+        self._high_watermarks: asyncio.Task[None] | None = None
         # None: no authorizer, every request is allowed (wire/authorize.py).
         self.authorizer: Authorizer | None = None
         if config.authorizer:
@@ -354,6 +357,11 @@ class Broker:
         durability, promise = await probe(self.log.redis, self.config.min_insync_replicas)
         self.partitions.durability = durability
         log.info("acks=all: %s", promise)
+        if durability.replicas:
+            # Consumers see a record only once the replicas acks=all waits for have it.
+            watermarks = HighWatermarks(self.log, durability.replicas)
+            watermarks.attach()
+            self._high_watermarks = asyncio.create_task(watermarks.run(), name="high watermarks")
         await self.memory.start()
         if self.authorizer is not None:
             await self.authorizer.refresh()  # no request is served before the ACLs are read
@@ -379,7 +387,7 @@ class Broker:
     async def stop(self) -> None:
         await self.leave()
         tasks = (self._reaper, self._memory_watch, self._compaction, self._acl_refresh)
-        for task in (*tasks, self._transactions):
+        for task in (*tasks, self._transactions, self._high_watermarks):
             if task is not None:
                 await cancel_and_wait(task)
         self.fetch_sessions.close()

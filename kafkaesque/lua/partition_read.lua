@@ -14,13 +14,16 @@ local MAX_READ_RECORDS = 2147483647 -- no record limit
 -- {"pid:first:last" of aborted transactions}, batch...} and the bytes of the batches, or
 -- nil for a partition that does not exist. Status READ_DELETED: the offset is below the
 -- floor DeleteRecords set (deleted everywhere: no use asking the archive).
-local function read_partition(keys, prefix, offset, max_bytes, max_records, min_one, committed)
-  local m = redis.call('HMGET', keys[1], 'end', 'epoch', 'floor', 'page')
+-- ``capped`` (Redis replicas are required): nothing at or past the partition's high
+-- watermark ('hw', raised by hw_raise.lua once replicas have the records) is read, and
+-- the log end answered is the high watermark, as Kafka's leader answers: a record only
+-- the primary has may vanish in a failover, so no reader sees it before a replica has it.
+-- Offsets up to the true log end are in range (read as nothing yet).
+local function read_partition(keys, prefix, offset, max_bytes, max_records, min_one, committed,
+    capped)
+  local m = redis.call('HMGET', keys[1], 'end', 'epoch', 'floor', 'page', 'hw')
   if not m[1] then return nil, 0 end
   local log_end, epoch, open = tonumber(m[1]), tonumber(m[2]), tonumber(m[4])
-  local lso = last_stable(keys[3], log_end)
-  -- Under READ_COMMITTED nothing at or past the last stable offset is read.
-  local limit = committed and lso or log_end
   local aborted = {}
 
   -- The log start is the first indexed page whose data still exists (TTL may have removed
@@ -37,14 +40,20 @@ local function read_partition(keys, prefix, offset, max_bytes, max_records, min_
   end
   local floor = tonumber(m[3] or 0)
   start = math.max(start, floor)
+  -- The end readers see: the high watermark when capped. What lies below the log start
+  -- was archived (replicated first: the archive's barrier) or deleted, so never less.
+  local visible = log_end
+  if capped then visible = math.max(math.min(log_end, tonumber(m[5] or 0)), start) end
   -- A transaction whose start was deleted (DeleteRecords, retention) holds back no reader
-  -- below the log start, as in Kafka.
-  lso = math.max(lso, start)
-  limit = committed and lso or log_end
-  if offset < floor then return {READ_DELETED, start, log_end, epoch, lso, aborted}, 0 end
-  if offset < start then return {READ_BELOW_START, start, log_end, epoch, lso, aborted}, 0 end
-  if offset > log_end then return {READ_PAST_END, start, log_end, epoch, lso, aborted}, 0 end
-  local result = {READ_OK, start, log_end, epoch, lso, aborted}
+  -- below the log start, as in Kafka; and the last stable offset is never past the
+  -- high watermark.
+  local lso = math.min(math.max(last_stable(keys[3], log_end), start), visible)
+  -- Under READ_COMMITTED nothing at or past the last stable offset is read.
+  local limit = committed and lso or visible
+  if offset < floor then return {READ_DELETED, start, visible, epoch, lso, aborted}, 0 end
+  if offset < start then return {READ_BELOW_START, start, visible, epoch, lso, aborted}, 0 end
+  if offset > log_end then return {READ_PAST_END, start, visible, epoch, lso, aborted}, 0 end
+  local result = {READ_OK, start, visible, epoch, lso, aborted}
   if offset >= limit or (max_bytes <= 0 and not min_one) then return result, 0 end
 
   local bytes, records = 0, 0
