@@ -221,7 +221,17 @@ class ReadsLog:
             return ReadResult(
                 batches, earliest, end, epoch, skipped_to=_after(offset, first), last_stable=lso
             )
-        # Nothing at or after the offset is archived: the gap runs up to Redis' oldest.
+        # Nothing at or after the offset is archived: a gap up to Redis' oldest, as long as
+        # the archive has reached it. Where it has not, while archiving is on (no page
+        # leaves Redis unarchived then), the records are in neither store right now: say
+        # so, retriably, rather than skip a reader past records that may still come.
+        if start > await self.cold.archived_through(topic, partition):
+            meta = self.keys.partition(topic, partition).meta
+            if await self.redis.hget(meta, "archiving"):
+                raise StorageUnavailable(
+                    f"{topic}[{partition}] offset {offset}: Redis holds the log from "
+                    f"{start} on and the archive has not reached it yet"
+                )
         for _ in range(8):  # retention may move the start between two calls
             status, start, end, epoch, lso, aborted, batches = _parsed(
                 await self._read_redis(

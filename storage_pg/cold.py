@@ -38,6 +38,7 @@ _SELECT = """
     LIMIT $4
 """
 _START = 'SELECT min("offset") FROM record WHERE topic = $1 AND partition = $2'
+_THROUGH = "SELECT archived_through FROM archive_progress WHERE topic = $1 AND partition = $2"
 # No index on timestamp (it would cost on every COPY): the partition's offset index range
 # is scanned in order and the scan stops at the first match.
 _FIND_TIME = """
@@ -80,6 +81,15 @@ class ArchiveReader:
                 return await conn.fetchval(_START, topic, partition)
             except asyncpg.UndefinedTableError:
                 return None  # no archive yet
+
+    async def archived_through(self, topic: str, partition: int) -> int:
+        """The partition's next offset to archive: each one below it is archived, or was
+        aborted, deleted or dropped in a recorded gap; 0 where nothing is archived."""
+        async with self.pool.acquire() as conn:
+            try:
+                return await conn.fetchval(_THROUGH, topic, partition) or 0
+            except asyncpg.UndefinedTableError:
+                return 0  # no archive yet
 
     async def dropped_ranges(self, topic: str) -> list[tuple[int, int, int]]:
         """(partition, first offset, last offset) of the topic's gaps: offsets retention

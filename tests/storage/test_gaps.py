@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from kafkaesque.errors import StorageUnavailable
 from kafkaesque.log import Log
+from kafkaesque.reads import FetchRequest
 from kafkaesque.records import decode_batch
 from kafkaesque.topic_config import TopicConfig
 from storage_pg import Archiver, create_pool, status
@@ -234,3 +236,33 @@ def test_a_gap_is_read_across_by_every_reader(redis_url: str, pg_dsn: str, tmp_p
     finally:
         broker.stop()
     assert "Traceback" not in broker.stderr(), broker.stderr()
+
+
+def test_records_in_neither_store_are_not_skipped(redis_url: str, pg_dsn: str) -> None:
+    """With archiving on, Redis drops no page before it is archived; should its start
+    still pass the archive (pages lost some other way), a read there says the records are
+    in neither store, retriably, instead of skipping the reader past them. Once the
+    archiver has recorded the loss as a gap, readers go across it."""
+
+    async def run() -> None:
+        log = make_log(redis_url)
+        await log.create_topic(TopicConfig("lost", 1, page_size=100))
+        pool = await create_pool(pg_dsn)
+        await Archiver(log, pool, idle_close_ms=None).run_once()  # archiving on
+        for start in range(0, 300, 100):
+            await produce(log, "lost", 0, [b"v%03d" % i for i in range(start, start + 100)])
+        keys = log.keys.partition("lost", 0)
+        for page in (0, 1):  # offsets 0..199, never archived, gone from Redis
+            await log.redis.delete(keys.page(page), keys.batch_index(page))
+        cold = make_log(redis_url, cold=ArchiveReader(pool))
+        with pytest.raises(StorageUnavailable, match="has not reached it yet"):
+            await cold.read("lost", 0, 0)
+        [answer] = await cold.read_many([FetchRequest("lost", 0, 0, 1 << 20)], 1 << 20)
+        assert isinstance(answer, StorageUnavailable)
+        await Archiver(log, pool, idle_close_ms=None).run_once()  # records the gap
+        result = await cold.read("lost", 0, 0)
+        assert result.skipped_to == 200
+        assert decode_batch(result.batches[0])[0].offset == 200
+        await pool.close()
+
+    asyncio.run(run())
