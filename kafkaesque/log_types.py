@@ -92,6 +92,11 @@ class ColdStore(Protocol):
         """The lowest archived offset, None if nothing is."""
         ...
 
+    async def archived_through(self, topic: str, partition: int) -> int:
+        """The next offset to archive (each one below is archived, or in a recorded gap,
+        aborted or deleted); 0 where nothing is archived."""
+        ...
+
     async def find_time(
         self, topic: str, partition: int, timestamp: int, below: int
     ) -> tuple[int, int] | None:
