@@ -14,6 +14,7 @@ import asyncio
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,6 +48,7 @@ from kafkaesque.acls import (
 from kafkaesque.authorizer import Authorizer
 from kafkaesque.keys import Keys
 from tests.kafka_client import Connection, metadata_request, request
+from tests.servers import RedisServer
 from tests.wire.conftest import Broker
 
 BROKER_ARGS = ("--authorizer", "acl", "--super-user", "User:admin")
@@ -588,3 +590,67 @@ def test_without_an_authorizer_every_supported_operation_is_authorized(broker_fa
     }
     [future] = admin.describe_topics(TopicCollection(["everything"])).values()
     assert future.result(timeout=20).authorized_operations is None  # not asked
+
+
+def test_acl_changes_while_redis_is_away_change_nothing_and_are_retried(tmp_path: Path) -> None:
+    """Redis away: each valid creation and deletion answers KAFKA_STORAGE_ERROR (retried)
+    on the same connection, an invalid one its own code; none of them was half applied."""
+    redis_server = RedisServer(tmp_path / "redis", appendonly=True)
+    broker = Broker(
+        redis_server.url,
+        tmp_path / "broker",
+        ("--authorizer", "acl", "--super-user", "User:ANONYMOUS"),
+    )
+    creation = dict(
+        resource_type=2,
+        resource_name="t",
+        resource_pattern_type=3,
+        principal="User:kept",
+        host="*",
+        operation=3,
+        permission_type=3,
+    )
+    wanted = dict(
+        resource_type_filter=2,
+        resource_name_filter="t",
+        pattern_type_filter=3,
+        principal_filter=None,
+        host_filter=None,
+        operation=1,
+        permission_type=1,
+    )
+    describe = request(29, 3, **wanted)
+    try:
+        with Connection(broker.bootstrap) as conn:
+            answer = conn.request(request(30, 3, creations=[creation]))
+            assert [r.error_code for r in answer.results] == [ErrorCode.none]
+            mark = broker.stderr_size()
+            redis_server.stop()
+            new = {**creation, "principal": "User:new"}
+            bad = {**creation, "principal": "new"}
+            answer = conn.request(request(30, 3, creations=[new, bad, new]))
+            assert [r.error_code for r in answer.results] == [
+                ErrorCode.kafka_storage_error,
+                ErrorCode.invalid_request,
+                ErrorCode.kafka_storage_error,
+            ]
+            assert all("Redis" in r.error_message for r in answer.results[::2]), answer
+            answer = conn.request(request(31, 3, filters=[wanted, {**wanted, "operation": 0}]))
+            results = answer.filter_results
+            assert [r.error_code for r in results] == [
+                ErrorCode.kafka_storage_error,
+                ErrorCode.invalid_request,
+            ]
+            assert [r.matching_acls for r in results] == [(), ()]
+            redis_server.start()
+            deadline = time.monotonic() + 120  # a safety net: the broker reconnects at once
+            while (found := conn.request(describe)).error_code != ErrorCode.none:
+                assert time.monotonic() < deadline, found
+                time.sleep(0.2)
+            principals = [a.principal for r in found.resources for a in r.acls]
+            assert principals == ["User:kept"]  # none added, none removed
+        logged = broker.stderr(mark)
+        assert "Traceback" not in logged, logged
+    finally:
+        broker.stop()
+        redis_server.stop()

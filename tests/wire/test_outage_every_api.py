@@ -482,24 +482,7 @@ def outage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outage]:
         redis_server.stop()
 
 
-# Refused with the connection closed during an outage: their handlers do not answer it
-# yet (strict: once they do, take them out of here).
-NOT_YET = {30: "CreateAcls", 31: "DeleteAcls", 49: "AlterClientQuotas"}
-
-
-@pytest.mark.parametrize(
-    "api_key",
-    [
-        pytest.param(
-            key,
-            id=api_key_map[key],
-            marks=[pytest.mark.xfail(strict=True, reason="closes the connection")]
-            if key in NOT_YET
-            else [],
-        )
-        for key in sorted(REQUESTS)
-    ],
-)
+@pytest.mark.parametrize("api_key", sorted(REQUESTS), ids=lambda key: api_key_map[key])
 def test_each_api_answers_retriable_codes_while_redis_is_away(outage: Outage, api_key: int) -> None:
     assert outage.problems.get(api_key) == [], "\n".join(outage.problems.get(api_key, []))
 

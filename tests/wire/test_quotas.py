@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from kafkaesque.cli import main
 from kafkaesque.keys import Keys
 from tests.kafka_client import (
     AsyncConnection,
+    Connection,
     encode_request,
     fetch_request,
     metadata_request,
@@ -30,6 +32,8 @@ from tests.kafka_client import (
     request,
 )
 from tests.kafka_wire import run_with_broker
+from tests.servers import RedisServer
+from tests.wire.conftest import Broker
 from wire.server import Server
 
 Scenario = Callable[[Server], Awaitable[None]]
@@ -343,3 +347,47 @@ def test_a_quota_set_by_the_cli_reaches_a_running_broker(redis_url: str) -> None
             await c.close()
 
     run(redis_url, scenario)
+
+
+def test_alterations_while_redis_is_away_change_nothing_and_are_retried(tmp_path: Path) -> None:
+    """Redis away: each valid entry answers KAFKA_STORAGE_ERROR (retried) on the same
+    connection, an invalid one its own code, and none was applied; validate_only needs no
+    Redis."""
+    redis_server = RedisServer(tmp_path / "redis", appendonly=True)
+    broker = Broker(redis_server.url, tmp_path / "broker")
+    kept = (entity(client_id="kept"), {"producer_byte_rate": 1024.0})
+    entries = [
+        (entity(client_id="new"), {"producer_byte_rate": 2048.0}),
+        (entity(client_id="d"), {"producer_byte_rate": -1.0}),
+        (entity(client_id="kept"), {"producer_byte_rate": None}),
+    ]
+    try:
+        with Connection(broker.bootstrap) as conn:
+            answer = conn.request(alter([kept]))
+            assert [e.error_code for e in answer.entries] == [ErrorCode.none]
+            mark = broker.stderr_size()
+            redis_server.stop()
+            answer = conn.request(alter(entries))
+            assert [e.error_code for e in answer.entries] == [
+                ErrorCode.kafka_storage_error,
+                ErrorCode.invalid_request,
+                ErrorCode.kafka_storage_error,
+            ]
+            assert all("Redis" in e.error_message for e in answer.entries[::2]), answer
+            answer = conn.request(alter(entries, validate_only=True))
+            assert [e.error_code for e in answer.entries] == [
+                ErrorCode.none,
+                ErrorCode.invalid_request,
+                ErrorCode.none,
+            ]
+            redis_server.start()
+            deadline = time.monotonic() + 120  # a safety net: the broker reconnects at once
+            while (found := conn.request(describe())).error_code != ErrorCode.none:
+                assert time.monotonic() < deadline, found
+                time.sleep(0.2)
+            assert described(found) == {(("client-id", "kept"),): {"producer_byte_rate": 1024.0}}
+        logged = broker.stderr(mark)
+        assert "Traceback" not in logged, logged
+    finally:
+        broker.stop()
+        redis_server.stop()

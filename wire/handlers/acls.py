@@ -13,10 +13,15 @@ from kio.schema.errors import ErrorCode
 
 from kafkaesque.acls import AclBinding, check_binding, check_filter
 from kafkaesque.authorizer import Authorizer
-from kafkaesque.errors import InvalidRequest, KafkaesqueError, SecurityDisabled
+from kafkaesque.errors import (
+    InvalidRequest,
+    KafkaesqueError,
+    SecurityDisabled,
+    StorageUnavailable,
+)
 from wire.authorize import Operation, check_cluster
 from wire.broker import Broker
-from wire.errors import error_code
+from wire.errors import error_code, error_message
 from wire.protocol import NO_THROTTLE, Request, build, schema_class
 
 NO_AUTHORIZER = "No Authorizer is configured."
@@ -87,17 +92,27 @@ async def describe_acls(broker: Broker, request: Request) -> Any:
     )
 
 
+async def _refresh(authorizer: Authorizer) -> None:
+    """Re-read the bindings, so this broker's next request sees a change just made. The
+    change is in Redis already: if Redis went away since, it stands all the same, and the
+    background refresh (Authorizer.run) reads it once Redis is back."""
+    try:
+        await authorizer.refresh()
+    except StorageUnavailable:
+        pass
+
+
 async def create_acls(broker: Broker, request: Request) -> Any:
-    """Each creation checked on its own; the valid ones are added in one transaction."""
+    """Each creation checked on its own; the valid ones are added in one transaction.
+    Redis away: none is added, and each of them answers KAFKA_STORAGE_ERROR (retried)."""
     schema = request.response_class
     result_class = schema_class(schema, "AclCreationResult")
     valid: list[AclBinding] = []
-    results = []
+    errors: list[KafkaesqueError | None] = []
     for c in request.body.creations:
-        error: KafkaesqueError | None = None
         try:
             check_cluster(broker, request, Operation.ALTER)  # no top-level error: per entry
-            authorizer = _authorizer(broker)
+            _authorizer(broker)
             valid.append(
                 check_binding(
                     c.resource_type,
@@ -109,23 +124,27 @@ async def create_acls(broker: Broker, request: Request) -> Any:
                     c.permission_type,
                 )
             )
+            errors.append(None)
         except KafkaesqueError as exc:
-            error = exc
-        results.append(
-            build(
-                result_class,
-                error_code=error_code(error),
-                error_message=None if error is None else str(error),
-            )
-        )
+            errors.append(exc)
     if valid:
-        await authorizer.store.add(valid)
-        await authorizer.refresh()  # this broker's next request sees them
-    return build(schema, throttle_time=NO_THROTTLE, results=tuple(results))
+        authorizer = _authorizer(broker)
+        try:
+            await authorizer.store.add(valid)
+        except StorageUnavailable as exc:
+            errors = [exc if error is None else error for error in errors]
+        else:
+            await _refresh(authorizer)  # this broker's next request sees them
+    results = tuple(
+        build(result_class, error_code=error_code(error), error_message=error_message(error))
+        for error in errors
+    )
+    return build(schema, throttle_time=NO_THROTTLE, results=results)
 
 
 async def delete_acls(broker: Broker, request: Request) -> Any:
-    """Every valid filter's matching bindings go, in one transaction."""
+    """Every valid filter's matching bindings go, in one transaction. Redis away: none
+    goes, and each valid filter answers KAFKA_STORAGE_ERROR (retried), matching none."""
     schema = request.response_class
     result_class = schema_class(schema, "DeleteAclsFilterResult")
     matching_class = schema_class(schema, "DeleteAclsMatchingAcl")
@@ -139,17 +158,24 @@ async def delete_acls(broker: Broker, request: Request) -> Any:
             errors.append(None)
         except KafkaesqueError as exc:
             errors.append(exc)
-    removed = iter(await broker.authorizer.store.remove(filters) if filters else [])
+    removed: list[list[AclBinding]] = []
     if filters:
-        await broker.authorizer.refresh()  # type: ignore[union-attr]
+        authorizer = _authorizer(broker)
+        try:
+            removed = await authorizer.store.remove(filters)
+        except StorageUnavailable as exc:
+            errors = [exc if error is None else error for error in errors]
+        else:
+            await _refresh(authorizer)
+    gone_by_filter = iter(removed)
     results = []
     for error in errors:
-        gone = [] if error is not None else next(removed)
+        gone = [] if error is not None else next(gone_by_filter)
         results.append(
             build(
                 result_class,
                 error_code=error_code(error),
-                error_message=None if error is None else str(error),
+                error_message=error_message(error),
                 matching_acls=tuple(
                     build(
                         matching_class,

@@ -34,6 +34,12 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (StorageUnavailable, *REDIS_CONNE
 _KNOWN_TOPICS: weakref.WeakKeyDictionary[Broker, list[str]] = weakref.WeakKeyDictionary()
 
 
+def known_topics(broker: Broker) -> list[str]:
+    """The topics this broker's last Metadata for all topics listed (empty before the
+    first one): what a listing answers, each unavailable, while Redis is away."""
+    return list(_KNOWN_TOPICS.get(broker, []))
+
+
 async def topic_config(broker: Broker, name: str, auto_create: bool) -> TopicConfig | ErrorCode:
     """The topic's config, creating it when allowed; else the error code for the client."""
     try:

@@ -10,7 +10,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.errors import ClusterAuthorizationFailed
+from kafkaesque.errors import ClusterAuthorizationFailed, StorageUnavailable
 from kafkaesque.quota_rates import QuotaManager
 from kafkaesque.quotas import (
     ANONYMOUS,
@@ -76,16 +76,17 @@ async def describe_client_quotas(broker: Broker, request: Request) -> Any:
 
 async def alter_client_quotas(broker: Broker, request: Request) -> Any:
     """Every entry is checked on its own; the valid ones are applied in one transaction,
-    unless validate_only."""
+    unless validate_only. Redis away: none is applied, and each of them answers
+    KAFKA_STORAGE_ERROR (retried)."""
     body = request.body
     schema = request.response_class
     entry_class = schema_class(schema, "EntryData")
     entity_class = schema_class(schema, "EntityData")
     valid: list[Alteration] = []
-    results = []
+    # per entry: (code, message); None for a valid one until it is applied
+    outcomes: list[tuple[ErrorCode, str] | None] = []
     may_alter = cluster_allowed(broker, request, Operation.ALTER_CONFIGS)
     for entry in body.entries:
-        message = None
         try:
             if not may_alter:
                 raise ClusterAuthorizationFailed("Cluster authorization failed: ALTER_CONFIGS")
@@ -98,23 +99,30 @@ async def alter_client_quotas(broker: Broker, request: Request) -> Any:
                     f"Ignoring duplicate entity {describe_entity(alteration.entity)}"
                 )
             valid.append(alteration)
-        except (InvalidQuota, ClusterAuthorizationFailed) as exc:
-            message = str(exc)
-            code = error_code(exc) if isinstance(exc, ClusterAuthorizationFailed) else None
-        results.append(
-            build(
-                entry_class,
-                error_code=ErrorCode.none if message is None else code or ErrorCode.invalid_request,
-                error_message=message,
-                entity=tuple(
-                    build(entity_class, entity_type=e.entity_type, entity_name=e.entity_name)
-                    for e in entry.entity
-                ),
-            )
-        )
+            outcomes.append(None)
+        except ClusterAuthorizationFailed as exc:
+            outcomes.append((error_code(exc), str(exc)))
+        except InvalidQuota as exc:
+            outcomes.append((ErrorCode.invalid_request, str(exc)))
     if not body.validate_only:
-        await store(broker).alter(valid)
-    return build(schema, throttle_time=NO_THROTTLE, entries=tuple(results))
+        try:
+            await store(broker).alter(valid)
+        except StorageUnavailable as exc:
+            failed = (error_code(exc), str(exc))
+            outcomes = [failed if outcome is None else outcome for outcome in outcomes]
+    results = tuple(
+        build(
+            entry_class,
+            error_code=ErrorCode.none if outcome is None else outcome[0],
+            error_message=None if outcome is None else outcome[1],
+            entity=tuple(
+                build(entity_class, entity_type=e.entity_type, entity_name=e.entity_name)
+                for e in entry.entity
+            ),
+        )
+        for entry, outcome in zip(body.entries, outcomes, strict=True)
+    )
+    return build(schema, throttle_time=NO_THROTTLE, entries=results)
 
 
 def with_throttle(response: Any, throttle_ms: int) -> Any:

@@ -26,9 +26,9 @@ from kafkaesque.topic_config import TopicConfig, check_topic_name
 from wire.authorize import Operation, ResourceType, allowed, authorized_operations
 from wire.broker import Broker
 from wire.handlers.metadata import (
-    _KNOWN_TOPICS,
     NO_OPERATIONS,
     NO_TOPIC_ID,
+    known_topics,
     leader_error,
     partition_leaders,
     replicas,
@@ -104,7 +104,7 @@ async def _page(
         try:
             listed = await broker.log.list_topics()
         except StorageUnavailable:
-            listed, away = _KNOWN_TOPICS.get(broker, []), True
+            listed, away = known_topics(broker), True
         names = sorted({n for n in listed if visible(n)})
     else:
         names = sorted({t.name for t in body.topics})
