@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import redis.asyncio
+from redis.typing import EncodableT, FieldT
 
 from kafkaesque.errors import InvalidRequest
 from kafkaesque.keys import Keys
@@ -267,7 +268,7 @@ class AclStore:
 
     async def add(self, bindings: Iterable[AclBinding]) -> None:
         """Add checked bindings in one transaction (adding one twice changes nothing)."""
-        fields = {_field(b): "1" for b in bindings}
+        fields: dict[FieldT, EncodableT] = {_field(b): "1" for b in bindings}
         if not fields:
             return
         async with self.redis.pipeline(transaction=True) as pipe:

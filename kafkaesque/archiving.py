@@ -9,6 +9,7 @@ import contextlib
 import struct
 import time
 from dataclasses import dataclass
+from typing import cast
 
 from redis.asyncio import Redis
 from redis.exceptions import AskError, ResponseError, WatchError
@@ -66,7 +67,8 @@ class ArchivingLog:
         while True:
             async with self.redis.pipeline(transaction=True) as pipe:
                 await pipe.watch(k.topics)
-                names = sorted(n.decode() for n in await pipe.smembers(k.topics))
+                members = cast("set[bytes]", await pipe.smembers(k.topics))  # replies are bytes
+                names = sorted(n.decode() for n in members)
                 config_keys = [k.topic(name) for name in names]
                 if config_keys:
                     await pipe.watch(*config_keys)
@@ -77,7 +79,8 @@ class ArchivingLog:
                 for name, raw in zip(names, raws, strict=True):
                     if raw is None:
                         continue  # being deleted
-                    for p in range(TopicConfig.unpack(name, raw).partitions):
+                    config = TopicConfig.unpack(name, cast(bytes, raw))  # replies are bytes
+                    for p in range(config.partitions):
                         part = k.partition(name, p)
                         await self.scripts.archive_on(
                             keys=[part.meta, part.index], args=[part.prefix], client=pipe
@@ -172,8 +175,9 @@ class ArchivingLog:
         if await self.redis.get(k.archiving) != _ARCHIVING_ON:
             return 0
         visited = 0
-        for name in sorted(n.decode() for n in await self.redis.smembers(k.topics)):
-            raw = await self.redis.get(k.topic(name))
+        members = cast("set[bytes]", await self.redis.smembers(k.topics))  # replies are bytes
+        for name in sorted(n.decode() for n in members):
+            raw = cast("bytes | None", await self.redis.get(k.topic(name)))  # replies are bytes
             if raw is None:
                 continue  # being deleted
             for partition in range(TopicConfig.unpack(name, raw).partitions):
@@ -203,10 +207,10 @@ class ArchivingLog:
         archived, log_end, floor = await self.redis.hmget(meta, "archived", "end", "floor")
         if log_end is None:
             raise _unknown(topic, partition)
-        archived = max(int(archived or 0), int(floor or 0))
-        if archived >= int(log_end):
+        first = max(int(archived or 0), int(floor or 0))
+        if first >= int(log_end):
             return None
-        found = await self.sequence_at(topic, partition, archived)
+        found = await self.sequence_at(topic, partition, first)
         if found is None and not await self.redis.exists(meta):
             raise _unknown(topic, partition)
         return 1 if found is None else found
@@ -217,8 +221,12 @@ class ArchivingLog:
         had, or that of the next record held when its whole batch went (never higher than
         the next record's: the watermark may lag, never run ahead)."""
         p = self.keys.partition(topic, partition)
-        found = await self.redis.zrevrangebyscore(p.index, offset, "-inf", start=0, num=1)
-        raw = found and await self.redis.get(p.batch_index(int(found[0])))
+        # Replies are bytes, and without scores the range is a list of members.
+        found = cast(
+            "list[bytes]",
+            await self.redis.zrevrangebyscore(p.index, offset, "-inf", start=0, num=1),
+        )
+        raw = found and cast("bytes | None", await self.redis.get(p.batch_index(int(found[0]))))
         if not raw:
             return None
         entries = batch_index_entries(raw)

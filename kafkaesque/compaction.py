@@ -40,6 +40,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from kafkaesque.batch_build import rebuild_batch
 from kafkaesque.clock import now_ms as _now_ms
@@ -306,8 +307,9 @@ class Compactor:
 
     async def _first_timestamp(self, topic: str, partition: int, page: int) -> int | None:
         """The first batch's baseTimestamp: how old the page's oldest record is."""
+        # Replies are bytes: the client does not decode them.
         batch = await self.log.redis.lindex(self.log.keys.partition(topic, partition).page(page), 0)
-        return None if batch is None else read_header(batch).base_timestamp
+        return None if batch is None else read_header(cast(bytes, batch)).base_timestamp
 
     async def _snapshot(self, topic: str, partition: int, page: int) -> _Snapshot:
         """The page as compact.lua will compare it, read in one MULTI."""

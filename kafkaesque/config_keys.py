@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import cast
 
 from kafkaesque.errors import InvalidConfig
 
@@ -51,13 +52,14 @@ class ConfigKey:
     doc: str = ""
 
 
+# Number checks: a check runs on the value its key's Kind parsed, a number for these keys.
 def at_least(low: float) -> Callable[[object], str | None]:
-    return lambda v: None if v >= low else f"Value must be at least {low}"  # type: ignore[operator]
+    return lambda v: None if cast(float, v) >= low else f"Value must be at least {low}"
 
 
 def between(low: float, high: float) -> Callable[[object], str | None]:
     return lambda v: (
-        None if low <= v <= high else f"Value must be in the range [{low}, {high}]"  # type: ignore[operator]
+        None if low <= cast(float, v) <= high else f"Value must be in the range [{low}, {high}]"
     )
 
 
@@ -98,10 +100,12 @@ TOPIC_CONFIGS: dict[str, ConfigKey] = _keys(
         "compression.gzip.level",
         Kind.INT,
         "-1",
-        lambda v: None if v == -1 or 1 <= v <= 9 else "Value must be -1 or in the range [1, 9]",
+        lambda v: (
+            None if v == -1 or 1 <= cast(int, v) <= 9 else "Value must be -1 or in the range [1, 9]"
+        ),
         "compression.gzip.level",
         True,
-    ),  # type: ignore[operator]
+    ),
     ConfigKey(
         "compression.lz4.level", Kind.INT, "9", between(1, 17), "compression.lz4.level", True
     ),
@@ -306,10 +310,10 @@ def _parse_value(key: ConfigKey, value: str) -> object:
             raise ValueError(f"Not a number of type {key.kind.name}")
         return number
     if key.kind is Kind.DOUBLE:
-        number = float(text)
-        if math.isnan(number):
+        real = float(text)
+        if math.isnan(real):
             raise ValueError("Not a number of type DOUBLE")
-        return number
+        return real
     if key.kind is Kind.LIST:
         return [item.strip() for item in text.split(",") if item.strip()]
     return text

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Awaitable, Callable, Sequence
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from kafkaesque.errors import LogTruncated, OffsetOutOfRange
 from kafkaesque.log import Log
@@ -72,8 +72,8 @@ def format_value(partition: int, batch: bytes, skip_below: int) -> list[bytes]:
         if skip_below > base:
             values = values[skip_below - base :]
     if None in values:
-        values = [b"" if v is None else v for v in values]
-    return values
+        return [b"" if v is None else v for v in values]
+    return cast(list[bytes], values)  # no None among them (above)
 
 
 FORMATS: dict[str, Callable[[int, bytes, int], list[bytes]]] = {

@@ -15,7 +15,7 @@ Unlike the classic protocol nothing waits here: members learn of changes by hear
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from redis.asyncio import Redis
 
@@ -54,7 +54,8 @@ def _lock(redis: Redis, keys: Keys, group_id: str) -> Any:
 
 
 async def _load(redis: Redis, keys: Keys, group_id: str) -> ConsumerGroup | None:
-    data = await redis.get(keys.group(group_id, ":consumer"))
+    # Replies are bytes: the client does not decode them.
+    data = cast("bytes | None", await redis.get(keys.group(group_id, ":consumer")))
     return None if data is None else ConsumerGroup.unpack(data)
 
 
@@ -171,7 +172,8 @@ class ConsumerGroupCoordinator:
         """A new consumer group under an id a classic group has: refused while that group
         has members (Kafka with group.consumer.migration.policy=disabled); an empty one
         is dropped (its committed offsets stay)."""
-        raw = await self.redis.get(self.keys.group(group_id))
+        # Replies are bytes: the client does not decode them.
+        raw = cast("bytes | None", await self.redis.get(self.keys.group(group_id)))
         if raw is None:
             return
         if Group.unpack(raw).members:
@@ -197,11 +199,16 @@ class ConsumerGroupCoordinator:
     async def group_config(self, group_id: str) -> ConsumerGroupConfig:
         """The broker's config with the group's own (consumer.session.timeout.ms,
         consumer.heartbeat.interval.ms: its dynamic group configs)."""
-        configs = await self.redis.hgetall(self.keys.group_configs(group_id))
+        # Replies are bytes: the client does not decode them (here and below).
+        configs = cast(
+            "dict[bytes, bytes]", await self.redis.hgetall(self.keys.group_configs(group_id))
+        )
         return self.config.for_group({k.decode(): v.decode() for k, v in configs.items()})
 
     async def _heartbeats(self, group_id: str) -> dict[str, int]:
-        raw = await self.redis.hgetall(self.keys.group(group_id, ":heartbeats"))
+        raw = cast(
+            "dict[bytes, bytes]", await self.redis.hgetall(self.keys.group(group_id, ":heartbeats"))
+        )
         return {k.decode(): int(v) for k, v in raw.items()}
 
     async def _expire(self, group_id: str) -> ConsumerGroup | None:
@@ -230,9 +237,8 @@ class ConsumerGroupCoordinator:
         one round trip reads them all, and only a group with a member due is locked and
         changed; the others get a timer for their next expiry, so a session ends on the
         millisecond, as Kafka's timers end it, not at the next tick."""
-        group_ids = sorted(
-            g.decode() for g in await self.redis.smembers(self.keys.consumer_groups_active)
-        )
+        active = cast("set[bytes]", await self.redis.smembers(self.keys.consumer_groups_active))
+        group_ids = sorted(g.decode() for g in active)
         if not group_ids:
             return
         pipe = self.redis.pipeline(transaction=False)

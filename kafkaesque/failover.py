@@ -30,7 +30,7 @@ import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 
@@ -39,6 +39,9 @@ from kafkaesque.keys import Keys
 from kafkaesque.log import Log
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
 from kafkaesque.slots import slot_of
+
+if TYPE_CHECKING:
+    from kafkaesque.hot_tier_sentinel import SentinelHotTier
 
 log = logging.getLogger(__name__)
 
@@ -257,7 +260,8 @@ class FailoverWatch:
         """Wake the loop at each ``+switch-master`` of the service."""
         while True:
             try:
-                async for _ in self.log.redis.switches():
+                # Followed only for a client that has ``switches`` (a SentinelHotTier: above).
+                async for _ in cast("SentinelHotTier", self.log.redis).switches():
                     self._switched.set()
             except asyncio.CancelledError:
                 raise

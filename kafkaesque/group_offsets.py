@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 from redis.asyncio import Redis
+from redis.typing import EncodableT, FieldT
 
 from kafkaesque.clock import now_ms as clock_ms
 from kafkaesque.group_state import Group
@@ -75,12 +76,13 @@ class OffsetStore:
         self.keys = keys
 
     async def write(self, group_id: str, offsets: Mapping[TopicPartition, CommittedOffset]) -> None:
-        values = {_field(t, p): _pack(o) for (t, p), o in offsets.items()}
+        values: dict[FieldT, EncodableT] = {_field(t, p): _pack(o) for (t, p), o in offsets.items()}
         if values:
             await self.redis.hset(self.keys.group(group_id, ":offsets"), mapping=values)
 
     async def read(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
-        return _parse(await self.redis.hgetall(self.keys.group(group_id, ":offsets")))
+        raw = await self.redis.hgetall(self.keys.group(group_id, ":offsets"))
+        return _parse(cast("dict[bytes, bytes]", raw))  # replies are bytes
 
     async def delete(self, group_id: str, partitions: list[TopicPartition]) -> None:
         if partitions:
@@ -93,7 +95,8 @@ class OffsetStore:
         prefix = f"{topic}\0".encode()
         for group_id in group_ids:
             key = self.keys.group(group_id, ":offsets")
-            stale = [k for k in await self.redis.hkeys(key) if k.startswith(prefix)]
+            fields = cast("list[bytes]", await self.redis.hkeys(key))  # replies are bytes
+            stale = [k for k in fields if k.startswith(prefix)]
             if stale:
                 dropped += await self.redis.hdel(key, *stale)
         return dropped
@@ -143,7 +146,8 @@ class OffsetStore:
         if marker is None:
             return None
         seconds, micros = await self.redis.time()
-        members = await self.redis.smembers(self.keys.groups)
+        # Replies are bytes: the client does not decode them (here and below).
+        members = cast("set[bytes]", await self.redis.smembers(self.keys.groups))
         group_ids = sorted(g.decode() for g in members)
         groups, states = {}, {}
         for group_id in group_ids:
@@ -154,7 +158,7 @@ class OffsetStore:
             groups[group_id] = _parse(raw)
             if state is not None:
                 states[group_id] = state
-        now_members = await self.redis.smembers(self.keys.groups)
+        now_members = cast("set[bytes]", await self.redis.smembers(self.keys.groups))
         again = await self.redis.get(self.keys.incarnation)
         if again != marker:
             return None
@@ -255,7 +259,9 @@ async def pending_transactional(redis: Redis, keys: Keys, group_id: str) -> set[
     TxnOffsetCommit, kafkaesque.txn_offsets, as "transactional id NUL topic NUL
     partition"): the group and those offsets are kept from expiry, as in Kafka."""
     pending = set()
-    for raw in await redis.hkeys(keys.group_txn_offsets(group_id)):
+    # Replies are bytes: the client does not decode them.
+    fields = cast("list[bytes]", await redis.hkeys(keys.group_txn_offsets(group_id)))
+    for raw in fields:
         _, topic, partition = pending_field(raw)
         pending.add((topic, partition))
     return pending

@@ -87,7 +87,7 @@ class Group:
         d = msgpack.unpackb(data)
         members = [Member(*values) for values in d.pop("members")]
         for m in members:
-            m.protocols = [tuple(p) for p in m.protocols]
+            m.protocols = [(name, metadata) for name, metadata in m.protocols]
         d["state"] = GroupState(d["state"])
         return cls(**d, members={m.member_id: m for m in members})
 

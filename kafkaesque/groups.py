@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from redis.asyncio import Redis
 from redis.asyncio.lock import Lock
 from redis.exceptions import LockNotOwnedError
+from redis.typing import EncodableT, FieldT
 
 from kafkaesque.clock import now_ms as _now_ms
 from kafkaesque.consumer_group import (
@@ -114,7 +115,7 @@ class GroupCoordinator:
     # -- storage ----------------------------------------------------------------------
     async def load(self, group_id: str) -> Group | None:
         data = await self.redis.get(self.keys.group(group_id))
-        return None if data is None else Group.unpack(data)
+        return None if data is None else Group.unpack(cast(bytes, data))  # replies are bytes
 
     async def _save(self, group: Group) -> None:
         k, gid = self.keys, group.group_id
@@ -197,6 +198,7 @@ class GroupCoordinator:
             group = await self.load(group_id)
             if group is None:
                 return SyncResult(GroupError.UNKNOWN_MEMBER_ID)
+            error: GroupError | None
             error, changed = group.sync(member_id, instance_id, generation, assignments, protocol)
             if error:
                 return SyncResult(error)
@@ -206,16 +208,16 @@ class GroupCoordinator:
         # Followers wait for the leader's assignment.
         deadline = time.monotonic() + group.members[member_id].session_timeout_ms / 1000
         while True:
-            changed = self.notifier.waiter({group_id})
+            waiter = self.notifier.waiter({group_id})
             loaded = await self.load(group_id)
             late = time.monotonic() > deadline
             error = sync_outcome(loaded, member_id, instance_id, generation, late)
             if error is None and self.notifier.closed:
                 error = GroupError.COORDINATOR_NOT_AVAILABLE
             if error is None:
-                await self.notifier.wait(group_id, 1.0, changed)
+                await self.notifier.wait(group_id, 1.0, waiter)
                 continue
-            self.notifier.discard(changed, {group_id})
+            self.notifier.discard(waiter, {group_id})
             if error != GroupError.NONE:
                 return SyncResult(error)
             assert loaded is not None
@@ -264,9 +266,9 @@ class GroupCoordinator:
         if group is None:
             return None
         heartbeats_key = self.keys.group(group_id, ":heartbeats")
-        heartbeats = {
-            k.decode(): int(v) for k, v in (await self.redis.hgetall(heartbeats_key)).items()
-        }
+        # Replies are bytes: the client does not decode them.
+        raw = cast("dict[bytes, bytes]", await self.redis.hgetall(heartbeats_key))
+        heartbeats = {k.decode(): int(v) for k, v in raw.items()}
         now = self.clock()
         expired = group.expire(heartbeats, now, self.config)
         if expired:
@@ -339,7 +341,9 @@ class GroupCoordinator:
         sweep over thousands of groups) holds up the next one. With ``sweep``, then tick
         every group there is (offset expiry; empty groups, which can be thousands of
         short-lived ids, cost nothing otherwise)."""
-        group_ids = sorted(g.decode() for g in await self.redis.smembers(self.keys.groups_active))
+        # Replies are bytes: the client does not decode them.
+        active = cast("set[bytes]", await self.redis.smembers(self.keys.groups_active))
+        group_ids = sorted(g.decode() for g in active)
         if group_ids:
             pipe = self.redis.pipeline(transaction=False)
             for g in group_ids:
@@ -382,6 +386,7 @@ class GroupCoordinator:
             consumer = await consumer_commit_error(
                 self.redis, self.keys, group_id, member_id, generation
             )
+            error: GroupError | ConsumerGroupError
             error = commit_error(group, member_id, instance_id, generation, api_version)
             error = error if consumer is None else consumer
             if error:
@@ -460,7 +465,8 @@ class GroupCoordinator:
         """The group's dynamic configs (name -> canonical value); kept whether or not the
         group exists, as Kafka keeps them."""
         raw = await self.redis.hgetall(self.keys.group_configs(group_id))
-        return {k.decode(): v.decode() for k, v in raw.items()}
+        fields = cast("dict[bytes, bytes]", raw)  # replies are bytes
+        return {k.decode(): v.decode() for k, v in fields.items()}
 
     async def alter_group_configs(
         self,
@@ -480,13 +486,15 @@ class GroupCoordinator:
                 pipe = self.redis.pipeline(transaction=True)
                 pipe.delete(key)
                 if configs:
-                    pipe.hset(key, mapping=configs)
+                    # (a dict[str, str] is a valid mapping: redis-py's key type is invariant)
+                    pipe.hset(key, mapping=cast("dict[FieldT, EncodableT]", configs))
                 await pipe.execute()
         return configs
 
     # -- listing --------------------------------------------------------------------
     async def list_groups(self) -> list[str]:
-        return sorted(g.decode() for g in await self.redis.smembers(self.keys.groups))
+        names = cast("set[bytes]", await self.redis.smembers(self.keys.groups))  # replies are bytes
+        return sorted(g.decode() for g in names)
 
     async def delete(self, group_id: str) -> GroupError:
         async with self._lock(group_id):

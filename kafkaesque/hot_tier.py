@@ -5,9 +5,9 @@ kafkaesque.connect picks one from ``--redis-url``."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self
 
-from redis.asyncio import Redis
+from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import (
     RedisError,
@@ -60,6 +60,11 @@ class HotTier(Redis):
 
     PIPELINES_SCRIPTS = True
     _pipelined: PipelinedConnection | None = None
+
+    if TYPE_CHECKING:
+        # redis-py's from_pool makes an instance of ``cls``; its annotation says Redis.
+        @classmethod
+        def from_pool(cls, connection_pool: ConnectionPool) -> Self: ...
 
     def pipelined(self) -> PipelinedConnection:
         """The connection script calls share (made on first use)."""

@@ -14,6 +14,7 @@ from urllib.parse import parse_qs, unquote
 from redis._parsers.commands import AsyncCommandsParser
 from redis.asyncio import BlockingConnectionPool
 from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
+from redis.event import EventDispatcherInterface
 from redis.exceptions import (
     AskError,
     ClusterDownError,
@@ -129,6 +130,10 @@ class _ClusterPipeline(ClusterPipeline):
     """redis-py's cluster pipeline with the client's translation of failures, and its
     resets of the client (``aclose`` when a node fails) taken as such."""
 
+    # A declaration only: redis-py's CommandsProtocol, a base of ClusterPipeline, declares
+    # it without a value, which the checker takes as abstract (a pipeline never sets it).
+    _event_dispatcher: EventDispatcherInterface
+
     async def execute(self, *args: Any, **kwargs: Any) -> Any:
         with _in_command():
             return await super().execute(*args, **kwargs)
@@ -205,7 +210,7 @@ class HotTierCluster(RedisCluster):
                     return other
         return node
 
-    async def script_load(self, script: Any) -> Any:  # type: ignore[override]
+    async def script_load(self, script: Any) -> Any:
         """SCRIPT LOAD on every primary, as redis-py does (after NOSCRIPT), except that a
         primary away (its shard lost) does not fail it: a script runs on one key's node
         only, so the others' partitions go on."""
@@ -219,7 +224,7 @@ class HotTierCluster(RedisCluster):
         for reply in replies:
             if not isinstance(reply, BaseException):
                 return reply
-        raise replies[0]  # type: ignore[misc]
+        raise replies[0]
 
     def pipeline(self, transaction: Any | None = None, shard_hint: Any | None = None) -> Any:
         if shard_hint:
@@ -237,12 +242,12 @@ class HotTierCluster(RedisCluster):
         return self
 
     # -- one node's own clients -----------------------------------------------------------
-    def node_client(self, host: str, port: int) -> HotTier:
+    def node_client(self, host: str, port: int | str) -> HotTier:
         """A plain client of one node (kept: one pool per node)."""
         name = f"{host}:{port}"
         client = self._node_clients.get(name)
         if client is None:
-            kwargs = {
+            kwargs: dict[str, Any] = {
                 k: v
                 for k, v in self.get_connection_kwargs().items()
                 if k in _NODE_CONNECTION_KWARGS
@@ -274,6 +279,7 @@ class HotTierCluster(RedisCluster):
             node = self.get_node_from_key(key)
         except RedisClusterException as exc:  # its slot is not served now
             raise _translated_cluster(exc) from exc
+        assert node is not None  # None only when asked for a replica
         self._note_new_primaries()
         if node.name in self._unconfirmed:
             await self._confirm(node.name)

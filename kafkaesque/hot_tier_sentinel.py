@@ -145,14 +145,14 @@ class BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
     async def get_master_address(self) -> tuple[str, int]:
         address = await self.sentinel_manager.discover_master(self.service_name)
         if self.master_address == address:
-            return address  # type: ignore[no-any-return]
+            return address
         async with self._switching:  # one switch at a time; others wait for it
             if self.master_address != address:
                 await self._run_switch_hooks(address)
                 self.master_address = address
                 # Idle connections to the old primary go; in-use ones when released.
                 await self.disconnect(inuse_connections=False)
-        return address  # type: ignore[no-any-return]
+        return address
 
     async def _run_switch_hooks(self, address: tuple[str, int]) -> None:
         if not self.switch_hooks:
@@ -182,11 +182,11 @@ class SentinelHotTier(HotTier):
 
     @property
     def sentinels(self) -> _Sentinels:
-        return self.connection_pool.sentinel_manager  # type: ignore[attr-defined,no-any-return]
+        return self.connection_pool.sentinel_manager  # type: ignore[attr-defined]
 
     @property
     def service(self) -> str:
-        return self.connection_pool.service_name  # type: ignore[attr-defined,no-any-return]
+        return self.connection_pool.service_name  # type: ignore[attr-defined]
 
     async def primary_address(self) -> tuple[str, int]:
         """The primary the sentinels name now; when it changed, the pool's idle

@@ -11,7 +11,7 @@ to repeat, then drops the marker. A crash in between leaves the marker: ``finish
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from redis.asyncio import Redis
 from redis.exceptions import WatchError
@@ -128,7 +128,7 @@ class StepsLog:
         """The catalog first (the topic is gone for every reader), then each partition."""
         k = self.keys
         while True:
-            raw = await self.redis.get(k.topic(name))
+            raw = cast("bytes | None", await self.redis.get(k.topic(name)))  # replies are bytes
             if raw is None:
                 raise UnknownTopic(f"no such topic: {name}")
             config = TopicConfig.unpack(name, raw)
@@ -172,11 +172,15 @@ class StepsLog:
         k = self.keys
         if not k.cluster:
             return []
-        markers = await self.redis.zrangebyscore(k.steps, "-inf", _now_ms() - older_than_ms)
+        # Replies are bytes, and without scores the range is a list of members.
+        markers = cast(
+            "list[bytes]",
+            await self.redis.zrangebyscore(k.steps, "-inf", _now_ms() - older_than_ms),
+        )
         finished = []
         for member in markers:
             marker = member.decode()
-            value = await self.redis.get(marker)
+            value = cast("bytes | None", await self.redis.get(marker))
             if value is None:
                 await self.redis.zrem(k.steps, marker)
                 continue
@@ -215,8 +219,9 @@ class StepsLog:
         final value: a crash before it makes the next call do it all again."""
         k = self.keys
         await self.redis.set(k.archiving, ARCHIVING_PENDING)
-        for name in sorted(n.decode() for n in await self.redis.smembers(k.topics)):
-            raw = await self.redis.get(k.topic(name))
+        names = cast("set[bytes]", await self.redis.smembers(k.topics))  # replies are bytes
+        for name in sorted(n.decode() for n in names):
+            raw = cast("bytes | None", await self.redis.get(k.topic(name)))
             if raw is None:
                 continue  # being deleted
             for p in range(TopicConfig.unpack(name, raw).partitions):

@@ -79,11 +79,15 @@ class TopicsLog:
 
     async def topic(self, name: str) -> TopicConfig:
         """The topic's config, with the broker's defaults (one round trip)."""
-        data, defaults = await self.redis.mget(self.keys.topic(name), self.keys.topic_defaults)
+        # Replies are bytes: the client does not decode them (here and below).
+        data, defaults = cast(
+            "list[bytes | None]",
+            await self.redis.mget(self.keys.topic(name), self.keys.topic_defaults),
+        )
         if data is None and self.recover is not None and await self.needs_recovery():
             # Redis lost its data: the archive may know the topic (restored here).
             await self.ensure_recovered()
-            data = await self.redis.get(self.keys.topic(name))
+            data = cast("bytes | None", await self.redis.get(self.keys.topic(name)))
         if data is None:
             raise UnknownTopic(f"no such topic: {name}")
         return TopicConfig.unpack(name, data, defaults)
@@ -127,7 +131,10 @@ class TopicsLog:
         gets the current config and returns the new one (validated here), which every
         partition then enforces. Retried if another client changed the topic meanwhile."""
         while True:
-            raw, defaults = await self.redis.mget(self.keys.topic(name), self.keys.topic_defaults)
+            raw, defaults = cast(
+                "list[bytes | None]",
+                await self.redis.mget(self.keys.topic(name), self.keys.topic_defaults),
+            )
             if raw is None:
                 raise UnknownTopic(f"no such topic: {name}")
             current = TopicConfig.unpack(name, raw, defaults)
@@ -152,7 +159,8 @@ class TopicsLog:
     async def list_topics(self) -> list[str]:
         if self.recover is not None:
             await self.ensure_recovered()  # after a loss of Redis' data, list what is restored
-        return sorted(n.decode() for n in await self.redis.smembers(self.keys.topics))
+        names = cast("set[bytes]", await self.redis.smembers(self.keys.topics))
+        return sorted(n.decode() for n in names)
 
     async def topic_ids(self) -> dict[bytes, str]:
         """Every topic's id -> its name (two round trips whatever the number of topics)."""
@@ -170,8 +178,9 @@ class TopicsLog:
         names = await self.list_topics()
         if not names:
             return []
-        *packed, defaults = await self.redis.mget(
-            [*(self.keys.topic(n) for n in names), self.keys.topic_defaults]
+        *packed, defaults = cast(
+            "list[bytes | None]",
+            await self.redis.mget([*(self.keys.topic(n) for n in names), self.keys.topic_defaults]),
         )
         return [  # a topic deleted between the two reads has no config any more
             TopicConfig.unpack(n, data, defaults)

@@ -5,7 +5,7 @@ transactions, and the last stable offset."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from redis.asyncio import Redis
 
@@ -110,7 +110,8 @@ class TransactionsLog:
         """(producer id, first offset, ABORT marker's offset) of the aborted transactions
         Redis still knows that end at or after ``first``, by their end."""
         p = self.keys.partition(topic, partition)
-        entries = await self.redis.zrangebyscore(p.txn_aborted, first, "+inf")
+        # Replies are bytes, and without scores the range is a list of members.
+        entries = cast("list[bytes]", await self.redis.zrangebyscore(p.txn_aborted, first, "+inf"))
         return [aborted_entry(e) for e in entries]
 
     async def last_stable_offset(self, topic: str, partition: int) -> int:

@@ -84,12 +84,13 @@ class ReadingPartitions:
         # (no bytes), so the long poll counts and remembers only these: a consumer of
         # 10,000 quiet partitions costs the few that changed, not a pass over all.
         fresh: dict[TopicPartition, Fetched] = {}
+        results: dict[TopicPartition, Fetched | None]
         read: list[FetchRequest] = []
         async with contextlib.AsyncExitStack() as stack:
             if cache is None:
                 appended = await stack.enter_async_context(self.appends(topics_of(requests)))
-                results = await self.read_all(requests, max_bytes, seen_epochs, committed)
-                fresh = dict(results)
+                fresh = await self.read_all(requests, max_bytes, seen_epochs, committed)
+                results = dict(fresh)
             else:
                 appended = cache.watching(topics_of(requests))
                 grown = appended.take()

@@ -292,12 +292,13 @@ class Partitions(ReadingPartitions):
             if lookup.timestamp == LATEST
             or (lookup.timestamp == EARLIEST and self.log.cold is None)
         ]
+        offsets: Sequence[tuple[int, int, int, int] | KafkaesqueError | None]
         try:
             offsets = await self.log.partition_offsets(
                 [(lookups[i].topic, lookups[i].partition) for i in ends]
             )
         except StorageUnavailable as exc:  # Redis is away: each partition says so
-            offsets = [exc] * len(ends)  # type: ignore[list-item]
+            offsets = [exc] * len(ends)
         for i, found in zip(ends, offsets, strict=True):
             lookup = lookups[i]
             if self.leadership is not None:

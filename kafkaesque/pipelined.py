@@ -64,7 +64,9 @@ def add_items(parts: list[bytes | memoryview], args: Sequence[Arg]) -> None:
         if kind is int:
             packed = small(arg)  # type: ignore[arg-type]
             if packed is None:
-                packed = _bulk(b"%d" % arg)
+                # ``kind is int`` does not narrow ``arg`` for the checker; isinstance would
+                # cost (above)
+                packed = _bulk(b"%d" % arg)  # type: ignore[str-format]
             append(packed)
         elif kind is str:
             append(_bulk(arg.encode()))  # type: ignore[union-attr]
@@ -79,7 +81,7 @@ def add_items(parts: list[bytes | memoryview], args: Sequence[Arg]) -> None:
         elif isinstance(arg, float):
             append(_bulk(repr(arg).encode()))
         else:
-            append(_bulk(bytes(arg)))  # type: ignore[arg-type]
+            append(_bulk(bytes(arg)))
 
 
 def _bulk(value: bytes) -> bytes:
@@ -301,7 +303,7 @@ class PipelinedConnection:
             transport.set_protocol(protocol)
             transport.set_write_buffer_limits(high=HIGH_WATER)
             _grow_send_buffer(transport)
-            self._transport, self._protocol = transport, protocol  # type: ignore[assignment]
+            self._transport, self._protocol = transport, protocol
             self._connection = connection
             if self._preloaded:
                 loads = [("SCRIPT", "LOAD", script) for script in self._preloaded]

@@ -139,6 +139,7 @@ class LineProducer:
         per_partition: dict[int, tuple[list[bytes | None], list[bytes]]] = {}
         sep, n = self.key_separator, self.config.partitions
         keyless, keyless_partition = 0, 0
+        key: bytes | None
         for line in lines:
             key, found, value = line.partition(sep)
             if not found:

@@ -15,6 +15,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from kafkaesque.outage import background_step
 from kafkaesque.quotas import (
@@ -262,6 +263,8 @@ class QuotaManager:
         return delay
 
     def _expire(self, now_ms: float) -> None:
-        for rates in (self._rates, self._ip_rates):
+        # Both tables: rates by entity, and by client address.
+        tables: tuple[dict[Any, Rate], ...] = (self._rates, self._ip_rates)
+        for rates in tables:
             for name in [n for n, r in rates.items() if now_ms - r.last_ms > SENSOR_EXPIRY_MS]:
                 del rates[name]

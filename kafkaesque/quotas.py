@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import redis.asyncio
+from redis.typing import EncodableT, FieldT
 
 from kafkaesque.keys import Keys
 
@@ -256,7 +257,7 @@ class QuotaStore:
 
     async def alter(self, alterations: Iterable[Alteration]) -> None:
         """Apply checked alterations in one transaction."""
-        sets: dict[str, str] = {}
+        sets: dict[FieldT, EncodableT] = {}
         removes: list[str] = []
         for alteration in alterations:
             for key, value in alteration.changes.items():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -209,7 +209,7 @@ class ReadCache:
         """The partitions whose answers passed their ``refresh``, oldest first, at most
         ``refresh_batch`` (``known`` reads them again): found without a pass over all."""
         oldest = time.monotonic() - self._refresh
-        found = []
+        found: list[TopicPartition] = []
         for tp, entry in self._known.items():
             if entry[2] >= oldest or len(found) >= self._refresh_batch:
                 break
@@ -291,7 +291,7 @@ ALL = All()
 def grown_requests(
     requests: Sequence[FetchRequest],
     grown: dict[str, dict[int, int] | All],
-    results: dict[TopicPartition, Fetched],
+    results: Mapping[TopicPartition, Fetched | None],
 ) -> list[FetchRequest]:
     """The requests, in order, of partitions that may hold more than ``results`` read of
     them: an append to them was heard that the read did not see (an event heard twice,

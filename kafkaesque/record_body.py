@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import add
+from typing import cast
 
 from kafkaesque.errors import InvalidRecord
 
@@ -102,8 +103,11 @@ def encode_simple(values: Sequence[bytes | None]) -> bytes | None:
     count = len(values)
     if count > _TABLE_SIZE:
         return None
+    # A None among the values makes len() raise TypeError (answered below with None):
+    # past the try every value is bytes.
+    present = cast(Sequence[bytes], values)
     try:
-        sizes = list(map(len, values))
+        sizes = list(map(len, present))
         lengths = list(map(add, _PREFIX_LEN[:count], map(_TAIL_LEN.__getitem__, sizes)))
         # Interleave the five pieces of every record by slice assignment.
         parts: list[bytes] = [b""] * (5 * count)
@@ -112,7 +116,7 @@ def encode_simple(values: Sequence[bytes | None]) -> bytes | None:
         parts[2::5] = map(_ZZ.__getitem__, sizes)
     except (TypeError, IndexError):
         return None
-    parts[3::5] = values
+    parts[3::5] = present
     parts[4::5] = repeat(b"\x00", count)  # header count
     return b"".join(parts)
 
@@ -127,7 +131,7 @@ def encode_general(
 ) -> bytes:
     """Records of any shape with offset deltas 0..n-1 (or ``offset_deltas``: a compacted
     batch keeps its records' own), timestamps relative to ``base_ts``."""
-    parts = []
+    parts: list[bytes] = []
     for i, value in enumerate(values):
         fields = [
             b"\x00",  # record attributes: unused in v2

@@ -10,14 +10,14 @@ import asyncio
 from collections.abc import Sequence
 from functools import cache
 from importlib.resources import files
-from typing import Any
+from typing import Any, cast
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from kafkaesque.errors import from_lua, from_redis
-from kafkaesque.hot_tier import _translated
+from kafkaesque.hot_tier import HotTier, _translated
 from kafkaesque.keys import is_cluster
 from kafkaesque.outage import REDIS
 from kafkaesque.pipelined import CommandHeads, ConnectionClosed, PipelinedConnection, pack
@@ -206,14 +206,17 @@ class Scripts:
     """One registered script per operation; redis-py sends EVALSHA and loads on NOSCRIPT."""
 
     def __init__(self, redis: Redis) -> None:
-        shared = redis.pipelined() if getattr(redis, "PIPELINES_SCRIPTS", False) else None
+        # Only a HotTier says PIPELINES_SCRIPTS (and has ``pipelined``).
+        pipelines = getattr(redis, "PIPELINES_SCRIPTS", False)
+        shared = cast("HotTier", redis).pipelined() if pipelines else None
         # The client's shared connection (kafkaesque.pipelined), None where there is none.
         self.shared = shared
         for name in SCRIPT_NAMES:
-            script = redis.register_script(source(name))
+            text = source(name)
+            script = redis.register_script(text)
             ordered = name == "append"
             if ordered and shared is not None:
-                shared.preload(script.script)
+                shared.preload(text)
             # append.lua's keys and its first two args (the partition's key prefix and its
             # channel: Log._append_call) are the same for every append to a partition.
             fixed = 2 if ordered and shared is not None else None

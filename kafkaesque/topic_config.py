@@ -150,7 +150,7 @@ class TopicConfig:
         )
 
     def replace(self, **changes: Any) -> TopicConfig:
-        fields = {
+        fields: dict[str, Any] = {
             "configs": self.configs,
             "defaults": {**self.defaults, DEFAULT_SOURCES: self.default_sources},
             "created_ms": self.created_ms,
@@ -267,8 +267,7 @@ class TopicConfig:
         cls, name: str, data: bytes, defaults: Mapping[str, str] | bytes | None = None
     ) -> TopicConfig:
         """A stored topic; ``defaults`` as a mapping or as stored (msgpack)."""
-        if isinstance(defaults, bytes):
-            defaults = msgpack.unpackb(defaults)
+        given = msgpack.unpackb(defaults) if isinstance(defaults, bytes) else defaults
         m = msgpack.unpackb(data)
         configs = m.get("configs")
         if configs is None:  # stored before topics had Kafka's configs
@@ -277,7 +276,7 @@ class TopicConfig:
             name,
             m["partitions"],
             configs=configs,
-            defaults=defaults,
+            defaults=given,
             created_ms=m["created"],
             topic_id=m["id"],
             replication_factor=m.get("rf", 1),

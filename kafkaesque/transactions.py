@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 
 import msgpack
+from redis.typing import EncodableT, FieldT
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -94,7 +95,7 @@ class Transaction:
     serial: int = 0
 
     # -- storage: one Redis hash per transactional id -------------------------------
-    def fields(self) -> dict[str, bytes | int | str]:
+    def fields(self) -> dict[FieldT, EncodableT]:
         return {
             "producer_id": self.producer_id,
             "producer_epoch": self.producer_epoch,

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
+from typing import cast
 
 import msgpack
 from redis.asyncio import Redis
 from redis.exceptions import LockError
+from redis.typing import EncodableT, FieldT
 
 from kafkaesque.consumer_group import consumer_commit_error
 from kafkaesque.consumer_group_state import ConsumerGroupError
@@ -85,7 +87,7 @@ class TxnOffsetStore:
     ) -> dict[TopicPartition, int]:
         """Stage the offsets until the transaction ends; a Kafka code per partition."""
         codes: dict[TopicPartition, int] = {}
-        values = {}
+        values: dict[FieldT, EncodableT] = {}
         counts = {}  # partitions per topic; 0: no such topic (Kafka answers it unknown)
         for topic in {t for t, _ in offsets}:
             try:
@@ -138,7 +140,8 @@ class TxnOffsetStore:
     async def _settle_offsets(self, group_id: str, transactional_id: str, commit: bool) -> None:
         key = self.keys.group_txn_offsets(group_id)
         raw = {}
-        for field, value in (await self.redis.hgetall(key)).items():
+        fields = cast("dict[bytes, bytes]", await self.redis.hgetall(key))  # replies are bytes
+        for field, value in fields.items():
             owner, topic, partition = pending_field(field)
             if owner == transactional_id:
                 raw[field] = (topic, partition, value)

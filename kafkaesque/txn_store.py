@@ -21,7 +21,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 from redis.asyncio import Redis
 from redis.exceptions import LockError
@@ -92,7 +92,8 @@ class TransactionCoordinator(TxnOffsetStore):
     # -- storage ----------------------------------------------------------------------
     async def load(self, transactional_id: str) -> Transaction | None:
         raw = await self.redis.hgetall(self.keys.transaction(transactional_id))
-        return Transaction.from_fields(transactional_id, raw) if raw else None
+        fields = cast("dict[bytes, bytes]", raw)  # replies are bytes
+        return Transaction.from_fields(transactional_id, fields) if fields else None
 
     async def _save(self, txn: Transaction) -> None:
         """The state and the id sets in one MULTI; on a Redis Cluster, where the state's
@@ -344,7 +345,9 @@ class TransactionCoordinator(TxnOffsetStore):
         return await self.load(transactional_id)
 
     async def all(self) -> list[Transaction]:
-        ids = sorted(i.decode() for i in await self.redis.smembers(self.keys.transactions))
+        # Replies are bytes: the client does not decode them.
+        members = cast("set[bytes]", await self.redis.smembers(self.keys.transactions))
+        ids = sorted(i.decode() for i in members)
         pipe = self.redis.pipeline(transaction=False)
         for transactional_id in ids:
             pipe.hgetall(self.keys.transaction(transactional_id))
@@ -389,7 +392,10 @@ class TransactionCoordinator(TxnOffsetStore):
         (the epoch is bumped), and finish prepared ones; with ``sweep``, forget ids idle
         longer than transactional.id.expiration.ms."""
         now = self.clock()
-        due = await self.redis.zrangebyscore(self.keys.transactions_due, "-inf", now)
+        # Replies are bytes, and without scores the range is a list of members.
+        due = cast(
+            "list[bytes]", await self.redis.zrangebyscore(self.keys.transactions_due, "-inf", now)
+        )
         for raw in due:
             transactional_id = raw.decode()
             try:

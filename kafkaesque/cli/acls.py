@@ -35,7 +35,7 @@ OPERATIONS = {
 def operation(
     ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
 ) -> list[Operation]:
-    found = []
+    found: list[Operation] = []
     for value in values:
         op = OPERATIONS.get(value.replace("_", "").replace("-", "").lower())
         if op is None:

@@ -10,7 +10,7 @@ import os
 import re
 import sys
 import urllib.parse
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -381,7 +381,7 @@ def main(
 pass_context = click.make_pass_decorator(Context)
 
 
-def echo_table(headers: list[str], rows: list[list[object]]) -> None:
+def echo_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
     """Print rows as columns under their headers (numbers right-aligned)."""
     for line in format_table(headers, rows):
         click.echo(line)

@@ -171,7 +171,9 @@ async def alter(
     kafka-topics --alter --partitions)."""
     if partitions is None and not configs and not deleted:
         raise click.UsageError("nothing to change: give --partitions, --config or --delete-config")
-    operations = [(AlterOp.SET, k, v) for k, v in configs.items()]
+    operations: list[tuple[AlterOp, str, str | None]] = [
+        (AlterOp.SET, k, v) for k, v in configs.items()
+    ]
     operations += [(AlterOp.DELETE, k, None) for k in deleted]
     log = ctx.log()
     before = await log.topic(topic)
@@ -345,7 +347,9 @@ async def consume(
                     epochs[p] = c.leader_epoch
 
         async def commit(offsets: dict[int, int], read_epochs: dict[int, int]) -> None:
-            stored = {(topic, p): (o, "", read_epochs.get(p, -1)) for p, o in offsets.items()}
+            stored: dict[tuple[str, int], tuple[int, str | None, int]] = {
+                (topic, p): (o, "", read_epochs.get(p, -1)) for p, o in offsets.items()
+            }
             if await coordinator.commit(group, -1, "", None, stored) != GroupError.NONE:
                 raise click.ClickException(f"group {group} gained members; stopped")
 
