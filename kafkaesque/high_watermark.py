@@ -14,7 +14,9 @@ hw_raise.lua sets ``hw`` to them and announces it as an append is (long polls wa
 Rounds run one at a time for the partitions appended to since the last (a group commit:
 one WAIT for them all), and for every partition every few seconds (appends of brokers
 that died before raising, a failover's new primary). A WAIT that does not see enough
-replicas raises nothing: its partitions wait for the next round.
+replicas raises nothing: its partitions wait for the next round. An acks=all append
+raises its partition's high watermark itself before it is answered, as Kafka answers
+acks=all once the high watermark passed the records: no acknowledged record is unseen.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ class HighWatermarks:
         self,
         target: Log,
         replicas: int,
-        timeout_ms: int = 5_000,
+        timeout_ms: int = 1_000,
         sweep_interval: float = 5.0,
         retry_delay: float = 0.1,
     ) -> None:

@@ -38,6 +38,7 @@ class AppendsLog:
     highest_sequence: int
     guesses: OffsetGuesses
     on_append: Callable[[str, int], None] | None
+    capped: bool
 
     if TYPE_CHECKING:  # TopicsLog's, in Log
 
@@ -80,7 +81,15 @@ class AppendsLog:
                 )
         except SequenceAhead as exc:
             raise await self._sequence_ahead(topic, partition, batches, exc) from None
-        return self._appended(topic, partition, batches, guess, reply)
+        appended = self._appended(topic, partition, batches, guess, reply)
+        if self.capped and durability is not None and durability.replicas:
+            # Kafka completes an acks=all produce once the high watermark passes its
+            # records, so a reader sees every acknowledged record: the WAIT just made
+            # covers them and everything before (kafkaesque/high_watermark.py).
+            end = appended.base_offsets[-1] + offset_count(batches[-1])
+            p = self.keys.partition(topic, partition)
+            await self.scripts.hw_raise(keys=[p.meta], args=[end, self.keys.appended(topic)])
+        return appended
 
     def _appended(
         self, topic: str, partition: int, batches: Sequence[bytes], guess: Guess | None, reply: Any

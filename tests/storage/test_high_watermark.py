@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from kafkaesque.batch_build import build_batch
 from kafkaesque.connect import redis_client
+from kafkaesque.durability import Durability
 from kafkaesque.high_watermark import HighWatermarks
 from kafkaesque.log import Log
 from kafkaesque.records import decode_values, split_batches
@@ -81,6 +82,10 @@ def test_reads_stop_at_what_the_replica_has(tmp_path: Path) -> None:
         read = await log.read("t", 0, 0)
         assert values(read.batches) == [b"replicated", b"primary only"]
         assert read.log_end == 2
+        # acks=all is answered once readers see the records, with no round in between.
+        await log.append("t", 1, [build_batch([b"all"])], Durability(replicas=1), 5_000)
+        read = await log.read("t", 1, 0)
+        assert values(read.batches) == [b"all"] and read.log_end == 1
         await redis.aclose()
 
     try:
