@@ -291,7 +291,7 @@ class Transaction:
         return TxnError.NONE
 
 
-def fenced_code(error: TxnError, api_version: int, first_version: int) -> TxnError:
+def fenced_code(error: int, api_version: int, first_version: int) -> int:
     """PRODUCER_FENCED for versions that know it (KIP-588), INVALID_PRODUCER_EPOCH below."""
     if error == TxnError.PRODUCER_FENCED and api_version < first_version:
         return TxnError.INVALID_PRODUCER_EPOCH

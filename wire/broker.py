@@ -119,6 +119,7 @@ class BrokerConfig:
             elif name not in BROKER_SYNONYMS and name not in UNIT_SYNONYMS:
                 raise InvalidConfig(f"unknown broker config {name!r}")
         defaults = broker_defaults(settings)  # checks the topic defaults
+        target: object  # this config, or its groups' or consumer groups' part
         for name, value in values.items():
             target, attribute = self, BROKER_SETTINGS[name][0]
             if attribute.startswith("groups."):

@@ -167,6 +167,7 @@ class Connection:
                 self.tail = None
             if self.failures:
                 return False
+            response_bytes: list[bytes] | None
             if sasl is not None and sasl.raw_tokens:  # after a v0 SaslHandshake
                 response_bytes, mute_ms = [await self._raw_token(frame)], 0
             else:

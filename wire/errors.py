@@ -85,7 +85,7 @@ def error_code(
         # the group and transaction state machines speak Kafka's codes
         return ErrorCode(int(error))
     for cls in type(error).__mro__:
-        code = ERROR_CODES.get(cls)  # type: ignore[call-overload]
+        code = ERROR_CODES.get(cls)
         if code is not None:
             return code
     raise TypeError(f"no Kafka error code for {type(error).__name__}") from error

@@ -104,7 +104,8 @@ def _frame(correlation_id: int, flexible: bool, parts: list[bytes]) -> list[byte
 
 def _defaults(entity: Any, names: tuple[str, ...]) -> bool:
     """Whether every tagged field in ``names`` holds its default (an entity of -1s)."""
-    for name, default in _tag_defaults(type(entity), names):
+    cls: type = type(entity)  # (type[Any], the checker says, is not Hashable)
+    for name, default in _tag_defaults(cls, names):
         value = getattr(entity, name)
         if value is not default and value != default:
             return False
@@ -216,7 +217,8 @@ def fetch_response(correlation_id: int, response: Any) -> list[bytes] | None:
         return _fetch_answer(correlation_id, response)
     version = response.__version__
     flexible = version >= 12
-    if not 4 <= version <= 17 or getattr(response, "node_endpoints", ()):
+    endpoints = getattr(response, "node_endpoints", ())
+    if not 4 <= version <= 17 or endpoints:
         return None
     parts: list[bytes] = []
     add = parts.append
@@ -306,7 +308,8 @@ def produce_response(correlation_id: int, response: Any) -> list[bytes] | None:
     if isinstance(response, ProduceAnswer):
         return _produce_answer(correlation_id, response)
     version = response.__version__
-    if not 3 <= version <= 12 or getattr(response, "node_endpoints", ()):
+    endpoints = getattr(response, "node_endpoints", ())
+    if not 3 <= version <= 12 or endpoints:
         return None
     responses = []
     for topic in response.responses:

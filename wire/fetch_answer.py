@@ -101,6 +101,9 @@ def _entry(version: int, index: int, r: Fetched) -> list[bytes]:
     )
 
 
+# The memo's entries of a topic when there is no memo: none (only read).
+_NO_ENTRIES: dict[int, tuple[Fetched, bytes]] = {}
+
 Answered = Sequence[tuple[str | None, uuid.UUID | None, Sequence[int], Sequence[Fetched]]]
 
 
@@ -126,7 +129,7 @@ def answer(
         if entries is not None:
             entries.append(single)
         kept = None if memo is None or name is None else memo.entries.setdefault(name, {})
-        get = kept.get if kept is not None else {}.get
+        get = kept.get if kept is not None else _NO_ENTRIES.get
         for index, r in zip(indexes, outcomes, strict=True):
             found = get(index)
             if found is not None and found[0] is r:

@@ -18,6 +18,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from itertools import compress, repeat
 from operator import is_
+from typing import cast
 
 from kafkaesque.reads import Fetched, FetchRequest, TopicPartition, settled
 from wire.fetch_request import FetchBody, FetchTopic, Layout
@@ -203,11 +204,12 @@ class FetchMemo:
         new = list(compress(range(len(made)), map(is_, made, repeat(None))))
         for i in new:
             made[i] = kept[entries[i]] = make_request(key, lay, entries[i])
+        requests = cast("list[FetchRequest]", made)  # each None was replaced just above
         if len(kept) > 2 * len(entries):  # forget the entries of old offsets
-            self._requests[key] = dict(zip(entries, made, strict=True))
+            self._requests[key] = dict(zip(entries, requests, strict=True))
         if name is None:
             del self._requests[key]
-        return made
+        return requests
 
     def plan(self, names: Sequence[str | None], body: FetchBody) -> Plan | None:
         """The request as the last one turned, with its changed entries' requests; None

@@ -18,11 +18,12 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
+from kio.static.protocol import RequestPayload
 
 from wire.array_guard import check_flexible
 from wire.fast_responses import ENCODERS
@@ -105,7 +106,7 @@ class Request:
         return response_schema(self.api_key, self.api_version)
 
 
-def peek_header(frame: bytes) -> tuple[int, int, int]:
+def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
     """api key, api version and correlation id: the part of every header that never changes."""
     if len(frame) < _HEADER_PREFIX.size:
         raise MalformedRequest(f"frame of {len(frame)} bytes is shorter than a request header")
@@ -123,7 +124,7 @@ def _writer(cls: type) -> Any:
 
 
 @cache
-def request_schema(api_key: int, api_version: int) -> type | None:
+def request_schema(api_key: int, api_version: int) -> type[RequestPayload] | None:
     try:
         return load_request_schema(api_key, api_version)
     except (UnknownEntity, UnknownAPIKey):
@@ -136,7 +137,7 @@ def response_schema(api_key: int, api_version: int) -> type:
 
 
 def parse_request(
-    frame: bytes,
+    frame: bytes | memoryview,
     supported: dict[int, tuple[int, int]],
     client_host: str = "",
     connection: ConnectionState | None = None,
@@ -148,8 +149,10 @@ def parse_request(
     schema = request_schema(api_key, api_version) if low <= api_version <= high else None
     if schema is None:
         raise UnsupportedVersion(api_key, api_version, correlation_id)
+    header_schema: type = schema.__header_schema__  # (the checker: type[...] not Hashable)
+    body: Any  # a kio entity, or the hand-parsed body of a Fetch or a Produce
     try:
-        header, used = _reader(schema.__header_schema__)(frame, 0)
+        header, used = _reader(header_schema)(frame, 0)
         if api_key == FETCH:  # by hand, checked as it is read (wire.fetch_request)
             body, end = parse_fetch(bytes(frame), used, api_version)
             if end != len(frame):
@@ -197,16 +200,18 @@ def _nested_fields(cls: type) -> tuple[tuple[str, bool, type | None], ...]:
             nullable = True
         if typing.get_origin(tp) is tuple:
             element = typing.get_args(tp)[0]
-            found.append((f.name, nullable, element if is_dataclass(element) else None))
+            nested = is_dataclass(element)  # apart: its guard would narrow element to no type
+            found.append((f.name, nullable, element if nested else None))
         elif is_dataclass(tp):
-            found.append((f.name, nullable, tp))
+            found.append((f.name, nullable, cast(type, tp)))  # a field's type: a class
     return tuple(found)
 
 
 def _null_array(entity: Any) -> str | None:
     """The first field of ``entity`` (or of the entities in it) that is null though its
     schema says it cannot be, as "Entity.field"; None if there is none."""
-    for name, nullable, element in _nested_fields(type(entity)):
+    cls: type = type(entity)  # (type[Any], the checker says, is not Hashable)
+    for name, nullable, element in _nested_fields(cls):
         value = getattr(entity, name)
         if value is None:
             if not nullable:
@@ -242,7 +247,8 @@ def kio_response(correlation_id: int, response: Any) -> bytes:
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")
     _writer(header_schema)(buf, header_schema(correlation_id=correlation_id))
-    _writer(type(response))(buf, response)
+    cls: type = type(response)  # (type[Any], the checker says, is not Hashable)
+    _writer(cls)(buf, response)
     out = buf.getbuffer()
     _SIZE.pack_into(out, 0, len(out) - 4)
     return bytes(out)

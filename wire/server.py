@@ -11,7 +11,7 @@ import signal
 import ssl
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from kafkaesque.log import Log
@@ -174,6 +174,7 @@ class Server:
     async def _start_tls(self, writer: asyncio.StreamWriter, peer: object) -> bool:
         """The TLS handshake of a new connection on an SSL or SASL_SSL listener; a failed
         one (a plaintext client, a bad or missing client certificate) is one log line."""
+        assert self.tls is not None  # __init__ refuses a TLS listener without it
         try:
             await writer.start_tls(self.tls, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT)
         except (OSError, TimeoutError, ssl.SSLError, EOFError) as exc:
@@ -278,7 +279,7 @@ class Server:
         return True
 
 
-Companion = Callable[[asyncio.Event], Awaitable[None]]
+Companion = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
 
 
 async def run(

@@ -127,16 +127,20 @@ async def create_topics(broker: Broker, request: Request) -> Any:
                     await Replicas(broker.leadership).assign(topic.name, assignments)
         except KafkaesqueError as exc:
             error, message, config = error_code(exc), str(exc), None
-        configs = tuple(
-            build(
-                config_class,
-                name=n,
-                value=v,
-                read_only=False,
-                config_source=source,
-                is_sensitive=False,
+        configs = (
+            tuple(
+                build(
+                    config_class,
+                    name=n,
+                    value=v,
+                    read_only=False,
+                    config_source=source,
+                    is_sensitive=False,
+                )
+                for n, v, source in created_configs(config)
             )
-            for n, v, source in (created_configs(config) if config and config_class else ())
+            if config and config_class
+            else ()
         )
         results.append(
             build(

@@ -9,7 +9,7 @@ import io
 import struct
 import uuid
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssignment
 from kio.schema.consumer_protocol_assignment.v0.data import TopicPartition as AssignedTopic
@@ -23,6 +23,10 @@ from kafkaesque.errors import GroupAuthorizationFailed, StorageUnavailable
 from wire.authorize import NOT_ASKED, Operation, ResourceType, authorized_operations, check_group
 from wire.broker import Broker
 from wire.protocol import NO_THROTTLE, Request, build, schema_class
+
+if TYPE_CHECKING:
+    from kio.schema.types import TopicName
+    from kio.static.primitive import i32
 
 NO_OPERATIONS = NOT_ASKED  # authorized operations of a group in error: none told
 CONSUMER_MEMBER = 1  # ConsumerGroupDescribe v1 member_type: a consumer-protocol member
@@ -230,8 +234,13 @@ async def described_as_classic(
             ),
             member_assignment=_encoded(
                 ConsumerProtocolAssignment(
+                    # kio's TopicName and i32 are phantom types of str and int: the
+                    # values are theirs already (kio checks them as it writes them).
                     assigned_partitions=tuple(
-                        AssignedTopic(topic=t, partitions=tuple(ps))
+                        AssignedTopic(
+                            topic=cast("TopicName", t),
+                            partitions=cast("tuple[i32, ...]", tuple(ps)),
+                        )
                         for t, ps in _by_topic(group, m.assigned).items()
                     ),
                     user_data=None,

@@ -78,7 +78,7 @@ async def list_offsets(broker: Broker, request: Request) -> Any:
     async def partition(topic: str, p: Any) -> Any:
         answer = answers[topic, p.partition_index]
         error = answer if isinstance(answer, KafkaesqueError) else None
-        found = None if error is not None else answer
+        found = None if isinstance(answer, KafkaesqueError) else answer
         return build(
             partition_class,
             partition_index=p.partition_index,

@@ -110,6 +110,7 @@ async def outside_transaction(
     if first is None:
         return {}, None
     txn_id = getattr(request.body, "transactional_id", None)  # v3+
+    refusal: KafkaesqueError
     if not txn_id:
         refusal = TransactionalIdAuthorizationFailed(
             "transactional records need a transactional id"

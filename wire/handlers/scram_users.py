@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -44,15 +45,19 @@ async def describe_user_scram_credentials(broker: Broker, request: Request) -> A
         except KafkaesqueError as exc:
             found[user] = exc
     results = []
+    infos: Sequence[Credential]
+    message: str | None
     for user, outcome in found.items():
-        failed = isinstance(outcome, KafkaesqueError)
-        infos = () if failed else outcome
+        if isinstance(outcome, KafkaesqueError):
+            code, message, infos = error_code(outcome), str(outcome), ()
+        else:
+            code, message, infos = ErrorCode.none, None, outcome
         results.append(
             build(
                 result_class,
                 user=user,
-                error_code=error_code(outcome) if failed else ErrorCode.none,
-                error_message=str(outcome) if failed else None,
+                error_code=code,
+                error_message=message,
                 credential_infos=tuple(
                     build(info_class, mechanism=c.mechanism.kafka_id, iterations=c.iterations)
                     for c in infos
@@ -103,6 +108,7 @@ async def alter_user_scram_credentials(broker: Broker, request: Request) -> Any:
     for change in (*body.deletions, *body.upsertions):
         changes[change.name].append(change)
     results = []
+    message: str | None
     if not cluster_allowed(broker, request, Operation.ALTER):
         code = ErrorCode.cluster_authorization_failed
         message = "Cluster authorization failed: ALTER on the cluster"
@@ -119,6 +125,7 @@ async def alter_user_scram_credentials(broker: Broker, request: Request) -> Any:
                     "A user credential cannot be altered twice in the same request"
                 )
             planned: list[tuple[Any, Credential | None]] = []
+            credential: Credential | None
             for c in items:
                 mechanism = mechanism_of(c.mechanism)
                 if hasattr(c, "salted_password"):

@@ -5,7 +5,7 @@ ListTransactions. They translate to kafkaesque/txn_store.py ``TransactionCoordin
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -70,7 +70,7 @@ async def init_transactional(broker: Broker, request: Request) -> Any:
     )
 
 
-def _topic_results(schema: type, outcome: dict[tuple[str, int], TxnError]) -> tuple[Any, ...]:
+def _topic_results(schema: type, outcome: Mapping[tuple[str, int], int]) -> tuple[Any, ...]:
     topic_class = schema_class(schema, "AddPartitionsToTxnTopicResult")
     partition_class = schema_class(schema, "AddPartitionsToTxnPartitionResult")
     topics: dict[str, list[Any]] = {}
@@ -119,6 +119,7 @@ async def add_partitions_to_txn(broker: Broker, request: Request) -> Any:
     body = request.body
     schema = request.response_class
     coordinator = broker.transactions
+    outcome: Mapping[tuple[str, int], int]  # a Kafka code per partition
     if request.api_version < FIRST_BATCHED_ADD:
         partitions = _partitions(body.v3_and_below_topics)
         refusal = _add_refusal(broker, request, body.v3_and_below_transactional_id, partitions)
@@ -198,7 +199,7 @@ async def end_txn(broker: Broker, request: Request) -> Any:
     body = request.body
     if not _txn_allowed(broker, request, body.transactional_id, Operation.WRITE):
         return build(request.response_class, throttle_time=NO_THROTTLE, error_code=TXN_DENIED)
-    code = await broker.transactions.end(
+    code: int = await broker.transactions.end(
         body.transactional_id, body.producer_id, body.producer_epoch, body.committed
     )
     code = fenced_code(code, request.api_version, FENCED_SINCE["end"])
