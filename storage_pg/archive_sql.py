@@ -76,6 +76,11 @@ EPOCH = """
 """
 
 
+# A batch kept raw: base offset, first id, record count, the batch, why. Named out here:
+# inside Chunk, ``bytes`` is its field, not the type.
+Rejected = tuple[int, int, int, bytes, str]
+
+
 @dataclass(slots=True)
 class Chunk:
     """What one COPY archived, and the batches it kept raw."""
@@ -83,7 +88,7 @@ class Chunk:
     rows: int = 0
     bytes: int = 0
     max_producer_id: int | None = None
-    rejected: list[tuple[int, int, int, bytes, str]] = field(default_factory=list)
+    rejected: list[Rejected] = field(default_factory=list)
 
 
 async def copy_pages(

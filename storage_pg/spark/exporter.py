@@ -83,8 +83,10 @@ class _Fs:
     URI Spark can write, not only the driver's local disk)."""
 
     def __init__(self, spark: SparkSession, root: str) -> None:
-        self.jvm = spark._jvm  # type: ignore[attr-defined]
-        conf = spark._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
+        jvm = spark._jvm
+        assert jvm is not None  # as pyspark asserts once a session is made
+        self.jvm = jvm
+        conf = spark._jsc.hadoopConfiguration()
         path = self.jvm.org.apache.hadoop.fs.Path(root)
         self.fs = path.getFileSystem(conf)
         self.root = self.fs.makeQualified(path)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from kafkaesque.tables import format_table
 from storage_pg.spark.cut import archive_cut, read_cut
@@ -255,7 +255,13 @@ def write_chart(result: Report, png: str, max_topics: int = 10) -> None:
     try:
         for topic in busiest:
             series = per_topic[topic]
-            ax.plot(hours, [series.get(h, 0) for h in hours], marker="o", markersize=3, label=topic)
+            ax.plot(
+                cast(Any, hours),  # datetimes: matplotlib's date units (its stubs: numbers)
+                [series.get(h, 0) for h in hours],
+                marker="o",
+                markersize=3,
+                label=topic,
+            )
         ax.set_title(f"Records per topic per hour (archive up to id {result.watermark:,})")
         ax.set_xlabel("hour (UTC)")
         ax.set_ylabel("records")

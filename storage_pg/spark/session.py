@@ -93,7 +93,8 @@ def _ensure_driver(spark: SparkSession, jar: str | None = None) -> None:
     context we did not launch ourselves (spark-submit without --jars): spark.jars set on a
     context created inside an already running JVM reaches the executors only, so the jar is
     also added to the driver's class loader."""
-    jvm = spark._jvm  # type: ignore[attr-defined]
+    jvm = spark._jvm
+    assert jvm is not None  # as pyspark asserts once a session is made
     loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
     try:
         loader.loadClass(JDBC_DRIVER)
@@ -109,7 +110,8 @@ def _ensure_driver(spark: SparkSession, jar: str | None = None) -> None:
             f"cannot load the JDBC driver from {jar}: pass --jars {jar} to spark-submit"
         ) from None
     if os.path.basename(jar) not in spark.sparkContext.getConf().get("spark.jars", ""):
-        spark.sparkContext.addJar(jar)
+        # (pyspark's SparkContext has no addJar: the JVM context's)
+        spark.sparkContext._jsc.addJar(jar)
 
 
 @contextlib.contextmanager
