@@ -36,7 +36,7 @@ from kafkaesque.consumer_group_state import (
 from kafkaesque.errors import UnknownTopic
 from kafkaesque.group_offsets import save_group
 from kafkaesque.group_state import Group
-from kafkaesque.group_types import ExpiryTimers
+from kafkaesque.group_types import ExpiryTimers, GroupError
 from kafkaesque.keys import Keys
 
 if TYPE_CHECKING:
@@ -330,9 +330,15 @@ async def make_room_for_classic(redis: Redis, keys: Keys, group_id: str) -> bool
 
 
 async def consumer_commit_error(
-    redis: Redis, keys: Keys, group_id: str, member_id: str, epoch: int
-) -> ConsumerGroupError | None:
+    redis: Redis,
+    keys: Keys,
+    group_id: str,
+    member_id: str,
+    epoch: int,
+    api_version: int | None = None,
+) -> GroupError | None:
     """An OffsetCommit's check when ``group_id`` is a consumer group (the generation id is
-    the member epoch: STALE_MEMBER_EPOCH if it is not the member's); None otherwise."""
+    the member epoch; ``api_version`` None: a TxnOffsetCommit): see
+    ConsumerGroup.commit_error; None when it is not a consumer group."""
     group = await _load(redis, keys, group_id)
-    return None if group is None else group.commit_error(member_id, epoch)
+    return None if group is None else group.commit_error(member_id, epoch, api_version)

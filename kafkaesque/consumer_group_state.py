@@ -26,6 +26,8 @@ import msgpack
 
 from kafkaesque import topic_regex
 from kafkaesque.assignors import ASSIGNORS, DEFAULT_ASSIGNOR, TopicPartition
+from kafkaesque.group_rules import consumer_member_epoch_error
+from kafkaesque.group_types import GroupError
 
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2  # a static member that will come back under its instance id
@@ -410,14 +412,18 @@ class ConsumerGroup:
         return gone
 
     # -- offsets ------------------------------------------------------------------------
-    def commit_error(self, member_id: str, epoch: int) -> ConsumerGroupError:
-        """Whether an OffsetCommit (member epoch as its generation) may store offsets: a
-        standalone commit (epoch < 0, no member) only while the group is empty."""
+    def commit_error(
+        self, member_id: str, epoch: int, api_version: int | None = None
+    ) -> GroupError:
+        """Whether an OffsetCommit (member epoch as its generation; ``api_version`` None:
+        a transactional one) may store offsets: a standalone commit (epoch < 0, no member)
+        only while the group is empty; a member's by the rule of
+        group_rules.consumer_member_epoch_error (v9+, its current epoch)."""
         if epoch < 0 and not member_id and not self.members:
-            return ConsumerGroupError.NONE
+            return GroupError.NONE
         member = self.members.get(member_id)
         if member is None:
-            return ConsumerGroupError.UNKNOWN_MEMBER_ID
-        if epoch != member.epoch:
-            return ConsumerGroupError.STALE_MEMBER_EPOCH
-        return ConsumerGroupError.NONE
+            return GroupError.UNKNOWN_MEMBER_ID
+        return consumer_member_epoch_error(
+            epoch, member.epoch, classic_member=False, commit_version=api_version
+        )

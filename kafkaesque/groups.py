@@ -29,7 +29,6 @@ from kafkaesque.consumer_group import (
     consumer_group_subscriptions,
     make_room_for_classic,
 )
-from kafkaesque.consumer_group_state import ConsumerGroupError
 from kafkaesque.consumer_protocol import decode_assignment as decode_consumer_assignment
 from kafkaesque.errors import GroupBusy
 from kafkaesque.group_config_keys import check_group_configs
@@ -374,7 +373,7 @@ class GroupCoordinator:
         instance_id: str | None,
         offsets: dict[tuple[str, int], tuple[int, str | None, int]],
         api_version: int = FIRST_EPOCH_AWARE_COMMIT,
-    ) -> GroupError | ConsumerGroupError:
+    ) -> GroupError:
         """Store offsets (topic, partition) -> (offset, metadata, leader epoch). A commit with
         generation -1 and no member is a standalone one, allowed while the group is empty;
         ``api_version`` (of OffsetCommit) picks the codes of some refusals."""
@@ -384,9 +383,8 @@ class GroupCoordinator:
             group = await self.load(group_id)
             # KIP-848 hook: a consumer-protocol group checks member epochs instead.
             consumer = await consumer_commit_error(
-                self.redis, self.keys, group_id, member_id, generation
+                self.redis, self.keys, group_id, member_id, generation, api_version
             )
-            error: GroupError | ConsumerGroupError
             error = commit_error(group, member_id, instance_id, generation, api_version)
             error = error if consumer is None else consumer
             if error:

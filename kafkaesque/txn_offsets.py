@@ -14,7 +14,6 @@ from redis.exceptions import LockError
 from redis.typing import EncodableT, FieldT
 
 from kafkaesque.consumer_group import consumer_commit_error
-from kafkaesque.consumer_group_state import ConsumerGroupError
 from kafkaesque.errors import UnknownTopic
 from kafkaesque.group_offsets import (
     CommittedOffset,
@@ -119,7 +118,7 @@ class TxnOffsetStore:
             consumer = await consumer_commit_error(
                 self.redis, self.keys, group_id, member_id, generation
             )
-            if consumer == ConsumerGroupError.STALE_MEMBER_EPOCH:
+            if consumer == GroupError.STALE_MEMBER_EPOCH:
                 return GroupError.ILLEGAL_GENERATION
             if consumer is not None:
                 return int(consumer)

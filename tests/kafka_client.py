@@ -450,6 +450,7 @@ class Connection:
         generation: int,
         member_id: str,
         offsets: dict[tuple[str, int], tuple[int, str | None]],
+        version: int = 3,
     ) -> dict[tuple[str, int], ErrorCode]:
         """Commit (topic, partition) -> (offset, metadata); the error of each partition."""
         by_topic: dict[str, list[dict[str, Any]]] = {}
@@ -460,7 +461,7 @@ class Connection:
         resp = self.request(
             request(
                 8,
-                3,
+                version,
                 group_id=group,
                 generation_id_or_member_epoch=generation,
                 member_id=member_id,

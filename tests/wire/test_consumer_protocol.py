@@ -195,11 +195,14 @@ def test_member_id_rules_fencing_leave_and_offset_commits(broker, topic_name):
         stranger = Member(conn, group, "stranger")
         assert stranger.beat(epoch=3).error_code == ErrorCode.unknown_member_id
 
-        # OffsetCommit: the member epoch is the generation id.
-        def commit(epoch: int, member: str) -> ErrorCode:
-            (code,) = conn.offset_commit(group, epoch, member, {(topic, 0): (5, None)}).values()
+        # OffsetCommit: the member epoch is the generation id, from v9 on (as Kafka, a
+        # member of a consumer group committing with an older version is refused).
+        def commit(epoch: int, member: str, version: int = 9) -> ErrorCode:
+            offsets = {(topic, 0): (5, None)}
+            (code,) = conn.offset_commit(group, epoch, member, offsets, version).values()
             return code
 
+        assert commit(old.epoch, old.member_id, version=8) == ErrorCode.unsupported_version
         assert commit(old.epoch - 1, old.member_id) == ErrorCode.stale_member_epoch
         assert commit(old.epoch, "nobody") == ErrorCode.unknown_member_id
         assert commit(-1, "") == ErrorCode.unknown_member_id  # standalone: not with members
