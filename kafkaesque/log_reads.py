@@ -160,7 +160,7 @@ class ReadsLog:
         return [None if a[0] < 0 else (a[1], a[2], a[3], a[4]) for a in answers]
 
     async def _read_many(
-        self, metas: list[str], head: list[object], per: Sequence[tuple[int, int]]
+        self, metas: list[str], head: Sequence[object], per: Sequence[tuple[int, int]]
     ) -> list[Any]:
         """read_many.lua's answers, in the order of ``metas``: one call on a single Redis;
         on a cluster one per slot (its KEYS must share one), run concurrently."""
@@ -209,8 +209,10 @@ class ReadsLog:
             earliest = await self._earliest(topic, partition, start)
             return ReadResult([], earliest, end, epoch, below_start=True, last_stable=lso)
         # Tiered storage: offsets Redis no longer holds are read from the archive.
+        cold = self.cold
+        assert cold is not None  # else _from_redis answered
         earliest = await self._earliest(topic, partition, start)
-        batches = await self.cold.read(topic, partition, offset, max_bytes)
+        batches = await cold.read(topic, partition, offset, max_bytes)
         # Archived batches only from below Redis' start: from there on Redis holds the
         # offsets (the archive may lack some that Redis still has: a DeleteRecords that
         # deleted from the archive but did not reach Redis yet).
@@ -225,7 +227,7 @@ class ReadsLog:
         # the archive has reached it. Where it has not, while archiving is on (no page
         # leaves Redis unarchived then), the records are in neither store right now: say
         # so, retriably, rather than skip a reader past records that may still come.
-        if start > await self.cold.archived_through(topic, partition):
+        if start > await cold.archived_through(topic, partition):
             meta = self.keys.partition(topic, partition).meta
             if await self.redis.hget(meta, "archiving"):
                 raise StorageUnavailable(

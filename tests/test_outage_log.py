@@ -47,4 +47,4 @@ def test_a_one_off_break_is_no_outage_but_a_recurring_one_is(
     assert lines(caplog) == []
     outage.failed(RESET)
     outage.failed(RESET)
-    assert len(lines(caplog)) == 1 and "Connection reset" in lines(caplog)[0]
+    assert len(lines(caplog)) == 1 and "127.0.0.1:6379 (connection reset)" in lines(caplog)[0]

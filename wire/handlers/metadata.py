@@ -105,7 +105,7 @@ async def partition_leaders(
     the node is None while the leader that left is being replaced (its winner takes the
     partition over at once), or the partition is still being created."""
     leadership = broker.leadership
-    found = []
+    found: list[tuple[int | None, int]] = []
     seen = await broker.log.leaders([(config.name, p) for p in partitions])
     for p, entry in zip(partitions, seen, strict=True):
         if entry is None:  # being created (a cluster's steps) or deleted meanwhile
