@@ -43,6 +43,19 @@ def test_metrics_bind_to_loopback_unless_a_host_is_given() -> None:
         (["--advertised-listener", "SSL://h:1"], "no --listen for SSL"),
         (["--sasl-enabled-mechanisms", "GSSAPI"], "expected some of PLAIN"),
         (["--config", "connections.max.reauth.ms=-1"], "connections.max.reauth.ms: below 0"),
+        (  # an option and a --config for one setting that disagree: which was meant?
+            ["--min-insync-replicas", "2", "--config", "min.insync.replicas=3"],
+            "--min-insync-replicas 2 and --config min.insync.replicas=3 disagree",
+        ),
+        (
+            [
+                "--config",
+                "group.min.session.timeout.ms=7000",
+                "--group-min-session-timeout-ms",
+                "6000",
+            ],
+            "--group-min-session-timeout-ms 6000 and --config group.min.session.timeout.ms=7000",
+        ),
         (
             ["--listen", "SSL://127.0.0.1:0", "--tls-cert", "/nonexistent.pem", "--tls-key", "/x"],
             "No such file or directory",

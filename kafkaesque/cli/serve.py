@@ -6,14 +6,19 @@ import asyncio
 import contextlib
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+from click.core import ParameterSource
 
 from kafkaesque.cli.base import Context, key_values, main, one_line_errors, pass_context
 from kafkaesque.connect import DEFAULT_MAX_CONNECTIONS, HotTierCluster, SentinelHotTier
 from kafkaesque.embedded import serving
 from kafkaesque.errors import KafkaesqueError
 from kafkaesque.topic_config import MAX_PARTITIONS
+
+if TYPE_CHECKING:
+    from wire.broker import BrokerConfig
 
 # wire.protocol.MAX_REQUEST_SIZE, Kafka's socket.request.max.bytes; not imported from there,
 # as importing wire (kio) would cost every CLI command 0.2 s.
@@ -234,7 +239,8 @@ def listeners_option(
     callback=key_values,
     help="A Kafka broker config (repeatable): broker settings (num.partitions, "
     "group.min.session.timeout.ms, ...) and every topic's defaults (log.retention.ms, "
-    "log.cleanup.policy, ...). Overrides the matching option.",
+    "log.cleanup.policy, ...). One that disagrees with an option given for the same "
+    "setting is refused.",
 )
 @click.option(
     "--archive/--no-archive",
@@ -396,6 +402,7 @@ def serve(
         config.apply(settings)
     except KafkaesqueError as exc:
         raise click.BadParameter(str(exc), param_hint="'--config'") from None
+    _refuse_disagreements(settings, config)
 
     async def serve_log() -> None:
         log = ctx.log(archive=False, max_connections=redis_max_connections)
@@ -433,3 +440,30 @@ def serve(
         ctx.url()  # the embedded redis-server first: its errors are the likelier ones
         dsn = ctx.required_archive_dsn() if archive else None
         asyncio.run(serve_log())
+
+
+def _refuse_disagreements(settings: dict[str, str], config: BrokerConfig) -> None:
+    """A --config and an option given for the same setting that disagree: a usage error
+    (which one was meant?), not one silently overriding the other."""
+    from wire.broker import BROKER_SETTINGS
+
+    click_context = click.get_current_context()
+    for name, text in settings.items():
+        if name not in BROKER_SETTINGS:
+            continue
+        attribute = BROKER_SETTINGS[name][0]
+        # BrokerConfig's attribute names its option: groups.x is --group-x.
+        param = attribute.replace("groups.", "group_")
+        source = click_context.get_parameter_source(param)
+        if source not in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT):
+            continue
+        given = click_context.params[param]
+        target: object = config
+        field = attribute
+        if field.startswith("groups."):
+            target, field = config.groups, field.removeprefix("groups.")
+        if getattr(target, field) != given:
+            option = "--" + param.replace("_", "-")
+            raise click.UsageError(
+                f"{option} {given} and --config {name}={text} disagree: give one of them"
+            )
