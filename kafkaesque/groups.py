@@ -20,7 +20,7 @@ from typing import Any, NamedTuple, cast
 
 from redis.asyncio import Redis
 from redis.asyncio.lock import Lock
-from redis.exceptions import LockNotOwnedError
+from redis.exceptions import LockError, LockNotOwnedError
 from redis.typing import EncodableT, FieldT
 
 from kafkaesque.clock import now_ms as _now_ms
@@ -30,7 +30,7 @@ from kafkaesque.consumer_group import (
     make_room_for_classic,
 )
 from kafkaesque.consumer_protocol import decode_assignment as decode_consumer_assignment
-from kafkaesque.errors import GroupBusy
+from kafkaesque.errors import GroupBusy, HotTierUnavailable
 from kafkaesque.group_config_keys import check_group_configs
 from kafkaesque.group_offsets import (
     CommittedOffset,
@@ -535,3 +535,16 @@ class _GroupLock(Lock):
             await super().do_release(expected_token)
         except LockNotOwnedError:
             pass
+
+    async def __aenter__(self) -> _GroupLock:
+        """The lock, or HotTierUnavailable when it stays taken past the blocking timeout:
+        its holder stalled (a paused Redis primary answers it late), so the client should
+        retry (COORDINATOR_NOT_AVAILABLE), not meet an internal error."""
+        try:
+            await super().__aenter__()
+        except LockError:
+            raise HotTierUnavailable(
+                f"the group's lock ({self.name!r}) stayed taken for "
+                f"{self.blocking_timeout} s; retry"
+            ) from None
+        return self

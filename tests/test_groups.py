@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from kafkaesque.errors import GroupBusy
+from kafkaesque.errors import GroupBusy, HotTierUnavailable
 from kafkaesque.group_state import GroupState, JoinRequest
 from kafkaesque.groups import (
     CoordinatorConfig,
@@ -316,3 +316,24 @@ def test_offsets_expire_after_the_retention(make_log) -> None:
         await c.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_lock_that_stays_taken_is_retriable(coordinator) -> None:
+    """A group's lock held past the blocking timeout (its holder stalled on a paused
+    primary): HotTierUnavailable, which clients retry, not an internal error."""
+
+    async def run() -> None:
+        c = coordinator()
+        held = c._lock("g")
+        await held.acquire()
+        waiting = c._lock("g")
+        waiting.blocking_timeout = 0.1
+        with pytest.raises(HotTierUnavailable, match="stayed taken"):
+            async with waiting:
+                pass
+        await held.release()
+        async with c._lock("g"):  # free again
+            pass
+        await c.stop()
+
+    asyncio.run(run())
