@@ -27,7 +27,7 @@ from redis.asyncio import Redis
 from redis.exceptions import LockError
 
 from kafkaesque.clock import now_ms as _now_ms
-from kafkaesque.errors import KafkaesqueError, UnknownTopic
+from kafkaesque.errors import InvalidProducerEpoch, KafkaesqueError, UnknownTopic
 from kafkaesque.groups import GroupCoordinator
 from kafkaesque.log import Log
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
@@ -150,12 +150,23 @@ class TransactionCoordinator(TxnOffsetStore):
                 commit,
                 transaction=txn.serial,
             )
-            # A deleted topic's markers are dropped, as Kafka's marker channel does.
+            # Dropped, as Kafka's marker channel does: a deleted topic's markers, and those
+            # a partition refuses because the producer has a newer epoch there (it moved
+            # on; its newer epoch's markers end what it has open there).
             failed = {
                 tp: e
                 for tp, e in results.items()
-                if e is not None and not isinstance(e, UnknownTopic)
+                if e is not None and not isinstance(e, UnknownTopic | InvalidProducerEpoch)
             }
+            for (topic, partition), e in sorted(results.items()):
+                if isinstance(e, InvalidProducerEpoch):
+                    log.info(
+                        "transaction %r: %s-%d refused its marker (%s): dropped",
+                        txn.transactional_id,
+                        topic,
+                        partition,
+                        e,
+                    )
             if failed:
                 log.warning(
                     "transaction %r: markers not written, will retry: %s",

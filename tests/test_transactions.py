@@ -10,7 +10,12 @@ from collections.abc import Callable, Iterable
 import pytest
 
 from kafkaesque.batch_build import build_batch
-from kafkaesque.errors import HotTierUnavailable, KafkaesqueError, TransactionNotOpen
+from kafkaesque.errors import (
+    HotTierUnavailable,
+    InvalidProducerEpoch,
+    KafkaesqueError,
+    TransactionNotOpen,
+)
 from kafkaesque.groups import GroupCoordinator
 from kafkaesque.log import Log
 from kafkaesque.partitions import Partitions
@@ -71,6 +76,8 @@ class Markers:
     def __init__(self) -> None:
         self.calls: list[tuple[list[tuple[str, int]], int, int, bool]] = []
         self.fail = False
+        # Partitions whose producer has a newer epoch than the markers'.
+        self.newer: set[tuple[str, int]] = set()
 
     async def write_markers(
         self,
@@ -84,7 +91,8 @@ class Markers:
         wanted = list(partitions)
         self.calls.append((wanted, producer_id, producer_epoch, commit))
         error = HotTierUnavailable("down") if self.fail else None
-        return dict.fromkeys(wanted, error)
+        newer = InvalidProducerEpoch("marker epoch older than the producer epoch")
+        return {tp: newer if tp in self.newer else error for tp in wanted}
 
 
 def run(scenario: Callable) -> Callable:
@@ -181,6 +189,22 @@ async def test_prepared_commit_rolls_forward(setup) -> None:
     assert (await c.load("t")).state == TxnState.COMPLETE_COMMIT
     assert markers.calls[-1] == ([("a", 1)], pid, 0, True)
     assert (await c.groups.offsets.read("g"))[("a", 1)].offset == 9
+
+
+@run
+async def test_a_partition_past_the_markers_epoch_does_not_hold_the_transaction(setup) -> None:
+    """A partition whose producer already has a newer epoch refuses the markers (as
+    Kafka's does): the producer moved on there, so the transaction completes instead of
+    retrying for ever (seen after a failover: InitProducerId answered
+    CONCURRENT_TRANSACTIONS until the client gave up)."""
+    c, markers = await setup()
+    init = await c.init_producer("t", 60_000)
+    pid = init.producer_id
+    await c.add_partitions("t", pid, 0, [("a", 0), ("a", 1)])
+    markers.newer = {("a", 1)}
+    assert await c.end("t", pid, 0, False) == TxnError.NONE
+    assert (await c.load("t")).state == TxnState.COMPLETE_ABORT
+    assert (await c.init_producer("t", 60_000)).error == TxnError.NONE
 
 
 @run
