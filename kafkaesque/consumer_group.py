@@ -27,7 +27,6 @@ from kafkaesque.consumer_group_state import (
     STATIC_LEAVE_EPOCH,
     ConsumerGroup,
     ConsumerGroupConfig,
-    ConsumerGroupError,
     Heartbeat,
     HeartbeatRefused,
     HeartbeatResult,
@@ -63,7 +62,7 @@ def validate(hb: Heartbeat, version: int) -> None:
     """Kafka's request checks, before the group is looked at."""
 
     def invalid(message: str) -> HeartbeatRefused:
-        return HeartbeatRefused(ConsumerGroupError.INVALID_REQUEST, message)
+        return HeartbeatRefused(GroupError.INVALID_REQUEST, message)
 
     if not hb.member_id and (version >= 1 or hb.epoch != 0):
         raise invalid("MemberId can't be empty.")
@@ -83,9 +82,7 @@ def validate(hb: Heartbeat, version: int) -> None:
         if hb.owned:
             raise invalid("TopicPartitions must be empty when (re-)joining.")
     if hb.assignor is not None and hb.assignor not in ASSIGNORS:
-        raise HeartbeatRefused(
-            ConsumerGroupError.UNSUPPORTED_ASSIGNOR, f"unknown assignor {hb.assignor!r}"
-        )
+        raise HeartbeatRefused(GroupError.UNSUPPORTED_ASSIGNOR, f"unknown assignor {hb.assignor!r}")
     if hb.regex:
         check_regex(hb.regex)
 
@@ -95,7 +92,7 @@ def check_regex(regex: str) -> None:
     why = topic_regex.problem(regex)
     if why is not None:
         raise HeartbeatRefused(
-            ConsumerGroupError.INVALID_REGULAR_EXPRESSION, f"invalid regex {regex!r}: {why}"
+            GroupError.INVALID_REGULAR_EXPRESSION, f"invalid regex {regex!r}: {why}"
         )
 
 
@@ -133,7 +130,7 @@ class ConsumerGroupCoordinator:
     async def heartbeat(self, group_id: str, hb: Heartbeat, version: int) -> HeartbeatResult:
         """One ConsumerGroupHeartbeat; raises HeartbeatRefused with the error to answer."""
         if not group_id:
-            raise HeartbeatRefused(ConsumerGroupError.INVALID_REQUEST, "GroupId can't be empty.")
+            raise HeartbeatRefused(GroupError.INVALID_REQUEST, "GroupId can't be empty.")
         validate(hb, version)
         if not hb.member_id:  # v0: the coordinator names new members
             hb = dataclasses.replace(hb, member_id=new_member_id())
@@ -144,7 +141,7 @@ class ConsumerGroupCoordinator:
             if group is None:
                 if hb.epoch != 0:
                     raise HeartbeatRefused(
-                        ConsumerGroupError.GROUP_ID_NOT_FOUND, f"group {group_id} not found"
+                        GroupError.GROUP_ID_NOT_FOUND, f"group {group_id} not found"
                     )
                 await self._take_over_classic(group_id)
                 group = ConsumerGroup(group_id)
@@ -178,7 +175,7 @@ class ConsumerGroupCoordinator:
             return
         if Group.unpack(raw).members:
             raise HeartbeatRefused(
-                ConsumerGroupError.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
+                GroupError.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
             )
         await self.redis.delete(self.keys.group(group_id), self.keys.group(group_id, ":heartbeats"))
         await self.redis.srem(self.keys.groups_active, group_id)
@@ -285,7 +282,7 @@ class ConsumerGroupCoordinator:
             if raw is not None
         }
 
-    async def delete(self, group_id: str) -> ConsumerGroupError | None:
+    async def delete(self, group_id: str) -> GroupError | None:
         """DeleteGroups of a consumer group (None: it is none): refused with members."""
         async with _lock(self.redis, self.keys, group_id):
             # Members whose session ended are gone by now, as Kafka's timers remove them.
@@ -293,14 +290,14 @@ class ConsumerGroupCoordinator:
             if group is None:
                 return None
             if group.members:
-                return ConsumerGroupError.NON_EMPTY_GROUP
+                return GroupError.NON_EMPTY_GROUP
             await self.redis.delete(
                 self.keys.group(group_id, ":consumer"),
                 self.keys.group(group_id, ":offsets"),
                 self.keys.group_txn_offsets(group_id),  # a later commit brings none back
             )
             await self.redis.srem(self.keys.groups, group_id)
-        return ConsumerGroupError.NONE
+        return GroupError.NONE
 
 
 # -- hooks of the classic coordinator (kafkaesque/groups.py), called under the group's lock --

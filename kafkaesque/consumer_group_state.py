@@ -20,7 +20,7 @@ import base64
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import IntEnum, StrEnum
+from enum import StrEnum
 
 import msgpack
 
@@ -33,25 +33,10 @@ LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2  # a static member that will come back under its instance id
 
 
-class ConsumerGroupError(IntEnum):
-    """The Kafka error codes of the consumer group protocol."""
-
-    NONE = 0
-    INVALID_REQUEST = 42
-    UNKNOWN_MEMBER_ID = 25
-    NON_EMPTY_GROUP = 68
-    GROUP_ID_NOT_FOUND = 69
-    FENCED_MEMBER_EPOCH = 110
-    UNRELEASED_INSTANCE_ID = 111
-    UNSUPPORTED_ASSIGNOR = 112
-    STALE_MEMBER_EPOCH = 113
-    INVALID_REGULAR_EXPRESSION = 128
-
-
 class HeartbeatRefused(Exception):
     """A heartbeat's error: its code and the message the response carries."""
 
-    def __init__(self, code: ConsumerGroupError, message: str) -> None:
+    def __init__(self, code: GroupError, message: str) -> None:
         super().__init__(message)
         self.code = code
 
@@ -235,9 +220,7 @@ class ConsumerGroup:
         if hb.epoch == 0:
             member = self._join(hb, member, owner)
         elif member is None:
-            raise HeartbeatRefused(
-                ConsumerGroupError.UNKNOWN_MEMBER_ID, f"{hb.member_id} is not a member"
-            )
+            raise HeartbeatRefused(GroupError.UNKNOWN_MEMBER_ID, f"{hb.member_id} is not a member")
         elif hb.epoch != member.epoch and not (
             hb.epoch == member.previous_epoch
             and (owned := self.resolve(hb.owned)) is not None
@@ -245,7 +228,7 @@ class ConsumerGroup:
         ):
             # An older epoch is fine only from a member that missed our last answer.
             raise HeartbeatRefused(
-                ConsumerGroupError.FENCED_MEMBER_EPOCH,
+                GroupError.FENCED_MEMBER_EPOCH,
                 f"epoch {hb.epoch} is not the member's epoch {member.epoch}",
             )
         if hb.rebalance_timeout_ms != -1:
@@ -273,7 +256,7 @@ class ConsumerGroup:
         if owner is not None and owner.member_id != hb.member_id:
             if owner.epoch != STATIC_LEAVE_EPOCH:
                 raise HeartbeatRefused(
-                    ConsumerGroupError.UNRELEASED_INSTANCE_ID,
+                    GroupError.UNRELEASED_INSTANCE_ID,
                     f"instance {hb.instance_id} is still used by member {owner.member_id}",
                 )
             # A static member back under a new id takes its old place: same target, same
@@ -302,7 +285,7 @@ class ConsumerGroup:
         partitions stay its own until it comes back or its session expires)."""
         member = self.members.get(member_id)
         if member is None:
-            raise HeartbeatRefused(ConsumerGroupError.UNKNOWN_MEMBER_ID, f"{member_id} unknown")
+            raise HeartbeatRefused(GroupError.UNKNOWN_MEMBER_ID, f"{member_id} unknown")
         if epoch == STATIC_LEAVE_EPOCH and member.instance_id is not None:
             member.previous_epoch, member.epoch = member.epoch, STATIC_LEAVE_EPOCH
         else:

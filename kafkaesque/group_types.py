@@ -33,7 +33,8 @@ class GroupState(StrEnum):
 
 
 class GroupError(IntEnum):
-    """The Kafka error codes the coordinator answers with."""
+    """The Kafka error codes the group coordinators (classic and consumer protocol)
+    answer with."""
 
     NONE = 0
     OFFSET_METADATA_TOO_LARGE = 12
@@ -45,13 +46,18 @@ class GroupError(IntEnum):
     INVALID_SESSION_TIMEOUT = 26
     REBALANCE_IN_PROGRESS = 27
     UNSUPPORTED_VERSION = 35
+    INVALID_REQUEST = 42
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
     MEMBER_ID_REQUIRED = 79
     GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
     GROUP_SUBSCRIBED_TO_TOPIC = 86
+    FENCED_MEMBER_EPOCH = 110
+    UNRELEASED_INSTANCE_ID = 111
+    UNSUPPORTED_ASSIGNOR = 112
     STALE_MEMBER_EPOCH = 113
+    INVALID_REGULAR_EXPRESSION = 128
 
 
 @dataclass(slots=True)

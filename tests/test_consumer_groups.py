@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from kio.schema.describe_groups.v4.response import DescribedGroup, DescribedGroupMember
 
 from kafkaesque.consumer_group import ConsumerGroupCoordinator
-from kafkaesque.consumer_group_state import ConsumerGroupError, Heartbeat
+from kafkaesque.consumer_group_state import Heartbeat
 from kafkaesque.group_state import GroupError, JoinRequest
 from kafkaesque.groups import CoordinatorConfig, GroupCoordinator
 from kafkaesque.log import Log
@@ -53,14 +53,14 @@ def test_classic_views_delete_and_hooks(make_log: Callable[[], Log]) -> None:
         # The classic coordinator: member epochs for commits, no classic members.
         assert await classic.commit("cg", joined.epoch, "m", None, {("t", 0): (4, "", -1)}) == 0
         stale = await classic.commit("cg", joined.epoch + 1, "m", None, {("t", 0): (5, "", -1)})
-        assert stale == ConsumerGroupError.STALE_MEMBER_EPOCH
+        assert stale == GroupError.STALE_MEMBER_EPOCH
         request = JoinRequest("", None, "c", "/h", 10_000, 10_000, "consumer", [("r", b"")], False)
         refused = await classic.join("cg", request)
         assert refused.error == GroupError.INCONSISTENT_GROUP_PROTOCOL
 
-        assert await consumer.delete("cg") == ConsumerGroupError.NON_EMPTY_GROUP
+        assert await consumer.delete("cg") == GroupError.NON_EMPTY_GROUP
         await consumer.heartbeat("cg", Heartbeat("m", -1), 1)
-        assert await consumer.delete("cg") == ConsumerGroupError.NONE
+        assert await consumer.delete("cg") == GroupError.NONE
         assert await consumer.delete("cg") is None  # no longer a consumer group
         assert "cg" not in await classic.list_groups()
         assert await classic.committed("cg") == {}
@@ -248,7 +248,7 @@ def test_deleted_consumer_group_gets_no_offsets_from_a_later_commit(
         pid, epoch = await pending(txns, "tx", "cg")
         await consumer.heartbeat("cg", Heartbeat("m", -1), 1)  # leaves: empty
         assert await classic.delete("cg") == GroupError.GROUP_ID_NOT_FOUND  # the handler's order
-        assert await consumer.delete("cg") == ConsumerGroupError.NONE
+        assert await consumer.delete("cg") == GroupError.NONE
         assert await classic.committed("cg") == {}
         assert await txns.end("tx", pid, epoch, True) == TxnError.NONE
         left = await classic.committed("cg")

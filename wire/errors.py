@@ -5,7 +5,6 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from kafkaesque import errors as core
-from kafkaesque.consumer_group_state import ConsumerGroupError
 from kafkaesque.group_state import GroupError
 from kafkaesque.transactions import TxnError
 
@@ -76,12 +75,12 @@ ERROR_CODES: dict[type[core.KafkaesqueError], ErrorCode] = {
 
 
 def error_code(
-    error: BaseException | GroupError | ConsumerGroupError | TxnError | int | None,
+    error: BaseException | GroupError | TxnError | int | None,
 ) -> ErrorCode:
     """The Kafka error code for a core exception (or a group outcome, or none)."""
     if error is None:
         return ErrorCode.none
-    if isinstance(error, (GroupError, ConsumerGroupError, TxnError, int)):
+    if isinstance(error, (GroupError, TxnError, int)):
         # the group and transaction state machines speak Kafka's codes
         return ErrorCode(int(error))
     for cls in type(error).__mro__:
