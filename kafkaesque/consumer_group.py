@@ -32,10 +32,10 @@ from kafkaesque.consumer_group_state import (
     HeartbeatResult,
     new_member_id,
 )
-from kafkaesque.errors import UnknownTopic
+from kafkaesque.errors import Code, UnknownTopic
 from kafkaesque.group_offsets import save_group
 from kafkaesque.group_state import Group
-from kafkaesque.group_types import ExpiryTimers, GroupError
+from kafkaesque.group_types import ExpiryTimers
 from kafkaesque.keys import Keys
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ def validate(hb: Heartbeat, version: int) -> None:
     """Kafka's request checks, before the group is looked at."""
 
     def invalid(message: str) -> HeartbeatRefused:
-        return HeartbeatRefused(GroupError.INVALID_REQUEST, message)
+        return HeartbeatRefused(Code.INVALID_REQUEST, message)
 
     if not hb.member_id and (version >= 1 or hb.epoch != 0):
         raise invalid("MemberId can't be empty.")
@@ -82,7 +82,7 @@ def validate(hb: Heartbeat, version: int) -> None:
         if hb.owned:
             raise invalid("TopicPartitions must be empty when (re-)joining.")
     if hb.assignor is not None and hb.assignor not in ASSIGNORS:
-        raise HeartbeatRefused(GroupError.UNSUPPORTED_ASSIGNOR, f"unknown assignor {hb.assignor!r}")
+        raise HeartbeatRefused(Code.UNSUPPORTED_ASSIGNOR, f"unknown assignor {hb.assignor!r}")
     if hb.regex:
         check_regex(hb.regex)
 
@@ -91,9 +91,7 @@ def check_regex(regex: str) -> None:
     """INVALID_REGULAR_EXPRESSION for a regex RE2/J refuses or we could not match safely."""
     why = topic_regex.problem(regex)
     if why is not None:
-        raise HeartbeatRefused(
-            GroupError.INVALID_REGULAR_EXPRESSION, f"invalid regex {regex!r}: {why}"
-        )
+        raise HeartbeatRefused(Code.INVALID_REGULAR_EXPRESSION, f"invalid regex {regex!r}: {why}")
 
 
 class ConsumerGroupCoordinator:
@@ -130,7 +128,7 @@ class ConsumerGroupCoordinator:
     async def heartbeat(self, group_id: str, hb: Heartbeat, version: int) -> HeartbeatResult:
         """One ConsumerGroupHeartbeat; raises HeartbeatRefused with the error to answer."""
         if not group_id:
-            raise HeartbeatRefused(GroupError.INVALID_REQUEST, "GroupId can't be empty.")
+            raise HeartbeatRefused(Code.INVALID_REQUEST, "GroupId can't be empty.")
         validate(hb, version)
         if not hb.member_id:  # v0: the coordinator names new members
             hb = dataclasses.replace(hb, member_id=new_member_id())
@@ -140,9 +138,7 @@ class ConsumerGroupCoordinator:
             now = _now_ms()
             if group is None:
                 if hb.epoch != 0:
-                    raise HeartbeatRefused(
-                        GroupError.GROUP_ID_NOT_FOUND, f"group {group_id} not found"
-                    )
+                    raise HeartbeatRefused(Code.GROUP_ID_NOT_FOUND, f"group {group_id} not found")
                 await self._take_over_classic(group_id)
                 group = ConsumerGroup(group_id)
             before = group.pack()
@@ -175,7 +171,7 @@ class ConsumerGroupCoordinator:
             return
         if Group.unpack(raw).members:
             raise HeartbeatRefused(
-                GroupError.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
+                Code.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
             )
         await self.redis.delete(self.keys.group(group_id), self.keys.group(group_id, ":heartbeats"))
         await self.redis.srem(self.keys.groups_active, group_id)
@@ -282,7 +278,7 @@ class ConsumerGroupCoordinator:
             if raw is not None
         }
 
-    async def delete(self, group_id: str) -> GroupError | None:
+    async def delete(self, group_id: str) -> Code | None:
         """DeleteGroups of a consumer group (None: it is none): refused with members."""
         async with _lock(self.redis, self.keys, group_id):
             # Members whose session ended are gone by now, as Kafka's timers remove them.
@@ -290,14 +286,14 @@ class ConsumerGroupCoordinator:
             if group is None:
                 return None
             if group.members:
-                return GroupError.NON_EMPTY_GROUP
+                return Code.NON_EMPTY_GROUP
             await self.redis.delete(
                 self.keys.group(group_id, ":consumer"),
                 self.keys.group(group_id, ":offsets"),
                 self.keys.group_txn_offsets(group_id),  # a later commit brings none back
             )
             await self.redis.srem(self.keys.groups, group_id)
-        return GroupError.NONE
+        return Code.NONE
 
 
 # -- hooks of the classic coordinator (kafkaesque/groups.py), called under the group's lock --
@@ -333,7 +329,7 @@ async def consumer_commit_error(
     member_id: str,
     epoch: int,
     api_version: int | None = None,
-) -> GroupError | None:
+) -> Code | None:
     """An OffsetCommit's check when ``group_id`` is a consumer group (the generation id is
     the member epoch; ``api_version`` None: a TxnOffsetCommit): see
     ConsumerGroup.commit_error; None when it is not a consumer group."""

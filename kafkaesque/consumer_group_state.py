@@ -26,8 +26,8 @@ import msgpack
 
 from kafkaesque import topic_regex
 from kafkaesque.assignors import ASSIGNORS, DEFAULT_ASSIGNOR, TopicPartition
+from kafkaesque.errors import Code
 from kafkaesque.group_rules import consumer_member_epoch_error
-from kafkaesque.group_types import GroupError
 
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2  # a static member that will come back under its instance id
@@ -36,7 +36,7 @@ STATIC_LEAVE_EPOCH = -2  # a static member that will come back under its instanc
 class HeartbeatRefused(Exception):
     """A heartbeat's error: its code and the message the response carries."""
 
-    def __init__(self, code: GroupError, message: str) -> None:
+    def __init__(self, code: Code, message: str) -> None:
         super().__init__(message)
         self.code = code
 
@@ -220,7 +220,7 @@ class ConsumerGroup:
         if hb.epoch == 0:
             member = self._join(hb, member, owner)
         elif member is None:
-            raise HeartbeatRefused(GroupError.UNKNOWN_MEMBER_ID, f"{hb.member_id} is not a member")
+            raise HeartbeatRefused(Code.UNKNOWN_MEMBER_ID, f"{hb.member_id} is not a member")
         elif hb.epoch != member.epoch and not (
             hb.epoch == member.previous_epoch
             and (owned := self.resolve(hb.owned)) is not None
@@ -228,7 +228,7 @@ class ConsumerGroup:
         ):
             # An older epoch is fine only from a member that missed our last answer.
             raise HeartbeatRefused(
-                GroupError.FENCED_MEMBER_EPOCH,
+                Code.FENCED_MEMBER_EPOCH,
                 f"epoch {hb.epoch} is not the member's epoch {member.epoch}",
             )
         if hb.rebalance_timeout_ms != -1:
@@ -256,7 +256,7 @@ class ConsumerGroup:
         if owner is not None and owner.member_id != hb.member_id:
             if owner.epoch != STATIC_LEAVE_EPOCH:
                 raise HeartbeatRefused(
-                    GroupError.UNRELEASED_INSTANCE_ID,
+                    Code.UNRELEASED_INSTANCE_ID,
                     f"instance {hb.instance_id} is still used by member {owner.member_id}",
                 )
             # A static member back under a new id takes its old place: same target, same
@@ -285,7 +285,7 @@ class ConsumerGroup:
         partitions stay its own until it comes back or its session expires)."""
         member = self.members.get(member_id)
         if member is None:
-            raise HeartbeatRefused(GroupError.UNKNOWN_MEMBER_ID, f"{member_id} unknown")
+            raise HeartbeatRefused(Code.UNKNOWN_MEMBER_ID, f"{member_id} unknown")
         if epoch == STATIC_LEAVE_EPOCH and member.instance_id is not None:
             member.previous_epoch, member.epoch = member.epoch, STATIC_LEAVE_EPOCH
         else:
@@ -395,18 +395,16 @@ class ConsumerGroup:
         return gone
 
     # -- offsets ------------------------------------------------------------------------
-    def commit_error(
-        self, member_id: str, epoch: int, api_version: int | None = None
-    ) -> GroupError:
+    def commit_error(self, member_id: str, epoch: int, api_version: int | None = None) -> Code:
         """Whether an OffsetCommit (member epoch as its generation; ``api_version`` None:
         a transactional one) may store offsets: a standalone commit (epoch < 0, no member)
         only while the group is empty; a member's by the rule of
         group_rules.consumer_member_epoch_error (v9+, its current epoch)."""
         if epoch < 0 and not member_id and not self.members:
-            return GroupError.NONE
+            return Code.NONE
         member = self.members.get(member_id)
         if member is None:
-            return GroupError.UNKNOWN_MEMBER_ID
+            return Code.UNKNOWN_MEMBER_ID
         return consumer_member_epoch_error(
             epoch, member.epoch, classic_member=False, commit_version=api_version
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from enum import IntEnum
 
 from redis.exceptions import (
     AuthenticationError,
@@ -21,6 +22,44 @@ from redis.exceptions import (
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+
+class Code(IntEnum):
+    """The Kafka error codes the coordinators (groups, transactions) answer per item, where
+    a result is an outcome rather than a failure to raise; ``wire/errors.py`` turns them
+    and the exceptions below into the response's code."""
+
+    NONE = 0
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    OFFSET_METADATA_TOO_LARGE = 12
+    COORDINATOR_NOT_AVAILABLE = 15
+    ILLEGAL_GENERATION = 22
+    INCONSISTENT_GROUP_PROTOCOL = 23
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26
+    REBALANCE_IN_PROGRESS = 27
+    UNSUPPORTED_VERSION = 35
+    INVALID_REQUEST = 42
+    INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
+    CONCURRENT_TRANSACTIONS = 51
+    OPERATION_NOT_ATTEMPTED = 55
+    NON_EMPTY_GROUP = 68
+    GROUP_ID_NOT_FOUND = 69
+    MEMBER_ID_REQUIRED = 79
+    GROUP_MAX_SIZE_REACHED = 81
+    FENCED_INSTANCE_ID = 82
+    GROUP_SUBSCRIBED_TO_TOPIC = 86
+    PRODUCER_FENCED = 90
+    TRANSACTIONAL_ID_NOT_FOUND = 105
+    FENCED_MEMBER_EPOCH = 110
+    UNRELEASED_INSTANCE_ID = 111
+    UNSUPPORTED_ASSIGNOR = 112
+    STALE_MEMBER_EPOCH = 113
+    INVALID_REGULAR_EXPRESSION = 128
 
 
 class KafkaesqueError(Exception):

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kafkaesque.consumer_protocol import decode_subscription
-from kafkaesque.group_types import GroupError, GroupState
+from kafkaesque.errors import Code
+from kafkaesque.group_types import GroupState
 
 if TYPE_CHECKING:
     from kafkaesque.group_state import Group
@@ -19,29 +20,29 @@ CONSUMER_PROTOCOL = "consumer"  # the protocol type of Kafka consumers' groups
 FIRST_EPOCH_AWARE_COMMIT = 9  # OffsetCommit v9: GROUP_ID_NOT_FOUND, STALE_MEMBER_EPOCH
 
 
-def member_error(group: Group, member_id: str, instance_id: str | None) -> GroupError:
+def member_error(group: Group, member_id: str, instance_id: str | None) -> Code:
     """Whether the request's member is in the group (Kafka's validateMember): a static
     member is known by its instance id, and an older id under it is fenced."""
     if instance_id is not None:
         owner = group.instance_owner(instance_id)
         if owner is None:
-            return GroupError.UNKNOWN_MEMBER_ID
-        return GroupError.NONE if owner == member_id else GroupError.FENCED_INSTANCE_ID
-    return GroupError.NONE if member_id in group.members else GroupError.UNKNOWN_MEMBER_ID
+            return Code.UNKNOWN_MEMBER_ID
+        return Code.NONE if owner == member_id else Code.FENCED_INSTANCE_ID
+    return Code.NONE if member_id in group.members else Code.UNKNOWN_MEMBER_ID
 
 
 def check_member(
     group: Group | None, member_id: str, instance_id: str | None, generation: int
-) -> GroupError:
+) -> Code:
     """Whether a request of this member and generation may act on the group."""
     if group is None:
-        return GroupError.UNKNOWN_MEMBER_ID
+        return Code.UNKNOWN_MEMBER_ID
     error = member_error(group, member_id, instance_id)
     if error:
         return error
     if generation != group.generation:
-        return GroupError.ILLEGAL_GENERATION
-    return GroupError.NONE
+        return Code.ILLEGAL_GENERATION
+    return Code.NONE
 
 
 def sync_error(
@@ -51,7 +52,7 @@ def sync_error(
     generation: int,
     protocol_type: str | None = None,
     protocol_name: str | None = None,
-) -> GroupError:
+) -> Code:
     """Whether a SyncGroup may act; v5 names the protocol type and name the member got
     from its JoinGroup, which must be the group's (when both sides have one)."""
     error = check_member(group, member_id, instance_id, generation)
@@ -60,13 +61,13 @@ def sync_error(
     assert group is not None
     for sent, current in ((protocol_type, group.protocol_type), (protocol_name, group.protocol)):
         if sent is not None and current and sent != current:
-            return GroupError.INCONSISTENT_GROUP_PROTOCOL
-    return GroupError.NONE
+            return Code.INCONSISTENT_GROUP_PROTOCOL
+    return Code.NONE
 
 
 def sync_outcome(
     group: Group | None, member_id: str, instance_id: str | None, generation: int, late: bool
-) -> GroupError | None:
+) -> Code | None:
     """A follower waiting for the leader's assignment: its answer, or None to wait on.
     ``late``: the member's session timeout passed while it waited."""
     error = check_member(group, member_id, instance_id, generation)
@@ -74,23 +75,21 @@ def sync_outcome(
         return error
     assert group is not None
     if group.state == GroupState.STABLE:
-        return GroupError.NONE
+        return Code.NONE
     if group.state != GroupState.COMPLETING or late:
-        return GroupError.REBALANCE_IN_PROGRESS
+        return Code.REBALANCE_IN_PROGRESS
     return None
 
 
 def heartbeat_error(
     group: Group | None, member_id: str, instance_id: str | None, generation: int
-) -> GroupError:
+) -> Code:
     """A Heartbeat's answer: REBALANCE_IN_PROGRESS tells the member to join again."""
     error = check_member(group, member_id, instance_id, generation)
     if error:
         return error
     assert group is not None
-    return (
-        GroupError.REBALANCE_IN_PROGRESS if group.state == GroupState.PREPARING else GroupError.NONE
-    )
+    return Code.REBALANCE_IN_PROGRESS if group.state == GroupState.PREPARING else Code.NONE
 
 
 def commit_error(
@@ -99,31 +98,31 @@ def commit_error(
     instance_id: str | None,
     generation: int,
     api_version: int = FIRST_EPOCH_AWARE_COMMIT,
-) -> GroupError:
+) -> Code:
     """Whether an OffsetCommit may store its offsets (Kafka's validateOffsetCommit). A
     negative generation is a standalone commit (admin tools, the CLI, consumers that
     assign themselves), allowed while the group has no members."""
     if group is None:
         if generation < 0:
-            return GroupError.NONE
+            return Code.NONE
         # v9 says what happened; older versions keep the code their clients expect.
         if api_version >= FIRST_EPOCH_AWARE_COMMIT:
-            return GroupError.GROUP_ID_NOT_FOUND
-        return GroupError.ILLEGAL_GENERATION
+            return Code.GROUP_ID_NOT_FOUND
+        return Code.ILLEGAL_GENERATION
     if generation < 0 and group.state == GroupState.EMPTY:
-        return GroupError.NONE
+        return Code.NONE
     if generation >= 0 or member_id or instance_id is not None:
         error = check_member(group, member_id, instance_id, generation)
         if error:
             return error
     elif group.state != GroupState.EMPTY:
-        return GroupError.UNKNOWN_MEMBER_ID
+        return Code.UNKNOWN_MEMBER_ID
     # As Kafka: commits of the current generation are kept while a rebalance is being
     # prepared (members learn of it by heartbeat); between the join and the sync the
     # generation is not settled yet.
     if group.state == GroupState.COMPLETING:
-        return GroupError.REBALANCE_IN_PROGRESS
-    return GroupError.NONE
+        return Code.REBALANCE_IN_PROGRESS
+    return Code.NONE
 
 
 def consumer_member_epoch_error(
@@ -132,7 +131,7 @@ def consumer_member_epoch_error(
     *,
     classic_member: bool,
     commit_version: int | None = None,
-) -> GroupError:
+) -> Code:
     """For KIP-848 (consumer-protocol) groups: whether an OffsetCommit (``commit_version``
     its api version) or an OffsetFetch (None) of a member whose epoch is ``member_epoch``
     may go on with ``received_epoch`` (OffsetCommit's generation_id_or_member_epoch,
@@ -142,13 +141,13 @@ def consumer_member_epoch_error(
     member it does not know, and lets a negative epoch through while the group is empty."""
     new_protocol = not classic_member
     if commit_version is not None and new_protocol and commit_version < FIRST_EPOCH_AWARE_COMMIT:
-        return GroupError.UNSUPPORTED_VERSION  # KIP-848 members must commit with v9+
+        return Code.UNSUPPORTED_VERSION  # KIP-848 members must commit with v9+
     if received_epoch == member_epoch:
-        return GroupError.NONE
+        return Code.NONE
     old_commit = commit_version is not None and commit_version < FIRST_EPOCH_AWARE_COMMIT
     if classic_member or old_commit:
-        return GroupError.ILLEGAL_GENERATION
-    return GroupError.STALE_MEMBER_EPOCH
+        return Code.ILLEGAL_GENERATION
+    return Code.STALE_MEMBER_EPOCH
 
 
 def accepts_member(group: Group, member_id: str, max_size: int) -> bool:
@@ -188,14 +187,14 @@ def is_subscribed(group: Group, topic: str) -> bool:
     return topic in topics if topics is not None else True
 
 
-def offset_delete_error(group: Group | None) -> GroupError:
+def offset_delete_error(group: Group | None) -> Code:
     """Whether OffsetDelete may delete a group's offsets at all (per topic, it is also
     refused while a member subscribes to it: GROUP_SUBSCRIBED_TO_TOPIC)."""
     if group is None:
-        return GroupError.GROUP_ID_NOT_FOUND
+        return Code.GROUP_ID_NOT_FOUND
     if group.members and group.protocol_type != CONSUMER_PROTOCOL:
-        return GroupError.NON_EMPTY_GROUP  # no way to know which topics its members use
-    return GroupError.NONE
+        return Code.NON_EMPTY_GROUP  # no way to know which topics its members use
+    return Code.NONE
 
 
 def offset_expires_from(group: Group, topic: str, commit_ms: int) -> int | None:

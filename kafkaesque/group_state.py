@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import msgpack
 
+from kafkaesque.errors import Code
 from kafkaesque.group_rules import (
     accepts_member,
     check_member,
@@ -34,7 +35,6 @@ from kafkaesque.group_rules import (
 from kafkaesque.group_types import (
     MAX_METADATA,
     CoordinatorConfig,
-    GroupError,
     GroupState,
     JoinRequest,
     JoinResult,
@@ -44,9 +44,9 @@ from kafkaesque.group_types import (
 
 __all__ = [  # the state machine and, for its callers, the vocabulary and checks it uses
     "MAX_METADATA",
+    "Code",
     "CoordinatorConfig",
     "Group",
-    "GroupError",
     "GroupState",
     "JoinRequest",
     "JoinResult",
@@ -103,29 +103,29 @@ class Group:
         """A member (re)joins: starts or joins the round in progress."""
         member_id = req.member_id
 
-        def refuse(error: GroupError, changed: bool = False) -> JoinStep:
+        def refuse(error: Code, changed: bool = False) -> JoinStep:
             return JoinStep(member_id, JoinResult(error, member_id), -1, changed)
 
         if not self.group_id:
-            return refuse(GroupError.INVALID_GROUP_ID)
+            return refuse(Code.INVALID_GROUP_ID)
         if not (
             config.min_session_timeout_ms <= req.session_timeout_ms <= config.max_session_timeout_ms
         ):
-            return refuse(GroupError.INVALID_SESSION_TIMEOUT)
+            return refuse(Code.INVALID_SESSION_TIMEOUT)
         # As Kafka, even in an empty group: a round of members without protocols could
         # choose none.
         if not req.protocol_type or not req.protocols:
-            return refuse(GroupError.INCONSISTENT_GROUP_PROTOCOL)
+            return refuse(Code.INCONSISTENT_GROUP_PROTOCOL)
         if self.members and (
             req.protocol_type != self.protocol_type or not self._common_protocols(req.protocols)
         ):
-            return refuse(GroupError.INCONSISTENT_GROUP_PROTOCOL)
+            return refuse(Code.INCONSISTENT_GROUP_PROTOCOL)
         if not accepts_member(self, member_id, config.max_size):
             # As Kafka: a member turned away while the round is prepared leaves the group.
             removed = member_id in self.members
             if removed:
                 self._remove(member_id, now, config)
-            full = JoinResult(GroupError.GROUP_MAX_SIZE_REACHED, "")
+            full = JoinResult(Code.GROUP_MAX_SIZE_REACHED, "")
             return JoinStep(member_id, full, -1, removed)
         self.pending = {m: t for m, t in self.pending.items() if t > now}
         owner = self.instance_owner(req.instance_id)
@@ -145,13 +145,13 @@ class Group:
                 # KIP-394: a dynamic member first learns its id, so a client that retries
                 # a join whose answer it lost does not leave a member behind.
                 self.pending[member_id] = now + req.session_timeout_ms
-                return refuse(GroupError.MEMBER_ID_REQUIRED, changed=True)
+                return refuse(Code.MEMBER_ID_REQUIRED, changed=True)
         elif member_id in self.pending:
             del self.pending[member_id]
         elif member_id not in self.members:
-            return refuse(GroupError.FENCED_INSTANCE_ID if owner else GroupError.UNKNOWN_MEMBER_ID)
+            return refuse(Code.FENCED_INSTANCE_ID if owner else Code.UNKNOWN_MEMBER_ID)
         elif owner is not None and owner != member_id:
-            return refuse(GroupError.FENCED_INSTANCE_ID)
+            return refuse(Code.FENCED_INSTANCE_ID)
         member = self.members.get(member_id)
         if member is None:
             member = Member(member_id, req.instance_id, req.client_id, req.client_host, 0, 0, [])
@@ -195,7 +195,7 @@ class Group:
                 for m in self.members.values()
             ]
         return JoinResult(
-            GroupError.NONE,
+            Code.NONE,
             member_id,
             self.generation,
             self.protocol,
@@ -269,37 +269,37 @@ class Group:
         generation: int,
         assignments: dict[str, bytes],
         protocol: tuple[str | None, str | None] = (None, None),
-    ) -> tuple[GroupError, bool]:
+    ) -> tuple[Code, bool]:
         """A SyncGroup arrives: the leader's settles the round. ``protocol``: the protocol
         type and name the member names (v5+). Returns (error, changed)."""
         error = sync_error(self, member_id, instance_id, generation, *protocol)
         if error:
             return error, False
         if self.state == GroupState.PREPARING:
-            return GroupError.REBALANCE_IN_PROGRESS, False
+            return Code.REBALANCE_IN_PROGRESS, False
         if self.state == GroupState.COMPLETING and member_id == self.leader:
             for m in self.members.values():
                 m.assignment = assignments.get(m.member_id, b"")
             self.state = GroupState.STABLE
-            return GroupError.NONE, True
-        return GroupError.NONE, False
+            return Code.NONE, True
+        return Code.NONE, False
 
     def leave(
         self, leaving: list[tuple[str, str | None]], now: int, config: CoordinatorConfig
-    ) -> list[GroupError]:
+    ) -> list[Code]:
         """Members leave (member id, or instance id for static members)."""
         errors = []
         for member_id, instance_id in leaving:
             owner = self.instance_owner(instance_id)
             if instance_id is not None and owner is None:
-                errors.append(GroupError.UNKNOWN_MEMBER_ID)
+                errors.append(Code.UNKNOWN_MEMBER_ID)
             elif owner is not None and member_id and owner != member_id:
-                errors.append(GroupError.FENCED_INSTANCE_ID)
+                errors.append(Code.FENCED_INSTANCE_ID)
             elif (owner or member_id) not in self.members:
-                errors.append(GroupError.UNKNOWN_MEMBER_ID)
+                errors.append(Code.UNKNOWN_MEMBER_ID)
             else:
                 self._remove(owner or member_id, now, config)
-                errors.append(GroupError.NONE)
+                errors.append(Code.NONE)
         return errors
 
     def next_due(self, heartbeats: dict[str, int]) -> int | None:

@@ -11,9 +11,10 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from enum import IntEnum, StrEnum
+from enum import StrEnum
 
 from kafkaesque.clock import now_ms
+from kafkaesque.errors import Code
 from kafkaesque.outage import background_step
 
 _log = logging.getLogger(__name__)
@@ -30,34 +31,6 @@ class GroupState(StrEnum):
     COMPLETING = "CompletingRebalance"
     STABLE = "Stable"
     DEAD = "Dead"  # a group that does not exist (DescribeGroups of an unknown id)
-
-
-class GroupError(IntEnum):
-    """The Kafka error codes the group coordinators (classic and consumer protocol)
-    answer with."""
-
-    NONE = 0
-    OFFSET_METADATA_TOO_LARGE = 12
-    COORDINATOR_NOT_AVAILABLE = 15
-    ILLEGAL_GENERATION = 22
-    INCONSISTENT_GROUP_PROTOCOL = 23
-    INVALID_GROUP_ID = 24
-    UNKNOWN_MEMBER_ID = 25
-    INVALID_SESSION_TIMEOUT = 26
-    REBALANCE_IN_PROGRESS = 27
-    UNSUPPORTED_VERSION = 35
-    INVALID_REQUEST = 42
-    NON_EMPTY_GROUP = 68
-    GROUP_ID_NOT_FOUND = 69
-    MEMBER_ID_REQUIRED = 79
-    GROUP_MAX_SIZE_REACHED = 81
-    FENCED_INSTANCE_ID = 82
-    GROUP_SUBSCRIBED_TO_TOPIC = 86
-    FENCED_MEMBER_EPOCH = 110
-    UNRELEASED_INSTANCE_ID = 111
-    UNSUPPORTED_ASSIGNOR = 112
-    STALE_MEMBER_EPOCH = 113
-    INVALID_REGULAR_EXPRESSION = 128
 
 
 @dataclass(slots=True)
@@ -110,7 +83,7 @@ class JoinRequest:
 
 @dataclass(frozen=True, slots=True)
 class JoinResult:
-    error: GroupError
+    error: Code
     member_id: str
     generation: int = -1
     protocol: str | None = None
@@ -135,7 +108,7 @@ class JoinStep:
     @property
     def heartbeat(self) -> bool:
         """Whether the join counts as the member's heartbeat (it is one unless refused)."""
-        return self.result is None or self.result.error == GroupError.NONE
+        return self.result is None or self.result.error == Code.NONE
 
 
 class ExpiryTimers:

@@ -30,7 +30,7 @@ from kafkaesque.consumer_group import (
     make_room_for_classic,
 )
 from kafkaesque.consumer_protocol import decode_assignment as decode_consumer_assignment
-from kafkaesque.errors import GroupBusy, HotTierUnavailable
+from kafkaesque.errors import Code, GroupBusy, HotTierUnavailable
 from kafkaesque.group_config_keys import check_group_configs
 from kafkaesque.group_offsets import (
     CommittedOffset,
@@ -53,7 +53,6 @@ from kafkaesque.group_types import (
     MAX_METADATA,
     CoordinatorConfig,
     ExpiryTimers,
-    GroupError,
     GroupState,
     JoinRequest,
     JoinResult,
@@ -63,12 +62,12 @@ from kafkaesque.notify import Notifier
 
 __all__ = [
     "MAX_METADATA",
+    "Code",
     "CommittedOffset",
     "CoordinatorConfig",
     "Group",
     "GroupBusy",
     "GroupCoordinator",
-    "GroupError",
     "GroupState",
     "JoinResult",
     "SyncResult",
@@ -79,7 +78,7 @@ __all__ = [
 class SyncResult(NamedTuple):
     """A SyncGroup's answer: the member's assignment, and the group's protocol."""
 
-    error: GroupError
+    error: Code
     assignment: bytes = b""
     protocol_type: str | None = None
     protocol_name: str | None = None
@@ -147,7 +146,7 @@ class GroupCoordinator:
             # KIP-848 hook (kafkaesque/consumer_group.py): a consumer-protocol group with
             # members refuses classic members; an empty one gives way.
             if not await make_room_for_classic(self.redis, self.keys, group_id):
-                return JoinResult(GroupError.INCONSISTENT_GROUP_PROTOCOL, request.member_id)
+                return JoinResult(Code.INCONSISTENT_GROUP_PROTOCOL, request.member_id)
             group = await self.load(group_id) or Group(group_id)
             step = group.join(request, self.clock(), self.config)
             if step.changed:
@@ -168,12 +167,12 @@ class GroupCoordinator:
             changed = self.notifier.waiter({group_id})  # before reading: no missed change
             group = await self.load(group_id)
             if group is None:
-                return JoinResult(GroupError.UNKNOWN_MEMBER_ID, member_id)
+                return JoinResult(Code.UNKNOWN_MEMBER_ID, member_id)
             result = group.join_outcome(member_id, generation, instance_id)
             if result is not None:
                 return result
             if self.notifier.closed:
-                return JoinResult(GroupError.COORDINATOR_NOT_AVAILABLE, member_id)
+                return JoinResult(Code.COORDINATOR_NOT_AVAILABLE, member_id)
             remaining = group.deadline_ms - self.clock()
             if group.state == GroupState.PREPARING and remaining <= 0:
                 self.notifier.discard(changed, {group_id})
@@ -196,8 +195,8 @@ class GroupCoordinator:
         async with self._lock(group_id):
             group = await self.load(group_id)
             if group is None:
-                return SyncResult(GroupError.UNKNOWN_MEMBER_ID)
-            error: GroupError | None
+                return SyncResult(Code.UNKNOWN_MEMBER_ID)
+            error: Code | None
             error, changed = group.sync(member_id, instance_id, generation, assignments, protocol)
             if error:
                 return SyncResult(error)
@@ -212,12 +211,12 @@ class GroupCoordinator:
             late = time.monotonic() > deadline
             error = sync_outcome(loaded, member_id, instance_id, generation, late)
             if error is None and self.notifier.closed:
-                error = GroupError.COORDINATOR_NOT_AVAILABLE
+                error = Code.COORDINATOR_NOT_AVAILABLE
             if error is None:
                 await self.notifier.wait(group_id, 1.0, waiter)
                 continue
             self.notifier.discard(waiter, {group_id})
-            if error != GroupError.NONE:
+            if error != Code.NONE:
                 return SyncResult(error)
             assert loaded is not None
             assignment = loaded.members[member_id].assignment
@@ -225,19 +224,19 @@ class GroupCoordinator:
 
     async def heartbeat(
         self, group_id: str, generation: int, member_id: str, instance_id: str | None
-    ) -> GroupError:
+    ) -> Code:
         group = await self.load(group_id)
         error = heartbeat_error(group, member_id, instance_id, generation)
-        if error in (GroupError.NONE, GroupError.REBALANCE_IN_PROGRESS):
+        if error in (Code.NONE, Code.REBALANCE_IN_PROGRESS):
             await self._heartbeat(group_id, member_id)
         return error
 
-    async def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> list[GroupError]:
+    async def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> list[Code]:
         """Members leave (member id, or instance id for static members)."""
         async with self._lock(group_id):
             group = await self.load(group_id)
             if group is None:
-                return [GroupError.UNKNOWN_MEMBER_ID] * len(leaving)
+                return [Code.UNKNOWN_MEMBER_ID] * len(leaving)
             errors = group.leave(leaving, self.clock(), self.config)
             await self._save(group)
         return errors
@@ -373,12 +372,12 @@ class GroupCoordinator:
         instance_id: str | None,
         offsets: dict[tuple[str, int], tuple[int, str | None, int]],
         api_version: int = FIRST_EPOCH_AWARE_COMMIT,
-    ) -> GroupError:
+    ) -> Code:
         """Store offsets (topic, partition) -> (offset, metadata, leader epoch). A commit with
         generation -1 and no member is a standalone one, allowed while the group is empty;
         ``api_version`` (of OffsetCommit) picks the codes of some refusals."""
         if not group_id:
-            return GroupError.INVALID_GROUP_ID
+            return Code.INVALID_GROUP_ID
         async with self._lock(group_id):
             group = await self.load(group_id)
             # KIP-848 hook: a consumer-protocol group checks member epochs instead.
@@ -399,7 +398,7 @@ class GroupCoordinator:
                     for tp, (offset, metadata, epoch) in offsets.items()
                 },
             )
-        return GroupError.NONE
+        return Code.NONE
 
     async def settle_pending(
         self,
@@ -433,7 +432,7 @@ class GroupCoordinator:
 
     async def delete_offsets(
         self, group_id: str, partitions: list[tuple[str, int]]
-    ) -> tuple[GroupError, dict[tuple[str, int], GroupError]]:
+    ) -> tuple[Code, dict[tuple[str, int], Code]]:
         """OffsetDelete: the group's error, and each partition's. Offsets of a topic a
         member subscribes to stay (GROUP_SUBSCRIBED_TO_TOPIC); a partition with no
         offset is deleted all the same."""
@@ -444,13 +443,11 @@ class GroupCoordinator:
                 return error, {}
             assert group is not None
             results = {
-                tp: GroupError.GROUP_SUBSCRIBED_TO_TOPIC
-                if is_subscribed(group, tp[0])
-                else GroupError.NONE
+                tp: Code.GROUP_SUBSCRIBED_TO_TOPIC if is_subscribed(group, tp[0]) else Code.NONE
                 for tp in partitions
             }
             await self.offsets.delete(group_id, [tp for tp, e in results.items() if not e])
-        return GroupError.NONE, results
+        return Code.NONE, results
 
     async def forget_topic(self, topic: str) -> int:
         """Drop every group's committed offsets of a deleted topic, as Kafka does, so a
@@ -494,16 +491,16 @@ class GroupCoordinator:
         names = cast("set[bytes]", await self.redis.smembers(self.keys.groups))  # replies are bytes
         return sorted(g.decode() for g in names)
 
-    async def delete(self, group_id: str) -> GroupError:
+    async def delete(self, group_id: str) -> Code:
         async with self._lock(group_id):
             # Members whose session ended are gone by now, as Kafka's timers remove them.
             group = await self._expired(group_id)
             if group is None:
-                return GroupError.GROUP_ID_NOT_FOUND
+                return Code.GROUP_ID_NOT_FOUND
             if group.members:
-                return GroupError.NON_EMPTY_GROUP
+                return Code.NON_EMPTY_GROUP
             await self._drop(group_id)
-        return GroupError.NONE
+        return Code.NONE
 
     async def _drop(self, group_id: str) -> None:
         """Delete a group and its offsets; called under its lock."""

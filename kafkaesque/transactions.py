@@ -2,17 +2,19 @@
 and the checks of its TransactionCoordinator, transaction protocol version 1).
 
 No I/O: a ``Transaction`` is one transactional id's state; each request's method checks it
-and changes it, returning a ``TxnError`` (Kafka's codes). The store, its lock and the
+and changes it, returning a ``Code`` (Kafka's codes). The store, its lock and the
 marker writes are kafkaesque/txn_store.py. Time is passed in as ``now`` (ms).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import IntEnum, StrEnum
+from enum import StrEnum
 
 import msgpack
 from redis.typing import EncodableT, FieldT
+
+from kafkaesque.errors import Code
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -38,22 +40,6 @@ PREPARING = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT, TxnState.PREPARE_E
 ENDED = (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
 
 
-class TxnError(IntEnum):
-    """The Kafka error codes the transaction coordinator answers with."""
-
-    NONE = 0
-    UNKNOWN_TOPIC_OR_PARTITION = 3
-    INVALID_PRODUCER_EPOCH = 47
-    INVALID_TXN_STATE = 48
-    INVALID_PRODUCER_ID_MAPPING = 49
-    INVALID_TRANSACTION_TIMEOUT = 50
-    CONCURRENT_TRANSACTIONS = 51
-    OPERATION_NOT_ATTEMPTED = 55
-    INVALID_REQUEST = 42
-    TRANSACTIONAL_ID_NOT_FOUND = 105
-    PRODUCER_FENCED = 90
-
-
 @dataclass(slots=True)
 class TxnConfig:
     """The transaction.* broker configs the coordinator obeys (Kafka's defaults)."""
@@ -63,11 +49,11 @@ class TxnConfig:
     # transaction.abort.timed.out.transaction.cleanup.interval.ms
     abort_interval_ms: int = 10_000
 
-    def timeout_error(self, timeout_ms: int) -> TxnError:
+    def timeout_error(self, timeout_ms: int) -> Code:
         """INVALID_TRANSACTION_TIMEOUT for a timeout Kafka refuses (<= 0 or above the max)."""
         if timeout_ms <= 0 or timeout_ms > self.max_timeout_ms:
-            return TxnError.INVALID_TRANSACTION_TIMEOUT
-        return TxnError.NONE
+            return Code.INVALID_TRANSACTION_TIMEOUT
+        return Code.NONE
 
 
 def epoch_exhausted(epoch: int) -> bool:
@@ -145,17 +131,17 @@ class Transaction:
         return self.state in ENDED and now - self.updated_ms > config.id_expiration_ms
 
     # -- InitProducerId -------------------------------------------------------------------
-    def init_error(self, expected: tuple[int, int] | None) -> TxnError:
+    def init_error(self, expected: tuple[int, int] | None) -> Code:
         """Kafka's isValidProducerId: a producer that gives its id and epoch (KIP-360) is
         fenced unless the id is this one's, or the previous one with an exhausted epoch."""
         if expected is None or self.producer_epoch == NO_PRODUCER_EPOCH:
-            return TxnError.NONE
+            return Code.NONE
         pid, epoch = expected
         if pid == self.producer_id:
-            return TxnError.NONE
+            return Code.NONE
         if pid == self.last_producer_id and epoch_exhausted(epoch):
-            return TxnError.NONE
-        return TxnError.PRODUCER_FENCED
+            return Code.NONE
+        return Code.PRODUCER_FENCED
 
     def needs_new_id(self, expected: tuple[int, int] | None) -> bool:
         """The epoch is used up: the next InitProducerId rotates to a new producer id."""
@@ -170,7 +156,7 @@ class Transaction:
         self.producer_id, self.producer_epoch = new_id, 0
         self._reset(timeout_ms, now)
 
-    def bump(self, timeout_ms: int, expected_epoch: int | None, now: int) -> TxnError:
+    def bump(self, timeout_ms: int, expected_epoch: int | None, now: int) -> Code:
         """Kafka's prepareIncrementProducerEpoch: a new producer instance (no expected
         epoch) or the current one recovering gets the next epoch; a retry of a bump that
         succeeded gets the same epoch again; any other epoch is fenced."""
@@ -182,10 +168,10 @@ class Transaction:
         elif expected_epoch == self.last_producer_epoch:
             epoch, last = current, self.last_producer_epoch
         else:
-            return TxnError.PRODUCER_FENCED
+            return Code.PRODUCER_FENCED
         self.producer_epoch, self.last_producer_epoch = epoch, last
         self._reset(timeout_ms, now)
-        return TxnError.NONE
+        return Code.NONE
 
     def _reset(self, timeout_ms: int, now: int) -> None:
         self.timeout_ms = timeout_ms
@@ -203,12 +189,12 @@ class Transaction:
         self.state, self.updated_ms = TxnState.PREPARE_ABORT, now
 
     # -- AddPartitionsToTxn, AddOffsetsToTxn --------------------------------------------
-    def producer_error(self, producer_id: int, producer_epoch: int) -> TxnError:
+    def producer_error(self, producer_id: int, producer_epoch: int) -> Code:
         if self.state == TxnState.DEAD or producer_id != self.producer_id:
-            return TxnError.INVALID_PRODUCER_ID_MAPPING
+            return Code.INVALID_PRODUCER_ID_MAPPING
         if producer_epoch != self.producer_epoch:
-            return TxnError.PRODUCER_FENCED
-        return TxnError.NONE
+            return Code.PRODUCER_FENCED
+        return Code.NONE
 
     def add(
         self,
@@ -217,20 +203,20 @@ class Transaction:
         now: int,
         partitions: set[tuple[str, int]] = frozenset(),  # type: ignore[assignment]
         groups: set[str] = frozenset(),  # type: ignore[assignment]
-    ) -> TxnError:
+    ) -> Code:
         """Add partitions (AddPartitionsToTxn) or a group's offsets (AddOffsetsToTxn) to
         the transaction, opening it if none is (Kafka's prepareAddPartitions)."""
         error = self.producer_error(producer_id, producer_epoch)
         if error:
             return error
         if self.state in PREPARING:
-            return TxnError.CONCURRENT_TRANSACTIONS
+            return Code.CONCURRENT_TRANSACTIONS
         if (
             self.state == TxnState.ONGOING
             and partitions <= self.partitions
             and groups <= self.groups
         ):
-            return TxnError.NONE
+            return Code.NONE
         if self.state in ENDED:
             self.partitions, self.groups, self.start_ms = set(), set(), now
             self.serial += 1
@@ -238,20 +224,20 @@ class Transaction:
         self.partitions |= partitions
         self.groups |= groups
         self.updated_ms = now
-        return TxnError.NONE
+        return Code.NONE
 
-    def verify(self, producer_id: int, producer_epoch: int) -> TxnError:
+    def verify(self, producer_id: int, producer_epoch: int) -> Code:
         """AddPartitionsToTxn v4+ verify_only: the producer's checks, before the
         partitions' (each NONE if in the transaction, INVALID_TXN_STATE if not)."""
         error = self.producer_error(producer_id, producer_epoch)
         if error:
             return error
         if self.state in PREPARING:
-            return TxnError.CONCURRENT_TRANSACTIONS
-        return TxnError.NONE
+            return Code.CONCURRENT_TRANSACTIONS
+        return Code.NONE
 
     # -- EndTxn ----------------------------------------------------------------------------
-    def end(self, producer_id: int, producer_epoch: int, commit: bool, now: int) -> TxnError:
+    def end(self, producer_id: int, producer_epoch: int, commit: bool, now: int) -> Code:
         """Prepare a commit or abort (Kafka's endTransaction from the client). A retry of
         an end that completed answers NONE and changes nothing (``state`` then stays
         Complete*: the caller has nothing to write)."""
@@ -262,12 +248,12 @@ class Transaction:
         preparing = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         if self.state == TxnState.ONGOING:
             self.state, self.updated_ms = preparing, now
-            return TxnError.NONE
+            return Code.NONE
         if self.state == wanted:
-            return TxnError.NONE
+            return Code.NONE
         if self.state == preparing or self.state == TxnState.PREPARE_EPOCH_FENCE:
-            return TxnError.CONCURRENT_TRANSACTIONS
-        return TxnError.INVALID_TXN_STATE  # Empty, the other Complete*, the other Prepare*
+            return Code.CONCURRENT_TRANSACTIONS
+        return Code.INVALID_TXN_STATE  # Empty, the other Complete*, the other Prepare*
 
     def complete(self, now: int) -> None:
         """The markers are written: PrepareCommit -> CompleteCommit, PrepareAbort ->
@@ -278,21 +264,21 @@ class Transaction:
         self.start_ms, self.updated_ms = -1, now
 
     # -- TxnOffsetCommit -------------------------------------------------------------------
-    def offsets_error(self, producer_id: int, producer_epoch: int, group_id: str) -> TxnError:
+    def offsets_error(self, producer_id: int, producer_epoch: int, group_id: str) -> Code:
         """Whether the producer may store offsets pending on its transaction: its id,
         its epoch (an older one is a zombie's: INVALID_PRODUCER_EPOCH, as Kafka's log
         answers), and the group added by AddOffsetsToTxn."""
         if self.state == TxnState.DEAD or producer_id != self.producer_id:
-            return TxnError.INVALID_PRODUCER_ID_MAPPING
+            return Code.INVALID_PRODUCER_ID_MAPPING
         if producer_epoch != self.producer_epoch:
-            return TxnError.INVALID_PRODUCER_EPOCH
+            return Code.INVALID_PRODUCER_EPOCH
         if self.state != TxnState.ONGOING or group_id not in self.groups:
-            return TxnError.INVALID_TXN_STATE
-        return TxnError.NONE
+            return Code.INVALID_TXN_STATE
+        return Code.NONE
 
 
 def fenced_code(error: int, api_version: int, first_version: int) -> int:
     """PRODUCER_FENCED for versions that know it (KIP-588), INVALID_PRODUCER_EPOCH below."""
-    if error == TxnError.PRODUCER_FENCED and api_version < first_version:
-        return TxnError.INVALID_PRODUCER_EPOCH
+    if error == Code.PRODUCER_FENCED and api_version < first_version:
+        return Code.INVALID_PRODUCER_EPOCH
     return error

@@ -14,7 +14,7 @@ from redis.exceptions import LockError
 from redis.typing import EncodableT, FieldT
 
 from kafkaesque.consumer_group import consumer_commit_error
-from kafkaesque.errors import UnknownTopic
+from kafkaesque.errors import Code, UnknownTopic
 from kafkaesque.group_offsets import (
     CommittedOffset,
     pending_field,
@@ -22,11 +22,11 @@ from kafkaesque.group_offsets import (
     pending_transactional,
 )
 from kafkaesque.group_rules import check_member
-from kafkaesque.group_types import MAX_METADATA, GroupError, GroupState
+from kafkaesque.group_types import MAX_METADATA, GroupState
 from kafkaesque.groups import GroupCoordinator
 from kafkaesque.keys import Keys
 from kafkaesque.log import Log
-from kafkaesque.transactions import Transaction, TxnError
+from kafkaesque.transactions import Transaction
 
 TopicPartition = tuple[str, int]
 # An offset a transaction commits: (offset, metadata, leader epoch).
@@ -57,20 +57,18 @@ class TxnOffsetStore:
         instance_id: str | None = None,
     ) -> dict[TopicPartition, int]:
         """Store offsets pending on the transaction, committed by its EndTxn commit; per
-        partition a Kafka code (TxnError or the group's GroupError)."""
+        partition a Kafka code (Code or the group's Code)."""
 
         def every(code: int) -> dict[TopicPartition, int]:
             return dict.fromkeys(offsets, code)
 
         if not transactional_id or not group_id:
-            return every(
-                TxnError.INVALID_REQUEST if not transactional_id else GroupError.INVALID_GROUP_ID
-            )
+            return every(Code.INVALID_REQUEST if not transactional_id else Code.INVALID_GROUP_ID)
         try:
             async with self._locked(transactional_id):
                 txn = await self.load(transactional_id)
                 if txn is None:
-                    return every(TxnError.INVALID_PRODUCER_ID_MAPPING)
+                    return every(Code.INVALID_PRODUCER_ID_MAPPING)
                 error = txn.offsets_error(producer_id, producer_epoch, group_id)
                 if error:
                     return every(error)
@@ -79,7 +77,7 @@ class TxnOffsetStore:
                     return every(group_error)
                 return await self._stage(transactional_id, group_id, offsets)
         except LockError:
-            return every(TxnError.CONCURRENT_TRANSACTIONS)
+            return every(Code.CONCURRENT_TRANSACTIONS)
 
     async def _stage(
         self, transactional_id: str, group_id: str, offsets: dict[TopicPartition, PendingOffset]
@@ -95,12 +93,12 @@ class TxnOffsetStore:
                 counts[topic] = 0
         for (topic, partition), (offset, metadata, epoch) in offsets.items():
             if not 0 <= partition < counts[topic]:
-                codes[topic, partition] = TxnError.UNKNOWN_TOPIC_OR_PARTITION
+                codes[topic, partition] = Code.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             if metadata is not None and len(metadata) > MAX_METADATA:
-                codes[topic, partition] = GroupError.OFFSET_METADATA_TOO_LARGE
+                codes[topic, partition] = Code.OFFSET_METADATA_TOO_LARGE
                 continue
-            codes[topic, partition] = TxnError.NONE
+            codes[topic, partition] = Code.NONE
             field = pending_field_name(transactional_id, topic, partition)
             values[field] = msgpack.packb([offset, metadata or "", epoch])
         if values:
@@ -118,18 +116,18 @@ class TxnOffsetStore:
             consumer = await consumer_commit_error(
                 self.redis, self.keys, group_id, member_id, generation
             )
-            if consumer == GroupError.STALE_MEMBER_EPOCH:
-                return GroupError.ILLEGAL_GENERATION
+            if consumer == Code.STALE_MEMBER_EPOCH:
+                return Code.ILLEGAL_GENERATION
             if consumer is not None:
                 return int(consumer)
         group = await self.groups.load(group_id)
         if group is None:
-            return GroupError.NONE if generation < 0 else GroupError.ILLEGAL_GENERATION
+            return Code.NONE if generation < 0 else Code.ILLEGAL_GENERATION
         if generation < 0 and group.state == GroupState.EMPTY:
-            return GroupError.NONE
+            return Code.NONE
         if generation >= 0 or member_id or instance_id is not None:
             return int(check_member(group, member_id, instance_id, generation))
-        return GroupError.NONE
+        return Code.NONE
 
     async def pending_offsets(self, group_id: str) -> set[TopicPartition]:
         """The group's partitions with offsets pending on an open transaction (OffsetFetch

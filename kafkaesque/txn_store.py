@@ -27,11 +27,11 @@ from redis.asyncio import Redis
 from redis.exceptions import LockError
 
 from kafkaesque.clock import now_ms as _now_ms
-from kafkaesque.errors import InvalidProducerEpoch, KafkaesqueError, UnknownTopic
+from kafkaesque.errors import Code, InvalidProducerEpoch, KafkaesqueError, UnknownTopic
 from kafkaesque.groups import GroupCoordinator
 from kafkaesque.log import Log
 from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
-from kafkaesque.transactions import PREPARING, Transaction, TxnConfig, TxnError, TxnState
+from kafkaesque.transactions import PREPARING, Transaction, TxnConfig, TxnState
 from kafkaesque.txn_offsets import TopicPartition, TxnOffsetStore
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ class MarkerWriter(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class InitResult:
-    error: TxnError
+    error: Code
     producer_id: int = -1
     producer_epoch: int = -1
 
@@ -196,7 +196,7 @@ class TransactionCoordinator(TxnOffsetStore):
         transaction is aborted first (zombie fencing). ``expected``: the id and epoch the
         producer had (KIP-360)."""
         if not transactional_id:
-            return InitResult(TxnError.INVALID_REQUEST)
+            return InitResult(Code.INVALID_REQUEST)
         error = self.config.timeout_error(timeout_ms)
         if error:
             return InitResult(error)
@@ -204,7 +204,7 @@ class TransactionCoordinator(TxnOffsetStore):
             async with self._locked(transactional_id):
                 return await self._init(transactional_id, timeout_ms, expected)
         except LockError:
-            return InitResult(TxnError.CONCURRENT_TRANSACTIONS)
+            return InitResult(Code.CONCURRENT_TRANSACTIONS)
 
     async def _init(
         self, transactional_id: str, timeout_ms: int, expected: tuple[int, int] | None
@@ -221,7 +221,7 @@ class TransactionCoordinator(TxnOffsetStore):
             txn.fence(now)
             await self._save(txn)
         if not await self._settle(txn):
-            return InitResult(TxnError.CONCURRENT_TRANSACTIONS)  # Kafka's "retry"
+            return InitResult(Code.CONCURRENT_TRANSACTIONS)  # Kafka's "retry"
         if txn.needs_new_id(expected):
             txn.rotate(await self.log.new_producer_id(), timeout_ms, now, expected is not None)
         else:
@@ -229,7 +229,7 @@ class TransactionCoordinator(TxnOffsetStore):
             if error:
                 return InitResult(error)
         await self._save(txn)
-        return InitResult(TxnError.NONE, txn.producer_id, txn.producer_epoch)
+        return InitResult(Code.NONE, txn.producer_id, txn.producer_epoch)
 
     # -- AddPartitionsToTxn, AddOffsetsToTxn --------------------------------------------
     async def _unknown(self, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
@@ -247,33 +247,33 @@ class TransactionCoordinator(TxnOffsetStore):
         producer_id: int,
         producer_epoch: int,
         partitions: Iterable[TopicPartition],
-    ) -> dict[TopicPartition, TxnError]:
+    ) -> dict[TopicPartition, Code]:
         """Add partitions to the transaction (opening it); per partition its code. A
         partition that does not exist fails the request: UNKNOWN_TOPIC_OR_PARTITION for
         it, OPERATION_NOT_ATTEMPTED for the others, nothing added."""
         wanted = set(partitions)
 
-        def every(code: TxnError) -> dict[TopicPartition, TxnError]:
+        def every(code: Code) -> dict[TopicPartition, Code]:
             return dict.fromkeys(wanted, code)
 
         if not transactional_id:
-            return every(TxnError.INVALID_REQUEST)
+            return every(Code.INVALID_REQUEST)
         unknown = await self._unknown(wanted)
         if unknown:
             return {
-                tp: TxnError.UNKNOWN_TOPIC_OR_PARTITION
+                tp: Code.UNKNOWN_TOPIC_OR_PARTITION
                 if tp in unknown
-                else TxnError.OPERATION_NOT_ATTEMPTED
+                else Code.OPERATION_NOT_ATTEMPTED
                 for tp in wanted
             }
         return every(await self._add(transactional_id, producer_id, producer_epoch, wanted, set()))
 
     async def add_offsets(
         self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
-    ) -> TxnError:
+    ) -> Code:
         """Add a group's offsets to the transaction (TxnOffsetCommit may then store them)."""
         if not transactional_id:
-            return TxnError.INVALID_REQUEST
+            return Code.INVALID_REQUEST
         return await self._add(transactional_id, producer_id, producer_epoch, set(), {group_id})
 
     async def _add(
@@ -283,20 +283,20 @@ class TransactionCoordinator(TxnOffsetStore):
         producer_epoch: int,
         partitions: set[TopicPartition],
         groups: set[str],
-    ) -> TxnError:
+    ) -> Code:
         try:
             async with self._locked(transactional_id):
                 txn = await self.load(transactional_id)
                 if txn is None:
-                    return TxnError.INVALID_PRODUCER_ID_MAPPING
-                if txn.producer_error(producer_id, producer_epoch) == TxnError.NONE:
+                    return Code.INVALID_PRODUCER_ID_MAPPING
+                if txn.producer_error(producer_id, producer_epoch) == Code.NONE:
                     await self._settle(txn)
                 error = txn.add(producer_id, producer_epoch, self.clock(), partitions, groups)
                 if not error:
                     await self._save(txn)
                 return error
         except LockError:
-            return TxnError.CONCURRENT_TRANSACTIONS
+            return Code.CONCURRENT_TRANSACTIONS
 
     async def verify_for_append(
         self,
@@ -304,7 +304,7 @@ class TransactionCoordinator(TxnOffsetStore):
         producer_id: int,
         producer_epoch: int,
         partitions: Iterable[TopicPartition],
-    ) -> tuple[dict[TopicPartition, TxnError], int]:
+    ) -> tuple[dict[TopicPartition, Code], int]:
         """Whether each partition is in the ongoing transaction (NONE) or not
         (INVALID_TXN_STATE), nothing changed (AddPartitionsToTxn v4+ verify_only, and
         Produce's check); and the serial number of the transaction verified: a Produce
@@ -314,42 +314,41 @@ class TransactionCoordinator(TxnOffsetStore):
         wanted = set(partitions)
         txn = await self.load(transactional_id) if transactional_id else None
         error = (
-            TxnError.INVALID_PRODUCER_ID_MAPPING
+            Code.INVALID_PRODUCER_ID_MAPPING
             if txn is None
             else txn.verify(producer_id, producer_epoch)
         )
         if error or txn is None:
             return dict.fromkeys(wanted, error), -1
         outcome = {
-            tp: TxnError.NONE if tp in txn.partitions else TxnError.INVALID_TXN_STATE
-            for tp in wanted
+            tp: Code.NONE if tp in txn.partitions else Code.INVALID_TXN_STATE for tp in wanted
         }
         return outcome, txn.serial
 
     # -- EndTxn -----------------------------------------------------------------------
     async def end(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
-    ) -> TxnError:
+    ) -> Code:
         """Commit or abort the open transaction: PrepareCommit/PrepareAbort is saved, then
         the markers and offsets are written and the transaction completes. Markers that
         fail are retried by ``tick``; the prepared state alone makes the outcome certain."""
         if not transactional_id:
-            return TxnError.INVALID_REQUEST
+            return Code.INVALID_REQUEST
         try:
             async with self._locked(transactional_id):
                 txn = await self.load(transactional_id)
                 if txn is None:
-                    return TxnError.INVALID_PRODUCER_ID_MAPPING
-                if txn.producer_error(producer_id, producer_epoch) == TxnError.NONE:
+                    return Code.INVALID_PRODUCER_ID_MAPPING
+                if txn.producer_error(producer_id, producer_epoch) == Code.NONE:
                     await self._settle(txn)  # an earlier end whose broker died
                 error = txn.end(producer_id, producer_epoch, commit, self.clock())
                 if error or txn.state not in PREPARING:
                     return error
                 await self._save(txn)
                 await self._finish(txn)
-                return TxnError.NONE
+                return Code.NONE
         except LockError:
-            return TxnError.CONCURRENT_TRANSACTIONS
+            return Code.CONCURRENT_TRANSACTIONS
 
     # -- admin ----------------------------------------------------------------------------
     async def describe(self, transactional_id: str) -> Transaction | None:

@@ -18,7 +18,7 @@ from kafkaesque.consumer_group_state import (
     HeartbeatRefused,
     MemberState,
 )
-from kafkaesque.group_types import GroupError
+from kafkaesque.errors import Code
 
 ID = {"a": b"A" * 16, "b": b"B" * 16}
 
@@ -106,10 +106,10 @@ def test_epochs_fencing_and_previous_epoch():
     epoch = group.members["m1"].epoch
     with pytest.raises(HeartbeatRefused) as refused:
         group.update_member(Heartbeat("m1", epoch + 1))
-    assert refused.value.code == GroupError.FENCED_MEMBER_EPOCH
+    assert refused.value.code == Code.FENCED_MEMBER_EPOCH
     with pytest.raises(HeartbeatRefused) as refused:
         group.update_member(Heartbeat("nobody", 1))
-    assert refused.value.code == GroupError.UNKNOWN_MEMBER_ID
+    assert refused.value.code == Code.UNKNOWN_MEMBER_ID
     join(group, "m2")
     beat(group, "m1", {("a", p) for p in range(6)})  # revoke
     member = group.members["m1"]
@@ -128,12 +128,12 @@ def test_expiry_revocation_timeout_and_commit_check():
     beat(group, "m1", {("a", p) for p in range(6)})  # m1 must revoke within 1 s
     config = ConsumerGroupConfig(session_timeout_ms=5000)
     assert group.expire({"m1": 1500, "m2": 1500}, 1500, config) == ["m1"]
-    assert group.commit_error("m1", 1) == GroupError.UNKNOWN_MEMBER_ID
+    assert group.commit_error("m1", 1) == Code.UNKNOWN_MEMBER_ID
     m2 = group.members["m2"]
-    assert group.commit_error("m2", m2.epoch - 1) == GroupError.STALE_MEMBER_EPOCH
-    assert group.commit_error("m2", m2.epoch) == GroupError.NONE
+    assert group.commit_error("m2", m2.epoch - 1) == Code.STALE_MEMBER_EPOCH
+    assert group.commit_error("m2", m2.epoch) == Code.NONE
     assert group.expire({"m2": 0}, 6000, config) == ["m2"]
-    assert group.commit_error("", -1) == GroupError.NONE  # empty: standalone ok
+    assert group.commit_error("", -1) == Code.NONE  # empty: standalone ok
 
 
 @pytest.mark.parametrize(
@@ -142,20 +142,20 @@ def test_expiry_revocation_timeout_and_commit_check():
         (
             Heartbeat("", 0, rebalance_timeout_ms=1, topics=[]),
             1,
-            GroupError.INVALID_REQUEST,
+            Code.INVALID_REQUEST,
         ),
-        (Heartbeat("m", 0, topics=["a"]), 1, GroupError.INVALID_REQUEST),
-        (Heartbeat("m", 0, rebalance_timeout_ms=1), 1, GroupError.INVALID_REQUEST),
-        (Heartbeat("m", -2), 1, GroupError.INVALID_REQUEST),
+        (Heartbeat("m", 0, topics=["a"]), 1, Code.INVALID_REQUEST),
+        (Heartbeat("m", 0, rebalance_timeout_ms=1), 1, Code.INVALID_REQUEST),
+        (Heartbeat("m", -2), 1, Code.INVALID_REQUEST),
         (
             Heartbeat("m", 0, rebalance_timeout_ms=1, regex="a(?=b)"),
             1,
-            GroupError.INVALID_REGULAR_EXPRESSION,
+            Code.INVALID_REGULAR_EXPRESSION,
         ),
         (
             Heartbeat("m", 0, rebalance_timeout_ms=1, topics=[], assignor="x"),
             0,
-            GroupError.UNSUPPORTED_ASSIGNOR,
+            Code.UNSUPPORTED_ASSIGNOR,
         ),
     ],
 )

@@ -12,12 +12,12 @@ from kio.schema.describe_groups.v4.response import DescribedGroup, DescribedGrou
 
 from kafkaesque.consumer_group import ConsumerGroupCoordinator
 from kafkaesque.consumer_group_state import Heartbeat
-from kafkaesque.group_state import GroupError, JoinRequest
+from kafkaesque.errors import Code
+from kafkaesque.group_state import JoinRequest
 from kafkaesque.groups import CoordinatorConfig, GroupCoordinator
 from kafkaesque.log import Log
 from kafkaesque.partitions import Partitions
 from kafkaesque.topic_config import TopicConfig
-from kafkaesque.transactions import TxnError
 from kafkaesque.txn_store import TransactionCoordinator
 from tests.kafka_client import decode_assignment
 from wire.handlers.consumer_groups import described_as_classic
@@ -53,14 +53,14 @@ def test_classic_views_delete_and_hooks(make_log: Callable[[], Log]) -> None:
         # The classic coordinator: member epochs for commits, no classic members.
         assert await classic.commit("cg", joined.epoch, "m", None, {("t", 0): (4, "", -1)}) == 0
         stale = await classic.commit("cg", joined.epoch + 1, "m", None, {("t", 0): (5, "", -1)})
-        assert stale == GroupError.STALE_MEMBER_EPOCH
+        assert stale == Code.STALE_MEMBER_EPOCH
         request = JoinRequest("", None, "c", "/h", 10_000, 10_000, "consumer", [("r", b"")], False)
         refused = await classic.join("cg", request)
-        assert refused.error == GroupError.INCONSISTENT_GROUP_PROTOCOL
+        assert refused.error == Code.INCONSISTENT_GROUP_PROTOCOL
 
-        assert await consumer.delete("cg") == GroupError.NON_EMPTY_GROUP
+        assert await consumer.delete("cg") == Code.NON_EMPTY_GROUP
         await consumer.heartbeat("cg", Heartbeat("m", -1), 1)
-        assert await consumer.delete("cg") == GroupError.NONE
+        assert await consumer.delete("cg") == Code.NONE
         assert await consumer.delete("cg") is None  # no longer a consumer group
         assert "cg" not in await classic.list_groups()
         assert await classic.committed("cg") == {}
@@ -128,7 +128,7 @@ def test_offsets_pending_on_a_transaction_keep_their_group(make_log: Callable[[]
         )
         assert await classic.commit("solo", -1, "", None, {("t", 1): (3, "", -1)}) == 0
         for group in ("cg", "solo"):
-            assert await txns.add_offsets("tx", pid, epoch, group) == TxnError.NONE
+            assert await txns.add_offsets("tx", pid, epoch, group) == Code.NONE
         member = {"cg": (joined.epoch, "m"), "solo": (-1, "")}
         for group, (generation, member_id) in member.items():
             codes = await txns.commit_offsets(
@@ -140,7 +140,7 @@ def test_offsets_pending_on_a_transaction_keep_their_group(make_log: Callable[[]
         await classic.tick_all(sweep=True)
         assert {"cg", "solo"} <= set(await classic.list_groups()), "dropped with offsets pending"
         assert (await classic.committed("solo"))[("t", 1)].offset == 3  # not expired
-        assert await txns.end("tx", pid, epoch, True) == TxnError.NONE
+        assert await txns.end("tx", pid, epoch, True) == Code.NONE
         for group in ("cg", "solo"):
             assert (await classic.committed(group))[("t", 1)].offset == 5
         snapshot = await classic.offsets.snapshot()
@@ -163,7 +163,7 @@ async def pending(txns: TransactionCoordinator, txn_id: str, group: str) -> tupl
     """An open transaction of ``txn_id`` with offset 5 of t-0 pending for ``group``."""
     init = await txns.init_producer(txn_id, 600_000)
     pid, epoch = init.producer_id, init.producer_epoch
-    assert await txns.add_offsets(txn_id, pid, epoch, group) == TxnError.NONE
+    assert await txns.add_offsets(txn_id, pid, epoch, group) == Code.NONE
     codes = await txns.commit_offsets(txn_id, group, pid, epoch, {("t", 0): (5, None, -1)})
     assert codes == {("t", 0): 0}
     return pid, epoch
@@ -179,9 +179,9 @@ def test_deleted_group_gets_no_offsets_from_a_later_commit(make_log: Callable[[]
         classic, txns = await txn_setup(make_log, now)
         assert await classic.commit("g", -1, "", None, {("t", 1): (3, "", -1)}) == 0
         pid, epoch = await pending(txns, "tx", "g")
-        assert await classic.delete("g") == GroupError.NONE
+        assert await classic.delete("g") == Code.NONE
         assert await classic.committed("g") == {}
-        assert await txns.end("tx", pid, epoch, True) == TxnError.NONE
+        assert await txns.end("tx", pid, epoch, True) == Code.NONE
         left = await classic.committed("g")
         listed = "g" in await classic.list_groups()
         assert left == {}, (
@@ -203,7 +203,7 @@ def test_offsets_committed_to_a_new_group_by_a_transaction_are_indexed(
     async def scenario() -> None:
         classic, txns = await txn_setup(make_log, now)
         pid, epoch = await pending(txns, "tx", "fresh")
-        assert await txns.end("tx", pid, epoch, True) == TxnError.NONE
+        assert await txns.end("tx", pid, epoch, True) == Code.NONE
         assert (await classic.committed("fresh"))[("t", 0)].offset == 5
         snapshot = await classic.offsets.snapshot()
         assert snapshot is not None
@@ -247,10 +247,10 @@ def test_deleted_consumer_group_gets_no_offsets_from_a_later_commit(
         )
         pid, epoch = await pending(txns, "tx", "cg")
         await consumer.heartbeat("cg", Heartbeat("m", -1), 1)  # leaves: empty
-        assert await classic.delete("cg") == GroupError.GROUP_ID_NOT_FOUND  # the handler's order
-        assert await consumer.delete("cg") == GroupError.NONE
+        assert await classic.delete("cg") == Code.GROUP_ID_NOT_FOUND  # the handler's order
+        assert await consumer.delete("cg") == Code.NONE
         assert await classic.committed("cg") == {}
-        assert await txns.end("tx", pid, epoch, True) == TxnError.NONE
+        assert await txns.end("tx", pid, epoch, True) == Code.NONE
         left = await classic.committed("cg")
         assert left == {}, f"a deleted consumer group has offsets again: {left}"
 
@@ -278,7 +278,7 @@ def test_delete_while_a_transaction_settles_leaves_no_offsets(
             await asyncio.sleep(0)
 
         classic.offsets.write = write_then_delete  # type: ignore[method-assign]
-        assert await txns.end("tx", pid, epoch, True) == TxnError.NONE
+        assert await txns.end("tx", pid, epoch, True) == Code.NONE
         left = await classic.committed("g")
         listed = "g" in await classic.list_groups()
         assert left == {} or listed, f"offsets of an unlisted (deleted) group: {left}"
@@ -306,7 +306,7 @@ def test_a_sweep_while_a_transaction_settles_keeps_the_committed_offsets(
             await real_write(group_id, offsets)
 
         classic.offsets.write = write_under_a_sweep  # type: ignore[method-assign]
-        assert await txns.end("tx", pid, epoch, True) == TxnError.NONE
+        assert await txns.end("tx", pid, epoch, True) == Code.NONE
         await asyncio.gather(*sweeps)
         assert ("t", 0) in await classic.committed("fresh")
         assert "fresh" in await classic.list_groups()
@@ -325,10 +325,10 @@ def test_a_topic_name_with_a_nul_is_settled_by_its_own_transaction(
         _, txns = await txn_setup(make_log, now)
         init = await txns.init_producer("tx", 600_000)
         pid, epoch = init.producer_id, init.producer_epoch
-        assert await txns.add_offsets("tx", pid, epoch, "g") == TxnError.NONE
+        assert await txns.add_offsets("tx", pid, epoch, "g") == Code.NONE
         codes = await txns.commit_offsets("tx", "g", pid, epoch, {("a\0b", 0): (5, None, -1)})
-        assert codes == {("a\0b", 0): TxnError.UNKNOWN_TOPIC_OR_PARTITION}
-        assert await txns.end("tx", pid, epoch, True) == TxnError.NONE
+        assert codes == {("a\0b", 0): Code.UNKNOWN_TOPIC_OR_PARTITION}
+        assert await txns.end("tx", pid, epoch, True) == Code.NONE
         assert await txns.pending_offsets("g") == set()
 
     asyncio.run(scenario())

@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 from redis.exceptions import ResponseError
 
 from kafkaesque import errors
-from kafkaesque.group_state import GroupError
+from kafkaesque.errors import Code
 from wire.errors import ERROR_CODES, error_code
 
 
@@ -44,8 +44,8 @@ def test_an_exception_outside_the_core_has_no_code() -> None:
         error_code(RuntimeError("bug"))
 
 
-@pytest.mark.parametrize("error", list(GroupError), ids=lambda e: e.name)
-def test_group_outcomes_are_the_kafka_codes_of_their_names(error: GroupError) -> None:
+@pytest.mark.parametrize("error", list(Code), ids=lambda e: e.name)
+def test_coordinator_outcomes_are_the_kafka_codes_of_their_names(error: Code) -> None:
     assert error_code(error).name == error.name.lower()
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from kafkaesque.errors import Code
 from kafkaesque.group_rules import consumer_member_epoch_error, offset_expires_from
 from kafkaesque.group_state import (
     CoordinatorConfig,
     Group,
-    GroupError,
     GroupState,
     JoinRequest,
     commit_error,
@@ -43,7 +43,7 @@ def stable_group_of_two(now: int = 0) -> tuple[Group, str, str]:
     assert a.result is None and b.result is None and g.state == GroupState.PREPARING
     assert g.close_round_if_due(now + CONFIG.initial_rebalance_delay_ms)
     assert g.sync(g.leader, None, 1, {a.member_id: b"A", b.member_id: b"B"}) == (
-        GroupError.NONE,
+        Code.NONE,
         True,
     )
     return g, a.member_id, b.member_id
@@ -66,7 +66,7 @@ def test_later_round_closes_as_soon_as_every_member_rejoined() -> None:
     g, a, b = stable_group_of_two()
     c = g.join(request(), 5000, CONFIG)  # a third member starts a round
     assert g.state == GroupState.PREPARING and not g.round_due(5001)
-    assert heartbeat_error(g, a, None, 1) == GroupError.REBALANCE_IN_PROGRESS
+    assert heartbeat_error(g, a, None, 1) == Code.REBALANCE_IN_PROGRESS
     g.join(request(a), 5002, CONFIG)
     g.join(request(b), 5003, CONFIG)  # the last one closes it at once, no delay
     assert g.state == GroupState.COMPLETING and g.generation == 2
@@ -79,19 +79,19 @@ def test_round_deadline_drops_members_that_did_not_rejoin() -> None:
     assert not g.close_round_if_due(5000 + 4999)
     assert g.close_round_if_due(5000 + 5000)  # the rebalance timeout
     assert list(g.members) == [a] and g.leader == a and g.generation == 2
-    assert g.join_outcome(b, 1).error == GroupError.UNKNOWN_MEMBER_ID
+    assert g.join_outcome(b, 1).error == Code.UNKNOWN_MEMBER_ID
 
 
 def test_member_id_required_then_pending_expires() -> None:
     g = Group("g")
     step = g.join(request(require_known_member=True), 0, CONFIG)
-    assert step.result.error == GroupError.MEMBER_ID_REQUIRED and step.changed
+    assert step.result.error == Code.MEMBER_ID_REQUIRED and step.changed
     assert step.member_id.startswith("client-") and step.member_id in g.pending
     assert not step.heartbeat
     # Coming back with the id is a proper join.
     assert g.join(request(step.member_id), 10, CONFIG).result is None
     # An id never handed out is refused.
-    assert g.join(request("made-up"), 20, CONFIG).result.error == GroupError.UNKNOWN_MEMBER_ID
+    assert g.join(request("made-up"), 20, CONFIG).result.error == Code.UNKNOWN_MEMBER_ID
 
 
 def test_refusals_leave_the_group_unchanged() -> None:
@@ -104,11 +104,11 @@ def test_refusals_leave_the_group_unchanged() -> None:
     ]
     errors = [g.join(r, 9000, CONFIG).result.error for r in bad]
     assert errors == [
-        GroupError.INCONSISTENT_GROUP_PROTOCOL,
-        GroupError.INCONSISTENT_GROUP_PROTOCOL,
-        GroupError.INVALID_SESSION_TIMEOUT,
+        Code.INCONSISTENT_GROUP_PROTOCOL,
+        Code.INCONSISTENT_GROUP_PROTOCOL,
+        Code.INVALID_SESSION_TIMEOUT,
     ]
-    assert Group("").join(request(), 0, CONFIG).result.error == GroupError.INVALID_GROUP_ID
+    assert Group("").join(request(), 0, CONFIG).result.error == Code.INVALID_GROUP_ID
     assert g.pack() == before
 
 
@@ -117,7 +117,7 @@ def test_join_without_protocols_is_refused_even_in_an_empty_group() -> None:
     for bad in (request(protocols=[]), request(protocol_type="")):
         g = Group("g")
         step = g.join(bad, 0, CONFIG)
-        assert step.result.error == GroupError.INCONSISTENT_GROUP_PROTOCOL
+        assert step.result.error == Code.INCONSISTENT_GROUP_PROTOCOL
         assert not g.members and not step.changed
 
 
@@ -127,10 +127,10 @@ def test_static_member_restart_keeps_assignment_and_fences_old_id() -> None:
     g.close_round_if_due(3000)
     g.sync(first.member_id, "i1", 1, {first.member_id: b"A"})
     restart = g.join(request(instance="i1"), 4000, CONFIG)
-    assert restart.result.error == GroupError.NONE and restart.result.generation == 1
+    assert restart.result.error == Code.NONE and restart.result.generation == 1
     assert g.state == GroupState.STABLE and g.members[restart.member_id].assignment == b"A"
-    assert heartbeat_error(g, first.member_id, "i1", 1) == GroupError.FENCED_INSTANCE_ID
-    assert g.leave([("", "i1")], 5000, CONFIG) == [GroupError.NONE]
+    assert heartbeat_error(g, first.member_id, "i1", 1) == Code.FENCED_INSTANCE_ID
+    assert g.leave([("", "i1")], 5000, CONFIG) == [Code.NONE]
     assert g.state == GroupState.EMPTY and g.generation == 2
 
 
@@ -148,26 +148,26 @@ def test_sync_follower_waits_for_the_leader_and_times_out() -> None:
     b = g.join(request(), 1, CONFIG).member_id
     g.close_round_if_due(3000)
     follower = b if g.leader == a else a
-    assert g.sync(follower, None, 1, {}) == (GroupError.NONE, False)
+    assert g.sync(follower, None, 1, {}) == (Code.NONE, False)
     assert sync_outcome(g, follower, None, 1, late=False) is None  # keeps waiting
-    assert sync_outcome(g, follower, None, 1, late=True) == GroupError.REBALANCE_IN_PROGRESS
+    assert sync_outcome(g, follower, None, 1, late=True) == Code.REBALANCE_IN_PROGRESS
     g.sync(g.leader, None, 1, {follower: b"F"})
-    assert sync_outcome(g, follower, None, 1, late=False) == GroupError.NONE
-    assert sync_outcome(g, follower, None, 0, late=False) == GroupError.ILLEGAL_GENERATION
-    assert sync_outcome(None, follower, None, 1, late=False) == GroupError.UNKNOWN_MEMBER_ID
+    assert sync_outcome(g, follower, None, 1, late=False) == Code.NONE
+    assert sync_outcome(g, follower, None, 0, late=False) == Code.ILLEGAL_GENERATION
+    assert sync_outcome(None, follower, None, 1, late=False) == Code.UNKNOWN_MEMBER_ID
 
 
 def test_commit_rules() -> None:
     g, a, _ = stable_group_of_two()
-    assert commit_error(g, a, None, 1) == GroupError.NONE
-    assert commit_error(g, a, None, 0) == GroupError.ILLEGAL_GENERATION
-    assert commit_error(g, "", None, -1) == GroupError.UNKNOWN_MEMBER_ID  # members present
-    assert commit_error(None, "", None, -1) == GroupError.NONE  # standalone, no group yet
+    assert commit_error(g, a, None, 1) == Code.NONE
+    assert commit_error(g, a, None, 0) == Code.ILLEGAL_GENERATION
+    assert commit_error(g, "", None, -1) == Code.UNKNOWN_MEMBER_ID  # members present
+    assert commit_error(None, "", None, -1) == Code.NONE  # standalone, no group yet
     g.join(request(), 9000, CONFIG)
     g.join(request(a), 9001, CONFIG)
     g.expire({}, 9002, CONFIG)
     assert g.close_round_if_due(20_000) and g.state == GroupState.COMPLETING
-    assert commit_error(g, a, None, g.generation) == GroupError.REBALANCE_IN_PROGRESS
+    assert commit_error(g, a, None, g.generation) == Code.REBALANCE_IN_PROGRESS
 
 
 def test_pack_round_trip_keeps_state_enum() -> None:
@@ -179,12 +179,12 @@ def test_pack_round_trip_keeps_state_enum() -> None:
 def test_kafka4_commit_codes() -> None:
     g, a, _ = stable_group_of_two()
     # No such group: v9 says so, older versions get ILLEGAL_GENERATION (as Kafka 4).
-    assert commit_error(None, "m", None, 1, api_version=9) == GroupError.GROUP_ID_NOT_FOUND
-    assert commit_error(None, "m", None, 1, api_version=8) == GroupError.ILLEGAL_GENERATION
+    assert commit_error(None, "m", None, 1, api_version=9) == Code.GROUP_ID_NOT_FOUND
+    assert commit_error(None, "m", None, 1, api_version=8) == Code.ILLEGAL_GENERATION
     # A static member is known by its instance id; an unknown one is an unknown member.
-    assert commit_error(g, a, "nobody", 1) == GroupError.UNKNOWN_MEMBER_ID
+    assert commit_error(g, a, "nobody", 1) == Code.UNKNOWN_MEMBER_ID
     empty = Group("e")
-    assert commit_error(empty, "leftover-id", None, -1) == GroupError.NONE  # empty: standalone
+    assert commit_error(empty, "leftover-id", None, -1) == Code.NONE  # empty: standalone
 
 
 def test_member_epoch_check_for_consumer_protocol_groups() -> None:
@@ -193,26 +193,26 @@ def test_member_epoch_check_for_consumer_protocol_groups() -> None:
             received, expected, classic_member=classic, commit_version=version
         )
 
-    assert check(5, 5, False, 9) == GroupError.NONE
-    assert check(4, 5, False, 9) == GroupError.STALE_MEMBER_EPOCH
-    assert check(5, 5, False, 8) == GroupError.UNSUPPORTED_VERSION  # KIP-848 members use v9
-    assert check(4, 5, True, 9) == GroupError.ILLEGAL_GENERATION  # a classic member
-    assert check(4, 5, True, 7) == GroupError.ILLEGAL_GENERATION
-    assert check(4, 5, False, None) == GroupError.STALE_MEMBER_EPOCH  # OffsetFetch v9
+    assert check(5, 5, False, 9) == Code.NONE
+    assert check(4, 5, False, 9) == Code.STALE_MEMBER_EPOCH
+    assert check(5, 5, False, 8) == Code.UNSUPPORTED_VERSION  # KIP-848 members use v9
+    assert check(4, 5, True, 9) == Code.ILLEGAL_GENERATION  # a classic member
+    assert check(4, 5, True, 7) == Code.ILLEGAL_GENERATION
+    assert check(4, 5, False, None) == Code.STALE_MEMBER_EPOCH  # OffsetFetch v9
 
 
 def test_group_max_size() -> None:
     small = CoordinatorConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=100, max_size=2)
     g, a, b = stable_group_of_two()
     full = g.join(request(), 20, small)
-    assert full.result.error == GroupError.GROUP_MAX_SIZE_REACHED and full.result.member_id == ""
+    assert full.result.error == Code.GROUP_MAX_SIZE_REACHED and full.result.member_id == ""
     assert g.state == GroupState.STABLE and len(g.members) == 2
     # Lowered below the size: while the round is prepared, the last to rejoin is turned
     # away and leaves the group.
     tiny = CoordinatorConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=100, max_size=1)
     assert g.join(request(a), 30, tiny).result is None  # first back: at the barrier
     late = g.join(request(b), 31, tiny)
-    assert late.result.error == GroupError.GROUP_MAX_SIZE_REACHED and late.changed
+    assert late.result.error == Code.GROUP_MAX_SIZE_REACHED and late.changed
     assert list(g.members) == [a] and g.state == GroupState.COMPLETING
 
 

@@ -8,14 +8,9 @@ from collections.abc import Callable
 
 import pytest
 
-from kafkaesque.errors import GroupBusy, HotTierUnavailable
+from kafkaesque.errors import Code, GroupBusy, HotTierUnavailable
 from kafkaesque.group_state import GroupState, JoinRequest
-from kafkaesque.groups import (
-    CoordinatorConfig,
-    GroupCoordinator,
-    GroupError,
-    decode_consumer_assignment,
-)
+from kafkaesque.groups import CoordinatorConfig, GroupCoordinator, decode_consumer_assignment
 from kafkaesque.log import Log
 from tests.kafka_client import subscription
 
@@ -62,16 +57,16 @@ def test_two_members_join_one_round_and_sync(coordinator) -> None:
     async def scenario() -> None:
         c = coordinator()
         first = await join(c)
-        assert first.error == GroupError.NONE and first.generation == 1
+        assert first.error == Code.NONE and first.generation == 1
         assert first.leader == first.member_id and first.member_id.startswith("client-")
         assert first.members == [(first.member_id, None, b"meta-range")]
         synced = await c.sync("g", 1, first.member_id, None, {first.member_id: b"all"})
-        assert synced == (GroupError.NONE, b"all", "consumer", "range")
+        assert synced == (Code.NONE, b"all", "consumer", "range")
         # A second member triggers a rebalance; the first learns of it by heartbeat.
         second_join = asyncio.create_task(join(c))
         await asyncio.sleep(0.1)
         assert (await c.load("g")).state == GroupState.PREPARING
-        assert await c.heartbeat("g", 1, first.member_id, None) == GroupError.REBALANCE_IN_PROGRESS
+        assert await c.heartbeat("g", 1, first.member_id, None) == Code.REBALANCE_IN_PROGRESS
         first_again = await join(c, first.member_id)
         second = await second_join
         assert first_again.generation == second.generation == 2
@@ -85,10 +80,10 @@ def test_two_members_join_one_round_and_sync(coordinator) -> None:
         leader = await c.sync(
             "g", 2, first.member_id, None, {first.member_id: b"A", second.member_id: b"B"}
         )
-        assert leader[:2] == (GroupError.NONE, b"A")
-        assert (await follower)[:2] == (GroupError.NONE, b"B")
+        assert leader[:2] == (Code.NONE, b"A")
+        assert (await follower)[:2] == (Code.NONE, b"B")
         assert (await c.load("g")).state == GroupState.STABLE
-        assert await c.heartbeat("g", 2, second.member_id, None) == GroupError.NONE
+        assert await c.heartbeat("g", 2, second.member_id, None) == Code.NONE
         await c.stop()
 
     asyncio.run(scenario())
@@ -127,23 +122,23 @@ def test_member_id_required_and_stale_requests(coordinator) -> None:
     async def scenario() -> None:
         c = coordinator()
         first = await join(c, known=True)
-        assert first.error == GroupError.MEMBER_ID_REQUIRED and first.member_id
+        assert first.error == Code.MEMBER_ID_REQUIRED and first.member_id
         joined = await join(c, first.member_id, known=True)
-        assert joined.error == GroupError.NONE and joined.member_id == first.member_id
-        assert (await join(c, "who-is-this")).error == GroupError.UNKNOWN_MEMBER_ID
-        assert await c.heartbeat("g", 7, first.member_id, None) == GroupError.ILLEGAL_GENERATION
-        assert await c.heartbeat("g", 1, "ghost", None) == GroupError.UNKNOWN_MEMBER_ID
-        assert (await c.sync("g", 9, first.member_id, None, {}))[0] == GroupError.ILLEGAL_GENERATION
+        assert joined.error == Code.NONE and joined.member_id == first.member_id
+        assert (await join(c, "who-is-this")).error == Code.UNKNOWN_MEMBER_ID
+        assert await c.heartbeat("g", 7, first.member_id, None) == Code.ILLEGAL_GENERATION
+        assert await c.heartbeat("g", 1, "ghost", None) == Code.UNKNOWN_MEMBER_ID
+        assert (await c.sync("g", 9, first.member_id, None, {}))[0] == Code.ILLEGAL_GENERATION
         other = await c.join(
             "g", JoinRequest("", None, "x", "", 10_000, 10_000, "connect", [("x", b"")], False)
         )
-        assert other.error == GroupError.INCONSISTENT_GROUP_PROTOCOL
+        assert other.error == Code.INCONSISTENT_GROUP_PROTOCOL
         no_common = await join(c, protocols=[("sticky", b"")])
-        assert no_common.error == GroupError.INCONSISTENT_GROUP_PROTOCOL
+        assert no_common.error == Code.INCONSISTENT_GROUP_PROTOCOL
         too_short = await c.join(
             "g", JoinRequest("", None, "x", "", 10, 10, "consumer", PROTOCOLS, False)
         )
-        assert too_short.error == GroupError.INVALID_SESSION_TIMEOUT
+        assert too_short.error == Code.INVALID_SESSION_TIMEOUT
         await c.stop()
 
     asyncio.run(scenario())
@@ -160,10 +155,10 @@ def test_expired_session_removes_member_and_rebalances(coordinator) -> None:
         await asyncio.sleep(0.4)
         await c.tick("g")
         b = await asyncio.wait_for(b_join, 5)
-        assert b.error == GroupError.NONE and b.leader == b.member_id
+        assert b.error == Code.NONE and b.leader == b.member_id
         group = await c.load("g")
         assert list(group.members) == [b.member_id] and group.generation == 2
-        assert (await join(c, a.member_id)).error == GroupError.UNKNOWN_MEMBER_ID
+        assert (await join(c, a.member_id)).error == Code.UNKNOWN_MEMBER_ID
         await c.stop()
 
     asyncio.run(scenario())
@@ -175,13 +170,13 @@ def test_static_member_rejoins_without_rebalance_and_fences_the_old_id(coordinat
         a = await join(c, instance="i-1")
         await c.sync("g", 1, a.member_id, None, {a.member_id: b"mine"})
         restarted = await join(c, instance="i-1")  # a new process, same instance id
-        assert restarted.error == GroupError.NONE and restarted.member_id != a.member_id
+        assert restarted.error == Code.NONE and restarted.member_id != a.member_id
         assert restarted.generation == 1 and (await c.load("g")).state == GroupState.STABLE
         synced = await c.sync("g", 1, restarted.member_id, "i-1", {})
-        assert synced[:2] == (GroupError.NONE, b"mine")
-        assert await c.heartbeat("g", 1, a.member_id, "i-1") == GroupError.FENCED_INSTANCE_ID
-        assert (await join(c, a.member_id, instance="i-1")).error == GroupError.FENCED_INSTANCE_ID
-        assert await c.leave("g", [("", "i-1")]) == [GroupError.NONE]
+        assert synced[:2] == (Code.NONE, b"mine")
+        assert await c.heartbeat("g", 1, a.member_id, "i-1") == Code.FENCED_INSTANCE_ID
+        assert (await join(c, a.member_id, instance="i-1")).error == Code.FENCED_INSTANCE_ID
+        assert await c.leave("g", [("", "i-1")]) == [Code.NONE]
         assert (await c.load("g")).state == GroupState.EMPTY
         await c.stop()
 
@@ -194,16 +189,16 @@ def test_leave_commit_and_delete(coordinator) -> None:
         a = await join(c)
         await c.sync("g", 1, a.member_id, None, {})
         offsets = {("t", 0): (42, "meta", -1), ("t", 1): (7, None, -1)}
-        assert await c.commit("g", 1, a.member_id, None, offsets) == GroupError.NONE
-        assert await c.commit("g", 0, a.member_id, None, offsets) == GroupError.ILLEGAL_GENERATION
-        assert await c.commit("g", 1, "ghost", None, offsets) == GroupError.UNKNOWN_MEMBER_ID
+        assert await c.commit("g", 1, a.member_id, None, offsets) == Code.NONE
+        assert await c.commit("g", 0, a.member_id, None, offsets) == Code.ILLEGAL_GENERATION
+        assert await c.commit("g", 1, "ghost", None, offsets) == Code.UNKNOWN_MEMBER_ID
         # Standalone commits (no member) are refused while the group has members.
-        assert await c.commit("g", -1, "", None, offsets) == GroupError.UNKNOWN_MEMBER_ID
-        assert await c.delete("g") == GroupError.NON_EMPTY_GROUP
+        assert await c.commit("g", -1, "", None, offsets) == Code.UNKNOWN_MEMBER_ID
+        assert await c.delete("g") == Code.NON_EMPTY_GROUP
         with pytest.raises(GroupBusy):
             await c.reset_offsets("g", {("t", 0): 0})
-        assert await c.leave("g", [(a.member_id, None)]) == [GroupError.NONE]
-        assert await c.leave("g", [(a.member_id, None)]) == [GroupError.UNKNOWN_MEMBER_ID]
+        assert await c.leave("g", [(a.member_id, None)]) == [Code.NONE]
+        assert await c.leave("g", [(a.member_id, None)]) == [Code.UNKNOWN_MEMBER_ID]
         committed = await c.committed("g")
         assert {k: (v.offset, v.metadata) for k, v in committed.items()} == {
             ("t", 0): (42, "meta"),
@@ -212,8 +207,8 @@ def test_leave_commit_and_delete(coordinator) -> None:
         await c.reset_offsets("g", {("t", 0): 5})
         assert (await c.committed("g"))["t", 0].offset == 5
         assert await c.list_groups() == ["g"]
-        assert await c.delete("g") == GroupError.NONE
-        assert await c.delete("g") == GroupError.GROUP_ID_NOT_FOUND
+        assert await c.delete("g") == Code.NONE
+        assert await c.delete("g") == Code.GROUP_ID_NOT_FOUND
         assert await c.committed("g") == {} and await c.list_groups() == []
         await c.stop()
 
@@ -225,7 +220,7 @@ def test_forget_topic_drops_its_offsets_in_every_group(coordinator) -> None:
         c = coordinator()
         both = {("t", 0): (4, "", -1), ("t", 1): (5, "", -1), ("t.other", 0): (6, "", -1)}
         for group in ("g1", "g2"):
-            assert await c.commit(group, -1, "", None, both) == GroupError.NONE
+            assert await c.commit(group, -1, "", None, both) == Code.NONE
         assert await c.forget_topic("t") == 4
         for group in ("g1", "g2"):
             assert list(await c.committed(group)) == [("t.other", 0)]
@@ -244,7 +239,7 @@ def test_state_is_shared_by_coordinators_on_one_redis(coordinator) -> None:
         await one.sync("g", 1, a.member_id, None, {a.member_id: b"x"})
         await one.commit("g", 1, a.member_id, None, {("t", 0): (9, "", -1)})
         await one.stop()
-        assert await two.heartbeat("g", 1, a.member_id, None) == GroupError.NONE
+        assert await two.heartbeat("g", 1, a.member_id, None) == Code.NONE
         assert (await two.committed("g"))["t", 0].offset == 9
         # A member joining through the second broker rebalances the group for both.
         b_join = asyncio.create_task(join(two))
@@ -293,10 +288,10 @@ def test_offsets_expire_after_the_retention(make_log) -> None:
         c = GroupCoordinator(make_log().redis, config, clock=lambda: now[0])
         c.start()
         offsets = {("t", 0): (1, "", -1), ("u", 0): (2, "", -1)}
-        assert await c.commit("solo", -1, "", None, offsets) == GroupError.NONE
+        assert await c.commit("solo", -1, "", None, offsets) == Code.NONE
         a = await join(c, protocols=[("range", subscription(["t"]))])
         await c.sync("g", 1, a.member_id, None, {})
-        assert await c.commit("g", 1, a.member_id, None, offsets) == GroupError.NONE
+        assert await c.commit("g", 1, a.member_id, None, offsets) == Code.NONE
 
         async def advance(ms: int) -> None:
             now[0] += ms
@@ -308,7 +303,7 @@ def test_offsets_expire_after_the_retention(make_log) -> None:
         await advance(1)
         assert await c.list_groups() == ["g"]  # solo's offsets expired, and solo with them
         assert list(await c.committed("g")) == [("t", 0)]  # the member reads t
-        assert await c.leave("g", [(a.member_id, None)]) == [GroupError.NONE]
+        assert await c.leave("g", [(a.member_id, None)]) == [Code.NONE]
         await advance(minute - 1)
         assert list(await c.committed("g")) == [("t", 0)]  # empty for less than a minute
         await advance(1)

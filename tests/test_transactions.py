@@ -11,6 +11,7 @@ import pytest
 
 from kafkaesque.batch_build import build_batch
 from kafkaesque.errors import (
+    Code,
     HotTierUnavailable,
     InvalidProducerEpoch,
     KafkaesqueError,
@@ -20,20 +21,20 @@ from kafkaesque.groups import GroupCoordinator
 from kafkaesque.log import Log
 from kafkaesque.partitions import Partitions
 from kafkaesque.topic_config import TopicConfig
-from kafkaesque.transactions import MAX_EPOCH, Transaction, TxnConfig, TxnError, TxnState
+from kafkaesque.transactions import MAX_EPOCH, Transaction, TxnConfig, TxnState
 from kafkaesque.txn_store import TransactionCoordinator
 
 
 # -- the state machine ------------------------------------------------------------------------
 def test_init_bumps_and_fences() -> None:
     txn = Transaction("t", 5)
-    assert txn.bump(1000, None, now=1) == TxnError.NONE and txn.producer_epoch == 0
-    assert txn.bump(1000, None, now=2) == TxnError.NONE and txn.producer_epoch == 1
+    assert txn.bump(1000, None, now=1) == Code.NONE and txn.producer_epoch == 0
+    assert txn.bump(1000, None, now=2) == Code.NONE and txn.producer_epoch == 1
     # KIP-360: the current epoch recovering is bumped; a retry of that bump gets it again.
-    assert txn.bump(1000, 1, now=3) == TxnError.NONE and txn.producer_epoch == 2
-    assert txn.bump(1000, 1, now=4) == TxnError.NONE and txn.producer_epoch == 2
-    assert txn.bump(1000, 0, now=5) == TxnError.PRODUCER_FENCED
-    assert txn.init_error((6, 2)) == TxnError.PRODUCER_FENCED  # another producer id
+    assert txn.bump(1000, 1, now=3) == Code.NONE and txn.producer_epoch == 2
+    assert txn.bump(1000, 1, now=4) == Code.NONE and txn.producer_epoch == 2
+    assert txn.bump(1000, 0, now=5) == Code.PRODUCER_FENCED
+    assert txn.init_error((6, 2)) == Code.PRODUCER_FENCED  # another producer id
 
 
 def test_exhausted_epoch_rotates_the_id() -> None:
@@ -42,31 +43,31 @@ def test_exhausted_epoch_rotates_the_id() -> None:
     txn.rotate(9, 1000, now=1, keep_last=True)
     assert (txn.producer_id, txn.producer_epoch, txn.last_producer_id) == (9, 0, 5)
     # The old producer retrying its bump with the exhausted epoch is not fenced.
-    assert txn.init_error((5, MAX_EPOCH - 1)) == TxnError.NONE
+    assert txn.init_error((5, MAX_EPOCH - 1)) == Code.NONE
 
 
 def test_end_states() -> None:
     txn = Transaction("t", 5, producer_epoch=0)
-    assert txn.end(5, 0, True, now=1) == TxnError.INVALID_TXN_STATE  # Empty
-    assert txn.add(5, 0, 2, partitions={("a", 0)}) == TxnError.NONE
+    assert txn.end(5, 0, True, now=1) == Code.INVALID_TXN_STATE  # Empty
+    assert txn.add(5, 0, 2, partitions={("a", 0)}) == Code.NONE
     assert (txn.state, txn.start_ms) == (TxnState.ONGOING, 2)
-    assert txn.end(5, 1, True, now=3) == TxnError.PRODUCER_FENCED
-    assert txn.end(6, 0, True, now=3) == TxnError.INVALID_PRODUCER_ID_MAPPING
-    assert txn.end(5, 0, True, now=3) == TxnError.NONE and txn.state == TxnState.PREPARE_COMMIT
-    assert txn.end(5, 0, True, now=4) == TxnError.CONCURRENT_TRANSACTIONS
-    assert txn.end(5, 0, False, now=4) == TxnError.INVALID_TXN_STATE
-    assert txn.add(5, 0, 4, partitions={("a", 1)}) == TxnError.CONCURRENT_TRANSACTIONS
+    assert txn.end(5, 1, True, now=3) == Code.PRODUCER_FENCED
+    assert txn.end(6, 0, True, now=3) == Code.INVALID_PRODUCER_ID_MAPPING
+    assert txn.end(5, 0, True, now=3) == Code.NONE and txn.state == TxnState.PREPARE_COMMIT
+    assert txn.end(5, 0, True, now=4) == Code.CONCURRENT_TRANSACTIONS
+    assert txn.end(5, 0, False, now=4) == Code.INVALID_TXN_STATE
+    assert txn.add(5, 0, 4, partitions={("a", 1)}) == Code.CONCURRENT_TRANSACTIONS
     txn.complete(now=5)
     assert (txn.state, txn.partitions) == (TxnState.COMPLETE_COMMIT, set())
-    assert txn.end(5, 0, True, now=6) == TxnError.NONE  # a retry
-    assert txn.end(5, 0, False, now=6) == TxnError.INVALID_TXN_STATE
+    assert txn.end(5, 0, True, now=6) == Code.NONE  # a retry
+    assert txn.end(5, 0, False, now=6) == Code.INVALID_TXN_STATE
 
 
 def test_timeout_config() -> None:
     config = TxnConfig(max_timeout_ms=1000)
-    assert config.timeout_error(1000) == TxnError.NONE
-    assert config.timeout_error(1001) == TxnError.INVALID_TRANSACTION_TIMEOUT
-    assert config.timeout_error(0) == TxnError.INVALID_TRANSACTION_TIMEOUT
+    assert config.timeout_error(1000) == Code.NONE
+    assert config.timeout_error(1001) == Code.INVALID_TRANSACTION_TIMEOUT
+    assert config.timeout_error(0) == Code.INVALID_TRANSACTION_TIMEOUT
 
 
 # -- the coordinator over Redis -------------------------------------------------------------
@@ -127,17 +128,17 @@ async def test_commit_writes_markers_and_offsets(setup) -> None:
     c, markers = await setup()
     init = await c.init_producer("t", 60_000)
     pid, epoch = init.producer_id, init.producer_epoch
-    assert (init.error, epoch) == (TxnError.NONE, 0)
+    assert (init.error, epoch) == (Code.NONE, 0)
     assert await c.add_partitions("t", pid, epoch, [("a", 0), ("a", 1)]) == {
-        ("a", 0): TxnError.NONE,
-        ("a", 1): TxnError.NONE,
+        ("a", 0): Code.NONE,
+        ("a", 1): Code.NONE,
     }
-    assert await c.add_offsets("t", pid, epoch, "g") == TxnError.NONE
+    assert await c.add_offsets("t", pid, epoch, "g") == Code.NONE
     codes = await c.commit_offsets("t", "g", pid, epoch, {("a", 0): (4, "m", -1)})
-    assert codes == {("a", 0): TxnError.NONE}
+    assert codes == {("a", 0): Code.NONE}
     assert await c.pending_offsets("g") == {("a", 0)}
     assert await c.groups.offsets.read("g") == {}
-    assert await c.end("t", pid, epoch, True) == TxnError.NONE
+    assert await c.end("t", pid, epoch, True) == Code.NONE
     assert markers.calls == [([("a", 0), ("a", 1)], pid, epoch, True)]
     assert (await c.groups.offsets.read("g"))[("a", 0)].offset == 4
     assert await c.pending_offsets("g") == set()
@@ -150,9 +151,9 @@ async def test_unknown_partition_fails_the_request(setup) -> None:
     init = await c.init_producer("t", 60_000)
     outcome = await c.add_partitions("t", init.producer_id, 0, [("a", 0), ("a", 2), ("b", 0)])
     assert outcome == {
-        ("a", 0): TxnError.OPERATION_NOT_ATTEMPTED,
-        ("a", 2): TxnError.UNKNOWN_TOPIC_OR_PARTITION,
-        ("b", 0): TxnError.UNKNOWN_TOPIC_OR_PARTITION,
+        ("a", 0): Code.OPERATION_NOT_ATTEMPTED,
+        ("a", 2): Code.UNKNOWN_TOPIC_OR_PARTITION,
+        ("b", 0): Code.UNKNOWN_TOPIC_OR_PARTITION,
     }
     assert (await c.load("t")).state == TxnState.EMPTY
 
@@ -165,7 +166,7 @@ async def test_new_instance_aborts_and_fences(setup) -> None:
     second = await c.init_producer("t", 60_000)
     assert (second.producer_id, second.producer_epoch) == (first.producer_id, 2)
     assert markers.calls == [([("a", 0)], first.producer_id, 1, False)]  # the fenced epoch
-    assert await c.end("t", first.producer_id, 0, True) == TxnError.PRODUCER_FENCED
+    assert await c.end("t", first.producer_id, 0, True) == Code.PRODUCER_FENCED
 
 
 @run
@@ -179,10 +180,10 @@ async def test_prepared_commit_rolls_forward(setup) -> None:
     await c.add_offsets("t", pid, 0, "g")
     await c.commit_offsets("t", "g", pid, 0, {("a", 1): (9, None, -1)})
     markers.fail = True
-    assert await c.end("t", pid, 0, True) == TxnError.NONE
+    assert await c.end("t", pid, 0, True) == Code.NONE
     assert (await c.load("t")).state == TxnState.PREPARE_COMMIT
     assert await c.add_partitions("t", pid, 0, [("a", 0)]) == {
-        ("a", 0): TxnError.CONCURRENT_TRANSACTIONS
+        ("a", 0): Code.CONCURRENT_TRANSACTIONS
     }
     markers.fail = False
     await c.tick()
@@ -202,9 +203,9 @@ async def test_a_partition_past_the_markers_epoch_does_not_hold_the_transaction(
     pid = init.producer_id
     await c.add_partitions("t", pid, 0, [("a", 0), ("a", 1)])
     markers.newer = {("a", 1)}
-    assert await c.end("t", pid, 0, False) == TxnError.NONE
+    assert await c.end("t", pid, 0, False) == Code.NONE
     assert (await c.load("t")).state == TxnState.COMPLETE_ABORT
-    assert (await c.init_producer("t", 60_000)).error == TxnError.NONE
+    assert (await c.init_producer("t", 60_000)).error == Code.NONE
 
 
 @run
@@ -226,7 +227,7 @@ async def test_timeout_aborts_then_expiry_forgets(setup) -> None:
     assert markers.calls == [([("a", 0)], pid, 1, False)]
     assert await c.pending_offsets("g") == set()  # dropped, not committed
     assert await c.groups.offsets.read("g") == {}
-    assert await c.end("t", pid, 0, True) == TxnError.PRODUCER_FENCED
+    assert await c.end("t", pid, 0, True) == Code.PRODUCER_FENCED
     clock[0] += 10_001
     await c.tick(sweep=True)
     assert await c.load("t") is None
@@ -277,8 +278,8 @@ def test_a_batch_verified_before_its_transaction_ended_is_refused(make_log) -> N
         await c.add_partitions("t", pid, epoch, [("a", 0), ("a", 1)])
         await parts.append("a", 1, [txn_batch(pid, epoch, 0, b"in")])
         outcome, first = await c.verify_for_append("t", pid, epoch, [("a", 0), ("a", 1)])
-        assert set(outcome.values()) == {TxnError.NONE}
-        assert await c.end("t", pid, epoch, False) == TxnError.NONE  # overtakes the append
+        assert set(outcome.values()) == {Code.NONE}
+        assert await c.end("t", pid, epoch, False) == Code.NONE  # overtakes the append
         end_before = await log.log_ends("a", [0, 1])
         for partition, seq in ((0, 0), (1, 1)):  # opening one, or joining the ended one
             with pytest.raises(TransactionNotOpen):
@@ -297,7 +298,7 @@ def test_a_batch_verified_before_its_transaction_ended_is_refused(make_log) -> N
         assert appended.base_offset == end_before[0]
         with pytest.raises(TransactionNotOpen):
             await parts.append("a", 0, [txn_batch(pid, epoch, 1, b"late")], transaction=first)
-        assert await c.end("t", pid, epoch, True) == TxnError.NONE
+        assert await c.end("t", pid, epoch, True) == Code.NONE
         assert await log.last_stable_offsets("a", [0]) == await log.log_ends("a", [0])
         # The many-partition path checks the same.
         replies = await log.append_many([("a", 0, [txn_batch(pid, epoch, 1, b"x")])], second)

@@ -5,8 +5,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from kafkaesque import errors as core
-from kafkaesque.group_state import GroupError
-from kafkaesque.transactions import TxnError
+from kafkaesque.errors import Code
 
 # Most specific class first is not needed: ``error_code`` walks each exception's MRO, so
 # a subclass without its own entry gets its parent's code.
@@ -74,13 +73,11 @@ ERROR_CODES: dict[type[core.KafkaesqueError], ErrorCode] = {
 }
 
 
-def error_code(
-    error: BaseException | GroupError | TxnError | int | None,
-) -> ErrorCode:
-    """The Kafka error code for a core exception (or a group outcome, or none)."""
+def error_code(error: BaseException | Code | int | None) -> ErrorCode:
+    """The Kafka error code for a core exception (or a coordinator's outcome, or none)."""
     if error is None:
         return ErrorCode.none
-    if isinstance(error, (GroupError, TxnError, int)):
+    if isinstance(error, (Code, int)):
         # the group and transaction state machines speak Kafka's codes
         return ErrorCode(int(error))
     for cls in type(error).__mro__:

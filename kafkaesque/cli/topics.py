@@ -23,7 +23,7 @@ from kafkaesque.cli.base import (
 )
 from kafkaesque.consume import Consumer
 from kafkaesque.embedded import in_use
-from kafkaesque.groups import GroupError
+from kafkaesque.errors import Code
 from kafkaesque.memory import memory_use
 from kafkaesque.produce import LineProducer
 from kafkaesque.records import Compression
@@ -350,7 +350,7 @@ async def consume(
             stored: dict[tuple[str, int], tuple[int, str | None, int]] = {
                 (topic, p): (o, "", read_epochs.get(p, -1)) for p, o in offsets.items()
             }
-            if await coordinator.commit(group, -1, "", None, stored) != GroupError.NONE:
+            if await coordinator.commit(group, -1, "", None, stored) != Code.NONE:
                 raise click.ClickException(f"group {group} gained members; stopped")
 
     offsets = {}

@@ -12,8 +12,8 @@ import pytest
 import tests.test_consumer_groups
 import tests.test_groups
 from kafkaesque.connect import redis_client
+from kafkaesque.errors import Code
 from kafkaesque.group_offsets import OffsetStore
-from kafkaesque.group_types import GroupError
 from kafkaesque.groups import CoordinatorConfig, GroupCoordinator
 from kafkaesque.log import Log
 from tests.cluster_servers import ClusterServers
@@ -41,7 +41,7 @@ def test_offsets_snapshot_and_restore_per_group(empty_cluster: ClusterServers) -
         groups = GroupCoordinator(log.redis, CoordinatorConfig(initial_rebalance_delay_ms=0))
         for gid, offset in (("a", 3), ("b", 7), ("c{x}", 9)):
             error = await groups.commit(gid, -1, "", None, {("t", 0): (offset, "m", -1)})
-            assert error == GroupError.NONE
+            assert error == Code.NONE
         store = OffsetStore(log.redis, log.keys)
         snapshot = await store.snapshot()
         assert snapshot is not None and snapshot.as_of_ms > 0

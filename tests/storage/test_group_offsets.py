@@ -9,9 +9,10 @@ import logging
 
 import pytest
 
+from kafkaesque.errors import Code
 from kafkaesque.group_offsets import CommittedOffset, OffsetsSnapshot
 from kafkaesque.group_state import GroupState
-from kafkaesque.group_types import CoordinatorConfig, GroupError, JoinRequest
+from kafkaesque.group_types import CoordinatorConfig, JoinRequest
 from kafkaesque.groups import GroupCoordinator
 from kafkaesque.topic_config import TopicConfig
 from storage_pg import Archiver, create_pool, recover
@@ -131,7 +132,7 @@ def test_a_group_comes_back_with_its_members(redis_url: str, pg_dsn: str) -> Non
         group = await groups.load("g")
         assert group is not None and group.state == GroupState.STABLE
         assert (group.generation, list(group.members)) == (generation, [member])
-        assert await groups.heartbeat("g", generation, member, None) == GroupError.NONE
+        assert await groups.heartbeat("g", generation, member, None) == Code.NONE
         assert (await groups.sync("g", generation, member, None, {})).assignment == b"all"
         assert (await groups.load("lonely")).state == GroupState.EMPTY  # type: ignore[union-attr]
         # Its session runs from the restore: a member that does not come back expires.

@@ -7,8 +7,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.errors import StorageUnavailable, UnknownTopic
-from kafkaesque.group_types import MAX_METADATA, GroupError
+from kafkaesque.errors import Code, StorageUnavailable, UnknownTopic
+from kafkaesque.group_types import MAX_METADATA
 from wire.authorize import Operation, ResourceType, allowed, topics_allowed
 from wire.broker import Broker
 from wire.errors import error_code
@@ -216,7 +216,7 @@ async def offset_delete(broker: Broker, request: Request) -> Any:
     partitions = [
         (t.name, p.partition_index) for t in body.topics if t.name in readable for p in t.partitions
     ]
-    results: dict[tuple[str, int], GroupError]
+    results: dict[tuple[str, int], Code]
     try:
         if not allowed(broker, request, Operation.DELETE, ResourceType.GROUP, body.group_id):
             code, results = ErrorCode.group_authorization_failed, {}

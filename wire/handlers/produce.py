@@ -8,6 +8,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.errors import (
+    Code,
     InvalidProducerEpoch,
     InvalidRecord,
     KafkaesqueError,
@@ -23,7 +24,6 @@ from kafkaesque.records import (
     attributes,
     producer_fields,
 )
-from kafkaesque.transactions import TxnError
 from wire.authorize import Operation, ResourceType, allowed, topics_allowed
 from wire.broker import Broker
 from wire.errors import error_code, error_message
@@ -122,7 +122,7 @@ async def outside_transaction(
     )
     refused: dict[tuple[str, int], Appended] = {}
     for (topic, partition), error in outcome.items():
-        if error in (TxnError.PRODUCER_FENCED, TxnError.INVALID_PRODUCER_EPOCH):
+        if error in (Code.PRODUCER_FENCED, Code.INVALID_PRODUCER_EPOCH):
             refusal = InvalidProducerEpoch(
                 f"producer {producer_id} epoch {producer_epoch} of {txn_id} is fenced"
             )

@@ -10,8 +10,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.errors import StorageUnavailable
-from kafkaesque.transactions import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TxnError, fenced_code
+from kafkaesque.errors import Code, StorageUnavailable
+from kafkaesque.transactions import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, fenced_code
 from wire.authorize import Operation, ResourceType, allowed, cluster_allowed
 from wire.broker import Broker
 from wire.errors import error_code
@@ -52,7 +52,7 @@ async def init_transactional(broker: Broker, request: Request) -> Any:
         code: int = TXN_DENIED
         result_id, result_epoch = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
     elif (producer_id == NO_PRODUCER_ID) != (epoch == NO_PRODUCER_EPOCH):
-        code = TxnError.INVALID_REQUEST
+        code = Code.INVALID_REQUEST
         result_id, result_epoch = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
     else:
         expected = None if producer_id == NO_PRODUCER_ID else (producer_id, epoch)
