@@ -16,7 +16,6 @@ import asyncio
 from collections.abc import Iterable
 from typing import Protocol
 
-from kafkaesque.partition_reads import enough
 from kafkaesque.partitions import Partitions
 from kafkaesque.reads import ALL, All, Fetched, FetchRequest, ReadCache, TopicPartition
 
@@ -79,19 +78,15 @@ async def fetch_changed(
         fresh = await partitions.read_all(missing, max_bytes, seen_epochs, committed)
         results.update(fresh)
         read = list(missing)
-    while not partitions.closed and not enough(fresh.values(), min_bytes):
-        timeout = deadline - loop.time()
-        if timeout <= 0 or not await appended.wait(timeout):
-            break  # nothing was appended: what we read is still current
-        # Read again only the partitions that grew past what was read or last answered
-        # (one round trip), within the budget the others left.
-        grown = appended.take()
+
+    def grew(grown: dict[str, dict[int, int] | All]) -> list[FetchRequest]:
+        """The partitions that grew past what was read or last answered."""
         cache.forget_heard(grown, lambda t, p: asked.position(t, p) is not None)
-        again = [asked.request(at) for at in sorted(_heard(asked, grown, results))]
-        if not again:
-            continue  # heard of appends this read saw already
-        await partitions.read_again(again, fresh, results, max_bytes, seen_epochs, committed)
-        read += again
+        return [asked.request(at) for at in sorted(_heard(asked, grown, results))]
+
+    read += await partitions.long_poll(
+        appended, deadline, min_bytes, grew, fresh, results, max_bytes, seen_epochs, committed
+    )
     if read:
         cache.remember(read, fresh, committed)
     return results  # type: ignore[return-value]  # each has its answer

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 
 from kafkaesque.errors import (
     FencedLeaderEpoch,
@@ -21,6 +21,7 @@ from kafkaesque.log import Log
 from kafkaesque.log_types import ReadResult
 from kafkaesque.notify import Notifier
 from kafkaesque.reads import (
+    All,
     AppendWait,
     Fetched,
     FetchRequest,
@@ -107,25 +108,59 @@ class ReadingPartitions:
                     fresh = await self.read_all(missing, max_bytes, seen_epochs, committed)
                     results.update(fresh)
                     read = list(missing)
-            # As Kafka, a fetch of no partitions is answered at once: no append could
-            # wake it (nor, at shutdown, the notifier).
-            while requests and not self.closed and not enough(fresh.values(), min_bytes):
-                timeout = deadline - loop.time()
-                if timeout <= 0 or not await appended.wait(timeout):
-                    break  # nothing was appended: what we read is still current
-                # Read again only the partitions that grew (one round trip), within the
-                # budget the others left.
-                grown = appended.take()
+
+            def grew(grown: dict[str, dict[int, int] | All]) -> list[FetchRequest]:
                 if cache is not None:
                     cache.forget_heard(grown, lambda t, p: (t, p) in results)
-                again = grown_requests(requests, grown, results)
-                if not again:
-                    continue  # heard of appends this read saw already
-                await self.read_again(again, fresh, results, max_bytes, seen_epochs, committed)
-                read += again
+                return grown_requests(requests, grown, results)
+
+            # As Kafka, a fetch of no partitions is answered at once: no append could
+            # wake it (nor, at shutdown, the notifier).
+            if requests:
+                read += await self.long_poll(
+                    appended,
+                    deadline,
+                    min_bytes,
+                    grew,
+                    fresh,
+                    results,
+                    max_bytes,
+                    seen_epochs,
+                    committed,
+                )
         if cache is not None and read:
             cache.remember(read, fresh, committed)
         return results  # type: ignore[return-value]  # every partition has its answer
+
+    async def long_poll(
+        self,
+        appended: AppendWait,
+        deadline: float,
+        min_bytes: int,
+        grew: Callable[[dict[str, dict[int, int] | All]], list[FetchRequest]],
+        fresh: dict[TopicPartition, Fetched],
+        results: dict[TopicPartition, Fetched | None],
+        max_bytes: int,
+        seen_epochs: dict[TopicPartition, int] | None,
+        committed: bool,
+    ) -> list[FetchRequest]:
+        """The wait of every long poll (Fetch, with or without a session): until
+        ``min_bytes`` arrived (``fresh``: this fetch's reads) or the loop's ``deadline``,
+        each append heard reads again, in one round trip within the budget left, the
+        partitions ``grew`` names for it (those it grew past what was read); their
+        answers replace theirs in ``fresh`` and ``results``. Returns the requests read."""
+        loop = asyncio.get_running_loop()
+        read: list[FetchRequest] = []
+        while not self.closed and not enough(fresh.values(), min_bytes):
+            timeout = deadline - loop.time()
+            if timeout <= 0 or not await appended.wait(timeout):
+                break  # nothing was appended: what we read is still current
+            again = grew(appended.take())
+            if not again:
+                continue  # heard of appends this read saw already
+            await self.read_again(again, fresh, results, max_bytes, seen_epochs, committed)
+            read += again
+        return read
 
     async def read_again(
         self,
