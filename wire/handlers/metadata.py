@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 import weakref
+from collections.abc import Iterable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -116,6 +117,31 @@ async def partition_leaders(
             leadership.soon()  # no leader written yet: its winner, written soon
         found.append((leadership.effective(config.topic_id, p, leader, preferred), epoch))
     return found
+
+
+def partition_entries(
+    broker: Broker,
+    partition_class: type,
+    config: TopicConfig,
+    leaders: Iterable[tuple[int, tuple[int | None, int]]],
+    **extra: object,
+) -> tuple[Any, ...]:
+    """A topic's partition entries (Metadata, DescribeTopicPartitions: ``extra`` fields
+    for the latter's) from (partition, (leader node, leader epoch)) pairs."""
+    return tuple(
+        build(
+            partition_class,
+            error_code=leader_error(node),
+            partition_index=p,
+            leader_id=-1 if node is None else node,
+            leader_epoch=epoch,
+            replica_nodes=replicas(broker, config, node),
+            isr_nodes=replicas(broker, config, node),
+            offline_replicas=(),
+            **extra,
+        )
+        for p, (node, epoch) in leaders
+    )
 
 
 def leader_error(node: int | None) -> ErrorCode:
@@ -245,19 +271,7 @@ async def metadata(broker: Broker, request: Request) -> Any:
                 )
             )
             continue
-        partitions = tuple(
-            build(
-                partition_class,
-                error_code=leader_error(node),
-                partition_index=p,
-                leader_id=-1 if node is None else node,
-                leader_epoch=epoch,
-                replica_nodes=replicas(broker, config, node),
-                isr_nodes=replicas(broker, config, node),
-                offline_replicas=(),
-            )
-            for p, (node, epoch) in enumerate(leaders)
-        )
+        partitions = partition_entries(broker, partition_class, config, enumerate(leaders))
         topics.append(
             build(
                 topic_class,

@@ -29,9 +29,8 @@ from wire.handlers.metadata import (
     NO_OPERATIONS,
     NO_TOPIC_ID,
     known_topics,
-    leader_error,
+    partition_entries,
     partition_leaders,
-    replicas,
 )
 from wire.protocol import NO_THROTTLE, Request, build, schema_class
 
@@ -142,20 +141,13 @@ async def _page(
             if not listing or config == UNAVAILABLE:
                 topics.append(_topic_error(topic_class, name, config))
             continue
-        partitions = tuple(
-            build(
-                partition_class,
-                error_code=leader_error(node),
-                partition_index=p,
-                leader_id=-1 if node is None else node,
-                leader_epoch=epoch,
-                replica_nodes=replicas(broker, config, node),
-                isr_nodes=replicas(broker, config, node),
-                eligible_leader_replicas=(),
-                last_known_elr=(),
-                offline_replicas=(),
-            )
-            for p, (node, epoch) in zip(range(first, end), leaders, strict=True)
+        partitions = partition_entries(
+            broker,
+            partition_class,
+            config,
+            zip(range(first, end), leaders, strict=True),
+            eligible_leader_replicas=(),
+            last_known_elr=(),
         )
         topics.append(
             build(
