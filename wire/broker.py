@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from kafkaesque.acls import AclStore
 from kafkaesque.authorizer import Authorizer
+from kafkaesque.broker_settings import BY_NAME, SETTINGS, default
 from kafkaesque.cluster import cluster_id
 from kafkaesque.compaction import Compactor
 from kafkaesque.config_keys import BROKER_SYNONYMS, UNIT_SYNONYMS, Kind, broker_defaults
@@ -31,8 +32,7 @@ from kafkaesque.tasks import cancel_and_wait
 from kafkaesque.topic_ids import TopicIds
 from kafkaesque.transactions import TxnConfig
 from kafkaesque.txn_store import TransactionCoordinator
-from wire.fetch_sessions import DEFAULT_EVICTION_MS, DEFAULT_SLOTS, FetchSessionCache
-from wire.protocol import MAX_REQUEST_SIZE
+from wire.fetch_sessions import DEFAULT_EVICTION_MS, FetchSessionCache
 
 log = logging.getLogger(__name__)
 
@@ -48,21 +48,21 @@ class BrokerConfig:
     # its partitions move; it heartbeats every heartbeat_interval_ms.
     session_timeout_ms: int = SESSION_TIMEOUT_MS
     heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS
-    auto_create_topics: bool = True
-    default_partitions: int = 1
+    auto_create_topics: bool = default("auto.create.topics.enable")
+    default_partitions: int = default("num.partitions")
     max_message_bytes: int = MAX_MESSAGE_BYTES
-    connections_max_idle_ms: int = 600_000  # Kafka's default: idle connections close
+    connections_max_idle_ms: int = default("connections.max.idle.ms")
     # Kafka's socket.request.max.bytes: a larger request closes its connection.
-    socket_request_max_bytes: int = MAX_REQUEST_SIZE
+    socket_request_max_bytes: int = default("socket.request.max.bytes")
     # Kafka's queued.max.request.bytes (unbounded there): bytes of requests being read or
     # handled across connections; beyond it connections wait, which bounds the memory.
-    queued_max_request_bytes: int = MAX_REQUEST_SIZE
+    queued_max_request_bytes: int = default("queued.max.request.bytes")
     request_timeout_ms: int = 30_000  # a request sent in part, then stalled this long, closes
     max_connections: int | None = None  # Kafka's max.connections; None: no limit
     max_connections_per_ip: int | None = None  # Kafka's max.connections.per.ip
     # Kafka's min.insync.replicas: copies acks=all waits for, Redis itself counted (so
     # 1 waits for no replica: only the AOF fsync).
-    min_insync_replicas: int = 1
+    min_insync_replicas: int = default("min.insync.replicas")
     groups: CoordinatorConfig = field(default_factory=CoordinatorConfig)
     # The consumer group protocol's (KIP-848) session timeout and heartbeat interval.
     consumer_groups: ConsumerGroupConfig = field(default_factory=ConsumerGroupConfig)
@@ -74,7 +74,7 @@ class BrokerConfig:
     # (kafkaesque/acls.py); "" (the default) lets every client do everything.
     authorizer: str = ""
     super_users: tuple[str, ...] = ()  # Kafka's super.users: pass every check
-    allow_everyone_if_no_acl_found: bool = False  # a resource without ACLs: allowed
+    allow_everyone_if_no_acl_found: bool = default("allow.everyone.if.no.acl.found")
     # The transaction coordinator's configs (Kafka's names and defaults).
     transaction_max_timeout_ms: int = 900_000
     transactional_id_expiration_ms: int = 7 * 24 * 3_600_000
@@ -91,11 +91,11 @@ class BrokerConfig:
     # that came in on it; a listener not named here advertises ``host`` and ``port``.
     advertised_listeners: dict[str, tuple[str, int]] = field(default_factory=dict)
     sasl_mechanisms: tuple[str, ...] = SASL_MECHANISMS  # sasl.enabled.mechanisms
-    connections_max_reauth_ms: int = 0  # KIP-368; 0: SASL sessions never expire
-    failed_authentication_delay_ms: int = 100  # connection.failed.authentication.delay.ms
+    connections_max_reauth_ms: int = default("connections.max.reauth.ms")  # KIP-368
+    failed_authentication_delay_ms: int = default("connection.failed.authentication.delay.ms")
     # Incremental fetch sessions (KIP-227): Kafka's max.incremental.fetch.session.cache.slots
     # (0: none, every fetch is a full one) and min.incremental.fetch.session.eviction.ms.
-    fetch_session_slots: int = DEFAULT_SLOTS
+    fetch_session_slots: int = default("max.incremental.fetch.session.cache.slots")
     fetch_session_eviction_ms: int = DEFAULT_EVICTION_MS
 
     def endpoint(self, listener: str) -> tuple[str, int]:
@@ -109,25 +109,35 @@ class BrokerConfig:
         )
 
     def apply(self, settings: dict[str, str]) -> None:
-        """Apply Kafka broker configs (``serve --config``): the broker's own settings and
-        every topic's defaults (log.retention.ms, ...); raises InvalidConfig naming a bad or
-        unknown one, before changing anything."""
+        """Apply Kafka broker configs (``serve --config``): the broker's own settings
+        (kafkaesque/broker_settings.py) and every topic's defaults (log.retention.ms, ...);
+        raises InvalidConfig naming a bad or unknown one, before changing anything."""
         values: dict[str, object] = {}
         for name, text in settings.items():
-            if name in BROKER_SETTINGS:
-                values[name] = _broker_value(name, text)
+            if name in BY_NAME:
+                values[name] = BY_NAME[name].parse(text)
             elif name not in BROKER_SYNONYMS and name not in UNIT_SYNONYMS:
                 raise InvalidConfig(f"unknown broker config {name!r}")
         defaults = broker_defaults(settings)  # checks the topic defaults
-        target: object  # this config, or its groups' or consumer groups' part
         for name, value in values.items():
-            target, attribute = self, BROKER_SETTINGS[name][0]
-            if attribute.startswith("groups."):
-                target, attribute = self.groups, attribute.removeprefix("groups.")
-            if attribute.startswith("consumer_groups."):
-                target, attribute = self.consumer_groups, attribute.split(".", 1)[1]
-            setattr(target, attribute, value)
+            self.set(BY_NAME[name].attribute, value)
         self.topic_defaults = {**self.topic_defaults, **defaults}
+
+    def _owner(self, attribute: str) -> tuple[object, str]:
+        """The config holding ``attribute`` (groups.x: the coordinator's), and its name."""
+        if attribute.startswith("groups."):
+            return self.groups, attribute.removeprefix("groups.")
+        if attribute.startswith("consumer_groups."):
+            return self.consumer_groups, attribute.removeprefix("consumer_groups.")
+        return self, attribute
+
+    def get(self, attribute: str) -> object:
+        owner, name = self._owner(attribute)
+        return getattr(owner, name)
+
+    def set(self, attribute: str, value: object) -> None:
+        owner, name = self._owner(attribute)
+        setattr(owner, name, value)
 
     def describe(self) -> list[tuple[str, str, Kind, str]]:
         """(name, value, kind, doc) of the broker's own configs, as DescribeConfigs has them."""
@@ -136,137 +146,22 @@ class BrokerConfig:
             ("advertised.listeners", self.advertised_text(), Kind.STRING, ""),
             ("sasl.enabled.mechanisms", ",".join(self.sasl_mechanisms), Kind.LIST, ""),
         ]
-        for name, (attribute, kind, doc) in BROKER_SETTINGS.items():
-            target: object = self
-            if attribute.startswith("groups."):
-                target, attribute = self.groups, attribute.removeprefix("groups.")
-            if attribute.startswith("consumer_groups."):
-                target, attribute = self.consumer_groups, attribute.split(".", 1)[1]
-            value = getattr(target, attribute)
+        for setting in SETTINGS:
+            value = self.get(setting.attribute)
             text = (
-                "" if value is None else str(value).lower() if kind is Kind.BOOLEAN else str(value)
+                ""
+                if value is None
+                else str(value).lower()
+                if setting.kind is Kind.BOOLEAN
+                else str(value)
             )
-            entries.append((name, text, kind, doc))
+            entries.append((setting.name, text, setting.kind, setting.doc))
         return entries
 
     def advertised_text(self) -> str:
         """advertised.listeners as Kafka writes it: NAME://HOST:PORT,..."""
         listeners = self.advertised_listeners or {"PLAINTEXT": (self.host, self.port)}
         return ",".join(f"{name}://{host}:{port}" for name, (host, port) in listeners.items())
-
-
-# Kafka broker configs ``serve --config`` sets, besides the topic defaults:
-# name -> (BrokerConfig attribute, type, what it does here).
-BROKER_SETTINGS: dict[str, tuple[str, Kind, str]] = {
-    "auto.create.topics.enable": ("auto_create_topics", Kind.BOOLEAN, "create topics on metadata"),
-    "num.partitions": ("default_partitions", Kind.INT, "partitions of an auto-created topic"),
-    "message.max.bytes": ("max_message_bytes", Kind.INT, "largest record batch accepted"),
-    "connections.max.idle.ms": ("connections_max_idle_ms", Kind.LONG, "idle connections close"),
-    "socket.request.max.bytes": ("socket_request_max_bytes", Kind.INT, "largest request"),
-    "queued.max.request.bytes": ("queued_max_request_bytes", Kind.LONG, "request memory"),
-    "max.connections": ("max_connections", Kind.INT, "client connections at most"),
-    "max.connections.per.ip": ("max_connections_per_ip", Kind.INT, "connections per IP"),
-    "min.insync.replicas": ("min_insync_replicas", Kind.INT, "copies acks=all waits for"),
-    "group.initial.rebalance.delay.ms": (
-        "groups.initial_rebalance_delay_ms",
-        Kind.INT,
-        "a new group waits this long for more members",
-    ),
-    "group.min.session.timeout.ms": (
-        "groups.min_session_timeout_ms",
-        Kind.INT,
-        "smallest session timeout a member may ask for",
-    ),
-    "group.max.session.timeout.ms": (
-        "groups.max_session_timeout_ms",
-        Kind.INT,
-        "largest session timeout a member may ask for",
-    ),
-    "group.max.size": ("groups.max_size", Kind.INT, "members of one classic group at most"),
-    "offsets.retention.minutes": (
-        "groups.offsets_retention_minutes",
-        Kind.INT,
-        "an empty group's committed offsets are kept this long",
-    ),
-    "group.consumer.session.timeout.ms": (
-        "consumer_groups.session_timeout_ms",
-        Kind.INT,
-        "a consumer-protocol member without heartbeats this long is removed",
-    ),
-    "group.consumer.heartbeat.interval.ms": (
-        "consumer_groups.heartbeat_interval_ms",
-        Kind.INT,
-        "how often consumer-protocol members heartbeat",
-    ),
-    "allow.everyone.if.no.acl.found": (
-        "allow_everyone_if_no_acl_found",
-        Kind.BOOLEAN,
-        "with the authorizer on, a resource no ACL names is allowed to everyone",
-    ),
-    "transaction.max.timeout.ms": (
-        "transaction_max_timeout_ms",
-        Kind.INT,
-        "largest transaction.timeout.ms a producer may ask for",
-    ),
-    "transactional.id.expiration.ms": (
-        "transactional_id_expiration_ms",
-        Kind.INT,
-        "a transactional id idle this long is forgotten",
-    ),
-    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
-        "transaction_abort_interval_ms",
-        Kind.INT,
-        "how often transactions past their timeout are looked for and aborted",
-    ),
-    "connections.max.reauth.ms": (
-        "connections_max_reauth_ms",
-        Kind.LONG,
-        "SASL session lifetime (0: none)",
-    ),
-    "connection.failed.authentication.delay.ms": (
-        "failed_authentication_delay_ms",
-        Kind.INT,
-        "delay before a failed authentication is answered",
-    ),
-    "max.incremental.fetch.session.cache.slots": (
-        "fetch_session_slots",
-        Kind.INT,
-        "incremental fetch sessions kept at most (0: none)",
-    ),
-    "min.incremental.fetch.session.eviction.ms": (
-        "fetch_session_eviction_ms",
-        Kind.INT,
-        "a fetch session idle this long may be evicted for a new one",
-    ),
-}
-# Settings of BROKER_SETTINGS for which 0 is allowed (off, or no wait).
-_ZERO_ALLOWED = frozenset(
-    {
-        "group.initial.rebalance.delay.ms",
-        "connections.max.reauth.ms",
-        "connection.failed.authentication.delay.ms",
-        "max.incremental.fetch.session.cache.slots",
-        "min.incremental.fetch.session.eviction.ms",
-    }
-)
-
-
-def _broker_value(name: str, text: str) -> object:
-    kind = BROKER_SETTINGS[name][1]
-    if kind is Kind.BOOLEAN:
-        if text.strip().lower() not in ("true", "false"):
-            raise InvalidConfig(f"Invalid value {text} for configuration {name}: not true or false")
-        return text.strip().lower() == "true"
-    try:
-        number = int(text)
-    except ValueError:
-        raise InvalidConfig(
-            f"Invalid value {text} for configuration {name}: not a number"
-        ) from None
-    low = 0 if name in _ZERO_ALLOWED else 1
-    if number < low:
-        raise InvalidConfig(f"Invalid value {text} for configuration {name}: below {low}")
-    return number
 
 
 class Broker:

@@ -25,15 +25,13 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 from kio.static.protocol import RequestPayload
 
+# Kafka's socket.request.max.bytes default: larger frames are refused before reading them.
 from wire.array_guard import check_flexible
 from wire.fast_responses import ENCODERS
 from wire.fetch_request import MalformedFetch, parse_fetch
 from wire.produce_request import MalformedProduce, parse_produce
 
 NO_THROTTLE = datetime.timedelta(0)  # every response's throttle_time: no quotas here
-# Kafka's socket.request.max.bytes default (BrokerConfig.socket_request_max_bytes): larger
-# frames are refused before reading them.
-MAX_REQUEST_SIZE = 100 * 1024 * 1024
 _SIZE = struct.Struct(">i")
 _HEADER_PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id
 # Api keys whose requests may carry bytes past their last field, which Kafka ignores:

@@ -6,23 +6,19 @@ import asyncio
 import contextlib
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 from click.core import ParameterSource
 
+from kafkaesque.broker_settings import WITH_OPTIONS, serve_options
 from kafkaesque.cli.base import Context, key_values, main, one_line_errors, pass_context
 from kafkaesque.connect import DEFAULT_MAX_CONNECTIONS, HotTierCluster, SentinelHotTier
 from kafkaesque.embedded import serving
 from kafkaesque.errors import KafkaesqueError
-from kafkaesque.topic_config import MAX_PARTITIONS
 
 if TYPE_CHECKING:
     from wire.broker import BrokerConfig
-
-# wire.protocol.MAX_REQUEST_SIZE, Kafka's socket.request.max.bytes; not imported from there,
-# as importing wire (kio) would cost every CLI command 0.2 s.
-MAX_REQUEST_SIZE = 100 * 1024 * 1024
 
 
 def host_port(
@@ -106,21 +102,6 @@ def listeners_option(
     help="SASL mechanisms of SASL listeners, comma-separated.",
 )
 @click.option(
-    "--connections-max-reauth-ms",
-    type=click.IntRange(0),
-    default=0,
-    show_default=True,
-    help="SASL session lifetime: clients re-authenticate within it, else their connection "
-    "closes (0: sessions never expire).",
-)
-@click.option(
-    "--failed-authentication-delay-ms",
-    type=click.IntRange(0),
-    default=100,
-    show_default=True,
-    help="Delay before answering (and closing) a failed SASL authentication.",
-)
-@click.option(
     "--node-id",
     type=click.IntRange(0, 2**31 - 1),
     envvar="KAFKAESQUE_NODE_ID",
@@ -142,54 +123,9 @@ def listeners_option(
     help="How often this broker tells the others it is alive.",
 )
 @click.option(
-    "--auto-create-topics/--no-auto-create-topics",
-    default=True,
-    show_default=True,
-    help="Create unknown topics when a client's metadata request allows it.",
-)
-@click.option(
-    "--default-partitions", type=click.IntRange(1, MAX_PARTITIONS), default=1, show_default=True
-)
-@click.option(
     "--metrics",
     callback=metrics_address,
     help="Serve Prometheus metrics on [HOST:]PORT (127.0.0.1 unless a host is given).",
-)
-@click.option(
-    "--group-initial-rebalance-delay-ms",
-    type=click.IntRange(0),
-    default=3000,
-    show_default=True,
-    help="How long a new group waits for more members before its first rebalance.",
-)
-@click.option(
-    "--group-min-session-timeout-ms",
-    type=click.IntRange(1),
-    default=6000,
-    show_default=True,
-    help="Smallest session timeout a consumer may ask for.",
-)
-@click.option(
-    "--connections-max-idle-ms",
-    type=click.IntRange(1),
-    default=600_000,
-    show_default=True,
-    help="Close a connection that sent no request (or half of one) for this long.",
-)
-@click.option(
-    "--socket-request-max-bytes",
-    type=click.IntRange(1, 2**31 - 1),
-    default=MAX_REQUEST_SIZE,
-    show_default=True,
-    help="Largest request accepted; a larger one closes its connection.",
-)
-@click.option(
-    "--queued-max-request-bytes",
-    type=click.IntRange(1),
-    default=MAX_REQUEST_SIZE,
-    show_default=True,
-    help="Memory for requests being read or handled, across connections: beyond it, "
-    "connections wait before reading more (larger requests go one at a time).",
 )
 @click.option(
     "--request-timeout-ms",
@@ -197,33 +133,6 @@ def listeners_option(
     default=30_000,
     show_default=True,
     help="Close a connection that sent part of a request, then nothing for this long.",
-)
-@click.option(
-    "--max-connections",
-    type=click.IntRange(1),
-    help="Client connections at most; beyond, new ones are closed at once. Default: no limit.",
-)
-@click.option(
-    "--max-connections-per-ip",
-    type=click.IntRange(1),
-    help="Client connections from one IP address at most. Default: no limit.",
-)
-@click.option(
-    "--max-incremental-fetch-session-cache-slots",
-    "fetch_session_slots",
-    type=click.IntRange(0),
-    default=1000,
-    show_default=True,
-    help="Incremental fetch sessions (KIP-227) kept at most, across clients; a client "
-    "finding none free goes on with full fetches (0: no sessions).",
-)
-@click.option(
-    "--min-insync-replicas",
-    type=click.IntRange(1, 100),
-    default=1,
-    show_default=True,
-    help="As Kafka's: copies an acks=all produce waits for, Redis itself counted; "
-    "beyond 1, Redis replicas (WAIT).",
 )
 @click.option(
     "--redis-max-connections",
@@ -279,11 +188,7 @@ def listeners_option(
     metavar="PRINCIPAL",
     help="A principal (User:NAME) every ACL check lets through (repeatable).",
 )
-@click.option(
-    "--allow-everyone-if-no-acl-found",
-    is_flag=True,
-    help="With --authorizer acl: a resource no ACL names is allowed to everyone.",
-)
+@serve_options
 @pass_context
 def serve(
     ctx: Context,
@@ -294,24 +199,11 @@ def serve(
     tls_key: str | None,
     tls_ca: str | None,
     sasl_enabled_mechanisms: str,
-    connections_max_reauth_ms: int,
-    failed_authentication_delay_ms: int,
     node_id: int | None,
     broker_session_timeout_ms: int,
     broker_heartbeat_interval_ms: int,
-    auto_create_topics: bool,
-    default_partitions: int,
     metrics: tuple[str, int] | None,
-    group_initial_rebalance_delay_ms: int,
-    group_min_session_timeout_ms: int,
-    connections_max_idle_ms: int,
-    socket_request_max_bytes: int,
-    queued_max_request_bytes: int,
     request_timeout_ms: int,
-    max_connections: int | None,
-    max_connections_per_ip: int | None,
-    fetch_session_slots: int,
-    min_insync_replicas: int,
     redis_max_connections: int,
     settings: dict[str, str],
     archive: bool,
@@ -319,10 +211,9 @@ def serve(
     compaction_interval: float,
     authorizer: str,
     super_users: tuple[str, ...],
-    allow_everyone_if_no_acl_found: bool,
+    **settings_options: Any,
 ) -> None:
     """Serve the Kafka protocol: unmodified Kafka clients produce and fetch here."""
-    from kafkaesque.groups import CoordinatorConfig
     from wire.broker import BrokerConfig
     from wire.security import Listener, TlsFileError, tls_context
     from wire.server import Companion, run
@@ -370,29 +261,15 @@ def serve(
         assign_node_id=node_id is None,
         session_timeout_ms=broker_session_timeout_ms,
         heartbeat_interval_ms=broker_heartbeat_interval_ms,
-        auto_create_topics=auto_create_topics,
-        default_partitions=default_partitions,
-        connections_max_idle_ms=connections_max_idle_ms,
-        socket_request_max_bytes=socket_request_max_bytes,
-        queued_max_request_bytes=queued_max_request_bytes,
         request_timeout_ms=request_timeout_ms,
-        max_connections=max_connections,
-        max_connections_per_ip=max_connections_per_ip,
-        fetch_session_slots=fetch_session_slots,
-        min_insync_replicas=min_insync_replicas,
         compaction_interval=compaction_interval,
         authorizer="" if authorizer == "none" else authorizer,
         super_users=super_users,
-        allow_everyone_if_no_acl_found=allow_everyone_if_no_acl_found,
         advertised_listeners=advertised,
         sasl_mechanisms=mechanisms,
-        connections_max_reauth_ms=connections_max_reauth_ms,
-        failed_authentication_delay_ms=failed_authentication_delay_ms,
-        groups=CoordinatorConfig(
-            initial_rebalance_delay_ms=group_initial_rebalance_delay_ms,
-            min_session_timeout_ms=group_min_session_timeout_ms,
-        ),
     )
+    for setting in WITH_OPTIONS:  # the options kafkaesque/broker_settings.py generates
+        config.set(setting.attribute, settings_options[setting.param])
     for principal in super_users:
         if ":" not in principal.strip(":"):
             raise click.BadParameter(
@@ -445,25 +322,15 @@ def serve(
 def _refuse_disagreements(settings: dict[str, str], config: BrokerConfig) -> None:
     """A --config and an option given for the same setting that disagree: a usage error
     (which one was meant?), not one silently overriding the other."""
-    from wire.broker import BROKER_SETTINGS
-
     click_context = click.get_current_context()
-    for name, text in settings.items():
-        if name not in BROKER_SETTINGS:
+    for setting in WITH_OPTIONS:
+        text = settings.get(setting.name)
+        source = click_context.get_parameter_source(setting.param)
+        if text is None or source not in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT):
             continue
-        attribute = BROKER_SETTINGS[name][0]
-        # BrokerConfig's attribute names its option: groups.x is --group-x.
-        param = attribute.replace("groups.", "group_")
-        source = click_context.get_parameter_source(param)
-        if source not in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT):
-            continue
-        given = click_context.params[param]
-        target: object = config
-        field = attribute
-        if field.startswith("groups."):
-            target, field = config.groups, field.removeprefix("groups.")
-        if getattr(target, field) != given:
-            option = "--" + param.replace("_", "-")
+        given = click_context.params[setting.param]
+        if config.get(setting.attribute) != given:
+            option = setting.option.split("/")[0] if setting.option else setting.param
             raise click.UsageError(
-                f"{option} {given} and --config {name}={text} disagree: give one of them"
+                f"{option} {given} and --config {setting.name}={text} disagree: give one of them"
             )
