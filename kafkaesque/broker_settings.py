@@ -17,7 +17,7 @@ from kafkaesque.config_keys import Kind
 from kafkaesque.errors import InvalidConfig
 from kafkaesque.topic_config import MAX_PARTITIONS
 
-# Kafka's socket.request.max.bytes default (wire.protocol.MAX_REQUEST_SIZE is this).
+# Kafka's socket.request.max.bytes default: the largest request read.
 MAX_REQUEST_SIZE = 100 * 1024 * 1024
 
 

@@ -32,11 +32,12 @@ from kio.serial._introspect import EntityTupleField, classify_field
 from kio.serial.errors import OutOfBoundValue
 
 from kafkaesque.batch_build import build_batch
+from kafkaesque.broker_settings import MAX_REQUEST_SIZE
 from kafkaesque.records import decode_values
 from tests.fuzz.strategies import POOL_TOPICS, WAITING_APIS, Case, Session
 from tests.kafka_client import Connection, decode_response, parse_address
 from wire.handlers import supported
-from wire.protocol import MAX_REQUEST_SIZE, request_schema
+from wire.protocol import request_schema
 
 if TYPE_CHECKING:
     from tests.wire.conftest import Broker
@@ -87,6 +88,12 @@ class Outcome:
     responses: list[bytes]
     timed_out: bool  # neither closed nor done answering in time
     leftover: int  # bytes of a response cut short
+    sending: float = 0.0  # seconds the sending took
+
+
+# The broker's request timeout (serve's default --request-timeout-ms): a request whose
+# bytes take longer to come is dropped by design (a slowloris must not hold its memory).
+REQUEST_TIMEOUT = 30.0
 
 
 DRIBBLE_PAUSE = 0.0005  # seconds between the sends of a dribbled case
@@ -97,6 +104,7 @@ def exchange(address: tuple[str, int], data: bytes, timeout: float, dribble: int
     if given), shut the write side, read until the broker closes or ``timeout`` passes."""
     received = bytearray()
     timed_out = False
+    started = time.monotonic()
     with socket.create_connection(address, timeout=timeout) as sock:
         try:
             if dribble:
@@ -109,6 +117,7 @@ def exchange(address: tuple[str, int], data: bytes, timeout: float, dribble: int
             sock.shutdown(socket.SHUT_WR)
         except OSError:
             pass  # the broker closed early; read what it sent before
+        sending = time.monotonic() - started
         deadline = time.monotonic() + timeout  # from the end of the sending
         while True:
             remaining = deadline - time.monotonic()
@@ -133,7 +142,7 @@ def exchange(address: tuple[str, int], data: bytes, timeout: float, dribble: int
             break
         responses.append(bytes(received[pos + 4 : pos + 4 + size]))
         pos += 4 + size
-    return Outcome(responses, timed_out, len(received) - pos)
+    return Outcome(responses, timed_out, len(received) - pos, sending)
 
 
 def server_errors(entity: Any, path: str = "") -> Iterator[str]:
@@ -206,7 +215,12 @@ def answer_problems(case: Case, outcome: Outcome) -> list[str]:
     if outcome.timed_out and not waits:
         problems.append(f"the broker neither answered all nor closed in {HANG_TIMEOUT} s")
     elif index < case.answers and not (outcome.timed_out and waits):
-        problems.append(f"the broker closed the connection after {index} of {case.answers} answers")
+        # A client slower than the request timeout is closed by design; on a loaded
+        # machine a dribble of a large request can be that slow.
+        if not (case.dribble and outcome.sending > REQUEST_TIMEOUT):
+            problems.append(
+                f"the broker closed the connection after {index} of {case.answers} answers"
+            )
     if outcome.leftover and not outcome.timed_out:
         problems.append(f"the last answer is cut short ({outcome.leftover} bytes)")
     return problems

@@ -19,9 +19,9 @@ import pytest
 from kio.schema.errors import ErrorCode
 from prometheus_client.parser import text_string_to_metric_families
 
-import kafkaesque.cli.serve
 import wire.handlers
 import wire.server
+from kafkaesque.broker_settings import MAX_REQUEST_SIZE
 from tests.kafka_client import (
     AsyncConnection,
     Connection,
@@ -35,7 +35,6 @@ from tests.kafka_wire import run_with_broker
 from tests.servers import free_port
 from tests.wire.conftest import Broker
 from wire.handlers import HANDLERS, Api
-from wire.protocol import MAX_REQUEST_SIZE
 from wire.server import RequestBudget, Server
 
 MiB = 1024 * 1024
@@ -69,10 +68,6 @@ def metric(port: int, name: str, **labels: str) -> float:
             if sample.name == name and sample.labels == labels:
                 return sample.value
     return 0.0
-
-
-def test_serve_default_is_the_protocol_limit() -> None:
-    assert kafkaesque.cli.serve.MAX_REQUEST_SIZE == MAX_REQUEST_SIZE
 
 
 def test_huge_requests_wait_for_the_budget_and_others_are_still_served(broker_factory) -> None:

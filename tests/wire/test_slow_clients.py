@@ -11,6 +11,7 @@ import time
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.batch_build import build_batch
+from kafkaesque.broker_settings import MAX_REQUEST_SIZE
 from tests.kafka_client import (
     AsyncConnection,
     Connection,
@@ -19,7 +20,6 @@ from tests.kafka_client import (
     produce_request,
     request,
 )
-from wire.protocol import MAX_REQUEST_SIZE
 
 REQUEST_TIMEOUT_S = 3
 CLIENTS = 50
