@@ -3,6 +3,10 @@
 #   scripts/test.sh [PYTEST ARGS]           the whole suite (CI's, the README's)
 #   scripts/test.sh --quick [PYTEST ARGS]   the lane to run before each commit: the unit
 #                                           tests and one real-client smoke test per area
+# Tests run in KAFKAESQUE_TEST_WORKERS pytest-xdist worker processes (default 3: most tests
+# wait on servers, not the CPU), a test module per worker at a time, the longest modules
+# first (tests/scheduling.py); KAFKAESQUE_TEST_WORKERS=0 runs them one at a time in pytest's
+# own process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=()
@@ -19,4 +23,9 @@ fi
 scripts/setup.sh --test
 .venv/bin/ruff format --check .
 .venv/bin/ruff check .
-exec .venv/bin/python -m pytest "${quick[@]}" "$@"
+workers=${KAFKAESQUE_TEST_WORKERS:-3}
+parallel=()
+if [[ "$workers" != 0 ]]; then
+  parallel=(-n "$workers" --dist loadfile)
+fi
+exec .venv/bin/python -m pytest "${parallel[@]}" "${quick[@]}" "$@"

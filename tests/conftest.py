@@ -1,5 +1,6 @@
-"""Shared fixtures: a real redis-server and a real PostgreSQL per session (each started when a
-test first needs it), and logs on fakeredis or real Redis.
+"""Shared fixtures: a real redis-server and a real PostgreSQL per session (per worker under
+pytest-xdist, tests/scheduling.py; each started when a test first needs it), and logs on
+fakeredis or real Redis.
 
 Every test runs with a data directory of its own (``KAFKAESQUE_HOME``) and none of the
 user's KAFKAESQUE_* settings: nothing in the suite may read or start the embedded servers of
@@ -22,6 +23,7 @@ import redis.asyncio
 
 from kafkaesque.embedded import EmbeddedRedis
 from kafkaesque.log import Log
+from tests import scheduling
 from tests.pg import PostgresServer
 from tests.servers import RedisServer
 
@@ -46,6 +48,17 @@ def _private_environment(mp: pytest.MonkeyPatch, home: Path) -> None:
     for name in USER_SETTINGS:
         mp.delenv(name, raising=False)
     mp.setenv("KAFKAESQUE_HOME", str(home))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """Under ``-n N --dist loadfile``: modules longest first (tests/scheduling.py)."""
+    return scheduling.make_scheduler(config, log) if scheduling.applies(config) else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if scheduling.applies(config) and hasattr(config, "workerinput"):
+        scheduling.longest_first(items)
 
 
 @pytest.fixture(scope="session", autouse=True)

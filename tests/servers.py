@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 import subprocess
@@ -19,20 +20,45 @@ def _ephemeral_floor() -> int:
         return 32768
 
 
+_handed_out: set[int] = set()
+
+
+def _port_range() -> range:
+    """This process's share of the ports below the ephemeral range: all of them, or under
+    pytest-xdist one slice per worker, so that workers never pick the same port (a port
+    is free when picked, and taken only when its server starts, a moment later)."""
+    high = _ephemeral_floor()
+    low = max(1024, high - 12000)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if not worker.startswith("gw") or count <= 1:
+        return range(low, high)
+    size = (high - low) // count
+    start = low + int(worker[2:]) % count * size
+    return range(start, start + size)
+
+
 def free_port() -> int:
     """A free loopback port below the ephemeral range. A port the kernel hands out
     (bind to 0) may meanwhile become the local port of an outgoing connection, or of a
     connect that wait_for_port makes to it (TCP can connect a socket to itself), and the
-    server that should listen there then finds it taken."""
-    high = _ephemeral_floor()
-    for _ in range(100):
-        port = random.randrange(max(1024, high - 12000), high)
+    server that should listen there then finds it taken. Never the same port twice in one
+    process (a test may pick several before it starts their servers), and under
+    pytest-xdist from the worker's own slice of the range."""
+    ports = _port_range()
+    if len(_handed_out) > len(ports) // 2:
+        _handed_out.clear()
+    for _ in range(200):
+        port = random.choice(ports)
+        if port in _handed_out:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
+        _handed_out.add(port)
+        return port
     raise RuntimeError("no free port found")
 
 
