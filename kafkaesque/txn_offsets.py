@@ -120,7 +120,7 @@ class TxnOffsetStore:
                 return Code.ILLEGAL_GENERATION
             if consumer is not None:
                 return int(consumer)
-        group = await self.groups.load(group_id)
+        group = await self.groups.store.load(group_id)
         if group is None:
             return Code.NONE if generation < 0 else Code.ILLEGAL_GENERATION
         if generation < 0 and group.state == GroupState.EMPTY:
@@ -150,4 +150,4 @@ class TxnOffsetStore:
             for topic, partition, value in raw.values():
                 offset, metadata, epoch = msgpack.unpackb(value)
                 offsets[topic, partition] = CommittedOffset(offset, metadata, now, epoch)
-        await self.groups.settle_pending(group_id, list(raw), offsets)
+        await self.groups.admin.settle_pending(group_id, list(raw), offsets)

@@ -34,7 +34,7 @@ def test_classic_views_delete_and_hooks(make_log: Callable[[], Log]) -> None:
             "cg", Heartbeat("m", 0, rebalance_timeout_ms=1000, topics=["t"], client_id="c"), 1
         )
         assert await consumer.listing(["cg", "nope"]) == {"cg": "Stable"}
-        assert "cg" in await classic.list_groups()
+        assert "cg" in await classic.admin.list_groups()
 
         broker = SimpleNamespace(consumer_groups=consumer)
         view = await described_as_classic(broker, "cg", DescribedGroup, DescribedGroupMember)
@@ -51,8 +51,12 @@ def test_classic_views_delete_and_hooks(make_log: Callable[[], Log]) -> None:
         )
 
         # The classic coordinator: member epochs for commits, no classic members.
-        assert await classic.commit("cg", joined.epoch, "m", None, {("t", 0): (4, "", -1)}) == 0
-        stale = await classic.commit("cg", joined.epoch + 1, "m", None, {("t", 0): (5, "", -1)})
+        assert (
+            await classic.admin.commit("cg", joined.epoch, "m", None, {("t", 0): (4, "", -1)}) == 0
+        )
+        stale = await classic.admin.commit(
+            "cg", joined.epoch + 1, "m", None, {("t", 0): (5, "", -1)}
+        )
         assert stale == Code.STALE_MEMBER_EPOCH
         request = JoinRequest("", None, "c", "/h", 10_000, 10_000, "consumer", [("r", b"")], False)
         refused = await classic.join("cg", request)
@@ -62,8 +66,8 @@ def test_classic_views_delete_and_hooks(make_log: Callable[[], Log]) -> None:
         await consumer.heartbeat("cg", Heartbeat("m", -1), 1)
         assert await consumer.delete("cg") == Code.NONE
         assert await consumer.delete("cg") is None  # no longer a consumer group
-        assert "cg" not in await classic.list_groups()
-        assert await classic.committed("cg") == {}
+        assert "cg" not in await classic.admin.list_groups()
+        assert await classic.admin.committed("cg") == {}
         await classic.stop()
 
     asyncio.run(scenario())
@@ -89,17 +93,17 @@ def test_offsets_of_a_consumer_group_expire_after_the_retention(
         member = Heartbeat("m", 0, rebalance_timeout_ms=1000, topics=["t"])
         joined = await consumer.heartbeat("cg", member, 1)
         offsets = {("t", 0): (4, "", -1), ("u", 0): (7, "", -1)}
-        assert await classic.commit("cg", joined.epoch, "m", None, offsets) == 0
+        assert await classic.admin.commit("cg", joined.epoch, "m", None, offsets) == 0
         now[0] += minute - 1
         await classic.tick_all(sweep=True)
-        assert set(await classic.committed("cg")) == {("t", 0), ("u", 0)}
+        assert set(await classic.admin.committed("cg")) == {("t", 0), ("u", 0)}
         now[0] += 1
         await classic.tick_all(sweep=True)
-        assert set(await classic.committed("cg")) == {("t", 0)}  # the member reads t
+        assert set(await classic.admin.committed("cg")) == {("t", 0)}  # the member reads t
         await consumer.heartbeat("cg", Heartbeat("m", -1), 1)  # leaves: the group is empty
         await classic.tick_all(sweep=True)
-        assert "cg" not in await classic.list_groups()
-        assert await classic.committed("cg") == {} and await consumer.load("cg") is None
+        assert "cg" not in await classic.admin.list_groups()
+        assert await classic.admin.committed("cg") == {} and await consumer.load("cg") is None
 
     asyncio.run(scenario())
 
@@ -126,7 +130,7 @@ def test_offsets_pending_on_a_transaction_keep_their_group(make_log: Callable[[]
         joined = await consumer.heartbeat(
             "cg", Heartbeat("m", 0, rebalance_timeout_ms=1000, topics=["t"]), 1
         )
-        assert await classic.commit("solo", -1, "", None, {("t", 1): (3, "", -1)}) == 0
+        assert await classic.admin.commit("solo", -1, "", None, {("t", 1): (3, "", -1)}) == 0
         for group in ("cg", "solo"):
             assert await txns.add_offsets("tx", pid, epoch, group) == Code.NONE
         member = {"cg": (joined.epoch, "m"), "solo": (-1, "")}
@@ -138,12 +142,14 @@ def test_offsets_pending_on_a_transaction_keep_their_group(make_log: Callable[[]
         await consumer.heartbeat("cg", Heartbeat("m", -1), 1)  # the member leaves
         now[0] += 2 * minute
         await classic.tick_all(sweep=True)
-        assert {"cg", "solo"} <= set(await classic.list_groups()), "dropped with offsets pending"
-        assert (await classic.committed("solo"))[("t", 1)].offset == 3  # not expired
+        assert {"cg", "solo"} <= set(await classic.admin.list_groups()), (
+            "dropped with offsets pending"
+        )
+        assert (await classic.admin.committed("solo"))[("t", 1)].offset == 3  # not expired
         assert await txns.end("tx", pid, epoch, True) == Code.NONE
         for group in ("cg", "solo"):
-            assert (await classic.committed(group))[("t", 1)].offset == 5
-        snapshot = await classic.offsets.snapshot()
+            assert (await classic.admin.committed(group))[("t", 1)].offset == 5
+        snapshot = await classic.admin.offsets.snapshot()
         assert snapshot is not None and {"cg", "solo"} <= set(snapshot.groups)
 
     asyncio.run(scenario())
@@ -177,16 +183,16 @@ def test_deleted_group_gets_no_offsets_from_a_later_commit(make_log: Callable[[]
 
     async def scenario() -> None:
         classic, txns = await txn_setup(make_log, now)
-        assert await classic.commit("g", -1, "", None, {("t", 1): (3, "", -1)}) == 0
+        assert await classic.admin.commit("g", -1, "", None, {("t", 1): (3, "", -1)}) == 0
         pid, epoch = await pending(txns, "tx", "g")
-        assert await classic.delete("g") == Code.NONE
-        assert await classic.committed("g") == {}
+        assert await classic.admin.delete("g") == Code.NONE
+        assert await classic.admin.committed("g") == {}
         assert await txns.end("tx", pid, epoch, True) == Code.NONE
-        left = await classic.committed("g")
-        listed = "g" in await classic.list_groups()
+        left = await classic.admin.committed("g")
+        listed = "g" in await classic.admin.list_groups()
         assert left == {}, (
             f"a deleted group has offsets again: {left}; listed: {listed}; "
-            f"DeleteGroups now answers {await classic.delete('g')!r}"
+            f"DeleteGroups now answers {await classic.admin.delete('g')!r}"
         )
 
     asyncio.run(scenario())
@@ -204,10 +210,12 @@ def test_offsets_committed_to_a_new_group_by_a_transaction_are_indexed(
         classic, txns = await txn_setup(make_log, now)
         pid, epoch = await pending(txns, "tx", "fresh")
         assert await txns.end("tx", pid, epoch, True) == Code.NONE
-        assert (await classic.committed("fresh"))[("t", 0)].offset == 5
-        snapshot = await classic.offsets.snapshot()
+        assert (await classic.admin.committed("fresh"))[("t", 0)].offset == 5
+        snapshot = await classic.admin.offsets.snapshot()
         assert snapshot is not None
-        assert "fresh" in await classic.list_groups(), "committed offsets of an unlisted group"
+        assert "fresh" in await classic.admin.list_groups(), (
+            "committed offsets of an unlisted group"
+        )
         assert "fresh" in snapshot.groups, "committed offsets the archive never takes"
 
     asyncio.run(scenario())
@@ -222,12 +230,12 @@ def test_a_transactional_id_with_a_nul_does_not_stop_the_sweep(
 
     async def scenario() -> None:
         classic, txns = await txn_setup(make_log, now)
-        assert await classic.commit("a-group", -1, "", None, {("t", 1): (3, "", -1)}) == 0
+        assert await classic.admin.commit("a-group", -1, "", None, {("t", 1): (3, "", -1)}) == 0
         await pending(txns, "app\0one", "a-group")
-        assert await classic.commit("z-group", -1, "", None, {("t", 1): (3, "", -1)}) == 0
+        assert await classic.admin.commit("z-group", -1, "", None, {("t", 1): (3, "", -1)}) == 0
         now[0] += 10 * 60_000
         await classic.tick_all(sweep=True)  # raised ValueError: too many values to unpack
-        assert "z-group" not in await classic.list_groups()  # expired, as the sweep should
+        assert "z-group" not in await classic.admin.list_groups()  # expired, as the sweep should
 
     asyncio.run(scenario())
 
@@ -247,11 +255,11 @@ def test_deleted_consumer_group_gets_no_offsets_from_a_later_commit(
         )
         pid, epoch = await pending(txns, "tx", "cg")
         await consumer.heartbeat("cg", Heartbeat("m", -1), 1)  # leaves: empty
-        assert await classic.delete("cg") == Code.GROUP_ID_NOT_FOUND  # the handler's order
+        assert await classic.admin.delete("cg") == Code.GROUP_ID_NOT_FOUND  # the handler's order
         assert await consumer.delete("cg") == Code.NONE
-        assert await classic.committed("cg") == {}
+        assert await classic.admin.committed("cg") == {}
         assert await txns.end("tx", pid, epoch, True) == Code.NONE
-        left = await classic.committed("cg")
+        left = await classic.admin.committed("cg")
         assert left == {}, f"a deleted consumer group has offsets again: {left}"
 
     asyncio.run(scenario())
@@ -268,19 +276,19 @@ def test_delete_while_a_transaction_settles_leaves_no_offsets(
     async def scenario() -> None:
         classic, txns = await txn_setup(make_log, now)
         pid, epoch = await pending(txns, "tx", "g")
-        real_write = classic.offsets.write
+        real_write = classic.admin.offsets.write
 
         async def write_then_delete(group_id, offsets):  # type: ignore[no-untyped-def]
-            deleting = asyncio.create_task(classic.delete(group_id))
+            deleting = asyncio.create_task(classic.admin.delete(group_id))
             await asyncio.sleep(0.05)  # it waits for the group's lock, held by the settle
             await real_write(group_id, offsets)
             assert not deleting.done()
             await asyncio.sleep(0)
 
-        classic.offsets.write = write_then_delete  # type: ignore[method-assign]
+        classic.admin.offsets.write = write_then_delete  # type: ignore[method-assign]
         assert await txns.end("tx", pid, epoch, True) == Code.NONE
-        left = await classic.committed("g")
-        listed = "g" in await classic.list_groups()
+        left = await classic.admin.committed("g")
+        listed = "g" in await classic.admin.list_groups()
         assert left == {} or listed, f"offsets of an unlisted (deleted) group: {left}"
 
     asyncio.run(scenario())
@@ -297,7 +305,7 @@ def test_a_sweep_while_a_transaction_settles_keeps_the_committed_offsets(
     async def scenario() -> None:
         classic, txns = await txn_setup(make_log, now)
         pid, epoch = await pending(txns, "tx", "fresh")
-        real_write = classic.offsets.write
+        real_write = classic.admin.offsets.write
         sweeps: list[asyncio.Task[None]] = []
 
         async def write_under_a_sweep(group_id, offsets):  # type: ignore[no-untyped-def]
@@ -305,11 +313,11 @@ def test_a_sweep_while_a_transaction_settles_keeps_the_committed_offsets(
             await asyncio.sleep(0.05)  # the sweep waits for the group's lock
             await real_write(group_id, offsets)
 
-        classic.offsets.write = write_under_a_sweep  # type: ignore[method-assign]
+        classic.admin.offsets.write = write_under_a_sweep  # type: ignore[method-assign]
         assert await txns.end("tx", pid, epoch, True) == Code.NONE
         await asyncio.gather(*sweeps)
-        assert ("t", 0) in await classic.committed("fresh")
-        assert "fresh" in await classic.list_groups()
+        assert ("t", 0) in await classic.admin.committed("fresh")
+        assert "fresh" in await classic.admin.list_groups()
 
     asyncio.run(scenario())
 

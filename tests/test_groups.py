@@ -65,14 +65,14 @@ def test_two_members_join_one_round_and_sync(coordinator) -> None:
         # A second member triggers a rebalance; the first learns of it by heartbeat.
         second_join = asyncio.create_task(join(c))
         await asyncio.sleep(0.1)
-        assert (await c.load("g")).state == GroupState.PREPARING
+        assert (await c.store.load("g")).state == GroupState.PREPARING
         assert await c.heartbeat("g", 1, first.member_id, None) == Code.REBALANCE_IN_PROGRESS
         first_again = await join(c, first.member_id)
         second = await second_join
         assert first_again.generation == second.generation == 2
         assert first_again.leader == first.member_id and len(first_again.members) == 2
         assert second.members == []  # only the leader gets the members
-        assert (await c.load("g")).state == GroupState.COMPLETING
+        assert (await c.store.load("g")).state == GroupState.COMPLETING
         # The follower waits for the leader's assignment.
         follower = asyncio.create_task(c.sync("g", 2, second.member_id, None, {}))
         await asyncio.sleep(0.05)
@@ -82,7 +82,7 @@ def test_two_members_join_one_round_and_sync(coordinator) -> None:
         )
         assert leader[:2] == (Code.NONE, b"A")
         assert (await follower)[:2] == (Code.NONE, b"B")
-        assert (await c.load("g")).state == GroupState.STABLE
+        assert (await c.store.load("g")).state == GroupState.STABLE
         assert await c.heartbeat("g", 2, second.member_id, None) == Code.NONE
         await c.stop()
 
@@ -99,7 +99,7 @@ def test_only_groups_with_members_are_ticked(coordinator) -> None:
         # A member that stops heartbeating is expired by the regular tick...
         await asyncio.sleep(0.4)
         await c.tick_all()
-        assert not (await c.load("g")).members
+        assert not (await c.store.load("g")).members
         # ...and the empty group, its heartbeats gone, is not ticked again.
         assert await c.redis.smembers(active) == set()
         assert not await c.redis.exists(c.keys.group("g", ":heartbeats"))
@@ -110,9 +110,9 @@ def test_only_groups_with_members_are_ticked(coordinator) -> None:
         await c.redis.srem(active, "g")
         await asyncio.sleep(0.4)
         await c.tick_all()
-        assert b.member_id in (await c.load("g")).members
+        assert b.member_id in (await c.store.load("g")).members
         await c.tick_all(sweep=True)
-        assert not (await c.load("g")).members
+        assert not (await c.store.load("g")).members
         await c.stop()
 
     asyncio.run(scenario())
@@ -156,7 +156,7 @@ def test_expired_session_removes_member_and_rebalances(coordinator) -> None:
         await c.tick("g")
         b = await asyncio.wait_for(b_join, 5)
         assert b.error == Code.NONE and b.leader == b.member_id
-        group = await c.load("g")
+        group = await c.store.load("g")
         assert list(group.members) == [b.member_id] and group.generation == 2
         assert (await join(c, a.member_id)).error == Code.UNKNOWN_MEMBER_ID
         await c.stop()
@@ -171,13 +171,13 @@ def test_static_member_rejoins_without_rebalance_and_fences_the_old_id(coordinat
         await c.sync("g", 1, a.member_id, None, {a.member_id: b"mine"})
         restarted = await join(c, instance="i-1")  # a new process, same instance id
         assert restarted.error == Code.NONE and restarted.member_id != a.member_id
-        assert restarted.generation == 1 and (await c.load("g")).state == GroupState.STABLE
+        assert restarted.generation == 1 and (await c.store.load("g")).state == GroupState.STABLE
         synced = await c.sync("g", 1, restarted.member_id, "i-1", {})
         assert synced[:2] == (Code.NONE, b"mine")
         assert await c.heartbeat("g", 1, a.member_id, "i-1") == Code.FENCED_INSTANCE_ID
         assert (await join(c, a.member_id, instance="i-1")).error == Code.FENCED_INSTANCE_ID
         assert await c.leave("g", [("", "i-1")]) == [Code.NONE]
-        assert (await c.load("g")).state == GroupState.EMPTY
+        assert (await c.store.load("g")).state == GroupState.EMPTY
         await c.stop()
 
     asyncio.run(scenario())
@@ -189,27 +189,27 @@ def test_leave_commit_and_delete(coordinator) -> None:
         a = await join(c)
         await c.sync("g", 1, a.member_id, None, {})
         offsets = {("t", 0): (42, "meta", -1), ("t", 1): (7, None, -1)}
-        assert await c.commit("g", 1, a.member_id, None, offsets) == Code.NONE
-        assert await c.commit("g", 0, a.member_id, None, offsets) == Code.ILLEGAL_GENERATION
-        assert await c.commit("g", 1, "ghost", None, offsets) == Code.UNKNOWN_MEMBER_ID
+        assert await c.admin.commit("g", 1, a.member_id, None, offsets) == Code.NONE
+        assert await c.admin.commit("g", 0, a.member_id, None, offsets) == Code.ILLEGAL_GENERATION
+        assert await c.admin.commit("g", 1, "ghost", None, offsets) == Code.UNKNOWN_MEMBER_ID
         # Standalone commits (no member) are refused while the group has members.
-        assert await c.commit("g", -1, "", None, offsets) == Code.UNKNOWN_MEMBER_ID
-        assert await c.delete("g") == Code.NON_EMPTY_GROUP
+        assert await c.admin.commit("g", -1, "", None, offsets) == Code.UNKNOWN_MEMBER_ID
+        assert await c.admin.delete("g") == Code.NON_EMPTY_GROUP
         with pytest.raises(GroupBusy):
-            await c.reset_offsets("g", {("t", 0): 0})
+            await c.admin.reset_offsets("g", {("t", 0): 0})
         assert await c.leave("g", [(a.member_id, None)]) == [Code.NONE]
         assert await c.leave("g", [(a.member_id, None)]) == [Code.UNKNOWN_MEMBER_ID]
-        committed = await c.committed("g")
+        committed = await c.admin.committed("g")
         assert {k: (v.offset, v.metadata) for k, v in committed.items()} == {
             ("t", 0): (42, "meta"),
             ("t", 1): (7, ""),
         }
-        await c.reset_offsets("g", {("t", 0): 5})
-        assert (await c.committed("g"))["t", 0].offset == 5
-        assert await c.list_groups() == ["g"]
-        assert await c.delete("g") == Code.NONE
-        assert await c.delete("g") == Code.GROUP_ID_NOT_FOUND
-        assert await c.committed("g") == {} and await c.list_groups() == []
+        await c.admin.reset_offsets("g", {("t", 0): 5})
+        assert (await c.admin.committed("g"))["t", 0].offset == 5
+        assert await c.admin.list_groups() == ["g"]
+        assert await c.admin.delete("g") == Code.NONE
+        assert await c.admin.delete("g") == Code.GROUP_ID_NOT_FOUND
+        assert await c.admin.committed("g") == {} and await c.admin.list_groups() == []
         await c.stop()
 
     asyncio.run(scenario())
@@ -220,11 +220,11 @@ def test_forget_topic_drops_its_offsets_in_every_group(coordinator) -> None:
         c = coordinator()
         both = {("t", 0): (4, "", -1), ("t", 1): (5, "", -1), ("t.other", 0): (6, "", -1)}
         for group in ("g1", "g2"):
-            assert await c.commit(group, -1, "", None, both) == Code.NONE
-        assert await c.forget_topic("t") == 4
+            assert await c.admin.commit(group, -1, "", None, both) == Code.NONE
+        assert await c.admin.forget_topic("t") == 4
         for group in ("g1", "g2"):
-            assert list(await c.committed(group)) == [("t.other", 0)]
-        assert await c.forget_topic("t") == 0
+            assert list(await c.admin.committed(group)) == [("t.other", 0)]
+        assert await c.admin.forget_topic("t") == 0
         await c.stop()
 
     asyncio.run(scenario())
@@ -237,10 +237,10 @@ def test_state_is_shared_by_coordinators_on_one_redis(coordinator) -> None:
         one, two = coordinator(), coordinator()
         a = await join(one)
         await one.sync("g", 1, a.member_id, None, {a.member_id: b"x"})
-        await one.commit("g", 1, a.member_id, None, {("t", 0): (9, "", -1)})
+        await one.admin.commit("g", 1, a.member_id, None, {("t", 0): (9, "", -1)})
         await one.stop()
         assert await two.heartbeat("g", 1, a.member_id, None) == Code.NONE
-        assert (await two.committed("g"))["t", 0].offset == 9
+        assert (await two.admin.committed("g"))["t", 0].offset == 9
         # A member joining through the second broker rebalances the group for both.
         b_join = asyncio.create_task(join(two))
         await asyncio.sleep(0.1)
@@ -288,10 +288,10 @@ def test_offsets_expire_after_the_retention(make_log) -> None:
         c = GroupCoordinator(make_log().redis, config, clock=lambda: now[0])
         c.start()
         offsets = {("t", 0): (1, "", -1), ("u", 0): (2, "", -1)}
-        assert await c.commit("solo", -1, "", None, offsets) == Code.NONE
+        assert await c.admin.commit("solo", -1, "", None, offsets) == Code.NONE
         a = await join(c, protocols=[("range", subscription(["t"]))])
         await c.sync("g", 1, a.member_id, None, {})
-        assert await c.commit("g", 1, a.member_id, None, offsets) == Code.NONE
+        assert await c.admin.commit("g", 1, a.member_id, None, offsets) == Code.NONE
 
         async def advance(ms: int) -> None:
             now[0] += ms
@@ -299,15 +299,15 @@ def test_offsets_expire_after_the_retention(make_log) -> None:
             await c.tick_all(sweep=True)
 
         await advance(minute - 1)
-        assert len(await c.committed("solo")) == 2 and len(await c.committed("g")) == 2
+        assert len(await c.admin.committed("solo")) == 2 and len(await c.admin.committed("g")) == 2
         await advance(1)
-        assert await c.list_groups() == ["g"]  # solo's offsets expired, and solo with them
-        assert list(await c.committed("g")) == [("t", 0)]  # the member reads t
+        assert await c.admin.list_groups() == ["g"]  # solo's offsets expired, and solo with them
+        assert list(await c.admin.committed("g")) == [("t", 0)]  # the member reads t
         assert await c.leave("g", [(a.member_id, None)]) == [Code.NONE]
         await advance(minute - 1)
-        assert list(await c.committed("g")) == [("t", 0)]  # empty for less than a minute
+        assert list(await c.admin.committed("g")) == [("t", 0)]  # empty for less than a minute
         await advance(1)
-        assert await c.committed("g") == {} and await c.list_groups() == []
+        assert await c.admin.committed("g") == {} and await c.admin.list_groups() == []
         await c.stop()
 
     asyncio.run(scenario())
@@ -319,15 +319,15 @@ def test_a_lock_that_stays_taken_is_retriable(coordinator) -> None:
 
     async def run() -> None:
         c = coordinator()
-        held = c._lock("g")
+        held = c.store.lock("g")
         await held.acquire()
-        waiting = c._lock("g")
+        waiting = c.store.lock("g")
         waiting.blocking_timeout = 0.1
         with pytest.raises(HotTierUnavailable, match="stayed taken"):
             async with waiting:
                 pass
         await held.release()
-        async with c._lock("g"):  # free again
+        async with c.store.lock("g"):  # free again
             pass
         await c.stop()
 

@@ -137,10 +137,10 @@ async def test_commit_writes_markers_and_offsets(setup) -> None:
     codes = await c.commit_offsets("t", "g", pid, epoch, {("a", 0): (4, "m", -1)})
     assert codes == {("a", 0): Code.NONE}
     assert await c.pending_offsets("g") == {("a", 0)}
-    assert await c.groups.offsets.read("g") == {}
+    assert await c.groups.admin.offsets.read("g") == {}
     assert await c.end("t", pid, epoch, True) == Code.NONE
     assert markers.calls == [([("a", 0), ("a", 1)], pid, epoch, True)]
-    assert (await c.groups.offsets.read("g"))[("a", 0)].offset == 4
+    assert (await c.groups.admin.offsets.read("g"))[("a", 0)].offset == 4
     assert await c.pending_offsets("g") == set()
     assert (await c.load("t")).state == TxnState.COMPLETE_COMMIT
 
@@ -189,7 +189,7 @@ async def test_prepared_commit_rolls_forward(setup) -> None:
     await c.tick()
     assert (await c.load("t")).state == TxnState.COMPLETE_COMMIT
     assert markers.calls[-1] == ([("a", 1)], pid, 0, True)
-    assert (await c.groups.offsets.read("g"))[("a", 1)].offset == 9
+    assert (await c.groups.admin.offsets.read("g"))[("a", 1)].offset == 9
 
 
 @run
@@ -226,7 +226,7 @@ async def test_timeout_aborts_then_expiry_forgets(setup) -> None:
     assert (txn.state, txn.producer_epoch) == (TxnState.COMPLETE_ABORT, 1)
     assert markers.calls == [([("a", 0)], pid, 1, False)]
     assert await c.pending_offsets("g") == set()  # dropped, not committed
-    assert await c.groups.offsets.read("g") == {}
+    assert await c.groups.admin.offsets.read("g") == {}
     assert await c.end("t", pid, 0, True) == Code.PRODUCER_FENCED
     clock[0] += 10_001
     await c.tick(sweep=True)

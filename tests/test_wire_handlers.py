@@ -372,12 +372,12 @@ def test_admin_create_delete_partitions_and_configs(redis_url: str) -> None:
         assert [(c.name, c.value) for c in broker_result.configs] == [("num.partitions", "1")]
 
         groups = server.broker.groups
-        await groups.commit("g", -1, "", None, {("c1", 0): (1, "", -1)})
+        await groups.admin.commit("g", -1, "", None, {("c1", 0): (1, "", -1)})
         delete = request(20, 1, timeout=1000, topic_names=["c1", "nope"])
         errors = [r.error_code for r in (await client.request(delete)).responses]
         assert errors == [ErrorCode.none, ErrorCode.unknown_topic_or_partition]
         assert await server.broker.log.list_topics() == []
-        assert await groups.committed("g") == {}  # a deleted topic's offsets go with it
+        assert await groups.admin.committed("g") == {}  # a deleted topic's offsets go with it
         cluster = await client.request(request(60, 0, include_cluster_authorized_operations=False))
         assert cluster.error_code == ErrorCode.none and cluster.brokers[0].port == server.port
         await client.close()

@@ -24,7 +24,7 @@ from kafkaesque.tables import plural
 @run_async
 async def list_groups(ctx: Context) -> None:
     """List consumer groups."""
-    names = await ctx.groups(ctx.log()).list_groups()
+    names = await ctx.groups(ctx.log()).admin.list_groups()
     for name in names:
         click.echo(name)
     if not names:  # on stderr: stdout stays a list, empty
@@ -68,14 +68,14 @@ async def describe_group(
                 new[topic, p] = state.log_end
             else:  # clamped to what the partition holds, as Kafka's tool does
                 new[topic, p] = min(max(int(reset_offsets), earliest), state.log_end)
-        await coordinator.reset_offsets(group, new)
+        await coordinator.admin.reset_offsets(group, new)
         click.echo(f"reset {plural(len(new), 'partition')} of {topic} for group {group}", err=True)
     if topic is not None and reset_offsets is None:
         await log.topic(topic)  # an unknown topic is an error, not an empty table
-    loaded = await coordinator.load(group)
+    loaded = await coordinator.store.load(group)
     if loaded is None:
         raise click.ClickException(f"no such group: {group}")
-    committed = await coordinator.committed(group)
+    committed = await coordinator.admin.committed(group)
     owners: dict[tuple[str, int], str] = {}
     click.echo(f"group       {group}")
     click.echo(f"state       {loaded.state}")

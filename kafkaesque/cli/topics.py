@@ -139,7 +139,7 @@ async def delete(ctx: Context, topic: str) -> None:
     """Delete TOPIC and all its records."""
     log = ctx.log()
     await log.delete_topic(topic)
-    await ctx.groups(log).forget_topic(topic)
+    await ctx.groups(log).admin.forget_topic(topic)
     click.echo(f"deleted topic {topic}", err=True)
 
 
@@ -337,10 +337,10 @@ async def consume(
     commit = None
     if group is not None:
         coordinator = ctx.groups(log)
-        existing = await coordinator.load(group)
+        existing = await coordinator.store.load(group)
         if existing is not None and existing.members:
             raise click.ClickException(f"group {group} has active members; use another group")
-        for (t, p), c in (await coordinator.committed(group)).items():
+        for (t, p), c in (await coordinator.admin.committed(group)).items():
             if t == topic:
                 committed[p] = c.offset
                 if c.leader_epoch >= 0:  # checked at the first read, as Kafka's clients do
@@ -350,7 +350,7 @@ async def consume(
             stored: dict[tuple[str, int], tuple[int, str | None, int]] = {
                 (topic, p): (o, "", read_epochs.get(p, -1)) for p, o in offsets.items()
             }
-            if await coordinator.commit(group, -1, "", None, stored) != Code.NONE:
+            if await coordinator.admin.commit(group, -1, "", None, stored) != Code.NONE:
                 raise click.ClickException(f"group {group} gained members; stopped")
 
     offsets = {}

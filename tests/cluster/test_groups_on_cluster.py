@@ -40,7 +40,7 @@ def test_offsets_snapshot_and_restore_per_group(empty_cluster: ClusterServers) -
         await log.ensure_recovered()
         groups = GroupCoordinator(log.redis, CoordinatorConfig(initial_rebalance_delay_ms=0))
         for gid, offset in (("a", 3), ("b", 7), ("c{x}", 9)):
-            error = await groups.commit(gid, -1, "", None, {("t", 0): (offset, "m", -1)})
+            error = await groups.admin.commit(gid, -1, "", None, {("t", 0): (offset, "m", -1)})
             assert error == Code.NONE
         store = OffsetStore(log.redis, log.keys)
         snapshot = await store.snapshot()
@@ -61,7 +61,7 @@ def test_offsets_snapshot_and_restore_per_group(empty_cluster: ClusterServers) -
             "b": 7,
             "c{x}": 9,
         }
-        assert sorted(await groups.list_groups()) == ["a", "b", "c{x}"]
+        assert sorted(await groups.admin.list_groups()) == ["a", "b", "c{x}"]
         await log.redis.aclose()
 
     asyncio.run(scenario())

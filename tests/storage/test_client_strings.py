@@ -57,9 +57,9 @@ def test_nul_in_offset_metadata_and_group_id_is_archived_and_restored(
         await log.enable_archiving()
         await log.create_topic(TopicConfig("t", 1, page_size=5))
         await produce(log, "t", 0, [b"x"] * 10)
-        await groups.commit("plain", -1, "", None, {("t", 0): (3, "meta", 2)})
-        await groups.commit("nul", -1, "", None, {("t", 0): (5, "Hello\0world!", 2)})
-        await groups.commit("g\0\x01\U0001f600", -1, "", None, {("t", 0): (7, "\0", -1)})
+        await groups.admin.commit("plain", -1, "", None, {("t", 0): (3, "meta", 2)})
+        await groups.admin.commit("nul", -1, "", None, {("t", 0): (5, "Hello\0world!", 2)})
+        await groups.admin.commit("g\0\x01\U0001f600", -1, "", None, {("t", 0): (7, "\0", -1)})
 
         await Archiver(log, pool, idle_close_ms=None).run_once()
         async with pool.acquire() as conn:
@@ -69,12 +69,12 @@ def test_nul_in_offset_metadata_and_group_id_is_archived_and_restored(
 
         await log.redis.flushall()
         assert await recover(log, pool)
-        assert sorted(await groups.list_groups()) == ["g\0\x01\U0001f600", "nul", "plain"]
-        nul = (await groups.committed("nul"))[("t", 0)]
+        assert sorted(await groups.admin.list_groups()) == ["g\0\x01\U0001f600", "nul", "plain"]
+        nul = (await groups.admin.committed("nul"))[("t", 0)]
         assert (nul.offset, nul.metadata, nul.leader_epoch) == (5, "Hello\0world!", 2)
-        odd = (await groups.committed("g\0\x01\U0001f600"))[("t", 0)]
+        odd = (await groups.admin.committed("g\0\x01\U0001f600"))[("t", 0)]
         assert (odd.offset, odd.metadata) == (7, "\0")
-        assert (await groups.committed("plain"))[("t", 0)].metadata == "meta"
+        assert (await groups.admin.committed("plain"))[("t", 0)].metadata == "meta"
         await pool.close()
 
     asyncio.run(scenario())
@@ -177,11 +177,11 @@ def test_client_strings_round_trip_through_the_archive(
         await log.create_topic(TopicConfig("t", 1, page_size=1, configs={THROTTLED: config}))
         configs = (await log.topic("t")).configs
         await produce(log, "t", 0, [b"v"], headers=[[(header_key, b"h"), ("k", None)]])
-        await groups.commit(group_id, -1, "", None, {("t", 0): (1, metadata, 4)})
+        await groups.admin.commit(group_id, -1, "", None, {("t", 0): (1, metadata, 4)})
 
         await _archive_and_restore(log, pool)
         assert (await log.topic("t")).configs == configs
-        committed = (await groups.committed(group_id))[("t", 0)]
+        committed = (await groups.admin.committed(group_id))[("t", 0)]
         assert (committed.offset, committed.metadata, committed.leader_epoch) == (1, metadata, 4)
         [row] = await archived_rows_of(pool)
         assert row == [(header_key, b"h"), ("k", None)]

@@ -33,23 +33,25 @@ def test_offsets_come_back_after_flushall_as_committed(
         await produce(log, "t", 0, [b"x"] * 10)  # two closed pages: archived
         await produce(log, "t", 0, [b"open"] * 3)  # offsets 10-12: open page, lost
         await produce(log, "t", 1, [b"y"] * 5)
-        await groups.commit("g1", -1, "", None, {("t", 0): (12, "meta", 7), ("t", 1): (3, "", -1)})
-        await groups.commit("g2", -1, "", None, {("t", 1): (5, None, -1)})
-        await groups.commit("gone", -1, "", None, {("t", 0): (1, None, -1)})
+        await groups.admin.commit(
+            "g1", -1, "", None, {("t", 0): (12, "meta", 7), ("t", 1): (3, "", -1)}
+        )
+        await groups.admin.commit("g2", -1, "", None, {("t", 1): (5, None, -1)})
+        await groups.admin.commit("gone", -1, "", None, {("t", 0): (1, None, -1)})
         await Archiver(log, pool, idle_close_ms=None).run_once()
-        assert await groups.delete("gone") == 0
+        assert await groups.admin.delete("gone") == 0
         await Archiver(log, pool, idle_close_ms=None).run_once()  # the delete reaches it
 
         await log.redis.flushall()
-        assert await groups.list_groups() == []
+        assert await groups.admin.list_groups() == []
         # An archiver pass on the empty Redis before recovery keeps the archived offsets.
-        assert await groups.offsets.snapshot() is None
+        assert await groups.admin.offsets.snapshot() is None
         with caplog.at_level(logging.WARNING, logger="storage_pg.recovery"):
             assert await recover(log, pool)
 
-        assert await groups.list_groups() == ["g1", "g2"]
-        assert (await groups.load("g1")).state == GroupState.EMPTY
-        g1 = await groups.committed("g1")
+        assert await groups.admin.list_groups() == ["g1", "g2"]
+        assert (await groups.store.load("g1")).state == GroupState.EMPTY
+        g1 = await groups.admin.committed("g1")
         # t[0]: 12 was committed, but only 0-9 were archived; 10 on goes to new records.
         # The offset stays 12 with its epoch, so the group's consumers see the truncation
         # (OffsetForLeaderEpoch(7) ends at 10, below it) rather than read 10-11 again.
@@ -57,7 +59,7 @@ def test_offsets_come_back_after_flushall_as_committed(
         assert g1[("t", 0)].leader_epoch == 7
         assert await log.epoch_end_offset("t", 0, 7) == (0, 10)
         assert g1[("t", 1)].offset == 3
-        assert (await groups.committed("g2"))[("t", 1)].offset == 5
+        assert (await groups.admin.committed("g2"))[("t", 1)].offset == 5
         warnings = [r.getMessage() for r in caplog.records]
         assert len(warnings) == 1 and "group g1: committed offset 12 of t[0] is past" in warnings[0]
         await pool.close()
@@ -73,13 +75,13 @@ def test_commits_after_the_loss_win_over_the_archive(redis_url: str, pg_dsn: str
         await log.enable_archiving()
         await log.create_topic(TopicConfig("t", 1, page_size=5))
         await produce(log, "t", 0, [b"x"] * 10)
-        await groups.commit("g", -1, "", None, {("t", 0): (4, None, -1)})
+        await groups.admin.commit("g", -1, "", None, {("t", 0): (4, None, -1)})
         await Archiver(log, pool, idle_close_ms=None).run_once()
         await log.redis.flushall()
         # A member still running commits before anything restored Redis.
-        await groups.commit("g", -1, "", None, {("t", 0): (8, None, -1)})
+        await groups.admin.commit("g", -1, "", None, {("t", 0): (8, None, -1)})
         assert await recover(log, pool)
-        assert (await groups.committed("g"))[("t", 0)].offset == 8
+        assert (await groups.admin.committed("g"))[("t", 0)].offset == 8
         # ... and the next pass archives it.
         await Archiver(log, pool, idle_close_ms=None).run_once()
         async with pool.acquire() as conn:
@@ -123,18 +125,18 @@ def test_a_group_comes_back_with_its_members(redis_url: str, pg_dsn: str) -> Non
         joined = await groups.join("g", request)
         member, generation = joined.member_id, joined.generation
         assert (await groups.sync("g", generation, member, None, {member: b"all"})).error == 0
-        await groups.commit("g", generation, member, None, {("t", 0): (0, "", -1)})
-        await groups.commit("lonely", -1, "", None, {("t", 0): (0, "", -1)})
+        await groups.admin.commit("g", generation, member, None, {("t", 0): (0, "", -1)})
+        await groups.admin.commit("lonely", -1, "", None, {("t", 0): (0, "", -1)})
         await Archiver(log, pool, idle_close_ms=None).run_once()
 
         await log.redis.flushall()
         assert await recover(log, pool)
-        group = await groups.load("g")
+        group = await groups.store.load("g")
         assert group is not None and group.state == GroupState.STABLE
         assert (group.generation, list(group.members)) == (generation, [member])
         assert await groups.heartbeat("g", generation, member, None) == Code.NONE
         assert (await groups.sync("g", generation, member, None, {})).assignment == b"all"
-        assert (await groups.load("lonely")).state == GroupState.EMPTY  # type: ignore[union-attr]
+        assert (await groups.store.load("lonely")).state == GroupState.EMPTY  # type: ignore[union-attr]
         # Its session runs from the restore: a member that does not come back expires.
         heartbeats = await log.redis.hgetall(log.keys.group("g", ":heartbeats"))
         assert list(heartbeats) == [member.encode()]

@@ -89,7 +89,7 @@ def test_every_key_matches_the_documented_layout(redis_url: str, pg_dsn: str) ->
             JoinRequest("", None, "c", "/h", 10_000, 10_000, "consumer", [("r", b"")], False),
         )
         await groups.sync("g{1}", joined.generation, joined.member_id, None, {})
-        await groups.commit(
+        await groups.admin.commit(
             "g{1}", joined.generation, joined.member_id, None, {("t.1", 0): (2, None, -1)}
         )
         # An open transaction with offsets pending on it: its state, the id sets, and the

@@ -199,7 +199,7 @@ async def delete_topics(broker: Broker, request: Request) -> Any:
             check_topic(broker, request, Operation.DELETE, name)
             await broker.log.delete_topic(name)
             broker.partitions.forget_config(name)
-            await broker.groups.forget_topic(name)
+            await broker.groups.admin.forget_topic(name)
         except KafkaesqueError as exc:
             error, message = error_code(exc), str(exc)
         results.append(

@@ -274,7 +274,7 @@ async def _describe_one(broker: Broker, request: Request, resource: Any) -> list
         if not name:
             raise InvalidRequest("Group name must not be empty")
         check_group(broker, request, Operation.DESCRIBE_CONFIGS, name)
-        return group_entries(broker, await broker.groups.group_configs(name))
+        return group_entries(broker, await broker.groups.admin.group_configs(name))
     node = _broker_node(broker, name, describing=True)
     check_cluster(broker, request, Operation.DESCRIBE_CONFIGS)
     return await broker_entries(broker, node)
@@ -363,7 +363,7 @@ async def _alter_group(broker: Broker, resource: Any, incremental: bool, only: b
         def change(configs: dict[str, str]) -> dict[str, str]:
             return settings
 
-    await broker.groups.alter_group_configs(name, change, group_defaults(broker), only)
+    await broker.groups.admin.alter_group_configs(name, change, group_defaults(broker), only)
 
 
 async def _alter(broker: Broker, request: Request, incremental: bool) -> Any:

@@ -72,7 +72,7 @@ async def _commit(broker: Broker, request: Request) -> dict[TopicPartition, Erro
                 epoch = getattr(p, "committed_leader_epoch", NO_EPOCH)  # v6+
                 offsets[key] = (p.committed_offset, p.committed_metadata, epoch)
     # v2-v4's retention_time is not kept: offsets.retention.minutes decides, as for v5+.
-    group_error = await broker.groups.commit(
+    group_error = await broker.groups.admin.commit(
         body.group_id,
         body.generation_id_or_member_epoch,
         body.member_id,
@@ -143,12 +143,12 @@ async def _fetch_group(
     if not allowed(broker, request, Operation.READ, ResourceType.GROUP, group_id):
         return (), ErrorCode.group_authorization_failed
     try:
-        committed = await broker.groups.committed(group_id)
+        committed = await broker.groups.admin.committed(group_id)
         if not committed and broker.log.recover and await broker.log.needs_recovery():
             # Answering "none committed" from the empty Redis would send the group's
             # consumers to their reset policy (the log's start or end).
             await restore_first(broker)
-            committed = await broker.groups.committed(group_id)
+            committed = await broker.groups.admin.committed(group_id)
         pending = await broker.transactions.pending_offsets(group_id) if require_stable else set()
     except StorageUnavailable:
         return (), UNAVAILABLE
@@ -221,7 +221,9 @@ async def offset_delete(broker: Broker, request: Request) -> Any:
         if not allowed(broker, request, Operation.DELETE, ResourceType.GROUP, body.group_id):
             code, results = ErrorCode.group_authorization_failed, {}
         else:
-            group_error, results = await broker.groups.delete_offsets(body.group_id, partitions)
+            group_error, results = await broker.groups.admin.delete_offsets(
+                body.group_id, partitions
+            )
             code = error_code(group_error)
     except StorageUnavailable:
         code, results = UNAVAILABLE, {}

@@ -241,7 +241,7 @@ async def describe_groups(broker: Broker, request: Request) -> Any:
         operations = authorized_operations(broker, request, ResourceType.GROUP, group_id, asked)
         try:
             check_group(broker, request, Operation.DESCRIBE, group_id)
-            group = await broker.groups.load(group_id)
+            group = await broker.groups.store.load(group_id)
             code = ErrorCode.none
         except StorageUnavailable:
             group, code = None, UNAVAILABLE
@@ -303,8 +303,8 @@ async def list_groups(broker: Broker, request: Request) -> Any:
     types = {t.lower() for t in getattr(request.body, "types_filter", ())}
     found: list[tuple[str, str, str, str]] = []  # id, protocol type, state, group type
     others = []  # ids without a classic group's state: KIP-848 groups, if any
-    for group_id in await broker.groups.list_groups():
-        group = await broker.groups.load(group_id)
+    for group_id in await broker.groups.admin.list_groups():
+        group = await broker.groups.store.load(group_id)
         if group is None:
             others.append(group_id)
         else:
@@ -333,7 +333,7 @@ async def delete_groups(broker: Broker, request: Request) -> Any:
             results.append(build(result_class, group_id=group_id, error_code=code))
             continue
         try:
-            code = error_code(await broker.groups.delete(group_id))
+            code = error_code(await broker.groups.admin.delete(group_id))
             if code == ErrorCode.group_id_not_found:  # a KIP-848 group, if any
                 refused = await broker.consumer_groups.delete(group_id)
                 code = code if refused is None else error_code(refused)
