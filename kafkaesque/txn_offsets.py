@@ -4,8 +4,7 @@ transaction ends (kafkaesque.txn_store.TransactionCoordinator inherits this)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Callable
 from typing import cast
 
 import msgpack
@@ -26,7 +25,7 @@ from kafkaesque.group_types import MAX_METADATA, GroupState
 from kafkaesque.groups import GroupCoordinator
 from kafkaesque.keys import Keys
 from kafkaesque.log import Log
-from kafkaesque.transactions import Transaction
+from kafkaesque.txn_states import TxnStates
 
 TopicPartition = tuple[str, int]
 # An offset a transaction commits: (offset, metadata, leader epoch).
@@ -41,9 +40,7 @@ class TxnOffsetStore:
     log: Log
     groups: GroupCoordinator
     clock: Callable[[], int]
-    # The coordinator's: a transactional id's state, and its per-id lock.
-    load: Callable[[str], Awaitable[Transaction | None]]
-    _locked: Callable[[str], AbstractAsyncContextManager[None]]
+    states: TxnStates  # the coordinator's: a transactional id's state, and its per-id lock
 
     async def commit_offsets(
         self,
@@ -65,8 +62,8 @@ class TxnOffsetStore:
         if not transactional_id or not group_id:
             return every(Code.INVALID_REQUEST if not transactional_id else Code.INVALID_GROUP_ID)
         try:
-            async with self._locked(transactional_id):
-                txn = await self.load(transactional_id)
+            async with self.states.locked(transactional_id):
+                txn = await self.states.load(transactional_id)
                 if txn is None:
                     return every(Code.INVALID_PRODUCER_ID_MAPPING)
                 error = txn.offsets_error(producer_id, producer_epoch, group_id)

@@ -142,7 +142,7 @@ async def test_commit_writes_markers_and_offsets(setup) -> None:
     assert markers.calls == [([("a", 0), ("a", 1)], pid, epoch, True)]
     assert (await c.groups.admin.offsets.read("g"))[("a", 0)].offset == 4
     assert await c.pending_offsets("g") == set()
-    assert (await c.load("t")).state == TxnState.COMPLETE_COMMIT
+    assert (await c.states.load("t")).state == TxnState.COMPLETE_COMMIT
 
 
 @run
@@ -155,7 +155,7 @@ async def test_unknown_partition_fails_the_request(setup) -> None:
         ("a", 2): Code.UNKNOWN_TOPIC_OR_PARTITION,
         ("b", 0): Code.UNKNOWN_TOPIC_OR_PARTITION,
     }
-    assert (await c.load("t")).state == TxnState.EMPTY
+    assert (await c.states.load("t")).state == TxnState.EMPTY
 
 
 @run
@@ -181,13 +181,13 @@ async def test_prepared_commit_rolls_forward(setup) -> None:
     await c.commit_offsets("t", "g", pid, 0, {("a", 1): (9, None, -1)})
     markers.fail = True
     assert await c.end("t", pid, 0, True) == Code.NONE
-    assert (await c.load("t")).state == TxnState.PREPARE_COMMIT
+    assert (await c.states.load("t")).state == TxnState.PREPARE_COMMIT
     assert await c.add_partitions("t", pid, 0, [("a", 0)]) == {
         ("a", 0): Code.CONCURRENT_TRANSACTIONS
     }
     markers.fail = False
-    await c.tick()
-    assert (await c.load("t")).state == TxnState.COMPLETE_COMMIT
+    await c.completion.tick()
+    assert (await c.states.load("t")).state == TxnState.COMPLETE_COMMIT
     assert markers.calls[-1] == ([("a", 1)], pid, 0, True)
     assert (await c.groups.admin.offsets.read("g"))[("a", 1)].offset == 9
 
@@ -204,7 +204,7 @@ async def test_a_partition_past_the_markers_epoch_does_not_hold_the_transaction(
     await c.add_partitions("t", pid, 0, [("a", 0), ("a", 1)])
     markers.newer = {("a", 1)}
     assert await c.end("t", pid, 0, False) == Code.NONE
-    assert (await c.load("t")).state == TxnState.COMPLETE_ABORT
+    assert (await c.states.load("t")).state == TxnState.COMPLETE_ABORT
     assert (await c.init_producer("t", 60_000)).error == Code.NONE
 
 
@@ -218,19 +218,19 @@ async def test_timeout_aborts_then_expiry_forgets(setup) -> None:
     await c.add_offsets("t", pid, 0, "g")
     await c.commit_offsets("t", "g", pid, 0, {("a", 0): (1, None, -1)})
     clock[0] += 999
-    await c.tick()
-    assert (await c.load("t")).state == TxnState.ONGOING
+    await c.completion.tick()
+    assert (await c.states.load("t")).state == TxnState.ONGOING
     clock[0] += 2
-    await c.tick()
-    txn = await c.load("t")
+    await c.completion.tick()
+    txn = await c.states.load("t")
     assert (txn.state, txn.producer_epoch) == (TxnState.COMPLETE_ABORT, 1)
     assert markers.calls == [([("a", 0)], pid, 1, False)]
     assert await c.pending_offsets("g") == set()  # dropped, not committed
     assert await c.groups.admin.offsets.read("g") == {}
     assert await c.end("t", pid, 0, True) == Code.PRODUCER_FENCED
     clock[0] += 10_001
-    await c.tick(sweep=True)
-    assert await c.load("t") is None
+    await c.completion.tick(sweep=True)
+    assert await c.states.load("t") is None
     assert (await c.listing()).transactions == []
 
 

@@ -272,7 +272,7 @@ class Broker:
                 compactor.run_forever(self.config.compaction_interval), name="compaction"
             )
         self._transactions = asyncio.create_task(
-            self.transactions.run_forever(), name="transaction timeouts"
+            self.transactions.completion.run_forever(), name="transaction timeouts"
         )
 
     def closing(self) -> None:
