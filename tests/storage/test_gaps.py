@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 
 from kafkaesque.errors import StorageUnavailable
 from kafkaesque.log import Log
@@ -21,6 +22,7 @@ from kafkaesque.records import decode_batch
 from kafkaesque.topic_config import TopicConfig
 from storage_pg import Archiver, create_pool, status
 from storage_pg.cold import ArchiveReader
+from tests.pg import PostgresServer
 from tests.storage.common import Row, archived_rows, make_log, produce
 from tests.storage.test_crash import REPO
 from tests.storage.test_served import cli, ok
@@ -80,10 +82,23 @@ async def finish_and_check(
 
 @pytest.mark.parametrize("kill_after", [0.0, 0.05, 0.3, 1.0])
 def test_first_archive_run_killed_loses_nothing_closed(
-    redis_url: str, pg_dsn: str, kill_after: float
+    redis_url: str, pg_server: PostgresServer, kill_after: float
 ) -> None:
     """The issue's reproduction: pages closed with a 1 s TTL before any archive; the first
-    archiver run is SIGKILLed after ``kill_after`` seconds, the next one finishes."""
+    archiver run is SIGKILLed after ``kill_after`` seconds, the next one finishes. On a
+    loaded machine producing the pages may outlast their TTL before archiving is switched
+    on, and most have expired: that is not the scenario, which then runs again, on an
+    emptied Redis and a new archive database."""
+    for _ in range(3):
+        redis.Redis.from_url(redis_url).flushall()
+        with pg_server.database() as pg_dsn:
+            if killed_first_run(redis_url, pg_dsn, kill_after):
+                return
+    pytest.fail("most pages expired before archiving was switched on, three times")
+
+
+def killed_first_run(redis_url: str, pg_dsn: str, kill_after: float) -> bool:
+    """The scenario; False (nothing checked) if most pages expired before the switch."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.storage.archive_once", redis_url, pg_dsn, "--wait"],
         cwd=REPO,
@@ -105,11 +120,15 @@ def test_first_archive_run_killed_loses_nothing_closed(
     assert proc.stdout.readline().strip() == "switched"
     # What Redis holds now is what was there at the switch: nothing unarchived expires since.
     first, end = asyncio.run(closed_present(make_log(redis_url), "a1"))
-    assert end - first >= 10 * PAGE  # most pages were still there
+    if end - first < 10 * PAGE:  # most pages were no longer there
+        proc.kill()
+        proc.communicate(timeout=60)
+        return False
     time.sleep(kill_after)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)
     asyncio.run(finish_and_check(redis_url, pg_dsn, produced, first, end))
+    return True
 
 
 def test_first_archive_run_slower_than_the_ttl_loses_nothing_closed(
