@@ -3,7 +3,7 @@
 #   scripts/test.sh [PYTEST ARGS]           the whole suite (CI's, the README's)
 #   scripts/test.sh --quick [PYTEST ARGS]   the lane to run before each commit: the unit
 #                                           tests and one real-client smoke test per area
-# Tests run in KAFKAESQUE_TEST_WORKERS pytest-xdist worker processes (default 3: most tests
+# Tests run in KAFKAESQUE_TEST_WORKERS pytest-xdist worker processes (default 4: many tests
 # wait on servers, not the CPU), a test module per worker at a time, the longest modules
 # first (tests/scheduling.py); KAFKAESQUE_TEST_WORKERS=0 runs them one at a time in pytest's
 # own process.
@@ -23,7 +23,11 @@ fi
 scripts/setup.sh --test
 .venv/bin/ruff format --check .
 .venv/bin/ruff check .
-workers=${KAFKAESQUE_TEST_WORKERS:-3}
+# Bytecode caches on (__pycache__, git-ignored): else every worker rewrites every test
+# module's asserts again, and every broker and CLI process the tests start compiles the
+# modules changed since their last cache.
+unset PYTHONDONTWRITEBYTECODE
+workers=${KAFKAESQUE_TEST_WORKERS:-4}
 parallel=()
 if [[ "$workers" != 0 ]]; then
   parallel=(-n "$workers" --dist loadfile)
