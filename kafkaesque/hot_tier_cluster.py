@@ -1,12 +1,21 @@
-"""The hot tier on a Redis Cluster (docs/scale-out.md 2.4): ``redis+cluster://``."""
+"""The hot tier on a Redis Cluster (docs/scale-out.md 2.4): ``redis+cluster://``.
+
+This module owns the cluster client itself: redis-py's ``RedisCluster`` with the hot
+tier's translation of a cluster's "not now" failures into HotTierUnavailable, a node's
+death kept from disturbing the others (redis-py's resets taken as a request for a new
+slot map, keyless commands and the command table read from a primary that answers),
+plain clients of one node (``node_client``, ``for_key``, ``pubsub``), and the parsing of
+``redis+cluster://`` URLs. Which primary serves each slot, and the switch hooks run on a
+new one after a failover, are kafkaesque/cluster_switches.py's (``PrimarySwitches``,
+held as ``switches``).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-import weakref
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
 from urllib.parse import parse_qs, unquote
@@ -29,6 +38,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from kafkaesque.cluster_switches import SWITCHING, ClusterSwitchHook, PrimarySwitches
 from kafkaesque.errors import HotTierUnavailable
 from kafkaesque.hot_tier import (
     DEFAULT_MAX_CONNECTIONS,
@@ -49,13 +59,6 @@ CLUSTER_SCHEME = "redis+cluster://"
 # there (after CLUSTERDOWN, a MOVED storm, a pipeline's connection error) is its way of
 # asking for a new slot map, not the owner closing the client.
 _IN_COMMAND: ContextVar[bool] = ContextVar("kafkaesque_cluster_command", default=False)
-# Set while the switch hooks of a new primary run: their own commands reach it unchecked.
-_SWITCHING: ContextVar[bool] = ContextVar("kafkaesque_cluster_switching", default=False)
-
-# Called with a client of a node that became the primary of ``ranges`` (slot ranges, first
-# and last included) and the cluster client, before other commands of the client reach
-# those slots there (kafkaesque.failover.EpochBump gives their partitions a new epoch).
-ClusterSwitchHook = Callable[[HotTier, Sequence[tuple[int, int]], "HotTierCluster"], Awaitable[Any]]
 
 
 class _NodePool(BlockingConnectionPool):
@@ -150,10 +153,10 @@ class HotTierCluster(RedisCluster):
     after CLUSTERDOWN or a pipeline's connection error) only make the next command read
     the slot map again; they close no connection of a healthy node, no node client.
 
-    Failover (docs/scale-out.md 4.4): each slot remembers the primary its ``switch hooks``
-    ran for. When the slot map names another one (a replica promoted), the hooks run on it
-    before any command of this client (through redis-py's routing or ``for_key``) reaches
-    it there; until they succeed, such commands fail as retriable."""
+    Failover (docs/scale-out.md 4.4): the switch hooks (``on_switch``) run on a new
+    primary before any command of this client (through redis-py's routing or
+    ``for_key``) reaches it there; ``switches`` (kafkaesque/cluster_switches.py) tracks
+    which primary they ran for, by slot."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -161,19 +164,13 @@ class HotTierCluster(RedisCluster):
         self._node_clients: dict[str, _NodeClient] = {}
         self._subscriptions = 0
         self._refresh_wanted = False  # a node client met a node away
-        self._switch_hooks: list[ClusterSwitchHook] = []
-        # By slot: the primary the hooks ran for; the nodes serving slots they did not yet.
-        self._confirmed: list[str | None] = [None] * SLOTS
-        self._unconfirmed: set[str] = set()
         # By slot: the replication id of the primary the hooks last saw there (EpochBump
         # tells a failover it saw from a first look by it).
         self.replids: list[str | None] = [None] * SLOTS
-        self._switch_locks: dict[str, asyncio.Lock] = {}
-        self._seen_slot_map: object = None  # the slot map _unconfirmed was computed from
         # Nodes whose last command failed to reach them: keyless commands (INFO, PING)
         # go to another primary meanwhile.
         self._away: set[str] = set()
-        _follow_moves(self)
+        self.switches = PrimarySwitches(self)  # the slots' primaries, the switch hooks
 
     # -- commands ----------------------------------------------------------------------
     async def execute_command(self, *args: Any, **options: Any) -> Any:
@@ -185,9 +182,9 @@ class HotTierCluster(RedisCluster):
 
     async def _execute_command(self, target_node: ClusterNode, *args: Any, **kwargs: Any) -> Any:
         # Each attempt of a command (retries after a new slot map too) passes here.
-        self._note_new_primaries()
-        if target_node.name in self._unconfirmed and not _SWITCHING.get():
-            await self._confirm(target_node.name)
+        self.switches.note_new_primaries()
+        if target_node.name in self.switches.unconfirmed and not SWITCHING.get():
+            await self.switches.confirm(target_node.name)
         try:
             result = await super()._execute_command(target_node, *args, **kwargs)
         except MaxConnectionsError:  # this client's pool is full, the node is fine
@@ -280,9 +277,9 @@ class HotTierCluster(RedisCluster):
         except RedisClusterException as exc:  # its slot is not served now
             raise _translated_cluster(exc) from exc
         assert node is not None  # None only when asked for a replica
-        self._note_new_primaries()
-        if node.name in self._unconfirmed:
-            await self._confirm(node.name)
+        self.switches.note_new_primaries()
+        if node.name in self.switches.unconfirmed:
+            await self.switches.confirm(node.name)
         return self.node_client(node.host, node.port)
 
     async def refresh_slots(self) -> None:
@@ -305,143 +302,16 @@ class HotTierCluster(RedisCluster):
         self._subscriptions += 1
         return self.node_client(node.host, node.port).pubsub(**kwargs)
 
-    # -- failover --------------------------------------------------------------------------
     def on_switch(self, hook: ClusterSwitchHook) -> None:
         """Run ``hook`` on every node that becomes the primary of slots (the first time the
         slot map is read, then at each failover), before this client's commands reach it
-        there."""
-        if hook not in self._switch_hooks:
-            self._switch_hooks.append(hook)
-            self._confirmed = [None] * SLOTS
-            self._seen_slot_map = None
-
-    def primary_ranges(self) -> dict[str, list[tuple[int, int]]]:
-        """By primary (``host:port``), the slot ranges it serves in the slot map."""
-        ranges: dict[str, list[tuple[int, int]]] = {}
-        cache = self.nodes_manager.slots_cache
-        start, owner = 0, None
-        for slot in range(SLOTS + 1):
-            nodes = cache.get(slot) if slot < SLOTS else None
-            name = nodes[0].name if nodes else None
-            if name != owner:
-                if owner is not None:
-                    ranges.setdefault(owner, []).append((start, slot - 1))
-                start, owner = slot, name
-        return ranges
-
-    def _note_new_primaries(self) -> None:
-        """Once per slot map read (each reading makes a new one, whichever path read it):
-        the primaries that serve slots the hooks have not run for on them."""
-        cache = self.nodes_manager.slots_cache
-        if cache is self._seen_slot_map or not self._switch_hooks:
-            return
-        self._seen_slot_map = cache
-        unconfirmed = set()
-        for slot in range(SLOTS):
-            nodes = cache.get(slot)
-            if nodes and nodes[0].name != self._confirmed[slot]:
-                unconfirmed.add(nodes[0].name)
-        self._unconfirmed = unconfirmed
-
-    async def _confirm(self, name: str) -> int:
-        """Run the switch hooks on primary ``name`` for the slots it serves that they did
-        not run for; HotTierUnavailable while they fail (its new slots wait)."""
-        lock = self._switch_locks.setdefault(name, asyncio.Lock())
-        async with lock:
-            if name not in self._unconfirmed:
-                return 0
-            ranges = self.primary_ranges().get(name, [])
-            bumped = await self._run_hooks(name, _split(ranges, self._confirmed, name))
-            for first, last in ranges:
-                self._confirmed[first : last + 1] = [name] * (last - first + 1)
-            self._unconfirmed.discard(name)
-            return bumped
-
-    async def _moved(self, slot: int) -> None:
-        """A MOVED named ``slot``'s new primary (a manual failover, its old primary still
-        up, or a resharding): the hooks run there for that slot before redis-py sends the
-        command again (its MOVED retries do not pass ``_execute_command``)."""
-        nodes = self.nodes_manager.slots_cache.get(slot)
-        if not nodes or not self._switch_hooks or _SWITCHING.get():
-            return
-        name = nodes[0].name
-        if self._confirmed[slot] == name:
-            return
-        async with self._switch_locks.setdefault(name, asyncio.Lock()):
-            if self._confirmed[slot] != name:
-                await self._run_hooks(name, [(slot, slot)])
-                self._confirmed[slot] = name
+        there (the Sentinel client's ``on_switch`` too: kafkaesque/log.py adds EpochBump)."""
+        self.switches.add(hook)
 
     async def check_primaries(self, timeout: float = 5.0) -> int:
-        """Read the slot map and run the switch hooks on every primary for all its slots
-        (a primary can change without its address changing: a restart, a failover and
-        back), all at once, each given ``timeout`` seconds; the number of partitions
-        given a new epoch. Raises HotTierUnavailable naming the primaries that could not
-        be checked, after checking the others."""
-        await self._refresh_if_changed()
-        self._note_new_primaries()
-
-        async def check(name: str, ranges: list[tuple[int, int]]) -> int:
-            async with self._switch_locks.setdefault(name, asyncio.Lock()):
-                bumped = await self._run_hooks(name, ranges)
-                for first, last in ranges:
-                    self._confirmed[first : last + 1] = [name] * (last - first + 1)
-                self._unconfirmed.discard(name)
-                return bumped
-
-        checks = [
-            asyncio.wait_for(check(name, ranges), timeout)
-            for name, ranges in self.primary_ranges().items()
-        ]
-        results = await asyncio.gather(*checks, return_exceptions=True)
-        failures = []
-        for result in results:
-            if isinstance(result, asyncio.TimeoutError):
-                failures.append(f"a primary did not answer in {timeout} s")
-            elif isinstance(result, HotTierUnavailable):
-                failures.append(str(result))
-            elif isinstance(result, BaseException):
-                raise result
-        if failures:
-            raise HotTierUnavailable("; ".join(failures))
-        return sum(r for r in results if isinstance(r, int))
-
-    async def _refresh_if_changed(self) -> None:
-        """Read the slot map again if a node's CLUSTER SLOTS differs from ours: redis-py
-        marks every connection for reconnection at each reading, too much once a second."""
-        if self._initialize:
-            await self.initialize()
-        answer = await self.execute_command("CLUSTER SLOTS")
-        theirs = {
-            (int(first), int(last)): f"{v['primary'][0]}:{v['primary'][1]}"
-            for (first, last), v in answer.items()
-        }
-        ours = {r: name for name, ranges in self.primary_ranges().items() for r in ranges}
-        if theirs != ours:
-            await self.refresh_slots()
-
-    async def _run_hooks(self, name: str, ranges: Sequence[tuple[int, int]]) -> int:
-        if not ranges:
-            return 0
-        host, _, port = name.rpartition(":")
-        client = self.node_client(host, int(port))
-        token = _SWITCHING.set(True)
-        bumped = 0
-        try:
-            for hook in self._switch_hooks:
-                result = await hook(client, ranges, self)
-                bumped += result if isinstance(result, int) else 0
-        except HotTierUnavailable as exc:
-            raise HotTierUnavailable(
-                f"{name}, the primary of slots {_ranges_text(ranges)}, is not ready: {exc}"
-            ) from exc
-        except (RedisError, RedisClusterException) as exc:
-            raise HotTierUnavailable(
-                f"{name}, the primary of slots {_ranges_text(ranges)}, is not ready: {exc}"
-            ) from exc
-        finally:
-            _SWITCHING.reset(token)
-        return bumped
+        """The hooks run on every primary for all its slots (``PrimarySwitches``'s, for
+        kafkaesque/failover.py ``FailoverWatch``); the partitions given a new epoch."""
+        return await self.switches.check_primaries(timeout)
 
     # -- closing -------------------------------------------------------------------------
     async def aclose(self) -> None:
@@ -457,48 +327,6 @@ class HotTierCluster(RedisCluster):
             with contextlib.suppress(Exception):
                 await client.aclose()
         await super().aclose()
-
-
-def _follow_moves(cluster: HotTierCluster) -> None:
-    """Make the client's NodesManager call ``cluster._moved`` after redis-py moved a slot
-    on a MOVED reply (a class of its own: the manager has slots, no attribute can be
-    set; the client is held weakly, as the manager is the client's)."""
-    manager = cluster.nodes_manager
-    base = type(manager)
-    move = getattr(base, "move_slot", None)
-    if move is None or not asyncio.iscoroutinefunction(move):  # another redis-py
-        return
-    owner = weakref.ref(cluster)
-
-    async def move_slot(self: Any, error: Any) -> Any:
-        result = await move(self, error)
-        client = owner()
-        if client is not None:
-            await client._moved(error.slot_id)
-        return result
-
-    manager.__class__ = type("_NodesManager", (base,), {"__slots__": (), "move_slot": move_slot})
-
-
-def _split(
-    ranges: Sequence[tuple[int, int]], confirmed: list[str | None], name: str
-) -> list[tuple[int, int]]:
-    """The parts of ``ranges`` whose slots are not confirmed for ``name``."""
-    parts = []
-    for first, last in ranges:
-        start = None
-        for slot in range(first, last + 2):
-            fresh = slot <= last and confirmed[slot] != name
-            if fresh and start is None:
-                start = slot
-            elif not fresh and start is not None:
-                parts.append((start, slot - 1))
-                start = None
-    return parts
-
-
-def _ranges_text(ranges: Sequence[tuple[int, int]]) -> str:
-    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in ranges)
 
 
 # What a node's own client takes of the cluster client's connection settings.
