@@ -265,7 +265,7 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
             [p.meta, p.index, p.txn_open, p.txn_aborted],
             [p.prefix, 0, 1 << 20, 1 << 31, 1, 1],
         ),
-        "read_many": ([p.meta], [1 << 20, 1, 1, 0, 1 << 20]),
+        "read_many": ([p.meta], [1 << 20, 1, 1, 0, 0, 1 << 20]),
         "state": ([p.meta, p.index, p.stats], [p.prefix]),
         "delete": (
             [k.topics, k.topic(TOPIC), p.meta, p.index, p.stats, p.producers],
@@ -337,6 +337,9 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
         "brokers_list": (registry, []),
         "failover_epoch": ([p.meta, p.epochs], ["replid", 0]),
         "archive_barrier": ([p.meta], []),
+        # high watermarks (kafkaesque/high_watermark.py): one slot's partitions per call
+        "hw_mark": ([p.meta], []),
+        "hw_raise": ([p.meta], [1, k.appended(TOPIC)]),
     }
     # The partition-local scripts give on the cluster what they gave on one Redis.
     owner = empty_cluster.owner(empty_cluster.client().keyslot(p.meta)).client()
@@ -398,11 +401,13 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
         "brokers_list": "ran",
         "failover_epoch": "ran",
         "archive_barrier": "ran",
+        "hw_mark": "ran",
+        "hw_raise": "ran",
     }
     # Even without a global key, a multi-partition script spans slots (one tag each).
     two_partitions = [p.meta, p1.meta]
     assert _eval(empty_cluster, "create", two_partitions, ["x", b"", ""]) == "CROSSSLOT"
-    both = [1 << 20, 0, 1, 0, 1 << 20, 0, 1 << 20]
+    both = [1 << 20, 0, 1, 0, 0, 1 << 20, 0, 1 << 20]
     assert _eval(empty_cluster, "read_many", [p.meta, p1.meta], both) == "CROSSSLOT"
     # The append and the marker took their sequence numbers from the slot's clock.
     assert int(empty_cluster.client().hget(appending[3], "seq")) >= floor + 1
