@@ -35,6 +35,7 @@ from kafkaesque.consumer_group_state import (
 from kafkaesque.errors import Code, UnknownTopic
 from kafkaesque.group_offsets import save_group
 from kafkaesque.group_state import Group
+from kafkaesque.group_store import group_lock
 from kafkaesque.group_types import ExpiryTimers
 from kafkaesque.keys import Keys
 
@@ -44,12 +45,6 @@ if TYPE_CHECKING:
 # How often a heartbeat re-reads the subscribed topics (new topics matching a regex, new
 # partitions) when nothing else made it: Kafka's metadata refresh, roughly.
 TOPIC_REFRESH_MS = 1000
-
-
-def _lock(redis: Redis, keys: Keys, group_id: str) -> Any:
-    # The classic coordinator's lock (GroupCoordinator._lock): one lock per group id
-    # whichever protocol it speaks, so converting a group cannot race a join.
-    return redis.lock(keys.group(group_id, ":lock"), timeout=10, blocking_timeout=10)
 
 
 async def _load(redis: Redis, keys: Keys, group_id: str) -> ConsumerGroup | None:
@@ -132,7 +127,7 @@ class ConsumerGroupCoordinator:
         validate(hb, version)
         if not hb.member_id:  # v0: the coordinator names new members
             hb = dataclasses.replace(hb, member_id=new_member_id())
-        async with _lock(self.redis, self.keys, group_id):
+        async with group_lock(self.redis, self.keys, group_id):
             group = await self.load(group_id)
             config = await self.group_config(group_id)
             now = _now_ms()
@@ -222,7 +217,7 @@ class ConsumerGroupCoordinator:
 
     async def tick(self, group_id: str) -> None:
         """Remove members whose session expired or that did not revoke in time."""
-        async with _lock(self.redis, self.keys, group_id):
+        async with group_lock(self.redis, self.keys, group_id):
             await self._expire(group_id)
 
     async def tick_all(self) -> None:
@@ -280,7 +275,7 @@ class ConsumerGroupCoordinator:
 
     async def delete(self, group_id: str) -> Code | None:
         """DeleteGroups of a consumer group (None: it is none): refused with members."""
-        async with _lock(self.redis, self.keys, group_id):
+        async with group_lock(self.redis, self.keys, group_id):
             # Members whose session ended are gone by now, as Kafka's timers remove them.
             group = await self._expire(group_id)
             if group is None:

@@ -50,13 +50,16 @@ class GroupStore:
         self.saved(gid)
 
     def lock(self, group_id: str) -> Any:
-        # Held for one read-modify-write; the timeout frees it if a process dies holding it.
-        return self.redis.lock(
-            self.keys.group(group_id, ":lock"),
-            timeout=10,
-            blocking_timeout=10,
-            lock_class=_GroupLock,
-        )
+        return group_lock(self.redis, self.keys, group_id)
+
+
+def group_lock(redis: Redis, keys: Keys, group_id: str) -> Any:
+    """A group's lock, one per group id whichever protocol it speaks (so converting a
+    group cannot race a join), held for one read-modify-write; the timeout frees it if a
+    process dies holding it."""
+    return redis.lock(
+        keys.group(group_id, ":lock"), timeout=10, blocking_timeout=10, lock_class=_GroupLock
+    )
 
 
 class _GroupLock(Lock):

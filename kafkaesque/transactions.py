@@ -2,8 +2,9 @@
 and the checks of its TransactionCoordinator, transaction protocol version 1).
 
 No I/O: a ``Transaction`` is one transactional id's state; each request's method checks it
-and changes it, returning a ``Code`` (Kafka's codes). The store, its lock and the
-marker writes are kafkaesque/txn_store.py. Time is passed in as ``now`` (ms).
+and changes it, returning a ``Code`` (Kafka's codes). The store and its lock are
+kafkaesque/txn_states.py, the marker writes kafkaesque/txn_completion.py. Time is passed
+in as ``now`` (ms).
 """
 
 from __future__ import annotations
