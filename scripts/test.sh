@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up and run the tests: lint, format check, then pytest with real servers.
+# Set up and run the tests: lint, format check, type check (mypy.ini), then pytest with
+# real servers.
 #   scripts/test.sh [PYTEST ARGS]           the whole suite (CI's, the README's)
 #   scripts/test.sh --quick [PYTEST ARGS]   the lane to run before each commit: the unit
 #                                           tests and one real-client smoke test per area
@@ -23,6 +24,7 @@ fi
 scripts/setup.sh --test
 .venv/bin/ruff format --check .
 .venv/bin/ruff check .
+.venv/bin/mypy
 # Bytecode caches on (__pycache__, git-ignored): else every worker rewrites every test
 # module's asserts again, and every broker and CLI process the tests start compiles the
 # modules changed since their last cache.
