@@ -55,12 +55,14 @@ class HighWatermarks:
         timeout_ms: int = 1_000,
         sweep_interval: float = 5.0,
         retry_delay: float = 0.1,
+        failure_delay: float = 1.0,
     ) -> None:
         self.log = target
         self.replicas = replicas
         self.timeout_ms = timeout_ms
         self.sweep_interval = sweep_interval
-        self.retry_delay = retry_delay
+        self.retry_delay = retry_delay  # after a round that found too few replicas
+        self.failure_delay = failure_delay  # after a failed one (Redis away): no busy loop
         self._dirty: set[TopicPartition] = set()
         self._wake = asyncio.Event()
         self._throttle = LogThrottle(log)
@@ -86,6 +88,8 @@ class HighWatermarks:
                     swept = time.monotonic()
                 except (RedisError, KafkaesqueError) as exc:
                     self._failed(exc)
+                    # The next sweep in failure_delay, not at once.
+                    swept = time.monotonic() - self.sweep_interval + self.failure_delay
             if not self._dirty:
                 self._wake.clear()
                 wait = max(0.0, swept + self.sweep_interval - time.monotonic())
@@ -95,14 +99,15 @@ class HighWatermarks:
                     pass
                 continue
             round_, self._dirty = self._dirty, set()
+            delay = self.retry_delay
             try:
                 behind = await self.raise_once(round_)
             except (RedisError, KafkaesqueError) as exc:
                 self._failed(exc)
-                behind = round_
+                behind, delay = round_, self.failure_delay
             if behind:
                 self._dirty |= behind
-                await asyncio.sleep(self.retry_delay)
+                await asyncio.sleep(delay)
 
     async def raise_once(self, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
         """One round over ``partitions``; returns those whose replicas were too few."""
