@@ -229,7 +229,7 @@ class NeedsRecovery(KafkaesqueError):
 class HotTierUnavailable(StorageUnavailable):
     """Redis cannot serve right now: unreachable, loading its data, read-only (a replica)
     or refusing writes; retry later. Raised for every command by the broker's client
-    (kafkaesque.hot_tier), so each request gets a retriable error instead of a traceback."""
+    (kafkaesque.hot.tier), so each request gets a retriable error instead of a traceback."""
 
 
 class HotTierFull(HotTierUnavailable):

@@ -9,9 +9,9 @@ from itertools import chain
 
 import asyncpg
 
-from kafkaesque.archiving import ClosedPage
-from kafkaesque.record_body import InvalidRecord
-from kafkaesque.records import is_aborted, is_control, read_header
+from kafkaesque.hot.archiving import ClosedPage
+from kafkaesque.records.batch import is_aborted, is_control, read_header
+from kafkaesque.records.body import InvalidRecord
 from storage_pg.compacted import LatestKeys
 from storage_pg.rows import COLUMNS, Row, batch_rows
 

@@ -46,13 +46,13 @@ from dataclasses import dataclass, field, replace
 
 import asyncpg
 
-from kafkaesque.archiving import ClosedPage
-from kafkaesque.compaction import Compactor
-from kafkaesque.compaction_types import TopicCompaction
 from kafkaesque.errors import UnknownTopic
-from kafkaesque.group_offsets import OffsetStore
-from kafkaesque.log import Log
-from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
+from kafkaesque.hot.archiving import ClosedPage
+from kafkaesque.hot.compaction import Compactor
+from kafkaesque.hot.compaction_types import TopicCompaction
+from kafkaesque.hot.group_offsets import OffsetStore
+from kafkaesque.hot.log import Log
+from kafkaesque.hot.outage import REDIS, REDIS_CONNECTION_ERRORS
 from storage_pg import archive_sql, group_offsets
 from storage_pg.compacted import LatestKeys, catch_up
 from storage_pg.deletion import delete_below, delete_topic
@@ -99,7 +99,7 @@ class Archiver:
     ``pages_per_transaction``: pages per COPY/commit. ``concurrency``: partitions archived
     at once. ``recover_first``: restore Redis from the archive first if it lost its data.
     ``compact``: compact the compact topics after archiving (pages only once archived, see
-    kafkaesque.compaction); off where a broker beside it compacts already. ``replicas``:
+    kafkaesque.hot.compaction); off where a broker beside it compacts already. ``replicas``:
     Redis replicas that must have a chunk's pages before it is committed (the broker's
     ``--min-insync-replicas`` minus one), waited for at most ``replica_timeout`` seconds.
     On a server with an AOF a chunk is also fsynced there first (storage_pg.durable_barrier).

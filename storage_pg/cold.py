@@ -1,6 +1,6 @@
 """Cold reads: offsets Redis no longer holds, served from the archive (tiered storage).
 
-``ArchiveReader`` implements kafkaesque.log_types.ColdStore: it selects the partition's
+``ArchiveReader`` implements kafkaesque.hot.log_types.ColdStore: it selects the partition's
 rows from the requested offset on (an index range scan of the unique (topic, partition,
 offset) index, already in offset order) and re-encodes them as uncompressed RecordBatch v2
 batches. A batch holds a run of contiguous offsets from one producer (id and epoch) whose
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from kafkaesque.batch_build import build_batch
+from kafkaesque.records.build import build_batch
 from storage_pg.compacted import KEYS_THROUGH, SELECT_LATEST
 from storage_pg.pool import PG_EPOCH_MS, ms_to_pg, pg_to_datetime, pg_to_ms
 from storage_pg.rows import NO_HEADERS, header_key
@@ -62,7 +62,7 @@ _RECORD_OVERHEAD = 12  # a record's length, attributes, deltas and sizes, roughl
 
 
 class ArchiveReader:
-    """Reads archived records back as record batches (kafkaesque.log_types.ColdStore).
+    """Reads archived records back as record batches (kafkaesque.hot.log_types.ColdStore).
 
     ``pool`` comes from ``storage_pg.create_pool``. ``max_records``: rows fetched per
     query; ``batch_records``: records per rebuilt batch at most."""

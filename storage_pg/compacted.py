@@ -1,7 +1,7 @@
 """The archive's compacted view of compact topics, for Kafka reads below Redis' log start.
 
 The archive keeps every record of every topic, also of compact topics: Redis compacts a
-page only once it is archived (kafkaesque.compaction), so ``record`` is the full history
+page only once it is archived (kafkaesque.hot.compaction), so ``record`` is the full history
 in the total order. A Kafka client that reads a compact topic from offsets Redis no longer
 holds (tiered reads) must still get a compacted log, though: served every archived
 record, it would see a value again that a tombstone deleted, once compaction has removed

@@ -5,7 +5,7 @@ archive would never take the new records, and Redis would drop them as archived.
 
 from __future__ import annotations
 
-from kafkaesque.log import Log
+from kafkaesque.hot.log import Log
 
 
 class DurableBarrier:

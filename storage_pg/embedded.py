@@ -47,7 +47,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from kafkaesque.embedded import PRIVATE_UMASK, private_file, private_home
+from kafkaesque.hot.embedded import PRIVATE_UMASK, private_file, private_home
 
 START_TIMEOUT = 60.0
 SERVICE_USER = "kafkaesque"

@@ -10,10 +10,10 @@ import asyncio
 import asyncpg
 
 from kafkaesque.errors import UnknownTopic
-from kafkaesque.log import Log
-from kafkaesque.log_types import PartitionState
-from kafkaesque.sequence import SLOT_BITS
-from kafkaesque.slots import slot_of
+from kafkaesque.hot.log import Log
+from kafkaesque.hot.log_types import PartitionState
+from kafkaesque.hot.sequence import SLOT_BITS
+from kafkaesque.hot.slots import slot_of
 
 _WATERMARK = "UPDATE archive_watermark SET id = $1, updated = now() WHERE id < $1"
 # The id of the partition's last record before an offset that the archive accounts for

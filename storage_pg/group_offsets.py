@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from kafkaesque.group_offsets import CommittedOffset, OffsetsSnapshot, TopicPartition
+from kafkaesque.hot.group_offsets import CommittedOffset, OffsetsSnapshot, TopicPartition
 
 MIGRATION = """
     CREATE TABLE group_offset (
@@ -52,7 +52,7 @@ BYTEA_MIGRATION = """
     COMMENT ON COLUMN group_offset.metadata IS 'the commit''s metadata in UTF-8 (any string)';
 """
 
-# 9: each classic group's state (kafkaesque.group_state.Group.pack: generation, members,
+# 9: each classic group's state (kafkaesque.groups.state.Group.pack: generation, members,
 # assignment), so a restore gives the group back with its members rather than empty.
 STATE_MIGRATION = """
     CREATE TABLE group_state (

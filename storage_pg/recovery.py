@@ -17,11 +17,11 @@ import uuid
 import asyncpg
 
 from kafkaesque.clock import now_ms as clock_ms
-from kafkaesque.cluster import cluster_id
-from kafkaesque.group_offsets import OffsetStore
-from kafkaesque.log import Log
-from kafkaesque.log_types import RestoredPartition, RestoredTopic
-from kafkaesque.topic_config import TopicConfig, legacy_configs
+from kafkaesque.config.topic_config import TopicConfig, legacy_configs
+from kafkaesque.hot.cluster_id import cluster_id
+from kafkaesque.hot.group_offsets import OffsetStore
+from kafkaesque.hot.log import Log
+from kafkaesque.hot.log_types import RestoredPartition, RestoredTopic
 from storage_pg import group_offsets
 from storage_pg.pool import PG_EPOCH_MS, ArchiveError, check_pool
 from storage_pg.rows import configs_from_json

@@ -1,7 +1,7 @@
 """Stored record batches as rows of the ``record`` table, in one pass per batch.
 
 The archiver's Python cost per record is the parse plus asyncpg's encoding, so each record
-goes from kafkaesque.record_body's parser straight to its row tuple (no intermediate Record
+goes from kafkaesque.records.body's parser straight to its row tuple (no intermediate Record
 objects), the timestamp value is cached per timestamp delta, and the columns that are the
 same for the whole batch (topic, partition, producer id and epoch) are the same objects in
 every row.
@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from itertools import repeat
 
 from kafkaesque.errors import InvalidRecord
-from kafkaesque.record_body import parse_record
-from kafkaesque.records import ATTR_LOG_APPEND_TIME, BatchHeader, records_data
+from kafkaesque.records.batch import ATTR_LOG_APPEND_TIME, BatchHeader, records_data
+from kafkaesque.records.body import parse_record
 from storage_pg.pool import ms_to_pg
 
 COLUMNS = (
@@ -89,7 +89,7 @@ def batch_rows(
 ) -> tuple[BatchHeader, list[Row]]:
     """Check and decode one stored batch (any compression) into rows for its records at
     offsets >= ``from_offset``; record i has id ``first_id`` + its offset delta times
-    ``id_step`` (kafkaesque.sequence.Ids: 1 on one Redis). Raises InvalidRecord for a
+    ``id_step`` (kafkaesque.hot.sequence.Ids: 1 on one Redis). Raises InvalidRecord for a
     batch that cannot be decoded."""
     header, data, pos, end = records_data(batch, 0)
     pid: int | None = header.producer_id if header.producer_id >= 0 else None

@@ -1,6 +1,6 @@
 """The archive behind a running Log: cold reads, recovery and the archiver on one pool.
 
-``Archive(dsn)`` is what the CLI and the broker attach to a ``kafkaesque.log.Log``:
+``Archive(dsn)`` is what the CLI and the broker attach to a ``kafkaesque.hot.log.Log``:
 
 - as its ``cold`` store: offsets Redis no longer holds are read from PostgreSQL;
 - as where a deleted topic's records, and records deleted by DeleteRecords, are deleted
@@ -24,7 +24,7 @@ import uuid
 import asyncpg
 
 from kafkaesque.errors import StorageUnavailable
-from kafkaesque.log import Log
+from kafkaesque.hot.log import Log
 from storage_pg.archiver import Archiver
 from storage_pg.cold import ArchiveReader
 from storage_pg.deletion import delete_records, delete_topic
@@ -33,7 +33,7 @@ from storage_pg.recovery import bind_cluster, recover
 
 
 class Archive:
-    """One archive database, connected lazily; implements kafkaesque.log_types.ColdStore."""
+    """One archive database, connected lazily; implements kafkaesque.hot.log_types.ColdStore."""
 
     def __init__(self, dsn: str, *, max_connections: int = 4) -> None:
         """An unreachable archive fails every request that asks about old offsets with

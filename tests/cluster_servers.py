@@ -24,7 +24,7 @@ import redis
 import redis.cluster
 import redis.sentinel
 
-from kafkaesque.embedded import redis_server_binary
+from kafkaesque.hot.embedded import redis_server_binary
 from tests.servers import free_port, wait_for_port
 
 SLOTS = 16384

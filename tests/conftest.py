@@ -21,8 +21,8 @@ import pytest
 import redis
 import redis.asyncio
 
-from kafkaesque.embedded import EmbeddedRedis
-from kafkaesque.log import Log
+from kafkaesque.hot.embedded import EmbeddedRedis
+from kafkaesque.hot.log import Log
 from tests import scheduling
 from tests.pg import PostgresServer
 from tests.servers import RedisServer

@@ -7,9 +7,9 @@ from typing import Any
 
 import redis.asyncio
 
-from kafkaesque.log import Log
+from kafkaesque.hot.log import Log
 from wire.broker import Broker, BrokerConfig
-from wire.server import Server
+from wire.net.server import Server
 
 
 async def run_with_broker(

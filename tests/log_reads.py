@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kafkaesque.log import Log
-from kafkaesque.records import check_batch, decode_batch
+from kafkaesque.hot.log import Log
+from kafkaesque.records.batch import check_batch, decode_batch
 
 Row = tuple[int, bytes | None, bytes | None]
 

@@ -1,5 +1,5 @@
 """The client side of SASL for raw-socket tests: SCRAM (RFC 5802) computed independently
-of kafkaesque/scram.py, and SaslHandshake + SaslAuthenticate over a tests.kafka_client
+of kafkaesque/security/scram.py, and SaslHandshake + SaslAuthenticate over a tests.kafka_client
 Connection."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from kafkaesque.embedded import redis_server_binary
+from kafkaesque.hot.embedded import redis_server_binary
 
 
 def _ephemeral_floor() -> int:

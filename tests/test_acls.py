@@ -9,7 +9,8 @@ import asyncio
 import fakeredis
 import pytest
 
-from kafkaesque.acls import (
+from kafkaesque.errors import InvalidRequest
+from kafkaesque.security.acls import (
     AclBinding,
     AclFilter,
     AclStore,
@@ -20,8 +21,7 @@ from kafkaesque.acls import (
     check_binding,
     check_filter,
 )
-from kafkaesque.authorizer import Authorizer
-from kafkaesque.errors import InvalidRequest
+from kafkaesque.security.authorizer import Authorizer
 
 T, G, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
 LIT, PRE = PatternType.LITERAL, PatternType.PREFIXED

@@ -1,4 +1,4 @@
-"""The topic configs every append obeys (kafkaesque.append_policy), through Partitions on
+"""The topic configs every append obeys (kafkaesque.partition.append_policy), through Partitions on
 fakeredis: max.message.bytes, cleanup.policy=compact, message.timestamp.type,
 message.timestamp.before/after.max.ms and compression.type; and the config cache."""
 
@@ -15,8 +15,9 @@ import fakeredis
 import pytest
 from crc32c import crc32c
 
-from kafkaesque.batch_build import COMMIT, build_batch
-from kafkaesque.consume import format_json
+from kafkaesque.cli.line_consumer import format_json
+from kafkaesque.cli.line_producer import LineProducer
+from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.errors import (
     CorruptBatch,
     InvalidRecord,
@@ -24,10 +25,9 @@ from kafkaesque.errors import (
     RecordTooLarge,
     UnknownTopic,
 )
-from kafkaesque.log import Log
-from kafkaesque.partitions import MAX_MESSAGE_BYTES, Partitions
-from kafkaesque.produce import LineProducer
-from kafkaesque.records import (
+from kafkaesque.hot.log import Log
+from kafkaesque.partition.layer import MAX_MESSAGE_BYTES, Partitions
+from kafkaesque.records.batch import (
     ATTR_CONTROL,
     ATTR_LOG_APPEND_TIME,
     ATTR_TRANSACTIONAL,
@@ -39,7 +39,7 @@ from kafkaesque.records import (
     decode_batch,
     read_header,
 )
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.records.build import COMMIT, build_batch
 
 OLD = 1_600_000_000_000  # a CreateTime long past, ms
 HOUR = 3_600_000

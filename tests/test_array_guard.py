@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from tests.wire.conftest import REPO
-from wire.array_guard import ArrayTooLong, check_flexible
 from wire.handlers import supported
-from wire.protocol import MalformedRequest, parse_request, request_schema
+from wire.protocol.array_guard import ArrayTooLong, check_flexible
+from wire.protocol.codec import MalformedRequest, parse_request, request_schema
 
 # AlterConfigs v2 whose configs array claims about 25 billion entries (found by the fuzzer).
 CRASH = bytes.fromhex(
@@ -32,7 +32,8 @@ def test_an_impossible_compact_array_is_malformed_not_a_crash() -> None:
     # A parser that aborts takes the test process with it: parse in a child process.
     frame = CRASH
     code = (
-        "import sys; from wire.protocol import parse_request; from wire.handlers import supported;"
+        "import sys; from wire.protocol.codec import parse_request;"
+        " from wire.handlers import supported;"
         f"parse_request(bytes.fromhex({frame.hex()!r}), supported())"
     )
     done = subprocess.run(

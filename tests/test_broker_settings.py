@@ -1,4 +1,4 @@
-"""The broker's configs, declared once (kafkaesque/broker_settings.py): BrokerConfig's
+"""The broker's configs, declared once (kafkaesque/config/broker_settings.py): BrokerConfig's
 defaults are the table's, every setting with an option is one of `serve`'s, and
 DescribeConfigs lists them all."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from kafkaesque.broker_settings import BY_NAME, SETTINGS, WITH_OPTIONS, BrokerSetting
 from kafkaesque.cli import main
+from kafkaesque.config.broker_settings import BY_NAME, SETTINGS, WITH_OPTIONS, BrokerSetting
 from kafkaesque.errors import InvalidConfig
 from wire.broker import BrokerConfig
 

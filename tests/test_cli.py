@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from kafkaesque.cli import main
-from kafkaesque.partitioner import partition_for_key
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.records.partitioner import partition_for_key
 from tests.servers import free_port
 
 
@@ -242,8 +242,8 @@ def test_json_headers_that_are_not_text_come_as_base64(ks, redis_url) -> None:
 
     import redis.asyncio
 
-    from kafkaesque.batch_build import build_batch
-    from kafkaesque.log import Log
+    from kafkaesque.hot.log import Log
+    from kafkaesque.records.build import build_batch
 
     async def produce() -> None:
         log = Log(redis.asyncio.Redis.from_url(redis_url))

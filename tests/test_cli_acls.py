@@ -7,7 +7,7 @@ import asyncio
 
 import redis.asyncio
 
-from kafkaesque.acls import AclStore, Operation, PatternType, Permission, ResourceType
+from kafkaesque.security.acls import AclStore, Operation, PatternType, Permission, ResourceType
 from tests.test_cli import ks, ok, one_line_error  # noqa: F401  (ks is a fixture)
 
 

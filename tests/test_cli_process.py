@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kafkaesque.embedded import EmbeddedRedis
+from kafkaesque.hot.embedded import EmbeddedRedis
 from tests.servers import free_port, wait_for_port
 
 WORDS = Path("/usr/share/dict/words")

@@ -1,4 +1,4 @@
-"""Log compaction (kafkaesque/compaction.py, kafkaesque/lua/compact.lua), on fakeredis and on
+"""Log compaction (kafkaesque/hot/compaction.py, hot/lua/compact.lua), on fakeredis and on
 a real redis-server: what survives, when, and that readers, retention and the archiver's
 view of the pages stay consistent."""
 
@@ -12,14 +12,14 @@ import pytest
 import redis.asyncio
 from click.testing import CliRunner, Result
 
-from kafkaesque.batch_build import build_batch
 from kafkaesque.cli import main
-from kafkaesque.compaction import Compactor
-from kafkaesque.compaction_types import Policy
+from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.errors import Conflict, InvalidConfig
-from kafkaesque.log import Log
-from kafkaesque.records import decode_batch, read_header
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.hot.compaction import Compactor
+from kafkaesque.hot.compaction_types import Policy
+from kafkaesque.hot.log import Log
+from kafkaesque.records.batch import decode_batch, read_header
+from kafkaesque.records.build import build_batch
 from tests.log_reads import read_rows
 
 TS = 1_700_000_000_000  # record timestamps: long ago unless a test says otherwise

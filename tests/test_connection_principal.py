@@ -12,16 +12,16 @@ import pytest
 import redis.asyncio
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.credentials import CredentialStore
-from kafkaesque.log import Log
-from kafkaesque.scram import SCRAM_SHA_256, new_credential
+from kafkaesque.hot.credentials import CredentialStore
+from kafkaesque.hot.log import Log
+from kafkaesque.security.scram import SCRAM_SHA_256, new_credential
 from tests.kafka_client import AsyncConnection, request
 from tests.sasl_client import ScramClient
 from tests.wire.certificates import CLIENT_PRINCIPAL, make_certificates
 from wire import handlers
 from wire.broker import Broker, BrokerConfig
-from wire.security import Listener, tls_context
-from wire.server import Server
+from wire.net.security import Listener, tls_context
+from wire.net.server import Server
 
 
 def test_principals(redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

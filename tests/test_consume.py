@@ -6,17 +6,17 @@ import asyncio
 import io
 from collections.abc import Callable
 
-import kafkaesque.consume
-from kafkaesque.batch_build import build_batch
-from kafkaesque.consume import Consumer
-from kafkaesque.log import Log
-from kafkaesque.topic_config import TopicConfig
+import kafkaesque.cli.line_consumer
+from kafkaesque.cli.line_consumer import Consumer
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.hot.log import Log
+from kafkaesque.records.build import build_batch
 
 
 def test_idle_follow_reads_only_partitions_that_moved(
     make_log: Callable[[], Log], monkeypatch
 ) -> None:
-    monkeypatch.setattr(kafkaesque.consume, "FOLLOW_WAKEUP", 0.1)
+    monkeypatch.setattr(kafkaesque.cli.line_consumer, "FOLLOW_WAKEUP", 0.1)
 
     async def scenario() -> None:
         log = make_log()

@@ -8,17 +8,17 @@ import time
 
 import pytest
 
-from kafkaesque import topic_regex
-from kafkaesque.assignors import range_, uniform
-from kafkaesque.consumer_group import validate
-from kafkaesque.consumer_group_state import (
+from kafkaesque.errors import Code
+from kafkaesque.groups import topic_regex
+from kafkaesque.groups.assignors import range_, uniform
+from kafkaesque.groups.consumer import validate
+from kafkaesque.groups.consumer_state import (
     ConsumerGroup,
     ConsumerGroupConfig,
     Heartbeat,
     HeartbeatRefused,
     MemberState,
 )
-from kafkaesque.errors import Code
 
 ID = {"a": b"A" * 16, "b": b"B" * 16}
 

@@ -10,15 +10,15 @@ from types import SimpleNamespace
 
 from kio.schema.describe_groups.v4.response import DescribedGroup, DescribedGroupMember
 
-from kafkaesque.consumer_group import ConsumerGroupCoordinator
-from kafkaesque.consumer_group_state import Heartbeat
+from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.errors import Code
-from kafkaesque.group_state import JoinRequest
-from kafkaesque.groups import CoordinatorConfig, GroupCoordinator
-from kafkaesque.log import Log
-from kafkaesque.partitions import Partitions
-from kafkaesque.topic_config import TopicConfig
-from kafkaesque.txn_store import TransactionCoordinator
+from kafkaesque.groups.consumer import ConsumerGroupCoordinator
+from kafkaesque.groups.consumer_state import Heartbeat
+from kafkaesque.groups.coordinator import CoordinatorConfig, GroupCoordinator
+from kafkaesque.groups.state import JoinRequest
+from kafkaesque.hot.log import Log
+from kafkaesque.partition.layer import Partitions
+from kafkaesque.txn.coordinator import TransactionCoordinator
 from tests.kafka_client import decode_assignment
 from wire.handlers.consumer_groups import described_as_classic
 

@@ -8,12 +8,12 @@ from collections.abc import Callable
 
 import pytest
 
-from kafkaesque.batch_build import build_batch
+from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.errors import OffsetOutOfRange, PolicyViolation, UnknownTopic
-from kafkaesque.log import HIGH_WATERMARK, Log
-from kafkaesque.log_types import RestoredPartition, RestoredTopic
-from kafkaesque.partitions import EARLIEST, Partitions
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.hot.log import HIGH_WATERMARK, Log
+from kafkaesque.hot.log_types import RestoredPartition, RestoredTopic
+from kafkaesque.partition.layer import EARLIEST, Partitions
+from kafkaesque.records.build import build_batch
 from tests.test_log import batch, read_all, words
 
 

@@ -1,9 +1,9 @@
 """The docs stay true: every file, module, class and function that docs/ and README.txt
 name exists in the repository.
 
-Checked: paths (``kafkaesque/log.py``, ``scripts/bench/``, ``tests/power/power_cut.py``)
+Checked: paths (``kafkaesque/hot/log.py``, ``scripts/bench/``, ``tests/power/power_cut.py``)
 and bare file names (``append.lua``, ``log_appends.py``, ``operations.md``) exist; a name
-written right after a Python file (``kafkaesque/durability.py`` ``probe``) is defined in
+written right after a Python file (``kafkaesque/hot/durability.py`` ``probe``) is defined in
 it; ``Class.member`` for a class of the project's names a member of it (or of a base
 class of the project's). Kafka's own classes (``KafkaApis``, ``AclEntry``...) are not the
 project's and are not checked.

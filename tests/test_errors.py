@@ -51,7 +51,7 @@ def test_coordinator_outcomes_are_the_kafka_codes_of_their_names(error: Code) ->
 
 def test_every_lua_error_reply_parses_to_its_exception() -> None:
     """Each "NAME message" a script can reply with is in the parser's table."""
-    lua = files("kafkaesque") / "lua"
+    lua = files("kafkaesque.hot") / "lua"
     names = set()
     for script in lua.iterdir():
         for line in script.read_text().splitlines():

@@ -1,4 +1,4 @@
-"""kafkaesque.fetch_changed: a long poll that reads only the partitions that changed since
+"""kafkaesque.partition.fetch_changed: a long poll that reads only the partitions that changed since
 the last answer, and never vouches for one the ReadCache would read again (an append
 heard, even during the wait; a refresh due; another broker leading it now)."""
 
@@ -9,12 +9,12 @@ from collections.abc import Iterable
 
 import redis.asyncio
 
-from kafkaesque.batch_build import build_batch
 from kafkaesque.errors import NotLeader
-from kafkaesque.fetch_changed import fetch_changed
-from kafkaesque.log import Log
-from kafkaesque.partitions import Partitions
-from kafkaesque.reads import Fetched, FetchRequest, ReadCache
+from kafkaesque.hot.log import Log
+from kafkaesque.partition.fetch_changed import fetch_changed
+from kafkaesque.partition.layer import Partitions
+from kafkaesque.partition.read_types import Fetched, FetchRequest, ReadCache
+from kafkaesque.records.build import build_batch
 from tests.test_fetch_many import PARTITIONS, POLL, CountingLog, requests, scenario, values
 
 

@@ -9,13 +9,13 @@ from collections.abc import Callable, Sequence
 import redis
 import redis.asyncio
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.log import Log
-from kafkaesque.notify import Notifier
-from kafkaesque.partitions import EARLIEST, LATEST, OffsetLookup, Partitions
-from kafkaesque.reads import FetchRequest, ReadCache
-from kafkaesque.records import decode_batch
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.hot.log import Log
+from kafkaesque.hot.notify import Notifier
+from kafkaesque.partition.layer import EARLIEST, LATEST, OffsetLookup, Partitions
+from kafkaesque.partition.read_types import FetchRequest, ReadCache
+from kafkaesque.records.batch import decode_batch
+from kafkaesque.records.build import build_batch
 
 PARTITIONS = 50
 POLL = 0.05  # a long poll's wait (seconds): the fetches a read cache serves

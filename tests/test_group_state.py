@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from kafkaesque.errors import Code
-from kafkaesque.group_rules import consumer_member_epoch_error, offset_expires_from
-from kafkaesque.group_state import (
+from kafkaesque.groups.rules import consumer_member_epoch_error, offset_expires_from
+from kafkaesque.groups.state import (
     CoordinatorConfig,
     Group,
     GroupState,

@@ -9,9 +9,13 @@ from collections.abc import Callable
 import pytest
 
 from kafkaesque.errors import Code, GroupBusy, HotTierUnavailable
-from kafkaesque.group_state import GroupState, JoinRequest
-from kafkaesque.groups import CoordinatorConfig, GroupCoordinator, decode_consumer_assignment
-from kafkaesque.log import Log
+from kafkaesque.groups.coordinator import (
+    CoordinatorConfig,
+    GroupCoordinator,
+    decode_consumer_assignment,
+)
+from kafkaesque.groups.state import GroupState, JoinRequest
+from kafkaesque.hot.log import Log
 from tests.kafka_client import subscription
 
 FAST = CoordinatorConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=100)

@@ -1,4 +1,4 @@
-"""The high-watermark loop (kafkaesque/high_watermark.py) while Redis is away: it retries
+"""The high-watermark loop (kafkaesque/hot/high_watermark.py) while Redis is away: it retries
 after its failure delay, not in a busy loop."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import contextlib
 from typing import Any, cast
 
 from kafkaesque.errors import HotTierUnavailable
-from kafkaesque.high_watermark import HighWatermarks
-from kafkaesque.log import Log
+from kafkaesque.hot.high_watermark import HighWatermarks
+from kafkaesque.hot.log import Log
 
 
 class AwayLog:

@@ -9,12 +9,12 @@ from collections import Counter
 import pytest
 import redis.asyncio
 
-from kafkaesque.batch_build import build_batch
+from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.errors import DuplicateBroker, NotLeader
-from kafkaesque.leadership import Leadership, partition_key, winner
-from kafkaesque.log import Log
-from kafkaesque.registry import BrokerInfo, Registry
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.hot.log import Log
+from kafkaesque.hot.registry import BrokerInfo, Registry
+from kafkaesque.partition.leadership import Leadership, partition_key, winner
+from kafkaesque.records.build import build_batch
 
 
 def test_winner_spreads_keys_evenly_and_moves_few_on_a_join() -> None:

@@ -10,7 +10,7 @@ import click
 import pytest
 
 from kafkaesque.cli.serve import listeners_option, metrics_address
-from wire.security import parse_listener
+from wire.net.security import parse_listener
 
 REPO = Path(__file__).resolve().parents[1]
 

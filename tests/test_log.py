@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from kafkaesque.batch_build import build_batch
+from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.errors import (
     InvalidConfig,
     InvalidProducerEpoch,
@@ -19,10 +19,10 @@ from kafkaesque.errors import (
     UnknownProducerId,
     UnknownTopic,
 )
-from kafkaesque.log import Log
-from kafkaesque.log_types import RestoredPartition, RestoredTopic
-from kafkaesque.records import check_batch, decode_batch, read_header
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.hot.log import Log
+from kafkaesque.hot.log_types import RestoredPartition, RestoredTopic
+from kafkaesque.records.batch import check_batch, decode_batch, read_header
+from kafkaesque.records.build import build_batch
 
 
 def batch(values: list[bytes]) -> bytes:
@@ -360,13 +360,13 @@ def test_lost_producer_state_is_unknown_producer_id(
     UNKNOWN_PRODUCER_ID, which clients recover from (KIP-360), and writes nothing; producer
     ids handed out after the loss are above those handed out before it."""
 
-    import kafkaesque.log
+    import kafkaesque.hot.log
 
     async def scenario() -> None:
         log = make_log()
         await log.create_topic(TopicConfig("lost", 1))
         now = 1_800_000_000_000
-        monkeypatch.setattr(kafkaesque.log, "_now_ms", lambda: now)
+        monkeypatch.setattr(kafkaesque.hot.log, "_now_ms", lambda: now)
         pid = await log.new_producer_id()
         assert await log.new_producer_id() == pid + 1  # within a millisecond: the counter
         assert (
@@ -380,7 +380,7 @@ def test_lost_producer_state_is_unknown_producer_id(
         assert (await log.state("lost", 0)).log_end == 0
         # The archive knew no producer id (floor 0): a millisecond later, the next id is
         # still above every id handed out before the loss.
-        monkeypatch.setattr(kafkaesque.log, "_now_ms", lambda: now + 1)
+        monkeypatch.setattr(kafkaesque.hot.log, "_now_ms", lambda: now + 1)
         fresh = await log.new_producer_id()
         assert fresh > pid + 1
         assert (
@@ -406,7 +406,7 @@ def test_add_partitions_grows_and_never_shrinks(make_log: Callable[[], Log]) -> 
 
 
 def test_idle_producer_ids_expire_after_a_day(make_log: Callable[[], Log], monkeypatch) -> None:
-    import kafkaesque.log_appends
+    import kafkaesque.hot.log_appends
 
     async def scenario() -> None:
         log = make_log()
@@ -414,7 +414,7 @@ def test_idle_producer_ids_expire_after_a_day(make_log: Callable[[], Log], monke
         producers = log.keys.partition("exp", 0).producers
         day = 86_400_000
         for pid, now in ((1, 0), (2, day // 2), (3, day + 1)):
-            monkeypatch.setattr(kafkaesque.log_appends, "_now_ms", lambda now=now: now)
+            monkeypatch.setattr(kafkaesque.hot.log_appends, "_now_ms", lambda now=now: now)
             await log.append("exp", 0, [producer_batch(words(0, 1), pid, 0, 0)])
         # Producer 1 was last seen more than a day before producer 3's append.
         assert sorted(await log.redis.hkeys(producers)) == [b"2", b"3"]

@@ -1,4 +1,4 @@
-"""Multi-partition operations in steps (the cluster layout, kafkaesque/log_steps.py), here
+"""Multi-partition operations in steps (the cluster layout, kafkaesque/hot/log_steps.py), here
 on one server: the layout works there too, and each step can be stopped half-way."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ from collections.abc import Callable
 
 import pytest
 
-from kafkaesque.batch_build import build_batch
+from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.errors import TopicExists, UnknownTopic
-from kafkaesque.log import Log
-from kafkaesque.log_types import RestoredPartition, RestoredTopic
-from kafkaesque.sequence import clock, counter_of, record_id
-from kafkaesque.slots import slot_of
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.hot.log import Log
+from kafkaesque.hot.log_types import RestoredPartition, RestoredTopic
+from kafkaesque.hot.sequence import clock, counter_of, record_id
+from kafkaesque.hot.slots import slot_of
+from kafkaesque.records.build import build_batch
 
 
 class Crash(Exception):

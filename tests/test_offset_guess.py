@@ -1,4 +1,4 @@
-"""Batches sent with their expected offsets written in (kafkaesque.offset_guess): a right
+"""Batches sent with their expected offsets written in (kafkaesque.hot.offset_guess): a right
 guess is stored as sent, a wrong one is rewritten, and either way every batch is stored
 with the offset and leader epoch the partition gave it."""
 
@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from kafkaesque import offset_guess
-from kafkaesque.batch_build import build_batch
-from kafkaesque.log import Log
-from kafkaesque.offset_guess import PLACE_FROM, OffsetGuesses
-from kafkaesque.records import base_offset, check_batch, read_header
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.hot import offset_guess
+from kafkaesque.hot.log import Log
+from kafkaesque.hot.offset_guess import PLACE_FROM, OffsetGuesses
+from kafkaesque.records.batch import base_offset, check_batch, read_header
+from kafkaesque.records.build import build_batch
 
 # Large enough to be placed (PLACE_FROM), in records of 100 bytes.
 BIG = PLACE_FROM // 100 + 1

@@ -8,7 +8,7 @@ import logging
 import pytest
 from redis.exceptions import ConnectionError
 
-from kafkaesque.outage import Outage
+from kafkaesque.hot.outage import Outage
 
 RESET = ConnectionError("Error while reading from 127.0.0.1:6379 : (104, 'Connection reset')")
 REFUSED = ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")

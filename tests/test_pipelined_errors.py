@@ -13,7 +13,7 @@ import redis.asyncio
 from redis.exceptions import BusyLoadingError, ResponseError
 
 from kafkaesque.errors import describe_redis_error
-from kafkaesque.pipelined import PipelinedConnection, pack, reply_batches
+from kafkaesque.hot.pipelined import PipelinedConnection, pack, reply_batches
 
 LOADING = b"-LOADING Redis is loading the dataset in memory\r\n"
 

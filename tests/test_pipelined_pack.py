@@ -1,4 +1,4 @@
-"""Commands packed for the shared connection (kafkaesque/pipelined.py): what redis-py packs,
+"""Commands packed for the shared connection (kafkaesque/hot/pipelined.py): what redis-py packs,
 and the same again when a command's head is kept (CommandHeads)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import hiredis
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafkaesque.pipelined import CommandHeads, pack
+from kafkaesque.hot.pipelined import CommandHeads, pack
 
 
 class Level(enum.IntEnum):

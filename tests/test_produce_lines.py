@@ -19,10 +19,10 @@ import redis.asyncio
 from click.testing import CliRunner, Result
 
 from kafkaesque.cli import main
-from kafkaesque.log import Log
-from kafkaesque.partitioner import partition_for_key
-from kafkaesque.produce import LineProducer, iter_line_chunks
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.cli.line_producer import LineProducer, iter_line_chunks
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.hot.log import Log
+from kafkaesque.records.partitioner import partition_for_key
 
 
 @pytest.fixture

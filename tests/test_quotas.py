@@ -11,8 +11,8 @@ import redis.asyncio
 from click.testing import CliRunner, Result
 
 from kafkaesque.cli import main
-from kafkaesque.quota_rates import QuotaManager, QuotaTable, Rate
-from kafkaesque.quotas import (
+from kafkaesque.security.quota_rates import QuotaManager, QuotaTable, Rate
+from kafkaesque.security.quotas import (
     CLIENT_ID,
     IP,
     MATCH_DEFAULT,

@@ -1,4 +1,4 @@
-"""Tests for kafkaesque.records (Kafka RecordBatch v2), with its record_body and
+"""Tests for kafkaesque.records.batch (Kafka RecordBatch v2), with its record_body and
 compression modules.
 
 Batches are also assembled by hand here (struct + crc32c + a local varint
@@ -17,18 +17,9 @@ import cramjam
 import pytest
 from crc32c import crc32c
 
-import kafkaesque.records as records_module
-from kafkaesque.batch_build import build_batch, rebuild_batch, rewrite_batch
-from kafkaesque.compression import Compression, DecompressionError, compress, decompress
+import kafkaesque.records.batch as records_module
 from kafkaesque.errors import InvalidRecord
-from kafkaesque.record_body import (
-    Record,
-    encode_varint,
-    parse_record,
-    read_varint,
-)
-from kafkaesque.record_check import check_plain_records
-from kafkaesque.records import (
+from kafkaesque.records.batch import (
     HEADER_SIZE,
     MAX_CLIENT_RECORDS_BYTES,
     BatchHeader,
@@ -50,6 +41,15 @@ from kafkaesque.records import (
     split_batches,
     with_base_offset,
 )
+from kafkaesque.records.body import (
+    Record,
+    encode_varint,
+    parse_record,
+    read_varint,
+)
+from kafkaesque.records.build import build_batch, rebuild_batch, rewrite_batch
+from kafkaesque.records.check import check_plain_records
+from kafkaesque.records.compression import Compression, DecompressionError, compress, decompress
 
 TS = 1_700_000_000_000
 ALL_CODECS = list(Compression)
@@ -1031,7 +1031,7 @@ def test_plain_record_run_checks_the_offset_delta_width():
 
 
 def test_offset_delta_tables_hold_the_varints():
-    from kafkaesque.record_check import _RUN_LIMIT, _offset_delta_bytes
+    from kafkaesque.records.check import _RUN_LIMIT, _offset_delta_bytes
 
     for i in (*range(0, 9000, 7), 16383, 16384, _RUN_LIMIT - 1):
         varint = encode_varint(i)

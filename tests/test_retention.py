@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.log import Log
-from kafkaesque.topic_config import AlterOp, TopicConfig, altered
+from kafkaesque.config.topic_config import AlterOp, TopicConfig, altered
+from kafkaesque.hot.log import Log
+from kafkaesque.records.build import build_batch
 
 HOUR_MS = 3_600_000
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kafkaesque.embedded import EmbeddedRedis
+from kafkaesque.hot.embedded import EmbeddedRedis
 from tests.servers import free_port, wait_for_port
 
 REPO = Path(__file__).resolve().parents[1]

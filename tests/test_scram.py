@@ -9,10 +9,10 @@ import base64
 import fakeredis
 import pytest
 
-from kafkaesque.credentials import CredentialStore
 from kafkaesque.errors import AuthenticationFailed, CredentialNotFound, UnacceptableCredential
-from kafkaesque.keys import Keys
-from kafkaesque.scram import (
+from kafkaesque.hot.credentials import CredentialStore
+from kafkaesque.hot.keys import Keys
+from kafkaesque.security.scram import (
     SCRAM_SHA_256,
     SCRAM_SHA_512,
     Credential,

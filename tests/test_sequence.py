@@ -1,4 +1,4 @@
-"""Record ids on a cluster (kafkaesque/sequence.py) and the append script's two modes."""
+"""Record ids on a cluster (kafkaesque/hot/sequence.py) and the append script's two modes."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 import pytest
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.log import Log
-from kafkaesque.sequence import (
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.hot.log import Log
+from kafkaesque.hot.sequence import (
     EPOCH_MS,
     MAX_COUNTER,
     SLOT_BITS,
@@ -20,9 +20,9 @@ from kafkaesque.sequence import (
     record_id,
     slot_of,
 )
-from kafkaesque.slots import SLOTS
-from kafkaesque.slots import slot_of as partition_slot
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.hot.slots import SLOTS
+from kafkaesque.hot.slots import slot_of as partition_slot
+from kafkaesque.records.build import build_batch
 
 
 def test_record_id_at_the_bounds() -> None:

@@ -6,8 +6,8 @@ import itertools
 
 from redis.crc import key_slot
 
-from kafkaesque.keys import Keys
-from kafkaesque.slots import SLOTS, hash_slot, slot_of, tag, tags
+from kafkaesque.hot.keys import Keys
+from kafkaesque.hot.slots import SLOTS, hash_slot, slot_of, tag, tags
 
 
 def _catalog_keys(k: Keys) -> list[str]:

@@ -10,11 +10,11 @@ from collections.abc import Callable
 import msgpack
 import pytest
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.config_keys import TOPIC_CONFIGS, broker_defaults, parse
+from kafkaesque.config.topic_config import AlterOp, TopicConfig, altered, describe, replaced
+from kafkaesque.config.topic_keys import TOPIC_CONFIGS, broker_defaults, parse
 from kafkaesque.errors import InvalidConfig, InvalidPartitions
-from kafkaesque.log import Log
-from kafkaesque.topic_config import AlterOp, TopicConfig, altered, describe, replaced
+from kafkaesque.hot.log import Log
+from kafkaesque.records.build import build_batch
 
 
 def batch(count: int, size: int = 10, timestamp: int = 1_700_000_000_000) -> bytes:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 
 import pytest
 
-from kafkaesque.batch_build import build_batch
+from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.errors import (
     Code,
     HotTierUnavailable,
@@ -17,12 +17,12 @@ from kafkaesque.errors import (
     KafkaesqueError,
     TransactionNotOpen,
 )
-from kafkaesque.groups import GroupCoordinator
-from kafkaesque.log import Log
-from kafkaesque.partitions import Partitions
-from kafkaesque.topic_config import TopicConfig
-from kafkaesque.transactions import MAX_EPOCH, Transaction, TxnConfig, TxnState
-from kafkaesque.txn_store import TransactionCoordinator
+from kafkaesque.groups.coordinator import GroupCoordinator
+from kafkaesque.hot.log import Log
+from kafkaesque.partition.layer import Partitions
+from kafkaesque.records.build import build_batch
+from kafkaesque.txn.coordinator import TransactionCoordinator
+from kafkaesque.txn.transaction import MAX_EPOCH, Transaction, TxnConfig, TxnState
 
 
 # -- the state machine ------------------------------------------------------------------------

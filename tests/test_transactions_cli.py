@@ -11,11 +11,11 @@ import pytest
 import redis.asyncio
 from click.testing import CliRunner, Result
 
-from kafkaesque.batch_build import build_batch
 from kafkaesque.cli import main
-from kafkaesque.log import Log
-from kafkaesque.partitions import Partitions
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.hot.log import Log
+from kafkaesque.partition.layer import Partitions
+from kafkaesque.records.build import build_batch
 
 A, B, C = 11, 12, 13
 

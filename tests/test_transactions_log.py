@@ -11,13 +11,13 @@ from collections.abc import Callable
 
 import pytest
 
-from kafkaesque.batch_build import ABORT, COMMIT, build_batch, build_control_batch
-from kafkaesque.compaction import Compactor
-from kafkaesque.consume import Consumer
+from kafkaesque.cli.line_consumer import Consumer
+from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.errors import InvalidProducerEpoch, InvalidRecord, UnknownTopic
-from kafkaesque.log import Log
-from kafkaesque.partitions import LATEST, MAX_TIMESTAMP, Partitions
-from kafkaesque.records import (
+from kafkaesque.hot.compaction import Compactor
+from kafkaesque.hot.log import Log
+from kafkaesque.partition.layer import LATEST, MAX_TIMESTAMP, Partitions
+from kafkaesque.records.batch import (
     check_batch,
     control_type,
     decode_batch,
@@ -27,7 +27,7 @@ from kafkaesque.records import (
     read_header,
     split_batches,
 )
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.records.build import ABORT, COMMIT, build_batch, build_control_batch
 
 PID, OTHER = 1000, 2000
 TXN = {"producer_id": PID, "producer_epoch": 0, "base_sequence": 0, "transactional": True}

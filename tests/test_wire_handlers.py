@@ -11,9 +11,9 @@ import pytest
 from crc32c import crc32c
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.log_types import RestoredPartition, RestoredTopic
-from kafkaesque.records import Compression, decode_batch, read_header
+from kafkaesque.hot.log_types import RestoredPartition, RestoredTopic
+from kafkaesque.records.batch import Compression, decode_batch, read_header
+from kafkaesque.records.build import build_batch
 from tests.kafka_client import (
     AsyncConnection,
     create_topics_request,
@@ -25,7 +25,7 @@ from tests.kafka_client import (
 )
 from tests.kafka_wire import run_with_broker
 from wire.handlers import supported
-from wire.server import Server
+from wire.net.server import Server
 
 
 def metadata(*topics: str, auto_create: bool = True) -> Any:

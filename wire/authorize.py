@@ -1,6 +1,6 @@
 """The authorization checks handlers make, as Kafka's KafkaApis (AuthHelper) makes them.
 
-Each check asks the broker's ``Authorizer`` (kafkaesque/authorizer.py) about the request's
+Each check asks the broker's ``Authorizer`` (kafkaesque/security/authorizer.py) about the request's
 principal and peer host; without an authorizer (``serve`` without ``--authorizer acl``)
 everything is allowed and a check costs one attribute test. The ``check_*`` functions
 raise the core's ``*AuthorizationFailed``, which ``wire/errors.py`` turns into Kafka's
@@ -17,15 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kafkaesque.acls import CLUSTER_NAME, Operation, ResourceType
 from kafkaesque.errors import (
     ClusterAuthorizationFailed,
     GroupAuthorizationFailed,
     TopicAuthorizationFailed,
     TransactionalIdAuthorizationFailed,
 )
+from kafkaesque.security.acls import CLUSTER_NAME, Operation, ResourceType
 from wire.broker import Broker
-from wire.protocol import Request
+from wire.protocol.codec import Request
 
 __all__ = ["Operation", "ResourceType"]
 

@@ -6,33 +6,33 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
-from kafkaesque.acls import AclStore
-from kafkaesque.authorizer import Authorizer
-from kafkaesque.broker_settings import BY_NAME, SETTINGS, default
-from kafkaesque.cluster import cluster_id
-from kafkaesque.compaction import Compactor
-from kafkaesque.config_keys import BROKER_SYNONYMS, UNIT_SYNONYMS, Kind, broker_defaults
-from kafkaesque.consumer_group import ConsumerGroupCoordinator
-from kafkaesque.consumer_group_state import ConsumerGroupConfig
-from kafkaesque.credentials import CredentialStore
-from kafkaesque.durability import probe
+from kafkaesque.config.broker_settings import BY_NAME, SETTINGS, default
+from kafkaesque.config.topic_keys import BROKER_SYNONYMS, UNIT_SYNONYMS, Kind, broker_defaults
 from kafkaesque.errors import InvalidConfig
-from kafkaesque.groups import CoordinatorConfig, GroupCoordinator
-from kafkaesque.high_watermark import HighWatermarks
-from kafkaesque.leadership import Leadership
-from kafkaesque.log import Log
-from kafkaesque.memory import MemoryGuard
-from kafkaesque.notify import Notifier
-from kafkaesque.outage import REDIS_CONNECTION_ERRORS, background_step
-from kafkaesque.partitions import MAX_MESSAGE_BYTES, Partitions
-from kafkaesque.reads import ReadCache
-from kafkaesque.registry import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS, BrokerInfo, Registry
-from kafkaesque.scram import SASL_MECHANISMS
+from kafkaesque.groups.consumer import ConsumerGroupCoordinator
+from kafkaesque.groups.consumer_state import ConsumerGroupConfig
+from kafkaesque.groups.coordinator import CoordinatorConfig, GroupCoordinator
+from kafkaesque.hot.cluster_id import cluster_id
+from kafkaesque.hot.compaction import Compactor
+from kafkaesque.hot.credentials import CredentialStore
+from kafkaesque.hot.durability import probe
+from kafkaesque.hot.high_watermark import HighWatermarks
+from kafkaesque.hot.log import Log
+from kafkaesque.hot.memory import MemoryGuard
+from kafkaesque.hot.notify import Notifier
+from kafkaesque.hot.outage import REDIS_CONNECTION_ERRORS, background_step
+from kafkaesque.hot.registry import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS, BrokerInfo, Registry
+from kafkaesque.partition.layer import MAX_MESSAGE_BYTES, Partitions
+from kafkaesque.partition.leadership import Leadership
+from kafkaesque.partition.read_types import ReadCache
+from kafkaesque.partition.topic_ids import TopicIds
+from kafkaesque.security.acls import AclStore
+from kafkaesque.security.authorizer import Authorizer
+from kafkaesque.security.scram import SASL_MECHANISMS
 from kafkaesque.tasks import cancel_and_wait
-from kafkaesque.topic_ids import TopicIds
-from kafkaesque.transactions import TxnConfig
-from kafkaesque.txn_store import TransactionCoordinator
-from wire.fetch_sessions import DEFAULT_EVICTION_MS, FetchSessionCache
+from kafkaesque.txn.coordinator import TransactionCoordinator
+from kafkaesque.txn.transaction import TxnConfig
+from wire.fetch.sessions import DEFAULT_EVICTION_MS, FetchSessionCache
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class BrokerConfig:
     # Every topic's config defaults (topic config name -> value), from ``serve --config``.
     topic_defaults: dict[str, str] = field(default_factory=dict)
     # Kafka's authorizer.class.name: "acl" checks every request against the ACLs
-    # (kafkaesque/acls.py); "" (the default) lets every client do everything.
+    # (kafkaesque/security/acls.py); "" (the default) lets every client do everything.
     authorizer: str = ""
     super_users: tuple[str, ...] = ()  # Kafka's super.users: pass every check
     allow_everyone_if_no_acl_found: bool = default("allow.everyone.if.no.acl.found")
@@ -110,7 +110,7 @@ class BrokerConfig:
 
     def apply(self, settings: dict[str, str]) -> None:
         """Apply Kafka broker configs (``serve --config``): the broker's own settings
-        (kafkaesque/broker_settings.py) and every topic's defaults (log.retention.ms, ...);
+        (kafkaesque/config/broker_settings.py) and every topic's defaults (log.retention.ms, ...);
         raises InvalidConfig naming a bad or unknown one, before changing anything."""
         values: dict[str, object] = {}
         for name, text in settings.items():
@@ -201,7 +201,7 @@ class Broker:
             log, self.partitions, self.groups, config.transactions()
         )
         self._transactions: asyncio.Task[None] | None = None
-        # The brokers on this Redis and who leads what (kafkaesque.leadership).
+        # The brokers on this Redis and who leads what (kafkaesque.partition.leadership).
         self.registry = Registry(
             log, config.info(), config.session_timeout_ms, config.heartbeat_interval_ms
         )

@@ -10,8 +10,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from kafkaesque.memory import MemoryUse
-from wire.fetch_sessions import FetchSessionCache
+from kafkaesque.hot.memory import MemoryUse
+from wire.fetch.sessions import FetchSessionCache
 
 
 def api_name(api_key: int) -> str:

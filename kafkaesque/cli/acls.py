@@ -9,7 +9,8 @@ from typing import Any
 
 import click
 
-from kafkaesque.acls import (
+from kafkaesque.cli.base import Context, echo_table, main, pass_context, run_async
+from kafkaesque.security.acls import (
     CLUSTER_NAME,
     AclBinding,
     AclFilter,
@@ -20,7 +21,6 @@ from kafkaesque.acls import (
     ResourceType,
     check_binding,
 )
-from kafkaesque.cli.base import Context, echo_table, main, pass_context, run_async
 
 # kafka-acls.sh spells operations Read, DescribeConfigs, ...; so do these, in any case,
 # with or without underscores.

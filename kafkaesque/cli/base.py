@@ -20,19 +20,19 @@ import redis.connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
-from kafkaesque.connect import (
+from kafkaesque.config.topic_config import check_topic_name
+from kafkaesque.errors import KafkaesqueError, describe_redis_error
+from kafkaesque.groups.coordinator import GroupCoordinator
+from kafkaesque.hot.connect import (
     DEFAULT_MAX_CONNECTIONS,
     SENTINEL_FORM,
     SENTINEL_SCHEME,
     parse_sentinel_url,
     redis_client,
 )
-from kafkaesque.embedded import EmbeddedError, EmbeddedRedis, default_home
-from kafkaesque.errors import KafkaesqueError, describe_redis_error
-from kafkaesque.groups import GroupCoordinator
-from kafkaesque.log import Log
+from kafkaesque.hot.embedded import EmbeddedError, EmbeddedRedis, default_home
+from kafkaesque.hot.log import Log
 from kafkaesque.tables import format_table
-from kafkaesque.topic_config import check_topic_name
 
 if TYPE_CHECKING:
     from storage_pg.embedded import EmbeddedPostgres

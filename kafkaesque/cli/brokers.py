@@ -8,7 +8,7 @@ from collections import Counter
 import click
 
 from kafkaesque.cli.base import Context, echo_table, main, pass_context, run_async
-from kafkaesque.registry import registered
+from kafkaesque.hot.registry import registered
 
 
 @main.command()

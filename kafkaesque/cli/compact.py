@@ -6,9 +6,9 @@ from __future__ import annotations
 import click
 
 from kafkaesque.cli.base import Context, main, pass_context, run_async
-from kafkaesque.compaction import Compactor
+from kafkaesque.config.topic_config import check_topic_name
 from kafkaesque.errors import KafkaesqueError
-from kafkaesque.topic_config import check_topic_name
+from kafkaesque.hot.compaction import Compactor
 
 
 def topic_names(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> list[str]:

@@ -15,7 +15,7 @@ from kafkaesque.cli.base import (
     run_async,
 )
 from kafkaesque.errors import KafkaesqueError
-from kafkaesque.groups import decode_consumer_assignment
+from kafkaesque.groups.coordinator import decode_consumer_assignment
 from kafkaesque.tables import plural
 
 

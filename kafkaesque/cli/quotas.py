@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from kafkaesque.cli.base import Context, echo_table, main, pass_context, run_async
-from kafkaesque.quotas import (
+from kafkaesque.security.quotas import (
     CLIENT_ID,
     CLIENT_KEYS,
     IP,

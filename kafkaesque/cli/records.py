@@ -6,7 +6,7 @@ import click
 
 from kafkaesque.cli.base import Context, main, pass_context, run_async, topic_argument
 from kafkaesque.errors import OffsetOutOfRange
-from kafkaesque.log import HIGH_WATERMARK
+from kafkaesque.hot.log import HIGH_WATERMARK
 from kafkaesque.tables import plural
 
 _END = "end"

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 import click
 from click.core import ParameterSource
 
-from kafkaesque.broker_settings import WITH_OPTIONS, serve_options
 from kafkaesque.cli.base import Context, key_values, main, one_line_errors, pass_context
-from kafkaesque.connect import DEFAULT_MAX_CONNECTIONS, HotTierCluster, SentinelHotTier
-from kafkaesque.embedded import serving
+from kafkaesque.config.broker_settings import WITH_OPTIONS, serve_options
 from kafkaesque.errors import KafkaesqueError
+from kafkaesque.hot.connect import DEFAULT_MAX_CONNECTIONS, HotTierCluster, SentinelHotTier
+from kafkaesque.hot.embedded import serving
 
 if TYPE_CHECKING:
     from wire.broker import BrokerConfig
@@ -49,7 +49,7 @@ def listeners_option(
     ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
 ) -> list[tuple[str, str, int]]:
     """Repeated [PROTOCOL://]HOST:PORT: (protocol, host, port), one listener per protocol."""
-    from wire.security import parse_listener
+    from wire.net.security import parse_listener
 
     found: list[tuple[str, str, int]] = []
     for text in value:
@@ -215,8 +215,8 @@ def serve(
 ) -> None:
     """Serve the Kafka protocol: unmodified Kafka clients produce and fetch here."""
     from wire.broker import BrokerConfig
-    from wire.security import Listener, TlsFileError, tls_context
-    from wire.server import Companion, run
+    from wire.net.security import Listener, TlsFileError, tls_context
+    from wire.net.server import Companion, run
 
     listeners = [Listener(*item) for item in listen]
     host, port = listeners[0].host, listeners[0].port
@@ -268,7 +268,7 @@ def serve(
         advertised_listeners=advertised,
         sasl_mechanisms=mechanisms,
     )
-    for setting in WITH_OPTIONS:  # the options kafkaesque/broker_settings.py generates
+    for setting in WITH_OPTIONS:  # the options kafkaesque/config/broker_settings.py generates
         config.set(setting.attribute, settings_options[setting.param])
     for principal in super_users:
         if ":" not in principal.strip(":"):
@@ -300,7 +300,7 @@ def serve(
         if isinstance(log.redis, SentinelHotTier | HotTierCluster):
 
             async def follow_failovers(stop: asyncio.Event) -> None:
-                from kafkaesque.failover import FailoverWatch
+                from kafkaesque.hot.failover import FailoverWatch
 
                 await FailoverWatch(log).run(stop)
 

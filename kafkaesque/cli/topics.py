@@ -21,14 +21,9 @@ from kafkaesque.cli.base import (
     run_async,
     topic_argument,
 )
-from kafkaesque.consume import Consumer
-from kafkaesque.embedded import in_use
-from kafkaesque.errors import Code
-from kafkaesque.memory import memory_use
-from kafkaesque.produce import LineProducer
-from kafkaesque.records import Compression
-from kafkaesque.tables import plural
-from kafkaesque.topic_config import (
+from kafkaesque.cli.line_consumer import Consumer
+from kafkaesque.cli.line_producer import LineProducer
+from kafkaesque.config.topic_config import (
     DEFAULT_PAGE_SIZE,
     MAX_PARTITIONS,
     MAX_SETTING,
@@ -36,7 +31,12 @@ from kafkaesque.topic_config import (
     TopicConfig,
     altered,
 )
-from kafkaesque.topic_config import describe as describe_configs
+from kafkaesque.config.topic_config import describe as describe_configs
+from kafkaesque.errors import Code
+from kafkaesque.hot.embedded import in_use
+from kafkaesque.hot.memory import memory_use
+from kafkaesque.records.batch import Compression
+from kafkaesque.tables import plural
 
 CONFIG_HELP = "A Kafka topic config (repeatable), e.g. cleanup.policy=compact."
 

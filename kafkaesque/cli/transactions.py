@@ -8,10 +8,10 @@ import datetime
 import click
 
 from kafkaesque.cli.base import Context, echo_table, main, pass_context, run_async
-from kafkaesque.groups import GroupCoordinator
-from kafkaesque.partitions import Partitions
-from kafkaesque.transactions import TxnState
-from kafkaesque.txn_store import TransactionCoordinator
+from kafkaesque.groups.coordinator import GroupCoordinator
+from kafkaesque.partition.layer import Partitions
+from kafkaesque.txn.coordinator import TransactionCoordinator
+from kafkaesque.txn.transaction import TxnState
 
 
 def coordinator(ctx: Context) -> TransactionCoordinator:

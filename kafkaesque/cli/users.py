@@ -10,8 +10,8 @@ import sys
 import click
 
 from kafkaesque.cli.base import Context, echo_table, main, pass_context, run_async
-from kafkaesque.credentials import CredentialStore, mechanism_named
-from kafkaesque.scram import DEFAULT_ITERATIONS, MAX_ITERATIONS, MECHANISMS, new_credential
+from kafkaesque.hot.credentials import CredentialStore, mechanism_named
+from kafkaesque.security.scram import DEFAULT_ITERATIONS, MAX_ITERATIONS, MECHANISMS, new_credential
 
 MECHANISM_CHOICE = click.Choice(sorted(MECHANISMS), case_sensitive=False)
 

@@ -1,6 +1,6 @@
 """The archiver and cold reads against raw asyncpg, on private servers.
 
-Starts its own redis-server (kafkaesque.embedded.EmbeddedRedis) and PostgreSQL
+Starts its own redis-server (kafkaesque.hot.embedded.EmbeddedRedis) and PostgreSQL
 (storage_pg.EmbeddedPostgres) in a temp dir. Per round: appends N records of 100 bytes to
 one partition through Log.append in 1000-record batches, archives them with one
 Archiver.run_once, and COPYs the same rows (built beforehand, untimed) into an identical
@@ -25,11 +25,11 @@ import asyncpg
 import redis.asyncio
 from broker_process import FAST_CONSUMER, consume, running_broker
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.embedded import EmbeddedRedis
-from kafkaesque.log import Log
-from kafkaesque.records import read_header
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.hot.embedded import EmbeddedRedis
+from kafkaesque.hot.log import Log
+from kafkaesque.records.batch import read_header
+from kafkaesque.records.build import build_batch
 from storage_pg import Archiver, ArchiveReader, EmbeddedPostgres, create_pool, ensure_schema
 from storage_pg.rows import COLUMNS, batch_rows
 

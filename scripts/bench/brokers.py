@@ -24,7 +24,7 @@ from pathlib import Path
 from broker_process import free_port, produce, start_broker
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kafkaesque.embedded import EmbeddedRedis
+from kafkaesque.hot.embedded import EmbeddedRedis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the tests' cluster fixture
 from tests.cluster_servers import ClusterServers

@@ -19,11 +19,11 @@ from pathlib import Path
 import redis
 import redis.asyncio
 
-from kafkaesque.consume import Consumer
-from kafkaesque.embedded import EmbeddedRedis
-from kafkaesque.log import Log
-from kafkaesque.produce import LineProducer
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.cli.line_consumer import Consumer
+from kafkaesque.cli.line_producer import LineProducer
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.hot.embedded import EmbeddedRedis
+from kafkaesque.hot.log import Log
 
 
 class Sink(io.RawIOBase):

@@ -39,12 +39,12 @@ import redis
 import redis.asyncio
 import redis.asyncio.cluster
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.keys import Keys
-from kafkaesque.log import Log
-from kafkaesque.records import offset_count
-from kafkaesque.scripts import source
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.hot.keys import Keys
+from kafkaesque.hot.log import Log
+from kafkaesque.hot.scripts import source
+from kafkaesque.records.batch import offset_count
+from kafkaesque.records.build import build_batch
 from tests.cluster_servers import ClusterServers
 from tests.servers import RedisServer
 

@@ -25,11 +25,11 @@ import time
 
 from redis_servers import add_server_option, running_server
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.compaction import Compactor
-from kafkaesque.connect import redis_client
-from kafkaesque.log import Log
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.hot.compaction import Compactor
+from kafkaesque.hot.connect import redis_client
+from kafkaesque.hot.log import Log
+from kafkaesque.records.build import build_batch
 
 BATCH = 1000
 VALUE_SIZE = 100

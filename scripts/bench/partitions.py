@@ -19,13 +19,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from redis_servers import add_server_option, running_server
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.connect import redis_client
-from kafkaesque.log import Log
-from kafkaesque.notify import Notifier
-from kafkaesque.partitions import Partitions
-from kafkaesque.reads import FetchRequest, ReadCache
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.hot.connect import redis_client
+from kafkaesque.hot.log import Log
+from kafkaesque.hot.notify import Notifier
+from kafkaesque.partition.layer import Partitions
+from kafkaesque.partition.read_types import FetchRequest, ReadCache
+from kafkaesque.records.build import build_batch
 
 BATCH = build_batch([b"v" * 100] * 10)  # 10 records of 100 bytes per partition
 

@@ -1,4 +1,4 @@
-"""Micro-benchmark of kafkaesque.batch_build and kafkaesque.records: build_batch, decode_values.
+"""Micro-benchmark of kafkaesque.records (build and batch): build_batch, decode_values.
 
 Usage: python scripts/bench/records.py [--lines N] [--batch N] [--compression none]
 
@@ -18,9 +18,9 @@ from collections.abc import Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.compression import Compression
-from kafkaesque.records import decode_batch, decode_values
+from kafkaesque.records.batch import decode_batch, decode_values
+from kafkaesque.records.build import build_batch
+from kafkaesque.records.compression import Compression
 
 WORDS = "/usr/share/dict/words"
 

@@ -24,11 +24,11 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.connect import redis_client
-from kafkaesque.durability import probe
-from kafkaesque.log import Log
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.hot.connect import redis_client
+from kafkaesque.hot.durability import probe
+from kafkaesque.hot.log import Log
+from kafkaesque.records.build import build_batch
 
 VALUES = [b"v" * 100] * 100
 

@@ -10,7 +10,7 @@ call, the median of alternating rounds.
   page of 3,000, against an LRANGE of the same batches;
 - 1 MB append: append.lua with one batch of 9,000 records (a batching producer's request),
   sent as the client built it (baseOffset 0, no epoch: the script rewrites both) and as
-  Log.append sends it (both already written in, kafkaesque/offset_guess.py), against an
+  Log.append sends it (both already written in, kafkaesque/hot/offset_guess.py), against an
   RPUSH of it; fewer calls (--big-calls), each round on a new topic.
 
     python scripts/bench/scripts_cost.py [--rounds N] [--calls N] [--big-calls N]
@@ -31,12 +31,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import redis
 from redis_servers import add_server_option, running_server
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.connect import redis_client
-from kafkaesque.log import Log
-from kafkaesque.records import offset_count, with_base_offset
-from kafkaesque.scripts import source
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.hot.connect import redis_client
+from kafkaesque.hot.log import Log
+from kafkaesque.hot.scripts import source
+from kafkaesque.records.batch import offset_count, with_base_offset
+from kafkaesque.records.build import build_batch
 
 BATCHES = 3000  # one-record batches in the page read (a page holds 4,096 by default)
 BIG_RECORDS = 9000  # of 100 bytes: a batch of ~1 MB, librdkafka's default batch.size

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from broker_process import FAST_CONSUMER, consume, free_port, produce
 
-from kafkaesque.embedded import EmbeddedRedis
+from kafkaesque.hot.embedded import EmbeddedRedis
 
 USER, PASSWORD = "bench", "bench-password"
 

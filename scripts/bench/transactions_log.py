@@ -22,11 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from redis_servers import add_server_option, running_server
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.connect import redis_client
-from kafkaesque.log import Log
-from kafkaesque.records import next_offset
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.hot.connect import redis_client
+from kafkaesque.hot.log import Log
+from kafkaesque.records.batch import next_offset
+from kafkaesque.records.build import build_batch
 
 VALUES = [b"v" * 100] * 100
 PID = 4242

@@ -53,10 +53,10 @@ import redis.asyncio
 from broker_process import FAST_CONSUMER, VALUE, broker_on_embedded_redis, consume, produce
 from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 
-from kafkaesque.keys import Keys
-from kafkaesque.log import Log
-from kafkaesque.records import record_count
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.hot.keys import Keys
+from kafkaesque.hot.log import Log
+from kafkaesque.records.batch import record_count
 
 FETCH_BYTES = 1 << 20  # the consumer's max.partition.fetch.bytes (librdkafka's default)
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"

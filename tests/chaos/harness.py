@@ -47,7 +47,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from kafkaesque.log import Log
+from kafkaesque.hot.log import Log
 from tests.pg import PostgresServer
 from tests.servers import RedisServer
 from tests.wire.conftest import REPO, Broker

@@ -11,11 +11,11 @@ import signal
 
 import pytest
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.connect import redis_client
-from kafkaesque.log import Log
-from kafkaesque.slots import slot_of
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.hot.connect import redis_client
+from kafkaesque.hot.log import Log
+from kafkaesque.hot.slots import slot_of
+from kafkaesque.records.build import build_batch
 from storage_pg import Archiver, create_pool, ensure_schema
 from tests.cluster_servers import ClusterServers
 

@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 import redis
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.connect import redis_client
-from kafkaesque.failover import FailoverWatch
-from kafkaesque.keys import Keys
-from kafkaesque.log import Log
-from kafkaesque.records import read_header
-from kafkaesque.slots import slot_of
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.hot.connect import redis_client
+from kafkaesque.hot.failover import FailoverWatch
+from kafkaesque.hot.keys import Keys
+from kafkaesque.hot.log import Log
+from kafkaesque.hot.slots import slot_of
+from kafkaesque.records.batch import read_header
+from kafkaesque.records.build import build_batch
 from tests.cluster_servers import ClusterNode, ClusterServers
 from tests.kafka_client import Connection
 from tests.wire.conftest import Broker

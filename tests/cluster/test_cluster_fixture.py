@@ -24,14 +24,14 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from kafkaesque.batch_build import build_batch, build_control_batch
+from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.errors import UnknownTopic
-from kafkaesque.keys import Keys
-from kafkaesque.log import Log
-from kafkaesque.scripts import SCRIPT_NAMES, source
-from kafkaesque.sequence import EPOCH_MS, STEPS_PER_MS, clock
-from kafkaesque.slots import slot_of
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.hot.keys import Keys
+from kafkaesque.hot.log import Log
+from kafkaesque.hot.scripts import SCRIPT_NAMES, source
+from kafkaesque.hot.sequence import EPOCH_MS, STEPS_PER_MS, clock
+from kafkaesque.hot.slots import slot_of
+from kafkaesque.records.build import build_batch, build_control_batch
 from tests.cluster_servers import SLOTS, ClusterServers, SentinelServers
 
 # -- the fixtures ---------------------------------------------------------------------
@@ -148,7 +148,7 @@ def test_sentinel_follows_a_failover(sentinel: SentinelServers) -> None:
 def test_log_through_redis_py_cluster_client(empty_cluster: ClusterServers) -> None:
     """Log accepts redis-py's asyncio RedisCluster and takes the cluster key layout from
     it: the catalog's keys share a slot (Log.topic's MGET runs), and a topic is created in
-    steps (kafkaesque/log_steps.py)."""
+    steps (kafkaesque/hot/log_steps.py)."""
 
     async def scenario() -> dict[str, str]:
         client = redis.asyncio.cluster.RedisCluster.from_url(empty_cluster.url)
@@ -232,7 +232,7 @@ def _eval(cluster: ClusterServers, name: str, keys: list[str], args: list) -> st
 
 
 def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url: str) -> None:
-    """Every script with the KEYS kafkaesque passes on a cluster (kafkaesque/log.py,
+    """Every script with the KEYS kafkaesque passes on a cluster (kafkaesque/hot/log.py,
     log_topics.py, archiving.py, compaction.py, in the cluster layout: ``Keys(cluster=True)``,
     the slot's hash for the sequence): the ones that touch several partitions, or a
     partition and the catalog, are refused with CROSSSLOT; those confined to one
@@ -282,7 +282,7 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
         "producer_id": ([k.producer_ids], [now << 10]),
         "delete_records": ([p.meta, p.index, p.stats], [p.prefix, 0]),
         "compact": ([p.meta, p.index, p.stats], [p.prefix, 0, 0, "", b"", "0 0 0 0"]),
-        # the steps of kafkaesque/log_steps.py: the catalog, or one partition's slot
+        # the steps of kafkaesque/hot/log_steps.py: the catalog, or one partition's slot
         "create_catalog": (
             [
                 k.topics,
@@ -337,7 +337,7 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
         "brokers_list": (registry, []),
         "failover_epoch": ([p.meta, p.epochs], ["replid", 0]),
         "archive_barrier": ([p.meta], []),
-        # high watermarks (kafkaesque/high_watermark.py): one slot's partitions per call
+        # high watermarks (kafkaesque/hot/high_watermark.py): one slot's partitions per call
         "hw_mark": ([p.meta], []),
         "hw_raise": ([p.meta], [1, k.appended(TOPIC)]),
     }

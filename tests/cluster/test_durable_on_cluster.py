@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.connect import HotTierCluster, redis_client
-from kafkaesque.durability import Durability
-from kafkaesque.log import Log
-from kafkaesque.slots import slot_of
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.hot.connect import HotTierCluster, redis_client
+from kafkaesque.hot.durability import Durability
+from kafkaesque.hot.log import Log
+from kafkaesque.hot.slots import slot_of
+from kafkaesque.records.build import build_batch
 from tests.cluster_servers import ClusterServers
 
 

@@ -1,6 +1,6 @@
 """tests/test_groups.py and tests/test_consumer_groups.py against the 3-primary cluster
 fixture: groups in slots of their own, the index sets in the catalog's (a superset of the
-groups that exist: kafkaesque/group_offsets.py ``indexed``)."""
+groups that exist: kafkaesque/hot/group_offsets.py ``indexed``)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import pytest
 
 import tests.test_consumer_groups
 import tests.test_groups
-from kafkaesque.connect import redis_client
 from kafkaesque.errors import Code
-from kafkaesque.group_offsets import OffsetStore
-from kafkaesque.groups import CoordinatorConfig, GroupCoordinator
-from kafkaesque.log import Log
+from kafkaesque.groups.coordinator import CoordinatorConfig, GroupCoordinator
+from kafkaesque.hot.connect import redis_client
+from kafkaesque.hot.group_offsets import OffsetStore
+from kafkaesque.hot.log import Log
 from tests.cluster_servers import ClusterServers
 from tests.test_groups import coordinator  # noqa: F401 (the fixture, on make_log below)
 

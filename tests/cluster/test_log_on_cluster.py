@@ -1,7 +1,7 @@
 """The Log's tests (tests/test_log.py, test_log_steps.py, test_sequence.py, test_consume.py,
 test_delete_records.py, test_retention.py, test_topic_configs.py, test_transactions_log.py)
 against the 3-primary cluster fixture, through ``redis+cluster://``
-(kafkaesque.hot_tier_cluster.cluster_client): the Log in the cluster layout, topics in steps,
+(kafkaesque.hot.tier_cluster.cluster_client): the Log in the cluster layout, topics in steps,
 appends on the partitions' shards."""
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ import tests.test_retention
 import tests.test_sequence
 import tests.test_topic_configs
 import tests.test_transactions_log
-from kafkaesque.batch_build import build_batch
-from kafkaesque.connect import HotTierCluster, redis_client
-from kafkaesque.log import Log
-from kafkaesque.reads import FetchRequest
-from kafkaesque.slots import slot_of
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.hot.connect import HotTierCluster, redis_client
+from kafkaesque.hot.log import Log
+from kafkaesque.hot.slots import slot_of
+from kafkaesque.partition.read_types import FetchRequest
+from kafkaesque.records.build import build_batch
 from tests.cluster_servers import ClusterServers
 
 # Tests that name single-Redis keys ("ks:archiving", "ks:gseq") or count on one counter

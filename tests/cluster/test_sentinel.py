@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from kafkaesque.batch_build import build_batch
 from kafkaesque.cli import main
-from kafkaesque.connect import SentinelHotTier, parse_sentinel_url, redis_client
+from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.errors import HotTierUnavailable
-from kafkaesque.failover import FailoverWatch
-from kafkaesque.log import Log
-from kafkaesque.notify import Notifier
-from kafkaesque.records import read_header
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.hot.connect import SentinelHotTier, parse_sentinel_url, redis_client
+from kafkaesque.hot.failover import FailoverWatch
+from kafkaesque.hot.log import Log
+from kafkaesque.hot.notify import Notifier
+from kafkaesque.records.batch import read_header
+from kafkaesque.records.build import build_batch
 from tests.cluster_servers import SentinelServers, wait_until
 from tests.pg import PostgresServer
 from tests.servers import free_port

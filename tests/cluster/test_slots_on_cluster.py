@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kafkaesque.keys import Keys
-from kafkaesque.slots import SLOTS, slot_of, tags
+from kafkaesque.hot.keys import Keys
+from kafkaesque.hot.slots import SLOTS, slot_of, tags
 from tests.cluster_servers import ClusterServers
 
 

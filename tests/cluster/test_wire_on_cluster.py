@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka import KafkaConsumer, KafkaProducer
 
-from kafkaesque.slots import slot_of
+from kafkaesque.hot.slots import slot_of
 from tests.cluster_servers import ClusterServers
 from tests.kafka_client import Connection
 from tests.wire.conftest import Broker

@@ -31,13 +31,13 @@ from kio.schema.errors import ErrorCode
 from kio.serial._introspect import EntityTupleField, classify_field
 from kio.serial.errors import OutOfBoundValue
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.broker_settings import MAX_REQUEST_SIZE
-from kafkaesque.records import decode_values
+from kafkaesque.config.broker_settings import MAX_REQUEST_SIZE
+from kafkaesque.records.batch import decode_values
+from kafkaesque.records.build import build_batch
 from tests.fuzz.strategies import POOL_TOPICS, WAITING_APIS, Case, Session
 from tests.kafka_client import Connection, decode_response, parse_address
 from wire.handlers import supported
-from wire.protocol import request_schema
+from wire.protocol.codec import request_schema
 
 if TYPE_CHECKING:
     from tests.wire.conftest import Broker

@@ -50,10 +50,7 @@ from hypothesis import strategies as st
 from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import Interval, Records, i32Timedelta
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.compression import Compression, compress
-from kafkaesque.record_body import encode_uvarint
-from kafkaesque.records import (
+from kafkaesque.records.batch import (
     ATTR_COMPRESSION,
     ATTR_CONTROL,
     ATTR_LOG_APPEND_TIME,
@@ -66,9 +63,12 @@ from kafkaesque.records import (
     MAGIC_FIELD,
     RECORD_COUNT,
 )
+from kafkaesque.records.body import encode_uvarint
+from kafkaesque.records.build import build_batch
+from kafkaesque.records.compression import Compression, compress
 from tests.kafka_client import assignment_bytes, encode_request, produce_request, subscription
 from wire.handlers import supported
-from wire.protocol import request_schema, schema_class
+from wire.protocol.codec import request_schema, schema_class
 
 Draw = Callable[[st.SearchStrategy[Any]], Any]
 

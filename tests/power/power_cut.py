@@ -27,7 +27,7 @@ import redis
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kafkaesque.embedded import EmbeddedRedis
+from kafkaesque.hot.embedded import EmbeddedRedis
 from tests.wire.conftest import Broker
 
 SHIM_SOURCE = Path(__file__).with_name("fsync_shim.c")

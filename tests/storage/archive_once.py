@@ -12,7 +12,7 @@ import sys
 
 import redis.asyncio
 
-from kafkaesque.log import Log
+from kafkaesque.hot.log import Log
 from storage_pg import Archiver, create_pool
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import asyncpg
 import redis.asyncio
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.log import Log
-from kafkaesque.records import Compression
+from kafkaesque.hot.log import Log
+from kafkaesque.records.batch import Compression
+from kafkaesque.records.build import build_batch
 from storage_pg.pool import create_pool, init_connection, pg_to_ms
 
 Headers = list[tuple[str, bytes | None]]

@@ -12,9 +12,9 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.records import Compression
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.records.batch import Compression
+from kafkaesque.records.build import build_batch
 from storage_pg import Archiver, ArchiveReader, create_pool, ensure_schema, status, watermark
 from storage_pg.pool import ArchiveError
 from storage_pg.schema import SCHEMA_VERSION

@@ -11,7 +11,7 @@ import asyncpg
 import redis
 
 from kafkaesque.cli.base import Context
-from kafkaesque.embedded import EmbeddedRedis
+from kafkaesque.hot.embedded import EmbeddedRedis
 from tests.servers import free_port
 from tests.storage.test_served import cli, ok
 

@@ -21,10 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.groups import GroupCoordinator
-from kafkaesque.log import Log
-from kafkaesque.records import decode_batch
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.groups.coordinator import GroupCoordinator
+from kafkaesque.hot.log import Log
+from kafkaesque.records.batch import decode_batch
 from storage_pg import Archiver, create_pool, recover
 from storage_pg import group_offsets as archived
 from storage_pg.cold import ArchiveReader, _headers

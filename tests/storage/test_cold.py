@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import random
 
-from kafkaesque.records import Compression, check_batch, decode_batch, read_header
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.records.batch import Compression, check_batch, decode_batch, read_header
 from storage_pg import Archiver, ArchiveReader, create_pool
 from tests.storage.common import Row, make_log, produce
 

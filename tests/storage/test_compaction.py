@@ -9,11 +9,11 @@ from collections.abc import Sequence
 
 import redis.asyncio
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.compaction import Compactor
-from kafkaesque.log import Log
-from kafkaesque.records import decode_batch
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.hot.compaction import Compactor
+from kafkaesque.hot.log import Log
+from kafkaesque.records.batch import decode_batch
+from kafkaesque.records.build import build_batch
 from storage_pg import Archiver, create_pool, status
 from storage_pg.tiered import Archive, attach
 from tests.log_reads import read_rows

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.config.topic_config import TopicConfig
 from storage_pg import Archiver, create_pool, ensure_schema, status
 from tests.pg import PostgresServer
 from tests.storage.common import Row, archived_rows, make_log, produce

@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from kafkaesque.log import Log
-from kafkaesque.records import base_offset
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.hot.log import Log
+from kafkaesque.records.batch import base_offset
 from storage_pg import Archiver, ArchiveReader, create_pool
 from storage_pg.recovery import recover
 from storage_pg.tiered import Archive, attach

@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
+from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.errors import StorageUnavailable, UnknownTopic
-from kafkaesque.topic_config import TopicConfig
 from storage_pg import Archiver, create_pool
 from storage_pg.tiered import Archive, attach
 from tests.servers import free_port

@@ -13,13 +13,13 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.connect import redis_client
-from kafkaesque.durability import Durability, probe
+from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.errors import NotDurable, NotEnoughReplicas
-from kafkaesque.log import Log
-from kafkaesque.records import decode_values, split_batches
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.hot.connect import redis_client
+from kafkaesque.hot.durability import Durability, probe
+from kafkaesque.hot.log import Log
+from kafkaesque.records.batch import decode_values, split_batches
+from kafkaesque.records.build import build_batch
 from tests.kafka_client import Connection, produce_request
 from tests.servers import RedisServer
 from tests.wire.conftest import Broker

@@ -11,10 +11,10 @@ import pytest
 import redis.asyncio
 from redis.exceptions import MovedError
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.durability import probe
-from kafkaesque.log import Log
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.hot.durability import probe
+from kafkaesque.hot.log import Log
+from kafkaesque.records.build import build_batch
 from storage_pg.durable_barrier import DurableBarrier
 from tests.servers import free_port, wait_for_port
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from kafkaesque.embedded import EmbeddedRedis
+from kafkaesque.hot.embedded import EmbeddedRedis
 from storage_pg.embedded import EmbeddedPostgres
 from tests.storage.test_embedded import query
 

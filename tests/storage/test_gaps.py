@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import redis
 
+from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.errors import StorageUnavailable
-from kafkaesque.log import Log
-from kafkaesque.reads import FetchRequest
-from kafkaesque.records import decode_batch
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.hot.log import Log
+from kafkaesque.partition.read_types import FetchRequest
+from kafkaesque.records.batch import decode_batch
 from storage_pg import Archiver, create_pool, status
 from storage_pg.cold import ArchiveReader
 from tests.pg import PostgresServer

@@ -9,12 +9,12 @@ import logging
 
 import pytest
 
+from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.errors import Code
-from kafkaesque.group_offsets import CommittedOffset, OffsetsSnapshot
-from kafkaesque.group_state import GroupState
-from kafkaesque.group_types import CoordinatorConfig, JoinRequest
-from kafkaesque.groups import GroupCoordinator
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.groups.coordinator import GroupCoordinator
+from kafkaesque.groups.state import GroupState
+from kafkaesque.groups.types import CoordinatorConfig, JoinRequest
+from kafkaesque.hot.group_offsets import CommittedOffset, OffsetsSnapshot
 from storage_pg import Archiver, create_pool, recover
 from storage_pg import group_offsets as archived
 from storage_pg.schema import ensure_schema

@@ -1,4 +1,4 @@
-"""High watermarks where Redis replicas are required (kafkaesque/high_watermark.py): a
+"""High watermarks where Redis replicas are required (kafkaesque/hot/high_watermark.py): a
 record only the primary has is not read, so a failover that loses it changes nothing a
 consumer saw. Against a real primary and replica: a stopped replica holds the high
 watermark back; once it has the records they are read, through the Log and through a
@@ -13,13 +13,13 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.connect import redis_client
-from kafkaesque.durability import Durability
-from kafkaesque.high_watermark import HighWatermarks
-from kafkaesque.log import Log
-from kafkaesque.records import decode_values, split_batches
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.hot.connect import redis_client
+from kafkaesque.hot.durability import Durability
+from kafkaesque.hot.high_watermark import HighWatermarks
+from kafkaesque.hot.log import Log
+from kafkaesque.records.batch import decode_values, split_batches
+from kafkaesque.records.build import build_batch
 from tests.kafka_client import Connection, fetch_request, produce_request
 from tests.servers import RedisServer
 from tests.wire.conftest import Broker

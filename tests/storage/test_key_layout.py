@@ -1,6 +1,6 @@
 """The Redis layout cannot drift undocumented: after a scenario that touches every part of
 the log (topics, appends, idempotent producers, groups, the archive, compaction, a restore,
-deletion, DeleteRecords), every key in a real redis-server matches kafkaesque/keys.py's
+deletion, DeleteRecords), every key in a real redis-server matches kafkaesque/hot/keys.py's
 patterns."""
 
 from __future__ import annotations
@@ -9,23 +9,30 @@ import asyncio
 
 import msgpack
 
-from kafkaesque.acls import AclBinding, AclStore, Operation, PatternType, Permission, ResourceType
-from kafkaesque.batch_build import build_batch
-from kafkaesque.cluster import cluster_id
-from kafkaesque.consumer_group import ConsumerGroupCoordinator
-from kafkaesque.consumer_group_state import Heartbeat
-from kafkaesque.credentials import CredentialStore
-from kafkaesque.failover import EpochBump
-from kafkaesque.group_state import JoinRequest
-from kafkaesque.groups import CoordinatorConfig, GroupCoordinator
-from kafkaesque.keys import PARTITION, Keys
-from kafkaesque.log_types import RestoredPartition, RestoredTopic
-from kafkaesque.partitions import Partitions
-from kafkaesque.quotas import QuotaStore, check_alteration
-from kafkaesque.registry import BrokerInfo, Registry
-from kafkaesque.scram import SCRAM_SHA_512, new_credential
-from kafkaesque.topic_config import TopicConfig
-from kafkaesque.txn_store import TransactionCoordinator
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.groups.consumer import ConsumerGroupCoordinator
+from kafkaesque.groups.consumer_state import Heartbeat
+from kafkaesque.groups.coordinator import CoordinatorConfig, GroupCoordinator
+from kafkaesque.groups.state import JoinRequest
+from kafkaesque.hot.cluster_id import cluster_id
+from kafkaesque.hot.credentials import CredentialStore
+from kafkaesque.hot.failover import EpochBump
+from kafkaesque.hot.keys import PARTITION, Keys
+from kafkaesque.hot.log_types import RestoredPartition, RestoredTopic
+from kafkaesque.hot.registry import BrokerInfo, Registry
+from kafkaesque.partition.layer import Partitions
+from kafkaesque.records.build import build_batch
+from kafkaesque.security.acls import (
+    AclBinding,
+    AclStore,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+)
+from kafkaesque.security.quotas import QuotaStore, check_alteration
+from kafkaesque.security.scram import SCRAM_SHA_512, new_credential
+from kafkaesque.txn.coordinator import TransactionCoordinator
 from storage_pg import Archiver, create_pool, ensure_schema
 from tests.storage.common import make_log, produce
 

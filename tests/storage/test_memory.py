@@ -12,13 +12,13 @@ import pytest
 import redis
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.connect import redis_client
+from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.errors import HotTierFull
-from kafkaesque.log import Log
-from kafkaesque.memory import FULL, HIGH, MAX_THROTTLE_MS, MemoryGuard, MemoryUse
-from kafkaesque.records import base_offset, decode_values, split_batches
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.hot.connect import redis_client
+from kafkaesque.hot.log import Log
+from kafkaesque.hot.memory import FULL, HIGH, MAX_THROTTLE_MS, MemoryGuard, MemoryUse
+from kafkaesque.records.batch import base_offset, decode_values, split_batches
+from kafkaesque.records.build import build_batch
 from tests.kafka_client import Connection, produce_request
 from tests.servers import RedisServer
 from tests.wire.conftest import Broker

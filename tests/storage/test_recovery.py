@@ -7,7 +7,7 @@ import asyncio
 import redis.asyncio
 
 from kafkaesque.clock import now_ms
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.config.topic_config import TopicConfig
 from storage_pg import Archiver, ArchiveReader, create_pool, recover
 from storage_pg.cold import status
 from storage_pg.recovery import restore_epoch_floor, restored_topics

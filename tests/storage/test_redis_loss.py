@@ -21,7 +21,7 @@ import pytest
 import redis
 
 from kafkaesque.clock import now_ms
-from kafkaesque.records import decode_batch, read_header, split_batches
+from kafkaesque.records.batch import decode_batch, read_header, split_batches
 from storage_pg.recovery import restore_epoch_floor
 from tests.kafka_client import Connection
 from tests.storage.test_served import archived_to, archiving_broker, wait_until  # noqa: F401

@@ -7,8 +7,8 @@ import random
 import pytest
 from crc32c import crc32c
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.records import Compression, InvalidRecord, decode_batch
+from kafkaesque.records.batch import Compression, InvalidRecord, decode_batch
+from kafkaesque.records.build import build_batch
 from storage_pg.pool import ms_to_pg, pg_to_ms
 from storage_pg.rows import batch_rows, headers_json
 

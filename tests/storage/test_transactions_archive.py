@@ -8,10 +8,10 @@ import asyncio
 
 from click.testing import CliRunner
 
-from kafkaesque.batch_build import build_batch
 from kafkaesque.cli import main
-from kafkaesque.partitions import Partitions
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.partition.layer import Partitions
+from kafkaesque.records.build import build_batch
 from storage_pg import Archiver, create_pool, ensure_schema, watermark
 from tests.storage.common import archived_rows, make_log
 

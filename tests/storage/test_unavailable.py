@@ -8,9 +8,9 @@ import time
 
 import pytest
 
+from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.errors import StorageUnavailable
-from kafkaesque.partitions import EARLIEST, LATEST, FoundOffset, OffsetLookup, Partitions
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.partition.layer import EARLIEST, LATEST, FoundOffset, OffsetLookup, Partitions
 from storage_pg import Archiver, ArchiveSummary, create_pool
 from storage_pg.archiver import CONNECTION_ERRORS
 from storage_pg.tiered import Archive, attach

@@ -14,8 +14,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.records import read_header, split_batches
+from kafkaesque.records.batch import read_header, split_batches
+from kafkaesque.records.build import build_batch
 from tests.kafka_client import Connection
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from wire.protocol import MalformedRequest, parse_request
+from wire.protocol.codec import MalformedRequest, parse_request
 
 
 def assert_truncations_refused(frame: bytes, supported: dict[int, tuple[int, int]]) -> None:

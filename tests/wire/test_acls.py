@@ -37,7 +37,8 @@ from confluent_kafka.admin import (
 )
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.acls import (
+from kafkaesque.hot.keys import Keys
+from kafkaesque.security.acls import (
     AclBinding,
     AclStore,
     Operation,
@@ -45,8 +46,7 @@ from kafkaesque.acls import (
     Permission,
     ResourceType,
 )
-from kafkaesque.authorizer import Authorizer
-from kafkaesque.keys import Keys
+from kafkaesque.security.authorizer import Authorizer
 from tests.kafka_client import Connection, metadata_request, request
 from tests.servers import RedisServer
 from tests.wire.conftest import Broker

@@ -16,7 +16,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from kafkaesque.acls import Operation, ResourceType
+from kafkaesque.security.acls import Operation, ResourceType
 from tests.servers import RedisServer
 from tests.wire import test_acls as scenarios
 from tests.wire.certificates import make_certificates

@@ -12,8 +12,8 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.records import decode_batch, split_batches
+from kafkaesque.records.batch import decode_batch, split_batches
+from kafkaesque.records.build import build_batch
 from tests.kafka_client import (
     Connection,
     create_topics_request,

@@ -20,8 +20,8 @@ from kio.schema.errors import ErrorCode
 from prometheus_client.parser import text_string_to_metric_families
 
 import wire.handlers
-import wire.server
-from kafkaesque.broker_settings import MAX_REQUEST_SIZE
+import wire.net.server
+from kafkaesque.config.broker_settings import MAX_REQUEST_SIZE
 from tests.kafka_client import (
     AsyncConnection,
     Connection,
@@ -35,7 +35,7 @@ from tests.kafka_wire import run_with_broker
 from tests.servers import free_port
 from tests.wire.conftest import Broker
 from wire.handlers import HANDLERS, Api
-from wire.server import RequestBudget, Server
+from wire.net.server import RequestBudget, Server
 
 MiB = 1024 * 1024
 
@@ -274,7 +274,7 @@ def test_a_repeated_internal_error_logs_one_traceback_then_counts(
     table = dict(HANDLERS)
     table[3] = Api(HANDLERS[3].min_version, HANDLERS[3].max_version, broken)
     monkeypatch.setattr(wire.handlers, "HANDLERS", table)
-    caplog.set_level(logging.INFO, logger="wire.server")
+    caplog.set_level(logging.INFO, logger="wire.net.server")
 
     async def scenario(server: Server) -> None:
         server.throttle.interval = 0.5
@@ -287,7 +287,9 @@ def test_a_repeated_internal_error_logs_one_traceback_then_counts(
             await asyncio.sleep(1.2)  # the count, then a quiet interval
 
     asyncio.run(run_with_broker(redis_url, scenario))
-    records = [r for r in caplog.records if r.name == "wire.server" and r.levelno >= logging.ERROR]
+    records = [
+        r for r in caplog.records if r.name == "wire.net.server" and r.levelno >= logging.ERROR
+    ]
     messages = [r.getMessage() for r in records]
     # Each round: one traceback, then lines counting the other nine (one line, unless the
     # round outlasted an interval).

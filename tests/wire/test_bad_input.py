@@ -10,8 +10,8 @@ import struct
 import pytest
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.records import decode_batch
+from kafkaesque.records.batch import decode_batch
+from kafkaesque.records.build import build_batch
 from tests.kafka_client import (
     Connection,
     decode_response,

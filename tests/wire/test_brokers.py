@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.batch_build import build_batch
+from kafkaesque.records.build import build_batch
 from tests.kafka_client import Connection, create_topics_request, metadata_request, request
 from tests.servers import RedisServer
 from tests.wire.conftest import REPO, Broker

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.records import read_header
+from kafkaesque.records.batch import read_header
 from tests.kafka_client import Connection
 from tests.wire.clients import Client, params, params_with
 from tests.wire.common import (

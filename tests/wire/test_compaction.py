@@ -12,8 +12,8 @@ import pytest
 import redis
 import redis.asyncio
 
-from kafkaesque.log import Log
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.hot.log import Log
 from tests.wire.common import TIMEOUT
 from tests.wire.conftest import Broker
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.batch_build import build_batch
+from kafkaesque.records.build import build_batch
 from tests.kafka_client import Connection, request
 
 pytest.importorskip("confluent_kafka")

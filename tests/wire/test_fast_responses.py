@@ -11,22 +11,22 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
-from wire.fast_responses import (
-    EncodedTopic,
-    FetchAnswer,
-    ProduceAnswer,
-    fetch_partition,
-    fetch_response,
-    produce_response,
-)
 from wire.handlers.quotas import with_throttle
-from wire.protocol import (
+from wire.protocol.codec import (
     build,
     encode_response,
     kio_response,
     response_pieces,
     response_schema,
     schema_class,
+)
+from wire.protocol.fast_responses import (
+    EncodedTopic,
+    FetchAnswer,
+    ProduceAnswer,
+    fetch_partition,
+    fetch_response,
+    produce_response,
 )
 
 CODES = [ErrorCode.none, ErrorCode.offset_out_of_range, ErrorCode.unknown_topic_or_partition]

@@ -1,4 +1,4 @@
-"""The hand-written Fetch request parser (wire/fetch_request.py) reads what kio reads, for
+"""The hand-written Fetch request parser (wire/protocol/fetch_request.py) reads what kio reads, for
 every version the broker accepts, and refuses what cannot be a Fetch request."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from kio.serial import entity_reader, entity_writer
 
 from tests.kafka_client import encode_request, request
 from tests.wire.parsing import assert_truncations_refused
-from wire.fetch_request import FLEXIBLE_VERSION, parse_fetch
-from wire.protocol import MalformedRequest, parse_request
+from wire.protocol.codec import MalformedRequest, parse_request
+from wire.protocol.fetch_request import FLEXIBLE_VERSION, parse_fetch
 
 VERSIONS = range(4, 18)
 SUPPORTED = {1: (4, 17)}

@@ -20,16 +20,16 @@ from kafka import TopicPartition as KafkaTopicPartition
 from kio.schema.errors import ErrorCode
 from prometheus_client.parser import text_string_to_metric_families
 
-from kafkaesque.batch_build import build_batch
 from kafkaesque.errors import UnknownTopic
-from kafkaesque.log import Log
-from kafkaesque.partitions import Partitions
-from kafkaesque.reads import Fetched
-from kafkaesque.records import decode_batch, is_control, read_header
+from kafkaesque.hot.log import Log
+from kafkaesque.partition.layer import Partitions
+from kafkaesque.partition.read_types import Fetched
+from kafkaesque.records.batch import decode_batch, is_control, read_header
+from kafkaesque.records.build import build_batch
 from tests.kafka_client import Connection, create_topics_request, request
 from tests.servers import free_port
 from tests.wire.common import TIMEOUT, produce_numbered, value_of, wait_until
-from wire.fetch_sessions import FINAL_EPOCH, CachedPartition, FetchSessionCache, next_epoch
+from wire.fetch.sessions import FINAL_EPOCH, CachedPartition, FetchSessionCache, next_epoch
 
 METRICS_PORT = free_port()
 BROKER_ARGS = ("--metrics", f"127.0.0.1:{METRICS_PORT}")
@@ -223,7 +223,7 @@ def test_high_watermark_last_stable_and_log_start_changes_are_answered(broker, t
         )
         assert deleted.topics[0].partitions[0].error_code == ErrorCode.none
         # DeleteRecords is not announced as appends are: the session's read cache (see
-        # kafkaesque.reads.ReadCache) reads the quiet partition again within 5 s.
+        # kafkaesque.partition.read_types.ReadCache) reads the quiet partition again within 5 s.
         epoch, deadline = 5, time.monotonic() + 10
         while not (moved := answered(fetch(conn, session, epoch, isolation=READ_COMMITTED))):
             assert time.monotonic() < deadline, "the log start change was never answered"

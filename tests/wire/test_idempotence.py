@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.records import decode_batch
+from kafkaesque.records.batch import decode_batch
+from kafkaesque.records.build import build_batch
 from tests.kafka_client import Connection
 from tests.wire.common import BASE_TIMESTAMP, cli_records, stored_batches
 

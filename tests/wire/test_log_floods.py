@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.batch_build import build_batch
+from kafkaesque.records.build import build_batch
 from tests.kafka_client import Connection, encode_request, produce_request, request
 from tests.servers import free_port, wait_for_port
 from tests.wire.conftest import Broker

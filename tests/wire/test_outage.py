@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.records import decode_values, split_batches
+from kafkaesque.records.batch import decode_values, split_batches
+from kafkaesque.records.build import build_batch
 from tests.kafka_client import Connection
 from tests.servers import RedisServer
 from tests.wire.conftest import Broker

@@ -15,7 +15,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map, schema_name_map
 
-from kafkaesque.batch_build import build_batch
+from kafkaesque.records.build import build_batch
 from tests.kafka_client import Connection, request, subscription
 from tests.servers import RedisServer
 from tests.wire.conftest import Broker

@@ -1,5 +1,6 @@
 """Produce requests sent back to back on one connection: the broker starts each before the
-earlier ones have answered (wire.connection.Connection._pipelined), yet answers them in order and
+earlier ones have answered (wire.net.connection.Connection._pipelined), yet answers them in order
+and
 appends their records in the order they were sent, as Kafka's one-at-a-time handling does."""
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ import time
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.records import iter_records
+from kafkaesque.records.batch import iter_records
+from kafkaesque.records.build import build_batch
 from tests.kafka_client import Connection, metadata_request, produce_request
 from tests.wire.conftest import Broker
 

@@ -1,4 +1,4 @@
-"""The hand-written Produce request parser (wire/produce_request.py) reads what kio reads,
+"""The hand-written Produce request parser (wire/protocol/produce_request.py) reads what kio reads,
 for every version the broker accepts, and refuses what kio (with the checks that were
 around it) refused."""
 
@@ -14,9 +14,9 @@ from kio.serial import entity_reader
 
 from tests.kafka_client import encode_request, request
 from tests.wire.parsing import assert_truncations_refused
-from wire.array_guard import check_flexible
-from wire.produce_request import FLEXIBLE_VERSION, MAX_VERSION, MIN_VERSION, parse_produce
-from wire.protocol import MalformedRequest, _null_array, parse_request, request_schema
+from wire.protocol.array_guard import check_flexible
+from wire.protocol.codec import MalformedRequest, _null_array, parse_request, request_schema
+from wire.protocol.produce_request import FLEXIBLE_VERSION, MAX_VERSION, MIN_VERSION, parse_produce
 
 VERSIONS = range(MIN_VERSION, MAX_VERSION + 1)
 SUPPORTED = {0: (0, 12)}

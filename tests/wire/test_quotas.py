@@ -19,9 +19,9 @@ import redis
 from click.testing import CliRunner
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.batch_build import build_batch
 from kafkaesque.cli import main
-from kafkaesque.keys import Keys
+from kafkaesque.hot.keys import Keys
+from kafkaesque.records.build import build_batch
 from tests.kafka_client import (
     AsyncConnection,
     Connection,
@@ -34,7 +34,7 @@ from tests.kafka_client import (
 from tests.kafka_wire import run_with_broker
 from tests.servers import RedisServer
 from tests.wire.conftest import Broker
-from wire.server import Server
+from wire.net.server import Server
 
 Scenario = Callable[[Server], Awaitable[None]]
 

@@ -23,7 +23,7 @@ from kafka.errors import (
 )
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.batch_build import build_batch
+from kafkaesque.records.build import build_batch
 from tests.kafka_client import Connection, request
 from tests.servers import free_port
 from tests.wire.common import TIMEOUT, create_topic, recent, wait_until

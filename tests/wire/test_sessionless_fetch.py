@@ -1,4 +1,4 @@
-"""Sessionless fetches answered from the connection's last answer (wire/fetch_memo.py):
+"""Sessionless fetches answered from the connection's last answer (wire/fetch/memo.py):
 whatever happened to the partitions between two fetches (appends, DeleteRecords, a topic
 deleted and created again, another isolation level, other partitions asked), a
 connection's answer is the one a fresh connection gets, in the request's order, while
@@ -12,7 +12,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.reads import Fetched, FetchRequest
+from kafkaesque.partition.read_types import Fetched, FetchRequest
 from tests.kafka_client import Connection, request
 from tests.wire.common import wait_until
 from tests.wire.test_fetch_sessions import (
@@ -25,9 +25,9 @@ from tests.wire.test_fetch_sessions import (
     produce,
     values,
 )
-from wire.fetch_memo import MOST_CHANGED, FetchMemo, rotated
-from wire.fetch_request import parse_fetch
-from wire.fetch_sessions import FINAL_EPOCH
+from wire.fetch.memo import MOST_CHANGED, FetchMemo, rotated
+from wire.fetch.sessions import FINAL_EPOCH
+from wire.protocol.fetch_request import parse_fetch
 
 PARTITIONS = 12
 

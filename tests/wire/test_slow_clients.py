@@ -10,8 +10,8 @@ import time
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.broker_settings import MAX_REQUEST_SIZE
+from kafkaesque.config.broker_settings import MAX_REQUEST_SIZE
+from kafkaesque.records.build import build_batch
 from tests.kafka_client import (
     AsyncConnection,
     Connection,

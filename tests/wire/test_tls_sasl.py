@@ -301,7 +301,7 @@ def test_mutual_tls_refuses_a_client_without_a_certificate(mtls: Secured) -> Non
 
 def test_the_principal_of_a_client_certificate(certs: Certificates) -> None:
     """Kafka's default principal builder: the subject's RFC 2253 name."""
-    from wire.security import distinguished_name
+    from wire.net.security import distinguished_name
 
     decoded = ssl._ssl._test_decode_cert(certs.client_cert)  # as getpeercert() gives it
     assert f"User:{distinguished_name(decoded)}" == CLIENT_PRINCIPAL

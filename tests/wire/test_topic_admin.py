@@ -13,7 +13,7 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewPartitions
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.batch_build import build_batch
+from kafkaesque.records.build import build_batch
 from tests.kafka_client import Connection, request
 from tests.wire.common import create_topic, wait_until
 from tests.wire.conftest import Broker

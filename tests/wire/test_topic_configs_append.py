@@ -14,10 +14,10 @@ import pytest
 import redis.asyncio
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.batch_build import build_batch
-from kafkaesque.log import Log
-from kafkaesque.records import Compression, check_batch
-from kafkaesque.topic_config import TopicConfig
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.hot.log import Log
+from kafkaesque.records.batch import Compression, check_batch
+from kafkaesque.records.build import build_batch
 from tests.kafka_client import Connection
 from tests.wire.common import BASE_TIMESTAMP, TIMEOUT
 

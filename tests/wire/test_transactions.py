@@ -21,7 +21,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.batch_build import build_batch
+from kafkaesque.records.build import build_batch
 from tests.kafka_client import Connection, decode_response, request
 from tests.wire.clients import JS, requires
 from tests.wire.common import TIMEOUT, create_topic, produce_numbered, value_of, wait_until

@@ -2,7 +2,7 @@
 READ_COMMITTED (the last stable offset, the aborted transactions), DescribeProducers' open
 transactions, and real consumers (confluent-kafka) with isolation.level read_committed and
 read_uncommitted. Transactional batches are appended and markers written through the log
-(kafkaesque.partitions), as the transaction coordinator does; the broker is a real server."""
+(kafkaesque.partition.layer), as the transaction coordinator does; the broker is a real server."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import pytest
 import redis.asyncio
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.batch_build import build_batch, build_control_batch
-from kafkaesque.log import Log
-from kafkaesque.partitions import Partitions
-from kafkaesque.records import decode_batch, is_control, read_header, split_batches
+from kafkaesque.hot.log import Log
+from kafkaesque.partition.layer import Partitions
+from kafkaesque.records.batch import decode_batch, is_control, read_header, split_batches
+from kafkaesque.records.build import build_batch, build_control_batch
 from tests.kafka_client import Connection, list_offsets_request, request
 from tests.wire.common import TIMEOUT
 

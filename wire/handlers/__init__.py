@@ -13,7 +13,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.errors import KafkaesqueError, StorageUnavailable
-from kafkaesque.outage import REDIS, REDIS_CONNECTION_ERRORS
+from kafkaesque.hot.outage import REDIS, REDIS_CONNECTION_ERRORS
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.handlers import (
@@ -38,7 +38,7 @@ from wire.handlers import (
     topic_partitions,
     transactions,
 )
-from wire.protocol import NO_THROTTLE, Request, build, error_response, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build, error_response, schema_class
 
 Handler = Callable[[Broker, Request], Awaitable[Any]]
 

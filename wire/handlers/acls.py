@@ -1,4 +1,4 @@
-"""DescribeAcls, CreateAcls, DeleteAcls: the ACLs of the authorizer (kafkaesque/acls.py).
+"""DescribeAcls, CreateAcls, DeleteAcls: the ACLs of the authorizer (kafkaesque/security/acls.py).
 
 As Kafka: DESCRIBE on the cluster to list them, ALTER to change them; a broker without an
 authorizer answers SECURITY_DISABLED; a filter or binding with unknown or (for a binding)
@@ -11,18 +11,18 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.acls import AclBinding, check_binding, check_filter
-from kafkaesque.authorizer import Authorizer
 from kafkaesque.errors import (
     InvalidRequest,
     KafkaesqueError,
     SecurityDisabled,
     StorageUnavailable,
 )
+from kafkaesque.security.acls import AclBinding, check_binding, check_filter
+from kafkaesque.security.authorizer import Authorizer
 from wire.authorize import Operation, check_cluster
 from wire.broker import Broker
 from wire.errors import error_code, error_message
-from wire.protocol import NO_THROTTLE, Request, build, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 
 NO_AUTHORIZER = "No Authorizer is configured."
 

@@ -7,7 +7,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.config_keys import parse
+from kafkaesque.config.topic_config import TopicConfig, check_topic_name
+from kafkaesque.config.topic_keys import parse
 from kafkaesque.errors import (
     InvalidConfig,
     InvalidPartitions,
@@ -20,14 +21,13 @@ from kafkaesque.errors import (
     UnknownTopic,
     UnknownTopicId,
 )
-from kafkaesque.replicas import Replicas, check_replicas
-from kafkaesque.topic_config import TopicConfig, check_topic_name
+from kafkaesque.partition.replicas import Replicas, check_replicas
 from wire.authorize import Operation, check_create_topic, check_topic
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.handlers.configs import created_configs
 from wire.handlers.metadata import NO_TOPIC_ID, topic_by_id
-from wire.protocol import NO_THROTTLE, Request, build, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 
 MAX_NAME_SHOWN = 255  # characters of a client's name repeated in an error message
 

@@ -1,7 +1,7 @@
 """Replica management and the metadata quorum: ElectLeaders, AlterPartitionReassignments,
 ListPartitionReassignments and DescribeQuorum.
 
-One broker holds and leads every partition (kafkaesque.replicas), so these answer what a
+One broker holds and leads every partition (kafkaesque.partition.replicas), so these answer what a
 Kafka cluster of one KRaft node in combined mode would: no election is needed, nothing
 can move or is moving, and the quorum is this node alone.
 """
@@ -16,11 +16,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.errors import InvalidRequest, KafkaesqueError, StorageUnavailable
-from kafkaesque.replicas import PREFERRED, UNCLEAN, Replicas
+from kafkaesque.partition.replicas import PREFERRED, UNCLEAN, Replicas
 from wire.authorize import Operation, check_cluster
 from wire.broker import Broker
 from wire.errors import error_code, error_message
-from wire.protocol import NO_THROTTLE, Request, build, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 
 METADATA_TOPIC = "__cluster_metadata"  # the KRaft quorum's log, partition 0
 # The epoch of a quorum whose first (and only) election made this node leader.

@@ -1,6 +1,6 @@
 """DescribeConfigs, AlterConfigs and IncrementalAlterConfigs: topic, broker and group configs.
 
-Topic configs live with the topic (kafkaesque/topic_config.py). A broker's configs are
+Topic configs live with the topic (kafkaesque/config/topic_config.py). A broker's configs are
 what ``serve`` was started with (its options and ``--config``: Kafka's static broker
 configs), under the dynamic broker configs Kafka lets AlterConfigs change while it runs:
 the topic defaults (log.retention.ms, message.max.bytes, log.segment.bytes, ...), per
@@ -19,15 +19,8 @@ from typing import Any
 import msgpack
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.config_keys import (
-    BROKER_SYNONYMS,
-    TOPIC_CONFIGS,
-    Kind,
-    parse,
-)
-from kafkaesque.errors import InvalidConfig, InvalidRequest, KafkaesqueError
-from kafkaesque.group_config_keys import GROUP_CONFIGS, parse_group
-from kafkaesque.topic_config import (
+from kafkaesque.config.group_keys import GROUP_CONFIGS, parse_group
+from kafkaesque.config.topic_config import (
     AlterOp,
     ConfigEntry,
     Source,
@@ -38,10 +31,17 @@ from kafkaesque.topic_config import (
     dynamic_defaults,
     replaced,
 )
+from kafkaesque.config.topic_keys import (
+    BROKER_SYNONYMS,
+    TOPIC_CONFIGS,
+    Kind,
+    parse,
+)
+from kafkaesque.errors import InvalidConfig, InvalidRequest, KafkaesqueError
 from wire.authorize import Operation, check_cluster, check_group, check_topic
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.protocol import NO_THROTTLE, Request, build, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 
 TOPIC_RESOURCE, BROKER_RESOURCE, GROUP_RESOURCE = 2, 4, 32
 # DescribeConfigs' config_source.

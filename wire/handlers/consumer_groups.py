@@ -17,12 +17,12 @@ from kio.schema.consumer_protocol_subscription.v0 import ConsumerProtocolSubscri
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 
-from kafkaesque.assignors import TopicPartition
-from kafkaesque.consumer_group_state import ConsumerGroup, Heartbeat, HeartbeatRefused
 from kafkaesque.errors import GroupAuthorizationFailed, StorageUnavailable
+from kafkaesque.groups.assignors import TopicPartition
+from kafkaesque.groups.consumer_state import ConsumerGroup, Heartbeat, HeartbeatRefused
 from wire.authorize import NOT_ASKED, Operation, ResourceType, authorized_operations, check_group
 from wire.broker import Broker
-from wire.protocol import NO_THROTTLE, Request, build, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 
 if TYPE_CHECKING:
     from kio.schema.types import TopicName

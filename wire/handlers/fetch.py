@@ -7,7 +7,7 @@ brokers answer; READ_UNCOMMITTED gets everything up to the high watermark.
 v12 tells a client whose log diverged where to truncate (diverging_epoch), v13 names topics
 by id, v16 points a fenced client at the current leader (KIP-951).
 
-Fetch sessions (KIP-227, v7+; wire/fetch_sessions.py): session_epoch -1 is a full fetch
+Fetch sessions (KIP-227, v7+; wire/fetch/sessions.py): session_epoch -1 is a full fetch
 without a session (closing the one named, if any); 0 a full fetch that opens one, whose id
 the answer gives (0 when the cache has no slot for it). Then epochs 1, 2, ... are
 incremental: the request names only the partitions added or changed and those forgotten,
@@ -31,17 +31,16 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.errors import TopicAuthorizationFailed, UnknownTopicId
-from kafkaesque.reads import Fetched, FetchRequest, ReadCache
+from kafkaesque.partition.read_types import Fetched, FetchRequest, ReadCache
 from wire.authorize import Operation, topics_allowed
 from wire.broker import Broker
-from wire.fast_responses import FetchAnswer
-from wire.fetch_answer import (
+from wire.fetch.answer import (
     READ_COMMITTED,
     answer,
     planned_fetch,
 )
-from wire.fetch_memo import FetchMemo, make_request
-from wire.fetch_sessions import (
+from wire.fetch.memo import FetchMemo, make_request
+from wire.fetch.sessions import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
     INVALID_SESSION_ID,
@@ -50,7 +49,8 @@ from wire.fetch_sessions import (
     Topic,
     next_epoch,
 )
-from wire.protocol import NO_THROTTLE, Request, build
+from wire.protocol.codec import NO_THROTTLE, Request, build
+from wire.protocol.fast_responses import FetchAnswer
 
 log = logging.getLogger(__name__)
 

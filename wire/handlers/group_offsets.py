@@ -8,11 +8,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.errors import Code, StorageUnavailable, UnknownTopic
-from kafkaesque.group_types import MAX_METADATA
+from kafkaesque.groups.types import MAX_METADATA
 from wire.authorize import Operation, ResourceType, allowed, topics_allowed
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.protocol import NO_THROTTLE, Request, build, error_response, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build, error_response, schema_class
 
 # What a coordinator says while it cannot reach the group's state (Redis away): clients
 # look the coordinator up again and retry.

@@ -9,7 +9,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.errors import GroupAuthorizationFailed, StorageUnavailable
-from kafkaesque.group_types import GroupState, JoinRequest
+from kafkaesque.groups.types import GroupState, JoinRequest
 from kafkaesque.log_throttle import LogThrottle, clip
 from wire.authorize import (
     NOT_ASKED,
@@ -24,7 +24,7 @@ from wire.broker import Broker
 from wire.errors import error_code
 from wire.handlers.consumer_groups import described_as_classic
 from wire.handlers.group_offsets import UNAVAILABLE, restore_first
-from wire.protocol import NO_THROTTLE, Request, build, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 
 log = logging.getLogger(__name__)
 MEMBERS = LogThrottle(log)  # members joining and leaving, as clients ask
@@ -38,7 +38,7 @@ CONSUMER_TYPE = "consumer"  # ... and of KIP-848 ones
 
 def _coordinator(broker: Broker, key_type: int, key: str, listener: str) -> dict[str, Any]:
     """The answer for one key of a FindCoordinator: the broker the group or transactional
-    id hashes to among the live ones (kafkaesque.leadership), at the address of the
+    id hashes to among the live ones (kafkaesque.partition.leadership), at the address of the
     listener the client used; refusals that every client treats as fatal for what this
     broker does not coordinate."""
     c = broker.config

@@ -19,10 +19,10 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.errors import StorageUnavailable, UnknownTopic
-from kafkaesque.memory import memory_use
+from kafkaesque.hot.memory import memory_use
 from wire.authorize import Operation, cluster_allowed
 from wire.broker import Broker
-from wire.protocol import NO_THROTTLE, Request, build, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 
 REDIS_DIR, ARCHIVE_DIR = "redis", "archive"
 UNKNOWN = -1  # Kafka's total/usable bytes when not known

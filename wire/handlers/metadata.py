@@ -9,10 +9,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.acls import CLUSTER_NAME
+from kafkaesque.config.topic_config import TopicConfig, check_topic_name
 from kafkaesque.errors import KafkaesqueError, StorageUnavailable, TopicExists, UnknownTopic
-from kafkaesque.outage import REDIS_CONNECTION_ERRORS
-from kafkaesque.topic_config import TopicConfig, check_topic_name
+from kafkaesque.hot.outage import REDIS_CONNECTION_ERRORS
+from kafkaesque.security.acls import CLUSTER_NAME
 from wire.authorize import (
     NOT_ASKED,
     Operation,
@@ -24,7 +24,7 @@ from wire.authorize import (
 )
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.protocol import NO_THROTTLE, Request, build, error_response, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build, error_response, schema_class
 
 NO_TOPIC_ID = uuid.UUID(int=0)  # Kafka's "no id", for topics in error
 NO_OPERATIONS = NOT_ASKED  # authorized operations of a topic in error: none told
@@ -73,7 +73,7 @@ async def _topic_config(broker: Broker, name: str, auto_create: bool) -> TopicCo
 def broker_entries(
     broker: Broker, entry_class: type, listener: str = "PLAINTEXT"
 ) -> tuple[Any, ...]:
-    """The live brokers (kafkaesque.registry) at the advertised address of the
+    """The live brokers (kafkaesque.hot.registry) at the advertised address of the
     ``listener`` the client used; a broker without that listener is not listed, as Kafka
     lists brokers per listener."""
     c = broker.config

@@ -15,7 +15,7 @@ from kafkaesque.errors import (
     KafkaesqueError,
     UnsupportedLookup,
 )
-from kafkaesque.partitions import (
+from kafkaesque.partition.layer import (
     EARLIEST_LOCAL,
     LATEST_TIERED,
     MAX_TIMESTAMP,
@@ -26,7 +26,7 @@ from wire.authorize import Operation, check_idempotent_write, check_topic
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.handlers import transactions
-from wire.protocol import NO_THROTTLE, Request, build, per_partition, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build, per_partition, schema_class
 
 log = logging.getLogger(__name__)
 

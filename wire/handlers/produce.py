@@ -16,8 +16,8 @@ from kafkaesque.errors import (
     TransactionalIdAuthorizationFailed,
     TransactionNotOpen,
 )
-from kafkaesque.partitions import Appended
-from kafkaesque.records import (
+from kafkaesque.partition.layer import Appended
+from kafkaesque.records.batch import (
     ATTR_TRANSACTIONAL,
     BATCH_LENGTH,
     HEADER_SIZE,
@@ -27,8 +27,8 @@ from kafkaesque.records import (
 from wire.authorize import Operation, ResourceType, allowed, topics_allowed
 from wire.broker import Broker
 from wire.errors import error_code, error_message
-from wire.fast_responses import PartitionAnswer, ProduceAnswer
-from wire.protocol import DropConnection, Request
+from wire.protocol.codec import DropConnection, Request
+from wire.protocol.fast_responses import PartitionAnswer, ProduceAnswer
 
 
 def record_errors(error: KafkaesqueError | None) -> tuple[tuple[int, str | None], ...]:
@@ -138,7 +138,9 @@ async def outside_transaction(
 
 
 async def produce(broker: Broker, request: Request) -> Any:
-    body = request.body  # a wire.produce_request.ProduceBody: topics and partitions are tuples
+    body = (
+        request.body
+    )  # a wire.protocol.produce_request.ProduceBody: topics and partitions are tuples
     records = {(t, p): data for t, partitions in body.topic_data for p, data in partitions}
     if body.acks not in (0, 1, -1):
         codes = {key: (ErrorCode.invalid_required_acks, Appended()) for key in records}
@@ -163,7 +165,7 @@ async def produce(broker: Broker, request: Request) -> Any:
         codes = {key: (error_code(r.error), r) for key, r in results.items()}
     # Redis short of memory: producers hold back while the archiver drains. As Kafka's
     # quotas since KIP-219, the answer goes at once and says so in throttle_time; the
-    # connection then reads nothing for that long (wire/connection.py). An answer held
+    # connection then reads nothing for that long (wire/net/connection.py). An answer held
     # back instead could outlast the client's own request timeout: the client then
     # takes a written batch for possibly lost, and an idempotent producer that bumps its
     # epoch sends it again as a new batch, which no sequence check can recognise.
@@ -175,7 +177,7 @@ async def produce(broker: Broker, request: Request) -> Any:
         if failed:
             raise DropConnection(f"acks=0 produce failed: {', '.join(failed)}")
         return None
-    # Answered without kio entities (wire.fast_responses.ProduceAnswer). v10's
+    # Answered without kio entities (wire.protocol.fast_responses.ProduceAnswer). v10's
     # current_leader (KIP-951) keeps its default: it is only for NOT_LEADER_OR_FOLLOWER,
     # which the one broker, leader of all, never answers.
     with_errors = request.api_version >= 8

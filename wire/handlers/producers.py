@@ -18,7 +18,7 @@ from kafkaesque.errors import KafkaesqueError
 from wire.authorize import Operation, check_topic
 from wire.broker import Broker
 from wire.errors import error_code, error_message
-from wire.protocol import NO_THROTTLE, Request, build, per_partition, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build, per_partition, schema_class
 
 NO_TRANSACTION = -1
 

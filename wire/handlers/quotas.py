@@ -11,8 +11,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.errors import ClusterAuthorizationFailed, StorageUnavailable
-from kafkaesque.quota_rates import QuotaManager
-from kafkaesque.quotas import (
+from kafkaesque.security.quota_rates import QuotaManager
+from kafkaesque.security.quotas import (
     ANONYMOUS,
     CONSUMER_BYTE_RATE,
     PRODUCER_BYTE_RATE,
@@ -28,7 +28,7 @@ from kafkaesque.quotas import (
 from wire.authorize import Operation, check_cluster, cluster_allowed
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.protocol import NO_THROTTLE, Request, build, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 
 PRODUCE, FETCH, ALTER_CLIENT_QUOTAS = 0, 1, 49
 

@@ -8,7 +8,7 @@ from kafkaesque.errors import KafkaesqueError
 from wire.authorize import Operation, check_topic
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.protocol import NO_THROTTLE, Request, build, per_partition, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build, per_partition, schema_class
 
 NO_WATERMARK = -1  # the low watermark a refused partition answers, as Kafka
 

@@ -1,4 +1,4 @@
-"""SaslHandshake and SaslAuthenticate: the kio side of wire/sasl.py's state machine."""
+"""SaslHandshake and SaslAuthenticate: the kio side of wire/net/sasl.py's state machine."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 from kafkaesque.errors import IllegalSaslState, KafkaesqueError
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.protocol import Request, build
+from wire.protocol.codec import Request, build
 
 
 async def sasl_handshake(broker: Broker, request: Request) -> Any:

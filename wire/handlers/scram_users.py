@@ -8,19 +8,19 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.credentials import (
+from kafkaesque.errors import DuplicateResource, KafkaesqueError, UnacceptableCredential
+from kafkaesque.hot.credentials import (
     CredentialStore,
     check_distinct,
     check_user,
     duplicate,
     mechanism_of,
 )
-from kafkaesque.errors import DuplicateResource, KafkaesqueError, UnacceptableCredential
-from kafkaesque.scram import Credential, check_iterations, from_salted
+from kafkaesque.security.scram import Credential, check_iterations, from_salted
 from wire.authorize import Operation, cluster_allowed
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.protocol import NO_THROTTLE, Request, build, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 
 
 async def describe_user_scram_credentials(broker: Broker, request: Request) -> Any:

@@ -15,7 +15,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from wire.broker import Broker
-from wire.protocol import NO_THROTTLE, Request, build
+from wire.protocol.codec import NO_THROTTLE, Request, build
 
 NO_INSTANCE = uuid.UUID(int=0)
 # Kafka's defaults: the subscription interval (ClientMetricsConfigs) and telemetry.max.bytes.

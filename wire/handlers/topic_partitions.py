@@ -21,8 +21,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kafkaesque.config.topic_config import TopicConfig, check_topic_name
 from kafkaesque.errors import InvalidRequest, InvalidTopic, StorageUnavailable, UnknownTopic
-from kafkaesque.topic_config import TopicConfig, check_topic_name
 from wire.authorize import Operation, ResourceType, allowed, authorized_operations
 from wire.broker import Broker
 from wire.handlers.metadata import (
@@ -32,7 +32,7 @@ from wire.handlers.metadata import (
     partition_entries,
     partition_leaders,
 )
-from wire.protocol import NO_THROTTLE, Request, build, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 
 MAX_PARTITIONS = 2000  # Kafka's max.request.partition.size.limit default
 UNAVAILABLE = ErrorCode.leader_not_available  # Redis away, as Metadata says it: retried

@@ -1,6 +1,6 @@
 """The transaction coordinator's APIs: InitProducerId with a transactional id,
 AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit, DescribeTransactions and
-ListTransactions. They translate to kafkaesque/txn_store.py ``TransactionCoordinator``."""
+ListTransactions. They translate to kafkaesque/txn/coordinator.py ``TransactionCoordinator``."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.errors import Code, StorageUnavailable
-from kafkaesque.transactions import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, fenced_code
+from kafkaesque.txn.transaction import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, fenced_code
 from wire.authorize import Operation, ResourceType, allowed, cluster_allowed
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.handlers.group_offsets import UNAVAILABLE, topic_errors
-from wire.protocol import NO_THROTTLE, Request, build, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 
 # The first version of each API whose clients know PRODUCER_FENCED (KIP-588); older ones
 # get INVALID_PRODUCER_EPOCH, as Kafka answers them.

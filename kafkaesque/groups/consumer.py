@@ -1,0 +1,332 @@
+"""Consumer groups of the KIP-848 protocol (ConsumerGroupHeartbeat): the coordinator, with
+all state in Redis.
+
+The rules live in kafkaesque/groups/consumer_state.py; this module is their store. A
+group's state is one msgpack value beside the classic group's keys (``ks:group:{G}:consumer``)
+and it is changed only under the same per-group lock the classic coordinator takes, so
+brokers sharing a Redis agree, and a group id is a classic group or a consumer group,
+never both: the functions at the end are the classic coordinator's hooks for that (a
+JoinGroup to a consumer group, an OffsetCommit from a consumer-protocol member).
+Committed offsets are the classic groups' store (``ks:group:{G}:offsets``), shared.
+
+Unlike the classic protocol nothing waits here: members learn of changes by heartbeat.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any, cast
+
+from redis.asyncio import Redis
+
+from kafkaesque.clock import now_ms as _now_ms
+from kafkaesque.errors import Code, UnknownTopic
+from kafkaesque.groups import topic_regex
+from kafkaesque.groups.assignors import ASSIGNORS
+from kafkaesque.groups.consumer_state import (
+    LEAVE_EPOCH,
+    STATIC_LEAVE_EPOCH,
+    ConsumerGroup,
+    ConsumerGroupConfig,
+    Heartbeat,
+    HeartbeatRefused,
+    HeartbeatResult,
+    new_member_id,
+)
+from kafkaesque.groups.state import Group
+from kafkaesque.groups.types import ExpiryTimers
+from kafkaesque.hot.group_offsets import save_group
+from kafkaesque.hot.group_store import group_lock
+from kafkaesque.hot.keys import Keys
+
+if TYPE_CHECKING:
+    from kafkaesque.hot.log import Log
+
+# How often a heartbeat re-reads the subscribed topics (new topics matching a regex, new
+# partitions) when nothing else made it: Kafka's metadata refresh, roughly.
+TOPIC_REFRESH_MS = 1000
+
+
+async def _load(redis: Redis, keys: Keys, group_id: str) -> ConsumerGroup | None:
+    # Replies are bytes: the client does not decode them.
+    data = cast("bytes | None", await redis.get(keys.group(group_id, ":consumer")))
+    return None if data is None else ConsumerGroup.unpack(data)
+
+
+def validate(hb: Heartbeat, version: int) -> None:
+    """Kafka's request checks, before the group is looked at."""
+
+    def invalid(message: str) -> HeartbeatRefused:
+        return HeartbeatRefused(Code.INVALID_REQUEST, message)
+
+    if not hb.member_id and (version >= 1 or hb.epoch != 0):
+        raise invalid("MemberId can't be empty.")
+    if hb.instance_id is not None and not hb.instance_id:
+        raise invalid("InstanceId can't be empty.")
+    if hb.epoch == STATIC_LEAVE_EPOCH and hb.instance_id is None:
+        raise invalid("InstanceId can't be null.")
+    if hb.epoch < STATIC_LEAVE_EPOCH:
+        raise invalid(f"MemberEpoch {hb.epoch} is invalid.")
+    if hb.epoch == 0:
+        if hb.rebalance_timeout_ms == -1:
+            raise invalid("RebalanceTimeoutMs must be provided in first request.")
+        if hb.topics is None and hb.regex is None:
+            raise invalid(
+                "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
+            )
+        if hb.owned:
+            raise invalid("TopicPartitions must be empty when (re-)joining.")
+    if hb.assignor is not None and hb.assignor not in ASSIGNORS:
+        raise HeartbeatRefused(Code.UNSUPPORTED_ASSIGNOR, f"unknown assignor {hb.assignor!r}")
+    if hb.regex:
+        check_regex(hb.regex)
+
+
+def check_regex(regex: str) -> None:
+    """INVALID_REGULAR_EXPRESSION for a regex RE2/J refuses or we could not match safely."""
+    why = topic_regex.problem(regex)
+    if why is not None:
+        raise HeartbeatRefused(Code.INVALID_REGULAR_EXPRESSION, f"invalid regex {regex!r}: {why}")
+
+
+class ConsumerGroupCoordinator:
+    """ConsumerGroupHeartbeat and ConsumerGroupDescribe over Redis."""
+
+    def __init__(self, log: Log, config: ConsumerGroupConfig | None = None) -> None:
+        self.log = log
+        self.redis = log.redis
+        self.config = config or ConsumerGroupConfig()
+        self.keys = log.keys
+        self.timers = ExpiryTimers("consumer group expiry")
+
+    async def load(self, group_id: str) -> ConsumerGroup | None:
+        return await _load(self.redis, self.keys, group_id)
+
+    async def _save(self, group: ConsumerGroup, heartbeat: str | None = None) -> None:
+        gid, k = group.group_id, self.keys
+
+        def beat(pipe: Any) -> None:
+            if heartbeat is not None and heartbeat in group.members:
+                pipe.hset(k.group(gid, ":heartbeats"), heartbeat, _now_ms())
+
+        # Listed, and its offsets archived, with the rest.
+        await save_group(
+            self.redis,
+            k,
+            gid,
+            (k.group(gid, ":consumer"), group.pack()),
+            k.consumer_groups_active,
+            bool(group.members),
+            more=beat,
+        )
+
+    async def heartbeat(self, group_id: str, hb: Heartbeat, version: int) -> HeartbeatResult:
+        """One ConsumerGroupHeartbeat; raises HeartbeatRefused with the error to answer."""
+        if not group_id:
+            raise HeartbeatRefused(Code.INVALID_REQUEST, "GroupId can't be empty.")
+        validate(hb, version)
+        if not hb.member_id:  # v0: the coordinator names new members
+            hb = dataclasses.replace(hb, member_id=new_member_id())
+        async with group_lock(self.redis, self.keys, group_id):
+            group = await self.load(group_id)
+            config = await self.group_config(group_id)
+            now = _now_ms()
+            if group is None:
+                if hb.epoch != 0:
+                    raise HeartbeatRefused(Code.GROUP_ID_NOT_FOUND, f"group {group_id} not found")
+                await self._take_over_classic(group_id)
+                group = ConsumerGroup(group_id)
+            before = group.pack()
+            interval = config.heartbeat_interval_ms
+            if hb.epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+                group.leave(hb.member_id, hb.epoch)
+                await self._save(group)
+                self._arm(group_id, group.next_expiry(await self._heartbeats(group_id), config))
+                return HeartbeatResult(hb.member_id, hb.epoch, None, heartbeat_interval_ms=interval)
+            epoch = group.epoch
+            member, joined = group.update_member(hb)
+            if joined or group.epoch != epoch or now - group.refreshed_ms >= TOPIC_REFRESH_MS:
+                group.set_topics(await self._topics(group), now)
+            result = group.heartbeat(hb, member, joined, now)
+            if group.pack() != before:
+                await self._save(group, heartbeat=member.member_id)
+            else:
+                await self.redis.hset(
+                    self.keys.group(group_id, ":heartbeats"), member.member_id, now
+                )
+            return dataclasses.replace(result, heartbeat_interval_ms=interval)
+
+    async def _take_over_classic(self, group_id: str) -> None:
+        """A new consumer group under an id a classic group has: refused while that group
+        has members (Kafka with group.consumer.migration.policy=disabled); an empty one
+        is dropped (its committed offsets stay)."""
+        # Replies are bytes: the client does not decode them.
+        raw = cast("bytes | None", await self.redis.get(self.keys.group(group_id)))
+        if raw is None:
+            return
+        if Group.unpack(raw).members:
+            raise HeartbeatRefused(
+                Code.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
+            )
+        await self.redis.delete(self.keys.group(group_id), self.keys.group(group_id, ":heartbeats"))
+        await self.redis.srem(self.keys.groups_active, group_id)
+
+    async def _topics(self, group: ConsumerGroup) -> dict[str, list]:
+        """The subscribed topics' [topic id, partition count] from the log."""
+        every = await self.log.list_topics() if group.has_regex() else None
+        out: dict[str, list] = {}
+        for name in sorted(group.wanted_topics(every)):
+            try:
+                config = await self.log.topic(name)
+            except UnknownTopic:
+                continue
+            out[name] = [config.topic_id, config.partitions]
+        return out
+
+    # -- expiry ---------------------------------------------------------------------------
+    async def group_config(self, group_id: str) -> ConsumerGroupConfig:
+        """The broker's config with the group's own (consumer.session.timeout.ms,
+        consumer.heartbeat.interval.ms: its dynamic group configs)."""
+        # Replies are bytes: the client does not decode them (here and below).
+        configs = cast(
+            "dict[bytes, bytes]", await self.redis.hgetall(self.keys.group_configs(group_id))
+        )
+        return self.config.for_group({k.decode(): v.decode() for k, v in configs.items()})
+
+    async def _heartbeats(self, group_id: str) -> dict[str, int]:
+        raw = cast(
+            "dict[bytes, bytes]", await self.redis.hgetall(self.keys.group(group_id, ":heartbeats"))
+        )
+        return {k.decode(): int(v) for k, v in raw.items()}
+
+    async def _expire(self, group_id: str) -> ConsumerGroup | None:
+        """Remove the members whose session expired or that did not revoke in time; under
+        the group's lock. Returns the group as it is then (None: there is none)."""
+        group = await self.load(group_id)
+        if group is None:
+            await self.redis.srem(self.keys.consumer_groups_active, group_id)
+            return None
+        heartbeats = await self._heartbeats(group_id)
+        config = await self.group_config(group_id)
+        gone = group.expire(heartbeats, _now_ms(), config)
+        if gone:
+            await self.redis.hdel(self.keys.group(group_id, ":heartbeats"), *gone)
+            await self._save(group)
+        self._arm(group_id, group.next_expiry(heartbeats, config))
+        return group
+
+    async def tick(self, group_id: str) -> None:
+        """Remove members whose session expired or that did not revoke in time."""
+        async with group_lock(self.redis, self.keys, group_id):
+            await self._expire(group_id)
+
+    async def tick_all(self) -> None:
+        """Tick the consumer groups with members (``Broker._expire_members``, every 0.5 s):
+        one round trip reads them all, and only a group with a member due is locked and
+        changed; the others get a timer for their next expiry, so a session ends on the
+        millisecond, as Kafka's timers end it, not at the next tick."""
+        active = cast("set[bytes]", await self.redis.smembers(self.keys.consumer_groups_active))
+        group_ids = sorted(g.decode() for g in active)
+        if not group_ids:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for g in group_ids:
+            pipe.get(self.keys.group(g, ":consumer"))
+            pipe.hgetall(self.keys.group(g, ":heartbeats"))
+            pipe.hgetall(self.keys.group_configs(g))
+        replies = await pipe.execute()
+        now = _now_ms()
+        for i, group_id in enumerate(group_ids):
+            raw, beats, configs = replies[3 * i : 3 * i + 3]
+            if raw is None:
+                await self.tick(group_id)  # unlists it
+                continue
+            group = ConsumerGroup.unpack(raw)
+            config = self.config.for_group({k.decode(): v.decode() for k, v in configs.items()})
+            due = group.next_expiry({k.decode(): int(v) for k, v in beats.items()}, config)
+            if due is not None and due <= now:
+                await self.tick(group_id)
+            else:
+                self._arm(group_id, due)
+
+    def _arm(self, group_id: str, due: int | None) -> None:
+        """A timer that ticks the group when its next member is due (ms), if that comes
+        before the next periodic tick would; the earliest timer per group wins."""
+        self.timers.arm(group_id, due, self.tick)
+
+    def close(self) -> None:
+        """Stop the expiry timers (the broker is stopping)."""
+        self.timers.close()
+
+    # -- for the classic group APIs ----------------------------------------------------------
+    async def listing(self, group_ids: list[str]) -> dict[str, str]:
+        """Of ``group_ids``, the consumer groups and their states (for ListGroups)."""
+        if not group_ids:
+            return {}
+        keys = [self.keys.group(g, ":consumer") for g in group_ids]
+        # Groups are in slots of their own on a cluster: one GET per slot there.
+        mget = self.redis.mget_nonatomic if self.keys.cluster else self.redis.mget  # type: ignore[attr-defined]
+        raws = await mget(keys)
+        return {
+            g: ConsumerGroup.unpack(raw).state
+            for g, raw in zip(group_ids, raws, strict=True)
+            if raw is not None
+        }
+
+    async def delete(self, group_id: str) -> Code | None:
+        """DeleteGroups of a consumer group (None: it is none): refused with members."""
+        async with group_lock(self.redis, self.keys, group_id):
+            # Members whose session ended are gone by now, as Kafka's timers remove them.
+            group = await self._expire(group_id)
+            if group is None:
+                return None
+            if group.members:
+                return Code.NON_EMPTY_GROUP
+            await self.redis.delete(
+                self.keys.group(group_id, ":consumer"),
+                self.keys.group(group_id, ":offsets"),
+                self.keys.group_txn_offsets(group_id),  # a later commit brings none back
+            )
+            await self.redis.srem(self.keys.groups, group_id)
+        return Code.NONE
+
+
+# -- hooks of the classic coordinator (groups/coordinator.py), called under the group's lock --
+
+
+async def consumer_group_subscriptions(
+    redis: Redis, keys: Keys, group_id: str
+) -> tuple[bool, frozenset[str]] | None:
+    """For offset expiry: whether the consumer group has members, and the topics they
+    subscribe to (by name or regex, as last resolved); None if ``group_id`` is none."""
+    group = await _load(redis, keys, group_id)
+    if group is None:
+        return None
+    return bool(group.members), frozenset(group.topics) if group.members else frozenset()
+
+
+async def make_room_for_classic(redis: Redis, keys: Keys, group_id: str) -> bool:
+    """Whether a classic JoinGroup may go on: not while a consumer group of that id has
+    members (INCONSISTENT_GROUP_PROTOCOL); an empty one is dropped, offsets kept."""
+    group = await _load(redis, keys, group_id)
+    if group is None:
+        return True
+    if group.members:
+        return False
+    await redis.delete(keys.group(group_id, ":consumer"))
+    return True
+
+
+async def consumer_commit_error(
+    redis: Redis,
+    keys: Keys,
+    group_id: str,
+    member_id: str,
+    epoch: int,
+    api_version: int | None = None,
+) -> Code | None:
+    """An OffsetCommit's check when ``group_id`` is a consumer group (the generation id is
+    the member epoch; ``api_version`` None: a TxnOffsetCommit): see
+    ConsumerGroup.commit_error; None when it is not a consumer group."""
+    group = await _load(redis, keys, group_id)
+    return None if group is None else group.commit_error(member_id, epoch, api_version)

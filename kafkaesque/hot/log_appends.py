@@ -1,0 +1,223 @@
+"""Appends: checked batches to one partition or many, atomically each (append.lua)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from redis.asyncio import Redis
+from redis.exceptions import AskError
+
+from kafkaesque.clock import now_ms as _now_ms
+from kafkaesque.errors import (
+    KafkaesqueError,
+    NeedsRecovery,
+    SequenceAhead,
+    UnknownProducerId,
+    UnknownTopic,
+)
+from kafkaesque.hot.durability import DEFAULT_TIMEOUT_MS, Durability
+from kafkaesque.hot.keys import Keys, is_cluster, serving
+from kafkaesque.hot.log_types import Appended
+from kafkaesque.hot.offset_guess import Guess, OffsetGuesses
+from kafkaesque.hot.scripts import Scripts
+from kafkaesque.hot.sequence import clock
+from kafkaesque.hot.slots import slot_of
+from kafkaesque.records.batch import offset_count, producer_fields
+
+
+class AppendsLog:
+    """Appending to partitions; the rest of Log is in kafkaesque.hot.log."""
+
+    redis: Redis
+    scripts: Scripts
+    keys: Keys
+    cluster: bool
+    node: str
+    highest_sequence: int
+    guesses: OffsetGuesses
+    on_append: Callable[[str, int], None] | None
+    capped: bool
+
+    if TYPE_CHECKING:  # TopicsLog's, in Log
+
+        async def _call(self, script: Any, keys: list[str], args: list[Any]) -> Any: ...
+
+        async def ensure_recovered(self) -> None: ...
+
+    async def append(
+        self,
+        topic: str,
+        partition: int,
+        batches: Sequence[bytes],
+        durability: Durability | None = None,
+        timeout_ms: int = DEFAULT_TIMEOUT_MS,
+        transaction: int | None = None,
+    ) -> Appended:
+        """Append checked RecordBatch v2 batches atomically; returns their base offsets.
+        With ``durability`` it returns only once the append is on disk / at the replicas
+        as that asks (raising NotDurable after ``timeout_ms``; the append stays); with
+        fewer replicas in sync than it asks, NotEnoughReplicas and nothing written.
+
+        Batches of idempotent producers (producer id >= 0) are sequence-checked: a retry of
+        one of a producer's last five batches returns its original offset and is not written
+        again; a gap, an old epoch or an unknown producer in mid-sequence (its state was
+        lost) raises a ProducerFenced subclass and writes nothing.
+
+        ``transaction``: the serial number of the transaction the transactional batches'
+        producer was verified in (TransactionCoordinator.verify_for_append); if that
+        transaction's marker is already on the partition, TransactionNotOpen, nothing
+        written."""
+        placed, guess = self.guesses.place(topic, partition, batches)
+        replicas = 0 if durability is None else durability.replicas
+        keys, args = self._append_call(topic, partition, placed, transaction, replicas)
+        try:
+            if durability is None or not durability.waits:
+                reply = await self._call(self.scripts.append, keys, args)
+            else:
+                reply = await self._call(
+                    functools.partial(self._append_durably, durability, timeout_ms), keys, args
+                )
+        except SequenceAhead as exc:
+            raise await self._sequence_ahead(topic, partition, batches, exc) from None
+        appended = self._appended(topic, partition, batches, guess, reply)
+        if self.capped and durability is not None and durability.replicas:
+            # Kafka completes an acks=all produce once the high watermark passes its
+            # records, so a reader sees every acknowledged record: the WAIT just made
+            # covers them and everything before (kafkaesque/hot/high_watermark.py).
+            end = appended.base_offsets[-1] + offset_count(batches[-1])
+            p = self.keys.partition(topic, partition)
+            await self.scripts.hw_raise(keys=[p.meta], args=[end, self.keys.appended(topic)])
+        return appended
+
+    def _appended(
+        self, topic: str, partition: int, batches: Sequence[bytes], guess: Guess | None, reply: Any
+    ) -> Appended:
+        """append.lua's reply {log start, last sequence, epoch, base offsets...}: the
+        sequence and the epoch noted, the offsets answered."""
+        start, last, epoch, *bases = reply
+        if last > self.highest_sequence:
+            self.highest_sequence = last
+        self.guesses.learn(topic, partition, guess, bases, batches, epoch)
+        if self.on_append is not None:
+            self.on_append(topic, partition)
+        return Appended(bases, start)
+
+    async def _sequence_ahead(
+        self, topic: str, partition: int, batches: Sequence[bytes], exc: SequenceAhead
+    ) -> KafkaesqueError:
+        """What to answer a batch ahead of its producer's sequence: "not yet" (the missing
+        batch was refused and will be retried), unless the producer's newest batch here is
+        older than the partition's epoch and a failover began that epoch
+        (kafkaesque.hot.failover): then the missing batches were acknowledged and lost with
+        the old primary, and will never come. UNKNOWN_PRODUCER_ID lets the client bump
+        its epoch and go on (KIP-360) instead of retrying for ever."""
+        producer_id = producer_fields(batches[0])[0]
+        p = self.keys.partition(topic, partition)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hmget(p.meta, "epoch", "replid")
+        pipe.hget(p.producers, producer_id)
+        (epoch, replid), state = await pipe.execute()
+        if replid is None or state is None or epoch is None:
+            return exc
+        started = await self.redis.hget(p.epochs, int(epoch))
+        newest = int(state.split()[-1].split(b":")[-1]) if b":" in state else -1
+        if started is None or newest >= int(started):
+            return exc
+        return UnknownProducerId(
+            f"producer {producer_id}'s last batches on {topic}[{partition}] were lost in a "
+            "failover of the Redis primary"
+        )
+
+    async def append_many(
+        self,
+        appends: Sequence[tuple[str, int, Sequence[bytes]]],
+        transaction: int | None = None,
+    ) -> list[Appended | KafkaesqueError]:
+        """Append to many partitions in one pipelined round trip, each atomically as
+        ``append`` (without durability waits: they cover one connection's writes, and
+        a pipeline may not run on the one the waits would be sent on). One result per
+        (topic, partition, batches): its Appended, or the core error that refused it."""
+        placed = [
+            self.guesses.place(topic, partition, batches) for topic, partition, batches in appends
+        ]
+        calls = [
+            self._append_call(topic, partition, batches, transaction)
+            for (topic, partition, _), (batches, _) in zip(appends, placed, strict=True)
+        ]
+        replies = await self.scripts.append.many(self.redis, calls)
+        lost = [i for i, reply in enumerate(replies) if isinstance(reply, NeedsRecovery)]
+        if lost:  # Redis lost its data: none of those ran; recover, then append them
+            await self.ensure_recovered()
+            again = await self.scripts.append.many(self.redis, [calls[i] for i in lost])
+            for i, reply in zip(lost, again, strict=True):
+                if self.cluster and isinstance(reply, NeedsRecovery):  # see _call
+                    reply = UnknownTopic(f"unknown topic or partition: {appends[i][0]}")
+                replies[i] = reply
+        results: list[Appended | KafkaesqueError] = []
+        for (topic, partition, batches), (_, guess), reply in zip(
+            appends, placed, replies, strict=True
+        ):
+            if isinstance(reply, SequenceAhead):
+                results.append(await self._sequence_ahead(topic, partition, batches, reply))
+            elif isinstance(reply, KafkaesqueError):
+                results.append(reply)
+            elif isinstance(reply, Exception):
+                raise reply
+            else:
+                results.append(self._appended(topic, partition, batches, guess, reply))
+        return results
+
+    def _sequencing(self, topic: str, partition: int, now: int) -> tuple[str, str, int]:
+        """The sequence key, recovery marker and sequence floor of an append (append.lua):
+        on one Redis the counter, the incarnation and 0; on a cluster the slot's hash, the
+        partition's meta (the catalog's incarnation is checked before, in Python: a shard
+        that lost the partition answers it unknown) and the clock, never below what this
+        Log was given."""
+        k = self.keys
+        if not self.cluster:
+            return k.gseq, k.incarnation, 0
+        floor = max(clock(now), self.highest_sequence + 1)
+        return k.slot_hash(slot_of(topic, partition)), k.partition(topic, partition).meta, floor
+
+    def _append_call(
+        self,
+        topic: str,
+        partition: int,
+        batches: Sequence[bytes],
+        transaction: int | None = None,
+        replicas: int = 0,
+    ) -> tuple[list[str], list[object]]:
+        """append.lua's keys and arguments; ``replicas``: how many Redis replicas must be
+        in sync for the append to be made (acks=all's, checked in the script)."""
+        k = self.keys
+        p = k.partition(topic, partition)
+        now = _now_ms()
+        sequence, marker, floor = self._sequencing(topic, partition, now)
+        serial = "" if transaction is None else transaction
+        args: list[object] = [p.prefix, k.appended(topic), now, floor, self.node, serial, replicas]
+        for batch in batches:
+            args += (offset_count(batch), *producer_fields(batch), batch)
+        keys = [p.meta, p.index, p.stats, sequence, p.producers, marker, p.txn_open, p.txn_ended]
+        return keys, args
+
+    async def _append_durably(
+        self, durability: Durability, timeout_ms: int, keys: list[str], args: list[Any]
+    ) -> Any:
+        """The append script, then the waits on the same connection: WAITAOF and WAIT
+        only cover the writes of their own connection. On a cluster, a connection to the
+        node serving the partition (its slot map read again once if the slot moved)."""
+        moved = False
+        while True:
+            server = await serving(self.redis, keys[0])
+            try:
+                async with server.client() as connection:
+                    appended = await self.scripts.append(keys=keys, args=args, client=connection)
+                    await durability.wait(connection, timeout_ms)
+                return appended
+            except AskError:  # MOVED too: the slot is elsewhere now (a cluster only)
+                if moved or not is_cluster(self.redis):
+                    raise
+                moved = True
+                await self.redis.refresh_slots()  # type: ignore[attr-defined]

@@ -1,0 +1,143 @@
+"""Methods of kafkaesque.hot.log.Log on transactions and idempotent producers: the producers'
+sequence state, the markers that end a transaction (end_txn.lua), open and aborted
+transactions, and the last stable offset."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, cast
+
+from redis.asyncio import Redis
+
+from kafkaesque.clock import now_ms as _now_ms
+from kafkaesque.errors import UnknownTopic
+from kafkaesque.hot.keys import Keys
+from kafkaesque.hot.log_types import ProducerState
+from kafkaesque.hot.scripts import Scripts
+from kafkaesque.records.build import build_control_batch
+
+
+def _second(pair: tuple[int, int]) -> int:
+    return pair[1]
+
+
+def aborted_entry(entry: bytes) -> tuple[int, int, int]:
+    """An aborted index entry "pid:first:last" as (producer id, first, last offset)."""
+    pid, first, last = entry.split(b":")
+    return int(pid), int(first), int(last)
+
+
+class TransactionsLog:
+    """The transactional and idempotent side of a partition's state."""
+
+    redis: Redis
+    scripts: Scripts
+    keys: Keys
+    cluster: bool
+    on_append: Callable[[str, int], None] | None
+
+    if TYPE_CHECKING:  # Log's and TopicsLog's, in Log
+
+        def _sequencing(self, topic: str, partition: int, now: int) -> tuple[str, str, int]: ...
+
+        async def _call(self, script: Any, keys: list[str], args: list[Any]) -> Any: ...
+
+    async def producers(self, topic: str, partition: int) -> list[ProducerState]:
+        """The idempotent producers the partition keeps sequence state for (append.lua's
+        "epoch first:last:offset ..." per id, newest batch last), by producer id; raises
+        UnknownTopic for a partition that does not exist."""
+        p = self.keys.partition(topic, partition)
+        pipe = self.redis.pipeline(transaction=True)  # one view of the two keys
+        pipe.exists(p.meta)
+        pipe.hgetall(p.producers)
+        pipe.zrange(p.producers_seen, 0, -1, withscores=True)
+        exists, states, seen = await pipe.execute()
+        if not exists:
+            raise UnknownTopic(f"unknown topic or partition: {topic}[{partition}]")
+        used = {int(pid): int(ms) for pid, ms in seen}
+        found = []
+        for pid, raw in states.items():
+            epoch, *batches = raw.decode().split()
+            # A producer with no batch kept has no sequence yet: Kafka's -1.
+            last = int(batches[-1].split(":")[1]) if batches else -1
+            found.append(ProducerState(int(pid), int(epoch), last, used.get(int(pid), -1)))
+        return sorted(found, key=lambda s: s.producer_id)
+
+    async def end_transaction(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int = 0,
+        transaction: int | None = None,
+    ) -> tuple[int, int]:
+        """Write the producer's COMMIT or ABORT marker (end_txn.lua): its transaction on
+        the partition ends, an abort goes into the aborted index; from then on appends
+        verified in ``transaction`` (its serial number) are refused here. Returns (log
+        start, the marker's offset); raises InvalidProducerEpoch for an epoch older than
+        the producer's here, UnknownTopic."""
+        k = self.keys
+        p = k.partition(topic, partition)
+        marker = build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch)
+        now = _now_ms()
+        sequence, recovery, floor = self._sequencing(topic, partition, now)
+        keys = [p.meta, p.index, p.stats, sequence, p.producers, recovery]
+        keys += [p.txn_open, p.txn_aborted, p.txn_ended]
+        args = [p.prefix, k.appended(topic), now, producer_id, producer_epoch]
+        args += [int(commit), marker, floor, "" if transaction is None else transaction]
+        start, offset = await self._call(self.scripts.end_txn, keys, args)
+        if self.on_append is not None:
+            self.on_append(topic, partition)
+        return start, offset
+
+    async def open_transactions(self, topic: str, partition: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of each transaction open on the partition, oldest
+        first; raises UnknownTopic for a partition that does not exist."""
+        p = self.keys.partition(topic, partition)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.exists(p.meta)
+        pipe.hgetall(p.txn_open)
+        exists, found = await pipe.execute()
+        if not exists:
+            raise UnknownTopic(f"unknown topic or partition: {topic}[{partition}]")
+        return sorted(((int(pid), int(first)) for pid, first in found.items()), key=_second)
+
+    async def aborted_transactions(
+        self, topic: str, partition: int, first: int = 0
+    ) -> list[tuple[int, int, int]]:
+        """(producer id, first offset, ABORT marker's offset) of the aborted transactions
+        Redis still knows that end at or after ``first``, by their end."""
+        p = self.keys.partition(topic, partition)
+        # Replies are bytes, and without scores the range is a list of members.
+        entries = cast("list[bytes]", await self.redis.zrangebyscore(p.txn_aborted, first, "+inf"))
+        return [aborted_entry(e) for e in entries]
+
+    async def last_stable_offset(self, topic: str, partition: int) -> int:
+        """The first offset of the oldest open transaction, else the log end."""
+        [lso] = await self.last_stable_offsets(topic, [partition])
+        return lso
+
+    async def last_stable_offsets(self, topic: str, partitions: Iterable[int]) -> list[int]:
+        """The last stable offset of each of ``partitions`` (one round trip); raises
+        UnknownTopic if one does not exist."""
+        numbers = list(partitions)
+        # One MULTI on a single Redis; a cluster's partitions are in slots of their own.
+        pipe = self.redis.pipeline(transaction=not self.cluster)
+        for number in numbers:
+            p = self.keys.partition(topic, number)
+            pipe.hmget(p.meta, "end", "start", "floor")
+            pipe.hvals(p.txn_open)
+        replies = await pipe.execute()
+        found = []
+        for number, (end, start, floor), firsts in zip(
+            numbers, replies[::2], replies[1::2], strict=True
+        ):
+            if end is None:
+                raise UnknownTopic(f"unknown topic or partition: {topic}[{number}]")
+            # Not below the log start: a transaction whose start DeleteRecords or
+            # retention removed holds no reader back there (partition_read.lua).
+            oldest = min([int(end), *map(int, firsts)])
+            found.append(max(oldest, int(start or 0), int(floor or 0)))
+        return found

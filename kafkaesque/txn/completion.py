@@ -1,0 +1,182 @@
+"""Completing transactions: the markers, the pending offsets, the timeouts and the sweep.
+
+This module owns the second step of ending a transaction, as Kafka's coordinator takes
+it: once PrepareCommit/PrepareAbort is saved, the COMMIT or ABORT markers are written to
+every partition (``MarkerWriter``, the partition layer), the group offsets the
+transaction holds pending are committed or dropped, and CompleteCommit/CompleteAbort is
+saved. It also owns the periodic work (``tick``, ``run_forever``): transactions open past
+their timeout are aborted (their producer fenced), prepared ones a dead broker or a
+failed marker left are rolled forward, and ids idle past transactional.id.expiration.ms
+are forgotten. The requests (kafkaesque/txn/coordinator.py ``TransactionCoordinator``) hold a
+``TxnCompletion`` as ``completion``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Protocol, cast
+
+from redis.exceptions import LockError
+
+from kafkaesque.errors import InvalidProducerEpoch, KafkaesqueError, UnknownTopic
+from kafkaesque.hot.outage import REDIS, REDIS_CONNECTION_ERRORS
+from kafkaesque.hot.txn_states import TxnStates
+from kafkaesque.txn.offsets import TopicPartition
+from kafkaesque.txn.transaction import PREPARING, Transaction, TxnConfig, TxnState
+
+log = logging.getLogger(__name__)
+
+
+class MarkerWriter(Protocol):
+    """The log side: appends a transaction's COMMIT or ABORT control batch to partitions
+    (kafkaesque/partition/layer.py ``Partitions``)."""
+
+    async def write_markers(
+        self,
+        partitions: Iterable[TopicPartition],
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int = 0,
+        transaction: int | None = None,
+    ) -> dict[TopicPartition, KafkaesqueError | None]: ...
+
+
+class TxnCompletion:
+    """Finishes prepared transactions and times out open ones. ``settle_offsets``: the
+    group offsets a transaction holds pending, committed or dropped (group id,
+    transactional id, commit)."""
+
+    def __init__(
+        self,
+        states: TxnStates,
+        markers: MarkerWriter,
+        settle_offsets: Callable[[str, str, bool], Awaitable[None]],
+        config: TxnConfig,
+        clock: Callable[[], int],
+    ) -> None:
+        self.states = states
+        self.markers = markers
+        self.settle_offsets = settle_offsets
+        self.config = config
+        self.clock = clock
+
+    async def finish(self, txn: Transaction) -> bool:
+        """Write the prepared transaction's markers, settle its pending offsets, save it
+        complete. False (state left prepared, retried later) if a partition failed."""
+        commit = txn.state == TxnState.PREPARE_COMMIT
+        if txn.partitions:
+            results = await self.markers.write_markers(
+                sorted(txn.partitions),
+                txn.producer_id,
+                txn.producer_epoch,
+                commit,
+                transaction=txn.serial,
+            )
+            # Dropped, as Kafka's marker channel does: a deleted topic's markers, and those
+            # a partition refuses because the producer has a newer epoch there (it moved
+            # on; its newer epoch's markers end what it has open there).
+            failed = {
+                tp: e
+                for tp, e in results.items()
+                if e is not None and not isinstance(e, UnknownTopic | InvalidProducerEpoch)
+            }
+            for (topic, partition), e in sorted(results.items()):
+                if isinstance(e, InvalidProducerEpoch):
+                    log.info(
+                        "transaction %r: %s-%d refused its marker (%s): dropped",
+                        txn.transactional_id,
+                        topic,
+                        partition,
+                        e,
+                    )
+            if failed:
+                log.warning(
+                    "transaction %r: markers not written, will retry: %s",
+                    txn.transactional_id,
+                    "; ".join(f"{t}-{p}: {e}" for (t, p), e in sorted(failed.items())),
+                )
+                return False
+        for group_id in sorted(txn.groups):
+            await self.settle_offsets(group_id, txn.transactional_id, commit)
+        txn.complete(self.clock())
+        await self.states.save(txn)
+        return True
+
+    async def settle(self, txn: Transaction) -> bool:
+        """Roll a prepared transaction forward (its broker died, or its markers failed);
+        True when nothing is left to finish."""
+        if txn.state not in PREPARING:
+            return True
+        log.info("completing transaction %r (%s)", txn.transactional_id, txn.state)
+        return await self.finish(txn)
+
+    # -- the periodic work --------------------------------------------------------------
+    async def tick(self, sweep: bool = False) -> None:
+        """Abort transactions open longer than their timeout, fencing their producer
+        (the epoch is bumped), and finish prepared ones; with ``sweep``, forget ids idle
+        longer than transactional.id.expiration.ms."""
+        states = self.states
+        now = self.clock()
+        # Replies are bytes, and without scores the range is a list of members.
+        due = cast(
+            "list[bytes]",
+            await states.redis.zrangebyscore(states.keys.transactions_due, "-inf", now),
+        )
+        for raw in due:
+            transactional_id = raw.decode()
+            try:
+                async with states.locked(transactional_id):
+                    await self._time_out(transactional_id)
+            except LockError:
+                continue  # busy: the next tick
+        if sweep:
+            for txn in await states.all():
+                if txn.expired(self.clock(), self.config):
+                    with contextlib.suppress(LockError):
+                        async with states.locked(txn.transactional_id):
+                            again = await states.load(txn.transactional_id)
+                            if again is not None and again.expired(self.clock(), self.config):
+                                log.info(
+                                    "forgetting idle transactional id %r", txn.transactional_id
+                                )
+                                await states.drop(txn.transactional_id)
+
+    async def _time_out(self, transactional_id: str) -> None:
+        txn = await self.states.load(transactional_id)
+        if txn is None:
+            await self.states.redis.zrem(self.states.keys.transactions_due, transactional_id)
+            return
+        now = self.clock()
+        if txn.state == TxnState.ONGOING and txn.start_ms + txn.timeout_ms <= now:
+            log.info(
+                "aborting transaction %r: open longer than its timeout (%d ms)",
+                transactional_id,
+                txn.timeout_ms,
+            )
+            txn.fence(now)
+            await self.states.save(txn)
+        await self.settle(txn)
+
+    async def run_forever(self) -> None:
+        """``tick`` every transaction.abort.timed.out.transaction.cleanup.interval.ms (at
+        once at the start: a broker that died mid-commit left it prepared), sweeping the
+        idle ids once an hour, as Kafka."""
+        last_sweep = 0.0
+        while True:
+            try:
+                sweep = time.monotonic() - last_sweep >= 3600 or not last_sweep
+                await self.tick(sweep=sweep)
+                if sweep:
+                    last_sweep = time.monotonic()
+            except REDIS_CONNECTION_ERRORS as exc:
+                REDIS.failed(exc)
+            except Exception:
+                log.exception("transaction coordinator tick failed")
+            else:
+                REDIS.recovered()
+            await asyncio.sleep(self.config.abort_interval_ms / 1000)

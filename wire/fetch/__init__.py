@@ -1,0 +1,3 @@
+"""What Fetch remembers between requests: fetch sessions (KIP-227, ``sessions``), a
+connection's last sessionless fetch (``memo``) and the answers built from them
+(``answer``). Imports ``protocol`` and the partition layer."""

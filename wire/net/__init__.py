@@ -1,0 +1,3 @@
+"""Connections: listeners and accepting (``server``), one connection's framing, dispatch and
+in-order answers (``connection``, ``connection_io``), the shared request budget, TLS and
+SASL state. Imports ``protocol``, ``handlers`` and the core."""
