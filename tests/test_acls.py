@@ -10,10 +10,10 @@ import fakeredis
 import pytest
 
 from kafkaesque.errors import InvalidRequest
+from kafkaesque.hot.acl_store import AclStore
 from kafkaesque.security.acls import (
     AclBinding,
     AclFilter,
-    AclStore,
     Operation,
     PatternType,
     Permission,

@@ -7,7 +7,8 @@ import asyncio
 
 import redis.asyncio
 
-from kafkaesque.security.acls import AclStore, Operation, PatternType, Permission, ResourceType
+from kafkaesque.hot.acl_store import AclStore
+from kafkaesque.security.acls import Operation, PatternType, Permission, ResourceType
 from tests.test_cli import ks, ok, one_line_error  # noqa: F401  (ks is a fixture)
 
 

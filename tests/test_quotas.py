@@ -11,6 +11,7 @@ import redis.asyncio
 from click.testing import CliRunner, Result
 
 from kafkaesque.cli import main
+from kafkaesque.hot.quota_store import QuotaStore
 from kafkaesque.security.quota_rates import QuotaManager, QuotaTable, Rate
 from kafkaesque.security.quotas import (
     CLIENT_ID,
@@ -20,7 +21,6 @@ from kafkaesque.security.quotas import (
     MATCH_SPECIFIED,
     USER,
     InvalidQuota,
-    QuotaStore,
     UnsupportedEntityType,
     check_alteration,
     check_filter,

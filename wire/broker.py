@@ -12,6 +12,7 @@ from kafkaesque.errors import InvalidConfig
 from kafkaesque.groups.consumer import ConsumerGroupCoordinator
 from kafkaesque.groups.consumer_state import ConsumerGroupConfig
 from kafkaesque.groups.coordinator import CoordinatorConfig, GroupCoordinator
+from kafkaesque.hot.acl_store import AclStore
 from kafkaesque.hot.cluster_id import cluster_id
 from kafkaesque.hot.compaction import Compactor
 from kafkaesque.hot.credentials import CredentialStore
@@ -26,7 +27,6 @@ from kafkaesque.partition.layer import MAX_MESSAGE_BYTES, Partitions
 from kafkaesque.partition.leadership import Leadership
 from kafkaesque.partition.read_types import ReadCache
 from kafkaesque.partition.topic_ids import TopicIds
-from kafkaesque.security.acls import AclStore
 from kafkaesque.security.authorizer import Authorizer
 from kafkaesque.security.scram import SASL_MECHANISMS
 from kafkaesque.tasks import cancel_and_wait

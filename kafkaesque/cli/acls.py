@@ -10,11 +10,11 @@ from typing import Any
 import click
 
 from kafkaesque.cli.base import Context, echo_table, main, pass_context, run_async
+from kafkaesque.hot.acl_store import AclStore
 from kafkaesque.security.acls import (
     CLUSTER_NAME,
     AclBinding,
     AclFilter,
-    AclStore,
     Operation,
     PatternType,
     Permission,

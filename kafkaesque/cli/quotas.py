@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from kafkaesque.cli.base import Context, echo_table, main, pass_context, run_async
+from kafkaesque.hot.quota_store import QuotaStore
 from kafkaesque.security.quotas import (
     CLIENT_ID,
     CLIENT_KEYS,
@@ -19,7 +20,6 @@ from kafkaesque.security.quotas import (
     USER,
     Alteration,
     InvalidQuota,
-    QuotaStore,
     check_alteration,
     check_filter,
     describe,

@@ -11,12 +11,12 @@ import asyncio
 import logging
 from collections.abc import Iterable
 
+from kafkaesque.hot.acl_store import AclStore
 from kafkaesque.hot.outage import background_step
 from kafkaesque.security.acls import (
     WILDCARD,
     WILDCARD_PRINCIPAL,
     AclBinding,
-    AclStore,
     Operation,
     PatternType,
     Permission,

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafkaesque.hot.outage import background_step
+from kafkaesque.hot.quota_store import QuotaStore
 from kafkaesque.security.quotas import (
     CLIENT_ID,
     CONNECTION_CREATION_RATE,
     IP,
     USER,
     Quotas,
-    QuotaStore,
     canonical_ip,
 )
 

@@ -29,8 +29,9 @@ import redis.asyncio
 from broker_process import broker_on_embedded_redis
 from confluent_kafka import Producer
 
+from kafkaesque.hot.quota_store import QuotaStore
 from kafkaesque.security.quota_rates import QuotaManager
-from kafkaesque.security.quotas import QuotaStore, check_alteration
+from kafkaesque.security.quotas import check_alteration
 from wire.handlers.quotas import Throttling
 
 VALUE = b"q" * 1000

@@ -14,23 +14,24 @@ from kafkaesque.groups.consumer import ConsumerGroupCoordinator
 from kafkaesque.groups.consumer_state import Heartbeat
 from kafkaesque.groups.coordinator import CoordinatorConfig, GroupCoordinator
 from kafkaesque.groups.state import JoinRequest
+from kafkaesque.hot.acl_store import AclStore
 from kafkaesque.hot.cluster_id import cluster_id
 from kafkaesque.hot.credentials import CredentialStore
 from kafkaesque.hot.failover import EpochBump
 from kafkaesque.hot.keys import PARTITION, Keys
 from kafkaesque.hot.log_types import RestoredPartition, RestoredTopic
+from kafkaesque.hot.quota_store import QuotaStore
 from kafkaesque.hot.registry import BrokerInfo, Registry
 from kafkaesque.partition.layer import Partitions
 from kafkaesque.records.build import build_batch
 from kafkaesque.security.acls import (
     AclBinding,
-    AclStore,
     Operation,
     PatternType,
     Permission,
     ResourceType,
 )
-from kafkaesque.security.quotas import QuotaStore, check_alteration
+from kafkaesque.security.quotas import check_alteration
 from kafkaesque.security.scram import SCRAM_SHA_512, new_credential
 from kafkaesque.txn.coordinator import TransactionCoordinator
 from storage_pg import Archiver, create_pool, ensure_schema

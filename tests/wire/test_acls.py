@@ -37,10 +37,10 @@ from confluent_kafka.admin import (
 )
 from kio.schema.errors import ErrorCode
 
+from kafkaesque.hot.acl_store import AclStore
 from kafkaesque.hot.keys import Keys
 from kafkaesque.security.acls import (
     AclBinding,
-    AclStore,
     Operation,
     PatternType,
     Permission,

@@ -11,6 +11,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.errors import ClusterAuthorizationFailed, StorageUnavailable
+from kafkaesque.hot.quota_store import QuotaStore
 from kafkaesque.security.quota_rates import QuotaManager
 from kafkaesque.security.quotas import (
     ANONYMOUS,
@@ -18,7 +19,6 @@ from kafkaesque.security.quotas import (
     PRODUCER_BYTE_RATE,
     Alteration,
     InvalidQuota,
-    QuotaStore,
     UnsupportedEntityType,
     check_alteration,
     check_filter,

@@ -15,9 +15,9 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from kafkaesque.hot.log import Log
+from kafkaesque.hot.quota_store import QuotaStore
 from kafkaesque.log_throttle import LogThrottle, clip
 from kafkaesque.security.quota_rates import REFRESH_SECONDS, QuotaManager
-from kafkaesque.security.quotas import QuotaStore
 from kafkaesque.tasks import cancel_and_wait
 from wire.broker import Broker, BrokerConfig
 from wire.handlers.quotas import Throttling
