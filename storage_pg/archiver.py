@@ -50,7 +50,6 @@ from kafkaesque.errors import UnknownTopic
 from kafkaesque.hot.archiving import ClosedPage
 from kafkaesque.hot.compaction import Compactor
 from kafkaesque.hot.compaction_types import TopicCompaction
-from kafkaesque.hot.group_offsets import OffsetStore
 from kafkaesque.hot.log import Log
 from kafkaesque.hot.outage import REDIS, REDIS_CONNECTION_ERRORS
 from storage_pg import archive_sql, group_offsets
@@ -201,7 +200,7 @@ class Archiver:
 
     async def _archive_group_offsets(self) -> None:
         """Copy every group's committed offsets, so they survive Redis losing its data."""
-        snapshot = await OffsetStore(self.log.redis, self.log.keys).snapshot()
+        snapshot = await self.log.stores.offsets.snapshot()
         if snapshot is not None:  # None: Redis lost its data; keep what the archive has
             async with self.pool.acquire() as conn:
                 await group_offsets.save(conn, snapshot)

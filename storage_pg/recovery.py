@@ -18,8 +18,6 @@ import asyncpg
 
 from kafkaesque.clock import now_ms as clock_ms
 from kafkaesque.config.topic_config import TopicConfig, legacy_configs
-from kafkaesque.hot.cluster_id import cluster_id
-from kafkaesque.hot.group_offsets import OffsetStore
 from kafkaesque.hot.log import Log
 from kafkaesque.hot.log_types import RestoredPartition, RestoredTopic
 from storage_pg import group_offsets
@@ -45,12 +43,11 @@ async def bind_cluster(log: Log, conn: asyncpg.Connection) -> None:
     if await conn.fetchval("SELECT to_regclass('cluster')") is None:
         return  # not an archive yet: the archiver's first run creates it, then binds
     archived = await conn.fetchval("SELECT id FROM cluster")
-    key = log.keys.cluster_id
     if await log.needs_recovery():
         if archived is not None:
-            await log.redis.set(key, archived)
+            await log.stores.set_cluster_id(archived)
         return
-    current = await cluster_id(log.redis, log.ns)
+    current = await log.stores.cluster_id()
     if archived is None:
         await conn.execute("INSERT INTO cluster (id) VALUES ($1) ON CONFLICT DO NOTHING", current)
         archived = await conn.fetchval("SELECT id FROM cluster")
@@ -168,14 +165,14 @@ async def recover(log: Log, pool: asyncpg.Pool) -> bool:
     if archived_id is not None:
         # Kafka clients notice a changed cluster id; keep the one they knew. Redis lost its
         # data, so an id it got since (a broker started on it) is the archive's again.
-        await log.redis.set(log.keys.cluster_id, archived_id)
+        await log.stores.set_cluster_id(archived_id)
     await log.restore(topics, sequence_floor, producer_id_floor)
     log_ends = {
         (topic.config.name, p): restored.log_end
         for topic in topics
         for p, restored in enumerate(topic.partitions)
     }
-    restored = OffsetStore(log.redis, log.keys).restore(committed, log_ends, states, clock_ms())
+    restored = log.stores.offsets.restore(committed, log_ends, states, clock_ms())
     for c in await restored:
         logger.warning(
             "group %s: committed offset %d of %s[%d] is past the restored log end %d: it"

@@ -12,15 +12,9 @@ from kafkaesque.errors import InvalidConfig
 from kafkaesque.groups.consumer import ConsumerGroupCoordinator
 from kafkaesque.groups.consumer_state import ConsumerGroupConfig
 from kafkaesque.groups.coordinator import CoordinatorConfig, GroupCoordinator
-from kafkaesque.hot.acl_store import AclStore
-from kafkaesque.hot.cluster_id import cluster_id
 from kafkaesque.hot.compaction import Compactor
-from kafkaesque.hot.credentials import CredentialStore
-from kafkaesque.hot.durability import probe
 from kafkaesque.hot.high_watermark import HighWatermarks
 from kafkaesque.hot.log import Log
-from kafkaesque.hot.memory import MemoryGuard
-from kafkaesque.hot.notify import Notifier
 from kafkaesque.hot.outage import REDIS_CONNECTION_ERRORS, background_step
 from kafkaesque.hot.registry import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS, BrokerInfo, Registry
 from kafkaesque.partition.layer import MAX_MESSAGE_BYTES, Partitions
@@ -33,6 +27,7 @@ from kafkaesque.tasks import cancel_and_wait
 from kafkaesque.txn.coordinator import TransactionCoordinator
 from kafkaesque.txn.transaction import TxnConfig
 from wire.fetch.sessions import DEFAULT_EVICTION_MS, FetchSessionCache
+from wire.topic_configs import topic_defaults
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +163,7 @@ class Broker:
     def __init__(self, log: Log, config: BrokerConfig) -> None:
         self.log = log
         self.config = config
-        self.notifier = Notifier(log.redis, log.channel(""))
+        self.notifier = log.stores.notifier(log.channel(""))
         self.partitions = Partitions(log, self.notifier, config.max_message_bytes)
         self.topic_ids = TopicIds(log)  # for requests naming topics by id
         # This process's incremental fetch sessions (KIP-227): they outlive connections.
@@ -179,9 +174,9 @@ class Broker:
         )
         self.groups = GroupCoordinator(log.redis, config.groups, log.ns)
         self.consumer_groups = ConsumerGroupCoordinator(log, config.consumer_groups)
-        self.credentials = CredentialStore(log.redis, log.ns)  # SCRAM users
+        self.credentials = log.stores.credentials  # SCRAM users
         self.cluster_id = ""
-        self.memory = MemoryGuard(log.redis, log.release_archived)
+        self.memory = log.stores.memory_guard(log.release_archived)
         self.partitions.memory = self.memory
         self._reaper: asyncio.Task[None] | None = None
         self._memory_watch: asyncio.Task[None] | None = None
@@ -192,7 +187,7 @@ class Broker:
         self.authorizer: Authorizer | None = None
         if config.authorizer:
             self.authorizer = Authorizer(
-                AclStore(log.redis, log.ns),
+                log.stores.acls,
                 config.super_users,
                 config.allow_everyone_if_no_acl_found,
             )
@@ -242,15 +237,13 @@ class Broker:
                 log.info("handed %d partitions over", moved)
 
     async def start(self) -> None:
-        self.cluster_id = await cluster_id(self.log.redis, self.log.ns)
+        self.cluster_id = await self.log.stores.cluster_id()
         # This broker's --config under the dynamic broker configs others set meanwhile
         # (AlterConfigs on a broker or the cluster default, stored in Redis).
-        from wire.handlers.configs import topic_defaults  # the handlers import this module
-
         changed = await self.log.set_topic_defaults(await topic_defaults(self))
         if changed:
             log.info("topic defaults changed for: %s", ", ".join(changed))
-        durability, promise = await probe(self.log.redis, self.config.min_insync_replicas)
+        durability, promise = await self.log.stores.durability(self.config.min_insync_replicas)
         self.partitions.durability = durability
         log.info("acks=all: %s", promise)
         if durability.replicas:

@@ -117,7 +117,7 @@ def pattern_option(default: str) -> Callable[..., Any]:
 
 def store(ctx: Context) -> AclStore:
     log = ctx.log(archive=False)
-    return AclStore(log.redis, log.ns)
+    return log.stores.acls
 
 
 def show(binding: AclBinding) -> list[object]:

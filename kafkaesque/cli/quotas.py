@@ -69,7 +69,7 @@ def quota_value_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def store(ctx: Context) -> QuotaStore:
     log = ctx.log(archive=False)
-    return QuotaStore(log.redis, log.ns)
+    return log.stores.quotas
 
 
 def number(value: float) -> str:

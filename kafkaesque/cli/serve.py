@@ -14,7 +14,7 @@ from click.core import ParameterSource
 from kafkaesque.cli.base import Context, key_values, main, one_line_errors, pass_context
 from kafkaesque.config.broker_settings import WITH_OPTIONS, serve_options
 from kafkaesque.errors import KafkaesqueError
-from kafkaesque.hot.connect import DEFAULT_MAX_CONNECTIONS, HotTierCluster, SentinelHotTier
+from kafkaesque.hot.connect import DEFAULT_MAX_CONNECTIONS
 from kafkaesque.hot.embedded import serving
 
 if TYPE_CHECKING:
@@ -297,7 +297,7 @@ def serve(
 
             companions.append(archive_forever)
         # A failover (of a cluster's shard too): new leader epochs.
-        if isinstance(log.redis, SentinelHotTier | HotTierCluster):
+        if log.stores.follows_failovers:
 
             async def follow_failovers(stop: asyncio.Event) -> None:
                 from kafkaesque.hot.failover import FailoverWatch
@@ -309,7 +309,7 @@ def serve(
             await run(log, host, port, config, metrics, companions, listeners, tls)
         finally:
             await ctx.aclose()
-            await log.redis.aclose()
+            await log.stores.close()
 
     with one_line_errors(), contextlib.ExitStack() as using:
         if ctx.embedded_redis():  # `kafkaesque stop` refuses while this runs

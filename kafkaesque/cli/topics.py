@@ -34,7 +34,6 @@ from kafkaesque.config.topic_config import (
 from kafkaesque.config.topic_config import describe as describe_configs
 from kafkaesque.errors import Code
 from kafkaesque.hot.embedded import in_use
-from kafkaesque.hot.memory import memory_use
 from kafkaesque.records.batch import Compression
 from kafkaesque.tables import plural
 
@@ -114,7 +113,7 @@ async def describe(ctx: Context, topic: str) -> None:
         if entry.source != "default":  # what was set, on the topic or for every topic
             origin = "topic" if entry.source == "topic" else "broker default"
             click.echo(f"config      {entry.name}={entry.value} ({origin})")
-    click.echo(f"redis       {(await memory_use(log.redis)).describe()}")
+    click.echo(f"redis       {(await log.stores.memory_use()).describe()}")
     rows = []
     leaders = await log.leaders([(topic, p) for p in range(config.partitions)])
     for p, seen in enumerate(leaders):

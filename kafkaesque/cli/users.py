@@ -18,7 +18,7 @@ MECHANISM_CHOICE = click.Choice(sorted(MECHANISMS), case_sensitive=False)
 
 def store(ctx: Context) -> CredentialStore:
     log = ctx.log(archive=False)
-    return CredentialStore(log.redis, log.ns)
+    return log.stores.credentials
 
 
 def read_password(password_stdin: bool, password_env: str | None) -> str:

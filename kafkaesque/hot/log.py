@@ -34,6 +34,7 @@ from kafkaesque.hot.offset_guess import OffsetGuesses
 from kafkaesque.hot.scripts import Scripts
 from kafkaesque.hot.sequence import EPOCH_MS, STEPS_PER_MS, record_id
 from kafkaesque.hot.slots import slot_of
+from kafkaesque.hot.stores import Stores
 from kafkaesque.records.batch import decode_batch, next_offset
 
 # DeleteRecords' offset that stands for the high watermark (Kafka's tool: -1).
@@ -72,6 +73,8 @@ class Log(AppendsLog, ReadsLog, TopicsLog, ArchivingLog, StepsLog, LeadersLog, T
         self.cold = cold
         self.recover = recover
         self.scripts = Scripts(redis)
+        # The stores beside the log (ACLs, quotas, offsets, ...), on the same client.
+        self.stores = Stores(redis, self.keys)
         # The offsets the next appends should get, written into their batches so that
         # Redis need not rewrite them (kafkaesque.hot.offset_guess).
         self.guesses = OffsetGuesses()

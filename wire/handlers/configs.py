@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import msgpack
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.config.group_keys import GROUP_CONFIGS, parse_group
@@ -42,44 +41,12 @@ from wire.authorize import Operation, check_cluster, check_group, check_topic
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
+from wire.topic_configs import SOURCE_CODES, dynamic_broker_configs
 
 TOPIC_RESOURCE, BROKER_RESOURCE, GROUP_RESOURCE = 2, 4, 32
-# DescribeConfigs' config_source.
-SOURCE_CODES: dict[Source, int] = {
-    "topic": 1,
-    "dynamic_broker": 2,
-    "dynamic_default": 3,
-    "broker": 4,
-    "default": 5,
-    "group": 8,
-}
 # The broker configs AlterConfigs may change (Kafka's DynamicLogConfig: the broker names
 # of the topic defaults); every other broker config is read-only here.
 DYNAMIC_BROKER_CONFIGS = frozenset(BROKER_SYNONYMS)
-
-
-# -- dynamic broker configs in Redis --------------------------------------------------------
-async def dynamic_broker_configs(
-    broker: Broker,
-) -> tuple[dict[str, str], dict[int, dict[str, str]]]:
-    """The dynamic broker configs: the cluster-wide default's, and each broker's own."""
-    raw = await broker.log.redis.hgetall(broker.log.keys.broker_configs)
-    cluster: dict[str, str] = {}
-    per_broker: dict[int, dict[str, str]] = {}
-    for field, value in raw.items():
-        configs = msgpack.unpackb(value)
-        if field in (b"", ""):
-            cluster = configs
-        else:
-            per_broker[int(field)] = configs
-    return cluster, per_broker
-
-
-async def topic_defaults(broker: Broker) -> dict[str, str]:
-    """Every topic's defaults: this broker's ``--config`` under the dynamic broker configs
-    (for ``Log.set_topic_defaults``, at start and after each change)."""
-    cluster, per_broker = await dynamic_broker_configs(broker)
-    return dynamic_defaults(broker.config.topic_defaults, cluster, per_broker)
 
 
 def _broker_node(broker: Broker, name: str, describing: bool = False) -> int | None:
@@ -166,12 +133,7 @@ async def _alter_broker(broker: Broker, resource: Any, incremental: bool, only: 
     configs = change(current)
     if only:
         return
-    redis, key = broker.log.redis, broker.log.keys.broker_configs
-    field = "" if node is None else str(node)
-    if configs:
-        await redis.hset(key, field, msgpack.packb(configs))
-    else:
-        await redis.hdel(key, field)
+    await broker.log.stores.broker_configs.write(node, configs)
     if node is None:
         cluster = configs
     else:
@@ -417,7 +379,3 @@ async def alter_configs(broker: Broker, request: Request) -> Any:
 async def incremental_alter_configs(broker: Broker, request: Request) -> Any:
     return await _alter(broker, request, incremental=True)
 
-
-def created_configs(config: TopicConfig) -> list[tuple[str, str, int]]:
-    """(name, value, source) of every config of a new topic, for CreateTopics v5+."""
-    return [(e.name, e.value, SOURCE_CODES[e.source]) for e in describe(config)]

@@ -19,7 +19,6 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.errors import StorageUnavailable, UnknownTopic
-from kafkaesque.hot.memory import memory_use
 from wire.authorize import Operation, cluster_allowed
 from wire.broker import Broker
 from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
@@ -86,7 +85,7 @@ async def describe_log_dirs(broker: Broker, request: Request) -> Any:
         return build(schema, throttle_time=NO_THROTTLE, error_code=code, results=())
     try:
         partitions = await _partitions(broker, request.body.topics)
-        memory = await memory_use(broker.log.redis)
+        memory = await broker.log.stores.memory_use()
     except StorageUnavailable:
         # Redis away: which partitions there are is not known, so no dir can be told.
         # Each answers as an offline dir does in Kafka; the top-level code is the

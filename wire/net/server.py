@@ -15,18 +15,17 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from kafkaesque.hot.log import Log
-from kafkaesque.hot.quota_store import QuotaStore
 from kafkaesque.log_throttle import LogThrottle, clip
 from kafkaesque.security.quota_rates import REFRESH_SECONDS, QuotaManager
 from kafkaesque.tasks import cancel_and_wait
 from wire.broker import Broker, BrokerConfig
-from wire.handlers.quotas import Throttling
 from wire.metrics import Metrics
 from wire.net.budget import RequestBudget
 from wire.net.connection import Connection
 from wire.net.connection_io import raise_open_files_limit
 from wire.net.sasl import SaslSettings, SaslState
 from wire.net.security import TLS_HANDSHAKE_TIMEOUT, Listener, distinguished_name
+from wire.net.throttling import Throttling
 from wire.protocol.codec import ConnectionState
 
 log = logging.getLogger(__name__)
@@ -71,7 +70,7 @@ class Server:
         self.throttle = LogThrottle(log)
         self.api_metrics: dict[int, tuple[Any, Any]] = {}  # api key -> its labelled metrics
         # Client quotas (Kafka's KIP-13/KIP-219), re-read from Redis every quota_refresh s.
-        self.quotas = QuotaManager(QuotaStore(broker.log.redis, broker.log.ns), quota_refresh)
+        self.quotas = QuotaManager(broker.log.stores.quotas, quota_refresh)
         self.throttling = Throttling(self.quotas)
         self._quota_refresh: asyncio.Task[None] | None = None
         self._servers: list[asyncio.Server] = []
@@ -296,7 +295,7 @@ async def run(
 
     ``companions`` run beside it (the archiver): each gets an event set at shutdown and is
     awaited after the last request was answered."""
-    await log_.redis.ping()
+    await log_.stores.ping()
     raise_open_files_limit()
     metrics = Metrics()
     if metrics_address is not None:
