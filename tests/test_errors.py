@@ -11,6 +11,7 @@ from redis.exceptions import ResponseError
 
 from kafkaesque import errors
 from kafkaesque.errors import Code
+from kafkaesque.hot import redis_errors
 from wire.errors import ERROR_CODES, error_code
 
 
@@ -59,10 +60,10 @@ def test_every_lua_error_reply_parses_to_its_exception() -> None:
                 names |= set(re.findall(r"'([A-Z][A-Z_]{3,})[' ]", line))
     assert names and names <= set(errors.LUA_ERRORS), names - set(errors.LUA_ERRORS)
     for name, cls in errors.LUA_ERRORS.items():
-        parsed = errors.from_lua(ResponseError(f"{name} what happened"))
+        parsed = redis_errors.from_lua(ResponseError(f"{name} what happened"))
         assert type(parsed) is cls and str(parsed) == "what happened"
     other = ResponseError("OOM command not allowed when used memory > 'maxmemory'.")
-    assert errors.from_lua(other) is other
+    assert redis_errors.from_lua(other) is other
 
 
 @pytest.mark.parametrize(
@@ -87,4 +88,4 @@ def test_every_lua_error_reply_parses_to_its_exception() -> None:
 def test_redis_connection_errors_in_one_sentence(message: str, described: str) -> None:
     from redis.exceptions import ConnectionError as RedisConnectionError
 
-    assert errors.describe_redis_error(RedisConnectionError(message)) == described
+    assert redis_errors.describe_redis_error(RedisConnectionError(message)) == described

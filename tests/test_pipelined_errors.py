@@ -12,8 +12,8 @@ import pytest
 import redis.asyncio
 from redis.exceptions import BusyLoadingError, ResponseError
 
-from kafkaesque.errors import describe_redis_error
 from kafkaesque.hot.pipelined import PipelinedConnection, pack, reply_batches
+from kafkaesque.hot.redis_errors import describe_redis_error
 
 LOADING = b"-LOADING Redis is loading the dataset in memory\r\n"
 

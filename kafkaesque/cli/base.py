@@ -15,23 +15,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-import redis.asyncio
-import redis.connection
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
 
 from kafkaesque.config.topic_config import check_topic_name
-from kafkaesque.errors import KafkaesqueError, describe_redis_error
+from kafkaesque.errors import KafkaesqueError
 from kafkaesque.groups.coordinator import GroupCoordinator
 from kafkaesque.hot.connect import (
     DEFAULT_MAX_CONNECTIONS,
     SENTINEL_FORM,
     SENTINEL_SCHEME,
+    check_url,
     parse_sentinel_url,
     redis_client,
 )
 from kafkaesque.hot.embedded import EmbeddedError, EmbeddedRedis, default_home
 from kafkaesque.hot.log import Log
+from kafkaesque.hot.redis_errors import failure_message as redis_failure_message
 from kafkaesque.tables import format_table
 
 if TYPE_CHECKING:
@@ -184,10 +182,9 @@ def failure_message(exc: BaseException) -> str | None:
     """One line for people about an expected failure; None for anything else."""
     if isinstance(exc, KafkaesqueError | EmbeddedError):
         return str(exc)
-    if isinstance(exc, RedisConnectionError):
-        return f"cannot reach Redis: {describe_redis_error(exc)}"
-    if isinstance(exc, RedisError):
-        return f"Redis error: {exc}"
+    redis_failure = redis_failure_message(exc)
+    if redis_failure is not None:
+        return redis_failure
     # The archive's and Spark's modules are loaded only by the commands that use them.
     if "storage_pg" in sys.modules:
         from storage_pg.pool import describe_failure
@@ -285,7 +282,7 @@ def url_option(*schemes: str, form: str) -> Callable[..., str | None]:
             port = None if "," in url.netloc else url.port  # ValueError: not a port number
             valid = url.scheme in schemes and port != 0
             if url.scheme in ("redis", "rediss", "unix"):
-                redis.connection.parse_url(value)  # ValueError: a bad db or option
+                check_url(value)  # ValueError: a bad db or option
         except ValueError:  # also a port that is not a number, or out of 0..65535
             valid = False
         if not valid:

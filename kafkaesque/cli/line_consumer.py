@@ -9,7 +9,6 @@ from typing import BinaryIO, cast
 
 from kafkaesque.errors import LogTruncated, OffsetOutOfRange
 from kafkaesque.hot.log import Log
-from kafkaesque.hot.notify import Notifier
 from kafkaesque.partition.layer import EARLIEST, Partitions
 from kafkaesque.records.batch import (
     base_offset,
@@ -201,7 +200,7 @@ class Consumer:
         written = 0
         notifier = None
         if follow:
-            notifier = Notifier(self.log.redis, self.log.channel(""))
+            notifier = self.log.stores.notifier(self.log.channel(""))
             notifier.start()
             self.partitions = Partitions(self.log, notifier)
         try:

@@ -12,6 +12,7 @@ the shard's partitions a new leader epoch (kafkaesque.hot.tier_cluster, section 
 
 from __future__ import annotations
 
+import redis.connection
 from redis.asyncio import BlockingConnectionPool
 
 from kafkaesque.hot.tier import DEFAULT_MAX_CONNECTIONS, POOL_TIMEOUT, HotTier
@@ -58,3 +59,8 @@ def redis_client(
         **extra,
     )
     return HotTier.from_pool(pool)
+
+
+def check_url(url: str) -> None:
+    """Raise ValueError if a redis://, rediss:// or unix:// URL has a bad db or option."""
+    redis.connection.parse_url(url)

@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from kafkaesque.errors import HotTierUnavailable, describe_redis_error
+from kafkaesque.errors import HotTierUnavailable
+from kafkaesque.hot.redis_errors import describe_redis_error
 
 # What Redis going away looks like to callers: redis-py's errors, or the core's own once
 # the client translated them (kafkaesque.hot.tier).

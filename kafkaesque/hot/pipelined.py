@@ -348,7 +348,7 @@ class PipelinedConnection:
             if isinstance(exc, ConnectionError) and text.startswith("Error "):
                 failure = exc  # redis-py's "Error 111 connecting to HOST:PORT. Why."
             else:
-                # Said as redis-py's connect errors are (errors.describe_redis_error),
+                # Said as redis-py's connect errors are (redis_errors.describe_redis_error),
                 # so the outage's one log line names the server: "HOST:PORT (why)".
                 if isinstance(exc, TimeoutError):
                     text = f"no new connection within {RETRY_TIMEOUT:g} s"

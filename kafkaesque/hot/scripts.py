@@ -1,7 +1,7 @@
 """The Lua scripts, each one atomic operation on the log, registered once and called by SHA.
 
 Every call goes through ``Script``, the one place a script's error reply becomes the core
-exception it names (kafkaesque.errors.from_lua).
+exception it names (kafkaesque.hot.redis_errors.from_lua).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
-from kafkaesque.errors import from_lua, from_redis
 from kafkaesque.hot.keys import is_cluster
 from kafkaesque.hot.outage import REDIS
 from kafkaesque.hot.pipelined import CommandHeads, ConnectionClosed, PipelinedConnection, pack
+from kafkaesque.hot.redis_errors import from_lua, from_redis
 from kafkaesque.hot.tier import HotTier, _translated
 
 SCRIPT_NAMES = (

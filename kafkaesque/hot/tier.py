@@ -13,9 +13,10 @@ from redis.exceptions import (
     RedisError,
 )
 
-from kafkaesque.errors import HotTierFull, from_redis
+from kafkaesque.errors import HotTierFull
 from kafkaesque.hot.outage import REDIS
 from kafkaesque.hot.pipelined import PipelinedConnection
+from kafkaesque.hot.redis_errors import from_redis
 
 # Connections the broker may open to Redis: enough that requests rarely queue for one,
 # few enough that thousands of clients do not exhaust Redis' maxclients (10,000).

@@ -17,7 +17,7 @@ from redis.exceptions import (
 )
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from kafkaesque.errors import describe_redis_error
+from kafkaesque.hot.redis_errors import describe_redis_error
 from kafkaesque.hot.tier import (
     DEFAULT_MAX_CONNECTIONS,
     POOL_TIMEOUT,
