@@ -12,8 +12,6 @@ import asyncpg
 from kafkaesque.errors import UnknownTopic
 from kafkaesque.hot.log import Log
 from kafkaesque.hot.log_types import PartitionState
-from kafkaesque.hot.sequence import SLOT_BITS
-from kafkaesque.hot.slots import slot_of
 
 _WATERMARK = "UPDATE archive_watermark SET id = $1, updated = now() WHERE id < $1"
 # The id of the partition's last record before an offset that the archive accounts for
@@ -66,21 +64,10 @@ async def record_gap(
 async def advance_watermark(log: Log, pool: asyncpg.Pool) -> int:
     """Raise the watermark to the highest id below which nothing is unarchived.
 
-    The sequence counter is read first: every id up to it was assigned by an append
-    that had finished, into a partition that exists now (or was deleted, taking its
-    records along). Then the first unarchived id of each partition, from Redis' markers,
-    which only lag the archive (so the result errs low, never high).
-
-    On a cluster, with a counter per slot (docs/scale-out.md 3.5): the catalog's tick T
-    first, then the topics, then every slot of their partitions raised to T, and only then
-    the first unarchived ids: every record not archived by then has an id above
-    (T + 1) * 2^14 - 1 or above the lowest of those."""
-    if log.cluster:
-        tick = await log.tick()
-        lowest = (tick + 1) << SLOT_BITS
-    else:
-        counter = await log.sequence_counter()
-        lowest = counter + 1
+    That is below every partition's first unarchived id (from Redis' markers, which only
+    lag the archive, so it errs low, never high) and below every id an append still
+    under way can get (``Log.id_floor``)."""
+    lowest, partitions = await log.id_floor()
     limit = asyncio.Semaphore(16)
 
     async def first_unarchived(topic: str, partition: int) -> int | None:
@@ -90,15 +77,6 @@ async def advance_watermark(log: Log, pool: asyncpg.Pool) -> int:
             except UnknownTopic:
                 return None
 
-    partitions = []
-    for name in await log.list_topics():
-        try:
-            config = await log.topic(name)
-        except UnknownTopic:
-            continue
-        partitions += [(name, p) for p in range(config.partitions)]
-    if log.cluster:  # every slot past the tick before any partition is read
-        await log.tick_slots((slot_of(name, p) for name, p in partitions), tick)
     tasks = [first_unarchived(name, p) for name, p in partitions]
     for first in await asyncio.gather(*tasks):
         if first is not None and first < lowest:

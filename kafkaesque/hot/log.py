@@ -32,7 +32,7 @@ from kafkaesque.hot.log_types import (
 )
 from kafkaesque.hot.offset_guess import OffsetGuesses
 from kafkaesque.hot.scripts import Scripts
-from kafkaesque.hot.sequence import EPOCH_MS, STEPS_PER_MS, record_id
+from kafkaesque.hot.sequence import EPOCH_MS, SLOT_BITS, STEPS_PER_MS, record_id
 from kafkaesque.hot.slots import slot_of
 from kafkaesque.hot.stores import Stores
 from kafkaesque.records.batch import decode_batch, next_offset
@@ -267,6 +267,33 @@ class Log(AppendsLog, ReadsLog, TopicsLog, ArchivingLog, StepsLog, LeadersLog, T
         for reply in await self.scripts.slot_tick.many(self.redis, calls):
             if isinstance(reply, Exception):
                 raise reply
+
+    async def id_floor(self) -> tuple[int, list[tuple[str, int]]]:
+        """The lowest record id an append that has not finished can still get, and every
+        partition of every topic: what the archive watermark is computed from
+        (storage_pg/gaps.py), with each partition's first unarchived id.
+
+        On one Redis the sequence counter is read first: every id up to it was assigned by
+        an append that had finished, into a partition listed after. On a cluster, with a
+        counter per slot (docs/scale-out.md 3.5): the catalog's tick T first, then the
+        topics, then every slot of their partitions raised to T, so every record not
+        archived by then has an id above (T + 1) * 2^14 - 1 or above its partition's first
+        unarchived one."""
+        if self.cluster:
+            tick = await self.tick()
+            lowest = (tick + 1) << SLOT_BITS
+        else:
+            lowest = await self.sequence_counter() + 1
+        partitions = []
+        for name in await self.list_topics():
+            try:
+                config = await self.topic(name)
+            except UnknownTopic:
+                continue
+            partitions += [(name, p) for p in range(config.partitions)]
+        if self.cluster:  # every slot past the tick before any partition is read
+            await self.tick_slots((slot_of(name, p) for name, p in partitions), tick)
+        return lowest, partitions
 
     async def restore(
         self, topics: list[RestoredTopic], sequence_floor: int, producer_id_floor: int
