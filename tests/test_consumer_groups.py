@@ -20,7 +20,7 @@ from kafkaesque.hot.log import Log
 from kafkaesque.partition.layer import Partitions
 from kafkaesque.txn.coordinator import TransactionCoordinator
 from tests.kafka_client import decode_assignment
-from wire.handlers.consumer_groups import described_as_classic
+from wire.group_answers import described_as_classic
 
 
 def test_classic_views_delete_and_hooks(make_log: Callable[[], Log]) -> None:

@@ -32,7 +32,7 @@ from confluent_kafka import Producer
 from kafkaesque.hot.quota_store import QuotaStore
 from kafkaesque.security.quota_rates import QuotaManager
 from kafkaesque.security.quotas import check_alteration
-from wire.handlers.quotas import Throttling
+from wire.net.throttling import Throttling
 
 VALUE = b"q" * 1000
 

@@ -11,7 +11,7 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
-from wire.handlers.quotas import with_throttle
+from wire.net.throttling import with_throttle
 from wire.protocol.codec import (
     build,
     encode_response,

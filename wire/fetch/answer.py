@@ -18,9 +18,9 @@ from wire.broker import Broker
 from wire.errors import error_code
 from wire.fetch.memo import FetchMemo, Plan
 from wire.fetch.sessions import INVALID_SESSION_ID
-from wire.handlers.metadata import broker_entries
 from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 from wire.protocol.fast_responses import EncodedTopic, FetchAnswer, fetch_partition
+from wire.topics import broker_entries
 
 LEADER_HINT_VERSION = 16  # current_leader and node_endpoints (KIP-951)
 READ_COMMITTED = 1  # isolation_level (v4+)

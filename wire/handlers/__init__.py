@@ -124,7 +124,7 @@ HANDLERS: dict[int, Api] = {
     19: Api(2, 7, admin.create_topics),
     20: Api(1, 6, admin.delete_topics),  # v6: by topic id
     21: Api(0, 2, records.delete_records),  # v2 is flexible
-    22: Api(0, 5, offsets.init_producer_id),  # v3+ may carry the producer's id and epoch
+    22: Api(0, 5, transactions.init_producer_id),  # v3+ may carry the producer's id and epoch
     23: Api(2, 4, offsets.offset_for_leader_epoch),  # v4 is flexible
     32: Api(1, 4, configs.describe_configs),
     33: Api(0, 2, configs.alter_configs),

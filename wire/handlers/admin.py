@@ -25,9 +25,9 @@ from kafkaesque.partition.replicas import Replicas, check_replicas
 from wire.authorize import Operation, check_create_topic, check_topic
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.handlers.configs import created_configs
-from wire.handlers.metadata import NO_TOPIC_ID, topic_by_id
 from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
+from wire.topic_configs import created_configs
+from wire.topics import NO_TOPIC_ID, topic_by_id
 
 MAX_NAME_SHOWN = 255  # characters of a client's name repeated in an error message
 

@@ -378,4 +378,3 @@ async def alter_configs(broker: Broker, request: Request) -> Any:
 
 async def incremental_alter_configs(broker: Broker, request: Request) -> Any:
     return await _alter(broker, request, incremental=True)
-

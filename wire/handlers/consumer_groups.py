@@ -1,32 +1,26 @@
 """The consumer group protocol's wire face (KIP-848): ConsumerGroupHeartbeat (API 68) and
-ConsumerGroupDescribe (API 69), plus what the classic DescribeGroups needs to show a
-consumer group (``described_as_classic``)."""
+ConsumerGroupDescribe (API 69); the classic DescribeGroups shows a consumer group with
+wire/group_answers.py ``described_as_classic``."""
 
 from __future__ import annotations
 
 import datetime
-import io
-import struct
 import uuid
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssignment
-from kio.schema.consumer_protocol_assignment.v0.data import TopicPartition as AssignedTopic
-from kio.schema.consumer_protocol_subscription.v0 import ConsumerProtocolSubscription
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_writer
 
 from kafkaesque.errors import GroupAuthorizationFailed, StorageUnavailable
 from kafkaesque.groups.assignors import TopicPartition
 from kafkaesque.groups.consumer_state import ConsumerGroup, Heartbeat, HeartbeatRefused
 from wire.authorize import NOT_ASKED, Operation, ResourceType, authorized_operations, check_group
 from wire.broker import Broker
+from wire.group_answers import by_topic
 from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 
 if TYPE_CHECKING:
-    from kio.schema.types import TopicName
-    from kio.static.primitive import i32
+    pass
 
 NO_OPERATIONS = NOT_ASKED  # authorized operations of a group in error: none told
 CONSUMER_MEMBER = 1  # ConsumerGroupDescribe v1 member_type: a consumer-protocol member
@@ -34,14 +28,6 @@ CONSUMER_MEMBER = 1  # ConsumerGroupDescribe v1 member_type: a consumer-protocol
 
 def _ms(value: datetime.timedelta | None) -> int:
     return -1 if value is None else int(value.total_seconds() * 1000)
-
-
-def _by_topic(group: ConsumerGroup, partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for topic, p in sorted(partitions):
-        if topic in group.topics:
-            out.setdefault(topic, []).append(p)
-    return out
 
 
 def _topic_id(group: ConsumerGroup, topic: str) -> uuid.UUID:
@@ -174,7 +160,7 @@ def _members(schema: type, group: ConsumerGroup) -> tuple[Any, ...]:
             assignment_class,
             topic_partitions=tuple(
                 build(tp_class, topic_id=_topic_id(group, t), topic_name=t, partitions=tuple(ps))
-                for t, ps in _by_topic(group, partitions).items()
+                for t, ps in by_topic(group, partitions).items()
             ),
         )
 
@@ -194,68 +180,4 @@ def _members(schema: type, group: ConsumerGroup) -> tuple[Any, ...]:
             member_type=CONSUMER_MEMBER,
         )
         for m in group.members.values()
-    )
-
-
-# -- for the classic DescribeGroups (wire/handlers/groups.py) ------------------------------
-
-
-def _encoded(entity: Any) -> bytes:
-    buf = io.BytesIO()
-    buf.write(struct.pack(">h", 0))  # the embedded protocol's version
-    entity_writer(type(entity))(buf, entity)
-    return buf.getvalue()
-
-
-async def described_as_classic(
-    broker: Broker,
-    group_id: str,
-    group_class: type,
-    member_class: type,
-    operations: int = NOT_ASKED,
-) -> Any | None:
-    """DescribeGroups' entry for a consumer group (protocol type "consumer", the assignor
-    as protocol, members' subscriptions and assignments in the classic embedded format),
-    as Kafka shows one; None if ``group_id`` is not a consumer group."""
-    group = await broker.consumer_groups.load(group_id)
-    if group is None:
-        return None
-    members = tuple(
-        build(
-            member_class,
-            member_id=m.member_id,
-            group_instance_id=m.instance_id,
-            client_id=m.client_id,
-            client_host=m.client_host,
-            member_metadata=_encoded(
-                ConsumerProtocolSubscription(
-                    topics=tuple(sorted(m.subscribed(group.topics))), user_data=None
-                )
-            ),
-            member_assignment=_encoded(
-                ConsumerProtocolAssignment(
-                    # kio's TopicName and i32 are phantom types of str and int: the
-                    # values are theirs already (kio checks them as it writes them).
-                    assigned_partitions=tuple(
-                        AssignedTopic(
-                            topic=cast("TopicName", t),
-                            partitions=cast("tuple[i32, ...]", tuple(ps)),
-                        )
-                        for t, ps in _by_topic(group, m.assigned).items()
-                    ),
-                    user_data=None,
-                )
-            ),
-        )
-        for m in group.members.values()
-    )
-    return build(
-        group_class,
-        error_code=ErrorCode.none,
-        group_id=group_id,
-        group_state=group.state,
-        protocol_type="consumer",
-        protocol_data=group.assignor,
-        members=members,
-        authorized_operations=operations,
     )

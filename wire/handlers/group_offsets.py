@@ -12,29 +12,11 @@ from kafkaesque.groups.types import MAX_METADATA
 from wire.authorize import Operation, ResourceType, allowed, topics_allowed
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.protocol.codec import NO_THROTTLE, Request, build, error_response, schema_class
+from wire.group_answers import UNAVAILABLE, restore_first, topic_errors
+from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 
-# What a coordinator says while it cannot reach the group's state (Redis away): clients
-# look the coordinator up again and retry.
-UNAVAILABLE = ErrorCode.coordinator_not_available
 NO_EPOCH = -1
 TopicPartition = tuple[str, int]
-
-
-async def restore_first(broker: Broker, request: Request | None = None) -> Any | None:
-    """If Redis lost its data and nothing restored it yet, restore it from the archive now:
-    a group request answered from the empty Redis would lose the group the archive has
-    (its members told to join again, its consumers sent back to their commits or their
-    reset policy). One EXISTS while Redis has its data. With ``request``: None, or the
-    answer to give while the archive is unreachable (COORDINATOR_NOT_AVAILABLE: retried)."""
-    if broker.log.recover and await broker.log.needs_recovery():
-        try:
-            await broker.log.ensure_recovered()
-        except StorageUnavailable:
-            if request is None:
-                raise
-            return error_response(request.response_class, UNAVAILABLE)
-    return None
 
 
 async def _commit(broker: Broker, request: Request) -> dict[TopicPartition, ErrorCode]:
@@ -98,30 +80,6 @@ async def offset_commit(broker: Broker, request: Request) -> Any:
         schema,
         throttle_time=NO_THROTTLE,
         topics=topic_errors(schema, "OffsetCommit", body, errors),
-    )
-
-
-def topic_errors(
-    schema: type, api: str, body: Any, errors: dict[tuple[str, int], ErrorCode]
-) -> tuple[Any, ...]:
-    """The per-topic, per-partition error codes of an OffsetCommit, OffsetDelete or
-    TxnOffsetCommit answer, in the request's order."""
-    topic_class = schema_class(schema, f"{api}ResponseTopic")
-    partition_class = schema_class(schema, f"{api}ResponsePartition")
-    return tuple(
-        build(
-            topic_class,
-            name=t.name,
-            partitions=tuple(
-                build(
-                    partition_class,
-                    partition_index=p.partition_index,
-                    error_code=errors[t.name, p.partition_index],
-                )
-                for p in t.partitions
-            ),
-        )
-        for t in body.topics
     )
 
 

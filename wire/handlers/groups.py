@@ -22,8 +22,7 @@ from wire.authorize import (
 )
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.handlers.consumer_groups import described_as_classic
-from wire.handlers.group_offsets import UNAVAILABLE, restore_first
+from wire.group_answers import UNAVAILABLE, described_as_classic, restore_first
 from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 
 log = logging.getLogger(__name__)

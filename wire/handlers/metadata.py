@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import uuid
-import weakref
-from collections.abc import Iterable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -14,7 +12,6 @@ from kafkaesque.errors import KafkaesqueError, StorageUnavailable, TopicExists, 
 from kafkaesque.hot.outage import REDIS_CONNECTION_ERRORS
 from kafkaesque.security.acls import CLUSTER_NAME
 from wire.authorize import (
-    NOT_ASKED,
     Operation,
     ResourceType,
     allowed,
@@ -25,20 +22,19 @@ from wire.authorize import (
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.protocol.codec import NO_THROTTLE, Request, build, error_response, schema_class
+from wire.topics import (
+    NO_OPERATIONS,
+    NO_TOPIC_ID,
+    broker_entries,
+    known_topics,
+    partition_entries,
+    partition_leaders,
+    remember_topics,
+    topic_by_id,
+)
 
-NO_TOPIC_ID = uuid.UUID(int=0)  # Kafka's "no id", for topics in error
-NO_OPERATIONS = NOT_ASKED  # authorized operations of a topic in error: none told
 # Redis (or the archive) away, as the core or redis-py says it.
 UNAVAILABLE: tuple[type[BaseException], ...] = (StorageUnavailable, *REDIS_CONNECTION_ERRORS)
-# Per broker, the topics its last Metadata for all topics listed: what it answers, each
-# LEADER_NOT_AVAILABLE, while Redis is away (see _all_topics).
-_KNOWN_TOPICS: weakref.WeakKeyDictionary[Broker, list[str]] = weakref.WeakKeyDictionary()
-
-
-def known_topics(broker: Broker) -> list[str]:
-    """The topics this broker's last Metadata for all topics listed (empty before the
-    first one): what a listing answers, each unavailable, while Redis is away."""
-    return list(_KNOWN_TOPICS.get(broker, []))
 
 
 async def topic_config(broker: Broker, name: str, auto_create: bool) -> TopicConfig | ErrorCode:
@@ -70,110 +66,9 @@ async def _topic_config(broker: Broker, name: str, auto_create: bool) -> TopicCo
         return error_code(exc)
 
 
-def broker_entries(
-    broker: Broker, entry_class: type, listener: str = "PLAINTEXT"
-) -> tuple[Any, ...]:
-    """The live brokers (kafkaesque.hot.registry) at the advertised address of the
-    ``listener`` the client used; a broker without that listener is not listed, as Kafka
-    lists brokers per listener."""
-    c = broker.config
-    entries = []
-    for node, info in sorted(broker.registry.live.items()):
-        if node == c.node_id:
-            host, port = c.endpoint(listener)
-        elif listener in info.endpoints:
-            host, port = info.endpoints[listener]
-        else:
-            continue
-        entries.append(
-            build(
-                entry_class,
-                node_id=node,
-                broker_id=node,
-                host=host,
-                port=port,
-                rack=info.rack,
-                is_fenced=False,  # DescribeCluster v2: an expired broker is not listed
-            )
-        )
-    return tuple(entries)
-
-
-async def partition_leaders(
-    broker: Broker, config: TopicConfig, partitions: range
-) -> list[tuple[int | None, int]]:
-    """(leader node, leader epoch) of each of a topic's ``partitions``, one round trip;
-    the node is None while the leader that left is being replaced (its winner takes the
-    partition over at once), or the partition is still being created."""
-    leadership = broker.leadership
-    found: list[tuple[int | None, int]] = []
-    seen = await broker.log.leaders([(config.name, p) for p in partitions])
-    for p, entry in zip(partitions, seen, strict=True):
-        if entry is None:  # being created (a cluster's steps) or deleted meanwhile
-            found.append((None, 0))
-            continue
-        leader, epoch, preferred = entry
-        if leader == "":
-            leadership.soon()  # no leader written yet: its winner, written soon
-        found.append((leadership.effective(config.topic_id, p, leader, preferred), epoch))
-    return found
-
-
-def partition_entries(
-    broker: Broker,
-    partition_class: type,
-    config: TopicConfig,
-    leaders: Iterable[tuple[int, tuple[int | None, int]]],
-    **extra: object,
-) -> tuple[Any, ...]:
-    """A topic's partition entries (Metadata, DescribeTopicPartitions: ``extra`` fields
-    for the latter's) from (partition, (leader node, leader epoch)) pairs."""
-    return tuple(
-        build(
-            partition_class,
-            error_code=leader_error(node),
-            partition_index=p,
-            leader_id=-1 if node is None else node,
-            leader_epoch=epoch,
-            replica_nodes=replicas(broker, config, node),
-            isr_nodes=replicas(broker, config, node),
-            offline_replicas=(),
-            **extra,
-        )
-        for p, (node, epoch) in leaders
-    )
-
-
-def leader_error(node: int | None) -> ErrorCode:
-    return ErrorCode.none if node is not None else ErrorCode.leader_not_available
-
-
-def replicas(broker: Broker, config: TopicConfig, node: int | None) -> tuple[int, ...]:
-    """A partition's replicas and ISR: its leader, then the live brokers after it (by id,
-    round the ring) up to the topic's replication factor. One copy in Redis serves them
-    all, so each is in sync; with fewer brokers live than the factor, fewer are listed."""
-    if node is None:
-        return ()
-    others = sorted(set(broker.registry.live) - {node})
-    later = [b for b in others if b > node] + [b for b in others if b < node]
-    return (node, *later[: config.replication_factor - 1])
-
-
 def controller_id(broker: Broker) -> int:
     """Any broker can do what Kafka's controller does (all share Redis): the lowest id."""
     return min(broker.registry.live)
-
-
-async def topic_by_id(broker: Broker, topic_id: uuid.UUID) -> TopicConfig | None:
-    """The topic with this id (Metadata v12 may name topics by id only)."""
-    name = await broker.topic_ids.name(topic_id.bytes)
-    if name is None:
-        return None
-    try:
-        config = await broker.log.topic(name)
-    except UnknownTopic:  # deleted meanwhile
-        return None
-    return config if config.topic_id == topic_id.bytes else None
 
 
 async def requested_topic(
@@ -228,10 +123,10 @@ async def _all_topics(
     try:
         names = await broker.log.list_topics()
     except UNAVAILABLE:
-        names = _KNOWN_TOPICS.get(broker, [])
+        names = known_topics(broker)
         visible = topics_allowed(broker, request, Operation.DESCRIBE, names)
         return [(name, ErrorCode.leader_not_available) for name in names if name in visible]
-    _KNOWN_TOPICS[broker] = list(names)
+    remember_topics(broker, names)
     visible = topics_allowed(broker, request, Operation.DESCRIBE, names)
     return [(name, await topic_config(broker, name, False)) for name in names if name in visible]
 

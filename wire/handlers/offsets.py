@@ -1,5 +1,5 @@
-"""ListOffsets (earliest, latest, by timestamp, max timestamp, local and tiered ends),
-OffsetForLeaderEpoch and InitProducerId."""
+"""ListOffsets (earliest, latest, by timestamp, max timestamp, local and tiered ends) and
+OffsetForLeaderEpoch."""
 
 from __future__ import annotations
 
@@ -7,14 +7,7 @@ import asyncio
 import logging
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
-from kafkaesque.errors import (
-    AuthorizationFailed,
-    InvalidRequest,
-    KafkaesqueError,
-    UnsupportedLookup,
-)
+from kafkaesque.errors import KafkaesqueError, UnsupportedLookup
 from kafkaesque.partition.layer import (
     EARLIEST_LOCAL,
     LATEST_TIERED,
@@ -22,10 +15,9 @@ from kafkaesque.partition.layer import (
     FoundOffset,
     OffsetLookup,
 )
-from wire.authorize import Operation, check_idempotent_write, check_topic
+from wire.authorize import Operation, check_topic
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.handlers import transactions
 from wire.protocol.codec import NO_THROTTLE, Request, build, per_partition, schema_class
 
 log = logging.getLogger(__name__)
@@ -33,7 +25,6 @@ log = logging.getLogger(__name__)
 # The ListOffsets version that brought each special timestamp: an older request asking
 # for one gets UNSUPPORTED_VERSION, as Kafka's clients refuse to send it.
 LOOKUP_VERSIONS = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
-NO_PRODUCER_ID, NO_PRODUCER_EPOCH = -1, -1
 READ_COMMITTED = 1  # isolation_level
 
 
@@ -91,34 +82,6 @@ async def list_offsets(broker: Broker, request: Request) -> Any:
 
     topics = await per_partition(topic_class, request.body.topics, partition)
     return build(schema, throttle_time=NO_THROTTLE, topics=topics)
-
-
-async def init_producer_id(broker: Broker, request: Request) -> Any:
-    """A transactional producer's id goes to the transaction coordinator. Otherwise a new
-    producer id at epoch 0. From v3 an idempotent producer may send its current
-    id and epoch to have the epoch bumped (KIP-360); as Kafka, which does so only for
-    transactional ids, it gets a new id instead: its sequence numbers start over at 0
-    either way, and a new id cannot collide with what the partitions remember of the old."""
-    body = request.body
-    try:
-        if body.transactional_id is not None:
-            return await transactions.init_transactional(broker, request)
-        current = (getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1))
-        if (current[0] == NO_PRODUCER_ID) != (current[1] == NO_PRODUCER_EPOCH):
-            raise InvalidRequest("producer id and epoch must be given both or neither")
-        check_idempotent_write(broker, request)
-        producer_id, epoch = await broker.log.new_producer_id(), 0
-    except (InvalidRequest, AuthorizationFailed) as exc:
-        producer_id, epoch, code = NO_PRODUCER_ID, NO_PRODUCER_EPOCH, error_code(exc)
-    else:
-        code = ErrorCode.none
-    return build(
-        request.response_class,
-        throttle_time=NO_THROTTLE,
-        error_code=code,
-        producer_id=producer_id,
-        producer_epoch=epoch,
-    )
 
 
 async def offset_for_leader_epoch(broker: Broker, request: Request) -> Any:

@@ -23,6 +23,7 @@ from wire.broker import Broker
 from wire.errors import error_code
 from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 
+
 def store(broker: Broker) -> QuotaStore:
     return broker.log.stores.quotas
 
@@ -113,4 +114,3 @@ async def alter_client_quotas(broker: Broker, request: Request) -> Any:
         for entry, outcome in zip(body.entries, outcomes, strict=True)
     )
     return build(schema, throttle_time=NO_THROTTLE, entries=results)
-

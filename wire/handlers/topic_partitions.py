@@ -25,14 +25,14 @@ from kafkaesque.config.topic_config import TopicConfig, check_topic_name
 from kafkaesque.errors import InvalidRequest, InvalidTopic, StorageUnavailable, UnknownTopic
 from wire.authorize import Operation, ResourceType, allowed, authorized_operations
 from wire.broker import Broker
-from wire.handlers.metadata import (
+from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
+from wire.topics import (
     NO_OPERATIONS,
     NO_TOPIC_ID,
     known_topics,
     partition_entries,
     partition_leaders,
 )
-from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 
 MAX_PARTITIONS = 2000  # Kafka's max.request.partition.size.limit default
 UNAVAILABLE = ErrorCode.leader_not_available  # Redis away, as Metadata says it: retried

@@ -1,6 +1,7 @@
-"""The transaction coordinator's APIs: InitProducerId with a transactional id,
-AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit, DescribeTransactions and
-ListTransactions. They translate to kafkaesque/txn/coordinator.py ``TransactionCoordinator``."""
+"""The transaction coordinator's APIs: InitProducerId (a transactional id's producer, or a
+new id for an idempotent one), AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit,
+DescribeTransactions and ListTransactions. They translate to kafkaesque/txn/coordinator.py
+``TransactionCoordinator``."""
 
 from __future__ import annotations
 
@@ -10,12 +11,18 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.errors import Code, StorageUnavailable
+from kafkaesque.errors import AuthorizationFailed, Code, InvalidRequest, StorageUnavailable
 from kafkaesque.txn.transaction import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, fenced_code
-from wire.authorize import Operation, ResourceType, allowed, cluster_allowed
+from wire.authorize import (
+    Operation,
+    ResourceType,
+    allowed,
+    check_idempotent_write,
+    cluster_allowed,
+)
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.handlers.group_offsets import UNAVAILABLE, topic_errors
+from wire.group_answers import UNAVAILABLE, topic_errors
 from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 
 # The first version of each API whose clients know PRODUCER_FENCED (KIP-588); older ones
@@ -41,6 +48,34 @@ def _group_allowed(broker: Broker, request: Request, group_id: str) -> bool:
 
 def _millis(value: Any) -> int:
     return int(value.total_seconds() * 1000) if isinstance(value, datetime.timedelta) else value
+
+
+async def init_producer_id(broker: Broker, request: Request) -> Any:
+    """A transactional producer's id goes to the transaction coordinator. Otherwise a new
+    producer id at epoch 0. From v3 an idempotent producer may send its current
+    id and epoch to have the epoch bumped (KIP-360); as Kafka, which does so only for
+    transactional ids, it gets a new id instead: its sequence numbers start over at 0
+    either way, and a new id cannot collide with what the partitions remember of the old."""
+    body = request.body
+    try:
+        if body.transactional_id is not None:
+            return await init_transactional(broker, request)
+        current = (getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1))
+        if (current[0] == NO_PRODUCER_ID) != (current[1] == NO_PRODUCER_EPOCH):
+            raise InvalidRequest("producer id and epoch must be given both or neither")
+        check_idempotent_write(broker, request)
+        producer_id, epoch = await broker.log.new_producer_id(), 0
+    except (InvalidRequest, AuthorizationFailed) as exc:
+        producer_id, epoch, code = NO_PRODUCER_ID, NO_PRODUCER_EPOCH, error_code(exc)
+    else:
+        code = ErrorCode.none
+    return build(
+        request.response_class,
+        throttle_time=NO_THROTTLE,
+        error_code=code,
+        producer_id=producer_id,
+        producer_epoch=epoch,
+    )
 
 
 async def init_transactional(broker: Broker, request: Request) -> Any:
