@@ -10,6 +10,7 @@ from typing import BinaryIO, cast
 from kafkaesque.errors import LogTruncated, OffsetOutOfRange
 from kafkaesque.hot.log import Log
 from kafkaesque.partition.layer import EARLIEST, Partitions
+from kafkaesque.partition.read_types import FetchRequest
 from kafkaesque.records.batch import (
     base_offset,
     decode_batch,
@@ -205,37 +206,46 @@ class Consumer:
             self.partitions = Partitions(self.log, notifier)
         try:
             while True:
-                # Watching before the reads, so no append slips between read and wait.
-                async with self.partitions.appends([self.topic]) as appended:
-                    got_any = False
-                    for p in await self._to_poll(following=follow):
-                        before = self.offsets[p]
-                        lines, segments = await self._poll(p)
-                        if not lines:
-                            # Markers and aborted records only: read on past them.
-                            got_any = got_any or self.offsets[p] != before
-                            continue
-                        got_any = True
-                        if max_records is not None and written + len(lines) >= max_records:
-                            lines = lines[: max_records - written]
-                            self.offsets[p] = _offset_after(segments, len(lines))  # printed
-                            _write(out, lines)
-                            await self._commit(out)
-                            return written + len(lines)
-                        _write(out, lines)
-                        written += len(lines)
-                    if got_any:
-                        await self._commit(out)
+                got_any = False
+                for p in await self._to_poll(following=follow):
+                    before = self.offsets[p]
+                    lines, segments = await self._poll(p)
+                    if not lines:
+                        # Markers and aborted records only: read on past them.
+                        got_any = got_any or self.offsets[p] != before
                         continue
-                    if not follow:
-                        return written
-                    out.flush()
-                    await appended.wait(FOLLOW_WAKEUP)  # the timeout: a missed notification
+                    got_any = True
+                    if max_records is not None and written + len(lines) >= max_records:
+                        lines = lines[: max_records - written]
+                        self.offsets[p] = _offset_after(segments, len(lines))  # printed
+                        _write(out, lines)
+                        await self._commit(out)
+                        return written + len(lines)
+                    _write(out, lines)
+                    written += len(lines)
+                if got_any:
+                    await self._commit(out)
+                    continue
+                if not follow:
+                    return written
+                out.flush()
+                await self._long_poll()
                 if self.whole_topic:
                     await self._add_new_partitions()
         finally:
             if notifier is not None:
                 await notifier.stop()
+
+    async def _long_poll(self) -> None:
+        """Wait until a partition has records past our offsets, as a Kafka consumer's
+        fetch does: the partition layer's one long poll (``Partitions.fetch``), whose
+        answer is dropped (``_poll`` reads by records, and formats). It reads before it
+        waits, so an append since our reads is not missed; the timeout is a safety net
+        should a notification be missed, and lets new partitions be found."""
+        requests = [FetchRequest(self.topic, p, offset, 1) for p, offset in self.offsets.items()]
+        await self.partitions.fetch(
+            requests, max_bytes=1, max_wait=FOLLOW_WAKEUP, committed=self.read_committed
+        )
 
     async def _to_poll(self, following: bool) -> list[int]:
         """The partitions to read now. Following, only those whose log end moved from
