@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import msgpack
-
 from kafkaesque.config.topic_config import Source, TopicConfig, describe, dynamic_defaults
 
 if TYPE_CHECKING:  # wire/broker.py imports this module when it starts
@@ -32,16 +30,7 @@ async def dynamic_broker_configs(
     broker: Broker,
 ) -> tuple[dict[str, str], dict[int, dict[str, str]]]:
     """The dynamic broker configs: the cluster-wide default's, and each broker's own."""
-    raw = await broker.log.redis.hgetall(broker.log.keys.broker_configs)
-    cluster: dict[str, str] = {}
-    per_broker: dict[int, dict[str, str]] = {}
-    for field, value in raw.items():
-        configs = msgpack.unpackb(value)
-        if field in (b"", ""):
-            cluster = configs
-        else:
-            per_broker[int(field)] = configs
-    return cluster, per_broker
+    return await broker.log.stores.broker_configs.read()
 
 
 async def topic_defaults(broker: Broker) -> dict[str, str]:
