@@ -239,6 +239,13 @@ class GroupBusy(KafkaesqueError):
     """The group has active members, so it cannot be changed from outside."""
 
 
+# -- transactions --------------------------------------------------------------------------
+class TransactionalIdBusy(KafkaesqueError):
+    """A transactional id's lock stayed taken past its wait (another request holds it) or
+    was lost while held: the request answers CONCURRENT_TRANSACTIONS, and the client
+    retries."""
+
+
 # -- authorization -------------------------------------------------------------------------
 class AuthorizationFailed(KafkaesqueError):
     """The client's principal may not do this (the ACLs say no)."""

@@ -28,7 +28,7 @@ def test_classic_views_delete_and_hooks(make_log: Callable[[], Log]) -> None:
         log = make_log()
         await log.create_topic(TopicConfig("t", 3))
         consumer = ConsumerGroupCoordinator(log)
-        classic = GroupCoordinator(log.redis, CoordinatorConfig(initial_rebalance_delay_ms=0))
+        classic = GroupCoordinator(log, CoordinatorConfig(initial_rebalance_delay_ms=0))
         classic.start()
         joined = await consumer.heartbeat(
             "cg", Heartbeat("m", 0, rebalance_timeout_ms=1000, topics=["t"], client_id="c"), 1
@@ -88,7 +88,7 @@ def test_offsets_of_a_consumer_group_expire_after_the_retention(
             await log.create_topic(TopicConfig(name, 1))
         consumer = ConsumerGroupCoordinator(log)
         config = CoordinatorConfig(initial_rebalance_delay_ms=0, offsets_retention_minutes=1)
-        classic = GroupCoordinator(log.redis, config, clock=lambda: now[0])
+        classic = GroupCoordinator(log, config, clock=lambda: now[0])
         now[0] = 1_000_000
         member = Heartbeat("m", 0, rebalance_timeout_ms=1000, topics=["t"])
         joined = await consumer.heartbeat("cg", member, 1)
@@ -121,7 +121,7 @@ def test_offsets_pending_on_a_transaction_keep_their_group(make_log: Callable[[]
         await log.create_topic(TopicConfig("t", 2))
         consumer = ConsumerGroupCoordinator(log)
         config = CoordinatorConfig(initial_rebalance_delay_ms=0, offsets_retention_minutes=1)
-        classic = GroupCoordinator(log.redis, config, clock=lambda: now[0])
+        classic = GroupCoordinator(log, config, clock=lambda: now[0])
         txns = TransactionCoordinator(log, Partitions(log), classic, clock=lambda: now[0])
         init = await txns.init_producer("tx", 600_000)
         pid, epoch = init.producer_id, init.producer_epoch
@@ -160,7 +160,7 @@ async def txn_setup(make_log: Callable[[], Log], now: list[int]):
     await log.ensure_recovered()
     await log.create_topic(TopicConfig("t", 2))
     config = CoordinatorConfig(initial_rebalance_delay_ms=0, offsets_retention_minutes=1)
-    classic = GroupCoordinator(log.redis, config, clock=lambda: now[0])
+    classic = GroupCoordinator(log, config, clock=lambda: now[0])
     txns = TransactionCoordinator(log, Partitions(log), classic, clock=lambda: now[0])
     return classic, txns
 

@@ -27,7 +27,7 @@ def coordinator(make_log: Callable[[], Log]) -> Callable[..., GroupCoordinator]:
     """Builds a started coordinator inside the running loop (several may share one Redis)."""
 
     def build(config: CoordinatorConfig = FAST) -> GroupCoordinator:
-        c = GroupCoordinator(make_log().redis, config)
+        c = GroupCoordinator(make_log(), config)
         c.start()
         return c
 
@@ -96,22 +96,22 @@ def test_two_members_join_one_round_and_sync(coordinator) -> None:
 def test_only_groups_with_members_are_ticked(coordinator) -> None:
     async def scenario() -> None:
         c = coordinator()
-        active = c.keys.groups_active
+        active = c.store.keys.groups_active
         a = await join(c, session_ms=300)
         await c.sync("g", 1, a.member_id, None, {a.member_id: b"x"})
-        assert await c.redis.smembers(active) == {b"g"}
+        assert await c.store.redis.smembers(active) == {b"g"}
         # A member that stops heartbeating is expired by the regular tick...
         await asyncio.sleep(0.4)
         await c.tick_all()
         assert not (await c.store.load("g")).members
         # ...and the empty group, its heartbeats gone, is not ticked again.
-        assert await c.redis.smembers(active) == set()
-        assert not await c.redis.exists(c.keys.group("g", ":heartbeats"))
+        assert await c.store.redis.smembers(active) == set()
+        assert not await c.store.redis.exists(c.store.keys.group("g", ":heartbeats"))
         # A group with members missing from the set (written by an older version) is
         # found by the sweep, which lists it again.
         b = await join(c, session_ms=300)
         await c.sync("g", 3, b.member_id, None, {b.member_id: b"x"})
-        await c.redis.srem(active, "g")
+        await c.store.redis.srem(active, "g")
         await asyncio.sleep(0.4)
         await c.tick_all()
         assert b.member_id in (await c.store.load("g")).members
@@ -289,7 +289,7 @@ def test_offsets_expire_after_the_retention(make_log) -> None:
     )
 
     async def scenario() -> None:
-        c = GroupCoordinator(make_log().redis, config, clock=lambda: now[0])
+        c = GroupCoordinator(make_log(), config, clock=lambda: now[0])
         c.start()
         offsets = {("t", 0): (1, "", -1), ("u", 0): (2, "", -1)}
         assert await c.admin.commit("solo", -1, "", None, offsets) == Code.NONE

@@ -114,7 +114,7 @@ def setup(make_log: Callable[[], Log]) -> Callable:
         await log.create_topic(TopicConfig("a", 2))
         markers = Markers()
         now = clock or [1_000_000]
-        groups = GroupCoordinator(log.redis)
+        groups = GroupCoordinator(log)
         coordinator = TransactionCoordinator(
             log, markers, groups, TxnConfig(id_expiration_ms=10_000), clock=lambda: now[0]
         )
@@ -272,7 +272,7 @@ def test_a_batch_verified_before_its_transaction_ended_is_refused(make_log) -> N
         await log.ensure_recovered()
         await log.create_topic(TopicConfig("a", 2))
         parts = Partitions(log)
-        c = TransactionCoordinator(log, parts, GroupCoordinator(log.redis))
+        c = TransactionCoordinator(log, parts, GroupCoordinator(log))
         init = await c.init_producer("t", 60_000)
         pid, epoch = init.producer_id, init.producer_epoch
         await c.add_partitions("t", pid, epoch, [("a", 0), ("a", 1)])

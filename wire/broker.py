@@ -172,7 +172,7 @@ class Broker:
             config.fetch_session_eviction_ms,
             read_cache=lambda: ReadCache(self.notifier),
         )
-        self.groups = GroupCoordinator(log.redis, config.groups, log.ns)
+        self.groups = GroupCoordinator(log, config.groups)
         self.consumer_groups = ConsumerGroupCoordinator(log, config.consumer_groups)
         self.credentials = log.stores.credentials  # SCRAM users
         self.cluster_id = ""

@@ -58,6 +58,8 @@ ERROR_CODES: dict[type[core.KafkaesqueError], ErrorCode] = {
     # Appended but not yet on disk (WAITAOF) or at the replicas (WAIT) in time.
     core.NotDurable: ErrorCode.not_enough_replicas_after_append,
     core.GroupBusy: ErrorCode.non_empty_group,
+    # The coordinators answer it as a code; retriable, should one ever escape them.
+    core.TransactionalIdBusy: ErrorCode.concurrent_transactions,
     core.AuthorizationFailed: ErrorCode.cluster_authorization_failed,
     core.TopicAuthorizationFailed: ErrorCode.topic_authorization_failed,
     core.GroupAuthorizationFailed: ErrorCode.group_authorization_failed,

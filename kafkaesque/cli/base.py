@@ -137,7 +137,7 @@ class Context:
             await self._archives.pop().close()
 
     def groups(self, log: Log) -> GroupCoordinator:
-        return GroupCoordinator(log.redis, namespace=log.ns)
+        return GroupCoordinator(log)
 
 
 def run_async(fn: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., Any]:

@@ -16,9 +16,7 @@ from kafkaesque.txn.transaction import TxnState
 
 def coordinator(ctx: Context) -> TransactionCoordinator:
     log = ctx.log(archive=False)
-    return TransactionCoordinator(
-        log, Partitions(log), GroupCoordinator(log.redis, namespace=log.ns)
-    )
+    return TransactionCoordinator(log, Partitions(log), GroupCoordinator(log))
 
 
 def started(ms: int) -> str:

@@ -13,9 +13,6 @@ and call on it for offset expiry in their sweep.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import cast
-
-from redis.typing import EncodableT, FieldT
 
 from kafkaesque.config.group_keys import check_group_configs
 from kafkaesque.errors import Code, GroupBusy
@@ -29,33 +26,30 @@ from kafkaesque.groups.rules import (
 )
 from kafkaesque.groups.state import Group
 from kafkaesque.groups.types import CoordinatorConfig, GroupState
-from kafkaesque.hot.group_offsets import (
-    CommittedOffset,
-    OffsetStore,
-    indexed,
-    pending_transactional,
-)
+from kafkaesque.hot.consumer_group_store import ConsumerGroupStore
+from kafkaesque.hot.group_offsets import CommittedOffset
 from kafkaesque.hot.group_store import GroupStore
 
 
 class GroupAdmin:
-    """A group's offsets, configs, listing and deletion. ``expired``: the group with the
-    members whose session ended removed (the coordinator's), called under its lock."""
+    """A group's offsets, configs, listing and deletion. ``consumer_groups``: the KIP-848
+    groups under the same ids; ``expired``: the group with the members whose session
+    ended removed (the coordinator's), called under its lock."""
 
     def __init__(
         self,
         store: GroupStore,
+        consumer_groups: ConsumerGroupStore,
         config: CoordinatorConfig,
         clock: Callable[[], int],
         expired: Callable[[str], Awaitable[Group | None]],
     ) -> None:
         self.store = store
-        self.redis = store.redis
-        self.keys = store.keys
+        self.consumer_groups = consumer_groups
         self.config = config
         self.clock = clock
         self.expired = expired
-        self.offsets = OffsetStore(store.redis, store.keys)
+        self.offsets = store.offsets
 
     # -- offsets --------------------------------------------------------------------
     async def commit(
@@ -76,7 +70,7 @@ class GroupAdmin:
             group = await self.store.load(group_id)
             # KIP-848 hook: a consumer-protocol group checks member epochs instead.
             consumer = await consumer_commit_error(
-                self.redis, self.keys, group_id, member_id, generation, api_version
+                self.consumer_groups, group_id, member_id, generation, api_version
             )
             error = commit_error(group, member_id, instance_id, generation, api_version)
             error = error if consumer is None else consumer
@@ -107,11 +101,11 @@ class GroupAdmin:
         async with self.store.lock(group_id):
             if offsets:
                 if await self.store.load(group_id) is None and (
-                    await consumer_group_subscriptions(self.redis, self.keys, group_id) is None
+                    await consumer_group_subscriptions(self.consumer_groups, group_id) is None
                 ):
                     await self.store.save(Group(group_id, empty_since_ms=self.clock()))
                 await self.offsets.write(group_id, offsets)
-            await self.redis.hdel(self.keys.group_txn_offsets(group_id), *fields)
+            await self.store.staged.drop(group_id, fields)
 
     async def committed(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
         return await self.offsets.read(group_id)
@@ -170,7 +164,7 @@ class GroupAdmin:
         """A consumer group's offsets of topics no member subscribes to expire from their
         commit; the group goes once it is empty and has none left, as Kafka's group
         coordinator does. Called under the group's lock."""
-        found = await consumer_group_subscriptions(self.redis, self.keys, group_id)
+        found = await consumer_group_subscriptions(self.consumer_groups, group_id)
         if found is None:
             return
         has_members, subscribed = found
@@ -194,7 +188,7 @@ class GroupAdmin:
         their partitions."""
         retention = self.config.offsets_retention_ms
         committed = await self.offsets.read(group_id)
-        pending = await pending_transactional(self.redis, self.keys, group_id)
+        pending = await self.store.staged.partitions(group_id)
         expired = [
             tp
             for tp, c in committed.items()
@@ -210,9 +204,7 @@ class GroupAdmin:
     async def group_configs(self, group_id: str) -> dict[str, str]:
         """The group's dynamic configs (name -> canonical value); kept whether or not the
         group exists, as Kafka keeps them."""
-        raw = await self.redis.hgetall(self.keys.group_configs(group_id))
-        fields = cast("dict[bytes, bytes]", raw)  # replies are bytes
-        return {k.decode(): v.decode() for k, v in fields.items()}
+        return await self.store.configs(group_id)
 
     async def alter_group_configs(
         self,
@@ -224,23 +216,16 @@ class GroupAdmin:
         """Replace the group's configs by ``change`` of them, checked as a whole against
         the broker's ``defaults`` and bounds (``check_group_configs``; InvalidConfig), under
         the group's lock so two alters do not lose one another's change."""
-        key = self.keys.group_configs(group_id)
         async with self.store.lock(group_id):
             configs = change(await self.group_configs(group_id))
             check_group_configs(configs, defaults)
             if not validate_only:
-                pipe = self.redis.pipeline(transaction=True)
-                pipe.delete(key)
-                if configs:
-                    # (a dict[str, str] is a valid mapping: redis-py's key type is invariant)
-                    pipe.hset(key, mapping=cast("dict[FieldT, EncodableT]", configs))
-                await pipe.execute()
+                await self.store.replace_configs(group_id, configs)
         return configs
 
     # -- listing, deletion --------------------------------------------------------------
     async def list_groups(self) -> list[str]:
-        names = cast("set[bytes]", await self.redis.smembers(self.keys.groups))  # replies are bytes
-        return sorted(g.decode() for g in names)
+        return await self.store.list_groups()
 
     async def delete(self, group_id: str) -> Code:
         async with self.store.lock(group_id):
@@ -255,18 +240,4 @@ class GroupAdmin:
 
     async def _drop(self, group_id: str) -> None:
         """Delete a group and its offsets; called under its lock."""
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.delete(
-            self.keys.group(group_id),
-            self.keys.group(group_id, ":consumer"),  # a consumer group's (KIP-848) state
-            self.keys.group(group_id, ":offsets"),
-            self.keys.group_txn_offsets(group_id),  # a later commit brings none back
-            self.keys.group(group_id, ":heartbeats"),
-        )
-        index = [self.keys.groups, self.keys.groups_active, self.keys.consumer_groups_active]
-        if not self.keys.cluster:
-            for key in index:
-                pipe.srem(key, group_id)
-        await pipe.execute()
-        if self.keys.cluster:  # after: see group_offsets.indexed
-            await indexed(self.redis, group_id, [], index)
+        await self.store.drop(group_id)

@@ -1,8 +1,9 @@
 """Consumer groups of the KIP-848 protocol (ConsumerGroupHeartbeat): the coordinator, with
 all state in Redis.
 
-The rules live in kafkaesque/groups/consumer_state.py; this module is their store. A
-group's state is one msgpack value beside the classic group's keys (``ks:group:{G}:consumer``)
+The rules live in kafkaesque/groups/consumer_state.py; this module applies them to the
+stored group (kafkaesque/hot/consumer_group_store.py ``ConsumerGroupStore``). A group's
+state is one msgpack value beside the classic group's keys (``ks:group:{G}:consumer``)
 and it is changed only under the same per-group lock the classic coordinator takes, so
 brokers sharing a Redis agree, and a group id is a classic group or a consumer group,
 never both: the functions at the end are the classic coordinator's hooks for that (a
@@ -15,9 +16,7 @@ Unlike the classic protocol nothing waits here: members learn of changes by hear
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, cast
-
-from redis.asyncio import Redis
+from typing import TYPE_CHECKING
 
 from kafkaesque.clock import now_ms as _now_ms
 from kafkaesque.errors import Code, UnknownTopic
@@ -33,11 +32,8 @@ from kafkaesque.groups.consumer_state import (
     HeartbeatResult,
     new_member_id,
 )
-from kafkaesque.groups.state import Group
 from kafkaesque.groups.types import ExpiryTimers
-from kafkaesque.hot.group_offsets import save_group
-from kafkaesque.hot.group_store import group_lock
-from kafkaesque.hot.keys import Keys
+from kafkaesque.hot.consumer_group_store import ConsumerGroupStore
 
 if TYPE_CHECKING:
     from kafkaesque.hot.log import Log
@@ -45,12 +41,6 @@ if TYPE_CHECKING:
 # How often a heartbeat re-reads the subscribed topics (new topics matching a regex, new
 # partitions) when nothing else made it: Kafka's metadata refresh, roughly.
 TOPIC_REFRESH_MS = 1000
-
-
-async def _load(redis: Redis, keys: Keys, group_id: str) -> ConsumerGroup | None:
-    # Replies are bytes: the client does not decode them.
-    data = cast("bytes | None", await redis.get(keys.group(group_id, ":consumer")))
-    return None if data is None else ConsumerGroup.unpack(data)
 
 
 def validate(hb: Heartbeat, version: int) -> None:
@@ -94,31 +84,19 @@ class ConsumerGroupCoordinator:
 
     def __init__(self, log: Log, config: ConsumerGroupConfig | None = None) -> None:
         self.log = log
-        self.redis = log.redis
+        self.store = ConsumerGroupStore.of(log)
         self.config = config or ConsumerGroupConfig()
-        self.keys = log.keys
         self.timers = ExpiryTimers("consumer group expiry")
 
     async def load(self, group_id: str) -> ConsumerGroup | None:
-        return await _load(self.redis, self.keys, group_id)
+        return await self.store.load(group_id)
 
     async def _save(self, group: ConsumerGroup, heartbeat: str | None = None) -> None:
-        gid, k = group.group_id, self.keys
-
-        def beat(pipe: Any) -> None:
-            if heartbeat is not None and heartbeat in group.members:
-                pipe.hset(k.group(gid, ":heartbeats"), heartbeat, _now_ms())
-
-        # Listed, and its offsets archived, with the rest.
-        await save_group(
-            self.redis,
-            k,
-            gid,
-            (k.group(gid, ":consumer"), group.pack()),
-            k.consumer_groups_active,
-            bool(group.members),
-            more=beat,
+        """Save the group, with the ``heartbeat`` of that member if it is still one."""
+        beat = (
+            (heartbeat, _now_ms()) if heartbeat is not None and heartbeat in group.members else None
         )
+        await self.store.save(group, beat)
 
     async def heartbeat(self, group_id: str, hb: Heartbeat, version: int) -> HeartbeatResult:
         """One ConsumerGroupHeartbeat; raises HeartbeatRefused with the error to answer."""
@@ -127,7 +105,7 @@ class ConsumerGroupCoordinator:
         validate(hb, version)
         if not hb.member_id:  # v0: the coordinator names new members
             hb = dataclasses.replace(hb, member_id=new_member_id())
-        async with group_lock(self.redis, self.keys, group_id):
+        async with self.store.lock(group_id):
             group = await self.load(group_id)
             config = await self.group_config(group_id)
             now = _now_ms()
@@ -151,25 +129,21 @@ class ConsumerGroupCoordinator:
             if group.pack() != before:
                 await self._save(group, heartbeat=member.member_id)
             else:
-                await self.redis.hset(
-                    self.keys.group(group_id, ":heartbeats"), member.member_id, now
-                )
+                await self.store.heartbeat(group_id, member.member_id, now)
             return dataclasses.replace(result, heartbeat_interval_ms=interval)
 
     async def _take_over_classic(self, group_id: str) -> None:
         """A new consumer group under an id a classic group has: refused while that group
         has members (Kafka with group.consumer.migration.policy=disabled); an empty one
         is dropped (its committed offsets stay)."""
-        # Replies are bytes: the client does not decode them.
-        raw = cast("bytes | None", await self.redis.get(self.keys.group(group_id)))
-        if raw is None:
+        classic = await self.store.classic(group_id)
+        if classic is None:
             return
-        if Group.unpack(raw).members:
+        if classic.members:
             raise HeartbeatRefused(
                 Code.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
             )
-        await self.redis.delete(self.keys.group(group_id), self.keys.group(group_id, ":heartbeats"))
-        await self.redis.srem(self.keys.groups_active, group_id)
+        await self.store.drop_classic(group_id)
 
     async def _topics(self, group: ConsumerGroup) -> dict[str, list]:
         """The subscribed topics' [topic id, partition count] from the log."""
@@ -187,37 +161,30 @@ class ConsumerGroupCoordinator:
     async def group_config(self, group_id: str) -> ConsumerGroupConfig:
         """The broker's config with the group's own (consumer.session.timeout.ms,
         consumer.heartbeat.interval.ms: its dynamic group configs)."""
-        # Replies are bytes: the client does not decode them (here and below).
-        configs = cast(
-            "dict[bytes, bytes]", await self.redis.hgetall(self.keys.group_configs(group_id))
-        )
-        return self.config.for_group({k.decode(): v.decode() for k, v in configs.items()})
+        return self.config.for_group(await self.store.configs(group_id))
 
     async def _heartbeats(self, group_id: str) -> dict[str, int]:
-        raw = cast(
-            "dict[bytes, bytes]", await self.redis.hgetall(self.keys.group(group_id, ":heartbeats"))
-        )
-        return {k.decode(): int(v) for k, v in raw.items()}
+        return await self.store.heartbeats(group_id)
 
     async def _expire(self, group_id: str) -> ConsumerGroup | None:
         """Remove the members whose session expired or that did not revoke in time; under
         the group's lock. Returns the group as it is then (None: there is none)."""
         group = await self.load(group_id)
         if group is None:
-            await self.redis.srem(self.keys.consumer_groups_active, group_id)
+            await self.store.unlist(group_id)
             return None
         heartbeats = await self._heartbeats(group_id)
         config = await self.group_config(group_id)
         gone = group.expire(heartbeats, _now_ms(), config)
         if gone:
-            await self.redis.hdel(self.keys.group(group_id, ":heartbeats"), *gone)
+            await self.store.forget_heartbeats(group_id, gone)
             await self._save(group)
         self._arm(group_id, group.next_expiry(heartbeats, config))
         return group
 
     async def tick(self, group_id: str) -> None:
         """Remove members whose session expired or that did not revoke in time."""
-        async with group_lock(self.redis, self.keys, group_id):
+        async with self.store.lock(group_id):
             await self._expire(group_id)
 
     async def tick_all(self) -> None:
@@ -225,25 +192,13 @@ class ConsumerGroupCoordinator:
         one round trip reads them all, and only a group with a member due is locked and
         changed; the others get a timer for their next expiry, so a session ends on the
         millisecond, as Kafka's timers end it, not at the next tick."""
-        active = cast("set[bytes]", await self.redis.smembers(self.keys.consumer_groups_active))
-        group_ids = sorted(g.decode() for g in active)
-        if not group_ids:
-            return
-        pipe = self.redis.pipeline(transaction=False)
-        for g in group_ids:
-            pipe.get(self.keys.group(g, ":consumer"))
-            pipe.hgetall(self.keys.group(g, ":heartbeats"))
-            pipe.hgetall(self.keys.group_configs(g))
-        replies = await pipe.execute()
+        active = await self.store.active()
         now = _now_ms()
-        for i, group_id in enumerate(group_ids):
-            raw, beats, configs = replies[3 * i : 3 * i + 3]
-            if raw is None:
+        for group_id, group, heartbeats, configs in active:
+            if group is None:
                 await self.tick(group_id)  # unlists it
                 continue
-            group = ConsumerGroup.unpack(raw)
-            config = self.config.for_group({k.decode(): v.decode() for k, v in configs.items()})
-            due = group.next_expiry({k.decode(): int(v) for k, v in beats.items()}, config)
+            due = group.next_expiry(heartbeats, self.config.for_group(configs))
             if due is not None and due <= now:
                 await self.tick(group_id)
             else:
@@ -261,33 +216,19 @@ class ConsumerGroupCoordinator:
     # -- for the classic group APIs ----------------------------------------------------------
     async def listing(self, group_ids: list[str]) -> dict[str, str]:
         """Of ``group_ids``, the consumer groups and their states (for ListGroups)."""
-        if not group_ids:
-            return {}
-        keys = [self.keys.group(g, ":consumer") for g in group_ids]
-        # Groups are in slots of their own on a cluster: one GET per slot there.
-        mget = self.redis.mget_nonatomic if self.keys.cluster else self.redis.mget  # type: ignore[attr-defined]
-        raws = await mget(keys)
-        return {
-            g: ConsumerGroup.unpack(raw).state
-            for g, raw in zip(group_ids, raws, strict=True)
-            if raw is not None
-        }
+        found = await self.store.load_many(group_ids)
+        return {g: group.state for g, group in found.items()}
 
     async def delete(self, group_id: str) -> Code | None:
         """DeleteGroups of a consumer group (None: it is none): refused with members."""
-        async with group_lock(self.redis, self.keys, group_id):
+        async with self.store.lock(group_id):
             # Members whose session ended are gone by now, as Kafka's timers remove them.
             group = await self._expire(group_id)
             if group is None:
                 return None
             if group.members:
                 return Code.NON_EMPTY_GROUP
-            await self.redis.delete(
-                self.keys.group(group_id, ":consumer"),
-                self.keys.group(group_id, ":offsets"),
-                self.keys.group_txn_offsets(group_id),  # a later commit brings none back
-            )
-            await self.redis.srem(self.keys.groups, group_id)
+            await self.store.delete(group_id)
         return Code.NONE
 
 
@@ -295,31 +236,30 @@ class ConsumerGroupCoordinator:
 
 
 async def consumer_group_subscriptions(
-    redis: Redis, keys: Keys, group_id: str
+    store: ConsumerGroupStore, group_id: str
 ) -> tuple[bool, frozenset[str]] | None:
     """For offset expiry: whether the consumer group has members, and the topics they
     subscribe to (by name or regex, as last resolved); None if ``group_id`` is none."""
-    group = await _load(redis, keys, group_id)
+    group = await store.load(group_id)
     if group is None:
         return None
     return bool(group.members), frozenset(group.topics) if group.members else frozenset()
 
 
-async def make_room_for_classic(redis: Redis, keys: Keys, group_id: str) -> bool:
+async def make_room_for_classic(store: ConsumerGroupStore, group_id: str) -> bool:
     """Whether a classic JoinGroup may go on: not while a consumer group of that id has
     members (INCONSISTENT_GROUP_PROTOCOL); an empty one is dropped, offsets kept."""
-    group = await _load(redis, keys, group_id)
+    group = await store.load(group_id)
     if group is None:
         return True
     if group.members:
         return False
-    await redis.delete(keys.group(group_id, ":consumer"))
+    await store.drop_state(group_id)
     return True
 
 
 async def consumer_commit_error(
-    redis: Redis,
-    keys: Keys,
+    store: ConsumerGroupStore,
     group_id: str,
     member_id: str,
     epoch: int,
@@ -328,5 +268,5 @@ async def consumer_commit_error(
     """An OffsetCommit's check when ``group_id`` is a consumer group (the generation id is
     the member epoch; ``api_version`` None: a TxnOffsetCommit): see
     ConsumerGroup.commit_error; None when it is not a consumer group."""
-    group = await _load(redis, keys, group_id)
+    group = await store.load(group_id)
     return None if group is None else group.commit_error(member_id, epoch, api_version)

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import NamedTuple, cast
-
-from redis.asyncio import Redis
+from typing import TYPE_CHECKING, NamedTuple
 
 from kafkaesque.clock import now_ms as _now_ms
 from kafkaesque.errors import Code
@@ -36,9 +34,11 @@ from kafkaesque.groups.types import (
     JoinRequest,
     JoinResult,
 )
+from kafkaesque.hot.consumer_group_store import ConsumerGroupStore
 from kafkaesque.hot.group_store import GroupStore
-from kafkaesque.hot.keys import Keys
-from kafkaesque.hot.notify import Notifier
+
+if TYPE_CHECKING:
+    from kafkaesque.hot.log import Log
 
 __all__ = [
     "MAX_METADATA",
@@ -63,24 +63,24 @@ class SyncResult(NamedTuple):
 
 
 class GroupCoordinator:
-    """The classic group protocol over Redis; call ``start`` in the event loop first."""
+    """The classic group protocol over the log's Redis; call ``start`` in the event loop
+    first."""
 
     def __init__(
         self,
-        redis: Redis,
+        log: Log,
         config: CoordinatorConfig | None = None,
-        namespace: str = "ks",
         clock: Callable[[], int] = _now_ms,
     ) -> None:
-        self.redis = redis
         self.clock = clock  # milliseconds; tests move it to expire offsets
         self.config = config or CoordinatorConfig()
-        self.keys = Keys.of(redis, namespace)
-        self.notifier = Notifier(redis, self.keys.group_events(""))
         self.timers = ExpiryTimers("expiring group members", clock)
-        self.store = GroupStore(redis, self.keys, self.notifier.notify)
+        self.store = GroupStore.of(log)
+        self.notifier = self.store.notifier  # a save announces the group's change on it
+        # The KIP-848 groups under the same ids (a group id speaks one protocol).
+        self.consumer_groups = ConsumerGroupStore.of(log)
         # The group's offsets, configs, listing and deletion.
-        self.admin = GroupAdmin(self.store, self.config, clock, self._expired)
+        self.admin = GroupAdmin(self.store, self.consumer_groups, self.config, clock, self._expired)
 
     def start(self) -> None:
         self.notifier.start()
@@ -92,14 +92,14 @@ class GroupCoordinator:
 
     # -- heartbeats -------------------------------------------------------------------
     async def _heartbeat(self, group_id: str, member_id: str) -> None:
-        await self.redis.hset(self.keys.group(group_id, ":heartbeats"), member_id, self.clock())
+        await self.store.heartbeat(group_id, member_id, self.clock())
 
     # -- the join barrier ---------------------------------------------------------
     async def join(self, group_id: str, request: JoinRequest) -> JoinResult:
         async with self.store.lock(group_id):
             # KIP-848 hook (kafkaesque/groups/consumer.py): a consumer-protocol group with
             # members refuses classic members; an empty one gives way.
-            if not await make_room_for_classic(self.redis, self.keys, group_id):
+            if not await make_room_for_classic(self.consumer_groups, group_id):
                 return JoinResult(Code.INCONSISTENT_GROUP_PROTOCOL, request.member_id)
             group = await self.store.load(group_id) or Group(group_id)
             step = group.join(request, self.clock(), self.config)
@@ -206,7 +206,7 @@ class GroupCoordinator:
                     await self.admin.expire_consumer_group_offsets(group_id, self.clock())
                 return
             if sweep and group.members:
-                await self.redis.sadd(self.keys.groups_active, group_id)
+                await self.store.mark_active(group_id)
             if sweep:
                 await self.admin.expire_offsets(group, self.clock())
 
@@ -217,14 +217,11 @@ class GroupCoordinator:
         group = await self.store.load(group_id)
         if group is None:
             return None
-        heartbeats_key = self.keys.group(group_id, ":heartbeats")
-        # Replies are bytes: the client does not decode them.
-        raw = cast("dict[bytes, bytes]", await self.redis.hgetall(heartbeats_key))
-        heartbeats = {k.decode(): int(v) for k, v in raw.items()}
+        heartbeats = await self.store.heartbeats(group_id)
         now = self.clock()
         expired = group.expire(heartbeats, now, self.config)
         if expired:
-            await self.redis.hdel(heartbeats_key, *expired)
+            await self.store.forget_heartbeats(group_id, expired)
         if group.close_round_if_due(now) or expired:
             await self.store.save(group)
         self.timers.arm(group_id, group.next_due(heartbeats), self.tick)
@@ -237,23 +234,12 @@ class GroupCoordinator:
         sweep over thousands of groups) holds up the next one. With ``sweep``, then tick
         every group there is (offset expiry; empty groups, which can be thousands of
         short-lived ids, cost nothing otherwise)."""
-        # Replies are bytes: the client does not decode them.
-        active = cast("set[bytes]", await self.redis.smembers(self.keys.groups_active))
-        group_ids = sorted(g.decode() for g in active)
-        if group_ids:
-            pipe = self.redis.pipeline(transaction=False)
-            for g in group_ids:
-                pipe.get(self.keys.group(g))
-                pipe.hgetall(self.keys.group(g, ":heartbeats"))
-            replies = await pipe.execute()
+        active = await self.store.active()
+        if active:
             now = self.clock()
-            for i, group_id in enumerate(group_ids):
-                raw, beats = replies[2 * i], replies[2 * i + 1]
-                due = None
-                if raw is not None:
-                    heartbeats = {k.decode(): int(v) for k, v in beats.items()}
-                    due = Group.unpack(raw).next_due(heartbeats)
-                if raw is None or (due is not None and due <= now):
+            for group_id, group, heartbeats in active:
+                due = None if group is None else group.next_due(heartbeats)
+                if group is None or (due is not None and due <= now):
                     await self.tick(group_id)
                 else:
                     self.timers.arm(group_id, due, self.tick)

@@ -1,36 +1,100 @@
-"""A classic group's stored state: the msgpack value, its save and its per-group lock.
+"""A group's stored state: the classic group's msgpack value, its save and its per-group
+lock, and what a group id keeps beside it whichever protocol it speaks.
 
 This module owns how a group (kafkaesque/groups/state.py ``Group``) lives in Redis: one
 value per group, read with ``load`` and written with ``save`` (with the group lists, in
 one MULTI: kafkaesque/hot/group_offsets.py ``save_group``), every read-modify-write under a
-short per-group lock (``lock``) whose timeout frees it if a process dies holding it. The
-group coordinator (groups/coordinator.py, the protocol's rounds) and its offsets and admin
-side (kafkaesque/groups/admin.py) share one ``GroupStore``; a save announces the change
-through the callback the coordinator gives, so waiting requests wake up.
+short per-group lock (``lock``) whose timeout frees it if a process dies holding it; the
+members' heartbeats (a hash beside the value, cheap to write), the group's dynamic
+configs, the index sets (``groups``, ``groups:active``) and a group's deletion. The group
+coordinator (groups/coordinator.py, the protocol's rounds) and its offsets and admin side
+(kafkaesque/groups/admin.py) share one ``GroupStore``; a save announces the change on the
+store's ``notifier``, so waiting requests, in this process or another, wake up. The
+KIP-848 consumer groups' store (kafkaesque/hot/consumer_group_store.py) shares
+``GroupRecords``: the lock, heartbeats and configs are one per group id.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from redis.asyncio import Redis
 from redis.asyncio.lock import Lock
 from redis.exceptions import LockError, LockNotOwnedError
+from redis.typing import EncodableT, FieldT
 
 from kafkaesque.errors import HotTierUnavailable
 from kafkaesque.groups.state import Group
-from kafkaesque.hot.group_offsets import save_group
+from kafkaesque.hot.group_offsets import OffsetStore, indexed, save_group
 from kafkaesque.hot.keys import Keys
+from kafkaesque.hot.notify import Notifier
+from kafkaesque.hot.txn_offsets import StagedOffsets
+
+if TYPE_CHECKING:
+    from kafkaesque.hot.log import Log
 
 
-class GroupStore:
-    """Load, save and lock classic groups; ``saved`` is told each group id saved."""
+def decoded_configs(raw: Any) -> dict[str, str]:
+    """A configs hash as read: name -> value."""
+    # Replies are bytes: the client does not decode them.
+    return {k.decode(): v.decode() for k, v in cast("dict[bytes, bytes]", raw).items()}
 
-    def __init__(self, redis: Redis, keys: Keys, saved: Callable[[str], None]) -> None:
+
+def decoded_heartbeats(raw: Any) -> dict[str, int]:
+    """A heartbeats hash as read: member id -> last heartbeat (ms)."""
+    return {k.decode(): int(v) for k, v in cast("dict[bytes, bytes]", raw).items()}
+
+
+class GroupRecords:
+    """What a group id keeps whichever protocol it speaks: its lock, its members'
+    heartbeats (member id -> last heartbeat, ms) and its dynamic configs."""
+
+    def __init__(self, redis: Redis, keys: Keys) -> None:
         self.redis = redis
         self.keys = keys
-        self.saved = saved
+
+    def lock(self, group_id: str) -> Any:
+        return group_lock(self.redis, self.keys, group_id)
+
+    async def heartbeat(self, group_id: str, member_id: str, now_ms: int) -> None:
+        await self.redis.hset(self.keys.group(group_id, ":heartbeats"), member_id, now_ms)
+
+    async def heartbeats(self, group_id: str) -> dict[str, int]:
+        return decoded_heartbeats(
+            await self.redis.hgetall(self.keys.group(group_id, ":heartbeats"))
+        )
+
+    async def forget_heartbeats(self, group_id: str, member_ids: list[str]) -> None:
+        await self.redis.hdel(self.keys.group(group_id, ":heartbeats"), *member_ids)
+
+    async def configs(self, group_id: str) -> dict[str, str]:
+        """The group's dynamic configs (name -> value); kept whether or not it exists."""
+        return decoded_configs(await self.redis.hgetall(self.keys.group_configs(group_id)))
+
+
+class ActiveGroup(NamedTuple):
+    """A group listed active, read in ``GroupStore.active``: None if it is gone."""
+
+    group_id: str
+    group: Group | None
+    heartbeats: dict[str, int]
+
+
+class GroupStore(GroupRecords):
+    """Load, save and lock classic groups, and what they keep beside their state: the
+    committed ``offsets``, the offsets transactions hold ``staged`` for them, and the
+    ``notifier`` each save announces the group's change on."""
+
+    def __init__(self, redis: Redis, keys: Keys) -> None:
+        super().__init__(redis, keys)
+        self.notifier = Notifier(redis, keys.group_events(""))
+        self.offsets = OffsetStore(redis, keys)
+        self.staged = StagedOffsets(redis, keys)
+
+    @classmethod
+    def of(cls, log: Log) -> GroupStore:
+        """The store on the log's client and keys."""
+        return cls(log.redis, log.keys)
 
     async def load(self, group_id: str) -> Group | None:
         data = await self.redis.get(self.keys.group(group_id))
@@ -47,10 +111,63 @@ class GroupStore:
             bool(group.members),
             event=group.generation,
         )
-        self.saved(gid)
+        self.notifier.notify(gid)
 
-    def lock(self, group_id: str) -> Any:
-        return group_lock(self.redis, self.keys, group_id)
+    async def mark_active(self, group_id: str) -> None:
+        """List the group as having members (heals the set: see the coordinator's tick)."""
+        await self.redis.sadd(self.keys.groups_active, group_id)
+
+    async def active(self) -> list[ActiveGroup]:
+        """Every group listed active, with its heartbeats, in one round trip, by id."""
+        # Replies are bytes: the client does not decode them.
+        listed = cast("set[bytes]", await self.redis.smembers(self.keys.groups_active))
+        group_ids = sorted(g.decode() for g in listed)
+        if not group_ids:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for g in group_ids:
+            pipe.get(self.keys.group(g))
+            pipe.hgetall(self.keys.group(g, ":heartbeats"))
+        replies = await pipe.execute()
+        return [
+            ActiveGroup(g, None if raw is None else Group.unpack(raw), decoded_heartbeats(beats))
+            for g, raw, beats in zip(group_ids, replies[::2], replies[1::2], strict=True)
+        ]
+
+    async def replace_configs(self, group_id: str, configs: dict[str, str]) -> None:
+        """The group's dynamic configs become ``configs`` (empty: none), at once."""
+        key = self.keys.group_configs(group_id)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.delete(key)
+        if configs:
+            # (a dict[str, str] is a valid mapping: redis-py's key type is invariant)
+            pipe.hset(key, mapping=cast("dict[FieldT, EncodableT]", configs))
+        await pipe.execute()
+
+    async def list_groups(self) -> list[str]:
+        """Every group id listed (classic or consumer protocol), sorted."""
+        names = cast("set[bytes]", await self.redis.smembers(self.keys.groups))  # replies are bytes
+        return sorted(g.decode() for g in names)
+
+    async def drop(self, group_id: str) -> None:
+        """Delete a group of either protocol, its offsets, staged offsets and heartbeats,
+        and unlist it; called under its lock."""
+        k = self.keys
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.delete(
+            k.group(group_id),
+            k.group(group_id, ":consumer"),  # a consumer group's (KIP-848) state
+            k.group(group_id, ":offsets"),
+            k.group_txn_offsets(group_id),  # a later commit brings none back
+            k.group(group_id, ":heartbeats"),
+        )
+        index = [k.groups, k.groups_active, k.consumer_groups_active]
+        if not k.cluster:
+            for key in index:
+                pipe.srem(key, group_id)
+        await pipe.execute()
+        if k.cluster:  # after: see group_offsets.indexed
+            await indexed(self.redis, group_id, [], index)
 
 
 def group_lock(redis: Redis, keys: Keys, group_id: str) -> Any:

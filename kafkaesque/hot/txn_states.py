@@ -4,7 +4,8 @@ This module owns how the transaction coordinator keeps a ``Transaction``
 (kafkaesque/txn/transaction.py) in Redis: ``load`` and ``save`` (the hash, with the set of
 every id and the sorted set of ids with something due, in one MULTI, or as supersets on
 a Redis Cluster), ``drop`` of an id idle too long, ``all`` ids for ListTransactions and
-the expiry sweep, and the short per-id lock every transition runs under. The requests
+the expiry sweep, the ids ``due`` for a timeout or a completion, and the short per-id
+lock every transition runs under. The requests
 (kafkaesque/txn/coordinator.py ``TransactionCoordinator``) and the completion of ended or
 timed-out transactions (kafkaesque/txn/completion.py) share one ``TxnStates``.
 """
@@ -13,12 +14,18 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from redis.asyncio import Redis
+from redis.exceptions import LockError
+from redis.typing import EncodableT, FieldT
 
+from kafkaesque.errors import TransactionalIdBusy
 from kafkaesque.hot.keys import Keys
 from kafkaesque.txn.transaction import Transaction
+
+if TYPE_CHECKING:
+    from kafkaesque.hot.log import Log
 
 
 class TxnStates:
@@ -27,6 +34,11 @@ class TxnStates:
     def __init__(self, redis: Redis, keys: Keys) -> None:
         self.redis = redis
         self.keys = keys
+
+    @classmethod
+    def of(cls, log: Log) -> TxnStates:
+        """The store on the log's client and keys."""
+        return cls(log.redis, log.keys)
 
     async def load(self, transactional_id: str) -> Transaction | None:
         raw = await self.redis.hgetall(self.keys.transaction(transactional_id))
@@ -40,18 +52,20 @@ class TxnStates:
         nothing due, which it skips, never misses one."""
         tid = txn.transactional_id
         deadline = txn.deadline_ms()
+        # (its str keys are valid fields: redis-py's key type is invariant)
+        fields = cast("dict[FieldT, EncodableT]", txn.fields())
         if self.keys.cluster:
             index = self.redis.pipeline(transaction=False)
             index.sadd(self.keys.transactions, tid)
             if deadline is not None:
                 index.zadd(self.keys.transactions_due, {tid: deadline})
             await index.execute()
-            await self.redis.hset(self.keys.transaction(tid), mapping=txn.fields())
+            await self.redis.hset(self.keys.transaction(tid), mapping=fields)
             if deadline is None:
                 await self.redis.zrem(self.keys.transactions_due, tid)
             return
         pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(self.keys.transaction(tid), mapping=txn.fields())
+        pipe.hset(self.keys.transaction(tid), mapping=fields)
         pipe.sadd(self.keys.transactions, tid)
         if deadline is None:
             pipe.zrem(self.keys.transactions_due, tid)
@@ -69,12 +83,26 @@ class TxnStates:
     @contextlib.asynccontextmanager
     async def locked(self, transactional_id: str) -> AsyncIterator[None]:
         """The id's lock for one read-modify-write (markers included); its timeout frees
-        it if a process dies holding it. Raises LockError if it cannot be had in time."""
+        it if a process dies holding it. Raises TransactionalIdBusy if it cannot be had in
+        time, or was lost before its release (the block's own lock errors alike)."""
         lock = self.redis.lock(
             self.keys.transaction(transactional_id, ":lock"), timeout=15, blocking_timeout=15
         )
-        async with lock:
-            yield
+        try:
+            async with lock:
+                yield
+        except LockError as exc:
+            raise TransactionalIdBusy(f"transactional id {transactional_id!r} is busy") from exc
+
+    async def due(self, now_ms: int) -> list[str]:
+        """The ids with a timeout or a completion due by ``now_ms``."""
+        # Replies are bytes, and without scores the range is a list of members.
+        due = await self.redis.zrangebyscore(self.keys.transactions_due, "-inf", now_ms)
+        return [raw.decode() for raw in cast("list[bytes]", due)]
+
+    async def not_due(self, transactional_id: str) -> None:
+        """Take an id off the due set (its state is gone)."""
+        await self.redis.zrem(self.keys.transactions_due, transactional_id)
 
     async def all(self) -> list[Transaction]:
         # Replies are bytes: the client does not decode them.

@@ -18,11 +18,14 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Protocol, cast
+from typing import Protocol
 
-from redis.exceptions import LockError
-
-from kafkaesque.errors import InvalidProducerEpoch, KafkaesqueError, UnknownTopic
+from kafkaesque.errors import (
+    InvalidProducerEpoch,
+    KafkaesqueError,
+    TransactionalIdBusy,
+    UnknownTopic,
+)
 from kafkaesque.hot.outage import REDIS, REDIS_CONNECTION_ERRORS
 from kafkaesque.hot.txn_states import TxnStates
 from kafkaesque.txn.offsets import TopicPartition
@@ -122,22 +125,16 @@ class TxnCompletion:
         longer than transactional.id.expiration.ms."""
         states = self.states
         now = self.clock()
-        # Replies are bytes, and without scores the range is a list of members.
-        due = cast(
-            "list[bytes]",
-            await states.redis.zrangebyscore(states.keys.transactions_due, "-inf", now),
-        )
-        for raw in due:
-            transactional_id = raw.decode()
+        for transactional_id in await states.due(now):
             try:
                 async with states.locked(transactional_id):
                     await self._time_out(transactional_id)
-            except LockError:
+            except TransactionalIdBusy:
                 continue  # busy: the next tick
         if sweep:
             for txn in await states.all():
                 if txn.expired(self.clock(), self.config):
-                    with contextlib.suppress(LockError):
+                    with contextlib.suppress(TransactionalIdBusy):
                         async with states.locked(txn.transactional_id):
                             again = await states.load(txn.transactional_id)
                             if again is not None and again.expired(self.clock(), self.config):
@@ -149,7 +146,7 @@ class TxnCompletion:
     async def _time_out(self, transactional_id: str) -> None:
         txn = await self.states.load(transactional_id)
         if txn is None:
-            await self.states.redis.zrem(self.states.keys.transactions_due, transactional_id)
+            await self.states.not_due(transactional_id)
             return
         now = self.clock()
         if txn.state == TxnState.ONGOING and txn.start_ms + txn.timeout_ms <= now:

@@ -21,11 +21,8 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from redis.asyncio import Redis
-from redis.exceptions import LockError
-
 from kafkaesque.clock import now_ms as _now_ms
-from kafkaesque.errors import Code, UnknownTopic
+from kafkaesque.errors import Code, TransactionalIdBusy, UnknownTopic
 from kafkaesque.groups.coordinator import GroupCoordinator
 from kafkaesque.hot.log import Log
 from kafkaesque.hot.txn_states import TxnStates
@@ -66,12 +63,11 @@ class TransactionCoordinator(TxnOffsetStore):
         clock: Callable[[], int] = _now_ms,
     ) -> None:
         self.log = log
-        self.redis: Redis = log.redis
-        self.keys = log.keys
         self.groups = groups
+        self.staged = groups.store.staged  # the offsets TxnOffsetCommit holds pending
         self.config = config or TxnConfig()
         self.clock = clock  # milliseconds; tests move it to time transactions out
-        self.states = TxnStates(self.redis, self.keys)
+        self.states = TxnStates.of(log)
         # Markers, pending offsets settled, timeouts: ending what the requests prepared.
         self.completion = TxnCompletion(
             self.states, markers, self._settle_offsets, self.config, clock
@@ -92,7 +88,7 @@ class TransactionCoordinator(TxnOffsetStore):
         try:
             async with self.states.locked(transactional_id):
                 return await self._init(transactional_id, timeout_ms, expected)
-        except LockError:
+        except TransactionalIdBusy:
             return InitResult(Code.CONCURRENT_TRANSACTIONS)
 
     async def _init(
@@ -184,7 +180,7 @@ class TransactionCoordinator(TxnOffsetStore):
                 if not error:
                     await self.states.save(txn)
                 return error
-        except LockError:
+        except TransactionalIdBusy:
             return Code.CONCURRENT_TRANSACTIONS
 
     async def verify_for_append(
@@ -236,7 +232,7 @@ class TransactionCoordinator(TxnOffsetStore):
                 await self.states.save(txn)
                 await self.completion.finish(txn)
                 return Code.NONE
-        except LockError:
+        except TransactionalIdBusy:
             return Code.CONCURRENT_TRANSACTIONS
 
     # -- admin ----------------------------------------------------------------------------

@@ -5,26 +5,15 @@ transaction ends (kafkaesque.txn.coordinator.TransactionCoordinator inherits thi
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import cast
 
-import msgpack
-from redis.asyncio import Redis
-from redis.exceptions import LockError
-from redis.typing import EncodableT, FieldT
-
-from kafkaesque.errors import Code, UnknownTopic
+from kafkaesque.errors import Code, TransactionalIdBusy, UnknownTopic
 from kafkaesque.groups.consumer import consumer_commit_error
 from kafkaesque.groups.coordinator import GroupCoordinator
 from kafkaesque.groups.rules import check_member
 from kafkaesque.groups.types import MAX_METADATA, GroupState
-from kafkaesque.hot.group_offsets import (
-    CommittedOffset,
-    pending_field,
-    pending_field_name,
-    pending_transactional,
-)
-from kafkaesque.hot.keys import Keys
+from kafkaesque.hot.group_offsets import CommittedOffset
 from kafkaesque.hot.log import Log
+from kafkaesque.hot.txn_offsets import StagedOffsets
 from kafkaesque.hot.txn_states import TxnStates
 
 TopicPartition = tuple[str, int]
@@ -35,10 +24,9 @@ PendingOffset = tuple[int, str | None, int]
 class TxnOffsetStore:
     """The transaction coordinator's side of consumer group offsets."""
 
-    redis: Redis
-    keys: Keys
     log: Log
     groups: GroupCoordinator
+    staged: StagedOffsets  # the groups': offsets held pending, by group
     clock: Callable[[], int]
     states: TxnStates  # the coordinator's: a transactional id's state, and its per-id lock
 
@@ -73,7 +61,7 @@ class TxnOffsetStore:
                 if group_error:
                     return every(group_error)
                 return await self._stage(transactional_id, group_id, offsets)
-        except LockError:
+        except TransactionalIdBusy:
             return every(Code.CONCURRENT_TRANSACTIONS)
 
     async def _stage(
@@ -81,7 +69,7 @@ class TxnOffsetStore:
     ) -> dict[TopicPartition, int]:
         """Stage the offsets until the transaction ends; a Kafka code per partition."""
         codes: dict[TopicPartition, int] = {}
-        values: dict[FieldT, EncodableT] = {}
+        staged: dict[TopicPartition, PendingOffset] = {}
         counts = {}  # partitions per topic; 0: no such topic (Kafka answers it unknown)
         for topic in {t for t, _ in offsets}:
             try:
@@ -96,10 +84,8 @@ class TxnOffsetStore:
                 codes[topic, partition] = Code.OFFSET_METADATA_TOO_LARGE
                 continue
             codes[topic, partition] = Code.NONE
-            field = pending_field_name(transactional_id, topic, partition)
-            values[field] = msgpack.packb([offset, metadata or "", epoch])
-        if values:
-            await self.redis.hset(self.keys.group_txn_offsets(group_id), mapping=values)
+            staged[topic, partition] = (offset, metadata, epoch)
+        await self.staged.stage(group_id, transactional_id, staged)
         return codes
 
     async def _group_error(
@@ -111,7 +97,7 @@ class TxnOffsetStore:
         if member_id:
             # A consumer-protocol (KIP-848) group: the generation is the member epoch.
             consumer = await consumer_commit_error(
-                self.redis, self.keys, group_id, member_id, generation
+                self.groups.consumer_groups, group_id, member_id, generation
             )
             if consumer == Code.STALE_MEMBER_EPOCH:
                 return Code.ILLEGAL_GENERATION
@@ -129,22 +115,17 @@ class TxnOffsetStore:
     async def pending_offsets(self, group_id: str) -> set[TopicPartition]:
         """The group's partitions with offsets pending on an open transaction (OffsetFetch
         require_stable answers UNSTABLE_OFFSET_COMMIT for them)."""
-        return await pending_transactional(self.redis, self.keys, group_id)
+        return await self.staged.partitions(group_id)
 
     async def _settle_offsets(self, group_id: str, transactional_id: str, commit: bool) -> None:
-        key = self.keys.group_txn_offsets(group_id)
-        raw = {}
-        fields = cast("dict[bytes, bytes]", await self.redis.hgetall(key))  # replies are bytes
-        for field, value in fields.items():
-            owner, topic, partition = pending_field(field)
-            if owner == transactional_id:
-                raw[field] = (topic, partition, value)
-        if not raw:
+        held = await self.staged.held(group_id, transactional_id)
+        if not held:
             return
         offsets = {}
         if commit:
             now = self.clock()
-            for topic, partition, value in raw.values():
-                offset, metadata, epoch = msgpack.unpackb(value)
-                offsets[topic, partition] = CommittedOffset(offset, metadata, now, epoch)
-        await self.groups.admin.settle_pending(group_id, list(raw), offsets)
+            for o in held.values():
+                offsets[o.topic, o.partition] = CommittedOffset(
+                    o.offset, o.metadata, now, o.leader_epoch
+                )
+        await self.groups.admin.settle_pending(group_id, list(held), offsets)

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 import msgpack
-from redis.typing import EncodableT, FieldT
 
 from kafkaesque.errors import Code
 
@@ -82,7 +81,7 @@ class Transaction:
     serial: int = 0
 
     # -- storage: one Redis hash per transactional id -------------------------------
-    def fields(self) -> dict[FieldT, EncodableT]:
+    def fields(self) -> dict[str, int | str | bytes]:
         return {
             "producer_id": self.producer_id,
             "producer_epoch": self.producer_epoch,

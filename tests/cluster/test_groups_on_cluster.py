@@ -38,7 +38,7 @@ def test_offsets_snapshot_and_restore_per_group(empty_cluster: ClusterServers) -
     async def scenario() -> None:
         log = Log(redis_client(empty_cluster.cluster_url))
         await log.ensure_recovered()
-        groups = GroupCoordinator(log.redis, CoordinatorConfig(initial_rebalance_delay_ms=0))
+        groups = GroupCoordinator(log, CoordinatorConfig(initial_rebalance_delay_ms=0))
         for gid, offset in (("a", 3), ("b", 7), ("c{x}", 9)):
             error = await groups.admin.commit(gid, -1, "", None, {("t", 0): (offset, "m", -1)})
             assert error == Code.NONE

@@ -53,7 +53,7 @@ def test_nul_in_offset_metadata_and_group_id_is_archived_and_restored(
     async def scenario() -> None:
         pool = await create_pool(pg_dsn)
         log = make_log(redis_url)
-        groups = GroupCoordinator(log.redis, namespace=log.ns)
+        groups = GroupCoordinator(log)
         await log.enable_archiving()
         await log.create_topic(TopicConfig("t", 1, page_size=5))
         await produce(log, "t", 0, [b"x"] * 10)
@@ -172,7 +172,7 @@ def test_client_strings_round_trip_through_the_archive(
         async with pool.acquire() as conn:  # a fresh archive for every example
             await conn.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
         await log.redis.flushall()
-        groups = GroupCoordinator(log.redis, namespace=log.ns)
+        groups = GroupCoordinator(log)
         await log.enable_archiving()
         await log.create_topic(TopicConfig("t", 1, page_size=1, configs={THROTTLED: config}))
         configs = (await log.topic("t")).configs

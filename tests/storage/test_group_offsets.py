@@ -27,7 +27,7 @@ def test_offsets_come_back_after_flushall_as_committed(
     async def scenario() -> None:
         pool = await create_pool(pg_dsn)
         log = make_log(redis_url)
-        groups = GroupCoordinator(log.redis, namespace=log.ns)
+        groups = GroupCoordinator(log)
         await log.enable_archiving()
         await log.create_topic(TopicConfig("t", 2, page_size=5))
         await produce(log, "t", 0, [b"x"] * 10)  # two closed pages: archived
@@ -71,7 +71,7 @@ def test_commits_after_the_loss_win_over_the_archive(redis_url: str, pg_dsn: str
     async def scenario() -> None:
         pool = await create_pool(pg_dsn)
         log = make_log(redis_url)
-        groups = GroupCoordinator(log.redis, namespace=log.ns)
+        groups = GroupCoordinator(log)
         await log.enable_archiving()
         await log.create_topic(TopicConfig("t", 1, page_size=5))
         await produce(log, "t", 0, [b"x"] * 10)
@@ -117,7 +117,7 @@ def test_a_group_comes_back_with_its_members(redis_url: str, pg_dsn: str) -> Non
         pool = await create_pool(pg_dsn)
         log = make_log(redis_url)
         config = CoordinatorConfig(initial_rebalance_delay_ms=0)
-        groups = GroupCoordinator(log.redis, config, namespace=log.ns)
+        groups = GroupCoordinator(log, config)
         groups.start()
         await log.enable_archiving()
         await log.create_topic(TopicConfig("t", 1, page_size=5))

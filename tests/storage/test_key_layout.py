@@ -19,6 +19,7 @@ from kafkaesque.hot.cluster_id import cluster_id
 from kafkaesque.hot.credentials import CredentialStore
 from kafkaesque.hot.failover import EpochBump
 from kafkaesque.hot.keys import PARTITION, Keys
+from kafkaesque.hot.log import Log
 from kafkaesque.hot.log_types import RestoredPartition, RestoredTopic
 from kafkaesque.hot.quota_store import QuotaStore
 from kafkaesque.hot.registry import BrokerInfo, Registry
@@ -90,7 +91,7 @@ def test_every_key_matches_the_documented_layout(redis_url: str, pg_dsn: str) ->
         for _ in range(3):
             await produce(log, "kv", 0, [b"v"] * 4096, keys=[b"k"] * 4096)
 
-        groups = GroupCoordinator(log.redis, CoordinatorConfig(initial_rebalance_delay_ms=0), "lay")
+        groups = GroupCoordinator(log, CoordinatorConfig(initial_rebalance_delay_ms=0))
         groups.start()
         joined = await groups.join(
             "g{1}",  # a brace in a group id must not break the hash tag
@@ -131,7 +132,7 @@ def test_every_key_matches_the_documented_layout(redis_url: str, pg_dsn: str) ->
         # A second broker without a node id of its own: assigned the next one.
         await Registry(log, BrokerInfo(1, {"PLAINTEXT": ("127.0.0.1", 9093)})).join(True)
         # The primary's replication id, as a Sentinel client records it.
-        await EpochBump("lay")(log.redis)
+        await EpochBump("lay", Log)(log.redis)
 
         patterns = keys.patterns()
         present = await all_keys(log.redis)
