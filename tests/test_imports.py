@@ -23,11 +23,7 @@ HANDLER = TABLE + "."
 # Cycles that exist and are to go: each a set of modules (an entry covers a cycle among
 # its modules, not one through others). Their owner removes an entry once its cycle is
 # gone; a new cycle is never added here.
-KNOWN_CYCLES: tuple[frozenset[str], ...] = (
-    # Log.__init__ imports EpochBump inside the function (a failover's epoch bump), and
-    # kafkaesque/hot/failover.py imports Log at its top, for its type and its scripts.
-    frozenset({"kafkaesque.hot.log", "kafkaesque.hot.failover"}),
-)
+KNOWN_CYCLES: tuple[frozenset[str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

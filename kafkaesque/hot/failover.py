@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -36,11 +36,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from kafkaesque.errors import UnknownTopic
 from kafkaesque.hot.keys import Keys
-from kafkaesque.hot.log import Log
 from kafkaesque.hot.outage import REDIS, REDIS_CONNECTION_ERRORS
 from kafkaesque.hot.slots import slot_of
 
 if TYPE_CHECKING:
+    from kafkaesque.hot.log import Log
     from kafkaesque.hot.tier_sentinel import SentinelHotTier
 
 log = logging.getLogger(__name__)
@@ -115,9 +115,12 @@ class EpochBump:
 
     On a cluster (``ranges`` and ``cluster`` given: the slot ranges ``primary`` serves,
     kafkaesque.hot.tier_cluster.HotTierCluster.on_switch), the same per range, the id
-    recorded in the slot hash of the range's first slot."""
+    recorded in the slot hash of the range's first slot.
+
+    ``make_log`` is the Log class (passed in: the Log module registers this hook)."""
 
     namespace: str
+    make_log: Callable[[Any, str], Log]
 
     async def __call__(
         self,
@@ -135,7 +138,9 @@ class EpochBump:
         recorded = await primary.get(key)
         if recorded is not None and recorded.decode() == replid:
             return 0
-        bumped = await bump_epochs(Log(primary, self.namespace), replid, adopt=recorded is None)
+        bumped = await bump_epochs(
+            self.make_log(primary, self.namespace), replid, adopt=recorded is None
+        )
         await primary.set(key, replid)
         if bumped:
             log.warning(
@@ -173,7 +178,7 @@ class EpochBump:
         if not stale[True] and not stale[False]:
             _remember(known, ranges, replid)
             return 0
-        target = Log(cluster, self.namespace)
+        target = self.make_log(cluster, self.namespace)
         bumped = 0
         found: set[int] = set()
         for adopt, which in stale.items():
@@ -228,7 +233,7 @@ class FailoverWatch:
             return int(await redis.check_primaries())
         if hasattr(redis, "primary_address"):  # through Sentinel: move to the one it names
             await redis.primary_address()
-        return await EpochBump(self.log.ns)(redis)
+        return await EpochBump(self.log.ns, type(self.log))(redis)
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Check until ``stop`` is set; Redis being away is retried."""

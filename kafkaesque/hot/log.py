@@ -18,6 +18,7 @@ from kafkaesque.errors import (
     UnknownTopic,
 )
 from kafkaesque.hot.archiving import ArchivingLog
+from kafkaesque.hot.failover import EpochBump
 from kafkaesque.hot.keys import Keys, is_cluster
 from kafkaesque.hot.log_appends import AppendsLog
 from kafkaesque.hot.log_leaders import LeadersLog
@@ -86,9 +87,7 @@ class Log(AppendsLog, ReadsLog, TopicsLog, ArchivingLog, StepsLog, LeadersLog, T
         self.capped = False
         self.on_append: Callable[[str, int], None] | None = None
         if hasattr(redis, "on_switch"):  # through Sentinel: new epochs after a failover
-            from kafkaesque.hot.failover import EpochBump
-
-            redis.on_switch(EpochBump(namespace))
+            redis.on_switch(EpochBump(namespace, Log))
 
     def channel(self, topic: str) -> str:
         """Pub/sub channel that carries the new log end after every append."""
