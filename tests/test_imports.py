@@ -1,6 +1,7 @@
 """The import rules the packages' docstrings state, checked on the source (ast; nothing is
 imported): who may import a wire handler, which way imports between the top-level
-packages point, that wire/protocol/ stands alone, and that no imports form a cycle.
+packages point, that wire/protocol/ stands alone, that no imports form a cycle, and
+that only the hot store (kafkaesque/hot/) reaches Redis.
 
 Every ``import`` counts, at the top of a module or inside a function; for cycles, those
 under ``if TYPE_CHECKING:`` do not (they never run). Importing ``a.b.c`` also runs the
@@ -19,11 +20,13 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("kafkaesque", "wire", "storage_pg")
 TABLE = "wire.handlers"  # the API table, wire/handlers/__init__.py: imports every handler
 HANDLER = TABLE + "."
-
-# Cycles that exist and are to go: each a set of modules (an entry covers a cycle among
-# its modules, not one through others). Their owner removes an entry once its cycle is
-# gone; a new cycle is never added here.
-KNOWN_CYCLES: tuple[frozenset[str], ...] = ()
+HOT = "kafkaesque.hot"  # the hot store: the only package that reaches Redis
+# What only the hot store may use: redis-py, the key layout, the engines.
+HOT_ONLY_MODULES = ("kafkaesque.hot.keys", "kafkaesque.hot.slots", "kafkaesque.hot.tier")
+# Attributes that hold a Redis client, its scripts or say "this is a cluster": reaching
+# one outside the hot store is a Redis access or a cluster branch there. (``keys`` only
+# when not called: ``dict.keys()`` is fine, ``log.keys.topic(...)`` is not.)
+HOT_ATTRIBUTES = ("redis", "scripts", "cluster")
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,9 +236,8 @@ def _a_cycle(graph: dict[str, set[str]], component: set[str]) -> list[str]:
 def test_no_import_cycles() -> None:
     graph = _graph()
     found = _cycles(graph)
-    new = [c for c in found if not any(c <= known for known in KNOWN_CYCLES)]
-    assert not new, "import cycles:\n" + "\n".join(
-        " -> ".join(_a_cycle(graph, component)) for component in new
+    assert not found, "import cycles:\n" + "\n".join(
+        " -> ".join(_a_cycle(graph, component)) for component in found
     )
 
 
@@ -243,3 +245,52 @@ def test_the_cycle_check_finds_cycles() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
     assert _cycles(graph) == [{"a", "b", "c"}]
     assert _a_cycle(graph, {"a", "b", "c"}) == ["a", "b", "c", "a"]
+
+
+def _redis_reaches(source: str) -> Iterator[tuple[int, str]]:
+    """Where ``source`` reaches Redis itself: imports redis-py or what only the hot store
+    uses, or touches a client, its scripts, its keys or its cluster flag."""
+    tree = ast.parse(source)
+    called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names.append(node.module)
+            for name in names:
+                if name.split(".")[0] == "redis" or name.startswith(HOT_ONLY_MODULES):
+                    yield node.lineno, f"imports {name}"
+        elif isinstance(node, ast.Attribute):
+            if node.attr in HOT_ATTRIBUTES or (node.attr == "keys" and id(node) not in called):
+                yield node.lineno, f".{node.attr}"
+
+
+def test_only_the_hot_store_reaches_redis() -> None:
+    """No Redis client, key or cluster branch outside kafkaesque/hot/: everything else asks
+    its stores (``Log.stores``, ``GroupStore``, ...)."""
+    found = [
+        f"{path.relative_to(REPO)}:{line}: {what}"
+        for module, path in _modules().items()
+        if module != HOT and not module.startswith(HOT + ".")
+        for line, what in _redis_reaches(path.read_text())
+    ]
+    assert not found, "Redis reached outside the hot store:\n" + "\n".join(found)
+
+
+def test_the_redis_check_finds_each_way_of_reaching_redis() -> None:
+    source = """
+import redis.asyncio
+from kafkaesque.hot.keys import Keys
+async def f(log, d):
+    await log.redis.get(log.keys.topics)
+    if log.cluster:
+        pass
+    return list(d.keys())
+"""
+    assert sorted(_redis_reaches(source)) == [
+        (2, "imports redis.asyncio"),
+        (3, "imports kafkaesque.hot.keys"),
+        (5, ".keys"),
+        (5, ".redis"),
+        (6, ".cluster"),
+    ]
