@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 from kio.schema.describe_groups.v4.response import DescribedGroup, DescribedGroupMember
 
+from kafkaesque.clock import ManualClock
 from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.errors import Code
 from kafkaesque.groups.consumer import ConsumerGroupCoordinator
@@ -80,7 +81,7 @@ def test_offsets_of_a_consumer_group_expire_after_the_retention(
     offsets of topics no member subscribes to expire that long after their commit; an
     empty group's all do, and the group goes with them."""
     minute = 60_000
-    now = [0]
+    clock = ManualClock(1_000_000)
 
     async def scenario() -> None:
         log = make_log()
@@ -88,16 +89,15 @@ def test_offsets_of_a_consumer_group_expire_after_the_retention(
             await log.create_topic(TopicConfig(name, 1))
         consumer = ConsumerGroupCoordinator(log)
         config = CoordinatorConfig(initial_rebalance_delay_ms=0, offsets_retention_minutes=1)
-        classic = GroupCoordinator(log, config, clock=lambda: now[0])
-        now[0] = 1_000_000
+        classic = GroupCoordinator(log, config, clock=clock)
         member = Heartbeat("m", 0, rebalance_timeout_ms=1000, topics=["t"])
         joined = await consumer.heartbeat("cg", member, 1)
         offsets = {("t", 0): (4, "", -1), ("u", 0): (7, "", -1)}
         assert await classic.admin.commit("cg", joined.epoch, "m", None, offsets) == 0
-        now[0] += minute - 1
+        await clock.advance_ms(minute - 1)
         await classic.tick_all(sweep=True)
         assert set(await classic.admin.committed("cg")) == {("t", 0), ("u", 0)}
-        now[0] += 1
+        await clock.advance_ms(1)
         await classic.tick_all(sweep=True)
         assert set(await classic.admin.committed("cg")) == {("t", 0)}  # the member reads t
         await consumer.heartbeat("cg", Heartbeat("m", -1), 1)  # leaves: the group is empty
@@ -113,7 +113,7 @@ def test_offsets_pending_on_a_transaction_keep_their_group(make_log: Callable[[]
     is not dropped by the sweep, nor are such partitions' committed offsets expired, as in
     Kafka: the commit would land in a group no index lists, never archived, never expired."""
     minute = 60_000
-    now = [1_000_000]
+    clock = ManualClock(1_000_000)
 
     async def scenario() -> None:
         log = make_log()
@@ -121,8 +121,8 @@ def test_offsets_pending_on_a_transaction_keep_their_group(make_log: Callable[[]
         await log.create_topic(TopicConfig("t", 2))
         consumer = ConsumerGroupCoordinator(log)
         config = CoordinatorConfig(initial_rebalance_delay_ms=0, offsets_retention_minutes=1)
-        classic = GroupCoordinator(log, config, clock=lambda: now[0])
-        txns = TransactionCoordinator(log, Partitions(log), classic, clock=lambda: now[0])
+        classic = GroupCoordinator(log, config, clock=clock)
+        txns = TransactionCoordinator(log, Partitions(log), classic, clock=clock)
         init = await txns.init_producer("tx", 600_000)
         pid, epoch = init.producer_id, init.producer_epoch
         # A consumer group (KIP-848) with nothing committed, and a classic one whose
@@ -140,7 +140,7 @@ def test_offsets_pending_on_a_transaction_keep_their_group(make_log: Callable[[]
             )
             assert codes == {("t", 1): 0}
         await consumer.heartbeat("cg", Heartbeat("m", -1), 1)  # the member leaves
-        now[0] += 2 * minute
+        await clock.advance_ms(2 * minute)
         await classic.tick_all(sweep=True)
         assert {"cg", "solo"} <= set(await classic.admin.list_groups()), (
             "dropped with offsets pending"
@@ -155,13 +155,13 @@ def test_offsets_pending_on_a_transaction_keep_their_group(make_log: Callable[[]
     asyncio.run(scenario())
 
 
-async def txn_setup(make_log: Callable[[], Log], now: list[int]):
+async def txn_setup(make_log: Callable[[], Log], clock: ManualClock):
     log = make_log()
     await log.ensure_recovered()
     await log.create_topic(TopicConfig("t", 2))
     config = CoordinatorConfig(initial_rebalance_delay_ms=0, offsets_retention_minutes=1)
-    classic = GroupCoordinator(log, config, clock=lambda: now[0])
-    txns = TransactionCoordinator(log, Partitions(log), classic, clock=lambda: now[0])
+    classic = GroupCoordinator(log, config, clock=clock)
+    txns = TransactionCoordinator(log, Partitions(log), classic, clock=clock)
     return classic, txns
 
 
@@ -179,10 +179,10 @@ def test_deleted_group_gets_no_offsets_from_a_later_commit(make_log: Callable[[]
     """DeleteGroups while a transaction holds offsets for the group deletes the pending
     offsets with it, as Kafka does: the transaction's commit brings back nothing (else
     offsets of a group no index lists: never expired, never archived)."""
-    now = [1_000_000]
+    clock = ManualClock(1_000_000)
 
     async def scenario() -> None:
-        classic, txns = await txn_setup(make_log, now)
+        classic, txns = await txn_setup(make_log, clock)
         assert await classic.admin.commit("g", -1, "", None, {("t", 1): (3, "", -1)}) == 0
         pid, epoch = await pending(txns, "tx", "g")
         assert await classic.admin.delete("g") == Code.NONE
@@ -204,10 +204,10 @@ def test_offsets_committed_to_a_new_group_by_a_transaction_are_indexed(
     """TxnOffsetCommit for a group id not seen before (sendOffsetsToTransaction with the
     group metadata of an assign()-ing consumer, generation -1) creates the group at the
     commit, as Kafka does: listed, in the archive's snapshot, expired in time."""
-    now = [1_000_000]
+    clock = ManualClock(1_000_000)
 
     async def scenario() -> None:
-        classic, txns = await txn_setup(make_log, now)
+        classic, txns = await txn_setup(make_log, clock)
         pid, epoch = await pending(txns, "tx", "fresh")
         assert await txns.end("tx", pid, epoch, True) == Code.NONE
         assert (await classic.admin.committed("fresh"))[("t", 0)].offset == 5
@@ -226,14 +226,14 @@ def test_a_transactional_id_with_a_nul_does_not_stop_the_sweep(
 ) -> None:
     """Kafka puts no rule on transactional.id's characters: one holding NUL (the pending
     field's separator) neither breaks the sweep nor settles another id's offsets."""
-    now = [1_000_000]
+    clock = ManualClock(1_000_000)
 
     async def scenario() -> None:
-        classic, txns = await txn_setup(make_log, now)
+        classic, txns = await txn_setup(make_log, clock)
         assert await classic.admin.commit("a-group", -1, "", None, {("t", 1): (3, "", -1)}) == 0
         await pending(txns, "app\0one", "a-group")
         assert await classic.admin.commit("z-group", -1, "", None, {("t", 1): (3, "", -1)}) == 0
-        now[0] += 10 * 60_000
+        await clock.advance_ms(10 * 60_000)
         await classic.tick_all(sweep=True)  # raised ValueError: too many values to unpack
         assert "z-group" not in await classic.admin.list_groups()  # expired, as the sweep should
 
@@ -245,10 +245,10 @@ def test_deleted_consumer_group_gets_no_offsets_from_a_later_commit(
 ) -> None:
     """As test_deleted_group_gets_no_offsets_from_a_later_commit, for a consumer group
     (KIP-848): its DeleteGroups drops the offsets pending on a transaction too."""
-    now = [1_000_000]
+    clock = ManualClock(1_000_000)
 
     async def scenario() -> None:
-        classic, txns = await txn_setup(make_log, now)
+        classic, txns = await txn_setup(make_log, clock)
         consumer = ConsumerGroupCoordinator(txns.log)
         await consumer.heartbeat(
             "cg", Heartbeat("m", 0, rebalance_timeout_ms=1000, topics=["t"], client_id="c"), 1
@@ -271,10 +271,10 @@ def test_delete_while_a_transaction_settles_leaves_no_offsets(
     """A DeleteGroups racing a transaction's commit for the group (another broker's):
     either the group is gone with its offsets, or it is listed with them; never offsets
     of a group no index lists (never expired, never archived)."""
-    now = [1_000_000]
+    clock = ManualClock(1_000_000)
 
     async def scenario() -> None:
-        classic, txns = await txn_setup(make_log, now)
+        classic, txns = await txn_setup(make_log, clock)
         pid, epoch = await pending(txns, "tx", "g")
         real_write = classic.admin.offsets.write
 
@@ -300,10 +300,10 @@ def test_a_sweep_while_a_transaction_settles_keeps_the_committed_offsets(
     """A sweep racing a transaction's commit for a new group id never sees the offsets
     neither pending nor committed, so it never drops the group with offsets just
     committed."""
-    now = [1_000_000]
+    clock = ManualClock(1_000_000)
 
     async def scenario() -> None:
-        classic, txns = await txn_setup(make_log, now)
+        classic, txns = await txn_setup(make_log, clock)
         pid, epoch = await pending(txns, "tx", "fresh")
         real_write = classic.admin.offsets.write
         sweeps: list[asyncio.Task[None]] = []
@@ -327,10 +327,10 @@ def test_a_topic_name_with_a_nul_is_settled_by_its_own_transaction(
 ) -> None:
     """TxnOffsetCommit for a topic that does not exist (a name holding NUL, the pending
     field's separator, among them) is UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers."""
-    now = [1_000_000]
+    clock = ManualClock(1_000_000)
 
     async def scenario() -> None:
-        _, txns = await txn_setup(make_log, now)
+        _, txns = await txn_setup(make_log, clock)
         init = await txns.init_producer("tx", 600_000)
         pid, epoch = init.producer_id, init.producer_epoch
         assert await txns.add_offsets("tx", pid, epoch, "g") == Code.NONE

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
+from kafkaesque.clock import SYSTEM, Clock, ManualClock
 from kafkaesque.errors import Code, GroupBusy, HotTierUnavailable
 from kafkaesque.groups.coordinator import (
     CoordinatorConfig,
@@ -26,8 +27,8 @@ PROTOCOLS = [("range", b"meta-range"), ("roundrobin", b"meta-rr")]
 def coordinator(make_log: Callable[[], Log]) -> Callable[..., GroupCoordinator]:
     """Builds a started coordinator inside the running loop (several may share one Redis)."""
 
-    def build(config: CoordinatorConfig = FAST) -> GroupCoordinator:
-        c = GroupCoordinator(make_log(), config)
+    def build(config: CoordinatorConfig = FAST, clock: Clock = SYSTEM) -> GroupCoordinator:
+        c = GroupCoordinator(make_log(), config, clock)
         c.start()
         return c
 
@@ -95,13 +96,18 @@ def test_two_members_join_one_round_and_sync(coordinator) -> None:
 
 def test_only_groups_with_members_are_ticked(coordinator) -> None:
     async def scenario() -> None:
-        c = coordinator()
+        clock = ManualClock()
+        c = coordinator(clock=clock)
         active = c.store.keys.groups_active
         a = await join(c, session_ms=300)
         await c.sync("g", 1, a.member_id, None, {a.member_id: b"x"})
         assert await c.store.redis.smembers(active) == {b"g"}
-        # A member that stops heartbeating is expired by the regular tick...
-        await asyncio.sleep(0.4)
+        # A member that stops heartbeating is expired by the regular tick, not before its
+        # session ends...
+        await clock.advance(0.299)
+        await c.tick_all()
+        assert a.member_id in (await c.store.load("g")).members
+        await clock.advance(0.002)
         await c.tick_all()
         assert not (await c.store.load("g")).members
         # ...and the empty group, its heartbeats gone, is not ticked again.
@@ -112,7 +118,7 @@ def test_only_groups_with_members_are_ticked(coordinator) -> None:
         b = await join(c, session_ms=300)
         await c.sync("g", 3, b.member_id, None, {b.member_id: b"x"})
         await c.store.redis.srem(active, "g")
-        await asyncio.sleep(0.4)
+        await clock.advance(0.4)
         await c.tick_all()
         assert b.member_id in (await c.store.load("g")).members
         await c.tick_all(sweep=True)
@@ -282,14 +288,14 @@ def test_offsets_expire_after_the_retention(make_log) -> None:
     """offsets.retention.minutes: a standalone group's offsets from their commit (then the
     group goes), a stable group's only for topics it does not read, an empty group's from
     when it became empty."""
-    now = [1_000_000]
+    clock = ManualClock(1_000_000)
     minute = 60_000
     config = CoordinatorConfig(
         initial_rebalance_delay_ms=0, min_session_timeout_ms=100, offsets_retention_minutes=1
     )
 
     async def scenario() -> None:
-        c = GroupCoordinator(make_log(), config, clock=lambda: now[0])
+        c = GroupCoordinator(make_log(), config, clock=clock)
         c.start()
         offsets = {("t", 0): (1, "", -1), ("u", 0): (2, "", -1)}
         assert await c.admin.commit("solo", -1, "", None, offsets) == Code.NONE
@@ -298,8 +304,11 @@ def test_offsets_expire_after_the_retention(make_log) -> None:
         assert await c.admin.commit("g", 1, a.member_id, None, offsets) == Code.NONE
 
         async def advance(ms: int) -> None:
-            now[0] += ms
-            await c.heartbeat("g", 1, a.member_id, None)  # the member stays alive
+            while ms > 0:  # the member heartbeats well within its 10 s session
+                step = min(ms, 5_000)
+                await clock.advance_ms(step)
+                ms -= step
+                await c.heartbeat("g", 1, a.member_id, None)
             await c.tick_all(sweep=True)
 
         await advance(minute - 1)

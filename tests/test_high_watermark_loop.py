@@ -1,5 +1,5 @@
 """The high-watermark loop (kafkaesque/hot/high_watermark.py) while Redis is away: it retries
-after its failure delay, not in a busy loop."""
+after its failure delay, not in a busy loop (on a manual clock: no real waiting)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 from typing import Any, cast
 
+from kafkaesque.clock import ManualClock
 from kafkaesque.errors import HotTierUnavailable
 from kafkaesque.hot.high_watermark import HighWatermarks
 from kafkaesque.hot.log import Log
@@ -27,12 +28,17 @@ def test_a_redis_away_is_retried_after_the_failure_delay_not_in_a_loop() -> None
     away = AwayLog()
 
     async def run() -> None:
-        watermarks = HighWatermarks(cast(Log, away), replicas=1, failure_delay=0.2)
+        clock = ManualClock()
+        watermarks = HighWatermarks(cast(Log, away), replicas=1, failure_delay=0.2, clock=clock)
         task = asyncio.create_task(watermarks.run())
-        await asyncio.sleep(0.7)
+        await clock.advance(0)
+        assert away.listings == 1  # the first sweep, at once
+        await clock.advance(0.19)
+        assert away.listings == 1  # not before the failure delay
+        await clock.advance(0.51)
+        assert away.listings == 4  # at 0.2, 0.4 and 0.6 s: once per delay, no more
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
     asyncio.run(run())
-    assert 2 <= away.listings <= 5, away.listings

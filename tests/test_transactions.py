@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 
 import pytest
 
+from kafkaesque.clock import ManualClock
 from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.errors import (
     Code,
@@ -108,15 +109,15 @@ def run(scenario: Callable) -> Callable:
 
 @pytest.fixture
 def setup(make_log: Callable[[], Log]) -> Callable:
-    async def build(clock: list[int] | None = None) -> tuple[TransactionCoordinator, Markers]:
+    async def build(clock: ManualClock | None = None) -> tuple[TransactionCoordinator, Markers]:
         log = make_log()
         await log.ensure_recovered()
         await log.create_topic(TopicConfig("a", 2))
         markers = Markers()
-        now = clock or [1_000_000]
+        clock = clock or ManualClock(1_000_000)
         groups = GroupCoordinator(log)
         coordinator = TransactionCoordinator(
-            log, markers, groups, TxnConfig(id_expiration_ms=10_000), clock=lambda: now[0]
+            log, markers, groups, TxnConfig(id_expiration_ms=10_000), clock=clock
         )
         return coordinator, markers
 
@@ -210,17 +211,17 @@ async def test_a_partition_past_the_markers_epoch_does_not_hold_the_transaction(
 
 @run
 async def test_timeout_aborts_then_expiry_forgets(setup) -> None:
-    clock = [1_000_000]
+    clock = ManualClock(1_000_000)
     c, markers = await setup(clock)
     init = await c.init_producer("t", 1000)
     pid = init.producer_id
     await c.add_partitions("t", pid, 0, [("a", 0)])
     await c.add_offsets("t", pid, 0, "g")
     await c.commit_offsets("t", "g", pid, 0, {("a", 0): (1, None, -1)})
-    clock[0] += 999
+    await clock.advance_ms(999)
     await c.completion.tick()
     assert (await c.states.load("t")).state == TxnState.ONGOING
-    clock[0] += 2
+    await clock.advance_ms(2)
     await c.completion.tick()
     txn = await c.states.load("t")
     assert (txn.state, txn.producer_epoch) == (TxnState.COMPLETE_ABORT, 1)
@@ -228,7 +229,7 @@ async def test_timeout_aborts_then_expiry_forgets(setup) -> None:
     assert await c.pending_offsets("g") == set()  # dropped, not committed
     assert await c.groups.admin.offsets.read("g") == {}
     assert await c.end("t", pid, 0, True) == Code.PRODUCER_FENCED
-    clock[0] += 10_001
+    await clock.advance_ms(10_001)
     await c.completion.tick(sweep=True)
     assert await c.states.load("t") is None
     assert (await c.listing()).transactions == []
@@ -236,12 +237,12 @@ async def test_timeout_aborts_then_expiry_forgets(setup) -> None:
 
 @run
 async def test_listing_filters(setup) -> None:
-    clock = [1_000_000]
+    clock = ManualClock(1_000_000)
     c, _ = await setup(clock)
     a = await c.init_producer("a-1", 60_000)
     await c.init_producer("b-1", 60_000)
     await c.add_partitions("a-1", a.producer_id, 0, [("a", 0)])
-    clock[0] += 500
+    await clock.advance_ms(500)
     assert [t.transactional_id for t in (await c.listing()).transactions] == ["a-1", "b-1"]
     assert [t.transactional_id for t in (await c.listing(["Ongoing"])).transactions] == ["a-1"]
     assert [t.transactional_id for t in (await c.listing(pattern="b-.*")).transactions] == ["b-1"]

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
+from kafkaesque.clock import SYSTEM, Clock
 from kafkaesque.config.broker_settings import BY_NAME, SETTINGS, default
 from kafkaesque.config.topic_keys import BROKER_SYNONYMS, UNIT_SYNONYMS, Kind, broker_defaults
 from kafkaesque.errors import InvalidConfig
@@ -160,20 +161,23 @@ class BrokerConfig:
 
 
 class Broker:
-    def __init__(self, log: Log, config: BrokerConfig) -> None:
+    def __init__(self, log: Log, config: BrokerConfig, clock: Clock = SYSTEM) -> None:
         self.log = log
         self.config = config
+        # Sessions, timeouts, expiries and the background loops' intervals are on it.
+        self.clock = clock
         self.notifier = log.stores.notifier(log.channel(""))
         self.partitions = Partitions(log, self.notifier, config.max_message_bytes)
-        self.topic_ids = TopicIds(log)  # for requests naming topics by id
+        self.topic_ids = TopicIds(log, clock=clock.monotonic)  # requests naming topics by id
         # This process's incremental fetch sessions (KIP-227): they outlive connections.
         self.fetch_sessions = FetchSessionCache(
             config.fetch_session_slots,
             config.fetch_session_eviction_ms,
             read_cache=lambda: ReadCache(self.notifier),
+            clock=clock.monotonic,
         )
-        self.groups = GroupCoordinator(log, config.groups)
-        self.consumer_groups = ConsumerGroupCoordinator(log, config.consumer_groups)
+        self.groups = GroupCoordinator(log, config.groups, clock)
+        self.consumer_groups = ConsumerGroupCoordinator(log, config.consumer_groups, clock)
         self.credentials = log.stores.credentials  # SCRAM users
         self.cluster_id = ""
         self.memory = log.stores.memory_guard(log.release_archived)
@@ -193,7 +197,7 @@ class Broker:
             )
         self._acl_refresh: asyncio.Task[None] | None = None
         self.transactions = TransactionCoordinator(
-            log, self.partitions, self.groups, config.transactions()
+            log, self.partitions, self.groups, config.transactions(), clock=clock
         )
         self._transactions: asyncio.Task[None] | None = None
         # The brokers on this Redis and who leads what (kafkaesque.partition.leadership).
@@ -248,7 +252,7 @@ class Broker:
         log.info("acks=all: %s", promise)
         if durability.replicas:
             # Consumers see a record only once the replicas acks=all waits for have it.
-            watermarks = HighWatermarks(self.log, durability.replicas)
+            watermarks = HighWatermarks(self.log, durability.replicas, clock=self.clock)
             watermarks.attach()
             self._high_watermarks = asyncio.create_task(watermarks.run(), name="high watermarks")
         await self.memory.start()
@@ -260,7 +264,7 @@ class Broker:
         self.groups.start()
         self._reaper = asyncio.create_task(self._expire_members(), name="group reaper")
         if self.config.compaction_interval > 0:
-            compactor = Compactor(self.log)
+            compactor = Compactor(self.log, clock=self.clock.now_ms)
             self._compaction = asyncio.create_task(
                 compactor.run_forever(self.config.compaction_interval), name="compaction"
             )
@@ -290,7 +294,7 @@ class Broker:
         Redis Cluster, also finish topic operations a crashed broker left half-done."""
         ticks = 0
         while True:
-            await asyncio.sleep(0.5)
+            await self.clock.sleep(0.5)
             with background_step("expiring group members", log):
                 # Every group at the start and once a minute, else those with members.
                 await self.groups.tick_all(sweep=ticks % 120 == 0)

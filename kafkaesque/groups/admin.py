@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from kafkaesque.clock import Clock
 from kafkaesque.config.group_keys import check_group_configs
 from kafkaesque.errors import Code, GroupBusy
 from kafkaesque.groups.consumer import consumer_commit_error, consumer_group_subscriptions
@@ -41,7 +42,7 @@ class GroupAdmin:
         store: GroupStore,
         consumer_groups: ConsumerGroupStore,
         config: CoordinatorConfig,
-        clock: Callable[[], int],
+        clock: Clock,
         expired: Callable[[str], Awaitable[Group | None]],
     ) -> None:
         self.store = store
@@ -78,7 +79,7 @@ class GroupAdmin:
                 return error
             if group is None and consumer is None:
                 await self.store.save(Group(group_id))
-            now = self.clock()
+            now = self.clock.now_ms()
             await self.offsets.write(
                 group_id,
                 {
@@ -103,7 +104,7 @@ class GroupAdmin:
                 if await self.store.load(group_id) is None and (
                     await consumer_group_subscriptions(self.consumer_groups, group_id) is None
                 ):
-                    await self.store.save(Group(group_id, empty_since_ms=self.clock()))
+                    await self.store.save(Group(group_id, empty_since_ms=self.clock.now_ms()))
                 await self.offsets.write(group_id, offsets)
             await self.store.staged.drop(group_id, fields)
 

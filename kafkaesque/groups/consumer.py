@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from kafkaesque.clock import now_ms as _now_ms
+from kafkaesque.clock import SYSTEM, Clock
 from kafkaesque.errors import Code, UnknownTopic
 from kafkaesque.groups import topic_regex
 from kafkaesque.groups.assignors import ASSIGNORS
@@ -82,11 +82,14 @@ def check_regex(regex: str) -> None:
 class ConsumerGroupCoordinator:
     """ConsumerGroupHeartbeat and ConsumerGroupDescribe over Redis."""
 
-    def __init__(self, log: Log, config: ConsumerGroupConfig | None = None) -> None:
+    def __init__(
+        self, log: Log, config: ConsumerGroupConfig | None = None, clock: Clock = SYSTEM
+    ) -> None:
         self.log = log
+        self.clock = clock  # members' sessions are on it
         self.store = ConsumerGroupStore.of(log)
         self.config = config or ConsumerGroupConfig()
-        self.timers = ExpiryTimers("consumer group expiry")
+        self.timers = ExpiryTimers("consumer group expiry", clock)
 
     async def load(self, group_id: str) -> ConsumerGroup | None:
         return await self.store.load(group_id)
@@ -94,7 +97,9 @@ class ConsumerGroupCoordinator:
     async def _save(self, group: ConsumerGroup, heartbeat: str | None = None) -> None:
         """Save the group, with the ``heartbeat`` of that member if it is still one."""
         beat = (
-            (heartbeat, _now_ms()) if heartbeat is not None and heartbeat in group.members else None
+            (heartbeat, self.clock.now_ms())
+            if heartbeat is not None and heartbeat in group.members
+            else None
         )
         await self.store.save(group, beat)
 
@@ -108,7 +113,7 @@ class ConsumerGroupCoordinator:
         async with self.store.lock(group_id):
             group = await self.load(group_id)
             config = await self.group_config(group_id)
-            now = _now_ms()
+            now = self.clock.now_ms()
             if group is None:
                 if hb.epoch != 0:
                     raise HeartbeatRefused(Code.GROUP_ID_NOT_FOUND, f"group {group_id} not found")
@@ -175,7 +180,7 @@ class ConsumerGroupCoordinator:
             return None
         heartbeats = await self._heartbeats(group_id)
         config = await self.group_config(group_id)
-        gone = group.expire(heartbeats, _now_ms(), config)
+        gone = group.expire(heartbeats, self.clock.now_ms(), config)
         if gone:
             await self.store.forget_heartbeats(group_id, gone)
             await self._save(group)
@@ -193,7 +198,7 @@ class ConsumerGroupCoordinator:
         changed; the others get a timer for their next expiry, so a session ends on the
         millisecond, as Kafka's timers end it, not at the next tick."""
         active = await self.store.active()
-        now = _now_ms()
+        now = self.clock.now_ms()
         for group_id, group, heartbeats, configs in active:
             if group is None:
                 await self.tick(group_id)  # unlists it

@@ -15,11 +15,9 @@ leader computes the assignment; the coordinator only runs the rounds.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
-from kafkaesque.clock import now_ms as _now_ms
+from kafkaesque.clock import SYSTEM, Clock
 from kafkaesque.errors import Code
 from kafkaesque.groups.admin import GroupAdmin
 from kafkaesque.groups.consumer import make_room_for_classic
@@ -70,9 +68,9 @@ class GroupCoordinator:
         self,
         log: Log,
         config: CoordinatorConfig | None = None,
-        clock: Callable[[], int] = _now_ms,
+        clock: Clock = SYSTEM,
     ) -> None:
-        self.clock = clock  # milliseconds; tests move it to expire offsets
+        self.clock = clock  # sessions, rounds and offset retention are on it
         self.config = config or CoordinatorConfig()
         self.timers = ExpiryTimers("expiring group members", clock)
         self.store = GroupStore.of(log)
@@ -92,7 +90,7 @@ class GroupCoordinator:
 
     # -- heartbeats -------------------------------------------------------------------
     async def _heartbeat(self, group_id: str, member_id: str) -> None:
-        await self.store.heartbeat(group_id, member_id, self.clock())
+        await self.store.heartbeat(group_id, member_id, self.clock.now_ms())
 
     # -- the join barrier ---------------------------------------------------------
     async def join(self, group_id: str, request: JoinRequest) -> JoinResult:
@@ -102,7 +100,7 @@ class GroupCoordinator:
             if not await make_room_for_classic(self.consumer_groups, group_id):
                 return JoinResult(Code.INCONSISTENT_GROUP_PROTOCOL, request.member_id)
             group = await self.store.load(group_id) or Group(group_id)
-            step = group.join(request, self.clock(), self.config)
+            step = group.join(request, self.clock.now_ms(), self.config)
             if step.changed:
                 await self.store.save(group)
         if step.heartbeat:
@@ -127,7 +125,7 @@ class GroupCoordinator:
                 return result
             if self.notifier.closed:
                 return JoinResult(Code.COORDINATOR_NOT_AVAILABLE, member_id)
-            remaining = group.deadline_ms - self.clock()
+            remaining = group.deadline_ms - self.clock.now_ms()
             if group.state == GroupState.PREPARING and remaining <= 0:
                 self.notifier.discard(changed, {group_id})
                 await self.tick(group_id)
@@ -158,11 +156,11 @@ class GroupCoordinator:
                 await self.store.save(group)
         await self._heartbeat(group_id, member_id)
         # Followers wait for the leader's assignment.
-        deadline = time.monotonic() + group.members[member_id].session_timeout_ms / 1000
+        deadline = self.clock.monotonic() + group.members[member_id].session_timeout_ms / 1000
         while True:
             waiter = self.notifier.waiter({group_id})
             loaded = await self.store.load(group_id)
-            late = time.monotonic() > deadline
+            late = self.clock.monotonic() > deadline
             error = sync_outcome(loaded, member_id, instance_id, generation, late)
             if error is None and self.notifier.closed:
                 error = Code.COORDINATOR_NOT_AVAILABLE
@@ -191,7 +189,7 @@ class GroupCoordinator:
             group = await self.store.load(group_id)
             if group is None:
                 return [Code.UNKNOWN_MEMBER_ID] * len(leaving)
-            errors = group.leave(leaving, self.clock(), self.config)
+            errors = group.leave(leaving, self.clock.now_ms(), self.config)
             await self.store.save(group)
         return errors
 
@@ -203,12 +201,12 @@ class GroupCoordinator:
             group = await self._expired(group_id)
             if group is None:
                 if sweep:  # a consumer group (KIP-848) has only its offsets here
-                    await self.admin.expire_consumer_group_offsets(group_id, self.clock())
+                    await self.admin.expire_consumer_group_offsets(group_id, self.clock.now_ms())
                 return
             if sweep and group.members:
                 await self.store.mark_active(group_id)
             if sweep:
-                await self.admin.expire_offsets(group, self.clock())
+                await self.admin.expire_offsets(group, self.clock.now_ms())
 
     async def _expired(self, group_id: str) -> Group | None:
         """The group with the members whose session ended removed and a round past its
@@ -218,7 +216,7 @@ class GroupCoordinator:
         if group is None:
             return None
         heartbeats = await self.store.heartbeats(group_id)
-        now = self.clock()
+        now = self.clock.now_ms()
         expired = group.expire(heartbeats, now, self.config)
         if expired:
             await self.store.forget_heartbeats(group_id, expired)
@@ -236,7 +234,7 @@ class GroupCoordinator:
         short-lived ids, cost nothing otherwise)."""
         active = await self.store.active()
         if active:
-            now = self.clock()
+            now = self.clock.now_ms()
             for group_id, group, heartbeats in active:
                 due = None if group is None else group.next_due(heartbeats)
                 if group is None or (due is not None and due <= now):

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from kafkaesque.clock import now_ms
+from kafkaesque.clock import SYSTEM, Clock, Timer
 from kafkaesque.errors import Code
 from kafkaesque.hot.outage import background_step
 
@@ -117,10 +117,10 @@ class ExpiryTimers:
     pass over many groups may come late. The earliest deadline per group wins; a tick
     re-arms the timer with the group's next deadline (heartbeats move it later)."""
 
-    def __init__(self, what: str, clock: Callable[[], int] = now_ms) -> None:
+    def __init__(self, what: str, clock: Clock = SYSTEM) -> None:
         self.what = what  # for the log, when a tick fails
-        self.clock = clock  # the coordinator's (ms): deadlines are on it
-        self._handles: dict[str, tuple[int, asyncio.TimerHandle]] = {}
+        self.clock = clock  # the coordinator's: deadlines are on its now_ms
+        self._handles: dict[str, tuple[int, Timer]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.closed = False
 
@@ -134,8 +134,8 @@ class ExpiryTimers:
         if current is not None:
             current[1].cancel()
         # At least 1 ms: a timer that fires a hair early re-arms without spinning.
-        delay = max(1, due - self.clock()) / 1000
-        handle = asyncio.get_running_loop().call_later(delay, self._fire, group_id, tick)
+        delay = max(1, due - self.clock.now_ms()) / 1000
+        handle = self.clock.call_later(delay, self._fire, group_id, tick)
         self._handles[group_id] = (due, handle)
 
     def _fire(self, group_id: str, tick: Callable[[str], Awaitable[None]]) -> None:

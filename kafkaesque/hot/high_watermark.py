@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Iterable
 from typing import Any
 
 from redis.crc import key_slot
 from redis.exceptions import RedisError
 
+from kafkaesque.clock import SYSTEM, Clock, wait_event
 from kafkaesque.errors import KafkaesqueError
 from kafkaesque.hot.keys import serving
 from kafkaesque.hot.log import Log
@@ -56,6 +56,7 @@ class HighWatermarks:
         sweep_interval: float = 5.0,
         retry_delay: float = 0.1,
         failure_delay: float = 1.0,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.log = target
         self.replicas = replicas
@@ -63,6 +64,7 @@ class HighWatermarks:
         self.sweep_interval = sweep_interval
         self.retry_delay = retry_delay  # after a round that found too few replicas
         self.failure_delay = failure_delay  # after a failed one (Redis away): no busy loop
+        self.clock = clock  # the sweeps' interval and the delays are on it
         self._dirty: set[TopicPartition] = set()
         self._wake = asyncio.Event()
         self._throttle = LogThrottle(log)
@@ -82,21 +84,18 @@ class HighWatermarks:
         """Raise high watermarks until cancelled; Redis being away is retried."""
         swept = -float("inf")
         while True:
-            if time.monotonic() - swept >= self.sweep_interval:
+            if self.clock.monotonic() - swept >= self.sweep_interval:
                 try:
                     self._dirty |= set(await self._every_partition())
-                    swept = time.monotonic()
+                    swept = self.clock.monotonic()
                 except (RedisError, KafkaesqueError) as exc:
                     self._failed(exc)
                     # The next sweep in failure_delay, not at once.
-                    swept = time.monotonic() - self.sweep_interval + self.failure_delay
+                    swept = self.clock.monotonic() - self.sweep_interval + self.failure_delay
             if not self._dirty:
                 self._wake.clear()
-                wait = max(0.0, swept + self.sweep_interval - time.monotonic())
-                try:
-                    await asyncio.wait_for(self._wake.wait(), timeout=wait)
-                except TimeoutError:
-                    pass
+                wait = max(0.0, swept + self.sweep_interval - self.clock.monotonic())
+                await wait_event(self.clock, self._wake, wait)
                 continue
             round_, self._dirty = self._dirty, set()
             delay = self.retry_delay
@@ -107,7 +106,7 @@ class HighWatermarks:
                 behind, delay = round_, self.failure_delay
             if behind:
                 self._dirty |= behind
-                await asyncio.sleep(delay)
+                await self.clock.sleep(delay)
 
     async def raise_once(self, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
         """One round over ``partitions``; returns those whose replicas were too few."""

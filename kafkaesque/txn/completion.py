@@ -13,13 +13,12 @@ are forgotten. The requests (kafkaesque/txn/coordinator.py ``TransactionCoordina
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
+from kafkaesque.clock import Clock
 from kafkaesque.errors import (
     InvalidProducerEpoch,
     KafkaesqueError,
@@ -60,7 +59,7 @@ class TxnCompletion:
         markers: MarkerWriter,
         settle_offsets: Callable[[str, str, bool], Awaitable[None]],
         config: TxnConfig,
-        clock: Callable[[], int],
+        clock: Clock,
     ) -> None:
         self.states = states
         self.markers = markers
@@ -106,7 +105,7 @@ class TxnCompletion:
                 return False
         for group_id in sorted(txn.groups):
             await self.settle_offsets(group_id, txn.transactional_id, commit)
-        txn.complete(self.clock())
+        txn.complete(self.clock.now_ms())
         await self.states.save(txn)
         return True
 
@@ -124,7 +123,7 @@ class TxnCompletion:
         (the epoch is bumped), and finish prepared ones; with ``sweep``, forget ids idle
         longer than transactional.id.expiration.ms."""
         states = self.states
-        now = self.clock()
+        now = self.clock.now_ms()
         for transactional_id in await states.due(now):
             try:
                 async with states.locked(transactional_id):
@@ -133,11 +132,13 @@ class TxnCompletion:
                 continue  # busy: the next tick
         if sweep:
             for txn in await states.all():
-                if txn.expired(self.clock(), self.config):
+                if txn.expired(self.clock.now_ms(), self.config):
                     with contextlib.suppress(TransactionalIdBusy):
                         async with states.locked(txn.transactional_id):
                             again = await states.load(txn.transactional_id)
-                            if again is not None and again.expired(self.clock(), self.config):
+                            if again is not None and again.expired(
+                                self.clock.now_ms(), self.config
+                            ):
                                 log.info(
                                     "forgetting idle transactional id %r", txn.transactional_id
                                 )
@@ -148,7 +149,7 @@ class TxnCompletion:
         if txn is None:
             await self.states.not_due(transactional_id)
             return
-        now = self.clock()
+        now = self.clock.now_ms()
         if txn.state == TxnState.ONGOING and txn.start_ms + txn.timeout_ms <= now:
             log.info(
                 "aborting transaction %r: open longer than its timeout (%d ms)",
@@ -166,14 +167,14 @@ class TxnCompletion:
         last_sweep = 0.0
         while True:
             try:
-                sweep = time.monotonic() - last_sweep >= 3600 or not last_sweep
+                sweep = self.clock.monotonic() - last_sweep >= 3600 or not last_sweep
                 await self.tick(sweep=sweep)
                 if sweep:
-                    last_sweep = time.monotonic()
+                    last_sweep = self.clock.monotonic()
             except REDIS_CONNECTION_ERRORS as exc:
                 REDIS.failed(exc)
             except Exception:
                 log.exception("transaction coordinator tick failed")
             else:
                 REDIS.recovered()
-            await asyncio.sleep(self.config.abort_interval_ms / 1000)
+            await self.clock.sleep(self.config.abort_interval_ms / 1000)

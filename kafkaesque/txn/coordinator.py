@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kafkaesque.clock import now_ms as _now_ms
+from kafkaesque.clock import SYSTEM, Clock
 from kafkaesque.errors import Code, TransactionalIdBusy, UnknownTopic
 from kafkaesque.groups.coordinator import GroupCoordinator
 from kafkaesque.hot.log import Log
@@ -60,13 +60,13 @@ class TransactionCoordinator(TxnOffsetStore):
         markers: MarkerWriter,
         groups: GroupCoordinator,
         config: TxnConfig | None = None,
-        clock: Callable[[], int] = _now_ms,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.log = log
         self.groups = groups
         self.staged = groups.store.staged  # the offsets TxnOffsetCommit holds pending
         self.config = config or TxnConfig()
-        self.clock = clock  # milliseconds; tests move it to time transactions out
+        self.clock = clock  # transactions time out on it
         self.states = TxnStates.of(log)
         # Markers, pending offsets settled, timeouts: ending what the requests prepared.
         self.completion = TxnCompletion(
@@ -94,7 +94,7 @@ class TransactionCoordinator(TxnOffsetStore):
     async def _init(
         self, transactional_id: str, timeout_ms: int, expected: tuple[int, int] | None
     ) -> InitResult:
-        now = self.clock()
+        now = self.clock.now_ms()
         txn = await self.states.load(transactional_id)
         if txn is None or txn.state == TxnState.DEAD:
             txn = Transaction(transactional_id, await self.log.new_producer_id(), updated_ms=now)
@@ -176,7 +176,9 @@ class TransactionCoordinator(TxnOffsetStore):
                     return Code.INVALID_PRODUCER_ID_MAPPING
                 if txn.producer_error(producer_id, producer_epoch) == Code.NONE:
                     await self.completion.settle(txn)
-                error = txn.add(producer_id, producer_epoch, self.clock(), partitions, groups)
+                error = txn.add(
+                    producer_id, producer_epoch, self.clock.now_ms(), partitions, groups
+                )
                 if not error:
                     await self.states.save(txn)
                 return error
@@ -226,7 +228,7 @@ class TransactionCoordinator(TxnOffsetStore):
                     return Code.INVALID_PRODUCER_ID_MAPPING
                 if txn.producer_error(producer_id, producer_epoch) == Code.NONE:
                     await self.completion.settle(txn)  # an earlier end whose broker died
-                error = txn.end(producer_id, producer_epoch, commit, self.clock())
+                error = txn.end(producer_id, producer_epoch, commit, self.clock.now_ms())
                 if error or txn.state not in PREPARING:
                     return error
                 await self.states.save(txn)
@@ -256,7 +258,7 @@ class TransactionCoordinator(TxnOffsetStore):
             regex = re.compile(pattern) if pattern else None
         except re.error:
             return Listing([], unknown, INVALID_REGULAR_EXPRESSION)
-        now = self.clock()
+        now = self.clock.now_ms()
         found = [
             txn
             for txn in await self.states.all()

@@ -4,8 +4,7 @@ transaction ends (kafkaesque.txn.coordinator.TransactionCoordinator inherits thi
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
+from kafkaesque.clock import Clock
 from kafkaesque.errors import Code, TransactionalIdBusy, UnknownTopic
 from kafkaesque.groups.consumer import consumer_commit_error
 from kafkaesque.groups.coordinator import GroupCoordinator
@@ -27,7 +26,7 @@ class TxnOffsetStore:
     log: Log
     groups: GroupCoordinator
     staged: StagedOffsets  # the groups': offsets held pending, by group
-    clock: Callable[[], int]
+    clock: Clock
     states: TxnStates  # the coordinator's: a transactional id's state, and its per-id lock
 
     async def commit_offsets(
@@ -123,7 +122,7 @@ class TxnOffsetStore:
             return
         offsets = {}
         if commit:
-            now = self.clock()
+            now = self.clock.now_ms()
             for o in held.values():
                 offsets[o.topic, o.partition] = CommittedOffset(
                     o.offset, o.metadata, now, o.leader_epoch
