@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import os
 import shutil
 import tempfile
@@ -50,6 +51,48 @@ def _private_environment(mp: pytest.MonkeyPatch, home: Path) -> None:
     mp.setenv("KAFKAESQUE_HOME", str(home))
 
 
+# Markers by area, so a lane can pick or skip one (``-m cluster``, ``-m "not chaos"``).
+AREAS = {
+    "cluster": "Redis Cluster and Sentinel (tests/cluster/)",
+    "spark": "a real Spark session (tests/spark/)",
+    "chaos": "fault injection against real servers: chaos, Jepsen, power cuts (slow)",
+    "clients": "real Kafka client libraries over real sockets (tests/wire/ that use one)",
+}
+# Directories whose tests carry an area's marker; "clients" goes by what a module uses.
+AREA_DIRECTORIES = {"cluster": "cluster", "spark": "spark", "chaos": "chaos", "jepsen": "chaos"}
+AREA_DIRECTORIES["power"] = "chaos"
+CLIENT_LIBRARIES = (
+    "confluent_kafka",
+    "from kafka ",
+    "import kafka\n",
+    "aiokafka",
+    "kafkajs",
+    "kcat",
+    "faust",
+    "tests.wire.clients",
+)
+
+
+@functools.cache
+def _uses_a_client(path: Path) -> bool:
+    text = path.read_text()
+    return any(library in text for library in CLIENT_LIBRARIES)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, doc in AREAS.items():
+        config.addinivalue_line("markers", f"{name}: {doc}")
+
+
+def _mark_areas(items: list[pytest.Item]) -> None:
+    for item in items:
+        area = AREA_DIRECTORIES.get(item.path.parent.name)
+        if area is not None:
+            item.add_marker(getattr(pytest.mark, area))
+        if item.path.parent.name == "wire" and _uses_a_client(item.path):
+            item.add_marker(pytest.mark.clients)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """Under ``-n N --dist loadfile``: modules longest first (tests/scheduling.py)."""
@@ -57,6 +100,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _mark_areas(items)
     if scheduling.applies(config) and hasattr(config, "workerinput"):
         scheduling.longest_first(items)
 
