@@ -228,12 +228,7 @@ class PipelinedConnection:
             protocol = await self._connect()
         future = self._loop.create_future()  # type: ignore[union-attr]
         protocol.waiting.append(future)
-        self._transport.write(packed)  # type: ignore[union-attr]
-        written = WRITTEN.get() if ordered else None
-        if written is not None:
-            written()
-        if protocol.paused:
-            await self._drain(protocol)
+        await self._write(protocol, packed, ordered)
         return await future
 
     async def execute_many(
@@ -255,12 +250,7 @@ class PipelinedConnection:
         loop = self._loop
         futures = [loop.create_future() for _ in range(count)]  # type: ignore[union-attr]
         protocol.waiting.extend(futures)
-        self._transport.write(packed)  # type: ignore[union-attr]
-        written = WRITTEN.get() if ordered else None
-        if written is not None:
-            written()
-        if protocol.paused:
-            await self._drain(protocol)
+        await self._write(protocol, packed, ordered)
         replies: list[Any] = []
         for future in futures:  # every one awaited, so no failure goes unretrieved
             try:
@@ -276,6 +266,16 @@ class PipelinedConnection:
         """Close the connection; calls waiting on it fail."""
         if self._protocol is not None:
             self._closed(self._protocol, ConnectionError("connection closed"))
+
+    async def _write(self, protocol: _Replies, packed: bytes, ordered: bool) -> None:
+        """Write commands whose reply futures wait already; ``ordered``: tell WRITTEN. Then
+        wait while the transport holds more than Redis has taken."""
+        self._transport.write(packed)  # type: ignore[union-attr]
+        written = WRITTEN.get() if ordered else None
+        if written is not None:
+            written()
+        if protocol.paused:
+            await self._drain(protocol)
 
     async def _drain(self, protocol: _Replies) -> None:
         """Wait until the transport has sent what Redis was slow to take."""
