@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from typing import TypeVar
 
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
@@ -21,6 +22,7 @@ from kafkaesque.hot.pipelined import ConnectionClosed, reply_batches
 from kafkaesque.tasks import cancel_and_wait
 
 Watcher = Callable[[str, str | None], None]
+T = TypeVar("T")
 
 
 class Notifier:
@@ -141,12 +143,7 @@ class Notifier:
                 watcher(key, None)
 
     def unwatch(self, keys: set[str], watcher: Watcher) -> None:
-        for key in keys:
-            watchers = self._watchers.get(key)
-            if watchers is not None:
-                watchers.discard(watcher)
-                if not watchers:
-                    del self._watchers[key]
+        _unregister(self._watchers, keys, watcher)
 
     def waiter(self, keys: set[str]) -> asyncio.Future[None]:
         """A future resolved at the next event on any of ``keys``; register it before
@@ -159,12 +156,7 @@ class Notifier:
         return future
 
     def discard(self, future: asyncio.Future[None], keys: set[str]) -> None:
-        for key in keys:
-            waiters = self._waiters.get(key)
-            if waiters is not None:
-                waiters.discard(future)
-                if not waiters:
-                    del self._waiters[key]
+        _unregister(self._waiters, keys, future)
 
     async def wait(
         self, key: str, timeout: float, future: asyncio.Future[None] | None = None
@@ -177,3 +169,13 @@ class Notifier:
             await asyncio.wait({future}, timeout=timeout)
         finally:
             self.discard(future, keys)
+
+
+def _unregister(registry: dict[str, set[T]], keys: set[str], item: T) -> None:
+    """Take ``item`` off the sets of ``keys`` in ``registry``, dropping sets left empty."""
+    for key in keys:
+        items = registry.get(key)
+        if items is not None:
+            items.discard(item)
+            if not items:
+                del registry[key]
