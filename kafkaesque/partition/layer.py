@@ -353,15 +353,10 @@ class Partitions(ReadingPartitions):
         (the last archived), or ms: the first record at or after it. None when there is
         none, as Kafka answers -1. With ``committed`` (READ_COMMITTED) LATEST is the last
         stable offset, and a search by time finds nothing at or past it."""
-        config = await self.log.topic(topic)
-        if not 0 <= partition < config.partitions:
-            raise UnknownTopic(f"unknown topic or partition: {topic}[{partition}]")
-        self.check_leader(topic, partition)
         # The epoch is read before the lookup: an offset found after a restore raised it
         # is then labelled with the older epoch, which makes a client validate it (a
         # re-read at worst), never with a newer one that would hide a truncation.
-        [epoch] = await self.log.leader_epochs(topic, [partition])
-        check_leader_epoch(current_leader_epoch, epoch)
+        epoch = await self._led_epoch(topic, partition, current_leader_epoch)
         if timestamp == LATEST and committed:
             return FoundOffset(await self.log.last_stable_offset(topic, partition), -1, epoch)
         if timestamp == LATEST:
@@ -391,13 +386,20 @@ class Partitions(ReadingPartitions):
         self, topic: str, partition: int, epoch: int, current_leader_epoch: int = NO_EPOCH
     ) -> tuple[int, int]:
         """OffsetForLeaderEpoch: (epoch, end offset), see Log.epoch_end_offset."""
+        await self._led_epoch(topic, partition, current_leader_epoch)
+        return await self.log.epoch_end_offset(topic, partition, epoch)
+
+    async def _led_epoch(self, topic: str, partition: int, current_leader_epoch: int) -> int:
+        """The partition's leader epoch, once it is known to exist, to be led here, and at
+        the client's ``current_leader_epoch`` (else UnknownTopic, NotLeader, or the epoch's
+        error)."""
         config = await self.log.topic(topic)
         if not 0 <= partition < config.partitions:
-            raise UnknownTopic(f"no partition {partition} in {topic}")
+            raise UnknownTopic(f"unknown topic or partition: {topic}[{partition}]")
         self.check_leader(topic, partition)
-        [current] = await self.log.leader_epochs(topic, [partition])
-        check_leader_epoch(current_leader_epoch, current)
-        return await self.log.epoch_end_offset(topic, partition, epoch)
+        [epoch] = await self.log.leader_epochs(topic, [partition])
+        check_leader_epoch(current_leader_epoch, epoch)
+        return epoch
 
 
 def _split(records: bytes | None) -> list[bytes]:
