@@ -357,9 +357,15 @@ def broker_defaults(settings: dict[str, str]) -> dict[str, str]:
                 ) from None
             defaults.setdefault(topic_name, parse(topic_name, str(number)))
         elif broker_name in BROKER_SYNONYMS:
-            topic_name = BROKER_SYNONYMS[broker_name]
-            try:
-                defaults[topic_name] = parse(topic_name, value)
-            except InvalidConfig as exc:
-                raise InvalidConfig(str(exc).replace(topic_name, broker_name, 1)) from None
+            defaults[BROKER_SYNONYMS[broker_name]] = parse_broker_config(broker_name, value)
     return defaults
+
+
+def parse_broker_config(broker_name: str, value: str) -> str:
+    """The canonical value of a broker config that stands for a topic config
+    (BROKER_SYNONYMS); InvalidConfig naming the broker config for a bad value."""
+    topic_name = BROKER_SYNONYMS[broker_name]
+    try:
+        return parse(topic_name, value)
+    except InvalidConfig as exc:
+        raise InvalidConfig(str(exc).replace(topic_name, broker_name, 1)) from None

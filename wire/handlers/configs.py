@@ -34,7 +34,7 @@ from kafkaesque.config.topic_keys import (
     BROKER_SYNONYMS,
     TOPIC_CONFIGS,
     Kind,
-    parse,
+    parse_broker_config,
 )
 from kafkaesque.errors import InvalidConfig, InvalidRequest, KafkaesqueError
 from wire.authorize import Operation, check_cluster, check_group, check_topic
@@ -74,11 +74,10 @@ def _checked_broker_configs(settings: dict[str, str]) -> dict[str, str]:
         raise InvalidRequest(f"Cannot update these configs dynamically: Set({', '.join(static)})")
     checked = {}
     for name, value in settings.items():
-        topic_name = BROKER_SYNONYMS[name]
         try:
-            checked[name] = parse(topic_name, value)
+            checked[name] = parse_broker_config(name, value)
         except InvalidConfig as exc:
-            raise InvalidRequest(str(exc).replace(topic_name, name, 1)) from None
+            raise InvalidRequest(str(exc)) from None
     return checked
 
 
