@@ -5,6 +5,7 @@
 - ``topic_errors``: per-partition error codes of OffsetCommit, OffsetDelete and
   TxnOffsetCommit answers;
 - ``described_as_classic``: a KIP-848 consumer group as the classic DescribeGroups shows it;
+- ``described_group``: DescribeGroups' entry for a live group of either kind;
 - ``by_topic``: a consumer group's partitions grouped by topic, as its answers list them.
 """
 
@@ -24,6 +25,7 @@ from kio.serial import entity_writer
 from kafkaesque.errors import StorageUnavailable
 from kafkaesque.groups.assignors import TopicPartition
 from kafkaesque.groups.consumer_state import ConsumerGroup
+from kafkaesque.groups.consumer_state import Member as ConsumerMember
 from wire.authorize import NOT_ASKED
 from wire.broker import Broker
 from wire.protocol.codec import Request, build, error_response, schema_class
@@ -106,42 +108,72 @@ async def described_as_classic(
     group = await broker.consumer_groups.load(group_id)
     if group is None:
         return None
-    members = tuple(
-        build(
-            member_class,
-            member_id=m.member_id,
-            group_instance_id=m.instance_id,
-            client_id=m.client_id,
-            client_host=m.client_host,
-            member_metadata=_encoded(
-                ConsumerProtocolSubscription(
-                    topics=tuple(sorted(m.subscribed(group.topics))), user_data=None
-                )
-            ),
-            member_assignment=_encoded(
-                ConsumerProtocolAssignment(
-                    # kio's TopicName and i32 are phantom types of str and int: the
-                    # values are theirs already (kio checks them as it writes them).
-                    assigned_partitions=tuple(
-                        AssignedTopic(
-                            topic=cast("TopicName", t),
-                            partitions=cast("tuple[i32, ...]", tuple(ps)),
-                        )
-                        for t, ps in by_topic(group, m.assigned).items()
-                    ),
-                    user_data=None,
-                )
-            ),
-        )
-        for m in group.members.values()
+    return described_group(
+        group_class,
+        member_class,
+        group_id,
+        group.state,
+        "consumer",
+        group.assignor,
+        (
+            (m, _encoded(_subscription(group, m)), _encoded(_assignment(group, m)))
+            for m in group.members.values()
+        ),
+        operations,
     )
+
+
+def _subscription(group: ConsumerGroup, member: ConsumerMember) -> ConsumerProtocolSubscription:
+    return ConsumerProtocolSubscription(
+        topics=tuple(sorted(member.subscribed(group.topics))), user_data=None
+    )
+
+
+def _assignment(group: ConsumerGroup, member: ConsumerMember) -> ConsumerProtocolAssignment:
+    return ConsumerProtocolAssignment(
+        # kio's TopicName and i32 are phantom types of str and int: the values are
+        # theirs already (kio checks them as it writes them).
+        assigned_partitions=tuple(
+            AssignedTopic(
+                topic=cast("TopicName", t),
+                partitions=cast("tuple[i32, ...]", tuple(ps)),
+            )
+            for t, ps in by_topic(group, member.assigned).items()
+        ),
+        user_data=None,
+    )
+
+
+def described_group(
+    group_class: type,
+    member_class: type,
+    group_id: str,
+    state: str,
+    protocol_type: str,
+    protocol: str,
+    members: Iterable[tuple[Any, bytes, bytes]],
+    operations: int,
+) -> Any:
+    """DescribeGroups' entry for a live group, classic or KIP-848: ``members`` are (member,
+    its metadata, its assignment), each member with the ids and client of both kinds."""
     return build(
         group_class,
         error_code=ErrorCode.none,
         group_id=group_id,
-        group_state=group.state,
-        protocol_type="consumer",
-        protocol_data=group.assignor,
-        members=members,
+        group_state=state,
+        protocol_type=protocol_type,
+        protocol_data=protocol,
+        members=tuple(
+            build(
+                member_class,
+                member_id=m.member_id,
+                group_instance_id=m.instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                member_metadata=metadata,
+                member_assignment=assignment,
+            )
+            for m, metadata, assignment in members
+        ),
         authorized_operations=operations,
     )

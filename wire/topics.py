@@ -128,6 +128,19 @@ def partition_entries(
     )
 
 
+def topic_error_entry(topic_class: type, name: str | None, code: ErrorCode) -> Any:
+    """Metadata's or DescribeTopicPartitions' entry for a topic in error: ``code`` only."""
+    return build(
+        topic_class,
+        error_code=code,
+        name=name,
+        topic_id=NO_TOPIC_ID,
+        is_internal=False,
+        partitions=(),
+        topic_authorized_operations=NO_OPERATIONS,
+    )
+
+
 def leader_error(node: int | None) -> ErrorCode:
     return ErrorCode.none if node is not None else ErrorCode.leader_not_available
 

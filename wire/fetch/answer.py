@@ -18,7 +18,7 @@ from wire.broker import Broker
 from wire.errors import error_code
 from wire.fetch.memo import FetchMemo, Plan
 from wire.fetch.sessions import INVALID_SESSION_ID
-from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
 from wire.protocol.fast_responses import EncodedTopic, FetchAnswer, fetch_partition
 from wire.topics import broker_entries
 
@@ -199,10 +199,8 @@ def entity_answer(broker: Broker, request: Request, session_id: int, topics: Ans
     fenced = leader_hints and any(
         isinstance(r.error, FencedLeaderEpoch) for _, _, _, outcomes in topics for r in outcomes
     )
-    return build(
+    return ok_response(
         schema,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
         session_id=session_id,
         responses=responses,
         # KIP-951: the endpoints of the leaders named in current_leader, i.e. this broker.

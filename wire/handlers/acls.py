@@ -22,7 +22,7 @@ from kafkaesque.security.authorizer import Authorizer
 from wire.authorize import Operation, check_cluster
 from wire.broker import Broker
 from wire.errors import error_code, error_message
-from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
 
 NO_AUTHORIZER = "No Authorizer is configured."
 
@@ -83,11 +83,8 @@ async def describe_acls(broker: Broker, request: Request) -> Any:
         )
         for (rtype, name, pattern), bindings in by_resource.items()
     )
-    return build(
+    return ok_response(
         schema,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        error_message=None,
         resources=resources,
     )
 

@@ -20,7 +20,7 @@ from kafkaesque.partition.replicas import PREFERRED, UNCLEAN, Replicas
 from wire.authorize import Operation, check_cluster
 from wire.broker import Broker
 from wire.errors import error_code, error_message
-from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
 
 METADATA_TOPIC = "__cluster_metadata"  # the KRaft quorum's log, partition 0
 # The epoch of a quorum whose first (and only) election made this node leader.
@@ -100,10 +100,8 @@ async def elect_leaders(broker: Broker, request: Request) -> Any:
             )
         if answers or not everything:
             results.append(build(topic_class, topic=topic, partition_result=tuple(answers)))
-    return build(
+    return ok_response(
         schema,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
         replica_election_results=tuple(results),
     )
 
@@ -133,11 +131,8 @@ async def alter_partition_reassignments(broker: Broker, request: Request) -> Any
                 )
             )
         results.append(build(topic_class, name=topic.name, partitions=tuple(answers)))
-    return build(
+    return ok_response(
         schema,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        error_message=None,
         responses=tuple(results),
     )
 
@@ -146,11 +141,8 @@ async def list_partition_reassignments(broker: Broker, request: Request) -> Any:
     """None is ever in progress; like KRaft, partitions that do not exist are not an
     error here, they have no reassignment either."""
     check_cluster(broker, request, Operation.DESCRIBE)
-    return build(
+    return ok_response(
         request.response_class,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        error_message=None,
         topics=(),
     )
 

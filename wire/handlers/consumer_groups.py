@@ -17,7 +17,7 @@ from kafkaesque.groups.consumer_state import ConsumerGroup, Heartbeat, Heartbeat
 from wire.authorize import NOT_ASKED, Operation, ResourceType, authorized_operations, check_group
 from wire.broker import Broker
 from wire.group_answers import by_topic
-from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
 
 if TYPE_CHECKING:
     pass
@@ -87,11 +87,8 @@ async def consumer_group_heartbeat(broker: Broker, request: Request) -> Any:
                 for t, ps in by_topic.items()
             ),
         )
-    return build(
+    return ok_response(
         schema,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        error_message=None,
         member_id=result.member_id,
         member_epoch=result.epoch,
         # The group's consumer.heartbeat.interval.ms, else the broker's.

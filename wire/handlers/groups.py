@@ -22,8 +22,8 @@ from wire.authorize import (
 )
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.group_answers import UNAVAILABLE, described_as_classic, restore_first
-from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
+from wire.group_answers import UNAVAILABLE, described_as_classic, described_group, restore_first
+from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
 
 log = logging.getLogger(__name__)
 MEMBERS = LogThrottle(log)  # members joining and leaving, as clients ask
@@ -159,10 +159,16 @@ async def join_group(broker: Broker, request: Request) -> Any:
     )
 
 
+async def _member_checks(broker: Broker, request: Request) -> Any | None:
+    """A member's SyncGroup, Heartbeat or LeaveGroup: GroupAuthorizationFailed without READ
+    on the group; then the answer while the group cannot be restored, else None."""
+    check_group(broker, request, Operation.READ, request.body.group_id)
+    return await restore_first(broker, request)
+
+
 async def sync_group(broker: Broker, request: Request) -> Any:
     body = request.body
-    check_group(broker, request, Operation.READ, body.group_id)
-    if (unavailable := await restore_first(broker, request)) is not None:
+    if (unavailable := await _member_checks(broker, request)) is not None:
         return unavailable
     result = await broker.groups.sync(
         body.group_id,
@@ -184,8 +190,7 @@ async def sync_group(broker: Broker, request: Request) -> Any:
 
 async def heartbeat(broker: Broker, request: Request) -> Any:
     body = request.body
-    check_group(broker, request, Operation.READ, body.group_id)
-    if (unavailable := await restore_first(broker, request)) is not None:
+    if (unavailable := await _member_checks(broker, request)) is not None:
         return unavailable
     error = await broker.groups.heartbeat(
         body.group_id, body.generation_id, body.member_id, getattr(body, "group_instance_id", None)
@@ -195,8 +200,7 @@ async def heartbeat(broker: Broker, request: Request) -> Any:
 
 async def leave_group(broker: Broker, request: Request) -> Any:
     body = request.body
-    check_group(broker, request, Operation.READ, body.group_id)
-    if (unavailable := await restore_first(broker, request)) is not None:
+    if (unavailable := await _member_checks(broker, request)) is not None:
         return unavailable  # (left from the empty Redis, the member would come back)
     schema = request.response_class
     if request.api_version < 3:
@@ -217,10 +221,8 @@ async def leave_group(broker: Broker, request: Request) -> Any:
             )
     errors = await broker.groups.leave(body.group_id, leaving)
     member_class = schema_class(schema, "MemberResponse")
-    return build(
+    return ok_response(
         schema,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
         members=tuple(
             build(member_class, member_id=m, group_instance_id=i, error_code=error_code(e))
             for (m, i), e in zip(leaving, errors, strict=True)
@@ -267,28 +269,16 @@ async def describe_groups(broker: Broker, request: Request) -> Any:
                 )
             )
             continue
-        members = tuple(
-            build(
-                member_class,
-                member_id=m.member_id,
-                group_instance_id=m.instance_id,
-                client_id=m.client_id,
-                client_host=m.client_host,
-                member_metadata=m.metadata_for(group.protocol),
-                member_assignment=m.assignment,
-            )
-            for m in group.members.values()
-        )
         described.append(
-            build(
+            described_group(
                 group_class,
-                error_code=ErrorCode.none,
-                group_id=group_id,
-                group_state=group.state,
-                protocol_type=group.protocol_type,
-                protocol_data=group.protocol or "",
-                members=members,
-                authorized_operations=operations,
+                member_class,
+                group_id,
+                group.state,
+                group.protocol_type,
+                group.protocol or "",
+                ((m, m.metadata_for(group.protocol), m.assignment) for m in group.members.values()),
+                operations,
             )
         )
     return build(schema, throttle_time=NO_THROTTLE, groups=tuple(described))

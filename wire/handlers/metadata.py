@@ -21,9 +21,15 @@ from wire.authorize import (
 )
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.protocol.codec import NO_THROTTLE, Request, build, error_response, schema_class
+from wire.protocol.codec import (
+    NO_THROTTLE,
+    Request,
+    build,
+    error_response,
+    ok_response,
+    schema_class,
+)
 from wire.topics import (
-    NO_OPERATIONS,
     NO_TOPIC_ID,
     broker_entries,
     known_topics,
@@ -31,6 +37,7 @@ from wire.topics import (
     partition_leaders,
     remember_topics,
     topic_by_id,
+    topic_error_entry,
 )
 
 # Redis (or the archive) away, as the core or redis-py says it.
@@ -154,17 +161,7 @@ async def metadata(broker: Broker, request: Request) -> Any:
             except UNAVAILABLE:
                 config = ErrorCode.leader_not_available  # as in topic_config
         if isinstance(config, ErrorCode):
-            topics.append(
-                build(
-                    topic_class,
-                    error_code=config,
-                    name=name,
-                    topic_id=NO_TOPIC_ID,
-                    is_internal=False,
-                    partitions=(),
-                    topic_authorized_operations=NO_OPERATIONS,
-                )
-            )
+            topics.append(topic_error_entry(topic_class, name, config))
             continue
         partitions = partition_entries(broker, partition_class, config, enumerate(leaders))
         topics.append(
@@ -220,11 +217,8 @@ async def describe_cluster(broker: Broker, request: Request) -> Any:
             else ErrorCode.unsupported_endpoint_type
         )
         return error_response(schema, code)
-    return build(
+    return ok_response(
         schema,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        error_message=None,
         cluster_id=broker.cluster_id,
         controller_id=controller_id(broker),
         brokers=broker_entries(

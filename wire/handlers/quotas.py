@@ -21,7 +21,7 @@ from kafkaesque.security.quotas import (
 from wire.authorize import Operation, check_cluster, cluster_allowed
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
 
 
 def store(broker: Broker) -> QuotaStore:
@@ -56,11 +56,8 @@ async def describe_client_quotas(broker: Broker, request: Request) -> Any:
         )
         for entity, values in describe(await store(broker).read(), wanted).items()
     )
-    return build(
+    return ok_response(
         schema,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        error_message=None,
         entries=entries,
     )
 

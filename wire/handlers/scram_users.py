@@ -20,7 +20,7 @@ from kafkaesque.security.scram import Credential, check_iterations, from_salted
 from wire.authorize import Operation, cluster_allowed
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
 
 
 async def describe_user_scram_credentials(broker: Broker, request: Request) -> Any:
@@ -64,11 +64,8 @@ async def describe_user_scram_credentials(broker: Broker, request: Request) -> A
                 ),
             )
         )
-    return build(
+    return ok_response(
         schema,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        error_message=None,
         results=tuple(results),
     )
 

@@ -12,10 +12,8 @@ import uuid
 import zlib
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from wire.broker import Broker
-from wire.protocol.codec import NO_THROTTLE, Request, build
+from wire.protocol.codec import Request, ok_response
 
 NO_INSTANCE = uuid.UUID(int=0)
 # Kafka's defaults: the subscription interval (ClientMetricsConfigs) and telemetry.max.bytes.
@@ -36,10 +34,8 @@ async def get_telemetry_subscriptions(broker: Broker, request: Request) -> Any:
     instance = request.body.client_instance_id
     if instance is None or instance == NO_INSTANCE:
         instance = uuid.uuid4()
-    return build(
+    return ok_response(
         request.response_class,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
         client_instance_id=instance,
         subscription_id=subscription_id(instance),
         accepted_compression_types=ACCEPTED_COMPRESSION,

@@ -27,11 +27,10 @@ from wire.authorize import Operation, ResourceType, allowed, authorized_operatio
 from wire.broker import Broker
 from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 from wire.topics import (
-    NO_OPERATIONS,
-    NO_TOPIC_ID,
     known_topics,
     partition_entries,
     partition_leaders,
+    topic_error_entry,
 )
 
 MAX_PARTITIONS = 2000  # Kafka's max.request.partition.size.limit default
@@ -50,18 +49,6 @@ async def _config(broker: Broker, name: str) -> TopicConfig | ErrorCode:
         return UNAVAILABLE
 
 
-def _topic_error(topic_class: type, name: str, code: ErrorCode) -> Any:
-    return build(
-        topic_class,
-        error_code=code,
-        name=name,
-        topic_id=NO_TOPIC_ID,
-        is_internal=False,
-        partitions=(),
-        topic_authorized_operations=NO_OPERATIONS,
-    )
-
-
 async def describe_topic_partitions(broker: Broker, request: Request) -> Any:
     """A page of topics; a bad cursor fails every topic asked for with INVALID_REQUEST
     (the response has no top-level error code), as Kafka's error response does."""
@@ -78,7 +65,7 @@ async def describe_topic_partitions(broker: Broker, request: Request) -> Any:
         )
     except InvalidRequest:
         topics = [
-            _topic_error(topic_class, t.name, ErrorCode.invalid_request)
+            topic_error_entry(topic_class, t.name, ErrorCode.invalid_request)
             for t in request.body.topics
         ]
         next_cursor = None
@@ -139,7 +126,7 @@ async def _page(
         if isinstance(config, ErrorCode):
             # a listing leaves out what is gone or hidden, not what cannot be told now
             if not listing or config == UNAVAILABLE:
-                topics.append(_topic_error(topic_class, name, config))
+                topics.append(topic_error_entry(topic_class, name, config))
             continue
         partitions = partition_entries(
             broker,

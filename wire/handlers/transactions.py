@@ -23,7 +23,7 @@ from wire.authorize import (
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.group_answers import UNAVAILABLE, topic_errors
-from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
 
 # The first version of each API whose clients know PRODUCER_FENCED (KIP-588); older ones
 # get INVALID_PRODUCER_EPOCH, as Kafka answers them.
@@ -208,10 +208,8 @@ async def add_partitions_to_txn(broker: Broker, request: Request) -> Any:
                 topic_results=_topic_results(schema, outcome),
             )
         )
-    return build(
+    return ok_response(
         schema,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
         results_by_transaction=tuple(results),
     )
 

@@ -21,6 +21,7 @@ from functools import cache
 from typing import Any, cast
 
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 from kio.static.protocol import RequestPayload
@@ -258,6 +259,15 @@ def api_versions_fallback(correlation_id: int, supported: dict[int, tuple[int, i
     body = struct.pack(">ihi", correlation_id, 35, len(supported))
     body += b"".join(struct.pack(">hhh", k, lo, hi) for k, (lo, hi) in sorted(supported.items()))
     return _SIZE.pack(len(body)) + body
+
+
+def ok_response(schema: type, **values: Any) -> Any:
+    """A response of ``schema`` for a request that succeeded as a whole: no throttle, a
+    top-level error_code NONE and no error_message (where this version has them), and
+    ``values``."""
+    return build(
+        schema, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None, **values
+    )
 
 
 def error_response(schema: type, code: Any) -> Any | None:
