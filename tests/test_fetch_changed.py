@@ -50,13 +50,13 @@ def test_only_changed_entries_and_heard_partitions_are_read(redis_url: str) -> N
         cache = ReadCache(partitions.notifier)
         offsets = dict.fromkeys(range(PARTITIONS), 0)
         last = await partitions.fetch(requests(offsets), 1 << 20, max_wait=POLL, cache=cache)
-        log.reads.clear()
+        log.read_calls.clear()
         assert await poll(partitions, cache, Asked(offsets, last)) == {}
-        assert log.reads == []  # nothing changed: nothing read
+        assert log.read_calls == []  # nothing changed: nothing read
         # An entry that changed (asked from another offset) is read.
         offsets[4] = 1  # past its end: an error
         got = await poll(partitions, cache, Asked(offsets, last), [4])
-        assert list(got) == [("t", 4)] and log.reads == [[("t", 4)]]
+        assert list(got) == [("t", 4)] and log.read_calls == [[("t", 4)]]
         assert got["t", 4].error is not None
         offsets[4] = 0
         # An append heard between fetches: its partition, though its entry did not change.
@@ -76,11 +76,11 @@ def test_only_changed_entries_and_heard_partitions_are_read(redis_url: str) -> N
         got = await asyncio.wait_for(waiting, 5)
         assert values(got["t", 30].batches) == [b"later"]
         # A change of the whole topic (DeleteRecords, deletion...): every partition.
-        log.reads.clear()
+        log.read_calls.clear()
         await other.announce_change("t")
         await asyncio.sleep(0.2)
         got = await poll(partitions, cache, Asked(offsets, last))
-        assert len(got) == PARTITIONS and len(log.reads[0]) == PARTITIONS
+        assert len(got) == PARTITIONS and len(log.read_calls[0]) == PARTITIONS
         cache.close()
         await other.redis.aclose()
 
@@ -92,9 +92,9 @@ def test_answers_past_their_refresh_are_read_again(redis_url: str) -> None:
         cache = ReadCache(partitions.notifier, refresh=0.0, refresh_batch=7)
         offsets = dict.fromkeys(range(PARTITIONS), 0)
         last = await partitions.fetch(requests(offsets), 1 << 20, max_wait=POLL, cache=cache)
-        log.reads.clear()
+        log.read_calls.clear()
         got = await poll(partitions, cache, Asked(offsets, last))
-        assert len(got) == 7 and len(log.reads[0]) == 7  # the oldest, a batch at a time
+        assert len(got) == 7 and len(log.read_calls[0]) == 7  # the oldest, a batch at a time
         cache.close()
 
     scenario(redis_url, body)

@@ -25,9 +25,10 @@ def cluster_log(make_log: Callable[[], Log]) -> Log:
     return Log(make_log().redis, cluster=True)
 
 
-def crash_after(log: Log, method: str, calls: int = 0) -> None:
-    """Make ``log``'s ``method`` (a per-partition part) die after ``calls`` calls."""
-    original = getattr(log, method)
+def crash_after(part: object, method: str, calls: int = 0) -> None:
+    """Make ``part``'s ``method`` (a per-partition step: Log.steps') die after ``calls``
+    calls."""
+    original = getattr(part, method)
     done = 0
 
     async def dying(*args, **kwargs):
@@ -37,7 +38,7 @@ def crash_after(log: Log, method: str, calls: int = 0) -> None:
         done += 1
         return await original(*args, **kwargs)
 
-    setattr(log, method, dying)
+    setattr(part, method, dying)
 
 
 async def metas(log: Log, topic: str, partitions: int) -> list[dict[bytes, bytes]]:
@@ -53,7 +54,7 @@ def test_create_in_steps_and_the_sweep(make_log: Callable[[], Log]) -> None:
         assert await log.redis.zcard(log.keys.steps) == 0
         with pytest.raises(TopicExists):
             await log.create_topic(TopicConfig("ok", 1))
-        crash_after(log, "_create_partitions")
+        crash_after(log.steps, "_create_partitions")
         with pytest.raises(Crash):
             await log.create_topic(TopicConfig("half", 3, page_size=2))
         fresh = Log(log.redis, cluster=True)
@@ -78,7 +79,7 @@ def test_configure_in_steps_and_the_sweep(make_log: Callable[[], Log]) -> None:
         await log.configure_topic("c", lambda c: c.replace(configs={"retention.ms": "60000"}))
         assert {m[b"ttl"] for m in await metas(log, "c", 2)} == {b"60"}
         assert {m[b"config_version"] for m in await metas(log, "c", 2)} == {b"1"}
-        crash_after(log, "_apply_config")
+        crash_after(log.steps, "_apply_config")
         with pytest.raises(Crash):
             await log.add_partitions("c", 4)
         assert (await log.topic("c")).partitions == 4
@@ -106,7 +107,7 @@ def test_delete_in_steps_and_the_sweep(make_log: Callable[[], Log]) -> None:
         await log.ensure_recovered()
         await log.create_topic(TopicConfig("d", 2, page_size=2))
         await log.append("d", 1, [build_batch([b"a", b"b", b"c"])])
-        crash_after(log, "_delete_partitions")
+        crash_after(log.steps, "_delete_partitions")
         with pytest.raises(Crash):
             await log.delete_topic("d")
         fresh = Log(log.redis, cluster=True)

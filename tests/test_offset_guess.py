@@ -103,13 +103,13 @@ def test_steady_appends_are_sent_already_placed(make_log: Callable[[], Log]) -> 
         log = make_log()
         await log.create_topic(TopicConfig("t", 1))
         sent: list[bytes] = []
-        real = log._append_call
+        real = log.appends._append_call
 
         def spy(topic: str, partition: int, batches: Sequence[bytes], *rest: Any) -> Any:
             sent.extend(batches)
             return real(topic, partition, batches, *rest)
 
-        log._append_call = spy  # type: ignore[method-assign]
+        log.appends._append_call = spy  # type: ignore[method-assign]
         await log.append("t", 0, [big_batch(b"a"), big_batch(b"b")])
         assert [base_offset(b) for b in sent] == [0, 0]  # as built: nothing known yet
         for i in range(3):

@@ -1,6 +1,6 @@
 """The archiver's side of the log: switching archiving on, closed pages, what is archived.
 
-Inherited by kafkaesque.hot.log.Log, which sets the Redis client, its scripts and keys.
+A part of kafkaesque.hot.log.Log, built with its context (kafkaesque.hot.log_context).
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import time
 from dataclasses import dataclass
 from typing import cast
 
-from redis.asyncio import Redis
 from redis.exceptions import AskError, ResponseError, WatchError
 
 from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.errors import NotDurable, UnknownTopic
 from kafkaesque.hot.durability import Durability, has_waitaof
-from kafkaesque.hot.keys import Keys, serving
-from kafkaesque.hot.scripts import Scripts
+from kafkaesque.hot.keys import serving
+from kafkaesque.hot.log_context import LogContext
+from kafkaesque.hot.log_steps import Steps
 from kafkaesque.hot.sequence import Ids
 from kafkaesque.hot.slots import slot_of
 
@@ -40,12 +40,15 @@ class ClosedPage:
     id_step: int = 1  # between the ids of consecutive records (kafkaesque.hot.sequence.Ids)
 
 
-class ArchivingLog:
-    """Methods of kafkaesque.hot.log.Log the archiver uses."""
+class Archiving:
+    """What the archiver asks of kafkaesque.hot.log.Log; on a cluster archiving is switched
+    on in ``steps``."""
 
-    redis: Redis
-    scripts: Scripts
-    keys: Keys
+    def __init__(self, context: LogContext, steps: Steps) -> None:
+        self.redis = context.redis
+        self.scripts = context.scripts
+        self.keys = context.keys
+        self.steps = steps
 
     def ids(self, topic: str, partition: int) -> Ids:
         """How the partition's sequence numbers become record ids."""
@@ -62,7 +65,7 @@ class ArchivingLog:
         if await self.redis.get(k.archiving) == _ARCHIVING_ON:
             return
         if k.cluster:  # the partitions are in different slots: in steps
-            await self._enable_archiving_in_steps(_ARCHIVING_ON)  # type: ignore[attr-defined]
+            await self.steps.enable_archiving_in_steps(_ARCHIVING_ON)
             return
         while True:
             async with self.redis.pipeline(transaction=True) as pipe:

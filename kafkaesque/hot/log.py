@@ -5,6 +5,7 @@ The keys are named in kafkaesque/hot/keys.py and described in docs/redis-layout.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -17,22 +18,22 @@ from kafkaesque.errors import (
     PolicyViolation,
     UnknownTopic,
 )
-from kafkaesque.hot.archiving import ArchivingLog
+from kafkaesque.hot.archiving import Archiving
 from kafkaesque.hot.failover import EpochBump
-from kafkaesque.hot.keys import Keys, is_cluster
-from kafkaesque.hot.log_appends import AppendsLog
-from kafkaesque.hot.log_leaders import LeadersLog
-from kafkaesque.hot.log_reads import ReadsLog
-from kafkaesque.hot.log_steps import StepsLog
-from kafkaesque.hot.log_topics import TopicsLog
-from kafkaesque.hot.log_transactions import TransactionsLog
+from kafkaesque.hot.keys import is_cluster
+from kafkaesque.hot.log_appends import Appends
+from kafkaesque.hot.log_catalog import Catalog
+from kafkaesque.hot.log_context import LogContext
+from kafkaesque.hot.log_leaders import PartitionLeaders
+from kafkaesque.hot.log_reads import Reads
+from kafkaesque.hot.log_steps import Steps
+from kafkaesque.hot.log_topics import Topics
+from kafkaesque.hot.log_transactions import Transactions
 from kafkaesque.hot.log_types import (
     ColdStore,
     PartitionState,
     RestoredTopic,
 )
-from kafkaesque.hot.offset_guess import OffsetGuesses
-from kafkaesque.hot.scripts import Scripts
 from kafkaesque.hot.sequence import EPOCH_MS, SLOT_BITS, STEPS_PER_MS, record_id
 from kafkaesque.hot.slots import slot_of
 from kafkaesque.hot.stores import Stores
@@ -42,10 +43,15 @@ from kafkaesque.records.batch import decode_batch, next_offset
 HIGH_WATERMARK = -1
 
 
-class Log(AppendsLog, ReadsLog, TopicsLog, ArchivingLog, StepsLog, LeadersLog, TransactionsLog):
-    """Topics and partitions kept in one Redis database (appends, in kafkaesque.hot.log_appends,
-    the topic operations, in kafkaesque.hot.log_topics, and the archiver's side of it, in
-    kafkaesque.hot.archiving, are inherited).
+class Log:
+    """Topics and partitions kept in one Redis database, composed of parts that share one
+    LogContext (kafkaesque.hot.log_context): the catalog and recovery
+    (kafkaesque.hot.log_catalog.Catalog), topic changes (log_topics.Topics), appends
+    (log_appends.Appends), reads (log_reads.Reads), the archiver's side
+    (archiving.Archiving), a cluster's steps (log_steps.Steps), the leaders
+    (log_leaders.PartitionLeaders), transactions and producers
+    (log_transactions.Transactions). Their methods are this object's (bound in
+    ``__init__``); what spans them is here.
 
     ``cold`` serves offsets Redis no longer holds (the archive). ``recover`` is called when
     Redis turns out to have lost its data, before any append; it must restore the offsets
@@ -64,30 +70,133 @@ class Log(AppendsLog, ReadsLog, TopicsLog, ArchivingLog, StepsLog, LeadersLog, T
         recover: Callable[[Log], Awaitable[None]] | None = None,
         cluster: bool | None = None,
     ) -> None:
+        context = LogContext(
+            redis, namespace, is_cluster(redis) if cluster is None else cluster, cold
+        )
+        self.context = context
         self.redis = redis
         self.ns = namespace
-        self.cluster = is_cluster(redis) if cluster is None else cluster
-        self.keys = Keys(namespace, self.cluster)
-        # The highest sequence number appends through this Log were given (on a cluster,
-        # the floor of the next: one broker's successive appends get growing ids).
-        self.highest_sequence = 0
-        self.cold = cold
+        self.cluster = context.cluster
+        self.keys = context.keys
+        self.scripts = context.scripts
+        self.guesses = context.guesses
+        self._recover: Callable[[Log], Awaitable[None]] | None = None
         self.recover = recover
-        self.scripts = Scripts(redis)
         # The stores beside the log (ACLs, quotas, offsets, ...), on the same client.
         self.stores = Stores(redis, self.keys)
-        # The offsets the next appends should get, written into their batches so that
-        # Redis need not rewrite them (kafkaesque.hot.offset_guess).
-        self.guesses = OffsetGuesses()
-        # The broker appending through this log (kafkaesque.partition.leadership): its appends to a
-        # partition another broker leads are refused. "" (the CLI, tools): never refused.
-        self.node = ""
-        # Where Redis replicas are required (kafkaesque/hot/high_watermark.py): reads stop at
-        # each partition's high watermark, and ``on_append`` hears of every append.
-        self.capped = False
-        self.on_append: Callable[[str, int], None] | None = None
+
+        # The parts, each given the parts it calls.
+        self.catalog = catalog = Catalog(context)
+        self.steps = steps = Steps(context, catalog)
+        self.topics = topics = Topics(context, catalog, steps)
+        self.appends = appends = Appends(context, catalog)
+        self.reads = reads = Reads(context)
+        self.archiving = archiving = Archiving(context, steps)
+        self.partition_leaders = leaders = PartitionLeaders(context)
+        self.transactions = transactions = Transactions(context, catalog, appends)
+
+        # Their methods, bound once: a call costs what a method of this class would.
+        self.topic = catalog.topic
+        self.topic_defaults = catalog.topic_defaults
+        self.list_topics = catalog.list_topics
+        self.topic_ids = catalog.topic_ids
+        self.topic_configs = catalog.topic_configs
+        self.announce_change = catalog.announce_change
+        self.needs_recovery = catalog.needs_recovery
+        self.ensure_recovered = catalog.ensure_recovered
+        self.create_topic = topics.create_topic
+        self.set_topic_defaults = topics.set_topic_defaults
+        self.add_partitions = topics.add_partitions
+        self.configure_topic = topics.configure_topic
+        self.delete_topic = topics.delete_topic
+        self.finish_steps = steps.finish_steps
+        self.append = appends.append
+        self.append_many = appends.append_many
+        self.read = reads.read
+        self.read_many = reads.read_many
+        self.partition_offsets = reads.partition_offsets
+        self.ids = archiving.ids
+        self.enable_archiving = archiving.enable_archiving
+        self.closed_pages = archiving.closed_pages
+        self.replicated = archiving.replicated
+        self.mark_archived = archiving.mark_archived
+        self.release_archived = archiving.release_archived
+        self.close_idle_pages = archiving.close_idle_pages
+        self.first_unarchived_sequence = archiving.first_unarchived_sequence
+        self.sequence_at = archiving.sequence_at
+        self.leaders = leaders.leaders
+        self.prefer = leaders.prefer
+        self.lead = leaders.lead
+        self.producers = transactions.producers
+        self.end_transaction = transactions.end_transaction
+        self.open_transactions = transactions.open_transactions
+        self.aborted_transactions = transactions.aborted_transactions
+        self.last_stable_offset = transactions.last_stable_offset
+        self.last_stable_offsets = transactions.last_stable_offsets
+
         if hasattr(redis, "on_switch"):  # through Sentinel: new epochs after a failover
             redis.on_switch(EpochBump(namespace, Log))
+
+    # -- what is set from outside: in the context, where the parts read it -----------
+    @property
+    def cold(self) -> ColdStore | None:
+        """The archive, serving offsets Redis no longer holds."""
+        return self.context.cold
+
+    @cold.setter
+    def cold(self, cold: ColdStore | None) -> None:
+        self.context.cold = cold
+
+    @property
+    def recover(self) -> Callable[[Log], Awaitable[None]] | None:
+        """Restores the offsets from the archive after Redis lost its data (given this
+        Log); None: the log starts afresh."""
+        return self._recover
+
+    @recover.setter
+    def recover(self, recover: Callable[[Log], Awaitable[None]] | None) -> None:
+        self._recover = recover
+        self.context.recover = None if recover is None else functools.partial(recover, self)
+
+    @property
+    def node(self) -> str:
+        """The broker appending through this log (kafkaesque.partition.leadership): its
+        appends to a partition another broker leads are refused. "" (the CLI, tools):
+        never refused."""
+        return self.context.node
+
+    @node.setter
+    def node(self, node: str) -> None:
+        self.context.node = node
+
+    @property
+    def capped(self) -> bool:
+        """Whether reads stop at each partition's high watermark (where Redis replicas are
+        required: kafkaesque/hot/high_watermark.py)."""
+        return self.context.capped
+
+    @capped.setter
+    def capped(self, capped: bool) -> None:
+        self.context.capped = capped
+
+    @property
+    def on_append(self) -> Callable[[str, int], None] | None:
+        """Told of every append (topic, partition), where Redis replicas are required."""
+        return self.context.on_append
+
+    @on_append.setter
+    def on_append(self, on_append: Callable[[str, int], None] | None) -> None:
+        self.context.on_append = on_append
+
+    @property
+    def highest_sequence(self) -> int:
+        """The highest sequence number appends through this Log were given (on a cluster,
+        the floor of the next: one broker's successive appends get growing ids)."""
+        return self.context.highest_sequence
+
+    @highest_sequence.setter
+    def highest_sequence(self, highest: int) -> None:
+        self.context.highest_sequence = highest
 
     def channel(self, topic: str) -> str:
         """Pub/sub channel that carries the new log end after every append."""
@@ -96,7 +205,7 @@ class Log(AppendsLog, ReadsLog, TopicsLog, ArchivingLog, StepsLog, LeadersLog, T
     # -- partitions ---------------------------------------------------------------
     async def earliest_offset(self, topic: str, partition: int) -> int:
         """The first offset still readable: in the archive if there is one, else in Redis."""
-        return await self._earliest(
+        return await self.reads.earliest(
             topic, partition, (await self.state(topic, partition)).log_start
         )
 
@@ -132,7 +241,7 @@ class Log(AppendsLog, ReadsLog, TopicsLog, ArchivingLog, StepsLog, LeadersLog, T
             )
         if self.cold is not None:
             await self.cold.delete_records(topic, config.topic_id, partition, offset)
-        return await self._earliest(
+        return await self.reads.earliest(
             topic, partition, await self.raise_floor(topic, partition, offset)
         )
 
@@ -302,7 +411,7 @@ class Log(AppendsLog, ReadsLog, TopicsLog, ArchivingLog, StepsLog, LeadersLog, T
         the marker."""
         k = self.keys
         if self.cluster:  # the catalog, then each partition (kafkaesque/hot/log_steps.py)
-            await self._restore_in_steps(topics, sequence_floor)
+            await self.steps.restore_in_steps(topics, sequence_floor)
             for t in topics:
                 await self.announce_change(t.config.name)
             topics = []

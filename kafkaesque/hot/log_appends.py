@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
-from redis.asyncio import Redis
 from redis.exceptions import AskError
 
 from kafkaesque.clock import now_ms as _now_ms
@@ -18,33 +17,29 @@ from kafkaesque.errors import (
     UnknownTopic,
 )
 from kafkaesque.hot.durability import DEFAULT_TIMEOUT_MS, Durability
-from kafkaesque.hot.keys import Keys, is_cluster, serving
+from kafkaesque.hot.keys import is_cluster, serving
+from kafkaesque.hot.log_catalog import Catalog
+from kafkaesque.hot.log_context import LogContext
 from kafkaesque.hot.log_types import Appended
-from kafkaesque.hot.offset_guess import Guess, OffsetGuesses
-from kafkaesque.hot.scripts import Scripts
+from kafkaesque.hot.offset_guess import Guess
 from kafkaesque.hot.sequence import clock
 from kafkaesque.hot.slots import slot_of
 from kafkaesque.records.batch import offset_count, producer_fields
 
 
-class AppendsLog:
-    """Appending to partitions; the rest of Log is in kafkaesque.hot.log."""
+class Appends:
+    """Appending to partitions, for kafkaesque.hot.log.Log; the append script runs through
+    ``catalog``'s recovery-guarded call."""
 
-    redis: Redis
-    scripts: Scripts
-    keys: Keys
-    cluster: bool
-    node: str
-    highest_sequence: int
-    guesses: OffsetGuesses
-    on_append: Callable[[str, int], None] | None
-    capped: bool
-
-    if TYPE_CHECKING:  # TopicsLog's, in Log
-
-        async def _call(self, script: Any, keys: list[str], args: list[Any]) -> Any: ...
-
-        async def ensure_recovered(self) -> None: ...
+    def __init__(self, context: LogContext, catalog: Catalog) -> None:
+        self.context = context
+        self.redis = context.redis
+        self.scripts = context.scripts
+        self.keys = context.keys
+        self.cluster = context.cluster
+        self.guesses = context.guesses
+        self._call = catalog.call
+        self._ensure_recovered = catalog.ensure_recovered
 
     async def append(
         self,
@@ -82,7 +77,7 @@ class AppendsLog:
         except SequenceAhead as exc:
             raise await self._sequence_ahead(topic, partition, batches, exc) from None
         appended = self._appended(topic, partition, batches, guess, reply)
-        if self.capped and durability is not None and durability.replicas:
+        if self.context.capped and durability is not None and durability.replicas:
             # Kafka completes an acks=all produce once the high watermark passes its
             # records, so a reader sees every acknowledged record: the WAIT just made
             # covers them and everything before (kafkaesque/hot/high_watermark.py).
@@ -97,11 +92,13 @@ class AppendsLog:
         """append.lua's reply {log start, last sequence, epoch, base offsets...}: the
         sequence and the epoch noted, the offsets answered."""
         start, last, epoch, *bases = reply
-        if last > self.highest_sequence:
-            self.highest_sequence = last
+        context = self.context
+        if last > context.highest_sequence:
+            context.highest_sequence = last
         self.guesses.learn(topic, partition, guess, bases, batches, epoch)
-        if self.on_append is not None:
-            self.on_append(topic, partition)
+        on_append = context.on_append
+        if on_append is not None:
+            on_append(topic, partition)
         return Appended(bases, start)
 
     async def _sequence_ahead(
@@ -149,7 +146,7 @@ class AppendsLog:
         replies = await self.scripts.append.many(self.redis, calls)
         lost = [i for i, reply in enumerate(replies) if isinstance(reply, NeedsRecovery)]
         if lost:  # Redis lost its data: none of those ran; recover, then append them
-            await self.ensure_recovered()
+            await self._ensure_recovered()
             again = await self.scripts.append.many(self.redis, [calls[i] for i in lost])
             for i, reply in zip(lost, again, strict=True):
                 if self.cluster and isinstance(reply, NeedsRecovery):  # see _call
@@ -169,7 +166,7 @@ class AppendsLog:
                 results.append(self._appended(topic, partition, batches, guess, reply))
         return results
 
-    def _sequencing(self, topic: str, partition: int, now: int) -> tuple[str, str, int]:
+    def sequencing(self, topic: str, partition: int, now: int) -> tuple[str, str, int]:
         """The sequence key, recovery marker and sequence floor of an append (append.lua):
         on one Redis the counter, the incarnation and 0; on a cluster the slot's hash, the
         partition's meta (the catalog's incarnation is checked before, in Python: a shard
@@ -178,7 +175,7 @@ class AppendsLog:
         k = self.keys
         if not self.cluster:
             return k.gseq, k.incarnation, 0
-        floor = max(clock(now), self.highest_sequence + 1)
+        floor = max(clock(now), self.context.highest_sequence + 1)
         return k.slot_hash(slot_of(topic, partition)), k.partition(topic, partition).meta, floor
 
     def _append_call(
@@ -194,9 +191,10 @@ class AppendsLog:
         k = self.keys
         p = k.partition(topic, partition)
         now = _now_ms()
-        sequence, marker, floor = self._sequencing(topic, partition, now)
+        sequence, marker, floor = self.sequencing(topic, partition, now)
         serial = "" if transaction is None else transaction
-        args: list[object] = [p.prefix, k.appended(topic), now, floor, self.node, serial, replicas]
+        node = self.context.node
+        args: list[object] = [p.prefix, k.appended(topic), now, floor, node, serial, replicas]
         for batch in batches:
             args += (offset_count(batch), *producer_fields(batch), batch)
         keys = [p.meta, p.index, p.stats, sequence, p.producers, marker, p.txn_open, p.txn_ended]

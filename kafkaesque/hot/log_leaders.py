@@ -1,16 +1,15 @@
-"""Methods of kafkaesque.hot.log.Log on the partitions' leaders (partition.leadership): who
+"""The partitions' leaders, for kafkaesque.hot.log.Log (partition.leadership): who
 leads each partition, its preferred leader, and the compare-and-set that moves it."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from kafkaesque.hot.keys import Keys
+from kafkaesque.hot.log_context import LogContext
 from kafkaesque.hot.pipelined import pack
-from kafkaesque.hot.scripts import Scripts, shared_failure
+from kafkaesque.hot.scripts import shared_failure
 
 # The fields `leaders` reads, packed once (see there).
 _FIELDS = pack(("leader", "epoch", "preferred", "end"))[len(b"*4\r\n") :]
@@ -20,12 +19,13 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-class LeadersLog:
+class PartitionLeaders:
     """The leader fields of each partition's meta: ``leader``, ``preferred``, ``epoch``."""
 
-    redis: Redis
-    scripts: Scripts
-    keys: Keys
+    def __init__(self, context: LogContext) -> None:
+        self.redis = context.redis
+        self.scripts = context.scripts
+        self.keys = context.keys
 
     async def leaders(
         self, partitions: Sequence[tuple[str, int]]

@@ -1,4 +1,4 @@
-"""Methods of kafkaesque.hot.log.Log that read partitions: one (read.lua), many in one round
+"""Reading partitions, for kafkaesque.hot.log.Log: one (read.lua), many in one round
 trip (read_many.lua), their offsets; below Redis' start the archive answers."""
 
 from __future__ import annotations
@@ -8,14 +8,12 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from redis.asyncio import Redis
 from redis.crc import key_slot
 
 from kafkaesque.errors import StorageUnavailable, UnknownTopic
-from kafkaesque.hot.keys import Keys
+from kafkaesque.hot.log_context import LogContext
 from kafkaesque.hot.log_transactions import aborted_entry
-from kafkaesque.hot.log_types import ColdStore, PartitionRead, ReadResult
-from kafkaesque.hot.scripts import Scripts
+from kafkaesque.hot.log_types import PartitionRead, ReadResult
 from kafkaesque.records.batch import base_offset
 
 # read.lua's statuses: below the log start, past the log end, below DeleteRecords' floor.
@@ -57,17 +55,16 @@ def _from_redis(
     )
 
 
-class ReadsLog:
-    """Reading partitions from Redis, and from the archive (``cold``) below Redis' start."""
+class Reads:
+    """Reading partitions from Redis, and from the archive (the context's ``cold``) below
+    Redis' start."""
 
-    redis: Redis
-    scripts: Scripts
-    keys: Keys
-    cluster: bool
-    cold: ColdStore | None
-    # Reads stop at the high watermark (kafkaesque/hot/high_watermark.py): set where Redis
-    # replicas are required.
-    capped: bool
+    def __init__(self, context: LogContext) -> None:
+        self.context = context
+        self.redis = context.redis
+        self.scripts = context.scripts
+        self.keys = context.keys
+        self.cluster = context.cluster
 
     async def read(
         self,
@@ -112,15 +109,16 @@ class ReadsLog:
         if not requests:
             return []
         keys = [self.keys.partition(r.topic, r.partition).meta for r in requests]
-        head = [max_bytes, int(committed), int(min_one), int(self.capped)]
+        head = [max_bytes, int(committed), int(min_one), int(self.context.capped)]
         answers = await self._read_many(keys, head, [(r.offset, r.max_bytes) for r in requests])
         results: list[ReadResult | UnknownTopic | StorageUnavailable] = []
         read_bytes = 0
+        archived = self.context.cold is not None
         for r, answer in zip(requests, answers, strict=True):
             if answer[0] < 0:
                 results.append(UnknownTopic(f"no partition {r.partition} in {r.topic}"))
                 continue
-            result = _from_redis(_parsed(answer), self.cold is not None)
+            result = _from_redis(_parsed(answer), archived)
             if result is not None and self.cluster and result.batches:
                 # One call per slot, each within the whole budget: what is over it goes.
                 size = sum(map(len, result.batches))
@@ -155,7 +153,7 @@ class ReadsLog:
         keys = [self.keys.partition(topic, p).meta for topic, p in partitions]
         # Offset -1 is below every floor: the script answers the offsets and reads nothing.
         answers = await self._read_many(
-            keys, [0, 0, 0, int(self.capped)], [(-1, 0)] * len(partitions)
+            keys, [0, 0, 0, int(self.context.capped)], [(-1, 0)] * len(partitions)
         )
         return [None if a[0] < 0 else (a[1], a[2], a[3], a[4]) for a in answers]
 
@@ -201,17 +199,17 @@ class ReadsLog:
     ) -> ReadResult:
         """The ReadResult of a read.lua answer; below Redis' start the archive answers."""
         parsed = _parsed(redis_read)
-        result = _from_redis(parsed, self.cold is not None)
+        result = _from_redis(parsed, self.context.cold is not None)
         if result is not None:
             return result
         status, start, end, epoch, lso, aborted, batches = parsed
         if status == _DELETED:  # deleted from the archive too: not a gap to read across
-            earliest = await self._earliest(topic, partition, start)
+            earliest = await self.earliest(topic, partition, start)
             return ReadResult([], earliest, end, epoch, below_start=True, last_stable=lso)
         # Tiered storage: offsets Redis no longer holds are read from the archive.
-        cold = self.cold
+        cold = self.context.cold
         assert cold is not None  # else _from_redis answered
-        earliest = await self._earliest(topic, partition, start)
+        earliest = await self.earliest(topic, partition, start)
         batches = await cold.read(topic, partition, offset, max_bytes)
         # Archived batches only from below Redis' start: from there on Redis holds the
         # offsets (the archive may lack some that Redis still has: a DeleteRecords that
@@ -275,16 +273,17 @@ class ReadsLog:
                 max_records,
                 int(min_one),
                 int(committed),
-                int(self.capped),
+                int(self.context.capped),
             ],
         )
 
-    async def _earliest(self, topic: str, partition: int, redis_start: int) -> int:
+    async def earliest(self, topic: str, partition: int, redis_start: int) -> int:
         """The lower of Redis' log start and the archive's first offset. The archive
         holds only what Redis held, so from a Redis start of 0 it is not asked (and an
         unreachable archive fails nothing)."""
-        if self.cold is not None and redis_start > 0:
-            cold_start = await self.cold.start_offset(topic, partition)
+        cold = self.context.cold
+        if cold is not None and redis_start > 0:
+            cold_start = await cold.start_offset(topic, partition)
             if cold_start is not None and cold_start < redis_start:
                 # Not below the floor of a DeleteRecords that reached Redis but not the
                 # archive yet (a command run without it): reads there are refused.

@@ -11,17 +11,16 @@ to repeat, then drops the marker. A crash in between leaves the marker: ``finish
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, cast
+from typing import cast
 
-from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
 from kafkaesque.clock import now_ms as _now_ms
 from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.errors import Conflict, UnknownTopic
-from kafkaesque.hot.keys import Keys
+from kafkaesque.hot.log_catalog import Catalog
+from kafkaesque.hot.log_context import LogContext
 from kafkaesque.hot.log_types import RestoredTopic
-from kafkaesque.hot.scripts import Scripts
 from kafkaesque.hot.sequence import counter_of
 from kafkaesque.hot.slots import slot_of
 
@@ -32,25 +31,22 @@ STEP_AGE_MS = 10_000
 ARCHIVING_PENDING = b"pending"
 
 
-class StepsLog:
-    """Methods of kafkaesque.hot.log.Log for the cluster layout's multi-partition operations."""
+class Steps:
+    """The cluster layout's multi-partition operations, for kafkaesque.hot.log.Log; the
+    catalog steps run through ``catalog`` (recovery first), the sweep reads topics there."""
 
-    redis: Redis
-    scripts: Scripts
-    keys: Keys
-
-    if TYPE_CHECKING:  # kafkaesque.hot.log_topics.TopicsLog's, in Log
-
-        async def _call(self, script: Any, keys: list[str], args: list[Any]) -> Any: ...
-
-        async def topic(self, name: str) -> TopicConfig: ...
+    def __init__(self, context: LogContext, catalog: Catalog) -> None:
+        self.redis = context.redis
+        self.scripts = context.scripts
+        self.keys = context.keys
+        self.catalog = catalog
 
     # -- create and change -------------------------------------------------------------
-    async def _create_in_steps(self, config: TopicConfig) -> None:
+    async def create_in_steps(self, config: TopicConfig) -> None:
         k = self.keys
         name = config.name
         topic_id = config.topic_id.hex()
-        archiving, floor = await self._call(
+        archiving, floor = await self.catalog.call(
             self.scripts.create_catalog,
             keys=[
                 k.topics,
@@ -87,7 +83,7 @@ class StepsLog:
                 args=[settings, topic_id, archiving, floor, version],
             )
 
-    async def _configure_in_steps(
+    async def configure_in_steps(
         self, raw: bytes, current: TopicConfig, changed: TopicConfig
     ) -> None:
         """The change from ``current`` (stored as ``raw``) to ``changed``; raises Conflict
@@ -124,7 +120,7 @@ class StepsLog:
         await self._create_partitions(config, missing, archiving, floor, version)
 
     # -- delete -----------------------------------------------------------------------------
-    async def _delete_in_steps(self, name: str) -> None:
+    async def delete_in_steps(self, name: str) -> None:
         """The catalog first (the topic is gone for every reader), then each partition."""
         k = self.keys
         while True:
@@ -197,7 +193,7 @@ class StepsLog:
             await self._delete_partitions(name, int(partitions), topic_id)
             return
         try:
-            config = await self.topic(name)
+            config = await self.catalog.topic(name)
         except UnknownTopic:
             return  # deleted since: its deletion's marker says what is left to do
         if kind == "creating" and config.topic_id.hex() != value:
@@ -213,7 +209,7 @@ class StepsLog:
             await self._apply_config(config, int(value), archiving, int(floor or 0))
 
     # -- archiving and restore ----------------------------------------------------------------
-    async def _enable_archiving_in_steps(self, done: bytes) -> None:
+    async def enable_archiving_in_steps(self, done: bytes) -> None:
         """The switch first (creators read it after their catalog step), then
         archive_on.lua per partition of every topic listed after it, then the switch's
         final value: a crash before it makes the next call do it all again."""
@@ -229,7 +225,7 @@ class StepsLog:
                 await self.scripts.archive_on(keys=[part.meta, part.index], args=[part.prefix])
         await self.redis.set(k.archiving, done)
 
-    async def _restore_in_steps(self, topics: list[RestoredTopic], sequence_floor: int) -> None:
+    async def restore_in_steps(self, topics: list[RestoredTopic], sequence_floor: int) -> None:
         """Each topic's catalog entry (only if missing), then restore.lua per partition,
         with its slot's counter raised past every id the archive has seen."""
         k = self.keys

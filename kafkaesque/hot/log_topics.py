@@ -1,101 +1,50 @@
-"""The topic side of the log: create, configure, list and delete topics; recovery first."""
+"""The topic side of the log: create, configure and delete topics, the broker's defaults."""
 
 from __future__ import annotations
 
 import logging
-import uuid
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable
+from typing import cast
 
 import msgpack
-from redis.asyncio import Redis
 
 from kafkaesque.config.topic_config import TopicConfig
-from kafkaesque.errors import Conflict, NeedsRecovery, StorageUnavailable, UnknownTopic
-from kafkaesque.hot.keys import Keys
-from kafkaesque.hot.log_types import ColdStore
-from kafkaesque.hot.scripts import Scripts
+from kafkaesque.errors import Conflict, StorageUnavailable, UnknownTopic
+from kafkaesque.hot.log_catalog import Catalog
+from kafkaesque.hot.log_context import LogContext
+from kafkaesque.hot.log_steps import Steps
 
 log = logging.getLogger(__name__)
 
-if TYPE_CHECKING:
-    from kafkaesque.hot.log import Log
 
+class Topics:
+    """Changes to whole topics, for kafkaesque.hot.log.Log: on a single Redis one script
+    each, on a cluster in ``steps``; lookups and recovery through ``catalog``."""
 
-class TopicsLog:
-    """Methods of kafkaesque.hot.log.Log on whole topics, and the recovery every write and
-    every topic lookup goes through when Redis lost its data."""
-
-    redis: Redis
-    scripts: Scripts
-    keys: Keys
-    cold: ColdStore | None
-    recover: Callable[[Log], Awaitable[None]] | None
+    def __init__(self, context: LogContext, catalog: Catalog, steps: Steps) -> None:
+        self.context = context
+        self.redis = context.redis
+        self.scripts = context.scripts
+        self.keys = context.keys
+        self.catalog = catalog
+        self.steps = steps
 
     async def create_topic(self, config: TopicConfig) -> TopicConfig:
         """Create the topic; its partitions enforce its configs with the broker's defaults
         as stored in Redis."""
-        config.defaults = await self.topic_defaults()
+        config.defaults = await self.catalog.topic_defaults()
         config.validate()
         k = self.keys
         if k.cluster:  # the partitions are in different slots: in steps
-            await self._create_in_steps(config)  # type: ignore[attr-defined]
+            await self.steps.create_in_steps(config)
             return config
         metas = [k.partition(config.name, p).meta for p in range(config.partitions)]
-        await self._call(
+        await self.catalog.call(
             self.scripts.create,
             keys=[k.topics, k.topic(config.name), k.incarnation, k.archiving, *metas],
             args=[config.name, config.pack(), config.lua_settings()],
         )
         return config
-
-    async def _call(self, script: Any, keys: list[str], args: list[Any]) -> Any:
-        """Run a script that refuses to write while Redis has lost its data: recover first
-        (restore from the archive, or start afresh without one), then run it again."""
-        try:
-            return await script(keys=keys, args=args)
-        except NeedsRecovery:
-            await self._recover_or_unknown()
-        return await script(keys=keys, args=args)
-
-    async def _recover_or_unknown(self) -> None:
-        """After a script's NEEDS_RECOVERY: recover. On a cluster a partition's scripts
-        take its meta for the recovery marker (the catalog's is in another slot), so a
-        partition that does not exist says it too: unknown unless the catalog lost its
-        data."""
-        if self.keys.cluster and not await self.needs_recovery():
-            raise UnknownTopic("unknown topic or partition")
-        await self.ensure_recovered()
-
-    async def needs_recovery(self) -> bool:
-        return not await self.redis.exists(self.keys.incarnation)
-
-    async def ensure_recovered(self) -> None:
-        """If Redis lost its data, restore offsets (through ``recover``) before appends."""
-        if await self.needs_recovery():
-            if self.recover is not None:
-                await self.recover(cast("Log", self))  # only Log inherits this
-            await self.redis.set(self.keys.incarnation, uuid.uuid4().hex, nx=True)
-
-    async def topic(self, name: str) -> TopicConfig:
-        """The topic's config, with the broker's defaults (one round trip)."""
-        # Replies are bytes: the client does not decode them (here and below).
-        data, defaults = cast(
-            "list[bytes | None]",
-            await self.redis.mget(self.keys.topic(name), self.keys.topic_defaults),
-        )
-        if data is None and self.recover is not None and await self.needs_recovery():
-            # Redis lost its data: the archive may know the topic (restored here).
-            await self.ensure_recovered()
-            data = cast("bytes | None", await self.redis.get(self.keys.topic(name)))
-        if data is None:
-            raise UnknownTopic(f"no such topic: {name}")
-        return TopicConfig.unpack(name, data, defaults)
-
-    async def topic_defaults(self) -> dict[str, str]:
-        """The broker's topic config defaults (``serve --config``)."""
-        raw = await self.redis.get(self.keys.topic_defaults)
-        return msgpack.unpackb(raw) if raw else {}
 
     async def set_topic_defaults(self, defaults: dict[str, str]) -> list[str]:
         """Make ``defaults`` (topic config name -> canonical value) the broker's topic
@@ -104,10 +53,10 @@ class TopicsLog:
         stopped halfway (a crash, Redis away) is completed by the next. A topic with a
         partition on a Redis Cluster shard that is away is left for the next run (logged),
         so a broker starts and serves the others meanwhile."""
-        previous = await self.topic_defaults()
+        previous = await self.catalog.topic_defaults()
         await self.redis.set(self.keys.topic_defaults, msgpack.packb(defaults))
         changed = []
-        for name in await self.list_topics():
+        for name in await self.catalog.list_topics():
             try:
                 after = await self.configure_topic(name, lambda c: c)
             except UnknownTopic:
@@ -142,7 +91,7 @@ class TopicsLog:
             changed.validate()
             if self.keys.cluster:  # in steps: kafkaesque/hot/log_steps.py
                 try:
-                    await self._configure_in_steps(raw, current, changed)  # type: ignore[attr-defined]
+                    await self.steps.configure_in_steps(raw, current, changed)
                     return changed
                 except Conflict:
                     continue
@@ -156,58 +105,22 @@ class TopicsLog:
             except Conflict:
                 continue  # another client changed the topic between our read and write
 
-    async def list_topics(self) -> list[str]:
-        if self.recover is not None:
-            await self.ensure_recovered()  # after a loss of Redis' data, list what is restored
-        names = cast("set[bytes]", await self.redis.smembers(self.keys.topics))
-        return sorted(n.decode() for n in names)
-
-    async def topic_ids(self) -> dict[bytes, str]:
-        """Every topic's id -> its name (two round trips whatever the number of topics)."""
-        names = await self.list_topics()
-        if not names:
-            return {}
-        packed = await self.redis.mget([self.keys.topic(n) for n in names])
-        # A topic deleted between the two reads has no config any more.
-        return {
-            msgpack.unpackb(data)["id"]: n for n, data in zip(names, packed, strict=True) if data
-        }
-
-    async def topic_configs(self) -> list[TopicConfig]:
-        """Every topic's config (two round trips whatever the number of topics)."""
-        names = await self.list_topics()
-        if not names:
-            return []
-        *packed, defaults = cast(
-            "list[bytes | None]",
-            await self.redis.mget([*(self.keys.topic(n) for n in names), self.keys.topic_defaults]),
-        )
-        return [  # a topic deleted between the two reads has no config any more
-            TopicConfig.unpack(n, data, defaults)
-            for n, data in zip(names, packed, strict=True)
-            if data
-        ]
-
-    async def announce_change(self, topic: str) -> None:
-        """The topic changed other than by an append (deleted, records deleted, restored):
-        an empty message on its channel makes waiting and caching readers read it again."""
-        await self.redis.publish(self.keys.appended(topic), "")
-
     async def delete_topic(self, name: str) -> None:
         """Delete the topic and its records, the archived ones first: if the archive cannot
         be reached, nothing is deleted. A topic only the archive still has (deleted while
         no archive was attached) is deleted from it."""
+        cold = self.context.cold
         try:
-            config = await self.topic(name)
+            config = await self.catalog.topic(name)
         except UnknownTopic:
-            if self.cold is None or not await self.cold.delete_topic(name, None, 0):
+            if cold is None or not await cold.delete_topic(name, None, 0):
                 raise
             return
-        if self.cold is not None:
-            await self.cold.delete_topic(name, config.topic_id, config.partitions)
+        if cold is not None:
+            await cold.delete_topic(name, config.topic_id, config.partitions)
         if self.keys.cluster:  # in steps: kafkaesque/hot/log_steps.py
-            await self._delete_in_steps(name)  # type: ignore[attr-defined]
-            await self.announce_change(name)
+            await self.steps.delete_in_steps(name)
+            await self.catalog.announce_change(name)
             return
         parts = [self.keys.partition(name, p) for p in range(config.partitions)]
         await self.scripts.delete(
@@ -218,4 +131,4 @@ class TopicsLog:
             ],
             args=[name, *(p.prefix for p in parts)],
         )
-        await self.announce_change(name)
+        await self.catalog.announce_change(name)

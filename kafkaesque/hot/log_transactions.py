@@ -1,19 +1,18 @@
-"""Methods of kafkaesque.hot.log.Log on transactions and idempotent producers: the producers'
+"""Transactions and idempotent producers, for kafkaesque.hot.log.Log: the producers'
 sequence state, the markers that end a transaction (end_txn.lua), open and aborted
 transactions, and the last stable offset."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, cast
-
-from redis.asyncio import Redis
+from collections.abc import Iterable
+from typing import cast
 
 from kafkaesque.clock import now_ms as _now_ms
 from kafkaesque.errors import UnknownTopic
-from kafkaesque.hot.keys import Keys
+from kafkaesque.hot.log_appends import Appends
+from kafkaesque.hot.log_catalog import Catalog
+from kafkaesque.hot.log_context import LogContext
 from kafkaesque.hot.log_types import ProducerState
-from kafkaesque.hot.scripts import Scripts
 from kafkaesque.records.build import build_control_batch
 
 
@@ -27,20 +26,19 @@ def aborted_entry(entry: bytes) -> tuple[int, int, int]:
     return int(pid), int(first), int(last)
 
 
-class TransactionsLog:
-    """The transactional and idempotent side of a partition's state."""
+class Transactions:
+    """The transactional and idempotent side of a partition's state, for
+    kafkaesque.hot.log.Log; markers are sequenced as ``appends`` sequences its appends, and
+    written through ``catalog``'s recovery-guarded call."""
 
-    redis: Redis
-    scripts: Scripts
-    keys: Keys
-    cluster: bool
-    on_append: Callable[[str, int], None] | None
-
-    if TYPE_CHECKING:  # Log's and TopicsLog's, in Log
-
-        def _sequencing(self, topic: str, partition: int, now: int) -> tuple[str, str, int]: ...
-
-        async def _call(self, script: Any, keys: list[str], args: list[Any]) -> Any: ...
+    def __init__(self, context: LogContext, catalog: Catalog, appends: Appends) -> None:
+        self.context = context
+        self.redis = context.redis
+        self.scripts = context.scripts
+        self.keys = context.keys
+        self.cluster = context.cluster
+        self.catalog = catalog
+        self.appends = appends
 
     async def producers(self, topic: str, partition: int) -> list[ProducerState]:
         """The idempotent producers the partition keeps sequence state for (append.lua's
@@ -82,14 +80,15 @@ class TransactionsLog:
         p = k.partition(topic, partition)
         marker = build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch)
         now = _now_ms()
-        sequence, recovery, floor = self._sequencing(topic, partition, now)
+        sequence, recovery, floor = self.appends.sequencing(topic, partition, now)
         keys = [p.meta, p.index, p.stats, sequence, p.producers, recovery]
         keys += [p.txn_open, p.txn_aborted, p.txn_ended]
         args = [p.prefix, k.appended(topic), now, producer_id, producer_epoch]
         args += [int(commit), marker, floor, "" if transaction is None else transaction]
-        start, offset = await self._call(self.scripts.end_txn, keys, args)
-        if self.on_append is not None:
-            self.on_append(topic, partition)
+        start, offset = await self.catalog.call(self.scripts.end_txn, keys, args)
+        on_append = self.context.on_append
+        if on_append is not None:
+            on_append(topic, partition)
         return start, offset
 
     async def open_transactions(self, topic: str, partition: int) -> list[tuple[int, int]]:

@@ -78,7 +78,7 @@ def main() -> None:
         append_sha = r.script_load(source("append"))
         read_sha = r.script_load(source("read_many"))
         per_64k = 65536 // len(batch)
-        keys_, args_ = log._append_call("append", 0, [batch])  # as Log.append calls it
+        keys_, args_ = log.appends._append_call("append", 0, [batch])  # as Log.append calls it
         append_call = ("EVALSHA", append_sha, len(keys_), *keys_, *args_)
 
         def pipeline(*command: object) -> Callable[[], None]:
@@ -149,7 +149,7 @@ def big_appends(
             p = r.pipeline(transaction=False)
             for n in range(calls):
                 sent = batch if mode == "as built" else with_base_offset(batch, n * count, epoch)
-                keys, call_args = log._append_call(name, 0, [sent])
+                keys, call_args = log.appends._append_call(name, 0, [sent])
                 p.execute_command("EVALSHA", append_sha, len(keys), *keys, *call_args)
             times[mode].append(usec_per_call(r, "evalsha", calls, p.execute))
             asyncio.run(delete(name))

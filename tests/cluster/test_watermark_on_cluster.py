@@ -31,10 +31,12 @@ def shifted_log(url: str, skew_ms: int) -> Log:
     """A Log whose clock is ``skew_ms`` off (its appends' floors follow it)."""
     log = Log(redis_client(url))
 
-    def _sequencing(topic: str, partition: int, now: int):
-        return Log._sequencing(log, topic, partition, now + skew_ms)
+    sequencing = log.appends.sequencing
 
-    log._sequencing = _sequencing  # type: ignore[method-assign]
+    def shifted(topic: str, partition: int, now: int):
+        return sequencing(topic, partition, now + skew_ms)
+
+    log.appends.sequencing = shifted  # type: ignore[method-assign]
     return log
 
 
@@ -106,7 +108,7 @@ def test_hazards_between_the_passes_steps(empty_cluster: ClusterServers, pg_dsn:
         archiver = Archiver(log, pool, idle_close_ms=0)
         await archiver.run_once()
         # A broker computes an append's floor, then stalls for a whole pass.
-        keys, args = other._append_call("h", 1, [build_batch([b"late"])])
+        keys, args = other.appends._append_call("h", 1, [build_batch([b"late"])])
         real_tick = log.tick
 
         async def tick_then_create() -> int:

@@ -89,7 +89,7 @@ def test_the_problem_message_after_a_slot_moved_says_why(redis_url: str) -> None
         async def refresh() -> None:
             return None
 
-        log._replicated = moved  # type: ignore[method-assign]
+        log.archiving._replicated = moved  # type: ignore[method-assign]
         log.redis.refresh_slots = refresh  # type: ignore[attr-defined]
         why = await DurableBarrier(log, 0).holds("t", 0, 0.3)
         await log.redis.aclose()
