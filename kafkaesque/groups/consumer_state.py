@@ -22,11 +22,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-import msgpack
-
 from kafkaesque.errors import Code
 from kafkaesque.groups import topic_regex
 from kafkaesque.groups.assignors import ASSIGNORS, DEFAULT_ASSIGNOR, TopicPartition
+from kafkaesque.groups.packing import pack_group, unpack_group
 from kafkaesque.groups.rules import consumer_member_epoch_error
 
 LEAVE_EPOCH = -1
@@ -156,14 +155,11 @@ class ConsumerGroup:
 
     # -- persistence format -------------------------------------------------------------
     def pack(self) -> bytes:
-        d = {k: getattr(self, k) for k in self.__slots__ if k != "members"}
-        d["members"] = [[getattr(m, k) for k in Member.__slots__] for m in self.members.values()]
-        return msgpack.packb(d)
+        return pack_group(self, Member.__slots__)
 
     @classmethod
     def unpack(cls, data: bytes) -> ConsumerGroup:
-        d = msgpack.unpackb(data)
-        members = [Member(*values) for values in d.pop("members")]
+        d, members = unpack_group(data, Member)
         for m in members:
             m.assigned, m.revoking = _tps(m.assigned), _tps(m.revoking)
         d["target"] = {k: _tps(v) for k, v in d["target"].items()}

@@ -20,9 +20,8 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-import msgpack
-
 from kafkaesque.errors import Code
+from kafkaesque.groups.packing import pack_group, unpack_group
 from kafkaesque.groups.rules import (
     accepts_member,
     check_member,
@@ -77,15 +76,11 @@ class Group:
 
     # -- persistence format -----------------------------------------------------------
     def pack(self) -> bytes:
-        d = {k: getattr(self, k) for k in self.__slots__ if k != "members"}
-        d["state"] = str(self.state)
-        d["members"] = [[getattr(m, k) for k in Member.__slots__] for m in self.members.values()]
-        return msgpack.packb(d)
+        return pack_group(self, Member.__slots__, state=str(self.state))
 
     @classmethod
     def unpack(cls, data: bytes) -> Group:
-        d = msgpack.unpackb(data)
-        members = [Member(*values) for values in d.pop("members")]
+        d, members = unpack_group(data, Member)
         for m in members:
             m.protocols = [(name, metadata) for name, metadata in m.protocols]
         d["state"] = GroupState(d["state"])
