@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 from kafkaesque.groups.consumer_state import ConsumerGroup
 from kafkaesque.groups.state import Group
 from kafkaesque.hot.group_offsets import save_group
-from kafkaesque.hot.group_store import GroupRecords, decoded_configs, decoded_heartbeats
+from kafkaesque.hot.group_store import GroupRecords
 
 if TYPE_CHECKING:
     from kafkaesque.hot.log import Log
@@ -68,27 +68,14 @@ class ConsumerGroupStore(GroupRecords):
     async def active(self) -> list[ActiveConsumerGroup]:
         """Every consumer group listed active, with its heartbeats and configs, in one
         round trip, by id."""
-        # Replies are bytes: the client does not decode them.
-        listed = cast("set[bytes]", await self.redis.smembers(self.keys.consumer_groups_active))
-        group_ids = sorted(g.decode() for g in listed)
-        if not group_ids:
-            return []
-        pipe = self.redis.pipeline(transaction=False)
-        for g in group_ids:
-            pipe.get(self.keys.group(g, ":consumer"))
-            pipe.hgetall(self.keys.group(g, ":heartbeats"))
-            pipe.hgetall(self.keys.group_configs(g))
-        replies = await pipe.execute()
-        found = []
-        for i, group_id in enumerate(group_ids):
-            raw, beats, configs = replies[3 * i : 3 * i + 3]
-            group = None if raw is None else ConsumerGroup.unpack(raw)
-            found.append(
-                ActiveConsumerGroup(
-                    group_id, group, decoded_heartbeats(beats), decoded_configs(configs)
-                )
+        return [
+            ActiveConsumerGroup(
+                g, None if raw is None else ConsumerGroup.unpack(raw), beats, configs
             )
-        return found
+            for g, raw, beats, configs in await self.listed_records(
+                self.keys.consumer_groups_active, ":consumer", with_configs=True
+            )
+        ]
 
     async def load_many(self, group_ids: list[str]) -> dict[str, ConsumerGroup]:
         """Of ``group_ids``, the consumer groups there are."""

@@ -71,6 +71,35 @@ class GroupRecords:
         """The group's dynamic configs (name -> value); kept whether or not it exists."""
         return decoded_configs(await self.redis.hgetall(self.keys.group_configs(group_id)))
 
+    async def listed_records(
+        self, listed: str, state_part: str, with_configs: bool = False
+    ) -> list[tuple[str, bytes | None, dict[str, int], dict[str, str]]]:
+        """The groups in the set ``listed``, by id, in one round trip: each (id, its state
+        at ``Keys.group(id, state_part)`` as stored, None if gone, its heartbeats, its
+        configs if ``with_configs``, else empty)."""
+        # Replies are bytes: the client does not decode them.
+        group_ids = sorted(
+            g.decode() for g in cast("set[bytes]", await self.redis.smembers(listed))
+        )
+        if not group_ids:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for g in group_ids:
+            pipe.get(self.keys.group(g, state_part))
+            pipe.hgetall(self.keys.group(g, ":heartbeats"))
+            if with_configs:
+                pipe.hgetall(self.keys.group_configs(g))
+        replies = iter(await pipe.execute())
+        return [
+            (
+                g,
+                next(replies),
+                decoded_heartbeats(next(replies)),
+                decoded_configs(next(replies)) if with_configs else {},
+            )
+            for g in group_ids
+        ]
+
 
 class ActiveGroup(NamedTuple):
     """A group listed active, read in ``GroupStore.active``: None if it is gone."""
@@ -119,19 +148,9 @@ class GroupStore(GroupRecords):
 
     async def active(self) -> list[ActiveGroup]:
         """Every group listed active, with its heartbeats, in one round trip, by id."""
-        # Replies are bytes: the client does not decode them.
-        listed = cast("set[bytes]", await self.redis.smembers(self.keys.groups_active))
-        group_ids = sorted(g.decode() for g in listed)
-        if not group_ids:
-            return []
-        pipe = self.redis.pipeline(transaction=False)
-        for g in group_ids:
-            pipe.get(self.keys.group(g))
-            pipe.hgetall(self.keys.group(g, ":heartbeats"))
-        replies = await pipe.execute()
         return [
-            ActiveGroup(g, None if raw is None else Group.unpack(raw), decoded_heartbeats(beats))
-            for g, raw, beats in zip(group_ids, replies[::2], replies[1::2], strict=True)
+            ActiveGroup(g, None if raw is None else Group.unpack(raw), beats)
+            for g, raw, beats, _ in await self.listed_records(self.keys.groups_active, "")
         ]
 
     async def replace_configs(self, group_id: str, configs: dict[str, str]) -> None:
