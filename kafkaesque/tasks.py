@@ -1,4 +1,4 @@
-"""Stopping background tasks that talk to Redis."""
+"""Background tasks that talk to Redis: their pauses between passes, and stopping them."""
 
 from __future__ import annotations
 
@@ -17,3 +17,12 @@ async def cancel_and_wait(task: asyncio.Task, retry: float = 0.1) -> None:
         await asyncio.wait({task}, timeout=retry)
     with contextlib.suppress(asyncio.CancelledError):
         task.result()
+
+
+async def sleep_unless_stopped(seconds: float, stop: asyncio.Event | None) -> None:
+    """Sleep ``seconds``, or until ``stop`` is set if sooner (None: no stop)."""
+    if stop is None:
+        await asyncio.sleep(seconds)
+    else:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), seconds)

@@ -36,7 +36,6 @@ lies in a recorded gap).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import time
@@ -52,6 +51,7 @@ from kafkaesque.hot.compaction import Compactor
 from kafkaesque.hot.compaction_types import TopicCompaction
 from kafkaesque.hot.log import Log
 from kafkaesque.hot.outage import REDIS, REDIS_CONNECTION_ERRORS
+from kafkaesque.tasks import sleep_unless_stopped
 from storage_pg import archive_sql, group_offsets
 from storage_pg.compacted import LatestKeys, catch_up
 from storage_pg.deletion import delete_below, delete_topic
@@ -437,8 +437,4 @@ class Archiver:
                 for topic in summary.compacted:
                     if topic.compacted:
                         log.info("compaction: %s", topic.format())
-            if stop is None:
-                await asyncio.sleep(delay)
-            else:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stop.wait(), delay)
+            await sleep_unless_stopped(delay, stop)

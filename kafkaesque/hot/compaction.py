@@ -36,7 +36,6 @@ pass picks up where this one stopped.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,6 +56,7 @@ from kafkaesque.records.batch import (
 )
 from kafkaesque.records.build import rebuild_batch
 from kafkaesque.tables import plural
+from kafkaesque.tasks import sleep_unless_stopped
 
 log = logging.getLogger(__name__)
 
@@ -192,11 +192,7 @@ class Compactor:
                 for done in await self.run_once():
                     if done.compacted:
                         log.info("compaction: %s", done.format())
-            if stop is None:
-                await asyncio.sleep(interval)
-            else:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stop.wait(), interval)
+            await sleep_unless_stopped(interval, stop)
 
     async def _stirring(self, config: TopicConfig, policy: Policy, force: bool) -> list[int]:
         """The partitions worth planning: all when forced, else those whose open page or
