@@ -19,14 +19,8 @@ local meta, index, stats, gseq_key, producers = KEYS[1], KEYS[2], KEYS[3], KEYS[
 local txn_open, txn_ended = KEYS[7], KEYS[8]
 local serial = tonumber(ARGV[6])
 local prefix = ARGV[1]
-if redis.call('EXISTS', KEYS[6]) == 0 then
-  -- Redis lost its data: appending now could reuse offsets the archive already holds.
-  return redis.error_reply('NEEDS_RECOVERY Redis has lost its data')
-end
-local o = open_page(meta)
-if not o then
-  return redis.error_reply('UNKNOWN_TOPIC_OR_PARTITION no such topic or partition')
-end
+local o, refused = page_to_append(meta, KEYS[6])
+if not o then return refused end
 local archiving = o.archiving
 local now = tonumber(ARGV[3])
 -- acks=all with replicas to wait for: refused NOT_ENOUGH_REPLICAS, nothing written, while

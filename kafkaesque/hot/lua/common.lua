@@ -295,6 +295,20 @@ local function open_page(meta)
   }
 end
 
+-- The open page to append to, or nil and the error reply: Redis lost its data (the
+-- recovery marker is gone: appending now could reuse offsets the archive already holds),
+-- or the partition does not exist. append.lua and end_txn.lua.
+local function page_to_append(meta, recovery_marker)
+  if redis.call('EXISTS', recovery_marker) == 0 then
+    return nil, redis.error_reply('NEEDS_RECOVERY Redis has lost its data')
+  end
+  local o = open_page(meta)
+  if not o then
+    return nil, redis.error_reply('UNKNOWN_TOPIC_OR_PARTITION no such topic or partition')
+  end
+  return o
+end
+
 -- Append one batch of `count` offsets whose first record gets global sequence `gseq`:
 -- RPUSH with baseOffset and partitionLeaderEpoch rewritten, its bidx entry, the page
 -- opened (indexed) or closed as needed. Returns the batch's base offset.

@@ -17,13 +17,8 @@ local meta, index, stats, gseq_key, producers = KEYS[1], KEYS[2], KEYS[3], KEYS[
 local txn_open, txn_aborted = KEYS[7], KEYS[8]
 local prefix, pid, pepoch = ARGV[1], ARGV[4], tonumber(ARGV[5])
 local commit, batch = ARGV[6] == '1', ARGV[7]
-if redis.call('EXISTS', KEYS[6]) == 0 then
-  return redis.error_reply('NEEDS_RECOVERY Redis has lost its data')
-end
-local o = open_page(meta)
-if not o then
-  return redis.error_reply('UNKNOWN_TOPIC_OR_PARTITION no such topic or partition')
-end
+local o, refused = page_to_append(meta, KEYS[6])
+if not o then return refused end
 local archiving = o.archiving
 local now = tonumber(ARGV[3])
 
