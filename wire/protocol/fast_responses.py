@@ -240,25 +240,10 @@ def fetch_response(correlation_id: int, response: Any) -> list[bytes] | None:
         for p in topic.partitions:
             if flexible and not _defaults(p, _PARTITION_TAGS):
                 return None
+            head = [p.partition_index, p.error_code.value, p.high_watermark, p.last_stable_offset]
             if version >= 5:
-                add(
-                    fixed.pack(
-                        p.partition_index,
-                        p.error_code.value,
-                        p.high_watermark,
-                        p.last_stable_offset,
-                        p.log_start_offset,
-                    )
-                )
-            else:
-                add(
-                    fixed.pack(
-                        p.partition_index,
-                        p.error_code.value,
-                        p.high_watermark,
-                        p.last_stable_offset,
-                    )
-                )
+                head.append(p.log_start_offset)
+            add(fixed.pack(*head))
             aborted = p.aborted_transactions
             if aborted is None:
                 add(b"\0" if flexible else b"\xff\xff\xff\xff")
