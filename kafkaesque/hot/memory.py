@@ -29,7 +29,7 @@ FULL = 0.95  # of maxmemory: refuse appends (room stays for group commits and me
 MAX_THROTTLE_MS = 1_000  # the throttle at FULL; Kafka's quotas throttle up to seconds
 INTERVAL = 0.5  # seconds between looks at INFO memory
 
-# Makes room: deletes archived closed pages (ArchivingLog.release_archived).
+# Makes room: deletes archived closed pages (Archiving.release_archived).
 ReleaseArchived = Callable[[], Awaitable[int]]
 
 FULL_OUTAGE = Outage("Redis memory", logging.getLogger("kafkaesque.hot.memory"))

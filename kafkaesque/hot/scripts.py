@@ -218,7 +218,7 @@ class Scripts:
             if ordered and shared is not None:
                 shared.preload(text)
             # append.lua's keys and its first two args (the partition's key prefix and its
-            # channel: Log._append_call) are the same for every append to a partition.
+            # channel: Appends._append_call) are the same for every append to a partition.
             fixed = 2 if ordered and shared is not None else None
             setattr(self, name, Script(script, shared, ordered=ordered, fixed_args=fixed))
 
