@@ -1,6 +1,6 @@
-"""Batches sent with their expected offsets written in (kafkaesque.hot.offset_guess): a right
-guess is stored as sent, a wrong one is rewritten, and either way every batch is stored
-with the offset and leader epoch the partition gave it."""
+"""Batches sent with their expected offsets written in (kafkaesque.hot.log_appends
+OffsetGuesses): a right guess is stored as sent, a wrong one is rewritten, and either way
+every batch is stored with the offset and leader epoch the partition gave it."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from kafkaesque.config.topic_config import TopicConfig
-from kafkaesque.hot import offset_guess
+from kafkaesque.hot import log_appends
 from kafkaesque.hot.log import Log
-from kafkaesque.hot.offset_guess import PLACE_FROM, OffsetGuesses
+from kafkaesque.hot.log_appends import PLACE_FROM, OffsetGuesses
 from kafkaesque.records.batch import base_offset, check_batch, read_header
 from kafkaesque.records.build import build_batch
 
@@ -125,7 +125,7 @@ def test_an_empty_append_and_many_partitions_are_handled(
 ) -> None:
     """An append of no batches writes nothing and answers no offsets; the guesses kept
     stay bounded however many partitions a Log appends to."""
-    monkeypatch.setattr(offset_guess, "MAX_PARTITIONS", 3)
+    monkeypatch.setattr(log_appends, "MAX_PARTITIONS", 3)
 
     async def scenario() -> None:
         log = make_log()
@@ -133,7 +133,7 @@ def test_an_empty_append_and_many_partitions_are_handled(
         assert (await log.append("t", 0, [])).base_offsets == []
         for p in range(5):
             await log.append("t", p, [big_batch(b"a")])
-            assert len(log.guesses._next) <= 3
+            assert len(log.appends.guesses._next) <= 3
         assert (await log.append("t", 4, [big_batch(b"b")])).base_offsets == [BIG]
 
     asyncio.run(scenario())

@@ -79,7 +79,6 @@ class Log:
         self.cluster = context.cluster
         self.keys = context.keys
         self.scripts = context.scripts
-        self.guesses = context.guesses
         self._recover: Callable[[Log], Awaitable[None]] | None = None
         self.recover = recover
         # The stores beside the log (ACLs, quotas, offsets, ...), on the same client.

@@ -9,21 +9,19 @@ from redis.asyncio import Redis
 
 from kafkaesque.hot.keys import Keys
 from kafkaesque.hot.log_types import ColdStore
-from kafkaesque.hot.offset_guess import OffsetGuesses
 from kafkaesque.hot.scripts import Scripts
 
 
 class LogContext:
     """The state every part of a Log (kafkaesque/hot/log.py) is built with: one per Log.
 
-    ``redis``, ``ns``, ``cluster``, ``keys``, ``scripts`` and ``guesses`` never change;
+    ``redis``, ``ns``, ``cluster``, ``keys`` and ``scripts`` never change;
     the others are set from outside through the Log (its properties of the same names)."""
 
     __slots__ = (
         "capped",
         "cluster",
         "cold",
-        "guesses",
         "highest_sequence",
         "keys",
         "node",
@@ -54,9 +52,6 @@ class LogContext:
         # The highest sequence number appends through this Log were given (on a cluster,
         # the floor of the next: one broker's successive appends get growing ids).
         self.highest_sequence = 0
-        # The offsets the next appends should get, written into their batches so that
-        # Redis need not rewrite them (kafkaesque.hot.offset_guess).
-        self.guesses = OffsetGuesses()
         # The broker appending through this log (kafkaesque.partition.leadership): its
         # appends to a partition another broker leads are refused. "" (the CLI, tools):
         # never refused.

@@ -10,7 +10,8 @@ call, the median of alternating rounds.
   page of 3,000, against an LRANGE of the same batches;
 - 1 MB append: append.lua with one batch of 9,000 records (a batching producer's request),
   sent as the client built it (baseOffset 0, no epoch: the script rewrites both) and as
-  Log.append sends it (both already written in, kafkaesque/hot/offset_guess.py), against an
+  Log.append sends it (both already written in: kafkaesque/hot/log_appends.py
+  OffsetGuesses), against an
   RPUSH of it; fewer calls (--big-calls), each round on a new topic.
 
     python scripts/bench/scripts_cost.py [--rounds N] [--calls N] [--big-calls N]
