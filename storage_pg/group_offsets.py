@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import asyncpg
 
-from kafkaesque.hot.group_offsets import CommittedOffset, OffsetsSnapshot, TopicPartition
+from kafkaesque.hot.group_offsets import CommittedOffset, OffsetsSnapshot
+from kafkaesque.types import TopicPartition
 
 MIGRATION = """
     CREATE TABLE group_offset (

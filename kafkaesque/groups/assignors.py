@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-TopicPartition = tuple[str, int]
+from kafkaesque.types import TopicPartition
+
 Subscriptions = Mapping[str, frozenset[str]]  # member id -> subscribed topic names
 Assignment = dict[str, set[TopicPartition]]  # member id -> partitions
 

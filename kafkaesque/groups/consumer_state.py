@@ -24,9 +24,10 @@ from enum import StrEnum
 
 from kafkaesque.errors import Code
 from kafkaesque.groups import topic_regex
-from kafkaesque.groups.assignors import ASSIGNORS, DEFAULT_ASSIGNOR, TopicPartition
+from kafkaesque.groups.assignors import ASSIGNORS, DEFAULT_ASSIGNOR
 from kafkaesque.groups.packing import pack_group, unpack_group
 from kafkaesque.groups.rules import consumer_member_epoch_error
+from kafkaesque.types import TopicPartition
 
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2  # a static member that will come back under its instance id

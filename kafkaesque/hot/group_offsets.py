@@ -20,8 +20,7 @@ from redis.typing import EncodableT, FieldT
 from kafkaesque.clock import now_ms as clock_ms
 from kafkaesque.groups.state import Group
 from kafkaesque.hot.keys import Keys
-
-TopicPartition = tuple[str, int]
+from kafkaesque.types import TopicPartition
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,10 +35,10 @@ from kafkaesque.hot.keys import serving
 from kafkaesque.hot.log import Log
 from kafkaesque.hot.outage import REDIS, REDIS_CONNECTION_ERRORS
 from kafkaesque.log_throttle import LogThrottle
+from kafkaesque.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 # Partitions per script call: a sweep of 10,000 partitions is ten short scripts, not one
 # that holds Redis for long.
 CHUNK = 1000

@@ -22,7 +22,7 @@ from kafkaesque.hot.durability import DEFAULT_TIMEOUT_MS, Durability
 from kafkaesque.hot.keys import is_cluster, serving
 from kafkaesque.hot.log_catalog import Catalog
 from kafkaesque.hot.log_context import LogContext
-from kafkaesque.hot.log_types import Appended
+from kafkaesque.hot.log_types import LogAppended
 from kafkaesque.hot.sequence import clock
 from kafkaesque.hot.slots import slot_of
 from kafkaesque.records.batch import offset_count, producer_fields, with_base_offset
@@ -52,7 +52,7 @@ class Appends:
         durability: Durability | None = None,
         timeout_ms: int = DEFAULT_TIMEOUT_MS,
         transaction: int | None = None,
-    ) -> Appended:
+    ) -> LogAppended:
         """Append checked RecordBatch v2 batches atomically; returns their base offsets.
         With ``durability`` it returns only once the append is on disk / at the replicas
         as that asks (raising NotDurable after ``timeout_ms``; the append stays); with
@@ -91,7 +91,7 @@ class Appends:
 
     def _appended(
         self, topic: str, partition: int, batches: Sequence[bytes], guess: Guess | None, reply: Any
-    ) -> Appended:
+    ) -> LogAppended:
         """append.lua's reply {log start, last sequence, epoch, base offsets...}: the
         sequence and the epoch noted, the offsets answered."""
         start, last, epoch, *bases = reply
@@ -102,7 +102,7 @@ class Appends:
         on_append = context.on_append
         if on_append is not None:
             on_append(topic, partition)
-        return Appended(bases, start)
+        return LogAppended(bases, start)
 
     async def _sequence_ahead(
         self, topic: str, partition: int, batches: Sequence[bytes], exc: SequenceAhead
@@ -134,11 +134,11 @@ class Appends:
         self,
         appends: Sequence[tuple[str, int, Sequence[bytes]]],
         transaction: int | None = None,
-    ) -> list[Appended | KafkaesqueError]:
+    ) -> list[LogAppended | KafkaesqueError]:
         """Append to many partitions in one pipelined round trip, each atomically as
         ``append`` (without durability waits: they cover one connection's writes, and
         a pipeline may not run on the one the waits would be sent on). One result per
-        (topic, partition, batches): its Appended, or the core error that refused it."""
+        (topic, partition, batches): its LogAppended, or the core error that refused it."""
         placed = [
             self.guesses.place(topic, partition, batches) for topic, partition, batches in appends
         ]
@@ -155,7 +155,7 @@ class Appends:
                 if self.cluster and isinstance(reply, NeedsRecovery):  # see _call
                     reply = UnknownTopic(f"unknown topic or partition: {appends[i][0]}")
                 replies[i] = reply
-        results: list[Appended | KafkaesqueError] = []
+        results: list[LogAppended | KafkaesqueError] = []
         for (topic, partition, batches), (_, guess), reply in zip(
             appends, placed, replies, strict=True
         ):

@@ -42,7 +42,10 @@ class PartitionRead(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class Appended:
+class LogAppended:
+    """One partition's append as the log stored it (kafkaesque/partition/layer.py
+    ``Appended`` is the outcome the partition layer answers with)."""
+
     base_offsets: list[int]  # one per batch, in order
     log_start: int
 

@@ -15,8 +15,7 @@ from redis.typing import EncodableT, FieldT
 
 from kafkaesque.hot.group_offsets import pending_field, pending_field_name, pending_transactional
 from kafkaesque.hot.keys import Keys
-
-TopicPartition = tuple[str, int]
+from kafkaesque.types import TopicPartition
 
 
 class StagedOffset(NamedTuple):

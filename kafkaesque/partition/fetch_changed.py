@@ -23,8 +23,8 @@ from kafkaesque.partition.read_types import (
     Fetched,
     FetchRequest,
     ReadCache,
-    TopicPartition,
 )
+from kafkaesque.types import TopicPartition
 
 
 class Asked(Protocol):

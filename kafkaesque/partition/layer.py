@@ -28,7 +28,7 @@ from kafkaesque.errors import (
 )
 from kafkaesque.hot.durability import DEFAULT_TIMEOUT_MS, Durability
 from kafkaesque.hot.log import Log
-from kafkaesque.hot.log_types import Appended as LogAppended
+from kafkaesque.hot.log_types import LogAppended
 from kafkaesque.hot.memory import MemoryGuard
 from kafkaesque.hot.notify import Notifier
 from kafkaesque.log_throttle import LogThrottle, clip
@@ -36,10 +36,10 @@ from kafkaesque.partition.append_policy import PolicyCache
 from kafkaesque.partition.leadership import Leadership
 from kafkaesque.partition.read_types import (
     NO_EPOCH,
-    TopicPartition,
 )
 from kafkaesque.partition.reads import ReadingPartitions, check_leader_epoch
 from kafkaesque.records.batch import offset_count, split_batches
+from kafkaesque.types import TopicPartition
 
 log = logging.getLogger(__name__)
 REFUSALS = LogThrottle(log)  # the batches clients send that are refused

@@ -17,10 +17,9 @@ from typing import Protocol
 
 from kafkaesque.errors import KafkaesqueError
 from kafkaesque.hot.notify import Notifier
+from kafkaesque.types import TopicPartition
 
 NO_EPOCH = -1  # a client that does not send its leader epoch
-
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True, slots=True)

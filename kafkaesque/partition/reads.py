@@ -26,9 +26,9 @@ from kafkaesque.partition.read_types import (
     Fetched,
     FetchRequest,
     ReadCache,
-    TopicPartition,
     grown_requests,
 )
+from kafkaesque.types import TopicPartition
 
 
 def check_leader_epoch(requested: int, current: int) -> None:

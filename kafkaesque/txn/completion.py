@@ -27,8 +27,8 @@ from kafkaesque.errors import (
 )
 from kafkaesque.hot.outage import REDIS, REDIS_CONNECTION_ERRORS
 from kafkaesque.hot.txn_states import TxnStates
-from kafkaesque.txn.offsets import TopicPartition
 from kafkaesque.txn.transaction import PREPARING, Transaction, TxnConfig, TxnState
+from kafkaesque.types import TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,9 @@ from kafkaesque.groups.coordinator import GroupCoordinator
 from kafkaesque.hot.log import Log
 from kafkaesque.hot.txn_states import TxnStates
 from kafkaesque.txn.completion import MarkerWriter, TxnCompletion
-from kafkaesque.txn.offsets import TopicPartition, TxnOffsetStore
+from kafkaesque.txn.offsets import TxnOffsetStore
 from kafkaesque.txn.transaction import PREPARING, Transaction, TxnConfig, TxnState
+from kafkaesque.types import TopicPartition
 
 log = logging.getLogger(__name__)
 

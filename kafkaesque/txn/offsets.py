@@ -14,8 +14,8 @@ from kafkaesque.hot.group_offsets import CommittedOffset
 from kafkaesque.hot.log import Log
 from kafkaesque.hot.txn_offsets import StagedOffsets
 from kafkaesque.hot.txn_states import TxnStates
+from kafkaesque.types import TopicPartition
 
-TopicPartition = tuple[str, int]
 # An offset a transaction commits: (offset, metadata, leader epoch).
 PendingOffset = tuple[int, str | None, int]
 

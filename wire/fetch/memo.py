@@ -20,7 +20,8 @@ from itertools import compress, repeat
 from operator import is_
 from typing import cast
 
-from kafkaesque.partition.read_types import Fetched, FetchRequest, TopicPartition, settled
+from kafkaesque.partition.read_types import Fetched, FetchRequest, settled
+from kafkaesque.types import TopicPartition
 from wire.protocol.fetch_request import FetchBody, FetchTopic, Layout
 
 # Entries changed between two requests beyond which the request is read as a new one.

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.errors import GroupAuthorizationFailed, StorageUnavailable
-from kafkaesque.groups.assignors import TopicPartition
 from kafkaesque.groups.consumer_state import ConsumerGroup, Heartbeat, HeartbeatRefused
+from kafkaesque.types import TopicPartition
 from wire.authorize import NOT_ASKED, Operation, ResourceType, authorized_operations, check_group
 from wire.broker import Broker
 from wire.group_answers import by_topic

@@ -9,6 +9,7 @@ from kio.schema.errors import ErrorCode
 
 from kafkaesque.errors import Code, StorageUnavailable, UnknownTopic
 from kafkaesque.groups.types import MAX_METADATA
+from kafkaesque.types import TopicPartition
 from wire.authorize import Operation, ResourceType, allowed, topics_allowed
 from wire.broker import Broker
 from wire.errors import error_code
@@ -16,7 +17,6 @@ from wire.group_answers import UNAVAILABLE, restore_first, topic_errors
 from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 
 NO_EPOCH = -1
-TopicPartition = tuple[str, int]
 
 
 async def _commit(broker: Broker, request: Request) -> dict[TopicPartition, ErrorCode]:
