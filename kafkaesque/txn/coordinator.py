@@ -172,11 +172,9 @@ class TransactionCoordinator(TxnOffsetStore):
     ) -> Code:
         try:
             async with self.states.locked(transactional_id):
-                txn = await self.states.load(transactional_id)
+                txn = await self._load_settled(transactional_id, producer_id, producer_epoch)
                 if txn is None:
                     return Code.INVALID_PRODUCER_ID_MAPPING
-                if txn.producer_error(producer_id, producer_epoch) == Code.NONE:
-                    await self.completion.settle(txn)
                 error = txn.add(
                     producer_id, producer_epoch, self.clock.now_ms(), partitions, groups
                 )
@@ -185,6 +183,16 @@ class TransactionCoordinator(TxnOffsetStore):
                 return error
         except TransactionalIdBusy:
             return Code.CONCURRENT_TRANSACTIONS
+
+    async def _load_settled(
+        self, transactional_id: str, producer_id: int, producer_epoch: int
+    ) -> Transaction | None:
+        """The id's transaction (None: unknown; the caller holds the id's lock); for the
+        producer's current epoch, an earlier end whose broker died is rolled forward first."""
+        txn = await self.states.load(transactional_id)
+        if txn is not None and txn.producer_error(producer_id, producer_epoch) == Code.NONE:
+            await self.completion.settle(txn)
+        return txn
 
     async def verify_for_append(
         self,
@@ -224,11 +232,9 @@ class TransactionCoordinator(TxnOffsetStore):
             return Code.INVALID_REQUEST
         try:
             async with self.states.locked(transactional_id):
-                txn = await self.states.load(transactional_id)
+                txn = await self._load_settled(transactional_id, producer_id, producer_epoch)
                 if txn is None:
                     return Code.INVALID_PRODUCER_ID_MAPPING
-                if txn.producer_error(producer_id, producer_epoch) == Code.NONE:
-                    await self.completion.settle(txn)  # an earlier end whose broker died
                 error = txn.end(producer_id, producer_epoch, commit, self.clock.now_ms())
                 if error or txn.state not in PREPARING:
                     return error
