@@ -13,6 +13,7 @@ and call on it for offset expiry in their sweep.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 from kafkaesque.clock import Clock
 from kafkaesque.config.group_keys import check_group_configs
@@ -28,29 +29,25 @@ from kafkaesque.groups.rules import (
 from kafkaesque.groups.state import Group
 from kafkaesque.groups.types import CoordinatorConfig, GroupState
 from kafkaesque.hot.consumer_group_store import ConsumerGroupStore
-from kafkaesque.hot.group_offsets import CommittedOffset
+from kafkaesque.hot.group_offsets import CommittedOffset, OffsetStore
 from kafkaesque.hot.group_store import GroupStore
 
 
+@dataclass(eq=False)
 class GroupAdmin:
     """A group's offsets, configs, listing and deletion. ``consumer_groups``: the KIP-848
     groups under the same ids; ``expired``: the group with the members whose session
     ended removed (the coordinator's), called under its lock."""
 
-    def __init__(
-        self,
-        store: GroupStore,
-        consumer_groups: ConsumerGroupStore,
-        config: CoordinatorConfig,
-        clock: Clock,
-        expired: Callable[[str], Awaitable[Group | None]],
-    ) -> None:
-        self.store = store
-        self.consumer_groups = consumer_groups
-        self.config = config
-        self.clock = clock
-        self.expired = expired
-        self.offsets = store.offsets
+    store: GroupStore
+    consumer_groups: ConsumerGroupStore
+    config: CoordinatorConfig
+    clock: Clock
+    expired: Callable[[str], Awaitable[Group | None]]
+    offsets: OffsetStore = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.offsets = self.store.offsets
 
     # -- offsets --------------------------------------------------------------------
     async def commit(

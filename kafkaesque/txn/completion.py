@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Protocol
 
 from kafkaesque.clock import Clock
@@ -48,24 +49,17 @@ class MarkerWriter(Protocol):
     ) -> dict[TopicPartition, KafkaesqueError | None]: ...
 
 
+@dataclass(eq=False)
 class TxnCompletion:
     """Finishes prepared transactions and times out open ones. ``settle_offsets``: the
     group offsets a transaction holds pending, committed or dropped (group id,
     transactional id, commit)."""
 
-    def __init__(
-        self,
-        states: TxnStates,
-        markers: MarkerWriter,
-        settle_offsets: Callable[[str, str, bool], Awaitable[None]],
-        config: TxnConfig,
-        clock: Clock,
-    ) -> None:
-        self.states = states
-        self.markers = markers
-        self.settle_offsets = settle_offsets
-        self.config = config
-        self.clock = clock
+    states: TxnStates
+    markers: MarkerWriter
+    settle_offsets: Callable[[str, str, bool], Awaitable[None]]
+    config: TxnConfig
+    clock: Clock
 
     async def finish(self, txn: Transaction) -> bool:
         """Write the prepared transaction's markers, settle its pending offsets, save it
