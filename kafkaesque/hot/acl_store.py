@@ -10,17 +10,10 @@ import redis.asyncio
 from redis.typing import EncodableT, FieldT
 
 from kafkaesque.hot.keys import Keys
-from kafkaesque.security.acls import (
-    AclBinding,
-    AclFilter,
-    Operation,
-    PatternType,
-    Permission,
-    ResourceType,
-)
+from kafkaesque.security import acls
 
 
-def _field(binding: AclBinding) -> str:
+def _field(binding: acls.AclBinding) -> str:
     return json.dumps(
         [
             binding.resource_type.name,
@@ -34,16 +27,16 @@ def _field(binding: AclBinding) -> str:
     )
 
 
-def _parse_field(field: bytes | str) -> AclBinding:
+def _parse_field(field: bytes | str) -> acls.AclBinding:
     rtype, name, pattern, principal, host, op, perm = json.loads(field)
-    return AclBinding(
-        ResourceType[rtype],
+    return acls.AclBinding(
+        acls.ResourceType[rtype],
         name,
-        PatternType[pattern],
+        acls.PatternType[pattern],
         principal,
         host,
-        Operation[op],
-        Permission[perm],
+        acls.Operation[op],
+        acls.Permission[perm],
     )
 
 
@@ -58,14 +51,14 @@ class AclStore:
     async def version(self) -> int:
         return int(await self.redis.get(self.keys.acls_version) or 0)
 
-    async def read(self) -> list[AclBinding]:
+    async def read(self) -> list[acls.AclBinding]:
         """Every binding, sorted."""
         return sorted(_parse_field(f) for f in await self.redis.hkeys(self.keys.acls))
 
-    async def describe(self, wanted: AclFilter) -> list[AclBinding]:
+    async def describe(self, wanted: acls.AclFilter) -> list[acls.AclBinding]:
         return [b for b in await self.read() if wanted.matches(b)]
 
-    async def add(self, bindings: Iterable[AclBinding]) -> None:
+    async def add(self, bindings: Iterable[acls.AclBinding]) -> None:
         """Add checked bindings in one transaction (adding one twice changes nothing)."""
         fields: dict[FieldT, EncodableT] = {_field(b): "1" for b in bindings}
         if not fields:
@@ -75,7 +68,7 @@ class AclStore:
             pipe.incr(self.keys.acls_version)
             await pipe.execute()
 
-    async def remove(self, filters: Iterable[AclFilter]) -> list[list[AclBinding]]:
+    async def remove(self, filters: Iterable[acls.AclFilter]) -> list[list[acls.AclBinding]]:
         """Remove the bindings each filter matches; per filter, those it removed."""
         existing = await self.read()
         matched = [[b for b in existing if f.matches(b)] for f in filters]
