@@ -21,23 +21,19 @@ from kafkaesque.errors import (
 from kafkaesque.hot.durability import DEFAULT_TIMEOUT_MS, Durability
 from kafkaesque.hot.keys import is_cluster, serving
 from kafkaesque.hot.log_catalog import Catalog
-from kafkaesque.hot.log_context import LogContext
+from kafkaesque.hot.log_context import LogContext, LogPart
 from kafkaesque.hot.log_types import LogAppended
 from kafkaesque.hot.sequence import clock
 from kafkaesque.hot.slots import slot_of
 from kafkaesque.records.batch import offset_count, producer_fields, with_base_offset
 
 
-class Appends:
+class Appends(LogPart):
     """Appending to partitions, for kafkaesque.hot.log.Log; the append script runs through
     ``catalog``'s recovery-guarded call."""
 
     def __init__(self, context: LogContext, catalog: Catalog) -> None:
-        self.context = context
-        self.redis = context.redis
-        self.scripts = context.scripts
-        self.keys = context.keys
-        self.cluster = context.cluster
+        super().__init__(context)
         # The offsets the next appends should get, written into their batches so that
         # Redis need not rewrite them (OffsetGuesses, below).
         self.guesses = OffsetGuesses()

@@ -11,16 +11,11 @@ import msgpack
 
 from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.errors import NeedsRecovery, UnknownTopic
-from kafkaesque.hot.log_context import LogContext
+from kafkaesque.hot.log_context import LogPart
 
 
-class Catalog:
+class Catalog(LogPart):
     """The topics as kafkaesque.hot.log.Log finds them, and its recovery."""
-
-    def __init__(self, context: LogContext) -> None:
-        self.context = context
-        self.redis = context.redis
-        self.keys = context.keys
 
     async def call(self, script: Any, keys: list[str], args: list[Any]) -> Any:
         """Run a script that refuses to write while Redis has lost its data: recover first

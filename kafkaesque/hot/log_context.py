@@ -60,3 +60,15 @@ class LogContext:
         # at each partition's high watermark, and ``on_append`` hears of every append.
         self.capped = False
         self.on_append: Callable[[str, int], None] | None = None
+
+
+class LogPart:
+    """A part of a Log (appends, reads, topics, ...): its context, and the context's
+    fields every part reads held directly (``redis``, ``scripts``, ``keys``, ``cluster``)."""
+
+    def __init__(self, context: LogContext) -> None:
+        self.context = context
+        self.redis = context.redis
+        self.scripts = context.scripts
+        self.keys = context.keys
+        self.cluster = context.cluster

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from redis.exceptions import RedisError
 
-from kafkaesque.hot.log_context import LogContext
+from kafkaesque.hot.log_context import LogPart
 from kafkaesque.hot.pipelined import pack
 from kafkaesque.hot.scripts import shared_failure
 
@@ -19,13 +19,8 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-class PartitionLeaders:
+class PartitionLeaders(LogPart):
     """The leader fields of each partition's meta: ``leader``, ``preferred``, ``epoch``."""
-
-    def __init__(self, context: LogContext) -> None:
-        self.redis = context.redis
-        self.scripts = context.scripts
-        self.keys = context.keys
 
     async def leaders(
         self, partitions: Sequence[tuple[str, int]]

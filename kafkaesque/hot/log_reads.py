@@ -11,7 +11,7 @@ from typing import Any
 from redis.crc import key_slot
 
 from kafkaesque.errors import StorageUnavailable, UnknownTopic
-from kafkaesque.hot.log_context import LogContext
+from kafkaesque.hot.log_context import LogPart
 from kafkaesque.hot.log_transactions import aborted_entry
 from kafkaesque.hot.log_types import PartitionRead, ReadResult
 from kafkaesque.records.batch import base_offset
@@ -55,16 +55,9 @@ def _from_redis(
     )
 
 
-class Reads:
+class Reads(LogPart):
     """Reading partitions from Redis, and from the archive (the context's ``cold``) below
     Redis' start."""
-
-    def __init__(self, context: LogContext) -> None:
-        self.context = context
-        self.redis = context.redis
-        self.scripts = context.scripts
-        self.keys = context.keys
-        self.cluster = context.cluster
 
     async def read(
         self,

@@ -19,7 +19,7 @@ from kafkaesque.clock import now_ms as _now_ms
 from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.errors import Conflict, UnknownTopic
 from kafkaesque.hot.log_catalog import Catalog
-from kafkaesque.hot.log_context import LogContext
+from kafkaesque.hot.log_context import LogContext, LogPart
 from kafkaesque.hot.log_types import RestoredTopic
 from kafkaesque.hot.sequence import counter_of
 from kafkaesque.hot.slots import slot_of
@@ -31,14 +31,12 @@ STEP_AGE_MS = 10_000
 ARCHIVING_PENDING = b"pending"
 
 
-class Steps:
+class Steps(LogPart):
     """The cluster layout's multi-partition operations, for kafkaesque.hot.log.Log; the
     catalog steps run through ``catalog`` (recovery first), the sweep reads topics there."""
 
     def __init__(self, context: LogContext, catalog: Catalog) -> None:
-        self.redis = context.redis
-        self.scripts = context.scripts
-        self.keys = context.keys
+        super().__init__(context)
         self.catalog = catalog
 
     # -- create and change -------------------------------------------------------------

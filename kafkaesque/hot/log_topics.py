@@ -11,21 +11,18 @@ import msgpack
 from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.errors import Conflict, StorageUnavailable, UnknownTopic
 from kafkaesque.hot.log_catalog import Catalog
-from kafkaesque.hot.log_context import LogContext
+from kafkaesque.hot.log_context import LogContext, LogPart
 from kafkaesque.hot.log_steps import Steps
 
 log = logging.getLogger(__name__)
 
 
-class Topics:
+class Topics(LogPart):
     """Changes to whole topics, for kafkaesque.hot.log.Log: on a single Redis one script
     each, on a cluster in ``steps``; lookups and recovery through ``catalog``."""
 
     def __init__(self, context: LogContext, catalog: Catalog, steps: Steps) -> None:
-        self.context = context
-        self.redis = context.redis
-        self.scripts = context.scripts
-        self.keys = context.keys
+        super().__init__(context)
         self.catalog = catalog
         self.steps = steps
 

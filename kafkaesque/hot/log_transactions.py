@@ -11,7 +11,7 @@ from kafkaesque.clock import now_ms as _now_ms
 from kafkaesque.errors import UnknownTopic
 from kafkaesque.hot.log_appends import Appends
 from kafkaesque.hot.log_catalog import Catalog
-from kafkaesque.hot.log_context import LogContext
+from kafkaesque.hot.log_context import LogContext, LogPart
 from kafkaesque.hot.log_types import ProducerState
 from kafkaesque.records.build import build_control_batch
 
@@ -26,17 +26,13 @@ def aborted_entry(entry: bytes) -> tuple[int, int, int]:
     return int(pid), int(first), int(last)
 
 
-class Transactions:
+class Transactions(LogPart):
     """The transactional and idempotent side of a partition's state, for
     kafkaesque.hot.log.Log; markers are sequenced as ``appends`` sequences its appends, and
     written through ``catalog``'s recovery-guarded call."""
 
     def __init__(self, context: LogContext, catalog: Catalog, appends: Appends) -> None:
-        self.context = context
-        self.redis = context.redis
-        self.scripts = context.scripts
-        self.keys = context.keys
-        self.cluster = context.cluster
+        super().__init__(context)
         self.catalog = catalog
         self.appends = appends
 
