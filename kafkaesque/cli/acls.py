@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from kafkaesque.cli.base import Context, echo_table, main, pass_context, run_async
+from kafkaesque.cli.base import Context, echo_table, main, option_group, pass_context, run_async
 from kafkaesque.hot.acl_store import AclStore
 from kafkaesque.security.acls import (
     CLUSTER_NAME,
@@ -45,24 +45,18 @@ def operation(
     return found
 
 
-def resource_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    options = [
-        click.option(
-            "--topic", "topics", multiple=True, metavar="NAME", help="A topic (repeatable)."
-        ),
-        click.option("--group", "groups", multiple=True, metavar="NAME", help="A consumer group."),
-        click.option("--cluster", is_flag=True, help="The cluster."),
-        click.option(
-            "--transactional-id",
-            "transactional_ids",
-            multiple=True,
-            metavar="ID",
-            help="A transactional id.",
-        ),
-    ]
-    for option in reversed(options):
-        fn = option(fn)
-    return fn
+resource_options = option_group(
+    click.option("--topic", "topics", multiple=True, metavar="NAME", help="A topic (repeatable)."),
+    click.option("--group", "groups", multiple=True, metavar="NAME", help="A consumer group."),
+    click.option("--cluster", is_flag=True, help="The cluster."),
+    click.option(
+        "--transactional-id",
+        "transactional_ids",
+        multiple=True,
+        metavar="ID",
+        help="A transactional id.",
+    ),
+)
 
 
 def resources(options: dict[str, Any]) -> list[tuple[ResourceType, str]]:
@@ -73,32 +67,24 @@ def resources(options: dict[str, Any]) -> list[tuple[ResourceType, str]]:
     return found
 
 
-def principal_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    options = [
-        click.option(
-            "--allow-principal", multiple=True, metavar="PRINCIPAL", help="User:NAME to allow."
-        ),
-        click.option(
-            "--deny-principal", multiple=True, metavar="PRINCIPAL", help="User:NAME to deny."
-        ),
-        click.option(
-            "--allow-host", multiple=True, metavar="IP", help="Host of the allowed principals."
-        ),
-        click.option(
-            "--deny-host", multiple=True, metavar="IP", help="Host of the denied principals."
-        ),
-        click.option(
-            "--operation",
-            "operations",
-            multiple=True,
-            callback=operation,
-            help="Read, Write, Create, Delete, Alter, Describe, ClusterAction, DescribeConfigs, "
-            "AlterConfigs, IdempotentWrite or All (repeatable).",
-        ),
-    ]
-    for option in reversed(options):
-        fn = option(fn)
-    return fn
+principal_options = option_group(
+    click.option(
+        "--allow-principal", multiple=True, metavar="PRINCIPAL", help="User:NAME to allow."
+    ),
+    click.option("--deny-principal", multiple=True, metavar="PRINCIPAL", help="User:NAME to deny."),
+    click.option(
+        "--allow-host", multiple=True, metavar="IP", help="Host of the allowed principals."
+    ),
+    click.option("--deny-host", multiple=True, metavar="IP", help="Host of the denied principals."),
+    click.option(
+        "--operation",
+        "operations",
+        multiple=True,
+        callback=operation,
+        help="Read, Write, Create, Delete, Alter, Describe, ClusterAction, DescribeConfigs, "
+        "AlterConfigs, IdempotentWrite or All (repeatable).",
+    ),
+)
 
 
 def pattern_option(default: str) -> Callable[..., Any]:

@@ -10,10 +10,10 @@ import click
 
 from kafkaesque.cli.base import (
     Context,
-    check_pg_dsn,
     echo_table,
     main,
     pass_context,
+    pg_dsn_option,
     run_async,
 )
 from kafkaesque.tables import plural
@@ -24,10 +24,7 @@ if TYPE_CHECKING:
 
 
 @main.command()
-@click.option(
-    "--pg-dsn",
-    envvar="KAFKAESQUE_PG_DSN",
-    callback=check_pg_dsn,
+@pg_dsn_option(
     help="The archive (env KAFKAESQUE_PG_DSN). Default: the global --pg-dsn, else a private "
     "PostgreSQL under the data directory.",
 )

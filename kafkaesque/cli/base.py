@@ -12,7 +12,7 @@ import sys
 import urllib.parse
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -35,6 +35,9 @@ from kafkaesque.tables import format_table
 if TYPE_CHECKING:
     from storage_pg.embedded import EmbeddedPostgres
     from storage_pg.tiered import Archive
+
+# A click command's function, as its option decorators take and return it.
+Command = TypeVar("Command", bound=Callable[..., Any])
 
 
 class Context:
@@ -309,6 +312,24 @@ def home_option(ctx: click.Context, param: click.Parameter, value: str | None) -
 check_pg_dsn = url_option("postgresql", "postgres", form="postgresql://user:password@host:port/db")
 
 
+def pg_dsn_option(help: str) -> Callable[[Command], Command]:
+    """The --pg-dsn option (global, archive, spark): the archive's DSN, checked now, also
+    from KAFKAESQUE_PG_DSN; ``help`` says what it defaults to there."""
+    return click.option("--pg-dsn", envvar="KAFKAESQUE_PG_DSN", callback=check_pg_dsn, help=help)
+
+
+def option_group(*decorators: Callable[[Command], Command]) -> Callable[[Command], Command]:
+    """One decorator applying ``decorators`` (click options) as if stacked above the
+    command in the order given: a group of options several commands take."""
+
+    def apply(command: Command) -> Command:
+        for decorator in reversed(decorators):
+            command = decorator(command)
+        return command
+
+    return apply
+
+
 @click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--redis-url",
@@ -336,10 +357,7 @@ check_pg_dsn = url_option("postgresql", "postgres", form="postgresql://user:pass
     help="Data directory of the embedded servers (created if missing, in an existing "
     "directory). Default: ./.kafkaesque",
 )
-@click.option(
-    "--pg-dsn",
-    envvar="KAFKAESQUE_PG_DSN",
-    callback=check_pg_dsn,
+@pg_dsn_option(
     help="PostgreSQL archive (postgresql://user:password@host:port/db). Default: the "
     "private PostgreSQL under the data directory (serve and archive start it; other "
     "commands use it once it exists).",

@@ -6,12 +6,16 @@ arguments. PySpark is imported only when a job runs: the rest of the CLI needs n
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import click
 
-from kafkaesque.cli.base import Context, check_pg_dsn, main, one_line_errors, pass_context
+from kafkaesque.cli.base import (
+    Context,
+    main,
+    one_line_errors,
+    option_group,
+    pass_context,
+    pg_dsn_option,
+)
 
 
 @main.group()
@@ -19,28 +23,26 @@ def spark() -> None:
     """Read the PostgreSQL archive with Spark: Parquet export, report."""
 
 
-def job_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The options both jobs take: where the archive is, which Spark, how parallel."""
-    fn = click.option(
-        "--partitions",
-        type=click.IntRange(min=1),
-        help="JDBC partitions (parallel reads) to split the archive into. "
-        "Default: one per core the master offers, each at least 50,000 ids.",
-    )(fn)
-    fn = click.option(
+# The options both jobs take: where the archive is, which Spark, how parallel.
+job_options = option_group(
+    pg_dsn_option(
+        help="The archive (env KAFKAESQUE_PG_DSN). Default: the global --pg-dsn, else the "
+        "private PostgreSQL under the data directory (reachable over TCP: JDBC needs it).",
+    ),
+    click.option(
         "--master",
         default="local[*]",
         show_default=True,
         help="Spark master URL (spark://..., yarn, k8s://...). Under spark-submit, "
         "spark-submit's own --master wins.",
-    )(fn)
-    return click.option(
-        "--pg-dsn",
-        envvar="KAFKAESQUE_PG_DSN",
-        callback=check_pg_dsn,
-        help="The archive (env KAFKAESQUE_PG_DSN). Default: the global --pg-dsn, else the "
-        "private PostgreSQL under the data directory (reachable over TCP: JDBC needs it).",
-    )(fn)
+    ),
+    click.option(
+        "--partitions",
+        type=click.IntRange(min=1),
+        help="JDBC partitions (parallel reads) to split the archive into. "
+        "Default: one per core the master offers, each at least 50,000 ids.",
+    ),
+)
 
 
 def archive_dsn(ctx: Context, pg_dsn: str | None) -> str:

@@ -37,13 +37,20 @@ from kafkaesque.hot.embedded import in_use
 from kafkaesque.records.batch import Compression
 from kafkaesque.tables import plural
 
-CONFIG_HELP = "A Kafka topic config (repeatable), e.g. cleanup.policy=compact."
+# The --config option of create and alter: topic configs as KEY=VALUE.
+config_option = click.option(
+    "--config",
+    "configs",
+    multiple=True,
+    callback=key_values,
+    help="A Kafka topic config (repeatable), e.g. cleanup.policy=compact.",
+)
 
 
 @main.command()
 @topic_argument
 @click.option("--partitions", type=click.IntRange(1, MAX_PARTITIONS), default=1, show_default=True)
-@click.option("--config", "configs", multiple=True, callback=key_values, help=CONFIG_HELP)
+@config_option
 @click.option(
     "--page-size",
     type=click.IntRange(1, MAX_SETTING),
@@ -149,7 +156,7 @@ async def delete(ctx: Context, topic: str) -> None:
     type=click.IntRange(1, MAX_PARTITIONS),
     help="The new partition count: larger than the current one (partitions only grow).",
 )
-@click.option("--config", "configs", multiple=True, callback=key_values, help=CONFIG_HELP)
+@config_option
 @click.option(
     "--delete-config",
     "deleted",
