@@ -34,7 +34,7 @@ from storage_pg.spark.exporter import (
     read_export,
 )
 from storage_pg.spark.jdbc import JAR_ENV, JdbcTarget, find_jdbc_jar, jdbc_target
-from storage_pg.spark.reporter import Report, report, write_chart
+from storage_pg.spark.reporter import Report, chart_unit, report, write_chart
 from storage_pg.spark.session import spark_session
 
 __all__ = [
@@ -48,6 +48,7 @@ __all__ = [
     "Report",
     "SparkJobError",
     "archive_cut",
+    "chart_unit",
     "export",
     "export_schema",
     "find_jdbc_jar",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from kafkaesque.tables import format_table
@@ -33,6 +33,27 @@ class HourlyRow:
     hour: datetime.datetime  # UTC, start of the hour
     records: int
     bytes: int
+
+
+@dataclass(frozen=True)
+class ChartPoint:
+    topic: str
+    at: datetime.datetime  # UTC, start of the bucket (Report.chart_unit)
+    records: int
+
+
+# The chart's bucket for data spanning up to so long: a few dozen points per line, so
+# ten minutes of data is not one dot in an hour, nor three years a line of 26,000 hours.
+CHART_UNITS = (
+    (datetime.timedelta(hours=3), "minute"),
+    (datetime.timedelta(days=7), "hour"),
+)
+CHART_FORMATS = {"minute": "%H:%M", "hour": "%m-%d %H:00", "day": "%Y-%m-%d"}
+
+
+def chart_unit(span: datetime.timedelta) -> str:
+    """The bucket (a date_trunc unit) for a chart over data spanning ``span``."""
+    return next((unit for limit, unit in CHART_UNITS if span <= limit), "day")
 
 
 @dataclass(frozen=True)
@@ -64,6 +85,9 @@ class Report:
     lag: list[TopicLag]
     seconds: float = 0.0
     png: str | None = None
+    # Records per topic per chart_unit (minute, hour or day, from the data's span).
+    chart: list[ChartPoint] = field(default_factory=list)
+    chart_unit: str = "hour"
 
     def format(self) -> str:
         """The report as aligned text tables."""
@@ -197,6 +221,18 @@ def _fill_report(result: Report, df: DataFrame, F: Any, Window: Any, top: int) -
         .orderBy("topic", "hour")
     )
     result.hourly = [HourlyRow(r.topic, _utc(r.hour), r.n, r.b) for r in hourly.collect()]
+    stamped = df.where(F.col("timestamp").isNotNull())
+    span = stamped.agg(F.min("timestamp").alias("first"), F.max("timestamp").alias("last"))
+    first, last = span.collect()[0]
+    if first is not None:
+        result.chart_unit = chart_unit(last - first)
+        points = (
+            stamped.groupBy("topic", F.unix_micros(F.date_trunc(result.chart_unit, "timestamp")))
+            .agg(F.count(F.lit(1)).alias("n"))
+            .toDF("topic", "at", "n")
+            .orderBy("topic", "at")
+        )
+        result.chart = [ChartPoint(r.topic, _utc(r.at), r.n) for r in points.collect()]
 
     rank = Window.partitionBy("topic").orderBy(F.desc("n"), F.asc("key"))
     keys = (
@@ -227,8 +263,11 @@ def _fill_report(result: Report, df: DataFrame, F: Any, Window: Any, top: int) -
 
 
 def write_chart(result: Report, png: str, max_topics: int = 10) -> None:
-    """Records per topic per hour as a line chart (the busiest ``max_topics`` topics, the rest
-    summed as "other")."""
+    """Records per topic over time as a line chart (the busiest ``max_topics`` topics, the
+    rest summed as "other"): one point per minute, hour or day as the data's span asks
+    (``Report.chart_unit``), the time axis over the data alone, and a log scale where
+    counts differ by more than 50 times, so a topic of ten records shows beside one of a
+    million."""
     try:
         import matplotlib
     except ImportError:
@@ -238,36 +277,53 @@ def write_chart(result: Report, png: str, max_topics: int = 10) -> None:
     matplotlib.use("Agg")
     import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
+    from matplotlib import ticker
 
     per_topic: dict[str, dict[datetime.datetime, int]] = {}
-    for h in result.hourly:
-        per_topic.setdefault(h.topic, {})[h.hour] = h.records
+    for point in result.chart:
+        per_topic.setdefault(point.topic, {})[point.at] = point.records
     busiest = sorted(per_topic, key=lambda t: -sum(per_topic[t].values()))
     if len(busiest) > max_topics:
         other: dict[datetime.datetime, int] = {}
         for topic in busiest[max_topics:]:
-            for hour, n in per_topic.pop(topic).items():
-                other[hour] = other.get(hour, 0) + n
+            for at, n in per_topic.pop(topic).items():
+                other[at] = other.get(at, 0) + n
         busiest = [*busiest[:max_topics], "(other)"]
         per_topic["(other)"] = other
-    hours = sorted({h.hour for h in result.hourly})
+    times = sorted({point.at for point in result.chart})
+    unit = result.chart_unit
     fig, ax = plt.subplots(figsize=(10, 5), dpi=100)
     try:
         for topic in busiest:
             series = per_topic[topic]
+            when = sorted(series)
             ax.plot(
-                cast(Any, hours),  # datetimes: matplotlib's date units (its stubs: numbers)
-                [series.get(h, 0) for h in hours],
+                cast(Any, when),  # datetimes: matplotlib's date units (its stubs: numbers)
+                [series[t] for t in when],
                 marker="o",
                 markersize=3,
                 label=topic,
             )
-        ax.set_title(f"Records per topic per hour (archive up to id {result.watermark:,})")
-        ax.set_xlabel("hour (UTC)")
-        ax.set_ylabel("records")
+        ax.set_title(f"Records per topic per {unit} (archive up to id {result.watermark:,})")
+        ax.set_ylabel(f"records per {unit}")
         ax.grid(True, alpha=0.3)
-        if hours:
-            ax.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d %H:00"))
+        if times:
+            step = {"minute": 60, "hour": 3600}.get(unit, 86400)
+            pad = datetime.timedelta(seconds=step / 2)
+            ax.set_xlim(cast(Any, times[0] - pad), cast(Any, times[-1] + pad))
+            counts = [point.records for point in result.chart]
+            if max(counts) > 50 * min(counts):  # small topics beside large: a log scale
+                ax.set_yscale("log")
+            else:
+                ax.set_ylim(bottom=0)
+            plain = ticker.FuncFormatter(lambda y, _: f"{y:,.0f}" if y >= 1 else f"{y:g}")
+            ax.yaxis.set_major_formatter(plain)
+            ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+            ax.xaxis.set_major_locator(mdates.AutoDateLocator(minticks=3, maxticks=10))
+            ax.xaxis.set_major_formatter(mdates.DateFormatter(CHART_FORMATS[unit]))
+            day = times[0].strftime("%Y-%m-%d")
+            span = day if times[-1].date() == times[0].date() else f"{day} to {times[-1]:%Y-%m-%d}"
+            ax.set_xlabel(f"{span} (UTC)")
             fig.autofmt_xdate()
             ax.legend(loc="upper left", fontsize="small")
         else:

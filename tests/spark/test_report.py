@@ -6,6 +6,7 @@ import datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from PIL import Image
 
 from storage_pg import spark as job
@@ -109,3 +110,38 @@ def test_key_display() -> None:
     assert show_key(b"\xff\x00") == "0xff00"
     assert show_key(b"") == ""
     assert show_key(b"x" * 100) == "x" * 39 + "…"
+
+
+@pytest.mark.parametrize(
+    ("span", "unit"),
+    [(datetime.timedelta(minutes=10), "minute"), (datetime.timedelta(days=3), "hour")],
+)
+def test_report_chart_fits_the_data(
+    spark: Any, archive: Archive, tmp_path: Path, span: datetime.timedelta, unit: str
+) -> None:
+    """The chart's buckets and time axis follow the data's span (ten minutes was one dot per
+    topic on an axis from 2025 to 2029), and a small topic shows beside a large one."""
+    # Row i is stamped BASE + i * step: ids 1-600 span ``span``.
+    archive.add(590, topics=["large"], step=span / 600)
+    archive.add(10, topics=["small"], step=span / 600)
+    archive.set_watermark(600)
+    png = tmp_path / f"chart-{unit}.png"
+
+    report = job.report(archive.dsn, png=str(png), spark=spark)
+
+    assert report.chart_unit == unit
+    large = [p for p in report.chart if p.topic == "large"]
+    small = [p for p in report.chart if p.topic == "small"]
+    assert len(large) >= 10 and small  # a line, not a dot
+    first, last = min(p.at for p in report.chart), max(p.at for p in report.chart)
+    assert last - first <= span + datetime.timedelta(hours=1)
+    with Image.open(png) as image:
+        assert image.format == "PNG" and image.size == (1000, 500)
+
+
+def test_chart_units_by_span() -> None:
+    assert job.chart_unit(datetime.timedelta(0)) == "minute"
+    assert job.chart_unit(datetime.timedelta(hours=3)) == "minute"
+    assert job.chart_unit(datetime.timedelta(hours=4)) == "hour"
+    assert job.chart_unit(datetime.timedelta(days=7)) == "hour"
+    assert job.chart_unit(datetime.timedelta(days=90)) == "day"
