@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 import time
 import urllib.request
-import uuid
 from typing import Any
 
 import pytest
@@ -26,9 +25,10 @@ from kio.schema.errors import ErrorCode
 from kafkaesque.records.build import build_batch
 from tests.kafka_client import Connection, request
 from tests.servers import free_port
-from tests.wire.common import TIMEOUT, create_topic, recent, wait_until
+from tests.wire.common import TIMEOUT, create_topic, recent
 
-ELECT_LEADERS, DESCRIBE_QUORUM, DESCRIBE_PRODUCERS, GET_TELEMETRY = 43, 55, 61, 71
+ELECT_LEADERS, DESCRIBE_QUORUM, DESCRIBE_PRODUCERS = 43, 55, 61
+GET_TELEMETRY, PUSH_TELEMETRY = 71, 72
 
 
 @pytest.fixture
@@ -243,19 +243,17 @@ def test_describe_producers_of_a_real_idempotent_producer(broker, admin, topic_n
     assert active.last_sequence == 9  # one batch per send, sequences 0..9
 
 
-# -- GetTelemetrySubscriptions ------------------------------------------------------------------
+# -- client telemetry (KIP-714): not offered ------------------------------------------------
 
 
-def test_get_telemetry_subscriptions_raw(broker):
+def test_telemetry_is_not_offered_without_a_metrics_sink(broker):
+    """As a Kafka broker without a ClientTelemetry metrics reporter: ApiVersions lists neither
+    GetTelemetrySubscriptions nor PushTelemetry (clients then never ask, and librdkafka no
+    longer logs "Telemetry client instance id changed" for every client)."""
     with Connection(broker.bootstrap) as conn:
-        first = conn.request(request(GET_TELEMETRY, 0, client_instance_id=uuid.UUID(int=0)))
-        assert first.error_code == ErrorCode.none
-        assert first.client_instance_id not in (None, uuid.UUID(int=0))
-        assert first.requested_metrics == ()  # no subscription: nothing to push
-        assert first.push_interval.total_seconds() == 300
-        given = uuid.uuid4()
-        again = conn.request(request(GET_TELEMETRY, 0, client_instance_id=given))
-        assert again.client_instance_id == given and again.requested_metrics == ()
+        offered = {api.api_key for api in conn.api_versions().api_keys}
+    assert GET_TELEMETRY not in offered and PUSH_TELEMETRY not in offered
+    assert {0, 1, 3, 18} <= offered  # the answer is a real one
 
 
 BROKER_ARGS = ("--metrics", f"127.0.0.1:{free_port()}")
@@ -269,19 +267,14 @@ def requests_of(api: str) -> float:
     return float(found.group(1)) if found else 0.0
 
 
-def test_librdkafka_asks_for_telemetry_once(broker, topic_name):
-    """librdkafka asks for its subscription, gets no metrics to push, and asks again only
-    after the push interval (5 minutes): no retry loop, no PushTelemetry."""
-    before = requests_of("get_telemetry_subscriptions")
+def test_librdkafka_never_asks_for_telemetry(broker, topic_name):
+    """librdkafka produces without a telemetry request: the broker does not offer one."""
     producer = Producer({"bootstrap.servers": broker.bootstrap})
     try:
         producer.produce(topic_name(), b"v")
         assert producer.flush(TIMEOUT) == 0
-        wait_until(
-            lambda: requests_of("get_telemetry_subscriptions") > before, "a telemetry request"
-        )
-        time.sleep(3)
-        assert requests_of("get_telemetry_subscriptions") == before + 1
+        assert requests_of("api_versions") > 0  # the metrics do count requests
+        assert requests_of("get_telemetry_subscriptions") == 0
         assert requests_of("push_telemetry") == 0
     finally:
         producer.flush(TIMEOUT)

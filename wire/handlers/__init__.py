@@ -34,7 +34,6 @@ from wire.handlers import (
     records,
     sasl,
     scram_users,
-    telemetry,
     topic_partitions,
     transactions,
 )
@@ -145,7 +144,6 @@ HANDLERS: dict[int, Api] = {
     # KIP-848, the consumer group protocol: v1 has client-generated member ids (KIP-1082).
     68: Api(0, 1, consumer_groups.consumer_group_heartbeat, coordinator=True),
     69: Api(0, 1, consumer_groups.consumer_group_describe, coordinator=True),
-    71: Api(0, 0, telemetry.get_telemetry_subscriptions),
     75: Api(0, 0, topic_partitions.describe_topic_partitions),
     # ACLs at Kafka 4's versions (v0 is gone there); SECURITY_DISABLED without --authorizer.
     29: Api(1, 3, acls.describe_acls),
