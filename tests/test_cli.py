@@ -276,3 +276,19 @@ def test_archive_status_creates_no_archive(redis_url: str, tmp_path) -> None:
     )
     assert result.exit_code == 0 and "no archive yet" in result.stdout
     assert not (home / "pg").exists()  # no PostgreSQL set up, so retention still applies
+
+
+def test_delete_records_changes_every_partition_or_none(ks) -> None:
+    """An offset past one partition's end is refused before any partition is cut (it used to
+    cut partition 0, then fail the others: partly applied, exit 1)."""
+    ok(ks("create", "dr", "--partitions", "3"))
+    for partition, count in ((0, 2000), (1, 10), (2, 10)):
+        lines = b"".join(b"r%d\n" % i for i in range(count))
+        ok(ks("produce", "dr", "--partition", str(partition), input=lines))
+    one_line_error(ks("delete-records", "dr", "--before", "1000"), 1, "nothing was deleted")
+    described = ok(ks("describe", "dr")).output
+    assert "2000" in described
+    consumed = ok(ks("consume", "dr", "--partition", "0", "--max-records", "1")).stdout_bytes
+    assert consumed == b"r0\n"  # partition 0 still starts at offset 0
+    result = ok(ks("delete-records", "dr", "--before", "5"))
+    assert result.stderr.count("log start 0 -> 5") == 3

@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 from kafkaesque.cli.base import Context, main, pass_context, run_async, topic_argument
-from kafkaesque.errors import OffsetOutOfRange
 from kafkaesque.hot.log import HIGH_WATERMARK
 from kafkaesque.tables import plural
 
@@ -48,7 +47,8 @@ async def delete_records(
     ctx: Context, topic: str, partitions: tuple[int, ...], before: int
 ) -> None:
     """Delete TOPIC's records below an offset, in Redis and in the archive, for good (as
-    kafka-delete-records). A partition whose log already starts at or after it stays."""
+    kafka-delete-records). A partition whose log already starts at or after it stays; an
+    offset past any partition's end changes none."""
     log = ctx.log()
     config = await log.topic(topic)
     wanted = sorted(set(partitions)) or range(config.partitions)
@@ -58,15 +58,19 @@ async def delete_records(
             f"topic {topic} has {plural(config.partitions, 'partition')}",
             param_hint="--partition",
         )
-    # Each partition on its own, as Kafka answers each: one past its end is refused alone.
-    refused = []
+    # All or nothing: every partition is checked before any is changed, so a refusal
+    # leaves the topic as it was (an offset past one partition's end refused the others
+    # after the first had been cut). Log ends only grow, so what passes stays valid.
+    if before != HIGH_WATERMARK:
+        ends = await log.log_ends(topic, wanted)
+        past = [(p, end) for p, end in zip(wanted, ends, strict=True) if before > end]
+        if past:
+            listed = ", ".join(f"{topic}[{p}] ends at {end}" for p, end in past)
+            raise click.ClickException(
+                f"offset {before} is past the log end of {plural(len(past), 'partition')} "
+                f"({listed}); nothing was deleted"
+            )
     for p in wanted:
         was = await log.earliest_offset(topic, p)
-        try:
-            now = await log.delete_records(topic, p, before)
-        except OffsetOutOfRange as exc:
-            refused.append(str(exc))
-            continue
+        now = await log.delete_records(topic, p, before)
         click.echo(f"{topic}[{p}]: log start {was} -> {now}", err=True)
-    if refused:
-        raise click.ClickException("; ".join(refused))
