@@ -15,8 +15,11 @@ from kafkaesque.cli.base import (
     run_async,
 )
 from kafkaesque.errors import KafkaesqueError
-from kafkaesque.groups.coordinator import decode_consumer_assignment
+from kafkaesque.groups.consumer import ConsumerGroupCoordinator
+from kafkaesque.groups.coordinator import GroupCoordinator, decode_consumer_assignment
+from kafkaesque.hot.log import Log
 from kafkaesque.tables import plural
+from kafkaesque.types import TopicPartition
 
 
 @main.command("groups")
@@ -72,24 +75,8 @@ async def describe_group(
         click.echo(f"reset {plural(len(new), 'partition')} of {topic} for group {group}", err=True)
     if topic is not None and reset_offsets is None:
         await log.topic(topic)  # an unknown topic is an error, not an empty table
-    loaded = await coordinator.store.load(group)
-    if loaded is None:
-        raise click.ClickException(f"no such group: {group}")
+    owners = await _show_members(log, coordinator, group)
     committed = await coordinator.admin.committed(group)
-    owners: dict[tuple[str, int], str] = {}
-    click.echo(f"group       {group}")
-    click.echo(f"state       {loaded.state}")
-    click.echo(f"protocol    {loaded.protocol_type or '-'}/{loaded.protocol or '-'}")
-    click.echo(f"generation  {loaded.generation}")
-    click.echo(f"members     {len(loaded.members)}")
-    for m in loaded.members.values():
-        assigned = (
-            decode_consumer_assignment(m.assignment) if loaded.protocol_type == "consumer" else None
-        )
-        for t, parts in (assigned or {}).items():
-            owners.update({(t, p): m.member_id for p in parts})
-        shown = ", ".join(f"{t}{sorted(ps)}" for t, ps in (assigned or {}).items()) or "-"
-        click.echo(f"  {m.member_id}  {m.client_host or '-'}  {shown}")
     rows = sorted(set(committed) | set(owners))
     if topic is not None:
         rows = [r for r in rows if r[0] == topic]
@@ -103,3 +90,45 @@ async def describe_group(
         lag = end - c.offset if c is not None and end is not None else None
         table.append([t, p, c.offset if c else None, end, lag, owners.get((t, p))])
     echo_table(["topic", "partition", "committed", "end", "lag", "member"], table)
+
+
+async def _show_members(
+    log: Log, coordinator: GroupCoordinator, group: str
+) -> dict[TopicPartition, str]:
+    """Print the group's state and members, classic or consumer (KIP-848) alike; returns
+    which member owns each partition."""
+    owners: dict[TopicPartition, str] = {}
+    members: list[tuple[str, str, dict[str, list[int]]]] = []  # id, host, assignment
+    classic = await coordinator.store.load(group)
+    if classic is not None:
+        click.echo(f"group       {group}")
+        click.echo("type        classic")
+        click.echo(f"state       {classic.state}")
+        click.echo(f"protocol    {classic.protocol_type or '-'}/{classic.protocol or '-'}")
+        click.echo(f"generation  {classic.generation}")
+        for m in classic.members.values():
+            assigned = None
+            if classic.protocol_type == "consumer":
+                assigned = decode_consumer_assignment(m.assignment)
+            members.append((m.member_id, m.client_host, assigned or {}))
+    else:
+        consumer = await ConsumerGroupCoordinator(log).load(group)
+        if consumer is None:
+            raise click.ClickException(f"no such group: {group}")
+        click.echo(f"group       {group}")
+        click.echo("type        consumer")
+        click.echo(f"state       {consumer.state}")
+        click.echo(f"protocol    consumer/{consumer.assignor}")
+        click.echo(f"epoch       {consumer.epoch}")
+        for cm in consumer.members.values():
+            by_topic: dict[str, list[int]] = {}
+            for t, p in cm.assigned:
+                by_topic.setdefault(t, []).append(p)
+            members.append((cm.member_id, cm.client_host, by_topic))
+    click.echo(f"members     {len(members)}")
+    for member_id, host, assigned in members:
+        for t, parts in assigned.items():
+            owners.update({(t, p): member_id for p in parts})
+        shown = ", ".join(f"{t}{sorted(ps)}" for t, ps in assigned.items()) or "-"
+        click.echo(f"  {member_id}  {host or '-'}  {shown}")
+    return owners

@@ -13,7 +13,14 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from tests.kafka_client import Connection, request
-from tests.wire.common import FAST_GROUP_ARGS, TIMEOUT, create_topic, produce_numbered, value_of
+from tests.wire.common import (
+    FAST_GROUP_ARGS,
+    TIMEOUT,
+    cli_group,
+    create_topic,
+    produce_numbered,
+    value_of,
+)
 from tests.wire.common import wait_until as wait_for
 
 SESSION_MS = 3000
@@ -383,6 +390,10 @@ def test_classic_group_apis_list_describe_and_delete_consumer_groups(broker, top
         ).groups
         assert (described.error_code, described.protocol_type) == (ErrorCode.none, "consumer")
         assert [m.member_id for m in described.members] == [member.member_id]
+        # The CLI's `group` shows it too (it said "no such group": it read classic only).
+        shown = cli_group(broker, group)
+        assert (shown["type"], shown["members"]) == ("consumer", "1")
+        assert shown["member_lines"][0].startswith(member.member_id)
         # Deleting a group with a member is refused; once it left, the group goes.
         [refused] = conn.request(request(42, 2, groups_names=[group])).results
         assert refused.error_code == ErrorCode.non_empty_group
