@@ -23,8 +23,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 
 from kafkaesque.errors import StorageUnavailable
-from kafkaesque.groups.consumer_state import ConsumerGroup
-from kafkaesque.groups.consumer_state import Member as ConsumerMember
+from kafkaesque.groups.consumer_state import ConsumerGroup, ConsumerMember
 from kafkaesque.types import TopicPartition
 from wire.authorize import NOT_ASKED
 from wire.broker import Broker

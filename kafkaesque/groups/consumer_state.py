@@ -100,7 +100,7 @@ class Heartbeat:
 
 
 @dataclass(slots=True)
-class Member:
+class ConsumerMember:
     member_id: str
     instance_id: str | None
     rack_id: str | None
@@ -149,18 +149,18 @@ class ConsumerGroup:
     epoch: int = 0
     assignment_epoch: int = 0
     assignor: str = DEFAULT_ASSIGNOR
-    members: dict[str, Member] = field(default_factory=dict)
+    members: dict[str, ConsumerMember] = field(default_factory=dict)
     target: dict[str, list[TopicPartition]] = field(default_factory=dict)
     topics: dict[str, list] = field(default_factory=dict)  # name -> [topic id, partitions]
     refreshed_ms: int = 0  # when ``topics`` was last read from the log
 
     # -- persistence format -------------------------------------------------------------
     def pack(self) -> bytes:
-        return pack_group(self, Member.__slots__)
+        return pack_group(self, ConsumerMember.__slots__)
 
     @classmethod
     def unpack(cls, data: bytes) -> ConsumerGroup:
-        d, members = unpack_group(data, Member)
+        d, members = unpack_group(data, ConsumerMember)
         for m in members:
             m.assigned, m.revoking = _tps(m.assigned), _tps(m.revoking)
         d["target"] = {k: _tps(v) for k, v in d["target"].items()}
@@ -209,7 +209,7 @@ class ConsumerGroup:
         self.epoch += 1
 
     # -- heartbeat ------------------------------------------------------------------------
-    def update_member(self, hb: Heartbeat) -> tuple[Member, bool]:
+    def update_member(self, hb: Heartbeat) -> tuple[ConsumerMember, bool]:
         """Validate the heartbeat's epoch and apply its membership and subscription
         changes; returns the member and whether it joined (epoch 0)."""
         member = self.members.get(hb.member_id)
@@ -244,12 +244,14 @@ class ConsumerGroup:
             self._bump()
         return member, hb.epoch == 0
 
-    def _instance_owner(self, instance_id: str | None) -> Member | None:
+    def _instance_owner(self, instance_id: str | None) -> ConsumerMember | None:
         if instance_id is None:
             return None
         return next((m for m in self.members.values() if m.instance_id == instance_id), None)
 
-    def _join(self, hb: Heartbeat, member: Member | None, owner: Member | None) -> Member:
+    def _join(
+        self, hb: Heartbeat, member: ConsumerMember | None, owner: ConsumerMember | None
+    ) -> ConsumerMember:
         if owner is not None and owner.member_id != hb.member_id:
             if owner.epoch != STATIC_LEAVE_EPOCH:
                 raise HeartbeatRefused(
@@ -269,7 +271,7 @@ class ConsumerGroup:
             member.epoch, member.previous_epoch = 0, -1
             member.assigned, member.revoking, member.state = [], [], MemberState.STABLE
             return member
-        member = Member(
+        member = ConsumerMember(
             hb.member_id, hb.instance_id, hb.rack_id, hb.client_id, hb.client_host,
             hb.rebalance_timeout_ms, [], None, None,
         )  # fmt: skip
@@ -318,7 +320,9 @@ class ConsumerGroup:
         self.target = {m: sorted(tps) for m, tps in target.items()}
         self.assignment_epoch = self.epoch
 
-    def reconcile(self, member: Member, owned: set[TopicPartition] | None, now: int) -> None:
+    def reconcile(
+        self, member: ConsumerMember, owned: set[TopicPartition] | None, now: int
+    ) -> None:
         """Move the member one step toward its target (see the module's docstring)."""
         if member.state == MemberState.UNREVOKED:
             if owned is None or owned & set(member.revoking):
@@ -350,7 +354,9 @@ class ConsumerGroup:
             for tp in (*m.assigned, *m.revoking)
         }
 
-    def heartbeat(self, hb: Heartbeat, member: Member, joined: bool, now: int) -> HeartbeatResult:
+    def heartbeat(
+        self, hb: Heartbeat, member: ConsumerMember, joined: bool, now: int
+    ) -> HeartbeatResult:
         """Finish a heartbeat after ``update_member`` (and a topic refresh): assign if the
         group epoch moved, reconcile the member, and say what to answer."""
         before = (member.epoch, list(member.assigned))
