@@ -17,7 +17,7 @@ from kafkaesque.hot.compaction import Compactor
 from kafkaesque.hot.high_watermark import HighWatermarks
 from kafkaesque.hot.log import Log
 from kafkaesque.hot.outage import REDIS_CONNECTION_ERRORS, background_step
-from kafkaesque.hot.registry import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS, BrokerInfo, Registry
+from kafkaesque.hot.registry import BrokerInfo, Registry
 from kafkaesque.partition.layer import MAX_MESSAGE_BYTES, Partitions
 from kafkaesque.partition.leadership import Leadership
 from kafkaesque.partition.read_types import ReadCache
@@ -42,8 +42,8 @@ class BrokerConfig:
     assign_node_id: bool = False
     # KRaft's broker session: a broker not heard of for session_timeout_ms is gone and
     # its partitions move; it heartbeats every heartbeat_interval_ms.
-    session_timeout_ms: int = SESSION_TIMEOUT_MS
-    heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS
+    session_timeout_ms: int = default("broker.session.timeout.ms")
+    heartbeat_interval_ms: int = default("broker.heartbeat.interval.ms")
     auto_create_topics: bool = default("auto.create.topics.enable")
     default_partitions: int = default("num.partitions")
     max_message_bytes: int = MAX_MESSAGE_BYTES

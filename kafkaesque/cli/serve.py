@@ -109,20 +109,6 @@ def listeners_option(
     "Default: 0, or the next free id from 1000 when another live broker has 0.",
 )
 @click.option(
-    "--broker-session-timeout-ms",
-    type=click.IntRange(1000),
-    default=9000,
-    show_default=True,
-    help="A broker not heard of for this long is gone: its partitions move to the others.",
-)
-@click.option(
-    "--broker-heartbeat-interval-ms",
-    type=click.IntRange(100),
-    default=2000,
-    show_default=True,
-    help="How often this broker tells the others it is alive.",
-)
-@click.option(
     "--metrics",
     callback=metrics_address,
     help="Serve Prometheus metrics on [HOST:]PORT (127.0.0.1 unless a host is given).",
@@ -200,8 +186,6 @@ def serve(
     tls_ca: str | None,
     sasl_enabled_mechanisms: str,
     node_id: int | None,
-    broker_session_timeout_ms: int,
-    broker_heartbeat_interval_ms: int,
     metrics: tuple[str, int] | None,
     request_timeout_ms: int,
     redis_max_connections: int,
@@ -249,18 +233,11 @@ def serve(
                 ) from None
     if logging.getLogger().level > logging.INFO:
         logging.getLogger().setLevel(logging.INFO)
-    if broker_heartbeat_interval_ms >= broker_session_timeout_ms:
-        raise click.BadParameter(
-            "must be below --broker-session-timeout-ms",
-            param_hint="'--broker-heartbeat-interval-ms'",
-        )
     config = BrokerConfig(
         host=advertised_host,
         port=port,
         node_id=0 if node_id is None else node_id,
         assign_node_id=node_id is None,
-        session_timeout_ms=broker_session_timeout_ms,
-        heartbeat_interval_ms=broker_heartbeat_interval_ms,
         request_timeout_ms=request_timeout_ms,
         compaction_interval=compaction_interval,
         authorizer="" if authorizer == "none" else authorizer,
@@ -280,6 +257,11 @@ def serve(
     except KafkaesqueError as exc:
         raise click.BadParameter(str(exc), param_hint="'--config'") from None
     _refuse_disagreements(settings, config)
+    if config.heartbeat_interval_ms >= config.session_timeout_ms:
+        raise click.BadParameter(
+            "must be below --broker-session-timeout-ms (broker.session.timeout.ms)",
+            param_hint="'--broker-heartbeat-interval-ms'",
+        )
 
     async def serve_log() -> None:
         log = ctx.log(archive=False, max_connections=redis_max_connections)
