@@ -332,7 +332,6 @@ REQUESTS: dict[int, Fields] = {
         "topic_partitions": [],
     },
     69: lambda s, v: {"group_ids": [GROUP], "include_authorized_operations": False},
-    71: lambda s, v: {"client_instance_id": uuid.UUID(int=0)},
     75: lambda s, v: [
         {"topics": topics, "response_partition_limit": 2000} for topics in ([{"name": TOPIC}], [])
     ],
