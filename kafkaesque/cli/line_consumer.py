@@ -1,13 +1,21 @@
-"""Read partitions from an offset and write records out: the CLI's consumer."""
+"""Read partitions from an offset and write records out: the CLI's consumer, alone or as
+a member of a consumer group (``GroupMember``: the classic protocol, in-process)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
-from collections.abc import Awaitable, Callable, Sequence
-from typing import BinaryIO, cast
+import socket
+import struct
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, BinaryIO, cast
 
-from kafkaesque.errors import LogTruncated, OffsetOutOfRange
+from kafkaesque.errors import Code, KafkaesqueError, LogTruncated, OffsetOutOfRange, UnknownTopic
+from kafkaesque.groups.assignors import range_
+from kafkaesque.groups.consumer_protocol import decode_assignment, decode_subscription
+from kafkaesque.groups.coordinator import GroupCoordinator
+from kafkaesque.groups.types import JoinRequest
 from kafkaesque.hot.log import Log
 from kafkaesque.partition.layer import EARLIEST, Partitions
 from kafkaesque.partition.read_types import FetchRequest
@@ -21,8 +29,13 @@ from kafkaesque.records.batch import (
     offset_count,
     record_count,
 )
+from kafkaesque.records.body import Record
 
 FOLLOW_WAKEUP = 1.0  # seconds; a safety net should a notification be missed
+
+TP = tuple[str, int]  # (topic, partition)
+# A formatter: (topic, partition, batch, skip records below this offset) -> output lines.
+Formatter = Callable[[str, int, bytes, int], list[bytes]]
 
 
 def _text(data: bytes | None, name: str, out: dict) -> None:
@@ -36,12 +49,17 @@ def _text(data: bytes | None, name: str, out: dict) -> None:
         out[f"{name}_base64"] = base64.b64encode(data).decode()
 
 
-def format_json(partition: int, batch: bytes, skip_below: int) -> list[bytes]:
+def format_json(
+    partition: int, batch: bytes, skip_below: int, topic: str | None = None
+) -> list[bytes]:
+    """One JSON object per record: topic (when given), partition, offset, timestamp, key,
+    value (null for a tombstone) and headers (a list of {key, value}, when there are any)."""
     lines = []
     for r in decode_batch(batch):
         if r.offset < skip_below:
             continue
-        obj: dict = {"partition": partition, "offset": r.offset, "timestamp": r.timestamp}
+        obj: dict = {} if topic is None else {"topic": topic}
+        obj.update(partition=partition, offset=r.offset, timestamp=r.timestamp)
         _text(r.key, "key", obj)
         _text(r.value, "value", obj)
         if r.headers:
@@ -76,11 +94,299 @@ def format_value(partition: int, batch: bytes, skip_below: int) -> list[bytes]:
     return cast(list[bytes], values)  # no None among them (above)
 
 
-FORMATS: dict[str, Callable[[int, bytes, int], list[bytes]]] = {
-    "value": format_value,
-    "offset": format_offset,
-    "json": format_json,
+FORMATS: dict[str, Formatter] = {
+    "value": lambda t, p, b, s: format_value(p, b, s),
+    "offset": lambda t, p, b, s: format_offset(p, b, s),
+    "json": lambda t, p, b, s: format_json(p, b, s, t),
 }
+
+# kcat's -f tokens: what each prints of a record.
+_FIELDS: dict[str, Callable[[str, int, Record], bytes]] = {
+    "t": lambda t, p, r: t.encode(),
+    "p": lambda t, p, r: b"%d" % p,
+    "o": lambda t, p, r: b"%d" % r.offset,
+    "k": lambda t, p, r: r.key or b"",
+    "s": lambda t, p, r: r.value or b"",
+    "K": lambda t, p, r: b"%d" % (-1 if r.key is None else len(r.key)),
+    "S": lambda t, p, r: b"%d" % (-1 if r.value is None else len(r.value)),
+    "T": lambda t, p, r: b"%d" % r.timestamp,
+    "h": lambda t, p, r: b",".join(
+        k.encode() + (b"" if v is None else b"=" + v) for k, v in r.headers
+    ),
+}
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "\\": "\\"}
+FORMAT_TOKENS = (
+    "%t topic, %p partition, %o offset, %k key, %s value, %h headers (k=v,...), "
+    "%T timestamp (ms), %K / %S key / value size (-1: null), %% a %; \\n \\t \\r \\\\"
+)
+
+
+def compile_format(spec: str) -> Formatter:
+    """A formatter for a kcat-style format string (``FORMAT_TOKENS``); each record's output
+    is exactly what the string says (end it with \\n for lines). ValueError names a bad
+    token."""
+    parts: list[bytes | Callable[[str, int, Record], bytes]] = []
+    literal: list[str] = []
+    i = 0
+    while i < len(spec):
+        c = spec[i]
+        if c in "%\\" and i + 1 < len(spec):
+            n = spec[i + 1]
+            if c == "%" and n == "%":
+                literal.append("%")
+            elif c == "%" and n in _FIELDS:
+                if literal:
+                    parts.append("".join(literal).encode())
+                    literal = []
+                parts.append(_FIELDS[n])
+            elif c == "\\" and n in _ESCAPES:
+                literal.append(_ESCAPES[n])
+            else:
+                raise ValueError(f"unknown token {c}{n} (known: {FORMAT_TOKENS})")
+            i += 2
+            continue
+        if c == "%":
+            raise ValueError(f"a lone % at the end (known: {FORMAT_TOKENS})")
+        literal.append(c)
+        i += 1
+    if literal:
+        parts.append("".join(literal).encode())
+
+    def formatter(topic: str, partition: int, batch: bytes, skip_below: int) -> list[bytes]:
+        return [
+            b"".join(
+                part if isinstance(part, bytes) else part(topic, partition, r) for part in parts
+            )
+            for r in decode_batch(batch)
+            if r.offset >= skip_below
+        ]
+
+    return formatter
+
+
+# -- the "consumer" protocol's member metadata and assignments (version 0) ---------------
+def _string(text: str) -> bytes:
+    data = text.encode()
+    return struct.pack(">h", len(data)) + data
+
+
+def encode_subscription(topics: Iterable[str]) -> bytes:
+    """ConsumerProtocolSubscription v0: the topics, no user data."""
+    names = sorted(topics)
+    return struct.pack(">hi", 0, len(names)) + b"".join(map(_string, names)) + b"\xff" * 4
+
+
+def encode_assignment(partitions: Iterable[TP]) -> bytes:
+    """ConsumerProtocolAssignment v0: partitions per topic, no user data."""
+    by_topic: dict[str, list[int]] = {}
+    for t, p in partitions:
+        by_topic.setdefault(t, []).append(p)
+    out = [struct.pack(">hi", 0, len(by_topic))]
+    for t, ps in sorted(by_topic.items()):
+        out.append(_string(t) + struct.pack(f">i{len(ps)}i", len(ps), *sorted(ps)))
+    return b"".join(out) + b"\xff" * 4
+
+
+class GroupFailure(KafkaesqueError):
+    """The group refused this member for good (another protocol, full, bad timeout)."""
+
+
+class GroupMember:
+    """The CLI's consumer as a member of a classic consumer group: joins through the group
+    coordinator in this process (the same rounds a broker runs for Kafka clients), with
+    the "consumer" protocol type and the range assignor, so Kafka tools show it;
+    heartbeats in the background, and commits with its generation.
+
+    ``subscription()`` gives the topics to subscribe to (a pattern is matched on each
+    join, as Kafka's clients do); ``start_at(partitions, first)`` the offsets (and leader
+    epochs) to start newly assigned partitions at: the group's committed offsets, else
+    the reset policy (``first``: this is the process's first assignment)."""
+
+    def __init__(
+        self,
+        log: Log,
+        coordinator: GroupCoordinator,
+        group: str,
+        subscription: Callable[[], Awaitable[list[str]]],
+        start_at: Callable[[list[TP], bool], Awaitable[tuple[dict[TP, int], dict[TP, int]]]],
+        *,
+        session_timeout_ms: int = 10_000,
+        rebalance_timeout_ms: int = 30_000,
+        heartbeat_interval: float = 1.0,
+        client_id: str = "kafkaesque-cli",
+    ) -> None:
+        self.log = log
+        self.coordinator = coordinator
+        self.group = group
+        self.subscription = subscription
+        self.start_at = start_at
+        self.session_timeout_ms = session_timeout_ms
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.heartbeat_interval = heartbeat_interval
+        self.client_id = client_id
+        self.member_id = ""
+        self.generation = -1
+        self.needs_join = asyncio.Event()
+        self.needs_join.set()
+        self.failure: BaseException | None = None
+        self.subscribed: dict[str, int] = {}  # topic -> partitions, as last joined
+        self.joined_before = False
+        self.joining = False  # heartbeats wait while a join is under way
+        self._beating: asyncio.Task | None = None
+
+    async def _topics(self) -> dict[str, int]:
+        out = {}
+        for topic in await self.subscription():
+            try:
+                out[topic] = (await self.log.topic(topic)).partitions
+            except UnknownTopic:
+                continue
+        return out
+
+    async def join(self) -> list[TP]:
+        """Join (again): the round's partitions for this member."""
+        if self._beating is None:
+            self._beating = asyncio.create_task(self._heartbeats())
+        self.joining = True
+        try:
+            return await self._join()
+        finally:
+            self.joining = False
+
+    async def _join(self) -> list[TP]:
+        while True:
+            self.needs_join.clear()
+            self.subscribed = await self._topics()
+            request = JoinRequest(
+                self.member_id,
+                None,
+                self.client_id,
+                socket.gethostname(),
+                self.session_timeout_ms,
+                self.rebalance_timeout_ms,
+                "consumer",
+                [("range", encode_subscription(self.subscribed))],
+                False,
+            )
+            joined = await self.coordinator.join(self.group, request)
+            if joined.error in (Code.UNKNOWN_MEMBER_ID, Code.FENCED_INSTANCE_ID):
+                self.member_id = ""
+                continue
+            if joined.error in (Code.REBALANCE_IN_PROGRESS, Code.COORDINATOR_NOT_AVAILABLE):
+                await asyncio.sleep(0.1)
+                continue
+            if joined.error == Code.INCONSISTENT_GROUP_PROTOCOL:
+                raise GroupFailure(
+                    f"group {self.group} is used by members of another protocol or assignor"
+                )
+            if joined.error:
+                raise GroupFailure(f"group {self.group} refused to join: {joined.error.name}")
+            self.member_id, self.generation = joined.member_id, joined.generation
+            assignments: dict[str, bytes] = {}
+            if joined.leader == self.member_id and not joined.skip_assignment:
+                assignments = await self._assign(joined.members)
+            synced = await self.coordinator.sync(
+                self.group,
+                self.generation,
+                self.member_id,
+                None,
+                assignments,
+                ("consumer", "range"),
+            )
+            if synced.error == Code.UNKNOWN_MEMBER_ID:
+                self.member_id = ""
+                continue
+            if synced.error in (Code.REBALANCE_IN_PROGRESS, Code.ILLEGAL_GENERATION):
+                continue
+            if synced.error:
+                raise GroupFailure(f"group {self.group} refused to sync: {synced.error.name}")
+            if self.needs_join.is_set():  # the round moved on meanwhile
+                continue
+            assigned = decode_assignment(synced.assignment) or {}
+            return sorted((t, p) for t, ps in assigned.items() for p in ps)
+
+    async def _assign(self, members: list[tuple[str, str | None, bytes]]) -> dict[str, bytes]:
+        """The leader's part: Kafka's range assignor over every member's subscription."""
+        subscriptions = {m: frozenset(decode_subscription(meta) or []) for m, _, meta in members}
+        counts: dict[str, int] = {}
+        for topic in sorted(set().union(*subscriptions.values())):
+            try:
+                counts[topic] = (await self.log.topic(topic)).partitions
+            except UnknownTopic:
+                continue
+        assignment = range_(subscriptions, counts, {})
+        return {m: encode_assignment(tps) for m, tps in assignment.items()}
+
+    async def rejoin(self, current: Mapping[TP, int]) -> tuple[dict[TP, int], dict[TP, int]]:
+        """Join again; the offsets to go on from: kept for partitions this member still
+        has, else where ``start_at`` says."""
+        assigned = await self.join()
+        first = not self.joined_before
+        self.joined_before = True
+        new = [tp for tp in assigned if tp not in current]
+        offsets, epochs = await self.start_at(new, first) if new else ({}, {})
+        kept = {tp: current[tp] for tp in assigned if tp in current}
+        return {**kept, **offsets}, epochs
+
+    async def commit(self, offsets: Mapping[TP, int], epochs: Mapping[TP, int]) -> None:
+        """Commit with this member's generation; a refusal (the group rebalanced) means
+        joining again: another member may then read those records again (at least once)."""
+        if not offsets or self.member_id == "":
+            return
+        stored: dict[TP, tuple[int, str | None, int]] = {
+            tp: (o, "", epochs.get(tp, -1)) for tp, o in offsets.items()
+        }
+        code = await self.coordinator.admin.commit(
+            self.group, self.generation, self.member_id, None, stored
+        )
+        if code == Code.UNKNOWN_MEMBER_ID:
+            self.member_id = ""
+        if code:
+            self.needs_join.set()
+
+    async def check_subscription(self) -> None:
+        """Join again when the subscribed topics or their partitions changed."""
+        if await self._topics() != self.subscribed:
+            self.needs_join.set()
+
+    async def _heartbeats(self) -> None:
+        """Heartbeat at the interval; tick the group as a broker would (members whose
+        session ended leave, a round past its deadline closes), so CLI members alone on
+        Redis keep the group going."""
+        try:
+            while True:
+                await asyncio.sleep(self.heartbeat_interval)
+                await self.coordinator.tick(self.group)
+                if self.joining or self.needs_join.is_set() or not self.member_id:
+                    continue
+                generation = self.generation
+                code = await self.coordinator.heartbeat(
+                    self.group, generation, self.member_id, None
+                )
+                if self.joining or generation != self.generation:
+                    continue  # a join since answers for itself
+                if code in (Code.UNKNOWN_MEMBER_ID, Code.FENCED_INSTANCE_ID):
+                    self.member_id = ""
+                if code:
+                    self.needs_join.set()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # Redis went away: the main loop reports it
+            self.failure = exc
+            self.needs_join.set()
+
+    async def leave(self) -> None:
+        """Stop heartbeats and leave the group, so the others rebalance at once."""
+        if self._beating is not None:
+            self._beating.cancel()
+            try:
+                await self._beating
+            except asyncio.CancelledError:
+                pass
+            self._beating = None
+        if self.member_id:
+            await self.coordinator.leave(self.group, [(self.member_id, None)])
+            self.member_id = ""
 
 
 class Consumer:
@@ -89,110 +395,148 @@ class Consumer:
     def __init__(
         self,
         log: Log,
-        topic: str,
-        offsets: dict[int, int],
+        topic: str | None,
+        offsets: Mapping[int, int] | Mapping[TP, int],
         *,
         fetch_size: int = 1024,
         fmt: str = "value",
-        commit: Callable[[dict[int, int], dict[int, int]], Awaitable[None]] | None = None,
+        formatter: Formatter | None = None,
+        commit: Callable[[dict[TP, int], dict[TP, int]], Awaitable[None]] | None = None,
         whole_topic: bool = False,
-        on_gap: Callable[[int, int, int], None] | None = None,
-        epochs: dict[int, int] | None = None,
-        on_truncation: Callable[[int, int, int], None] | None = None,
+        discover: Callable[[set[TP]], Awaitable[dict[TP, int]]] | None = None,
+        on_gap: Callable[[str, int, int, int], None] | None = None,
+        epochs: Mapping[TP, int] | None = None,
+        on_truncation: Callable[[str, int, int, int], None] | None = None,
         read_committed: bool = True,
+        member: GroupMember | None = None,
     ) -> None:
-        """``commit`` is called with the partitions' next offsets (and their epochs) after
+        """``offsets``: partition -> offset of ``topic``, or (topic, partition) -> offset.
+
+        ``commit`` is called with the partitions' next offsets (and their epochs) after
         records were written and flushed (at-least-once: a crash re-reads at most one fetch).
         ``whole_topic``: when following, partitions added meanwhile are read too, from
-        their start. ``on_gap(partition, first, last)`` is told of each gap read across:
-        offsets retention dropped before archiving.
+        their start; ``discover(known)`` instead gives any more partitions to read (and
+        their offsets). ``on_gap(topic, partition, first, last)`` is told of each gap read
+        across: offsets retention dropped before archiving.
 
         ``epochs``: the leader epoch each partition's offset was read (or committed) under;
         missing ones are taken at the first read. When a partition's epoch moves on and
         its new log ends that epoch below our offset (KIP-320's check), the records we
-        read there are gone: ``on_truncation(partition, truncated_at, offset)`` is told and
-        reading goes on from the truncation point; without it, LogTruncated is raised.
+        read there are gone: ``on_truncation(topic, partition, truncated_at, offset)`` is
+        told and reading goes on from the truncation point; without it, LogTruncated is
+        raised.
 
         ``read_committed`` (as librdkafka's default isolation.level): read only up to the
         last stable offset, skipping records of aborted transactions; otherwise every user
-        record. Transaction markers are never written out."""
+        record. Transaction markers are never written out.
+
+        ``formatter`` (else the ``fmt`` named in FORMATS) makes each record's output;
+        FORMATS' are lines (a newline is added), a formatter passed in makes the whole of
+        each record's output. ``member``: read the partitions a consumer group assigns
+        (``offsets`` is then ignored), committing through it; it rejoins when the group
+        rebalances."""
         self.read_committed = read_committed
         self.on_gap = on_gap
-        self.epochs = dict(epochs or {})
+        self.epochs: dict[TP, int] = dict(epochs or {})
         self.on_truncation = on_truncation
-        self.whole_topic = whole_topic
         self.log = log
         self.partitions = Partitions(log)  # the broker's layer; with a notifier to follow
         self.commit = commit
-        self.topic = topic
-        self.offsets = dict(offsets)
+        self.offsets: dict[TP, int] = {
+            cast(TP, k) if isinstance(k, tuple) else (cast(str, topic), k): v
+            for k, v in offsets.items()
+        }
+        if discover is None and whole_topic:
+            discover = self._new_partitions
+        self.discover = discover
         self.fetch_size = fetch_size
-        self.format = FORMATS[fmt]
+        self.format = formatter or FORMATS[fmt]
+        self.line_end = b"" if formatter is not None else b"\n"
+        self.member = member
+        if member is not None:
+            self.offsets = {}
+            self.commit = member.commit
 
-    async def _poll(self, partition: int) -> tuple[list[bytes], list[Sequence[int]]]:
+    async def _poll(self, tp: TP) -> tuple[list[bytes], list[Sequence[int]]]:
         """One fetch from a partition: its formatted lines, and per batch the offsets of its
         lines; the partition's offset advanced. Gaps (offsets retention dropped
         before archiving) are read across and reported to ``on_gap``."""
-        offset = self.offsets[partition]
+        topic, partition = tp
+        offset = self.offsets[tp]
         result = await self.partitions.read(
-            self.topic,
+            topic,
             partition,
             offset,
             max_records=self.fetch_size,
             committed=self.read_committed,
         )
-        known = self.epochs.setdefault(partition, result.leader_epoch)
+        known = self.epochs.setdefault(tp, result.leader_epoch)
         if result.leader_epoch != known:
-            truncated_at = await self._diverged(partition, offset, known)
-            self.epochs[partition] = result.leader_epoch
+            truncated_at = await self._diverged(tp, offset, known)
+            self.epochs[tp] = result.leader_epoch
             if truncated_at is not None:
-                self.offsets[partition] = truncated_at
-                return await self._poll(partition)
+                self.offsets[tp] = truncated_at
+                return await self._poll(tp)
         if result.below_start or result.past_end:
             raise OffsetOutOfRange(
-                f"offset {offset} is out of range for {self.topic}[{partition}] "
+                f"offset {offset} is out of range for {topic}[{partition}] "
                 f"(offsets {result.log_start}..{result.log_end})"
             )
         lines: list[bytes] = []
         segments: list[Sequence[int]] = []
         for batch in result.batches:
             base = base_offset(batch)
-            offset = self._skip_gap(partition, offset, base)
+            offset = self._skip_gap(tp, offset, base)
             if is_control(batch) or (self.read_committed and is_aborted(batch, result.aborted)):
                 offset = max(offset, next_offset(batch))  # no user records to write
                 continue
-            formatted = self.format(partition, batch, offset)
+            formatted = self.format(topic, partition, batch, offset)
             lines += formatted
             segments.append(_line_offsets(batch, offset, len(formatted)))
             offset = max(offset, next_offset(batch))
         if not result.batches and result.skipped_to is not None:
-            offset = self._skip_gap(partition, offset, result.skipped_to)
-        self.offsets[partition] = offset
+            offset = self._skip_gap(tp, offset, result.skipped_to)
+        self.offsets[tp] = offset
         return lines, segments
 
-    async def _diverged(self, partition: int, offset: int, epoch: int) -> int | None:
+    async def _diverged(self, tp: TP, offset: int, epoch: int) -> int | None:
         """Where the log was truncated below ``offset`` since ``epoch``, or None if the
         records up to ``offset`` are the ones read (a new epoch, nothing lost)."""
-        _, end = await self.log.epoch_end_offset(self.topic, partition, epoch)
+        topic, partition = tp
+        _, end = await self.log.epoch_end_offset(topic, partition, epoch)
         if end < 0 or offset <= end:
             return None
         if self.on_truncation is None:
             raise LogTruncated(
-                f"{self.topic}[{partition}] was truncated at offset {end} (Redis lost "
+                f"{topic}[{partition}] was truncated at offset {end} (Redis lost "
                 f"records it had not archived): offsets {end}..{offset - 1}, read before, "
                 "now hold other records; --on-truncation rewind reads on from there"
             )
-        self.on_truncation(partition, end, offset)
+        self.on_truncation(topic, partition, end, offset)
         return end
 
-    def _skip_gap(self, partition: int, offset: int, following: int) -> int:
+    def _skip_gap(self, tp: TP, offset: int, following: int) -> int:
         """The offset to go on from: ``following`` if offsets from ``offset`` on are
         missing (reported once), else ``offset``."""
         if following <= offset:
             return offset
         if self.on_gap is not None:
-            self.on_gap(partition, offset, following - 1)
+            self.on_gap(tp[0], tp[1], offset, following - 1)
         return following
+
+    async def _assignment(self, out: BinaryIO) -> None:
+        """A group member: commit what was printed and join again when the group
+        rebalances (or first), taking the partitions it assigns."""
+        member = self.member
+        if member is None:
+            return
+        if member.failure is not None:
+            raise member.failure
+        if not member.needs_join.is_set():
+            return
+        await self._commit(out)
+        self.offsets, epochs = await member.rejoin(self.offsets)
+        self.epochs = {tp: e for tp, e in {**self.epochs, **epochs}.items() if tp in self.offsets}
 
     async def run(
         self, out: BinaryIO, *, follow: bool = False, max_records: int | None = None
@@ -206,22 +550,23 @@ class Consumer:
             self.partitions = Partitions(self.log, notifier)
         try:
             while True:
+                await self._assignment(out)
                 got_any = False
-                for p in await self._to_poll(following=follow):
-                    before = self.offsets[p]
-                    lines, segments = await self._poll(p)
+                for tp in await self._to_poll(following=follow):
+                    before = self.offsets[tp]
+                    lines, segments = await self._poll(tp)
                     if not lines:
                         # Markers and aborted records only: read on past them.
-                        got_any = got_any or self.offsets[p] != before
+                        got_any = got_any or self.offsets[tp] != before
                         continue
                     got_any = True
                     if max_records is not None and written + len(lines) >= max_records:
                         lines = lines[: max_records - written]
-                        self.offsets[p] = _offset_after(segments, len(lines))  # printed
-                        _write(out, lines)
+                        self.offsets[tp] = _offset_after(segments, len(lines))  # printed
+                        _write(out, lines, self.line_end)
                         await self._commit(out)
                         return written + len(lines)
-                    _write(out, lines)
+                    _write(out, lines, self.line_end)
                     written += len(lines)
                 if got_any:
                     await self._commit(out)
@@ -230,8 +575,11 @@ class Consumer:
                     return written
                 out.flush()
                 await self._long_poll()
-                if self.whole_topic:
-                    await self._add_new_partitions()
+                if self.member is not None:
+                    await self.member.check_subscription()
+                elif self.discover is not None:
+                    for tp, offset in (await self.discover(set(self.offsets))).items():
+                        self.offsets.setdefault(tp, offset)
         finally:
             if notifier is not None:
                 await notifier.stop()
@@ -241,31 +589,59 @@ class Consumer:
         fetch does: the partition layer's one long poll (``Partitions.fetch``), whose
         answer is dropped (``_poll`` reads by records, and formats). It reads before it
         waits, so an append since our reads is not missed; the timeout is a safety net
-        should a notification be missed, and lets new partitions be found."""
-        requests = [FetchRequest(self.topic, p, offset, 1) for p, offset in self.offsets.items()]
-        await self.partitions.fetch(
+        should a notification be missed, and lets new partitions be found. A group
+        member stops waiting when its group rebalances."""
+        requests = [FetchRequest(t, p, offset, 1) for (t, p), offset in self.offsets.items()]
+        fetch = self.partitions.fetch(
             requests, max_bytes=1, max_wait=FOLLOW_WAKEUP, committed=self.read_committed
         )
-
-    async def _to_poll(self, following: bool) -> list[int]:
-        """The partitions to read now. Following, only those whose log end moved from
-        our offset (one round trip for all), so an idle follow of many partitions costs
-        Redis next to nothing; otherwise all (a read also reports what is out of range)."""
-        partitions = list(self.offsets)
-        if not following:
-            return partitions
-        if self.read_committed:
-            ends = await self.log.last_stable_offsets(self.topic, partitions)
+        if self.member is None:
+            await fetch
+            return
+        waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(self.member.needs_join.wait())]
+        if requests:
+            waits.append(asyncio.ensure_future(fetch))
         else:
-            ends = await self.log.log_ends(self.topic, partitions)
-        return [p for p, end in zip(partitions, ends, strict=True) if end != self.offsets[p]]
+            fetch.close()
+        _, pending = await asyncio.wait(waits, timeout=FOLLOW_WAKEUP, return_when="FIRST_COMPLETED")
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)
 
-    async def _add_new_partitions(self) -> None:
-        """Follow partitions added to the topic (`alter`, CreatePartitions) since."""
-        partitions = (await self.log.topic(self.topic)).partitions
-        for p in range(len(self.offsets), partitions):
-            found = await self.partitions.list_offset(self.topic, p, EARLIEST)
-            self.offsets[p] = found.offset if found is not None else 0
+    async def _to_poll(self, following: bool) -> list[TP]:
+        """The partitions to read now. Following, only those whose log end moved from
+        our offset (one round trip per topic), so an idle follow of many partitions costs
+        Redis next to nothing; otherwise all (a read also reports what is out of range)."""
+        if not following:
+            return list(self.offsets)
+        by_topic: dict[str, list[int]] = {}
+        for t, p in self.offsets:
+            by_topic.setdefault(t, []).append(p)
+        moved = []
+        for topic, partitions in by_topic.items():
+            if self.read_committed:
+                ends = await self.log.last_stable_offsets(topic, partitions)
+            else:
+                ends = await self.log.log_ends(topic, partitions)
+            moved += [
+                (topic, p)
+                for p, end in zip(partitions, ends, strict=True)
+                if end != self.offsets[topic, p]
+            ]
+        return moved
+
+    async def _new_partitions(self, known: set[TP]) -> dict[TP, int]:
+        """Partitions added to our topics (`alter`, CreatePartitions) since, from their
+        start."""
+        out = {}
+        for topic in sorted({t for t, _ in known}):
+            partitions = (await self.log.topic(topic)).partitions
+            for p in range(partitions):
+                if (topic, p) not in known:
+                    found = await self.partitions.list_offset(topic, p, EARLIEST)
+                    out[topic, p] = found.offset if found is not None else 0
+        return out
 
     async def _commit(self, out: BinaryIO) -> None:
         if self.commit is not None:
@@ -291,6 +667,6 @@ def _offset_after(segments: list[Sequence[int]], printed: int) -> int:
     raise AssertionError("more lines printed than polled")
 
 
-def _write(out: BinaryIO, lines: Sequence[bytes]) -> None:
-    out.write(b"\n".join(lines))
-    out.write(b"\n")
+def _write(out: BinaryIO, lines: Sequence[bytes], line_end: bytes = b"\n") -> None:
+    out.write(line_end.join(lines))
+    out.write(line_end)

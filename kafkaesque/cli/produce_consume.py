@@ -3,10 +3,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import datetime
 import os
+import re
+import signal
 import stat
 import sys
-from typing import Any
+from typing import Any, cast
 
 import click
 
@@ -18,9 +23,13 @@ from kafkaesque.cli.base import (
     run_async,
     topic_argument,
 )
-from kafkaesque.cli.line_consumer import Consumer
+from kafkaesque.cli.line_consumer import FORMAT_TOKENS, Consumer, GroupMember, compile_format
 from kafkaesque.cli.line_producer import LineProducer
-from kafkaesque.errors import Code
+from kafkaesque.config.topic_config import check_topic_name
+from kafkaesque.errors import KafkaesqueError, UnknownTopic
+from kafkaesque.groups.coordinator import GroupCoordinator
+from kafkaesque.groups.types import CoordinatorConfig
+from kafkaesque.partition.layer import LATEST, Partitions
 from kafkaesque.records.batch import Compression
 from kafkaesque.tables import plural
 
@@ -93,8 +102,47 @@ def _file_size(file: Any) -> int | None:
     return st.st_size if stat.S_ISREG(st.st_mode) else None
 
 
+def _start_option(value: str | None) -> int | str | None:
+    """--offset: a number, or beginning/earliest, end/latest."""
+    if value is None:
+        return None
+    named = {"beginning": "beginning", "earliest": "beginning", "end": "end", "latest": "end"}
+    if value.lower() in named:
+        return named[value.lower()]
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise click.BadParameter(
+            f"expected an offset (0 or more), beginning or end, got {value!r}",
+            param_hint="--offset",
+        )
+    return number
+
+
+def parse_time(text: str) -> int:
+    """Milliseconds since the epoch, or an ISO 8601 date and time (without a zone: local
+    time) as such milliseconds."""
+    if text.isdigit():
+        return int(text)
+    try:
+        when = datetime.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(
+            f"expected milliseconds since the epoch or an ISO 8601 time, got {text!r}",
+            param_hint="--from-time",
+        ) from None
+    return int(when.timestamp() * 1000)
+
+
 @main.command()
-@topic_argument
+@click.argument("topics", nargs=-1, metavar="[TOPIC]...")
+@click.option(
+    "--pattern",
+    help="Also read every topic whose whole name matches this regular expression "
+    "(following: topics created later too).",
+)
 @click.option(
     "--fetch-size",
     type=click.IntRange(1),
@@ -103,8 +151,21 @@ def _file_size(file: Any) -> int | None:
     help="Records per fetch (whole batches: a fetch may return more).",
 )
 @click.option("--partition", type=click.IntRange(0), help="Read only this partition.")
-@click.option("--offset", type=click.IntRange(0), help="Start at this offset (needs --partition).")
+@click.option(
+    "--offset",
+    help="Start at this offset (a number needs --partition), or at beginning/earliest or "
+    "end/latest.",
+)
 @click.option("--from-beginning", is_flag=True, help="Start at the log start (the default).")
+@click.option("--from-end", is_flag=True, help="Start at the log end: only new records.")
+@click.option(
+    "--last", type=click.IntRange(1), help="Start N offsets before the end of each partition."
+)
+@click.option(
+    "--from-time",
+    help="Start at each partition's first record at or after this time: milliseconds since "
+    "the epoch or ISO 8601 (2026-01-31T12:00:00Z; without a zone, local time).",
+)
 @click.option("--follow", "-f", is_flag=True, help="Keep waiting for new records.")
 @click.option("--max-records", type=click.IntRange(1), help="Stop after N records.")
 @click.option(
@@ -118,15 +179,19 @@ def _file_size(file: Any) -> int | None:
 @click.option(
     "--group",
     callback=group_id_option,
-    help="Start at GROUP's committed offsets and commit as records are printed.",
+    help="Join consumer group GROUP: read the partitions it assigns (shared with its other "
+    "members) from its committed offsets, and commit as records are printed.",
 )
 @click.option(
     "--format",
     "fmt",
     type=click.Choice(["value", "offset", "json"]),
-    default="value",
-    show_default=True,
-    help="value: the value; offset: partition TAB offset TAB value; json: all fields.",
+    help="value (the default): the value; offset: partition TAB offset TAB value; json: "
+    "topic, partition, offset, timestamp, key, value (null: a tombstone), headers.",
+)
+@click.option(
+    "--format-string",
+    help="Print each record as this kcat-style string: " + FORMAT_TOKENS + ".",
 )
 @click.option(
     "--isolation",
@@ -140,101 +205,254 @@ def _file_size(file: Any) -> int | None:
 @run_async
 async def consume(
     ctx: Context,
-    topic: str,
+    topics: tuple[str, ...],
+    pattern: str | None,
     fetch_size: int,
     partition: int | None,
-    offset: int | None,
+    offset: str | None,
     from_beginning: bool,
+    from_end: bool,
+    last: int | None,
+    from_time: str | None,
     follow: bool,
     max_records: int | None,
     on_truncation: str,
     group: str | None,
-    fmt: str,
+    fmt: str | None,
+    format_string: str | None,
     isolation: str,
 ) -> None:
-    """Print TOPIC's records, one per line, from the beginning to the end of the log."""
-    if offset is not None and from_beginning:
-        raise click.UsageError("--offset and --from-beginning exclude each other")
-    if offset is not None and partition is None:
-        raise click.UsageError("--offset needs --partition")
+    """Print the records of TOPIC(s) (or of those --pattern matches), one per line, from
+    the beginning to the end of the log; with --group, of the partitions the group assigns."""
+    for topic in topics:
+        try:
+            check_topic_name(topic)
+        except KafkaesqueError as exc:
+            raise click.BadParameter(str(exc), param_hint="TOPIC") from None
+    if not topics and pattern is None:
+        raise click.UsageError("give a TOPIC or --pattern")
+    regex = None
+    if pattern is not None:
+        try:
+            regex = re.compile(pattern)
+        except re.error as exc:
+            raise click.BadParameter(
+                f"not a regular expression: {exc}", param_hint="--pattern"
+            ) from None
+    start = _start_option(offset)
+    starts = [
+        name
+        for name, given in (
+            ("--offset", offset is not None),
+            ("--from-beginning", from_beginning),
+            ("--from-end", from_end),
+            ("--last", last is not None),
+            ("--from-time", from_time is not None),
+        )
+        if given
+    ]
+    if len(starts) > 1:
+        raise click.UsageError(f"{' and '.join(starts)} exclude each other")
+    if isinstance(start, int) and partition is None:
+        raise click.UsageError("--offset needs --partition for a number (or use beginning, end)")
+    if partition is not None and (len(topics) != 1 or pattern is not None):
+        raise click.UsageError("--partition needs exactly one TOPIC")
+    if group is not None and partition is not None:
+        raise click.UsageError(
+            "--group and --partition exclude each other (the group assigns the partitions)"
+        )
+    if fmt is not None and format_string is not None:
+        raise click.UsageError("--format and --format-string exclude each other")
+    formatter = None
+    if format_string is not None:
+        try:
+            formatter = compile_format(format_string)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--format-string") from None
+    timestamp = None if from_time is None else parse_time(from_time)
+    read_committed = isolation == "read_committed"
     log = ctx.log()
     await ctx.bind_archives()  # a read from offset 0 may never touch the archive
-    config = await log.topic(topic)
-    if partition is not None and partition >= config.partitions:
+    configs = {t: await log.topic(t) for t in dict.fromkeys(topics)}
+    if partition is not None and partition >= configs[topics[0]].partitions:
         raise click.BadParameter(
-            f"topic {topic} has {plural(config.partitions, 'partition')}", param_hint="--partition"
+            f"topic {topics[0]} has {plural(configs[topics[0]].partitions, 'partition')}",
+            param_hint="--partition",
         )
-    partitions = range(config.partitions) if partition is None else [partition]
-    committed = {}
-    epochs: dict[int, int] = {}
-    commit = None
-    if group is not None:
-        coordinator = ctx.groups(log)
-        existing = await coordinator.store.load(group)
-        if existing is not None and existing.members:
-            raise click.ClickException(f"group {group} has active members; use another group")
-        for (t, p), c in (await coordinator.admin.committed(group)).items():
-            if t == topic:
-                committed[p] = c.offset
-                if c.leader_epoch >= 0:  # checked at the first read, as Kafka's clients do
-                    epochs[p] = c.leader_epoch
+    named = list(configs)
+    layer = Partitions(log)
 
-        async def commit(offsets: dict[int, int], read_epochs: dict[int, int]) -> None:
-            stored: dict[tuple[str, int], tuple[int, str | None, int]] = {
-                (topic, p): (o, "", read_epochs.get(p, -1)) for p, o in offsets.items()
-            }
-            if await coordinator.admin.commit(group, -1, "", None, stored) != Code.NONE:
-                raise click.ClickException(f"group {group} gained members; stopped")
+    async def subscription() -> list[str]:
+        """The topics to read: those named, and those the pattern matches now."""
+        names = list(named)
+        if regex is not None:
+            names += [n for n in await log.list_topics() if regex.fullmatch(n) and n not in names]
+        return names
 
-    offsets = {}
-    for p in partitions:
-        if offset is not None:
-            offsets[p] = offset
-        elif p in committed and not from_beginning:
-            offsets[p] = committed[p]
-        elif log.cold is not None:
+    async def earliest(t: str, p: int) -> int:
+        if log.cold is not None:
             # From the first offset DeleteRecords left (0 if none): a gap at the start
             # (records retention dropped before archiving) is read across and reported.
-            offsets[p] = (await log.state(topic, p)).floor
-        else:
-            offsets[p] = await log.earliest_offset(topic, p)
+            return (await log.state(t, p)).floor
+        return await log.earliest_offset(t, p)
+
+    async def end(t: str, p: int) -> int:
+        found = await layer.list_offset(t, p, LATEST, committed=read_committed)
+        assert found is not None  # the log end is always there
+        return found.offset
+
+    async def chosen(t: str, p: int) -> int | None:
+        """Where the start options say, None when none was given."""
+        if start == "beginning" or from_beginning:
+            return await earliest(t, p)
+        if start == "end" or from_end:
+            return await end(t, p)
+        if isinstance(start, int):
+            return start
+        if last is not None:
+            return max(await earliest(t, p), await end(t, p) - last)
+        if timestamp is not None:
+            found = await layer.list_offset(t, p, timestamp, committed=read_committed)
+            return found.offset if found is not None else await end(t, p)
+        return None
+
+    coordinator = None
+    if group is not None:
+        # As the broker's coordinator, in this process against the same Redis; a one-off
+        # read does not wait for more members to join a new group.
+        coordinator = GroupCoordinator(
+            log, CoordinatorConfig(initial_rebalance_delay_ms=3000 if follow else 0)
+        )
+
+    async def start_at(
+        tps: list[tuple[str, int]], first: bool
+    ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
+        """Offsets (and epochs) to start newly assigned partitions at: on the first
+        assignment the start options if given, else the group's committed offsets, else
+        the start options, else the log start."""
+        committed = {}
+        if coordinator is not None:
+            committed = await coordinator.admin.committed(cast(str, group))
+        offsets, epochs = {}, {}
+        for t, p in tps:
+            explicit = first or (t, p) not in committed
+            at = await chosen(t, p) if explicit else None
+            if at is None and (t, p) in committed:
+                at = committed[t, p].offset
+                if committed[t, p].leader_epoch >= 0:  # checked at the first read
+                    epochs[t, p] = committed[t, p].leader_epoch
+            offsets[t, p] = await earliest(t, p) if at is None else at
+        return offsets, epochs
+
     # The archive leaves out transaction markers and aborted records too: only a gap it
     # recorded (retention dropped records before archiving) is news.
-    dropped = [] if log.cold is None else await log.cold.dropped_ranges(topic)
+    dropped: dict[str, list[tuple[int, int, int]]] = {}
 
-    def report_gap(p: int, first: int, last: int) -> None:
-        if any(dp == p and df <= last and first <= dl for dp, df, dl in dropped):
+    async def gaps_of(t: str) -> None:
+        if log.cold is not None and t not in dropped:
+            dropped[t] = await log.cold.dropped_ranges(t)
+
+    compact: dict[str, bool] = {}
+
+    async def discover(known: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """Partitions added to the topics (`alter`, CreatePartitions), and topics the
+        pattern matches, created since: read from their start."""
+        new = []
+        for t in await subscription():
+            try:
+                config = configs.get(t) or await log.topic(t)
+            except UnknownTopic:
+                continue
+            configs.pop(t, None)  # partitions may be added: look again next time
+            compact[t] = config.compact
+            await gaps_of(t)
+            new += [(t, p) for p in range(config.partitions) if (t, p) not in known]
+        return {(t, p): await earliest(t, p) for t, p in new}
+
+    def report_gap(t: str, p: int, first: int, last_offset: int) -> None:
+        # A compact topic's offsets have gaps wherever compaction removed records.
+        if compact.get(t, False):
+            return
+        if any(dp == p and df <= last_offset and first <= dl for dp, df, dl in dropped.get(t, [])):
             click.echo(
-                f"offsets {first}..{last} of {topic}[{p}] were dropped by retention before "
+                f"offsets {first}..{last_offset} of {t}[{p}] were dropped by retention before "
                 "archiving: not in the log",
                 err=True,
             )
 
+    for t, config in configs.items():
+        compact[t] = config.compact
+        await gaps_of(t)
+    member = None
+    offsets: dict[tuple[str, int], int] = {}
+    if coordinator is not None:
+
+        async def subscribed() -> list[str]:
+            names = await subscription()
+            for t in names:
+                await gaps_of(t)
+                if t not in compact:
+                    compact[t] = (await log.topic(t)).compact
+            return names
+
+        member = GroupMember(log, coordinator, cast(str, group), subscribed, start_at)
+    elif partition is not None:
+        offsets, _ = await start_at([(topics[0], partition)], True)
+    else:
+        offsets, _ = await start_at(list(await discover(set())), True)
+        if not offsets and not follow:
+            raise click.ClickException(f"no topic matches --pattern {pattern}")
+
     consumer = Consumer(
         log,
-        topic,
+        None,
         offsets,
         fetch_size=fetch_size,
-        fmt=fmt,
-        commit=commit,
-        whole_topic=partition is None,
-        # A compact topic's offsets have gaps wherever compaction removed records.
-        on_gap=None if config.compact else report_gap,
-        epochs={p: e for p, e in epochs.items() if p in offsets},
-        read_committed=isolation == "read_committed",
+        fmt=fmt or "value",
+        formatter=formatter,
+        member=member,
+        discover=discover if partition is None else None,
+        on_gap=report_gap,
+        read_committed=read_committed,
         on_truncation=None
         if on_truncation == "error"
-        else lambda p, at, was: click.echo(
-            f"{topic}[{p}] was truncated at offset {at} (Redis lost records it had not "
+        else lambda t, p, at, was: click.echo(
+            f"{t}[{p}] was truncated at offset {at} (Redis lost records it had not "
             f"archived): reading again from {at}, where {was - at} offsets read before now "
             "hold other records",
             err=True,
         ),
     )
     out = sys.stdout.buffer
+    terminated = False
+
+    def on_sigterm(task: asyncio.Task | None) -> None:
+        nonlocal terminated
+        terminated = True
+        if task is not None:
+            task.cancel()
+
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        loop.add_signal_handler(signal.SIGTERM, on_sigterm, asyncio.current_task())
     try:
+        if coordinator is not None:
+            coordinator.start()
         await consumer.run(out, follow=follow, max_records=max_records)
         out.flush()
     except BrokenPipeError:
         # The reader went away (`| head`): stop quietly, as Unix tools do.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except asyncio.CancelledError:
+        if not terminated:
+            raise  # Ctrl-C: asyncio.run turns it into KeyboardInterrupt (exit 130)
+    finally:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.remove_signal_handler(signal.SIGTERM)
+        # Leave the group (also on Ctrl-C and SIGTERM), so its others rebalance at once.
+        if member is not None:
+            await member.leave()
+        if coordinator is not None:
+            await coordinator.stop()
+    if terminated:
+        sys.exit(128 + signal.SIGTERM)
