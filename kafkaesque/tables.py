@@ -36,3 +36,16 @@ def plural(count: int, noun: str, plural_form: str | None = None) -> str:
     if count == 1:
         return f"{count} {noun}"
     return f"{count} {plural_form or noun + 's'}"
+
+
+def json_key(header: str) -> str:
+    """A table header as a JSON key: "SESSION LEFT S" -> "session_left_s",
+    "CURRENT-OFFSET" -> "current_offset"."""
+    return re.sub(r"[^0-9a-z]+", "_", header.lower()).strip("_")
+
+
+def json_rows(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[dict[str, object]]:
+    """Rows as JSON objects keyed by their headers (``json_key``); values as they are
+    (None: null), not as the table shows them."""
+    keys = [json_key(h) for h in headers]
+    return [dict(zip(keys, row, strict=True)) for row in rows]

@@ -124,7 +124,7 @@ def test_counts_of_one_are_singular(ks) -> None:
     assert ok(ks("create", "one")).stderr == "created topic one with 1 partition\n"
     assert ok(ks("produce", "one", input=b"x")).stderr.startswith("produced 1 record (1 byte) ")
     assert ok(ks("alter", "one", "--partitions", "2")).stderr == "topic one: 1 -> 2 partitions\n"
-    reset = ok(ks("group", "g", "one", "--reset-offsets", "earliest")).stderr
+    reset = ok(ks("group", "g", "one", "--reset-offsets", "earliest", "--execute")).stderr
     assert reset == "reset 2 partitions of one for group g\n"
     one_line_error(ks("produce", "one", "--partition", "5", input=b"x"), 2, "has 2 partitions")
 

@@ -230,19 +230,19 @@ def test_cli_sets_lists_deletes_and_refuses_bad_input_in_one_line(redis_url: str
     assert len(cli("list", "--default-user", "--strict").output.splitlines()) == 2
     bad = {
         ("set", "--client-id", "app", "--producer-byte-rate", "1.5"): (
-            1,
+            2,
             "producer_byte_rate cannot be a fractional value.",
         ),
         ("set", "--ip", "nope", "--connection-creation-rate", "1"): (
-            1,
+            2,
             "nope is not a valid IP or resolvable host.",
         ),
         ("set", "--user", "u", "--connection-creation-rate", "1"): (
-            1,
+            2,
             "Invalid configuration key connection_creation_rate",
         ),
-        ("set", "--user", "u", "--ip", "::1", "--producer-byte-rate", "1"): (1, "IP entity"),
-        ("set", "--producer-byte-rate", "1"): (1, "Invalid empty client quota entity"),
+        ("set", "--user", "u", "--ip", "::1", "--producer-byte-rate", "1"): (2, "IP entity"),
+        ("set", "--producer-byte-rate", "1"): (2, "Invalid empty client quota entity"),
         ("set", "--user", "u", "--default-user", "--producer-byte-rate", "1"): (
             2,
             "--user and --default-user exclude each other",
@@ -250,7 +250,7 @@ def test_cli_sets_lists_deletes_and_refuses_bad_input_in_one_line(redis_url: str
         ("set", "--user", "u"): (2, "give at least one quota"),
         ("set", "--user", "u", "--producer-byte-rate", "lots"): (2, "'lots' is not a valid float"),
         ("delete", "--client-id", "nobody"): (1, "client-id=nobody has no such quota"),
-        ("list", "--ip", "::1", "--user", "u"): (1, "IP filter component"),
+        ("list", "--ip", "::1", "--user", "u"): (2, "IP filter component"),
     }
     for args, (code, fragment) in bad.items():
         result = cli(*args)

@@ -9,7 +9,9 @@ from typing import Any
 
 import click
 
-from kafkaesque.cli.base import Context, echo_table, main, option_group, pass_context, run_async
+from kafkaesque.cli.base import Context, main, option_group, pass_context, run_async
+from kafkaesque.cli.output import echo_rows, format_option
+from kafkaesque.errors import InvalidRequest
 from kafkaesque.hot.acl_store import AclStore
 from kafkaesque.security.acls import (
     CLUSTER_NAME,
@@ -140,13 +142,16 @@ async def add_acls(ctx: Context, resource_pattern_type: str, **options: Any) -> 
     if not who:
         raise click.UsageError("give a principal: --allow-principal or --deny-principal User:NAME")
     pattern = PatternType[resource_pattern_type.upper()]
-    bindings = [
-        check_binding(rtype, name, pattern, principal, host, op, permission)
-        for rtype, name in targets
-        for principal, permission, hosts in who
-        for host in hosts
-        for op in options["operations"] or [Operation.ALL]
-    ]
+    try:  # a bad principal, host or name is a usage mistake (exit code 2)
+        bindings = [
+            check_binding(rtype, name, pattern, principal, host, op, permission)
+            for rtype, name in targets
+            for principal, permission, hosts in who
+            for host in hosts
+            for op in options["operations"] or [Operation.ALL]
+        ]
+    except InvalidRequest as exc:
+        raise click.UsageError(str(exc)) from None
     await store(ctx).add(bindings)
     for binding in bindings:
         click.echo(f"added {binding.describe()}")
@@ -180,18 +185,18 @@ def filters(options: dict[str, Any], resource_pattern_type: str) -> list[AclFilt
 @resource_options
 @principal_options
 @pattern_option("any")
+@format_option
 @pass_context
 @run_async
-async def list_acls(ctx: Context, resource_pattern_type: str, **options: Any) -> None:
+async def list_acls(
+    ctx: Context, resource_pattern_type: str, output_format: str, **options: Any
+) -> None:
     """List the ACLs of the given resources and principals (all without any)."""
     wanted = filters(options, resource_pattern_type)
     found = sorted({b for b in await store(ctx).read() if any(f.matches(b) for f in wanted)})
-    if found:
-        echo_table(
-            ["RESOURCE", "PRINCIPAL", "HOST", "OPERATION", "PERMISSION"], [show(b) for b in found]
-        )
-    else:  # on stderr: stdout stays a table, empty
-        click.echo("no ACLs", err=True)
+    headers = ["RESOURCE", "PRINCIPAL", "HOST", "OPERATION", "PERMISSION"]
+    # on stderr: stdout stays a table, empty
+    echo_rows(output_format, headers, [show(b) for b in found], empty="no ACLs")
 
 
 @acls.command("remove")

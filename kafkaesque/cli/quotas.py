@@ -8,7 +8,8 @@ from typing import Any
 
 import click
 
-from kafkaesque.cli.base import Context, echo_table, main, pass_context, run_async
+from kafkaesque.cli.base import Context, main, pass_context, run_async
+from kafkaesque.cli.output import JSON, echo_rows, format_option
 from kafkaesque.hot.quota_store import QuotaStore
 from kafkaesque.security.quotas import (
     CLIENT_ID,
@@ -78,11 +79,12 @@ def number(value: float) -> str:
 
 
 def checked(make: Callable[[], Alteration]) -> Alteration:
-    """Kafka's checks, failing the command with Kafka's message."""
+    """Kafka's checks, failing the command with Kafka's message: a usage mistake (exit
+    code 2), as the options named a bad entity, key or value."""
     try:
         return make()
     except InvalidQuota as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.UsageError(str(exc)) from None
 
 
 @main.group()
@@ -135,9 +137,10 @@ async def delete_quotas(ctx: Context, keys: tuple[str, ...], **options: Any) -> 
 @quotas.command("list")
 @entity_options
 @click.option("--strict", is_flag=True, help="Only entities of exactly the given types.")
+@format_option
 @pass_context
 @run_async
-async def list_quotas(ctx: Context, strict: bool, **options: Any) -> None:
+async def list_quotas(ctx: Context, strict: bool, output_format: str, **options: Any) -> None:
     """List quotas, of the entities matching the given ones (all without any)."""
     components = [
         (t, MATCH_DEFAULT if n is None else MATCH_EXACT, n) for t, n in entity_pairs(options)
@@ -145,14 +148,12 @@ async def list_quotas(ctx: Context, strict: bool, **options: Any) -> None:
     try:
         wanted = check_filter(components, strict)
     except InvalidQuota as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.UsageError(str(exc)) from None
     found = describe(await store(ctx).read(), wanted)
     rows = [
-        [describe_entity(entity), key, number(value)]
+        [describe_entity(entity), key, value if output_format == JSON else number(value)]
         for entity, values in found.items()
         for key, value in values.items()
     ]
-    if rows:
-        echo_table(["ENTITY", "QUOTA", "VALUE"], rows)
-    else:  # on stderr: stdout stays a table, empty
-        click.echo("no quotas", err=True)
+    # on stderr: stdout stays a table, empty
+    echo_rows(output_format, ["ENTITY", "QUOTA", "VALUE"], rows, empty="no quotas")

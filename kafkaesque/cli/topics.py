@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import base64
+import contextlib
+from collections.abc import Iterator
+
 import click
 
 from kafkaesque.cli.base import (
     Context,
-    echo_table,
     key_values,
     main,
     pass_context,
     run_async,
     topic_argument,
 )
+from kafkaesque.cli.output import JSON, echo_document, echo_rows, format_option
 from kafkaesque.config.topic_config import (
     DEFAULT_PAGE_SIZE,
     MAX_PARTITIONS,
@@ -22,7 +26,24 @@ from kafkaesque.config.topic_config import (
     altered,
 )
 from kafkaesque.config.topic_config import describe as describe_configs
-from kafkaesque.tables import plural
+from kafkaesque.errors import InvalidConfig
+from kafkaesque.tables import json_rows, plural
+
+
+def kafka_uuid(value: bytes) -> str:
+    """A topic id as Kafka prints one (URL-safe base64, unpadded)."""
+    return base64.urlsafe_b64encode(value).rstrip(b"=").decode()
+
+
+@contextlib.contextmanager
+def bad_config_is_usage_error() -> Iterator[None]:
+    """A --config the topic configs refuse (unknown, or a bad value) is a usage mistake:
+    exit code 2, as any other bad option."""
+    try:
+        yield
+    except InvalidConfig as exc:
+        raise click.BadParameter(str(exc), param_hint="--config") from None
+
 
 # The --config option of create and alter: topic configs as KEY=VALUE.
 config_option = click.option(
@@ -66,7 +87,8 @@ async def create(
 ) -> None:
     """Create TOPIC."""
     config = TopicConfig(topic, partitions, page_size, ttl, max_pages, configs=configs)
-    config.validate()
+    with bad_config_is_usage_error():
+        config.validate()
     log = ctx.log()
     if log.cold is not None:
         # There is an archive: retention must wait for it from the first record on. It
@@ -78,11 +100,22 @@ async def create(
 
 
 @main.command()
+@format_option
 @pass_context
 @run_async
-async def topics(ctx: Context) -> None:
-    """List topics."""
-    names = await ctx.log().list_topics()
+async def topics(ctx: Context, output_format: str) -> None:
+    """List topics (JSON: name, partitions, topic id)."""
+    log = ctx.log()
+    names = await log.list_topics()
+    if output_format == JSON:
+        configs = {c.name: c for c in await log.topic_configs()}
+        rows = [
+            [n, configs[n].partitions, kafka_uuid(configs[n].topic_id)]
+            for n in names
+            if n in configs
+        ]
+        echo_rows(output_format, ["NAME", "PARTITIONS", "TOPIC ID"], rows)
+        return
     for name in names:
         click.echo(name)
     if not names:  # on stderr: stdout stays a list, empty
@@ -91,37 +124,62 @@ async def topics(ctx: Context) -> None:
 
 @main.command()
 @topic_argument
+@format_option
 @pass_context
 @run_async
-async def describe(ctx: Context, topic: str) -> None:
-    """Show TOPIC's config, Redis' memory headroom and, per partition, offsets, pages,
-    bytes held, the broker leading it and its leader epoch."""
+async def describe(ctx: Context, topic: str, output_format: str) -> None:
+    """Show TOPIC's config, the cluster id, Redis' memory headroom and, per partition,
+    offsets, pages, bytes held, the broker leading it and its leader epoch."""
     log = ctx.log()
     config = await log.topic(topic)
-    click.echo(f"topic       {config.name}")
-    click.echo(f"partitions  {config.partitions}")
-    click.echo(f"page size   {config.page_size} records")
-    click.echo(f"ttl         {config.ttl or 'none'}{' s' if config.ttl else ''}")
-    click.echo(f"max pages   {config.max_pages or 'no limit'}")
-    for entry in describe_configs(config):
-        if entry.source != "default":  # what was set, on the topic or for every topic
-            origin = "topic" if entry.source == "topic" else "broker default"
-            click.echo(f"config      {entry.name}={entry.value} ({origin})")
-    click.echo(f"redis       {(await log.stores.memory_use()).describe()}")
+    cluster = await log.stores.cluster_id()
+    memory = (await log.stores.memory_use()).describe()
+    configs = [
+        (entry.name, entry.value, "topic" if entry.source == "topic" else "broker default")
+        for entry in describe_configs(config)
+        if entry.source != "default"  # what was set, on the topic or for every topic
+    ]
     rows = []
     leaders = await log.leaders([(topic, p) for p in range(config.partitions)])
     for p, seen in enumerate(leaders):
         s = await log.state(topic, p)
-        leader = seen[0] if seen is not None and seen[0] else "-"  # "-": no broker yet
+        leader = seen[0] if seen is not None and seen[0] else None  # None: no broker yet
         rows.append([p, s.log_start, s.log_end, s.pages, s.bytes, leader, s.leader_epoch])
     headers = ["partition", "start_offset", "end_offset", "pages", "bytes", "leader", "epoch"]
-    echo_table(headers, rows)
-    if log.cold is not None:
-        for p, first, last in await log.cold.dropped_ranges(topic):
+    gaps = [] if log.cold is None else await log.cold.dropped_ranges(topic)
+
+    def text() -> None:
+        click.echo(f"topic       {config.name}")
+        click.echo(f"topic id    {kafka_uuid(config.topic_id)}")
+        click.echo(f"cluster id  {cluster}")
+        click.echo(f"partitions  {config.partitions}")
+        click.echo(f"page size   {config.page_size} records")
+        click.echo(f"ttl         {config.ttl or 'none'}{' s' if config.ttl else ''}")
+        click.echo(f"max pages   {config.max_pages or 'no limit'}")
+        for name, value, origin in configs:
+            click.echo(f"config      {name}={value} ({origin})")
+        click.echo(f"redis       {memory}")
+        echo_rows(output_format, headers, rows)
+        for p, first, last in gaps:
             click.echo(
                 f"gap: partition {p} offsets {first}..{last} "
                 "(dropped by retention before archiving)"
             )
+
+    document = {
+        "topic": config.name,
+        "topic_id": kafka_uuid(config.topic_id),
+        "cluster_id": cluster,
+        "partitions": config.partitions,
+        "page_size": config.page_size,
+        "ttl_s": config.ttl or None,
+        "max_pages": config.max_pages or None,
+        "configs": [{"name": n, "value": v, "source": o} for n, v, o in configs],
+        "redis": memory,
+        "partition_states": json_rows(headers, rows),
+        "gaps": [{"partition": p, "first": f, "last": last} for p, f, last in gaps],
+    }
+    echo_document(output_format, document, text)
 
 
 @main.command()
@@ -170,6 +228,8 @@ async def alter(
     operations += [(AlterOp.DELETE, k, None) for k in deleted]
     log = ctx.log()
     before = await log.topic(topic)
+    with bad_config_is_usage_error():
+        altered(before, operations)  # the options' own mistakes, before any change
 
     def change(config: TopicConfig) -> TopicConfig:
         changed = altered(config, operations)

@@ -7,7 +7,8 @@ import datetime
 
 import click
 
-from kafkaesque.cli.base import Context, echo_table, main, pass_context, run_async
+from kafkaesque.cli.base import Context, main, pass_context, run_async
+from kafkaesque.cli.output import echo_document, echo_rows, format_option
 from kafkaesque.groups.coordinator import GroupCoordinator
 from kafkaesque.partition.layer import Partitions
 from kafkaesque.txn.coordinator import TransactionCoordinator
@@ -44,28 +45,33 @@ def transactions() -> None:
 @click.option(
     "--duration-ms", type=int, default=-1, help="Only transactions open longer than this."
 )
+@format_option
 @pass_context
 @run_async
 async def list_transactions(
-    ctx: Context, states: tuple[str, ...], producer_ids: tuple[int, ...], duration_ms: int
+    ctx: Context,
+    states: tuple[str, ...],
+    producer_ids: tuple[int, ...],
+    duration_ms: int,
+    output_format: str,
 ) -> None:
     """List transactional ids: producer id, epoch and state."""
     listing = await coordinator(ctx).listing(states, producer_ids, duration_ms)
     rows = [
-        [t.transactional_id, str(t.producer_id), str(t.producer_epoch), str(t.state)]
+        [t.transactional_id, t.producer_id, t.producer_epoch, str(t.state)]
         for t in listing.transactions
     ]
-    if rows:
-        echo_table(["TRANSACTIONAL ID", "PRODUCER ID", "EPOCH", "STATE"], rows)
-    else:  # on stderr: stdout stays a table, empty
-        click.echo("no transactional ids", err=True)
+    headers = ["TRANSACTIONAL ID", "PRODUCER ID", "EPOCH", "STATE"]
+    # on stderr: stdout stays a table, empty
+    echo_rows(output_format, headers, rows, empty="no transactional ids")
 
 
 @transactions.command("describe")
 @click.argument("transactional_id")
+@format_option
 @pass_context
 @run_async
-async def describe_transaction(ctx: Context, transactional_id: str) -> None:
+async def describe_transaction(ctx: Context, transactional_id: str, output_format: str) -> None:
     """One transactional id: its producer, state, timeout and open transaction's partitions."""
     txn = await coordinator(ctx).describe(transactional_id)
     if txn is None:
@@ -79,4 +85,16 @@ async def describe_transaction(ctx: Context, transactional_id: str) -> None:
         ["partitions", " ".join(f"{t}-{p}" for t, p in sorted(txn.partitions)) or "-"],
         ["groups", " ".join(sorted(txn.groups)) or "-"],
     ]
-    echo_table(["FIELD", "VALUE"], rows)
+    document = {
+        "transactional_id": transactional_id,
+        "producer_id": txn.producer_id,
+        "epoch": txn.producer_epoch,
+        "state": str(txn.state),
+        "timeout_ms": txn.timeout_ms,
+        "started": None if txn.start_ms < 0 else started(txn.start_ms),
+        "partitions": [{"topic": t, "partition": p} for t, p in sorted(txn.partitions)],
+        "groups": sorted(txn.groups),
+    }
+    echo_document(
+        output_format, document, lambda: echo_rows(output_format, ["FIELD", "VALUE"], rows)
+    )

@@ -9,7 +9,8 @@ import sys
 
 import click
 
-from kafkaesque.cli.base import Context, echo_table, main, pass_context, run_async
+from kafkaesque.cli.base import Context, main, pass_context, run_async
+from kafkaesque.cli.output import echo_rows, format_option
 from kafkaesque.hot.credentials import CredentialStore, mechanism_named
 from kafkaesque.security.scram import DEFAULT_ITERATIONS, MAX_ITERATIONS, MECHANISMS, new_credential
 
@@ -83,18 +84,16 @@ async def add_user(
 
 
 @users.command("list")
+@format_option
 @pass_context
 @run_async
-async def list_users(ctx: Context) -> None:
+async def list_users(ctx: Context, output_format: str) -> None:
     """The users and their mechanisms (never a secret)."""
     found = await store(ctx).users()
     rows: list[list[object]] = [
         [user, c.mechanism.name, c.iterations] for user, creds in found.items() for c in creds
     ]
-    if rows:
-        echo_table(["USER", "MECHANISM", "ITERATIONS"], rows)
-    else:
-        click.echo("no users", err=True)
+    echo_rows(output_format, ["USER", "MECHANISM", "ITERATIONS"], rows, empty="no users")
 
 
 @users.command("delete")

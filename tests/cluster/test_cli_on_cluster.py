@@ -36,7 +36,7 @@ def test_every_command_on_a_cluster(ks, pg_dsn: str) -> None:  # noqa: F811 (the
     ok(ks("delete-records", "plain", "--before", "end"))
     ok(ks("compact", "kv"))
     assert "g1" in ok(ks("groups")).stdout
-    ok(ks("group", "g1", "plain", "--reset-offsets", "earliest"))
+    ok(ks("group", "g1", "plain", "--reset-offsets", "earliest", "--execute"))
     ok(ks("users", "add", "alice", "--password-stdin", input=b"secret-pw\n"))
     assert "alice" in ok(ks("users", "list")).stdout
     ok(ks("acls", "add", "--allow-principal", "User:alice", "--operation", "Read", "--topic", "kv"))

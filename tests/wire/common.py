@@ -285,22 +285,29 @@ def wait_committed(
 
 
 def cli_group(broker: Any, group: str) -> dict:
-    """``kafkaesque group GROUP`` parsed: state, generation, members, and per partition
-    (topic, partition) -> (committed, end, lag) as strings."""
-    text = broker.cli("group", group).stdout.decode()
-    out: dict[str, Any] = {"text": text, "rows": {}, "member_lines": []}
-    lines = text.splitlines()
-    in_rows = False
-    for line in lines:
-        if line.split()[:2] == ["topic", "partition"]:
-            in_rows = True
-            continue
-        if in_rows:
-            t, p, c, end, lag, _member = line.split()
-            out["rows"][t, int(p)] = (c, end, lag)
-        elif line.startswith("  "):
-            out["member_lines"].append(line.strip())
-        else:
-            key, _, value = line.partition(" ")
-            out[key] = value.strip()
-    return out
+    """``kafkaesque group GROUP --format json`` as the tests read it: type, state,
+    generation (a consumer group's epoch) and members as strings, the member ids as
+    ``member_lines``, and per partition (topic, partition) -> (committed, end, lag) as
+    strings ("-": none)."""
+    text = broker.cli("group", group, "--format", "json").stdout.decode()
+    doc = json.loads(text)
+
+    def shown(value: Any) -> str:
+        return "-" if value is None else str(value)
+
+    return {
+        "text": text,
+        "type": doc["type"],
+        "state": doc["state"],
+        "generation": shown(doc.get("generation", doc.get("epoch"))),
+        "members": str(len(doc["members"])),
+        "member_lines": [m["member_id"] for m in doc["members"]],
+        "rows": {
+            (r["topic"], r["partition"]): (
+                shown(r["current_offset"]),
+                shown(r["log_end"]),
+                shown(r["lag"]),
+            )
+            for r in doc["offsets"]
+        },
+    }

@@ -110,7 +110,8 @@ def test_metadata_lists_every_broker_and_spreads_the_leaders(cluster: Cluster) -
     # Every broker tells the same leaders.
     assert cluster.leaders("spread", 2) == cluster.leaders("spread", 3) == cluster.leaders("spread")
     # The CLI lists them, with the partitions each leads.
-    table = cluster.brokers[1].cli("brokers").stdout.decode().splitlines()
+    cluster_line, *table = cluster.brokers[1].cli("brokers").stdout.decode().splitlines()
+    assert cluster_line.split()[:2] == ["cluster", "id"] and len(cluster_line.split()[2]) == 22
     assert table[0].split() == ["NODE", "ENDPOINTS", "SESSION", "LEFT", "S", "LEADS"]
     listed = [line.split() for line in table[1:]]
     assert [int(r[0]) for r in listed] == list(NODES)
@@ -132,7 +133,8 @@ def test_metadata_lists_every_broker_and_spreads_the_leaders(cluster: Cluster) -
         capture_output=True,
         cwd=REPO,
     )
-    assert (empty.returncode, empty.stdout, empty.stderr) == (0, b"", b"no broker is running\n")
+    assert (empty.returncode, empty.stderr) == (0, b"no broker is running\n")
+    assert empty.stdout.startswith(b"cluster id  ") and len(empty.stdout.splitlines()) == 1
 
 
 def test_a_non_leader_refuses_with_not_leader(cluster: Cluster) -> None:

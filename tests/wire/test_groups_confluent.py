@@ -110,8 +110,12 @@ def test_broker_restart_keeps_committed_offsets_and_the_cli(
     finally:
         resumed.close()
 
-    # Once the members left, the reset works; `groups` lists the group.
-    done = second.cli("group", group, topic, "--reset-offsets", "earliest")
+    # Once the members left, the reset works (a dry run without --execute); `groups`
+    # lists the group.
+    dry = second.cli("group", group, topic, "--reset-offsets", "earliest")
+    assert b"dry run" in dry.stderr, dry.stderr
+    assert committed(second.bootstrap, group, topic, partitions) == expected
+    done = second.cli("group", group, topic, "--reset-offsets", "earliest", "--execute")
     assert done.returncode == 0
     assert committed(second.bootstrap, group, topic, partitions) == dict.fromkeys(
         range(partitions), 0
