@@ -318,6 +318,11 @@ class Log:
         """The current leader epoch of each of ``partitions`` (one round trip)."""
         return await self._meta_values(topic, partitions, "epoch")
 
+    async def archived_ends(self, topic: str, partitions: Iterable[int]) -> list[int]:
+        """The offset below which the archive holds each of ``partitions``, as Redis last
+        heard from the archiver (one round trip; 0 before anything was archived)."""
+        return await self._meta_values(topic, partitions, "archived")
+
     async def log_ends(self, topic: str, partitions: Iterable[int]) -> list[int]:
         """The log end offset of each of ``partitions`` (one round trip, no retention)."""
         return await self._meta_values(topic, partitions, "end")

@@ -34,9 +34,7 @@ from kafkaesque.hot.notify import Notifier
 from kafkaesque.log_throttle import LogThrottle, clip
 from kafkaesque.partition.append_policy import PolicyCache
 from kafkaesque.partition.leadership import Leadership
-from kafkaesque.partition.read_types import (
-    NO_EPOCH,
-)
+from kafkaesque.partition.read_types import NO_EPOCH, Traffic
 from kafkaesque.partition.reads import ReadingPartitions, check_leader_epoch
 from kafkaesque.records.batch import offset_count, split_batches
 from kafkaesque.types import TopicPartition
@@ -102,6 +100,10 @@ class Partitions(ReadingPartitions):
         self.durability = Durability()
         # Set by a broker that watches Redis memory: appends are refused when it is full.
         self.memory: MemoryGuard | None = None
+        # Set by a broker that counts traffic per topic: told of every append's batches
+        # and every fetched partition's (ReadingPartitions._checked).
+        self.on_written: Traffic | None = None
+        self.on_read: Traffic | None = None
         # Set by a broker among several: reads of partitions another one leads are
         # refused (NotLeader); its appends are refused in Redis (Log.node).
         self.leadership: Leadership | None = None
@@ -152,6 +154,8 @@ class Partitions(ReadingPartitions):
         append_time: int,
     ) -> Appended:
         """Wake this process' readers at once (others hear it through Redis)."""
+        if self.on_written is not None:
+            self.on_written(topic, batches)
         if self.notifier is not None:
             end = appended.base_offsets[-1] + offset_count(batches[-1])
             self.notifier.notify(topic, f"{partition}:{end}")  # as append.lua publishes

@@ -26,6 +26,7 @@ from kafkaesque.partition.read_types import (
     Fetched,
     FetchRequest,
     ReadCache,
+    Traffic,
     grown_requests,
 )
 from kafkaesque.types import TopicPartition
@@ -47,6 +48,7 @@ class ReadingPartitions:
     log: Log
     notifier: Notifier | None
     leadership: Leadership | None
+    on_read: Traffic | None
 
     async def read(
         self, topic: str, partition: int, offset: int, max_records: int, committed: bool = False
@@ -259,6 +261,8 @@ class ReadingPartitions:
                 )
         except KafkaesqueError as exc:
             return Fetched(exc, end, start, leader_epoch=epoch, last_stable=lso)
+        if result.batches and self.on_read is not None:
+            self.on_read(r.topic, result.batches)
         return Fetched(
             None, end, start, result.batches, epoch, last_stable=lso, aborted=result.aborted
         )

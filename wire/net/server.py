@@ -27,6 +27,7 @@ from wire.net.sasl import SaslSettings, SaslState
 from wire.net.security import TLS_HANDSHAKE_TIMEOUT, Listener, distinguished_name
 from wire.net.throttling import Throttling
 from wire.protocol.codec import ConnectionState
+from wire.topic_metrics import Lag, TopicTraffic
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,10 @@ class Server:
         self.metrics = metrics or Metrics()
         self.metrics.watch_memory(lambda: broker.memory.use)
         self.metrics.watch_fetch_sessions(broker.fetch_sessions)
+        traffic = TopicTraffic()  # records and bytes in and out per topic
+        broker.partitions.on_written = traffic.wrote
+        broker.partitions.on_read = traffic.fetched
+        self.metrics.registry.register(traffic)
         self.budget = RequestBudget(broker.config.queued_max_request_bytes)
         self.throttle = LogThrottle(log)
         self.api_metrics: dict[int, tuple[Any, Any]] = {}  # api key -> its labelled metrics
@@ -298,14 +303,21 @@ async def run(
     await log_.stores.ping()
     raise_open_files_limit()
     metrics = Metrics()
+    broker = Broker(log_, config)
+    server = Server(broker, host, port, metrics, listeners=listeners, tls=tls)
+    lag: asyncio.Task[None] | None = None
     if metrics_address is not None:
+        lags = Lag(broker)  # needs Redis: computed every few seconds while served
+        metrics.registry.register(lags)
         metrics.serve(*metrics_address)
-    server = Server(Broker(log_, config), host, port, metrics, listeners=listeners, tls=tls)
+        lag = asyncio.create_task(lags.run(), name="consumer lag")
     stopping = asyncio.Event()
     tasks = [asyncio.create_task(companion(stopping)) for companion in companions]
     try:
         await server.serve()
     finally:
+        if lag is not None:
+            await cancel_and_wait(lag)
         stopping.set()
         for task in tasks:
             try:
