@@ -186,3 +186,89 @@ def test_keyless_records_with_a_key_separator_round_robin_per_batch(ks) -> None:
     first = where["x0"]
     # Three keyless lines (a batch) to one partition, the next three to the next one.
     assert [where[f"x{i}"] for i in range(6)] == [first] * 3 + [(first + 1) % 3] * 3
+
+
+# --- keys, headers, nulls, JSON -------------------------------------------------------
+
+
+def _fails(redis_url: str, *args: str, input: bytes | None = None) -> Result:
+    return CliRunner().invoke(main, ["--redis-url", redis_url, *args], input=input)
+
+
+def test_headers_from_options_and_from_each_line_with_null_markers(ks) -> None:
+    ks("create", "h", "--partitions", "2")
+    lines = b"a:1,b:2\tk1=v1\n\tk2=NULL\nc:NULL\tNULL=v3\n"
+    ks(
+        "produce", "h", "--parse-headers", "--key-separator", "=", "--null-marker", "NULL",
+        "--header", "src=cli", "--header", "empty=",
+        input=lines,
+    )  # fmt: skip
+    got = sorted(records(ks, "h"), key=lambda r: r["value"] or "")
+    fixed = [{"key": "src", "value": "cli"}, {"key": "empty", "value": ""}]
+    assert [(r["key"], r["value"], r["headers"]) for r in got] == [
+        ("k2", None, fixed),  # a tombstone
+        (
+            "k1",
+            "v1",
+            [{"key": "a", "value": "1"}, {"key": "b", "value": "2"}, *fixed],
+        ),
+        (None, "v3", [{"key": "c", "value": None}, *fixed]),
+    ]
+    assert got[0]["partition"] == partition_for_key(b"k2", 2)
+
+
+def test_json_input_round_trips_through_consume_json(ks, redis_url: str) -> None:
+    ks("create", "j", "--partitions", "3")
+    lines = [
+        {"key": "a", "value": "1", "headers": {"h": "x", "n": None}},
+        {"key": "a", "value": None},  # a tombstone
+        {"value": "to two", "partition": 2, "timestamp": 1_700_000_000_000},
+        {"key_base64": "/w==", "value_base64": "AP8=", "headers": [{"key": "b", "value": "y"}]},
+    ]
+    data = "\n".join(json.dumps(x) for x in lines).encode() + b"\n\n"
+    result = ks("produce", "j", "--format", "json", input=data)
+    assert "produced 4 records" in result.output
+    got = records(ks, "j")
+    by_value = {r.get("value", r.get("value_base64")): r for r in got}
+    assert by_value["1"]["headers"] == [{"key": "h", "value": "x"}, {"key": "n", "value": None}]
+    assert by_value[None]["key"] == "a"
+    assert by_value["1"]["partition"] == by_value[None]["partition"] == partition_for_key(b"a", 3)
+    assert by_value["to two"]["partition"] == 2
+    assert by_value["to two"]["timestamp"] == 1_700_000_000_000
+    assert by_value["AP8="]["key_base64"] == "/w=="
+    # consume --format json's output is produce --format json's input.
+    ks("create", "copy", "--partitions", "3")
+    ks(
+        "produce",
+        "copy",
+        "--format",
+        "json",
+        input=ks("consume", "j", "--format", "json").stdout_bytes,
+    )
+    strip = lambda rs: sorted(json.dumps({**r, "topic": 0, "offset": 0}) for r in rs)  # noqa: E731
+    assert strip(records(ks, "copy")) == strip(got)
+
+
+def test_bad_json_stops_at_its_line_after_producing_those_before(ks, redis_url: str) -> None:
+    ks("create", "bad")
+    data = b'{"value": "one"}\n{"value": "two"}\n{"value": oops}\n{"value": "four"}\n'
+    result = _fails(
+        redis_url, "produce", "bad", "--format", "json", "--batch-size", "1", input=data
+    )
+    assert result.exit_code == 1
+    assert "Traceback" not in result.output
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert "line 3: not JSON" in result.stderr
+    assert "produced the 2 records before it" in result.stderr
+    assert [r["value"] for r in records(ks, "bad")] == ["one", "two"]
+    for args, fragment, code in (
+        (["--format", "json"], "line 1: unknown field 'valu'", 1),
+        (["--format", "json", "--key-separator", "="], "exclude each other", 2),
+        (["--header", "nokey"], "expected KEY=VALUE", 2),
+        (["--parse-headers"], "line 1: no headers delimiter", 1),
+    ):
+        result = _fails(redis_url, "produce", "bad", *args, input=b'{"valu": 1}\n')
+        assert result.exit_code == code, (args, result.output)
+        assert fragment in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
+    result = _fails(redis_url, "produce", "bad", "--format", "json", input=b'{"partition": 1}\n')
+    assert "line 1: partition must be 0..0" in result.stderr

@@ -24,7 +24,7 @@ from kafkaesque.cli.base import (
     topic_argument,
 )
 from kafkaesque.cli.line_consumer import FORMAT_TOKENS, Consumer, GroupMember, compile_format
-from kafkaesque.cli.line_producer import LineProducer
+from kafkaesque.cli.line_producer import BadLine, LineProducer
 from kafkaesque.config.topic_config import check_topic_name
 from kafkaesque.errors import KafkaesqueError, UnknownTopic
 from kafkaesque.groups.coordinator import GroupCoordinator
@@ -34,14 +34,70 @@ from kafkaesque.records.batch import Compression
 from kafkaesque.tables import plural
 
 
+def _header_option(
+    ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
+) -> list[tuple[str, bytes]]:
+    """Repeated --header KEY=VALUE, in order (a key may repeat, as Kafka's headers)."""
+    headers = []
+    for item in value:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}")
+        headers.append((key, os.fsencode(text)))
+    return headers
+
+
+def _separator(name: str, value: str | None) -> bytes | None:
+    if value == "":
+        raise click.BadParameter("must not be empty", param_hint=name)
+    return None if value is None else os.fsencode(value)
+
+
 @main.command()
 @topic_argument
 @click.argument("file", type=click.File("rb"), default="-")
 @click.option("--batch-size", type=click.IntRange(1, 1_000_000), default=1024, show_default=True)
 @click.option("--partition", type=click.IntRange(0), help="Send every record to this partition.")
 @click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["lines", "json"]),
+    default="lines",
+    show_default=True,
+    help="lines: each line a value (see the options below); json: each line an object "
+    '{"key", "value" (null: a tombstone), "headers" ({"k": "v"} or a list of {key, value}), '
+    '"partition", "timestamp"}, as consume --format json prints; blank lines are skipped.',
+)
+@click.option(
     "--key-separator",
+    metavar="SEP",
     help="Split each line at the first SEP into key and value (no SEP: null key).",
+)
+@click.option(
+    "--header",
+    "headers",
+    multiple=True,
+    metavar="KEY=VALUE",
+    callback=_header_option,
+    help="Add this header to every record (repeatable).",
+)
+@click.option(
+    "--parse-headers",
+    is_flag=True,
+    help="Each line starts with its headers, KEY:VALUE,KEY:VALUE, ended by "
+    "--headers-delimiter (as kafka-console-producer's parse.headers).",
+)
+@click.option(
+    "--headers-delimiter",
+    metavar="SEP",
+    default="\t",
+    help="What ends a line's headers with --parse-headers (default: a TAB).",
+)
+@click.option(
+    "--null-marker",
+    metavar="TEXT",
+    help="A key, value or header value that is exactly TEXT is sent as null (a null "
+    "value: a tombstone).",
 )
 @click.option(
     "--compression",
@@ -57,10 +113,28 @@ async def produce(
     file: Any,
     batch_size: int,
     partition: int | None,
+    fmt: str,
     key_separator: str | None,
+    headers: list[tuple[str, bytes]],
+    parse_headers: bool,
+    headers_delimiter: str,
+    null_marker: str | None,
     compression: str,
 ) -> None:
-    """Append each line of FILE (default: stdin) to TOPIC as one record."""
+    """Append each line of FILE (default: stdin) to TOPIC as one record.
+
+    A line that is no record (bad JSON, no headers delimiter) stops the run with its
+    number: the lines before it were produced, it and those after were not."""
+    separator = _separator("--key-separator", key_separator)
+    delimiter = _separator("--headers-delimiter", headers_delimiter) if parse_headers else None
+    if fmt == "json":
+        for name, given in (
+            ("--key-separator", key_separator is not None),
+            ("--parse-headers", parse_headers),
+            ("--null-marker", null_marker is not None),
+        ):
+            if given:
+                raise click.UsageError(f"--format json and {name} exclude each other")
     log = ctx.log()
     await ctx.bind_archives()  # a read from offset 0 may never touch the archive
     config = await log.topic(topic)
@@ -68,22 +142,31 @@ async def produce(
         raise click.BadParameter(
             f"topic {topic} has {plural(config.partitions, 'partition')}", param_hint="--partition"
         )
-    if key_separator == "":
-        raise click.BadParameter("must not be empty", param_hint="--key-separator")
     producer = LineProducer(
         log,
         config,
         batch_size=batch_size,
         partition=partition,
-        key_separator=None if key_separator is None else os.fsencode(key_separator),
+        key_separator=separator,
         compression=Compression[compression.upper()],
+        headers=headers,
+        headers_delimiter=delimiter,
+        null_marker=None if null_marker is None else os.fsencode(null_marker),
+        json_lines=fmt == "json",
     )
     size = _file_size(file)
-    if size and sys.stderr.isatty():
-        with click.progressbar(length=size, label="producing", file=sys.stderr) as bar:
-            summary = await producer.produce(file, bar.update)
-    else:
-        summary = await producer.produce(file)
+    try:
+        if size and sys.stderr.isatty():
+            with click.progressbar(length=size, label="producing", file=sys.stderr) as bar:
+                summary = await producer.produce(file, bar.update)
+        else:
+            summary = await producer.produce(file)
+    except BadLine as exc:
+        done = exc.summary.records if exc.summary is not None else 0
+        raise click.ClickException(
+            f"{exc}; produced the {plural(done, 'record')} before it to {topic}, "
+            "not this line nor those after it"
+        ) from None
     rate = summary.records / summary.seconds if summary.seconds else 0.0
     click.echo(
         f"produced {plural(summary.records, 'record')} ({plural(summary.bytes, 'byte')}) "
