@@ -91,6 +91,10 @@ class ArchiveReader:
             except asyncpg.UndefinedTableError:
                 return 0  # no archive yet
 
+    async def watermark(self) -> int:
+        """The record id up to which everything is archived (0: nothing, or no archive)."""
+        return await watermark(self.pool)
+
     async def dropped_ranges(self, topic: str) -> list[tuple[int, int, int]]:
         """(partition, first offset, last offset) of the topic's gaps: offsets retention
         dropped before archiving."""

@@ -89,6 +89,12 @@ class Archive:
         except PG_CONNECTION_ERRORS as exc:
             raise StorageUnavailable(f"the archive is unreachable: {exc}") from exc
 
+    async def watermark(self) -> int:
+        try:
+            return await (await self._cold_reader()).watermark()
+        except PG_CONNECTION_ERRORS as exc:
+            raise StorageUnavailable(f"the archive is unreachable: {exc}") from exc
+
     async def dropped_ranges(self, topic: str) -> list[tuple[int, int, int]]:
         """(partition, first offset, last offset) of each of the topic's gaps: offsets
         retention dropped before an archive held them."""

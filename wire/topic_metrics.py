@@ -1,6 +1,6 @@
 """Per-topic and per-group figures for Prometheus: records and bytes in and out per topic
-(Kafka's BrokerTopicMetrics), consumer lag per group and partition, and how far the
-archive is behind Redis per topic.
+(Kafka's BrokerTopicMetrics), consumer lag per group and partition, how far the archive
+is behind Redis per topic, and its watermark.
 
 Traffic is counted on the hot paths into plain lists (a dict lookup and two additions per
 partition with records; the partition layer's ``on_written`` / ``on_read`` hooks) and
@@ -75,6 +75,7 @@ class Lag(Collector):
         self.broker = broker
         self.consumers: dict[tuple[str, str, int], int] = {}  # (group, topic, p) -> lag
         self.archive: dict[str, int] = {}  # topic -> records not archived
+        self.watermark: int | None = None  # the archive's (None: no archive)
 
     async def refresh(self) -> None:
         log_ = self.broker.log
@@ -93,13 +94,15 @@ class Lag(Collector):
                     lag = max(0, ends[topic][partition] - committed.offset)
                     consumers[group, topic, partition] = lag
         archive: dict[str, int] = {}
+        watermark = None
         if log_.cold is not None:  # archiving: Redis' marks of what the archive holds
+            watermark = await log_.cold.watermark()
             for topic, partition_ends in ends.items():
                 marks = await log_.archived_ends(topic, range(len(partition_ends)))
                 archive[topic] = sum(
                     max(0, end - mark) for end, mark in zip(partition_ends, marks, strict=True)
                 )
-        self.consumers, self.archive = consumers, archive
+        self.consumers, self.archive, self.watermark = consumers, archive, watermark
 
     async def run(self) -> None:
         """Refresh every LAG_INTERVAL seconds until cancelled; Redis away is retried."""
@@ -135,3 +138,9 @@ class Lag(Collector):
         yield per_partition
         yield per_group
         yield archive
+        if self.watermark is not None:
+            yield GaugeMetricFamily(
+                "kafkaesque_archive_watermark",
+                "Every record id up to this one is archived",
+                value=self.watermark,
+            )

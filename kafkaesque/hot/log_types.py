@@ -100,6 +100,10 @@ class ColdStore(Protocol):
         aborted or deleted); 0 where nothing is archived."""
         ...
 
+    async def watermark(self) -> int:
+        """The record id up to which everything is archived (0: nothing yet)."""
+        ...
+
     async def find_time(
         self, topic: str, partition: int, timestamp: int, below: int
     ) -> tuple[int, int] | None:

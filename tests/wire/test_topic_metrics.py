@@ -60,6 +60,7 @@ def test_topic_traffic_consumer_lag_and_archive_lag(
             lambda: value(scrape(address), "kafkaesque_archive_lag_records", topic=topic) == 100,
             "the archive's lag of 100 records",
         )
+        assert value(scrape(address), "kafkaesque_archive_watermark") == 0  # nothing yet
 
         consumer = Consumer(
             {
