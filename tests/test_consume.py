@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import os
 import signal
 import subprocess
@@ -177,3 +178,111 @@ def test_group_members_share_partitions_and_rebalance(redis_url: str, tmp_path: 
     finally:
         first.kill()
         second.kill()
+
+
+# -- start positions, formats, several topics ----------------------------------------------
+
+
+def _consume_error(redis_url: str, *args: str) -> Result:
+    return CliRunner().invoke(main, ["--redis-url", redis_url, "consume", *args])
+
+
+def test_format_string_json_and_start_positions(redis_url: str) -> None:
+    _cli(redis_url, "create", "fs", "--partitions", "2")
+    rows = [
+        {"key": "a", "value": "x", "partition": 0, "timestamp": 1000, "headers": {"h": "1"}},
+        {"key": "b", "value": None, "partition": 0, "timestamp": 2000},
+        {"value": "z", "partition": 0, "timestamp": 3000},
+        {"key": "c", "value": "w", "partition": 1, "timestamp": 1500},
+    ]
+    data = "\n".join(json.dumps(r) for r in rows).encode()
+    _cli(redis_url, "produce", "fs", "--format", "json", input=data)
+    spec = "%t|%p|%o|%k|%s|%h|%T|%K|%S%%\\n"
+    out = _cli(redis_url, "consume", "fs", "--format-string", spec).output
+    assert out.splitlines() == [
+        "fs|0|0|a|x|h=1|1000|1|1%",
+        "fs|0|1|b|||2000|1|-1%",
+        "fs|0|2||z||3000|-1|1%",
+        "fs|1|0|c|w||1500|1|1%",
+    ]
+    printed = [
+        json.loads(x)
+        for x in _cli(redis_url, "consume", "fs", "--format", "json").output.splitlines()
+    ]
+    assert printed[1] == {
+        "topic": "fs", "partition": 0, "offset": 1, "timestamp": 2000, "key": "b", "value": None
+    }  # fmt: skip
+    assert printed[0]["headers"] == [{"key": "h", "value": "1"}]
+
+    def values(*args: str) -> list[str]:
+        return _cli(redis_url, "consume", "fs", "--format-string", "%p:%o ", *args).output.split()
+
+    assert values("--last", "1") == ["0:2", "1:0"]
+    assert values("--last", "2") == ["0:1", "0:2", "1:0"]
+    assert values("--from-end") == values("--offset", "end") == []
+    assert values("--offset", "beginning") == ["0:0", "0:1", "0:2", "1:0"]
+    assert values("--partition", "0", "--offset", "1") == ["0:1", "0:2"]
+    assert values("--from-time", "1500") == ["0:1", "0:2", "1:0"]
+    assert values("--from-time", "1970-01-01T00:00:02Z") == ["0:1", "0:2"]
+    assert values("--from-time", "1970-01-01T00:00:02.500+00:00") == ["0:2"]
+    assert values("--from-time", "9999") == []
+    for args, fragment in (
+        (["fs", "--format-string", "%x"], "unknown token %x"),
+        (["fs", "--format-string", "%s", "--format", "json"], "exclude each other"),
+        (["fs", "--from-end", "--last", "2"], "--from-end and --last exclude each other"),
+        (["fs", "--from-time", "yesterday"], "--from-time"),
+        (["fs", "--offset", "-3"], "--offset"),
+        (["fs", "--offset", "3"], "--offset needs --partition"),
+        (["fs", "--group", "g", "--partition", "0"], "exclude each other"),
+        (["--pattern", "("], "not a regular expression"),
+        ([], "give a TOPIC or --pattern"),
+        (["fs", "other", "--partition", "0"], "--partition needs exactly one TOPIC"),
+    ):
+        result = _consume_error(redis_url, *args)
+        assert result.exit_code == 2, (args, result.output)
+        assert fragment in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
+    result = _consume_error(redis_url, "fs", "nosuch")
+    assert result.exit_code == 1 and "no such topic: nosuch" in result.stderr
+    result = _consume_error(redis_url, "--pattern", "zz.*")
+    assert result.exit_code == 1 and "no topic matches" in result.stderr
+
+
+def test_several_topics_and_a_pattern(redis_url: str) -> None:
+    for name in ("logs-a", "logs-b", "other"):
+        _cli(redis_url, "create", name)
+        _cli(redis_url, "produce", name, input=f"{name} 1\n{name} 2\n".encode())
+    both = _cli(redis_url, "consume", "logs-a", "other", "--format-string", "%t %s\\n").output
+    assert sorted(both.splitlines()) == [
+        "logs-a logs-a 1",
+        "logs-a logs-a 2",
+        "other other 1",
+        "other other 2",
+    ]
+    matched = _cli(redis_url, "consume", "--pattern", "logs-.*", "--format-string", "%s\\n").output
+    assert sorted(matched.splitlines()) == ["logs-a 1", "logs-a 2", "logs-b 1", "logs-b 2"]
+    # Named topics and a pattern together; a group member reads them all and commits.
+    grouped = _cli(redis_url, "consume", "other", "--pattern", "logs-b", "--group", "mix").output
+    assert sorted(grouped.splitlines()) == ["logs-b 1", "logs-b 2", "other 1", "other 2"]
+    _cli(redis_url, "produce", "logs-b", input=b"logs-b 3\n")
+    assert (
+        _cli(redis_url, "consume", "other", "--pattern", "logs-b", "--group", "mix").output
+        == "logs-b 3\n"
+    )
+
+
+def test_from_end_follows_only_new_records(redis_url: str, tmp_path: Path) -> None:
+    _cli(redis_url, "create", "tail", "--partitions", "3")
+    _cli(redis_url, "produce", "tail", input=b"old 1\nold 2\n")
+    follower = _Member(redis_url, tmp_path, "tail", "--from-end", "--follow")
+    try:
+        i = 0
+        deadline = time.monotonic() + 30
+        while not follower.lines:  # until it is positioned and sees one
+            assert time.monotonic() < deadline
+            _cli(redis_url, "produce", "tail", input=b"new %d\n" % i)
+            i += 1
+            time.sleep(0.2)
+        _wait_for(lambda: len(follower.lines) >= 1, "a new record")
+        assert all(line.startswith("new") for line in follower.lines), follower.lines
+    finally:
+        follower.kill()
