@@ -7,6 +7,9 @@
 # embedded servers); cron's environment is minimal, so set them in the crontab.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mkdir -p "${KAFKAESQUE_HOME:-.kafkaesque}"
-exec flock -n "${KAFKAESQUE_HOME:-.kafkaesque}/archive-cron.lock" \
-  .venv/bin/python -m kafkaesque archive --once
+# The CLI's data directory (kafkaesque/hot/embedded.py default_home).
+data="${XDG_DATA_HOME:-}"
+[[ "$data" == /* ]] || data="$HOME/.local/share"
+home="${KAFKAESQUE_HOME:-$data/kafkaesque}"
+mkdir -p "$home"
+exec flock -n "$home/archive-cron.lock" .venv/bin/python -m kafkaesque --home "$home" archive --once

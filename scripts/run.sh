@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Set up kafkaesque and run it on the embedded default (a private redis-server and
-# PostgreSQL under ./.kafkaesque, or $KAFKAESQUE_HOME). Without arguments: the Kafka broker
-# on 127.0.0.1:9092 until Ctrl-C (or SIGTERM), which then stops the embedded servers too
-# (their data stays in .kafkaesque for the next start). With arguments: that CLI command
+# Set up kafkaesque and run it on the embedded default (a private Valkey server and
+# PostgreSQL in the CLI's data directory: $KAFKAESQUE_HOME, else $XDG_DATA_HOME/kafkaesque,
+# else ~/.local/share/kafkaesque, whatever the current directory). Without arguments: the
+# Kafka broker on 127.0.0.1:9092 until Ctrl-C (or SIGTERM), which then stops the embedded
+# servers too (their data stays there for the next start). With arguments: that CLI command
 # (scripts/run.sh topics, scripts/run.sh consume words, scripts/run.sh stop, ...); `spark`
 # commands also get the [spark] extra, the JDBC driver and a JVM set up.
 set -euo pipefail

@@ -301,6 +301,7 @@ class EmbeddedPostgres:
         self.info_file = self.home / "postgres.json"
         self.shared_root = shared_root
         self._account: Account | bool | None = False  # False: not looked up yet
+        self.started = False  # whether this object started the server
 
     @property
     def account(self) -> Account | None:
@@ -406,6 +407,7 @@ class EmbeddedPostgres:
             except EmbeddedPostgresError as exc:
                 raise EmbeddedPostgresError(f"{exc}; see {data / 'server.log'}") from None
             log.info("started PostgreSQL on port %d in %.2fs", port, time.monotonic() - started)
+            self.started = True
             return self._dsn(port)
 
     def stop(self) -> bool:

@@ -149,7 +149,7 @@ def test_stop_refuses_while_a_broker_uses_the_servers(home: Path) -> None:
         broker.wait(30)
     # Once the broker is gone, stop stops.
     stopped = run(home, "stop")
-    assert stopped.returncode == 0 and b"stopped redis-server" in stopped.stderr
+    assert stopped.returncode == 0 and b"stopped Valkey" in stopped.stderr
     assert not EmbeddedRedis(home).is_running()
 
 
@@ -157,7 +157,7 @@ def test_stop_force_stops_under_a_broker(home: Path) -> None:
     broker = start_broker(home)
     try:
         forced = run(home, "stop", "--force")
-        assert forced.returncode == 0 and b"stopped redis-server" in forced.stderr
+        assert forced.returncode == 0 and b"stopped Valkey" in forced.stderr
         assert not EmbeddedRedis(home).is_running()
     finally:
         broker.terminate()

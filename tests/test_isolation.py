@@ -1,6 +1,7 @@
-"""The suite never touches the user's data: with a populated ./.kafkaesque (topics,
-records, an embedded archive) in the working directory, CLI tests run there leave it byte
-for byte as it was and start no server in it; nor does a command given another Redis."""
+"""The suite never touches the user's data: with a populated data directory at its
+default place (~/.local/share/kafkaesque: topics, records, an embedded archive), CLI tests
+run from the user's directory leave it byte for byte as it was and start no server in it;
+nor does a command given another Redis."""
 
 from __future__ import annotations
 
@@ -25,16 +26,24 @@ INNER_TESTS = [
 ]
 
 
-def user_env() -> dict[str, str]:
-    """The environment of a user's shell: none of the suite's KAFKAESQUE_* settings."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("KAFKAESQUE_")}
+def user_env(home: Path) -> dict[str, str]:
+    """The environment of a user's shell whose home directory is ``home``: none of the
+    suite's KAFKAESQUE_* settings, no XDG_DATA_HOME."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKAESQUE_")}
+    env.pop("XDG_DATA_HOME", None)
+    return {**env, "HOME": str(home)}
+
+
+def data(home: Path) -> Path:
+    """The user's data directory: the CLI's default."""
+    return home / ".local" / "share" / "kafkaesque"
 
 
 def kafkaesque(cwd: Path, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "kafkaesque", *args],
         cwd=cwd,
-        env=user_env(),
+        env=user_env(cwd),
         input=input,
         capture_output=True,
         timeout=300,
@@ -60,8 +69,8 @@ def tree_digest(root: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def user_checkout() -> Iterator[Path]:
-    """A working directory as scripts/run.sh leaves it: ./.kafkaesque with a topic, its
-    records and an embedded archive of them, servers stopped. Under /tmp itself (not
+    """A user's home directory as scripts/run.sh leaves it: the data directory with a
+    topic, its records and an embedded archive of them, servers stopped. Under /tmp itself (not
     pytest's mode-700 directory), so the embedded PostgreSQL's user reaches it as root."""
     work = Path(tempfile.mkdtemp(prefix="ks-user-"))
     work.chmod(0o755)
@@ -73,20 +82,20 @@ def user_checkout() -> Iterator[Path]:
         ):
             result = kafkaesque(work, *args, input=input)
             assert result.returncode == 0, result.stderr.decode()
-        assert (work / ".kafkaesque" / "pg").exists()
+        assert (data(work) / "pg").exists()
         stopped = kafkaesque(work, "stop")
-        assert b"stopped PostgreSQL and redis-server" in stopped.stderr
+        assert b"stopped PostgreSQL and Valkey" in stopped.stderr
         yield work
     finally:
         kafkaesque(work, "stop")
-        cluster = work / ".kafkaesque" / "pg"
+        cluster = data(work) / "pg"
         if cluster.is_symlink():  # as root: the cluster under /var/lib/kafkaesque
             shutil.rmtree(cluster.resolve(), ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
 
 
 def test_cli_tests_leave_the_users_data_directory_untouched(user_checkout: Path) -> None:
-    before = tree_digest(user_checkout / ".kafkaesque")
+    before = tree_digest(data(user_checkout))
     basetemp = Path(tempfile.mkdtemp(prefix="ks-inner-"))  # short: sockets live under it
     try:
         inner = subprocess.run(
@@ -94,7 +103,7 @@ def test_cli_tests_leave_the_users_data_directory_untouched(user_checkout: Path)
             + ["--basetemp", str(basetemp / "t"), "--rootdir", str(REPO)]
             + [str(REPO / test) for test in INNER_TESTS],
             cwd=user_checkout,
-            env=user_env(),
+            env=user_env(user_checkout),
             capture_output=True,
             timeout=600,
         )
@@ -102,21 +111,21 @@ def test_cli_tests_leave_the_users_data_directory_untouched(user_checkout: Path)
         shutil.rmtree(basetemp, ignore_errors=True)
     assert inner.returncode == 0, inner.stdout.decode()[-3000:]
     assert f"{len(INNER_TESTS)} passed" in inner.stdout.decode()
-    assert tree_digest(user_checkout / ".kafkaesque") == before
-    assert sorted(p.name for p in user_checkout.iterdir()) == [".kafkaesque"]
+    assert tree_digest(data(user_checkout)) == before
+    assert sorted(p.name for p in user_checkout.iterdir()) == [".local"]
 
 
 def test_another_redis_never_gets_the_directorys_archive(
     user_checkout: Path, redis_url: str
 ) -> None:
-    before = tree_digest(user_checkout / ".kafkaesque")
+    before = tree_digest(data(user_checkout))
     topics = kafkaesque(user_checkout, "--redis-url", redis_url, "topics")
     assert topics.returncode == 0 and topics.stdout == b""  # nothing restored into it
     missing = kafkaesque(user_checkout, "--redis-url", redis_url, "consume", "words")
     assert missing.returncode == 1 and b"no such topic: words" in missing.stderr
     served = kafkaesque(user_checkout, "--redis-url", redis_url, "serve")
     assert served.returncode == 2 and b"the archive must be given too" in served.stderr
-    assert tree_digest(user_checkout / ".kafkaesque") == before
+    assert tree_digest(data(user_checkout)) == before
     # The directory's own Redis and archive still have it all.
     consumed = kafkaesque(user_checkout, "consume", "words")
     assert consumed.returncode == 0 and len(consumed.stdout.splitlines()) == 1000

@@ -53,7 +53,7 @@ def test_ctrl_c_on_run_sh_stops_the_embedded_servers(tmp_path: Path, private_hom
             script.wait()
     assert script.returncode == 0, stderr.decode()
     assert "Traceback" not in stderr.decode()
-    assert "stopped PostgreSQL and redis-server" in stderr.decode()
+    assert "stopped PostgreSQL and Valkey" in stderr.decode()
     assert not EmbeddedRedis(private_home).is_running()
     # SIGTERM to the script does the same.
     script = subprocess.Popen(
@@ -68,5 +68,5 @@ def test_ctrl_c_on_run_sh_stops_the_embedded_servers(tmp_path: Path, private_hom
             script.kill()
             script.wait()
     assert script.returncode == 0, stderr.decode()
-    assert "stopped PostgreSQL and redis-server" in stderr.decode()
+    assert "stopped PostgreSQL and Valkey" in stderr.decode()
     assert not EmbeddedRedis(private_home).is_running()

@@ -27,8 +27,9 @@ from kafkaesque.hot.connect import (
     parse_sentinel_url,
     redis_client,
 )
-from kafkaesque.hot.embedded import EmbeddedError, EmbeddedRedis, default_home
+from kafkaesque.hot.embedded import EmbeddedError, EmbeddedRedis, NoStore, default_home, in_use
 from kafkaesque.hot.log import Log
+from kafkaesque.hot.outage import REDIS
 from kafkaesque.hot.redis_errors import failure_message as redis_failure_message
 from kafkaesque.tables import format_table
 
@@ -38,6 +39,26 @@ if TYPE_CHECKING:
 
 # A click command's function, as its option decorators take and return it.
 Command = TypeVar("Command", bound=Callable[..., Any])
+
+# The commands that may create a store in a data directory that has none (starting its
+# embedded servers): they make something new. Every other command only reads, or changes
+# what must exist already (delete, alter, group --reset-offsets, compact, ...): with no
+# store it says so and starts nothing (``NoStore``).
+CREATING_COMMANDS = frozenset(
+    {"create", "produce", "serve", "archive", "users add", "acls add", "quotas set"}
+)
+
+log = logging.getLogger(__name__)
+
+
+def command_name() -> str:
+    """The running subcommand's name ("users add"); "" outside a command."""
+    names: list[str] = []
+    context = click.get_current_context(silent=True)
+    while context is not None and context.parent is not None:
+        names.append(context.info_name or "")
+        context = context.parent
+    return " ".join(reversed(names))
 
 
 class Context:
@@ -56,11 +77,15 @@ class Context:
         self.home = default_home() if home is None else click.format_filename(home)
         self.pg_dsn = pg_dsn
         self._archives: list[Archive] = []
+        self._redis: EmbeddedRedis | None = None
+        self._postgres: EmbeddedPostgres | None = None
 
     def embedded_postgres(self) -> EmbeddedPostgres:
         from storage_pg.embedded import EmbeddedPostgres
 
-        return EmbeddedPostgres(Path(self.home))
+        if self._postgres is None:
+            self._postgres = EmbeddedPostgres(Path(self.home))
+        return self._postgres
 
     def archive_dsn(self, start: bool = True) -> str | None:
         """The archive of this command's Redis: the configured DSN, else, only with the
@@ -103,10 +128,37 @@ class Context:
             return False
 
     def embedded(self) -> EmbeddedRedis:
-        return EmbeddedRedis(Path(self.home))
+        if self._redis is None:
+            self._redis = EmbeddedRedis(Path(self.home))
+        return self._redis
 
-    def url(self) -> str:
-        return self.redis_url or self.embedded().ensure_started()
+    def url(self, create: bool | None = None) -> str:
+        """The Redis URL; the embedded server started if need be. Only with ``create``
+        (default: whether the command is one of CREATING_COMMANDS) in a data directory
+        that has no store yet: otherwise NoStore, and nothing created or started."""
+        if self.redis_url is not None:
+            return self.redis_url
+        embedded = self.embedded()
+        if create is None:
+            name = command_name()
+            create = name == "" or name in CREATING_COMMANDS
+        if not create and not embedded.exists():
+            raise NoStore(embedded.home)
+        return embedded.ensure_started()
+
+    def stop_started(self) -> None:
+        """Stop the embedded servers this command started (it failed): unless a broker
+        uses them meanwhile. A failure to stop is logged, not raised over the command's."""
+        servers = [self._postgres, self._redis]
+        started = [server for server in servers if server is not None and server.started]
+        if not started or in_use(Path(self.home).absolute()):
+            return
+        for server in started:
+            try:
+                server.stop()
+            except Exception as exc:  # the command's own error comes first
+                log.warning("could not stop the server this command started: %s", exc)
+            server.started = False
 
     def log(self, archive: bool = True, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> Log:
         """The log on Redis (at most ``max_connections`` to it; requests beyond wait for
@@ -251,7 +303,9 @@ class OneLineUsageError(click.ClickException):
 
 
 class Commands(click.Group):
-    """The top-level group: usage errors of every command come out as one line."""
+    """The top-level group: usage errors of every command come out as one line; a command
+    that fails stops the embedded servers it started; Redis going away is a command's
+    error, not a retry (only ``serve`` retries, once it reached Redis: see REDIS)."""
 
     def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
         try:
@@ -260,10 +314,28 @@ class Commands(click.Group):
             raise OneLineUsageError(exc) from None
 
     def invoke(self, ctx: click.Context) -> Any:
+        retrying, stopped = REDIS.retrying, REDIS.stopped
+        REDIS.retrying = False
         try:
             return super().invoke(ctx)
-        except click.UsageError as exc:
-            raise OneLineUsageError(exc) from None
+        except BaseException as exc:
+            if _failed(exc) and isinstance(ctx.obj, Context):
+                ctx.obj.stop_started()
+            if isinstance(exc, click.UsageError):
+                raise OneLineUsageError(exc) from None
+            raise
+        finally:
+            REDIS.retrying, REDIS.stopped = retrying, stopped
+
+
+def _failed(exc: BaseException) -> bool:
+    """Whether the command failed: not when it exits 0, is interrupted (Ctrl-C, 130) or
+    its reader went away (``| head``)."""
+    if isinstance(exc, click.exceptions.Exit):
+        return exc.exit_code != 0
+    if isinstance(exc, SystemExit):
+        return exc.code not in (None, 0, 130)
+    return not isinstance(exc, KeyboardInterrupt | BrokenPipeError)
 
 
 def url_option(*schemes: str, form: str) -> Callable[..., str | None]:
@@ -347,15 +419,16 @@ def option_group(*decorators: Callable[[Command], Command]) -> Callable[[Command
     help="Redis to use (redis://host:port/db or unix:///path; a Redis Cluster: "
     "redis+cluster://host:port,host:port; the primary Sentinel names: "
     f"{SENTINEL_FORM}[?password=...&sentinel_password=...]). "
-    "Default: a private redis-server under the data directory.",
+    "Default: a private Valkey server under the data directory.",
 )
 @click.option(
     "--home",
     envvar="KAFKAESQUE_HOME",
     type=click.Path(file_okay=False),
     callback=home_option,
-    help="Data directory of the embedded servers (created if missing, in an existing "
-    "directory). Default: ./.kafkaesque",
+    help="Data directory of the embedded servers (created by the commands that write, "
+    "in an existing directory). Default: $XDG_DATA_HOME/kafkaesque, else "
+    "~/.local/share/kafkaesque, wherever the command runs.",
 )
 @pg_dsn_option(
     help="PostgreSQL archive (postgresql://user:password@host:port/db). Default: the "
@@ -368,7 +441,7 @@ def option_group(*decorators: Callable[[Command], Command]) -> Callable[[Command
     help="A file holding the password of --redis-url (its first line), when the URL has "
     "none. Default: the REDIS_PASSWORD environment variable, if set.",
 )
-@click.option("-v", "--verbose", is_flag=True, help="Log details to stderr.")
+@click.option("-v", "--verbose", count=True, help="Log details to stderr (-v: INFO, -vv: DEBUG).")
 @click.version_option(package_name="kafkaesque")
 @click.pass_context
 def main(
@@ -377,11 +450,12 @@ def main(
     home: str | None,
     pg_dsn: str | None,
     redis_password_file: Any,
-    verbose: bool,
+    verbose: int,
 ) -> None:
     """A Kafka-compatible log service whose hot data lives in Redis."""
+    levels = {0: logging.WARNING, 1: logging.INFO}
     logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
+        level=levels.get(verbose, logging.DEBUG),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )

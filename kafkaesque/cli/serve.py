@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +18,8 @@ from kafkaesque.cli.base import Context, key_values, main, one_line_errors, pass
 from kafkaesque.config.broker_settings import WITH_OPTIONS, serve_options
 from kafkaesque.errors import KafkaesqueError
 from kafkaesque.hot.connect import DEFAULT_MAX_CONNECTIONS
-from kafkaesque.hot.embedded import serving
+from kafkaesque.hot.embedded import EmbeddedError, EmbeddedRedis, server_name, serving
+from kafkaesque.hot.outage import REDIS
 
 if TYPE_CHECKING:
     from wire.broker import BrokerConfig
@@ -263,9 +267,16 @@ def serve(
             param_hint="'--broker-heartbeat-interval-ms'",
         )
 
+    store_stopped: list[EmbeddedRedis] = []
+
     async def serve_log() -> None:
         log = ctx.log(archive=False, max_connections=redis_max_connections)
+        await log.stores.ping()  # a wrong --redis-url: the error alone, no "retrying"
+        REDIS.retrying = True  # from now on Redis going away is an outage to wait out
         companions: list[Companion] = []
+        if ctx.embedded_redis():
+            companions.append(watch_store(ctx.embedded(), store_stopped))
+            REDIS.stopped = ctx.embedded().gone
         if dsn is not None:
             tier = ctx.attach_archive(log, dsn)
             await tier.bind()  # a Redis and an archive of two clusters: refuse to start
@@ -292,13 +303,44 @@ def serve(
         finally:
             await ctx.aclose()
             await log.stores.close()
+        if store_stopped:
+            raise EmbeddedError(
+                f"the embedded {server_name()} of {store_stopped[0].home} was stopped "
+                "(`kafkaesque stop --force`?): the broker stopped with it"
+            )
 
     with one_line_errors(), contextlib.ExitStack() as using:
         if ctx.embedded_redis():  # `kafkaesque stop` refuses while this runs
             using.enter_context(serving(Path(ctx.home)))
-        ctx.url()  # the embedded redis-server first: its errors are the likelier ones
+        ctx.url()  # the embedded Valkey first: its errors are the likelier ones
         dsn = ctx.required_archive_dsn() if archive else None
         asyncio.run(serve_log())
+
+
+# How often a broker on the embedded Valkey checks that it still runs.
+STORE_CHECK_INTERVAL = 0.5
+
+
+def watch_store(
+    embedded: EmbeddedRedis, stopped: list[EmbeddedRedis]
+) -> Callable[[asyncio.Event], Coroutine[Any, Any, None]]:
+    """A companion of a broker on the embedded Valkey: once that server was stopped (its
+    pid file and socket gone: ``kafkaesque stop --force``; nobody restarts it), the broker
+    stops as on SIGTERM and ``stopped`` says why. A crashed server (both left) is an outage
+    the broker waits out, as with any Redis: the next command starts it again."""
+
+    async def watch(stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), STORE_CHECK_INTERVAL)
+            if not stop.is_set() and embedded.gone():
+                await asyncio.sleep(STORE_CHECK_INTERVAL)  # a restart in progress
+                if embedded.gone():
+                    stopped.append(embedded)
+                    os.kill(os.getpid(), signal.SIGTERM)  # the broker's own shutdown
+                    return
+
+    return watch
 
 
 def _refuse_disagreements(settings: dict[str, str], config: BrokerConfig) -> None:

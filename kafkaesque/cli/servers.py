@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from kafkaesque.cli.base import Context, main, one_line_errors, pass_context
-from kafkaesque.hot.embedded import in_use
+from kafkaesque.hot.embedded import in_use, server_name
 
 
 @main.command()
@@ -29,5 +29,5 @@ def stop(ctx: Context, force: bool) -> None:
         if ctx.embedded_postgres().stop():
             stopped.append("PostgreSQL")
         if ctx.embedded().stop():
-            stopped.append("redis-server")
+            stopped.append(server_name())
     click.echo(f"stopped {' and '.join(stopped)}" if stopped else "nothing was running", err=True)

