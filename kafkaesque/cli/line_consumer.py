@@ -317,16 +317,14 @@ class GroupMember:
         assignment = range_(subscriptions, counts, {})
         return {m: encode_assignment(tps) for m, tps in assignment.items()}
 
-    async def rejoin(self, current: Mapping[TP, int]) -> tuple[dict[TP, int], dict[TP, int]]:
-        """Join again; the offsets to go on from: kept for partitions this member still
-        has, else where ``start_at`` says."""
+    async def rejoin(self) -> tuple[dict[TP, int], dict[TP, int]]:
+        """Join again; the offsets (and epochs) to read the assigned partitions from,
+        as ``start_at`` says (the caller committed its positions before: an eager
+        rebalance, as Kafka's classic consumers do)."""
         assigned = await self.join()
         first = not self.joined_before
         self.joined_before = True
-        new = [tp for tp in assigned if tp not in current]
-        offsets, epochs = await self.start_at(new, first) if new else ({}, {})
-        kept = {tp: current[tp] for tp in assigned if tp in current}
-        return {**kept, **offsets}, epochs
+        return await self.start_at(assigned, first) if assigned else ({}, {})
 
     async def commit(self, offsets: Mapping[TP, int], epochs: Mapping[TP, int]) -> None:
         """Commit with this member's generation; a refusal (the group rebalanced) means
@@ -526,7 +524,8 @@ class Consumer:
 
     async def _assignment(self, out: BinaryIO) -> None:
         """A group member: commit what was printed and join again when the group
-        rebalances (or first), taking the partitions it assigns."""
+        rebalances (or first), reading the partitions it assigns from their committed
+        offsets."""
         member = self.member
         if member is None:
             return
@@ -535,7 +534,7 @@ class Consumer:
         if not member.needs_join.is_set():
             return
         await self._commit(out)
-        self.offsets, epochs = await member.rejoin(self.offsets)
+        self.offsets, epochs = await member.rejoin()
         self.epochs = {tp: e for tp, e in {**self.epochs, **epochs}.items() if tp in self.offsets}
 
     async def run(
