@@ -151,7 +151,10 @@ def test_a_read_without_a_store_creates_and_starts_nothing(short_dir: Path, exis
         ), args
         assert home.is_dir() == exists and not (exists and list(home.iterdir())), args
         assert processes_under(home) == [], args
+    stopped = run("--home", str(home), "stop", env=env, cwd=short_dir)
+    assert stopped.returncode == 0 and stopped.stderr == "nothing was running\n"
     assert sorted(p.name for p in short_dir.iterdir()) == (["nothing"] if exists else [])
+    assert not (exists and list(home.iterdir()))
 
 
 def test_serve_on_a_taken_port_stops_the_servers_it_started(short_dir: Path) -> None:
@@ -179,16 +182,19 @@ def test_serve_on_a_taken_port_stops_the_servers_it_started(short_dir: Path) -> 
         assert EmbeddedPostgres(home).is_running()
 
 
-def test_archive_with_a_bad_pg_dsn_stops_the_valkey_it_started(short_dir: Path) -> None:
+def test_a_bad_pg_dsn_stops_the_valkey_the_command_started(short_dir: Path) -> None:
     home = short_dir / "ks"
     env = environment(KAFKAESQUE_HOME=str(home))
     bad = f"postgresql://user:secret@127.0.0.1:{free_port()}/db"
-    # A new data directory, and one whose Valkey is stopped.
-    for _ in range(2):
-        result = run("archive", "--once", "--pg-dsn", bad, env=env)
+    serve = ["--pg-dsn", bad, "serve", "--listen", f"127.0.0.1:{free_port()}"]
+    # A new data directory, then one whose Valkey is stopped.
+    for args in (["archive", "--once", "--pg-dsn", bad], serve):
+        result = run(*args, env=env)
         assert result.returncode == 1
-        assert result.stderr.startswith("Error: cannot reach PostgreSQL"), result.stderr
-        assert len(result.stderr.splitlines()) == 1 and "secret" not in result.stderr
+        last = result.stderr.splitlines()[-1]
+        assert last.startswith(("Error: cannot reach PostgreSQL", "Error: the archive is")), last
+        assert "unreachable" in last or "cannot reach" in last
+        assert "Traceback" not in result.stderr and "secret" not in result.stderr
         assert not EmbeddedRedis(home).is_running()
         assert processes_under(home) == []
     # Running before: it stays.

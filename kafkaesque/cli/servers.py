@@ -16,7 +16,11 @@ from kafkaesque.hot.embedded import in_use, server_name
 def stop(ctx: Context, force: bool) -> None:
     """Stop the embedded servers of the data directory."""
     home = Path(ctx.home)
-    if not home.is_dir():
+    with one_line_errors():
+        empty = not home.is_dir() or not (
+            ctx.embedded().exists() or ctx.embedded_postgres().initialised()
+        )
+    if empty:  # no store: nothing to stop, nor a lock file to leave in the directory
         click.echo("nothing was running", err=True)
         return
     if in_use(home) and not force:
