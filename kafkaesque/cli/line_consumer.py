@@ -11,7 +11,9 @@ import struct
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, BinaryIO, cast
 
-from kafkaesque.errors import Code, KafkaesqueError, LogTruncated, OffsetOutOfRange, UnknownTopic
+import click
+
+from kafkaesque.errors import Code, LogTruncated, OffsetOutOfRange, UnknownTopic
 from kafkaesque.groups.assignors import range_
 from kafkaesque.groups.consumer_protocol import decode_assignment, decode_subscription
 from kafkaesque.groups.coordinator import GroupCoordinator
@@ -187,8 +189,9 @@ def encode_assignment(partitions: Iterable[TP]) -> bytes:
     return b"".join(out) + b"\xff" * 4
 
 
-class GroupFailure(KafkaesqueError):
-    """The group refused this member for good (another protocol, full, bad timeout)."""
+class GroupFailure(click.ClickException):
+    """The group refused this member for good (another protocol, full, bad timeout): one
+    line and exit code 1."""
 
 
 class GroupMember:

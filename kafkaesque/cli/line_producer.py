@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from kafkaesque.config.topic_config import TopicConfig
-from kafkaesque.errors import KafkaesqueError
 from kafkaesque.hot.log import Log
 from kafkaesque.partition.layer import Partitions
 from kafkaesque.records.batch import Compression, record_count
@@ -92,7 +91,7 @@ def iter_line_chunks(stream: BinaryIO, chunk_size: int = READ_CHUNK):
         yield lines, consumed
 
 
-class BadLine(KafkaesqueError):
+class BadLine(ValueError):
     """A line of input that is no record (bad JSON, no headers delimiter): the lines
     before it were produced, it and those after were not."""
 
