@@ -273,3 +273,28 @@ def test_usage_errors_exit_2_other_failures_1(short_dir: Path) -> None:
     assert processes_under(short_dir) == []
     help_text = run("--help", env=env).stdout
     assert "Valkey" in help_text and "redis-server" not in help_text
+
+
+def test_archive_as_a_service_waits_for_redis_and_says_so_once(
+    short_dir: Path, pg_dsn: str
+) -> None:
+    env = environment(KAFKAESQUE_HOME=str(short_dir / "ks"))
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    args = ["--redis-url", url, "archive", "--interval", "0.1", "--pg-dsn", pg_dsn]
+    archiver = subprocess.Popen(
+        [sys.executable, "-m", "kafkaesque", *args],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(3)
+        assert archiver.poll() is None  # still waiting for its Redis
+        archiver.send_signal(signal.SIGINT)
+        _, stderr = archiver.communicate(timeout=60)
+    finally:
+        if archiver.poll() is None:
+            archiver.kill()
+            archiver.wait()
+    assert stderr.count("retrying until it is back") == 1, stderr
+    assert "Error" not in stderr

@@ -16,6 +16,7 @@ from kafkaesque.cli.base import (
     pg_dsn_option,
     run_async,
 )
+from kafkaesque.hot.outage import REDIS
 from kafkaesque.tables import plural
 
 if TYPE_CHECKING:
@@ -87,6 +88,7 @@ async def archive(
         idle_ms = int(idle_close * 1000) or None
         archiver = Archiver(log, pool, idle_close_ms=idle_ms, replicas=min_insync_replicas - 1)
         if interval is not None:
+            REDIS.retrying = True  # a service: Redis or PostgreSQL away is waited out, logged
             await archiver.run_forever(interval)
             return
         summary = await archiver.run_once(progress=live_progress())
