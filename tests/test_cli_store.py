@@ -182,6 +182,18 @@ def test_serve_on_a_taken_port_stops_the_servers_it_started(short_dir: Path) -> 
         assert EmbeddedPostgres(home).is_running()
 
 
+def test_serve_without_postgresql_stops_the_valkey_it_started(short_dir: Path) -> None:
+    home = short_dir / "ks"
+    env = environment(KAFKAESQUE_HOME=str(home), KAFKAESQUE_PG_BIN=str(short_dir / "nothing"))
+    result = run("serve", "--listen", f"127.0.0.1:{free_port()}", env=env)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        f"Error: no PostgreSQL binaries (initdb) in {short_dir / 'nothing'}"
+    )
+    assert not EmbeddedRedis(home).is_running()
+    assert processes_under(home) == []
+
+
 def test_a_bad_pg_dsn_stops_the_valkey_the_command_started(short_dir: Path) -> None:
     home = short_dir / "ks"
     env = environment(KAFKAESQUE_HOME=str(home))
