@@ -2,9 +2,8 @@
 (Kafka's BrokerTopicMetrics), consumer lag per group and partition, how far the archive
 is behind Redis per topic, and its watermark.
 
-Traffic is counted on the hot paths into plain lists (a dict lookup and two additions per
-partition with records; the partition layer's ``on_written`` / ``on_read`` hooks) and
-turned into counters only when scraped. Lag needs Redis, which a scrape (in the metrics
+Traffic is counted by the partition layer (kafkaesque/partition/layer.py ``TopicTraffic``)
+and turned into counters only when scraped. Lag needs Redis, which a scrape (in the metrics
 server's thread) cannot ask: ``Lag.run`` computes it every few seconds, on the broker's
 clock, while the metrics are served.
 """
@@ -12,14 +11,14 @@ clock, while the metrics are served.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from kafkaesque.errors import UnknownTopic
 from kafkaesque.hot.outage import background_step
-from kafkaesque.records.batch import record_count
+from kafkaesque.partition.layer import TopicTraffic
 from wire.broker import Broker
 
 log = logging.getLogger(__name__)
@@ -27,32 +26,17 @@ log = logging.getLogger(__name__)
 LAG_INTERVAL = 5.0  # seconds between two lag computations
 
 
-def _count(table: dict[str, list[int]], topic: str, batches: Sequence[bytes]) -> None:
-    counts = table.get(topic)
-    if counts is None:
-        counts = table[topic] = [0, 0]
-    for batch in batches:
-        counts[0] += record_count(batch)
-        counts[1] += len(batch)
+class TrafficCounters(Collector):
+    """The partition layer's ``TopicTraffic`` as Prometheus counters, read when scraped."""
 
-
-class TopicTraffic(Collector):
-    """Records and bytes appended to (in) and fetched from (out) each topic by clients."""
-
-    def __init__(self) -> None:
-        self.written: dict[str, list[int]] = {}  # topic -> [records, bytes]
-        self.read: dict[str, list[int]] = {}
-
-    def wrote(self, topic: str, batches: Sequence[bytes]) -> None:
-        _count(self.written, topic, batches)
-
-    def fetched(self, topic: str, batches: Sequence[bytes]) -> None:
-        _count(self.read, topic, batches)
+    def __init__(self, traffic: TopicTraffic) -> None:
+        self.traffic = traffic
 
     def collect(self) -> Iterator[CounterMetricFamily]:
+        traffic = self.traffic
         for direction, table, verb in (
-            ("in", self.written, "appended"),
-            ("out", self.read, "fetched"),
+            ("in", traffic.written, "appended"),
+            ("out", traffic.read, "fetched"),
         ):
             records = CounterMetricFamily(
                 f"kafkaesque_topic_records_{direction}", f"Records {verb}", labels=["topic"]

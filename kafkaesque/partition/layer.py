@@ -34,9 +34,9 @@ from kafkaesque.hot.notify import Notifier
 from kafkaesque.log_throttle import LogThrottle, clip
 from kafkaesque.partition.append_policy import PolicyCache
 from kafkaesque.partition.leadership import Leadership
-from kafkaesque.partition.read_types import NO_EPOCH, Traffic
+from kafkaesque.partition.read_types import NO_EPOCH
 from kafkaesque.partition.reads import ReadingPartitions, check_leader_epoch
-from kafkaesque.records.batch import offset_count, split_batches
+from kafkaesque.records.batch import offset_count, record_count, split_batches
 from kafkaesque.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -79,6 +79,32 @@ class FoundOffset:
     leader_epoch: int
 
 
+class TopicTraffic:
+    """Records and bytes appended to (written) and fetched from (read) each topic, as
+    Kafka's BrokerTopicStats: counted here on the produce and fetch paths into plain lists
+    (a lookup and two additions per partition with records), read by the broker's
+    metrics when they are scraped (wire/topic_metrics.py)."""
+
+    def __init__(self) -> None:
+        self.written: dict[str, list[int]] = {}  # topic -> [records, bytes]
+        self.read: dict[str, list[int]] = {}
+
+    def wrote(self, topic: str, batches: Sequence[bytes]) -> None:
+        self._count(self.written, topic, batches)
+
+    def fetched(self, topic: str, batches: Sequence[bytes]) -> None:
+        self._count(self.read, topic, batches)
+
+    @staticmethod
+    def _count(table: dict[str, list[int]], topic: str, batches: Sequence[bytes]) -> None:
+        counts = table.get(topic)
+        if counts is None:
+            counts = table[topic] = [0, 0]
+        for batch in batches:
+            counts[0] += record_count(batch)
+            counts[1] += len(batch)
+
+
 class Partitions(ReadingPartitions):
     """Validated appends, budgeted reads with a long-poll wait, and offset lookups.
 
@@ -100,10 +126,8 @@ class Partitions(ReadingPartitions):
         self.durability = Durability()
         # Set by a broker that watches Redis memory: appends are refused when it is full.
         self.memory: MemoryGuard | None = None
-        # Set by a broker that counts traffic per topic: told of every append's batches
-        # and every fetched partition's (ReadingPartitions._checked).
-        self.on_written: Traffic | None = None
-        self.on_read: Traffic | None = None
+        # Set by a broker that counts records and bytes per topic (its metrics).
+        self.traffic: TopicTraffic | None = None
         # Set by a broker among several: reads of partitions another one leads are
         # refused (NotLeader); its appends are refused in Redis (Log.node).
         self.leadership: Leadership | None = None
@@ -154,8 +178,8 @@ class Partitions(ReadingPartitions):
         append_time: int,
     ) -> Appended:
         """Wake this process' readers at once (others hear it through Redis)."""
-        if self.on_written is not None:
-            self.on_written(topic, batches)
+        if self.traffic is not None:
+            self.traffic.wrote(topic, batches)
         if self.notifier is not None:
             end = appended.base_offsets[-1] + offset_count(batches[-1])
             self.notifier.notify(topic, f"{partition}:{end}")  # as append.lua publishes

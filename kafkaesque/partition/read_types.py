@@ -307,8 +307,3 @@ def grown_requests(
     if not wanted:
         return []
     return [r for r in requests if r.partition in wanted and r.topic in wanted[r.partition]]
-
-
-# A hook told of a topic's batches as they are appended or fetched (the broker's traffic
-# counters): the topic and the batches, whole, as stored.
-Traffic = Callable[[str, Sequence[bytes]], None]

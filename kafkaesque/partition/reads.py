@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from kafkaesque.errors import (
     FencedLeaderEpoch,
@@ -26,10 +27,12 @@ from kafkaesque.partition.read_types import (
     Fetched,
     FetchRequest,
     ReadCache,
-    Traffic,
     grown_requests,
 )
 from kafkaesque.types import TopicPartition
+
+if TYPE_CHECKING:
+    from kafkaesque.partition.layer import TopicTraffic
 
 
 def check_leader_epoch(requested: int, current: int) -> None:
@@ -48,7 +51,7 @@ class ReadingPartitions:
     log: Log
     notifier: Notifier | None
     leadership: Leadership | None
-    on_read: Traffic | None
+    traffic: TopicTraffic | None
 
     async def read(
         self, topic: str, partition: int, offset: int, max_records: int, committed: bool = False
@@ -261,8 +264,8 @@ class ReadingPartitions:
                 )
         except KafkaesqueError as exc:
             return Fetched(exc, end, start, leader_epoch=epoch, last_stable=lso)
-        if result.batches and self.on_read is not None:
-            self.on_read(r.topic, result.batches)
+        if result.batches and self.traffic is not None:
+            self.traffic.fetched(r.topic, result.batches)
         return Fetched(
             None, end, start, result.batches, epoch, last_stable=lso, aborted=result.aborted
         )

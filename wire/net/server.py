@@ -16,6 +16,7 @@ from typing import Any
 
 from kafkaesque.hot.log import Log
 from kafkaesque.log_throttle import LogThrottle, clip
+from kafkaesque.partition.layer import TopicTraffic
 from kafkaesque.security.quota_rates import REFRESH_SECONDS, QuotaManager
 from kafkaesque.tasks import cancel_and_wait
 from wire.broker import Broker, BrokerConfig
@@ -27,7 +28,7 @@ from wire.net.sasl import SaslSettings, SaslState
 from wire.net.security import TLS_HANDSHAKE_TIMEOUT, Listener, distinguished_name
 from wire.net.throttling import Throttling
 from wire.protocol.codec import ConnectionState
-from wire.topic_metrics import Lag, TopicTraffic
+from wire.topic_metrics import Lag, TrafficCounters
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +68,8 @@ class Server:
         self.metrics = metrics or Metrics()
         self.metrics.watch_memory(lambda: broker.memory.use)
         self.metrics.watch_fetch_sessions(broker.fetch_sessions)
-        traffic = TopicTraffic()  # records and bytes in and out per topic
-        broker.partitions.on_written = traffic.wrote
-        broker.partitions.on_read = traffic.fetched
-        self.metrics.registry.register(traffic)
+        traffic = broker.partitions.traffic = TopicTraffic()  # records, bytes per topic
+        self.metrics.registry.register(TrafficCounters(traffic))
         self.budget = RequestBudget(broker.config.queued_max_request_bytes)
         self.throttle = LogThrottle(log)
         self.api_metrics: dict[int, tuple[Any, Any]] = {}  # api key -> its labelled metrics
