@@ -16,7 +16,7 @@ from kafkaesque.groups.coordinator import CoordinatorConfig, GroupCoordinator
 from kafkaesque.hot.compaction import Compactor
 from kafkaesque.hot.high_watermark import HighWatermarks
 from kafkaesque.hot.log import Log
-from kafkaesque.hot.outage import REDIS_CONNECTION_ERRORS, background_step
+from kafkaesque.hot.outage import REDIS, REDIS_CONNECTION_ERRORS, background_step
 from kafkaesque.hot.registry import BrokerInfo, Registry
 from kafkaesque.partition.layer import MAX_MESSAGE_BYTES, Partitions
 from kafkaesque.partition.leadership import Leadership
@@ -235,7 +235,8 @@ class Broker:
             moved = await self.leadership.hand_over()
             await self.registry.deregister()
         except REDIS_CONNECTION_ERRORS as exc:  # the others take over after the timeout
-            log.warning("could not hand partitions over: %s", exc)
+            if not REDIS.stopped():  # stopped for good: the exit says so, once
+                log.warning("could not hand partitions over: %s", exc)
         else:
             if moved:
                 log.info("handed %d partitions over", moved)
