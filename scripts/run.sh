@@ -20,6 +20,9 @@ fi
 # process group), SIGTERM to this script is passed on; either way the broker answers what
 # is in flight and exits, then the servers stop (unless another broker still uses them:
 # `stop` refuses then, and says so).
+# Its Prometheus metrics on a local port (KAFKAESQUE_METRICS to choose another).
+export KAFKAESQUE_METRICS=${KAFKAESQUE_METRICS:-127.0.0.1:9308}
+echo "metrics: http://$KAFKAESQUE_METRICS/metrics" >&2
 .venv/bin/python -m kafkaesque serve &
 broker=$!
 trap 'kill -TERM "$broker" 2>/dev/null || true' INT TERM

@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 from kafkaesque.hot.embedded import EmbeddedRedis
@@ -35,7 +36,13 @@ def checkout(tmp_path: Path) -> Path:
 def test_ctrl_c_on_run_sh_stops_the_embedded_servers(tmp_path: Path, private_home: Path) -> None:
     root = checkout(tmp_path)
     port = free_port()
-    env = {**os.environ, "KAFKAESQUE_LISTEN": f"127.0.0.1:{port}", "PYTHONPATH": str(REPO)}
+    metrics = f"127.0.0.1:{free_port()}"
+    env = {
+        **os.environ,
+        "KAFKAESQUE_LISTEN": f"127.0.0.1:{port}",
+        "KAFKAESQUE_METRICS": metrics,
+        "PYTHONPATH": str(REPO),
+    }
     script = subprocess.Popen(
         ["bash", str(root / "scripts" / "run.sh")],
         env=env,
@@ -45,6 +52,9 @@ def test_ctrl_c_on_run_sh_stops_the_embedded_servers(tmp_path: Path, private_hom
     try:
         wait_for_port(port, script, timeout=120)
         assert EmbeddedRedis(private_home).is_running()
+        # The broker serves its Prometheus metrics on a local port.
+        with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=30) as page:
+            assert b"kafkaesque_connections " in page.read()
         os.killpg(script.pid, signal.SIGINT)  # what Ctrl-C sends: the whole group
         _, stderr = script.communicate(timeout=120)
     finally:
@@ -54,6 +64,7 @@ def test_ctrl_c_on_run_sh_stops_the_embedded_servers(tmp_path: Path, private_hom
     assert script.returncode == 0, stderr.decode()
     assert "Traceback" not in stderr.decode()
     assert "stopped PostgreSQL and Valkey" in stderr.decode()
+    assert f"metrics: http://{metrics}/metrics" in stderr.decode()
     assert not EmbeddedRedis(private_home).is_running()
     # SIGTERM to the script does the same.
     script = subprocess.Popen(

@@ -115,7 +115,9 @@ def listeners_option(
 @click.option(
     "--metrics",
     callback=metrics_address,
-    help="Serve Prometheus metrics on [HOST:]PORT (127.0.0.1 unless a host is given).",
+    envvar="KAFKAESQUE_METRICS",
+    help="Serve Prometheus metrics on [HOST:]PORT (127.0.0.1 unless a host is given; env "
+    "KAFKAESQUE_METRICS): per API, per topic, consumer lag, the archive's lag.",
 )
 @click.option(
     "--request-timeout-ms",
