@@ -11,6 +11,7 @@ import click
 
 from kafkaesque.cli.base import Context, main, option_group, pass_context, run_async
 from kafkaesque.cli.output import echo_rows, format_option
+from kafkaesque.cli.wire import wire_client
 from kafkaesque.errors import InvalidRequest
 from kafkaesque.hot.acl_store import AclStore
 from kafkaesque.security.acls import (
@@ -108,6 +109,13 @@ def store(ctx: Context) -> AclStore:
     return log.stores.acls
 
 
+async def matching(ctx: Context, wanted: list[AclFilter]) -> set[AclBinding]:
+    """The ACLs any of the filters matches: from the store, or DescribeAcls (-b)."""
+    if ctx.wire is not None:
+        return wire_client(ctx.wire).describe_acls(wanted)
+    return {b for b in await store(ctx).read() if any(f.matches(b) for f in wanted)}
+
+
 def show(binding: AclBinding) -> list[object]:
     return [
         f"{binding.resource_type.name}:{binding.pattern_type.name}:{binding.name}",
@@ -152,7 +160,10 @@ async def add_acls(ctx: Context, resource_pattern_type: str, **options: Any) -> 
         ]
     except InvalidRequest as exc:
         raise click.UsageError(str(exc)) from None
-    await store(ctx).add(bindings)
+    if ctx.wire is not None:
+        wire_client(ctx.wire).create_acls(bindings)
+    else:
+        await store(ctx).add(bindings)
     for binding in bindings:
         click.echo(f"added {binding.describe()}")
 
@@ -193,7 +204,7 @@ async def list_acls(
 ) -> None:
     """List the ACLs of the given resources and principals (all without any)."""
     wanted = filters(options, resource_pattern_type)
-    found = sorted({b for b in await store(ctx).read() if any(f.matches(b) for f in wanted)})
+    found = sorted(await matching(ctx, wanted))
     headers = ["RESOURCE", "PRINCIPAL", "HOST", "OPERATION", "PERMISSION"]
     # on stderr: stdout stays a table, empty
     echo_rows(output_format, headers, [show(b) for b in found], empty="no ACLs")
@@ -213,14 +224,16 @@ async def remove_acls(
     if not resources(options):
         raise click.UsageError("give a resource: --topic, --group, --cluster or --transactional-id")
     wanted = filters(options, resource_pattern_type)
-    acl_store = store(ctx)
-    found = sorted({b for b in await acl_store.read() if any(f.matches(b) for f in wanted)})
+    found = sorted(await matching(ctx, wanted))
     if not found:
         raise click.ClickException("no ACL matches")
     if not force:
         for binding in found:
             click.echo(binding.describe())
         click.confirm(f"Remove these {len(found)} ACLs?", abort=True)
-    removed = {b for gone in await acl_store.remove(wanted) for b in gone}
+    if ctx.wire is not None:
+        removed = wire_client(ctx.wire).delete_acls(wanted)
+    else:
+        removed = {b for gone in await store(ctx).remove(wanted) for b in gone}
     for binding in sorted(removed):
         click.echo(f"removed {binding.describe()}")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from kafkaesque.cli.wire import WireSettings, bootstrap_option, wire_settings
 from kafkaesque.config.topic_config import check_topic_name
 from kafkaesque.errors import KafkaesqueError
 from kafkaesque.groups.coordinator import GroupCoordinator
@@ -79,6 +80,8 @@ class Context:
         self._archives: list[Archive] = []
         self._redis: EmbeddedRedis | None = None
         self._postgres: EmbeddedPostgres | None = None
+        # -b: the wire mode's settings (kafkaesque/cli/wire.py); None: the direct mode
+        self.wire: WireSettings | None = None
 
     def embedded_postgres(self) -> EmbeddedPostgres:
         from storage_pg.embedded import EmbeddedPostgres
@@ -441,6 +444,22 @@ def option_group(*decorators: Callable[[Command], Command]) -> Callable[[Command
     help="A file holding the password of --redis-url (its first line), when the URL has "
     "none. Default: the REDIS_PASSWORD environment variable, if set.",
 )
+@click.option(
+    "-b",
+    "--bootstrap-server",
+    envvar="KAFKAESQUE_BOOTSTRAP_SERVER",
+    callback=bootstrap_option,
+    metavar="HOST:PORT[,...]",
+    help="Speak the Kafka protocol to these brokers instead of reaching Redis (the wire "
+    "mode of produce, consume, topics, describe, create, delete, alter, delete-records, "
+    "groups, group, users, acls).",
+)
+@click.option(
+    "--command-config",
+    type=click.Path(exists=True, dir_okay=False),
+    help="With -b: the client's properties, key=value lines in librdkafka's names "
+    "(security.protocol, sasl.mechanism, sasl.username, ssl.ca.location, ...).",
+)
 @click.option("-v", "--verbose", count=True, help="Log details to stderr (-v: INFO, -vv: DEBUG).")
 @click.version_option(package_name="kafkaesque")
 @click.pass_context
@@ -450,6 +469,8 @@ def main(
     home: str | None,
     pg_dsn: str | None,
     redis_password_file: Any,
+    bootstrap_server: str | None,
+    command_config: str | None,
     verbose: int,
 ) -> None:
     """A Kafka-compatible log service whose hot data lives in Redis."""
@@ -465,6 +486,7 @@ def main(
     if redis_url is not None and urllib.parse.urlsplit(redis_url).password is not None:
         password = None  # the URL's own wins
     ctx.obj = Context(redis_url, home, pg_dsn, password)
+    ctx.obj.wire = wire_settings(bootstrap_server, command_config, ctx.invoked_subcommand)
 
 
 pass_context = click.make_pass_decorator(Context)

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import datetime
 import re
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from kafkaesque.cli.base import Context, group_id_option, main, pass_context, run_async
+from kafkaesque.cli.group_view import CLASSIC, CONSUMER, GroupView, MemberView
 from kafkaesque.cli.output import JSON, echo_json, echo_rows, format_option
+from kafkaesque.cli.wire import no_wire_form, wire_client
 from kafkaesque.errors import Code, KafkaesqueError
 from kafkaesque.groups.consumer import ConsumerGroupCoordinator
 from kafkaesque.groups.coordinator import GroupCoordinator, decode_consumer_assignment
@@ -20,8 +22,8 @@ from kafkaesque.hot.log import Log
 from kafkaesque.tables import json_rows, plural
 from kafkaesque.types import TopicPartition
 
-CLASSIC = "classic"  # ListGroups v5's group types
-CONSUMER = "consumer"
+if TYPE_CHECKING:
+    from kafkaesque.cli.wire_client import WireClient
 
 OFFSET_HEADERS = [
     "TOPIC",
@@ -36,42 +38,6 @@ OFFSET_HEADERS = [
 ]
 MEMBER_HEADERS = ["CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"]
 RESET_HEADERS = ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]
-
-
-@dataclass
-class MemberView:
-    member_id: str
-    instance_id: str | None
-    client_id: str
-    host: str
-    assignment: dict[str, list[int]]
-
-
-@dataclass
-class GroupView:
-    """A group as the coordinators hold it, of either protocol."""
-
-    group: str
-    type: str
-    state: str
-    protocol_type: str
-    protocol: str
-    generation: int  # a consumer group's: its epoch
-    members: list[MemberView] = field(default_factory=list)
-
-    def owners(self) -> dict[TopicPartition, MemberView]:
-        return {(t, p): m for m in self.members for t, parts in m.assignment.items() for p in parts}
-
-    def header(self) -> dict[str, object]:
-        generation = "generation" if self.type == CLASSIC else "epoch"
-        return {
-            "group": self.group,
-            "type": self.type,
-            "state": self.state,
-            "protocol_type": self.protocol_type,
-            "protocol": self.protocol,
-            generation: self.generation,
-        }
 
 
 async def load_group(log: Log, coordinator: GroupCoordinator, group: str) -> GroupView | None:
@@ -129,8 +95,11 @@ async def listing(log: Log, coordinator: GroupCoordinator) -> list[GroupView]:
 @run_async
 async def list_groups(ctx: Context, output_format: str) -> None:
     """List the groups, classic and consumer (KIP-848): state and type."""
-    log = ctx.log()
-    rows = [[g.group, g.state, g.type] for g in await listing(log, ctx.groups(log))]
+    if ctx.wire is not None:
+        rows = wire_client(ctx.wire).list_groups()
+    else:
+        log = ctx.log()
+        rows = [[g.group, g.state, g.type] for g in await listing(log, ctx.groups(log))]
     # on stderr: stdout stays a table, empty
     echo_rows(output_format, ["GROUP", "STATE", "TYPE"], rows, empty="no consumer groups")
 
@@ -242,6 +211,10 @@ async def describe_group(
         )
     if delete and (resets or topic is not None or show_members):
         raise click.UsageError("--delete takes the GROUP alone")
+    if ctx.wire is not None:
+        no_wire_form(ctx.wire, **{r.lstrip("-").replace("-", "_"): True for r in resets})
+        over_the_wire(wire_client(ctx.wire), group, topic, show_members, delete, output_format)
+        return
     log = ctx.log()
     coordinator = ctx.groups(log)
     if delete:
@@ -271,46 +244,108 @@ async def describe_group(
     if all_groups:
         views = await listing(log, coordinator)
         documents = [await describe(log, coordinator, v, topic) for v in views]
-        if output_format == JSON:
-            echo_json(documents)
-            return
-        if not views:
-            click.echo("no consumer groups", err=True)
-        for i, document in enumerate(documents):
-            if i:
-                click.echo()
-            show(document, show_members)
+        show_all(documents, show_members, output_format)
         return
     assert group is not None
     view = await load_group(log, coordinator, group)
     if view is None:
         raise click.ClickException(f"no such group: {group}")
-    document = await describe(log, coordinator, view, topic)
+    show_one(await describe(log, coordinator, view, topic), show_members, output_format)
+
+
+def show_all(documents: list[dict[str, Any]], show_members: bool, output_format: str) -> None:
+    """group --all-groups: every group's document, as JSON (a list) or for people."""
+    if output_format == JSON:
+        echo_json(documents)
+        return
+    if not documents:
+        click.echo("no consumer groups", err=True)
+    for i, document in enumerate(documents):
+        if i:
+            click.echo()
+        show(document, show_members)
+
+
+def show_one(document: dict[str, Any], show_members: bool, output_format: str) -> None:
     if output_format == JSON:
         echo_json(document)
     else:
         show(document, show_members)
 
 
+def over_the_wire(
+    client: WireClient,
+    group: str | None,
+    topic: str | None,
+    show_members: bool,
+    delete: bool,
+    output_format: str,
+) -> None:
+    """group in wire mode: the same documents, from the Kafka admin API."""
+    if delete:
+        assert group is not None
+        deleted(group, client.delete_group(group))
+        return
+    if topic is not None:
+        client.partition_count(topic)  # an unknown topic is an error, not an empty table
+
+    def document(view: GroupView) -> dict[str, Any]:
+        committed = client.committed(view.group)
+        tps = partitions_of(view, committed, topic)
+        return group_document(view, committed, client.bounds(tps), topic)
+
+    if group is None:
+        views = [client.describe_group(str(row[0])) for row in client.list_groups()]
+        documents = [document(v) for v in views if v is not None]
+        show_all(documents, show_members, output_format)
+        return
+    view = client.describe_group(group)
+    if view is None:
+        raise click.ClickException(f"no such group: {group}")
+    show_one(document(view), show_members, output_format)
+
+
+def partitions_of(
+    view: GroupView, committed: Mapping[TopicPartition, object], topic: str | None
+) -> list[TopicPartition]:
+    """The partitions a group's description covers: those it has offsets of or owns (of
+    ``topic`` only, if given)."""
+    partitions = sorted(set(committed) | set(view.owners()))
+    if topic is not None:
+        partitions = [tp for tp in partitions if tp[0] == topic]
+    return partitions
+
+
 async def describe(
     log: Log, coordinator: GroupCoordinator, view: GroupView, topic: str | None
 ) -> dict[str, Any]:
-    """The group as a JSON document: its header, members, and per partition (of ``topic``,
-    else every one it has offsets of or owns) its offsets, lag and owner."""
-    owners = view.owners()
-    committed = await coordinator.admin.committed(view.group)
-    partitions = sorted(set(committed) | set(owners))
-    if topic is not None:
-        partitions = [tp for tp in partitions if tp[0] == topic]
-    rows = []
-    for t, p in partitions:
+    """The group's document (``group_document``), from the coordinators and the log."""
+    committed = {tp: c.offset for tp, c in (await coordinator.admin.committed(view.group)).items()}
+    bounds: dict[TopicPartition, tuple[int | None, int | None]] = {}
+    for t, p in partitions_of(view, committed, topic):
         try:
             end: int | None = (await log.state(t, p)).log_end
             start: int | None = await log.earliest_offset(t, p)  # the archive's, if any
         except KafkaesqueError:  # the topic is gone
             end = start = None
-        c = committed.get((t, p))
-        current = c.offset if c is not None else None
+        bounds[t, p] = (start, end)
+    return group_document(view, committed, bounds, topic)
+
+
+def group_document(
+    view: GroupView,
+    committed: Mapping[TopicPartition, int],
+    bounds: Mapping[TopicPartition, tuple[int | None, int | None]],
+    topic: str | None,
+) -> dict[str, Any]:
+    """The group as a JSON document: its header, members, and per partition (of ``topic``,
+    else every one it has offsets of or owns) its offsets (``bounds``: log start and end,
+    None for a topic that is gone), lag and owner."""
+    owners = view.owners()
+    rows = []
+    for t, p in partitions_of(view, committed, topic):
+        start, end = bounds.get((t, p), (None, None))
+        current = committed.get((t, p))
         lag = end - current if current is not None and end is not None else None
         owner = owners.get((t, p))
         rows.append(
@@ -348,8 +383,8 @@ def show(document: dict[str, Any], show_members: bool) -> None:
         click.echo(f"{key:<12}{document[key]}")
     click.echo(f"{'protocol':<12}{document['protocol_type'] or '-'}/{document['protocol'] or '-'}")
     for key in ("generation", "epoch"):
-        if key in document:
-            click.echo(f"{key:<12}{document[key]}")
+        if key in document:  # None: not told (the wire mode's DescribeGroups)
+            click.echo(f"{key:<12}{'-' if document[key] is None else document[key]}")
     members = document["members"]
     click.echo(f"{'members':<12}{len(members)}")
     if show_members:
@@ -396,14 +431,19 @@ async def delete_group(log: Log, coordinator: GroupCoordinator, group: str) -> N
     if code == Code.GROUP_ID_NOT_FOUND:  # a consumer group (KIP-848), if any
         refused = await ConsumerGroupCoordinator(log).delete(group)
         code = code if refused is None else refused
-    if code == Code.GROUP_ID_NOT_FOUND:
+    deleted(group, code.name)
+
+
+def deleted(group: str, code: str) -> None:
+    """What DeleteGroups answered (an error code's name), said: NONE is done."""
+    if code == "GROUP_ID_NOT_FOUND":
         raise click.ClickException(f"no such group: {group}")
-    if code == Code.NON_EMPTY_GROUP:
+    if code == "NON_EMPTY_GROUP":
         raise click.ClickException(
             f"group {group} is not empty (NON_EMPTY_GROUP): its members must leave first"
         )
-    if code != Code.NONE:
-        raise click.ClickException(f"group {group} was not deleted: {code.name}")
+    if code != "NONE":
+        raise click.ClickException(f"group {group} was not deleted: {code}")
     click.echo(f"deleted group {group}", err=True)
 
 

@@ -11,7 +11,8 @@ import re
 import signal
 import stat
 import sys
-from typing import Any, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
@@ -23,8 +24,15 @@ from kafkaesque.cli.base import (
     run_async,
     topic_argument,
 )
-from kafkaesque.cli.line_consumer import FORMAT_TOKENS, Consumer, GroupMember, compile_format
+from kafkaesque.cli.line_consumer import (
+    FORMAT_TOKENS,
+    FORMATS,
+    Consumer,
+    GroupMember,
+    compile_format,
+)
 from kafkaesque.cli.line_producer import BadLine, LineProducer
+from kafkaesque.cli.wire import no_wire_form, wire_client
 from kafkaesque.config.topic_config import check_topic_name
 from kafkaesque.errors import KafkaesqueError, UnknownTopic
 from kafkaesque.groups.coordinator import GroupCoordinator
@@ -32,6 +40,9 @@ from kafkaesque.groups.types import CoordinatorConfig
 from kafkaesque.partition.layer import LATEST, Partitions
 from kafkaesque.records.batch import Compression
 from kafkaesque.tables import plural
+
+if TYPE_CHECKING:
+    from kafkaesque.cli.wire_client import WireClient
 
 
 def _header_option(
@@ -135,25 +146,31 @@ async def produce(
         ):
             if given:
                 raise click.UsageError(f"--format json and {name} exclude each other")
-    log = ctx.log()
-    await ctx.bind_archives()  # a read from offset 0 may never touch the archive
-    config = await log.topic(topic)
-    if partition is not None and partition >= config.partitions:
-        raise click.BadParameter(
-            f"topic {topic} has {plural(config.partitions, 'partition')}", param_hint="--partition"
-        )
-    producer = LineProducer(
-        log,
-        config,
+    options: dict[str, Any] = dict(
         batch_size=batch_size,
         partition=partition,
         key_separator=separator,
-        compression=Compression[compression.upper()],
         headers=headers,
         headers_delimiter=delimiter,
         null_marker=None if null_marker is None else os.fsencode(null_marker),
         json_lines=fmt == "json",
     )
+    producer: LineProducer
+    if ctx.wire is not None:
+        from kafkaesque.cli.wire_client import WireLineProducer
+
+        client = wire_client(ctx.wire)
+        count = client.partition_count(topic)
+        _check_partition(topic, count, partition)
+        producer = WireLineProducer(client, topic, count, compression_name=compression, **options)
+    else:
+        log = ctx.log()
+        await ctx.bind_archives()  # a read from offset 0 may never touch the archive
+        config = await log.topic(topic)
+        _check_partition(topic, config.partitions, partition)
+        producer = LineProducer(
+            log, config, compression=Compression[compression.upper()], **options
+        )
     size = _file_size(file)
     try:
         if size and sys.stderr.isatty():
@@ -174,6 +191,13 @@ async def produce(
         f"in {summary.seconds:.2f} s ({rate:,.0f} records/s)",
         err=True,
     )
+
+
+def _check_partition(topic: str, partitions: int, partition: int | None) -> None:
+    if partition is not None and partition >= partitions:
+        raise click.BadParameter(
+            f"topic {topic} has {plural(partitions, 'partition')}", param_hint="--partition"
+        )
 
 
 def _file_size(file: Any) -> int | None:
@@ -354,14 +378,41 @@ async def consume(
             raise click.BadParameter(str(exc), param_hint="--format-string") from None
     timestamp = None if from_time is None else parse_time(from_time)
     read_committed = isolation == "read_committed"
+    if ctx.wire is not None:
+        no_wire_form(ctx.wire, on_truncation=on_truncation != "error")
+
+        def where(tp: tuple[str, int]) -> int | str | None:
+            """The start options as the wire client takes them (None: none given)."""
+            if start == "beginning" or from_beginning:
+                return "beginning"
+            if start == "end" or from_end:
+                return "end"
+            if isinstance(start, int):
+                return start
+            if last is not None:
+                return f"last:{last}"
+            return None if timestamp is None else f"time:{timestamp}"
+
+        _consume_wire(
+            wire_client(ctx.wire, tolerate_down=follow),
+            topics,
+            pattern,
+            partition,
+            where,
+            group=group,
+            follow=follow,
+            max_records=max_records,
+            fetch_size=fetch_size,
+            isolation=isolation,
+            formatter=formatter or FORMATS[fmt or "value"],
+            line_end=b"" if formatter is not None else b"\n",
+        )
+        return
     log = ctx.log()
     await ctx.bind_archives()  # a read from offset 0 may never touch the archive
     configs = {t: await log.topic(t) for t in dict.fromkeys(topics)}
-    if partition is not None and partition >= configs[topics[0]].partitions:
-        raise click.BadParameter(
-            f"topic {topics[0]} has {plural(configs[topics[0]].partitions, 'partition')}",
-            param_hint="--partition",
-        )
+    if partition is not None:
+        _check_partition(topics[0], configs[topics[0]].partitions, partition)
     named = list(configs)
     layer = Partitions(log)
 
@@ -537,5 +588,43 @@ async def consume(
             await member.leave()
         if coordinator is not None:
             await coordinator.stop()
+    if terminated:
+        sys.exit(128 + signal.SIGTERM)
+
+
+def _consume_wire(
+    client: WireClient,
+    topics: tuple[str, ...],
+    pattern: str | None,
+    partition: int | None,
+    where: Callable[[tuple[str, int]], int | str | None],
+    **options: Any,
+) -> None:
+    """consume in wire mode: the records printed as the direct mode prints them; SIGTERM
+    and Ctrl-C leave the group first."""
+    if partition is not None:
+        _check_partition(topics[0], client.partition_count(topics[0]), partition)
+    terminated = False
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        nonlocal terminated
+        terminated = True
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        client.consume(
+            topics,
+            pattern,
+            partition,
+            where,
+            out=sys.stdout.buffer,
+            stopped=lambda: terminated,
+            **options,
+        )
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, as Unix tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if terminated:
         sys.exit(128 + signal.SIGTERM)

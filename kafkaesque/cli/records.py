@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from kafkaesque.cli.base import Context, main, pass_context, run_async, topic_argument
+from kafkaesque.cli.wire import wire_client
 from kafkaesque.hot.log import HIGH_WATERMARK
 from kafkaesque.tables import plural
+
+if TYPE_CHECKING:
+    from kafkaesque.cli.wire_client import WireClient
 
 _END = "end"
 
@@ -49,6 +55,9 @@ async def delete_records(
     """Delete TOPIC's records below an offset, in Redis and in the archive, for good (as
     kafka-delete-records). A partition whose log already starts at or after it stays; an
     offset past any partition's end changes none."""
+    if ctx.wire is not None:
+        over_the_wire(wire_client(ctx.wire), topic, partitions, before)
+        return
     log = ctx.log()
     config = await log.topic(topic)
     wanted = sorted(set(partitions)) or range(config.partitions)
@@ -74,3 +83,27 @@ async def delete_records(
         was = await log.earliest_offset(topic, p)
         now = await log.delete_records(topic, p, before)
         click.echo(f"{topic}[{p}]: log start {was} -> {now}", err=True)
+
+
+def over_the_wire(client: WireClient, topic: str, partitions: tuple[int, ...], before: int) -> None:
+    """delete-records in wire mode (DeleteRecords): the same checks first, all or nothing."""
+    count = client.partition_count(topic)
+    wanted = sorted(set(partitions)) or list(range(count))
+    if any(p >= count for p in wanted):
+        raise click.BadParameter(
+            f"topic {topic} has {plural(count, 'partition')}", param_hint="--partition"
+        )
+    tps = [(topic, p) for p in wanted]
+    if before != HIGH_WATERMARK:
+        ends = client.list_offsets(tps, "latest")
+        past = [(p, ends[topic, p].offset) for p in wanted if before > ends[topic, p].offset]
+        if past:
+            listed = ", ".join(f"{topic}[{p}] ends at {end}" for p, end in past)
+            raise click.ClickException(
+                f"offset {before} is past the log end of {plural(len(past), 'partition')} "
+                f"({listed}); nothing was deleted"
+            )
+    starts = client.list_offsets(tps, "earliest")
+    now = client.delete_records(topic, {p: before for p in wanted})
+    for p in wanted:
+        click.echo(f"{topic}[{p}]: log start {starts[topic, p].offset} -> {now[p]}", err=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import contextlib
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -17,6 +18,7 @@ from kafkaesque.cli.base import (
     topic_argument,
 )
 from kafkaesque.cli.output import JSON, echo_document, echo_rows, format_option
+from kafkaesque.cli.wire import wire_client
 from kafkaesque.config.topic_config import (
     DEFAULT_PAGE_SIZE,
     MAX_PARTITIONS,
@@ -27,7 +29,11 @@ from kafkaesque.config.topic_config import (
 )
 from kafkaesque.config.topic_config import describe as describe_configs
 from kafkaesque.errors import InvalidConfig
+from kafkaesque.hot.log import Log
 from kafkaesque.tables import json_rows, plural
+
+if TYPE_CHECKING:
+    from kafkaesque.cli.wire_client import TopicInfo
 
 
 def kafka_uuid(value: bytes) -> str:
@@ -86,6 +92,18 @@ async def create(
     max_pages: int | None,
 ) -> None:
     """Create TOPIC."""
+    if ctx.wire is not None:
+        settings = dict(configs)
+        for name, value in (
+            ("kafkaesque.page.size", page_size),
+            ("retention.ms", None if ttl is None else ttl * 1000 or -1),
+            ("kafkaesque.max.pages", max_pages),
+        ):
+            if value is not None:
+                settings[name] = str(value)
+        wire_client(ctx.wire).create_topic(topic, partitions, settings)
+        click.echo(f"created topic {topic} with {plural(partitions, 'partition')}", err=True)
+        return
     config = TopicConfig(topic, partitions, page_size, ttl, max_pages, configs=configs)
     with bad_config_is_usage_error():
         config.validate()
@@ -105,21 +123,34 @@ async def create(
 @run_async
 async def topics(ctx: Context, output_format: str) -> None:
     """List topics (JSON: name, partitions, topic id)."""
-    log = ctx.log()
-    names = await log.list_topics()
-    if output_format == JSON:
-        configs = {c.name: c for c in await log.topic_configs()}
-        rows = [
-            [n, configs[n].partitions, kafka_uuid(configs[n].topic_id)]
-            for n in names
-            if n in configs
-        ]
+    details = output_format == JSON
+    if ctx.wire is not None:
+        rows = wire_client(ctx.wire).topic_rows(details)
+    else:
+        rows = await topic_rows(ctx.log(), details)
+    if details:
+        rows = [row for row in rows if row[1] is not None]  # deleted meanwhile
         echo_rows(output_format, ["NAME", "PARTITIONS", "TOPIC ID"], rows)
         return
-    for name in names:
-        click.echo(name)
-    if not names:  # on stderr: stdout stays a list, empty
+    for row in rows:
+        click.echo(row[0])
+    if not rows:  # on stderr: stdout stays a list, empty
         click.echo("no topics", err=True)
+
+
+async def topic_rows(log: Log, details: bool) -> list[list[object]]:
+    """Every topic: [name, partitions, topic id] (with ``details``; else the name and
+    None; None too for a topic deleted meanwhile)."""
+    names = await log.list_topics()
+    if not details:
+        return [[n, None, None] for n in names]
+    configs = {c.name: c for c in await log.topic_configs()}
+    return [
+        [n, configs[n].partitions, kafka_uuid(configs[n].topic_id)]
+        if n in configs
+        else [n, None, None]
+        for n in names
+    ]
 
 
 @main.command()
@@ -130,7 +161,26 @@ async def topics(ctx: Context, output_format: str) -> None:
 async def describe(ctx: Context, topic: str, output_format: str) -> None:
     """Show TOPIC's config, the cluster id, Redis' memory headroom and, per partition,
     offsets, pages, bytes held, the broker leading it and its leader epoch."""
-    log = ctx.log()
+    if ctx.wire is not None:
+        document = wire_document(wire_client(ctx.wire).describe_topic(topic))
+    else:
+        document = await topic_document(ctx.log(), topic)
+    show_topic(document, output_format)
+
+
+PARTITION_HEADERS = [
+    "partition",
+    "start_offset",
+    "end_offset",
+    "pages",
+    "bytes",
+    "leader",
+    "epoch",
+]
+
+
+async def topic_document(log: Log, topic: str) -> dict[str, Any]:
+    """describe's document, from the log (direct mode)."""
     config = await log.topic(topic)
     cluster = await log.stores.cluster_id()
     memory = (await log.stores.memory_use()).describe()
@@ -143,30 +193,11 @@ async def describe(ctx: Context, topic: str, output_format: str) -> None:
     leaders = await log.leaders([(topic, p) for p in range(config.partitions)])
     for p, seen in enumerate(leaders):
         s = await log.state(topic, p)
-        leader = seen[0] if seen is not None and seen[0] else None  # None: no broker yet
+        # None: no broker yet
+        leader = int(seen[0]) if seen is not None and str(seen[0]).isdigit() else None
         rows.append([p, s.log_start, s.log_end, s.pages, s.bytes, leader, s.leader_epoch])
-    headers = ["partition", "start_offset", "end_offset", "pages", "bytes", "leader", "epoch"]
     gaps = [] if log.cold is None else await log.cold.dropped_ranges(topic)
-
-    def text() -> None:
-        click.echo(f"topic       {config.name}")
-        click.echo(f"topic id    {kafka_uuid(config.topic_id)}")
-        click.echo(f"cluster id  {cluster}")
-        click.echo(f"partitions  {config.partitions}")
-        click.echo(f"page size   {config.page_size} records")
-        click.echo(f"ttl         {config.ttl or 'none'}{' s' if config.ttl else ''}")
-        click.echo(f"max pages   {config.max_pages or 'no limit'}")
-        for name, value, origin in configs:
-            click.echo(f"config      {name}={value} ({origin})")
-        click.echo(f"redis       {memory}")
-        echo_rows(output_format, headers, rows)
-        for p, first, last in gaps:
-            click.echo(
-                f"gap: partition {p} offsets {first}..{last} "
-                "(dropped by retention before archiving)"
-            )
-
-    document = {
+    return {
         "topic": config.name,
         "topic_id": kafka_uuid(config.topic_id),
         "cluster_id": cluster,
@@ -176,9 +207,67 @@ async def describe(ctx: Context, topic: str, output_format: str) -> None:
         "max_pages": config.max_pages or None,
         "configs": [{"name": n, "value": v, "source": o} for n, v, o in configs],
         "redis": memory,
-        "partition_states": json_rows(headers, rows),
+        "partition_states": json_rows(PARTITION_HEADERS, rows),
         "gaps": [{"partition": p, "first": f, "last": last} for p, f, last in gaps],
     }
+
+
+def wire_document(info: TopicInfo) -> dict[str, Any]:
+    """describe's document, from what the Kafka admin API tells (wire mode): no Redis
+    memory, pages, bytes or archive gaps (null); the kafkaesque settings from the topic's
+    configs, where the broker has them."""
+    values = {name: value for name, value, _ in info.configs}
+
+    def number(name: str) -> int | None:
+        try:
+            return int(values[name])
+        except (KeyError, ValueError):
+            return None
+
+    retention = number("retention.ms")
+    rows = [[p.partition, p.start, p.end, None, None, p.leader, p.epoch] for p in info.partitions]
+    return {
+        "topic": info.name,
+        "topic_id": info.topic_id,
+        "cluster_id": info.cluster_id,
+        "partitions": len(info.partitions),
+        "page_size": number("kafkaesque.page.size"),
+        "ttl_s": (retention // 1000 or None) if retention is not None and retention > 0 else None,
+        "max_pages": number("kafkaesque.max.pages") or None,
+        "configs": [
+            {"name": n, "value": v, "source": o} for n, v, o in info.configs if o != "default"
+        ],
+        "redis": None,
+        "partition_states": json_rows(PARTITION_HEADERS, rows),
+        "gaps": [],
+    }
+
+
+def show_topic(document: dict[str, Any], output_format: str) -> None:
+    """describe's output: the document as JSON, or for people."""
+
+    def text() -> None:
+        click.echo(f"topic       {document['topic']}")
+        click.echo(f"topic id    {document['topic_id']}")
+        click.echo(f"cluster id  {document['cluster_id']}")
+        click.echo(f"partitions  {document['partitions']}")
+        if document["page_size"] is not None:
+            click.echo(f"page size   {document['page_size']} records")
+        ttl = document["ttl_s"]
+        click.echo(f"ttl         {ttl or 'none'}{' s' if ttl else ''}")
+        click.echo(f"max pages   {document['max_pages'] or 'no limit'}")
+        for entry in document["configs"]:
+            click.echo(f"config      {entry['name']}={entry['value']} ({entry['source']})")
+        if document["redis"] is not None:
+            click.echo(f"redis       {document['redis']}")
+        rows = [list(row.values()) for row in document["partition_states"]]
+        echo_rows(output_format, PARTITION_HEADERS, rows)
+        for gap in document["gaps"]:
+            click.echo(
+                f"gap: partition {gap['partition']} offsets {gap['first']}..{gap['last']} "
+                "(dropped by retention before archiving)"
+            )
+
     echo_document(output_format, document, text)
 
 
@@ -188,6 +277,10 @@ async def describe(ctx: Context, topic: str, output_format: str) -> None:
 @run_async
 async def delete(ctx: Context, topic: str) -> None:
     """Delete TOPIC and all its records."""
+    if ctx.wire is not None:
+        wire_client(ctx.wire).delete_topic(topic)
+        click.echo(f"deleted topic {topic}", err=True)
+        return
     log = ctx.log()
     await log.delete_topic(topic)
     await ctx.groups(log).admin.forget_topic(topic)
@@ -226,6 +319,18 @@ async def alter(
         (AlterOp.SET, k, v) for k, v in configs.items()
     ]
     operations += [(AlterOp.DELETE, k, None) for k in deleted]
+    if ctx.wire is not None:
+        client = wire_client(ctx.wire)
+        count = client.partition_count(topic)
+        client.alter_topic(topic, partitions, configs, deleted)
+        if partitions is not None and partitions != count:
+            click.echo(f"topic {topic}: {count} -> {plural(partitions, 'partition')}", err=True)
+        if operations:
+            now = client.topic_configs(topic)
+            for name in sorted({k for _, k, _ in operations}):
+                value, source = now.get(name, ("-", "default"))
+                click.echo(f"topic {topic}: {name}={value} ({source})", err=True)
+        return
     log = ctx.log()
     before = await log.topic(topic)
     with bad_config_is_usage_error():

@@ -11,6 +11,7 @@ import click
 
 from kafkaesque.cli.base import Context, main, pass_context, run_async
 from kafkaesque.cli.output import echo_rows, format_option
+from kafkaesque.cli.wire import wire_client
 from kafkaesque.hot.credentials import CredentialStore, mechanism_named
 from kafkaesque.security.scram import DEFAULT_ITERATIONS, MAX_ITERATIONS, MECHANISMS, new_credential
 
@@ -79,6 +80,10 @@ async def add_user(
         raise click.BadParameter("a user name must not be empty", param_hint="NAME")
     password = read_password(password_stdin, password_env)
     scram = mechanism_named(mechanism)
+    if ctx.wire is not None:
+        wire_client(ctx.wire).set_user(name, scram.name, iterations, password)
+        click.echo(f"user {name}: {scram.name} credential set ({iterations} iterations)")
+        return
     await store(ctx).put(name, new_credential(scram, password, iterations))
     click.echo(f"user {name}: {scram.name} credential set ({iterations} iterations)")
 
@@ -89,10 +94,13 @@ async def add_user(
 @run_async
 async def list_users(ctx: Context, output_format: str) -> None:
     """The users and their mechanisms (never a secret)."""
-    found = await store(ctx).users()
-    rows: list[list[object]] = [
-        [user, c.mechanism.name, c.iterations] for user, creds in found.items() for c in creds
-    ]
+    if ctx.wire is not None:
+        rows = wire_client(ctx.wire).users()
+    else:
+        found = await store(ctx).users()
+        rows = [
+            [user, c.mechanism.name, c.iterations] for user, creds in found.items() for c in creds
+        ]
     echo_rows(output_format, ["USER", "MECHANISM", "ITERATIONS"], rows, empty="no users")
 
 
@@ -107,6 +115,15 @@ async def list_users(ctx: Context, output_format: str) -> None:
 @run_async
 async def delete_user(ctx: Context, name: str, mechanism: str | None) -> None:
     """Delete a user's credentials: its connections fail their next re-authentication."""
+    if ctx.wire is not None:
+        client = wire_client(ctx.wire)
+        if mechanism is not None:
+            gone = [mechanism_named(mechanism).name]
+        else:
+            gone = client.user_mechanisms(name)
+        client.delete_user(name, gone)
+        click.echo(f"user {name}: deleted {', '.join(gone)}")
+        return
     credentials = store(ctx)
     if mechanism is not None:
         await credentials.delete(name, mechanism_named(mechanism))
