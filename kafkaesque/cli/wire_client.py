@@ -9,6 +9,7 @@ error by its Kafka name (``TOPIC_ALREADY_EXISTS: ...``), an unreachable broker a
 
 from __future__ import annotations
 
+import base64
 import logging
 import re
 import time
@@ -117,6 +118,15 @@ def describe_error(err: KafkaError, bootstrap: str) -> str:
     if not text or text == name:
         return name.lstrip("_")
     return f"{name.lstrip('_')}: {text}"
+
+
+def kafka_id(uuid: Any) -> str:
+    """A confluent-kafka Uuid as Kafka prints one: URL-safe base64, unpadded (librdkafka's
+    str() uses standard base64, with + and /)."""
+    mask = (1 << 64) - 1
+    value = (uuid.get_most_significant_bits() & mask) << 64
+    value |= uuid.get_least_significant_bits() & mask
+    return base64.urlsafe_b64encode(value.to_bytes(16, "big")).rstrip(b"=").decode()
 
 
 @dataclass
@@ -252,7 +262,7 @@ class WireClient:
         for name in names:
             description = self.wait(futures[name])
             if not description.is_internal:
-                rows.append([name, len(description.partitions), str(description.topic_id)])
+                rows.append([name, len(description.partitions), kafka_id(description.topic_id)])
         return rows
 
     def describe_topic(self, topic: str) -> TopicInfo:
@@ -262,7 +272,7 @@ class WireClient:
         if has_controller(metadata):  # DescribeTopics needs one (not so the mock)
             futures = self.admin.describe_topics(TopicCollection([topic]), request_timeout=TIMEOUT)
             description = self.wait(futures[topic])
-            topic_id = str(description.topic_id)
+            topic_id = kafka_id(description.topic_id)
             leaders = {
                 p.id: p.leader.id if p.leader is not None and p.leader.id >= 0 else None
                 for p in description.partitions

@@ -48,3 +48,16 @@ def test_topics_describe_and_group_as_the_direct_mode(broker: Broker, topic_name
     assert as_json(wire(broker.bootstrap, "groups", "--format", "json")) == direct(
         broker, "groups", "--format", "json"
     )
+
+
+def test_topic_ids_are_printed_as_kafka_prints_them() -> None:
+    """URL-safe base64, as the direct mode (librdkafka's str() uses + and /: a topic id with
+    one of those printed differently in the two modes, one time in four)."""
+    from confluent_kafka import Uuid
+
+    from kafkaesque.cli.topics import kafka_uuid
+    from kafkaesque.cli.wire_client import kafka_id
+
+    uuid = Uuid(-1, 5)  # bytes ff * 8, 00 * 7, 05: '/' in standard base64
+    assert kafka_id(uuid) == kafka_uuid(b"\xff" * 8 + b"\x00" * 7 + b"\x05")
+    assert "/" not in kafka_id(uuid) and "+" not in kafka_id(uuid)
