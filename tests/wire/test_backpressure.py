@@ -203,9 +203,12 @@ def connect(broker: Broker, source: str = "127.0.0.1") -> socket.socket:
 
 
 def without_connections(broker: Broker, metrics_port: int) -> None:
-    """Wait until the broker has seen the close of the connection that found it listening."""
-    for _ in range(100):
-        if metric(metrics_port, "kafkaesque_connections") == 0:
+    """Wait until the broker has accepted, and seen the close of, the connection that found
+    it listening (under load its accept can come after the client closed it: a count of 0
+    before that accept is no proof)."""
+    for _ in range(500):
+        accepted = metric(metrics_port, "kafkaesque_accepted_connections_total")
+        if accepted >= 1 and metric(metrics_port, "kafkaesque_connections") == 0:
             return
         time.sleep(0.02)
     pytest.fail("the broker still counts a connection")
