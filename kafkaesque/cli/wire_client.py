@@ -603,6 +603,11 @@ class WireClient:
         partition starts on the first assignment ("beginning", "end", "last:N", "time:MS",
         an offset, or None: the committed offset, else the log start)."""
         config = {
+            # A member gone without leaving holds its partitions for a session: the CLI's
+            # members take the direct mode's 10 s, not Kafka's 45 s (the command config may
+            # say otherwise).
+            "session.timeout.ms": 10_000,
+            "heartbeat.interval.ms": 1_000,
             **self.config,
             "group.id": group or "kafkaesque-cli",
             "enable.auto.commit": False,
