@@ -259,6 +259,10 @@ class GroupMember:
     async def _join(self) -> list[TP]:
         while True:
             self.needs_join.clear()
+            # Redis lost its data (a heartbeat found the group gone): restore it from the
+            # archive first, as the broker does before a group request, rather than join
+            # an empty group whose restored offsets would then be ignored.
+            await self.log.ensure_recovered()
             self.subscribed = await self._topics()
             request = JoinRequest(
                 self.member_id,
@@ -357,8 +361,15 @@ class GroupMember:
         try:
             while True:
                 await asyncio.sleep(self.heartbeat_interval)
+                if self.joining or self.needs_join.is_set():
+                    continue
+                if await self.log.needs_recovery():
+                    # Redis lost its data: rejoin once the archive restored the group
+                    # (with this member), keeping the member id it will know.
+                    self.needs_join.set()
+                    continue
                 await self.coordinator.tick(self.group)
-                if self.joining or self.needs_join.is_set() or not self.member_id:
+                if not self.member_id:
                     continue
                 generation = self.generation
                 code = await self.coordinator.heartbeat(
