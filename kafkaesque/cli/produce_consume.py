@@ -24,11 +24,11 @@ from kafkaesque.cli.base import (
     run_async,
     topic_argument,
 )
+from kafkaesque.cli.group_member import GroupMember
 from kafkaesque.cli.line_consumer import (
     FORMAT_TOKENS,
     FORMATS,
     Consumer,
-    GroupMember,
     compile_format,
 )
 from kafkaesque.cli.line_producer import BadLine, LineProducer
