@@ -192,6 +192,10 @@ class HotTierCluster(RedisCluster):
         except (RedisConnectionError, RedisTimeoutError):
             self._away.add(target_node.name)
             raise
+        except AttributeError as exc:
+            if exc.obj is not None:
+                raise
+            raise _closed_under_command(exc, target_node.name) from exc
         self._away.discard(target_node.name)
         return result
 
@@ -347,6 +351,19 @@ _NODE_CONNECTION_KWARGS = frozenset(
         "ssl_check_hostname",
     }
 )
+
+
+def _closed_under_command(exc: AttributeError, node: str) -> Exception:
+    """redis-py's failure when another task closed the connection a command had taken
+    (a slot map refresh drops a node's connections, in use or not): its stream is None.
+    Before the command was written (``writelines``) it is a connection error that
+    redis-py retries; after, the command may have run, so the caller gets a retriable
+    "not now" and decides (an idempotent producer's retry is deduplicated)."""
+    if exc.name in ("writelines", "drain"):
+        return RedisConnectionError(f"{node}: connection closed before the command was sent")
+    error = HotTierUnavailable(f"{node}: connection closed under a command")
+    REDIS.failed(error)
+    return error
 
 
 @contextlib.contextmanager

@@ -94,3 +94,34 @@ def test_read_many_across_slots_keeps_one_budget(make_log: Callable[[], Log]) ->
         assert ends == [(0, 1, 0, 1)] * 3 + [None]
 
     asyncio.run(scenario())
+
+
+def test_a_connection_closed_under_a_command_is_retried(
+    make_log: Callable[[], Log], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another task closing the connection an append had taken (redis-py drops a node's
+    connections on a new slot map) leaves its stream None; the append is retried on a new
+    connection, not raised as an AttributeError (an internal error, the client's
+    connection closed)."""
+    from redis.asyncio.connection import Connection
+
+    send = Connection._send_packed_command
+    closed: list[Connection] = []
+
+    async def closed_first(self: Connection, command) -> None:
+        if not closed:
+            closed.append(self)
+            self._writer = None  # as disconnect() from another task leaves it
+        await send(self, command)
+
+    async def scenario() -> None:
+        log = make_log()
+        await log.create_topic(TopicConfig("c", 1))
+        monkeypatch.setattr(Connection, "_send_packed_command", closed_first)
+        appended = await log.append("c", 0, [build_batch([b"v"])])
+        assert closed and appended.base_offsets == [0]
+        monkeypatch.undo()
+        results = await log.read_many([FetchRequest("c", 0, 0, 1 << 20)], max_bytes=1 << 20)
+        assert results[0].log_end == 1  # appended once
+
+    asyncio.run(scenario())
