@@ -4,7 +4,8 @@
 # when it is missing (Debian's kcat and wamerican, the word list /usr/share/dict/words).
 # With --spark: also the [spark] extra, the PostgreSQL JDBC driver and a JVM (Debian
 # packages) for `kafkaesque spark`. With --test: everything --spark brings, the test extras,
-# Node.js and kafkajs for the wire tests (npm), openssl for the TLS tests' certificates.
+# Node.js and kafkajs for the wire tests (npm), openssl for the TLS tests' certificates,
+# chromium and chromium-driver for the web console's browser tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +25,9 @@ command -v kcat >/dev/null || apt_packages+=(kcat)
 if (( want_test )); then
   command -v npm >/dev/null || apt_packages+=(nodejs npm)  # kafkajs for the wire tests
   command -v openssl >/dev/null || apt_packages+=(openssl)  # the TLS tests' certificates
+  # the web console's tests run in a real headless browser, driven by its driver
+  command -v chromium >/dev/null || apt_packages+=(chromium)
+  command -v chromedriver >/dev/null || apt_packages+=(chromium-driver)
 fi
 if (( want_spark )); then
   # the Spark job's JDBC driver, and a JVM for Spark when the machine has none
