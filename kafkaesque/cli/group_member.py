@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 import click
 
+from kafkaesque.cli.group_view import by_topic
 from kafkaesque.errors import Code, UnknownTopic
 from kafkaesque.groups.assignors import range_
 from kafkaesque.groups.consumer_protocol import decode_assignment, decode_subscription
@@ -33,11 +34,9 @@ def encode_subscription(topics: Iterable[str]) -> bytes:
 
 def encode_assignment(partitions: Iterable[TP]) -> bytes:
     """ConsumerProtocolAssignment v0: partitions per topic, no user data."""
-    by_topic: dict[str, list[int]] = {}
-    for t, p in partitions:
-        by_topic.setdefault(t, []).append(p)
-    out = [struct.pack(">hi", 0, len(by_topic))]
-    for t, ps in sorted(by_topic.items()):
+    per_topic = by_topic(partitions)
+    out = [struct.pack(">hi", 0, len(per_topic))]
+    for t, ps in sorted(per_topic.items()):
         out.append(_string(t) + struct.pack(f">i{len(ps)}i", len(ps), *sorted(ps)))
     return b"".join(out) + b"\xff" * 4
 

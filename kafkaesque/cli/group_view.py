@@ -3,6 +3,7 @@ from the coordinators (direct mode) or from the Kafka admin API (wire mode)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kafkaesque.types import TopicPartition
@@ -45,3 +46,11 @@ class GroupView:
             "protocol": self.protocol,
             generation: self.generation,
         }
+
+
+def by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
+    """The partitions per topic, in the order given (an assignment as MemberView holds it)."""
+    found: dict[str, list[int]] = {}
+    for t, p in partitions:
+        found.setdefault(t, []).append(p)
+    return found

@@ -1,89 +1,33 @@
 """Consumer groups from the command line: groups, group (Kafka's kafka-consumer-groups
 --list / --describe [--members] / --delete / --reset-offsets), for classic groups and
-consumer (KIP-848) groups alike, through their coordinators."""
+consumer (KIP-848) groups alike, through their coordinators (or, with -b, a Kafka admin
+client). The descriptions are group_describe.py's, the changes group_admin.py's."""
 
 from __future__ import annotations
 
 import datetime
 import re
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from kafkaesque.cli.base import Context, group_id_option, main, pass_context, run_async
-from kafkaesque.cli.group_view import CLASSIC, CONSUMER, GroupView, MemberView
-from kafkaesque.cli.output import JSON, echo_json, echo_rows, format_option
+from kafkaesque.cli.group_admin import delete_group, deleted, reset, reset_target
+from kafkaesque.cli.group_describe import (
+    describe,
+    group_document,
+    listing,
+    load_group,
+    partitions_of,
+    show_all,
+    show_one,
+)
+from kafkaesque.cli.group_view import GroupView
+from kafkaesque.cli.output import echo_rows, format_option
 from kafkaesque.cli.wire import no_wire_form, wire_client
-from kafkaesque.errors import Code, KafkaesqueError
-from kafkaesque.groups.consumer import ConsumerGroupCoordinator
-from kafkaesque.groups.coordinator import GroupCoordinator, decode_consumer_assignment
-from kafkaesque.hot.log import Log
-from kafkaesque.tables import json_rows, plural
-from kafkaesque.types import TopicPartition
 
 if TYPE_CHECKING:
     from kafkaesque.cli.wire_client import WireClient
-
-OFFSET_HEADERS = [
-    "TOPIC",
-    "PARTITION",
-    "CURRENT-OFFSET",
-    "LOG-START",
-    "LOG-END",
-    "LAG",
-    "CONSUMER-ID",
-    "HOST",
-    "CLIENT-ID",
-]
-MEMBER_HEADERS = ["CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"]
-RESET_HEADERS = ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]
-
-
-async def load_group(log: Log, coordinator: GroupCoordinator, group: str) -> GroupView | None:
-    """The group, classic or consumer (KIP-848); None if there is none."""
-    classic = await coordinator.store.load(group)
-    if classic is not None:
-        view = GroupView(
-            group,
-            CLASSIC,
-            str(classic.state),
-            classic.protocol_type or "",
-            classic.protocol or "",
-            classic.generation,
-        )
-        for m in classic.members.values():
-            assigned = None
-            if classic.protocol_type == "consumer":
-                assigned = decode_consumer_assignment(m.assignment)
-            view.members.append(
-                MemberView(m.member_id, m.instance_id, m.client_id, m.client_host, assigned or {})
-            )
-        return view
-    consumer = await ConsumerGroupCoordinator(log).load(group)
-    if consumer is None:
-        return None
-    view = GroupView(
-        group, CONSUMER, str(consumer.state), CONSUMER, consumer.assignor, consumer.epoch
-    )
-    for cm in consumer.members.values():
-        by_topic: dict[str, list[int]] = {}
-        for t, p in sorted(cm.assigned):
-            by_topic.setdefault(t, []).append(p)
-        view.members.append(
-            MemberView(cm.member_id, cm.instance_id, cm.client_id, cm.client_host, by_topic)
-        )
-    return view
-
-
-async def listing(log: Log, coordinator: GroupCoordinator) -> list[GroupView]:
-    """Every group there is, of either protocol, by id (as ListGroups)."""
-    found = []
-    for group in await coordinator.admin.list_groups():
-        view = await load_group(log, coordinator, group)
-        if view is not None:  # listed, but gone since
-            found.append(view)
-    return found
 
 
 # -- groups ---------------------------------------------------------------------------------
@@ -225,18 +169,7 @@ async def describe_group(
         assert group is not None
         if (topic is None) == (not all_topics):
             raise click.UsageError("a reset needs a TOPIC or --all-topics (not both)")
-        spec: str | int = reset_offsets or 0
-        how = (
-            "to-datetime"
-            if to_datetime is not None
-            else "shift-by"
-            if shift_by is not None
-            else "to"
-        )
-        if to_datetime is not None:
-            spec = to_datetime
-        elif shift_by is not None:
-            spec = shift_by
+        how, spec = reset_target(reset_offsets, to_datetime, shift_by)
         await reset(log, coordinator, group, topic, how, spec, execute, output_format)
         return
     if topic is not None:
@@ -251,26 +184,6 @@ async def describe_group(
     if view is None:
         raise click.ClickException(f"no such group: {group}")
     show_one(await describe(log, coordinator, view, topic), show_members, output_format)
-
-
-def show_all(documents: list[dict[str, Any]], show_members: bool, output_format: str) -> None:
-    """group --all-groups: every group's document, as JSON (a list) or for people."""
-    if output_format == JSON:
-        echo_json(documents)
-        return
-    if not documents:
-        click.echo("no consumer groups", err=True)
-    for i, document in enumerate(documents):
-        if i:
-            click.echo()
-        show(document, show_members)
-
-
-def show_one(document: dict[str, Any], show_members: bool, output_format: str) -> None:
-    if output_format == JSON:
-        echo_json(document)
-    else:
-        show(document, show_members)
 
 
 def over_the_wire(
@@ -303,204 +216,3 @@ def over_the_wire(
     if view is None:
         raise click.ClickException(f"no such group: {group}")
     show_one(document(view), show_members, output_format)
-
-
-def partitions_of(
-    view: GroupView, committed: Mapping[TopicPartition, object], topic: str | None
-) -> list[TopicPartition]:
-    """The partitions a group's description covers: those it has offsets of or owns (of
-    ``topic`` only, if given)."""
-    partitions = sorted(set(committed) | set(view.owners()))
-    if topic is not None:
-        partitions = [tp for tp in partitions if tp[0] == topic]
-    return partitions
-
-
-async def describe(
-    log: Log, coordinator: GroupCoordinator, view: GroupView, topic: str | None
-) -> dict[str, Any]:
-    """The group's document (``group_document``), from the coordinators and the log."""
-    committed = {tp: c.offset for tp, c in (await coordinator.admin.committed(view.group)).items()}
-    bounds: dict[TopicPartition, tuple[int | None, int | None]] = {}
-    for t, p in partitions_of(view, committed, topic):
-        try:
-            end: int | None = (await log.state(t, p)).log_end
-            start: int | None = await log.earliest_offset(t, p)  # the archive's, if any
-        except KafkaesqueError:  # the topic is gone
-            end = start = None
-        bounds[t, p] = (start, end)
-    return group_document(view, committed, bounds, topic)
-
-
-def group_document(
-    view: GroupView,
-    committed: Mapping[TopicPartition, int],
-    bounds: Mapping[TopicPartition, tuple[int | None, int | None]],
-    topic: str | None,
-) -> dict[str, Any]:
-    """The group as a JSON document: its header, members, and per partition (of ``topic``,
-    else every one it has offsets of or owns) its offsets (``bounds``: log start and end,
-    None for a topic that is gone), lag and owner."""
-    owners = view.owners()
-    rows = []
-    for t, p in partitions_of(view, committed, topic):
-        start, end = bounds.get((t, p), (None, None))
-        current = committed.get((t, p))
-        lag = end - current if current is not None and end is not None else None
-        owner = owners.get((t, p))
-        rows.append(
-            [
-                t,
-                p,
-                current,
-                start,
-                end,
-                lag,
-                owner.member_id if owner else None,
-                owner.host if owner else None,
-                owner.client_id if owner else None,
-            ]
-        )
-    members = [
-        {
-            "member_id": m.member_id,
-            "instance_id": m.instance_id,
-            "client_id": m.client_id,
-            "host": m.host,
-            "assignment": [
-                {"topic": t, "partition": p} for t, ps in m.assignment.items() for p in ps
-            ],
-        }
-        for m in view.members
-    ]
-    return {**view.header(), "members": members, "offsets": json_rows(OFFSET_HEADERS, rows)}
-
-
-def show(document: dict[str, Any], show_members: bool) -> None:
-    """A group's document for people: its header, then its offsets (as kafka-consumer-groups
-    --describe: a member owning nothing gets a row of its own) or its members."""
-    for key in ("group", "type", "state"):
-        click.echo(f"{key:<12}{document[key]}")
-    click.echo(f"{'protocol':<12}{document['protocol_type'] or '-'}/{document['protocol'] or '-'}")
-    for key in ("generation", "epoch"):
-        if key in document:  # None: not told (the wire mode's DescribeGroups)
-            click.echo(f"{key:<12}{'-' if document[key] is None else document[key]}")
-    members = document["members"]
-    click.echo(f"{'members':<12}{len(members)}")
-    if show_members:
-        rows = []
-        for m in members:
-            by_topic: dict[str, list[int]] = {}
-            for a in m["assignment"]:
-                by_topic.setdefault(a["topic"], []).append(a["partition"])
-            shown = ",".join(f"{t}({','.join(map(str, sorted(ps)))})" for t, ps in by_topic.items())
-            rows.append(
-                [
-                    m["member_id"],
-                    m["host"] or None,
-                    m["client_id"] or None,
-                    len(m["assignment"]),
-                    shown or None,
-                ]
-            )
-        echo_rows("table", MEMBER_HEADERS, rows)
-        return
-    rows = [[row[key] for key in row] for row in document["offsets"]]
-    owning = {row["consumer_id"] for row in document["offsets"]}
-    rows += [
-        [
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            m["member_id"],
-            m["host"] or None,
-            m["client_id"] or None,
-        ]
-        for m in members
-        if m["member_id"] not in owning and not m["assignment"]
-    ]
-    echo_rows("table", OFFSET_HEADERS, rows)
-
-
-async def delete_group(log: Log, coordinator: GroupCoordinator, group: str) -> None:
-    """DeleteGroups, of a classic group or else a consumer one: refused with members."""
-    code = await coordinator.admin.delete(group)
-    if code == Code.GROUP_ID_NOT_FOUND:  # a consumer group (KIP-848), if any
-        refused = await ConsumerGroupCoordinator(log).delete(group)
-        code = code if refused is None else refused
-    deleted(group, code.name)
-
-
-def deleted(group: str, code: str) -> None:
-    """What DeleteGroups answered (an error code's name), said: NONE is done."""
-    if code == "GROUP_ID_NOT_FOUND":
-        raise click.ClickException(f"no such group: {group}")
-    if code == "NON_EMPTY_GROUP":
-        raise click.ClickException(
-            f"group {group} is not empty (NON_EMPTY_GROUP): its members must leave first"
-        )
-    if code != "NONE":
-        raise click.ClickException(f"group {group} was not deleted: {code}")
-    click.echo(f"deleted group {group}", err=True)
-
-
-async def reset(
-    log: Log,
-    coordinator: GroupCoordinator,
-    group: str,
-    topic: str | None,
-    how: str,
-    spec: str | int,
-    execute: bool,
-    output_format: str,
-) -> None:
-    """Reset the group's offsets of ``topic`` (None: of every topic it has offsets of):
-    ``how`` "to" earliest/latest/an offset, "to-datetime" ms, "shift-by" N. Shown as a
-    dry run, or with ``execute`` applied; only while the group has no members."""
-    await coordinator.tick(group)  # members whose session ended are gone, as in Kafka
-    view = await load_group(log, coordinator, group)
-    if view is not None and view.members:
-        raise click.ClickException(
-            f"group {group} has active members (state {view.state}); stop them first: "
-            "offsets are reset only in an empty group"
-        )
-    committed = await coordinator.admin.committed(group)
-    if topic is not None:
-        partitions = [(topic, p) for p in range((await log.topic(topic)).partitions)]
-    else:
-        partitions = sorted(committed)
-    new: dict[TopicPartition, int] = {}
-    for t, p in partitions:
-        earliest = await log.earliest_offset(t, p)  # the archive's, if it has one
-        latest = (await log.state(t, p)).log_end
-        if how == "to-datetime":
-            assert isinstance(spec, int)
-            found = await log.offset_for_timestamp(t, p, spec)
-            wanted = latest if found is None else found[0]
-        elif how == "shift-by":
-            assert isinstance(spec, int)
-            c = committed.get((t, p))
-            if c is None:
-                raise click.ClickException(
-                    f"cannot shift {t}[{p}]: group {group} has no committed offset of it"
-                )
-            wanted = c.offset + spec
-        elif spec == "earliest":
-            wanted = earliest
-        elif spec == "latest":
-            wanted = latest
-        else:
-            wanted = int(spec)
-        new[t, p] = min(max(wanted, earliest), latest)  # clamped, as Kafka's tool does
-    if execute:
-        await coordinator.admin.reset_offsets(group, new)  # GroupBusy if members came
-    rows = [[group, t, p, offset] for (t, p), offset in sorted(new.items())]
-    echo_rows(output_format, RESET_HEADERS, rows)
-    what = f"{plural(len(new), 'partition')} of {topic or 'every topic'} for group {group}"
-    if execute:
-        click.echo(f"reset {what}", err=True)
-    else:
-        click.echo(f"dry run: would reset {what} (--execute applies it)", err=True)

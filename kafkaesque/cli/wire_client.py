@@ -52,7 +52,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from kafkaesque.cli.group_view import CLASSIC, CONSUMER, GroupView, MemberView
+from kafkaesque.cli.group_view import CLASSIC, CONSUMER, GroupView, MemberView, by_topic
 from kafkaesque.cli.line_producer import BadLine, LineProducer, LineRecord
 from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.records.batch import with_base_offset
@@ -519,10 +519,8 @@ class WireClient:
             group, kind, state, protocol_type, description.partition_assignor or "", None
         )
         for m in description.members:
-            assignment: dict[str, list[int]] = {}
             parts = m.assignment.topic_partitions if m.assignment is not None else []
-            for tp in sorted(parts, key=lambda tp: (tp.topic, tp.partition)):
-                assignment.setdefault(tp.topic, []).append(tp.partition)
+            assignment = by_topic(sorted((tp.topic, tp.partition) for tp in parts))
             view.members.append(
                 MemberView(m.member_id, m.group_instance_id, m.client_id, m.host, assignment)
             )

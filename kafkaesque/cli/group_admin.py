@@ -1,0 +1,111 @@
+"""Changing a consumer group from the command line (direct mode): ``group --delete`` and
+``group --reset-offsets / --to-datetime / --shift-by``, for classic groups and consumer
+(KIP-848) groups alike."""
+
+from __future__ import annotations
+
+import click
+
+from kafkaesque.cli.group_describe import load_group
+from kafkaesque.cli.output import echo_rows
+from kafkaesque.errors import Code
+from kafkaesque.groups.consumer import ConsumerGroupCoordinator
+from kafkaesque.groups.coordinator import GroupCoordinator
+from kafkaesque.hot.log import Log
+from kafkaesque.tables import plural
+from kafkaesque.types import TopicPartition
+
+RESET_HEADERS = ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]
+
+
+def reset_target(
+    reset_offsets: str | None, to_datetime: int | None, shift_by: int | None
+) -> tuple[str, str | int]:
+    """The one reset option given, as ``reset``'s ``how`` and ``spec``."""
+    if to_datetime is not None:
+        return "to-datetime", to_datetime
+    if shift_by is not None:
+        return "shift-by", shift_by
+    assert reset_offsets is not None
+    return "to", reset_offsets
+
+
+async def delete_group(log: Log, coordinator: GroupCoordinator, group: str) -> None:
+    """DeleteGroups, of a classic group or else a consumer one: refused with members."""
+    code = await coordinator.admin.delete(group)
+    if code == Code.GROUP_ID_NOT_FOUND:  # a consumer group (KIP-848), if any
+        refused = await ConsumerGroupCoordinator(log).delete(group)
+        code = code if refused is None else refused
+    deleted(group, code.name)
+
+
+def deleted(group: str, code: str) -> None:
+    """What DeleteGroups answered (an error code's name), said: NONE is done."""
+    if code == "GROUP_ID_NOT_FOUND":
+        raise click.ClickException(f"no such group: {group}")
+    if code == "NON_EMPTY_GROUP":
+        raise click.ClickException(
+            f"group {group} is not empty (NON_EMPTY_GROUP): its members must leave first"
+        )
+    if code != "NONE":
+        raise click.ClickException(f"group {group} was not deleted: {code}")
+    click.echo(f"deleted group {group}", err=True)
+
+
+async def reset(
+    log: Log,
+    coordinator: GroupCoordinator,
+    group: str,
+    topic: str | None,
+    how: str,
+    spec: str | int,
+    execute: bool,
+    output_format: str,
+) -> None:
+    """Reset the group's offsets of ``topic`` (None: of every topic it has offsets of):
+    ``how`` "to" earliest/latest/an offset, "to-datetime" ms, "shift-by" N. Shown as a
+    dry run, or with ``execute`` applied; only while the group has no members."""
+    await coordinator.tick(group)  # members whose session ended are gone, as in Kafka
+    view = await load_group(log, coordinator, group)
+    if view is not None and view.members:
+        raise click.ClickException(
+            f"group {group} has active members (state {view.state}); stop them first: "
+            "offsets are reset only in an empty group"
+        )
+    committed = await coordinator.admin.committed(group)
+    if topic is not None:
+        partitions = [(topic, p) for p in range((await log.topic(topic)).partitions)]
+    else:
+        partitions = sorted(committed)
+    new: dict[TopicPartition, int] = {}
+    for t, p in partitions:
+        earliest = await log.earliest_offset(t, p)  # the archive's, if it has one
+        latest = (await log.state(t, p)).log_end
+        if how == "to-datetime":
+            assert isinstance(spec, int)
+            found = await log.offset_for_timestamp(t, p, spec)
+            wanted = latest if found is None else found[0]
+        elif how == "shift-by":
+            assert isinstance(spec, int)
+            c = committed.get((t, p))
+            if c is None:
+                raise click.ClickException(
+                    f"cannot shift {t}[{p}]: group {group} has no committed offset of it"
+                )
+            wanted = c.offset + spec
+        elif spec == "earliest":
+            wanted = earliest
+        elif spec == "latest":
+            wanted = latest
+        else:
+            wanted = int(spec)
+        new[t, p] = min(max(wanted, earliest), latest)  # clamped, as Kafka's tool does
+    if execute:
+        await coordinator.admin.reset_offsets(group, new)  # GroupBusy if members came
+    rows = [[group, t, p, offset] for (t, p), offset in sorted(new.items())]
+    echo_rows(output_format, RESET_HEADERS, rows)
+    what = f"{plural(len(new), 'partition')} of {topic or 'every topic'} for group {group}"
+    if execute:
+        click.echo(f"reset {what}", err=True)
+    else:
+        click.echo(f"dry run: would reset {what} (--execute applies it)", err=True)
