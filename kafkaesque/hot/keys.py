@@ -220,6 +220,19 @@ class Keys:
         name -> canonical value; kept whether or not the group exists, as Kafka's."""
         return self.group(group_id, ":configs")
 
+    # -- share groups (KIP-932) ---------------------------------------------------------
+    @property
+    def share_groups_active(self) -> str:
+        """The share groups with members, for the expiry tick."""
+        return f"{self.catalog}groups:share"
+
+    def share_partition(self, group_id: str, topic: str, partition: int) -> tuple[str, str, str]:
+        """A share-partition's keys, in the group's slot: its state hash (``spso``,
+        ``speo``, counters), its in-flight records (hash: offset -> state) and its
+        acquisition locks (sorted set: "first-last" by deadline ms)."""
+        base = self.group(group_id, f":sp:{topic}:{partition}")
+        return base, base + ":records", base + ":locks"
+
     def group_events(self, group_id: str) -> str:
         """Pub/sub channel announcing the group's state changes."""
         return f"{self.ns}:groupevents:{group_id}"
@@ -330,6 +343,7 @@ class Keys:
             "groups": "groups",
             "groups_active": r"groups:active",
             "consumer_groups_active": r"groups:consumer",
+            "share_groups_active": r"groups:share",
             "quotas": "quotas",
             "quotas_version": r"quotas:version",
             "acls": "acls",
@@ -357,7 +371,8 @@ class Keys:
             cluster_wide["gseq"] = "gseq"
         tagged = {
             "partition": rf"\{{.+:\d+\}}:(?:{suffix})",
-            "group": r"group:\{.*\}(?::heartbeats|:offsets|:lock|:consumer|:txnoffsets|:configs)?",
+            "group": r"group:\{.*\}(?::heartbeats|:offsets|:lock|:consumer|:txnoffsets|:configs"
+            r"|:share|:sp|:sp:[a-zA-Z0-9._-]+:\d+(?::records|:locks)?)?",
             "transaction": r"txn:\{.*\}(?::lock)?",
         }
         if self.cluster:

@@ -3,7 +3,7 @@ keep in Redis, each built once on the log's client, keys and namespace (``Log.st
 
 Callers outside kafkaesque/hot/ ask these for what they need and never hold a Redis
 client or build a key: ACLs, client quotas, SCRAM credentials, groups' committed offsets,
-dynamic broker configs, the cluster id, the memory guard, the durability probe,
+share groups, dynamic broker configs, the cluster id, the memory guard, the durability probe,
 notifications. Which engine (one server, Sentinel, Cluster) is behind them was chosen
 once, when the client was made (kafkaesque/hot/connect.py).
 """
@@ -24,6 +24,7 @@ from kafkaesque.hot.keys import Keys
 from kafkaesque.hot.memory import MemoryGuard, MemoryUse, ReleaseArchived, memory_use
 from kafkaesque.hot.notify import Notifier
 from kafkaesque.hot.quota_store import QuotaStore
+from kafkaesque.hot.share_store import ShareStore
 from kafkaesque.hot.tier_cluster import HotTierCluster
 from kafkaesque.hot.tier_sentinel import SentinelHotTier
 
@@ -79,6 +80,11 @@ class Stores:
     @cached_property
     def offsets(self) -> OffsetStore:
         return OffsetStore(self._redis, self._keys)
+
+    @cached_property
+    def share(self) -> ShareStore:
+        """Share groups (KIP-932) and their share-partitions' records."""
+        return ShareStore(self._redis, self._keys)
 
     @cached_property
     def broker_configs(self) -> BrokerConfigStore:

@@ -1,0 +1,88 @@
+-- Share-partition helpers (KIP-932), put in front of every share_*.lua script by
+-- kafkaesque/hot/share_store.py. A share-partition has three keys (Keys.share_partition):
+--   KEYS[1] state hash: spso (share-partition start offset), speo (the end: the next
+--           offset never fetched yet), avail (records AVAILABLE again), acq (ACQUIRED
+--           records), and running totals (accepted, released, rejected, archived,
+--           redelivered, expired);
+--   KEYS[2] records hash: offset -> the in-flight record's state, for offsets in
+--           [spso, speo) that are not done: "a<count>" AVAILABLE (delivered count times),
+--           "q<count> <deadline ms> <member id>" ACQUIRED. An offset in the window
+--           without a field is done (ACKNOWLEDGED or ARCHIVED: Kafka's terminal states),
+--           so acknowledged records cost no memory;
+--   KEYS[3] locks sorted set: "first-last" acquisition ranges by their deadline (ms).
+-- Plain Lua 5.1.
+
+local function field(offset) return string.format('%d', offset) end
+
+-- state, delivery count, deadline, member of a stored record.
+local function parse(value)
+  if string.sub(value, 1, 1) == 'a' then
+    return 'a', tonumber(string.sub(value, 2)), 0, ''
+  end
+  local count, deadline, member = string.match(value, '^q(%d+) (%d+) (.*)$')
+  return 'q', tonumber(count), tonumber(deadline), member
+end
+
+local function acquired_value(count, deadline, member)
+  return 'q' .. count .. ' ' .. string.format('%d', deadline) .. ' ' .. member
+end
+
+-- The share-partition's numbers, read once per script and written back by save().
+local function load(state_key)
+  local v = redis.call('HMGET', state_key, 'spso', 'speo', 'avail', 'acq')
+  if not v[1] then return nil end
+  return {spso = tonumber(v[1]), speo = tonumber(v[2]), avail = tonumber(v[3] or 0),
+          acq = tonumber(v[4] or 0), totals = {}}
+end
+
+local function count(sp, name, n) sp.totals[name] = (sp.totals[name] or 0) + n end
+
+-- A record going back to the group (released, its lock expired, its member gone): AVAILABLE
+-- again, or ARCHIVED once it was delivered group.share.delivery.count.limit times.
+local function release(sp, records_key, offset, delivered, max_delivery)
+  sp.acq = sp.acq - 1
+  if delivered >= max_delivery then
+    redis.call('HDEL', records_key, field(offset))
+    count(sp, 'archived', 1)
+  else
+    redis.call('HSET', records_key, field(offset), 'a' .. delivered)
+    sp.avail = sp.avail + 1
+  end
+end
+
+-- The start moves over done offsets (no field) up to the first record still in flight.
+local function advance(sp, records_key)
+  if redis.call('HLEN', records_key) == 0 then
+    sp.spso = sp.speo
+    return
+  end
+  while sp.spso < sp.speo and redis.call('HEXISTS', records_key, field(sp.spso)) == 0 do
+    sp.spso = sp.spso + 1
+  end
+end
+
+local function save(state_key, sp)
+  redis.call('HSET', state_key, 'spso', field(sp.spso), 'speo', field(sp.speo),
+    'avail', sp.avail, 'acq', sp.acq)
+  for name, n in pairs(sp.totals) do redis.call('HINCRBY', state_key, name, n) end
+end
+
+-- Release every record whose acquisition lock expired by `now`.
+local function expire_locks(sp, records_key, locks_key, now, max_delivery)
+  local due = redis.call('ZRANGEBYSCORE', locks_key, '-inf', now)
+  for _, range in ipairs(due) do
+    redis.call('ZREM', locks_key, range)
+    local first, last = string.match(range, '^(%d+)-(%d+)$')
+    first, last = math.max(tonumber(first), sp.spso), math.min(tonumber(last), sp.speo - 1)
+    for offset = first, last do
+      local value = redis.call('HGET', records_key, field(offset))
+      if value then
+        local state, delivered, deadline = parse(value)
+        if state == 'q' and deadline <= now then
+          release(sp, records_key, offset, delivered, max_delivery)
+          count(sp, 'expired', 1)
+        end
+      end
+    end
+  end
+end

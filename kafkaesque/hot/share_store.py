@@ -1,0 +1,349 @@
+"""Share groups' state in Redis (KIP-932): the group (members, epochs, assignment) and,
+per share-partition, its start and end offsets, in-flight records with their state and
+delivery count, and acquisition locks. Each step on a share-partition is one Lua script
+(kafkaesque/hot/lua/share_*.lua, with share_common.lua in front), so brokers sharing the
+Redis never hand one record to two members. Keys (``Keys.share_partition``) carry the
+group's hash tag: a group's share-partitions, state and lock share one slot.
+
+``snapshot`` and ``restore`` carry share-partition state to and from the archive, as
+kafkaesque/hot/group_offsets.py does for committed offsets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from importlib.resources import files
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
+
+from redis.asyncio import Redis
+
+from kafkaesque.groups.share.state import ShareGroup
+from kafkaesque.hot.group_offsets import save_group
+from kafkaesque.hot.group_store import GroupRecords
+from kafkaesque.hot.keys import Keys
+from kafkaesque.hot.scripts import Script
+from kafkaesque.types import TopicPartition
+
+if TYPE_CHECKING:
+    from kafkaesque.hot.log import Log
+
+# The running totals a share-partition's state hash keeps (share_common.lua).
+TOTALS = ("accepted", "released", "rejected", "archived", "redelivered", "expired")
+
+
+@cache
+def _source(name: str) -> str:
+    lua = files("kafkaesque.hot") / "lua"
+    return (lua / "share_common.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
+
+
+class Prepared(NamedTuple):
+    """A share-partition before a fetch reads the log (share_prepare.lua)."""
+
+    start: int  # SPSO
+    end: int  # SPEO
+    next_offset: int  # where to read; -1: the in-flight records are at their limit
+    lock_deadline: int  # the earliest acquisition lock's deadline (ms), -1: none
+    acquired: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """A share-partition's state as described and archived."""
+
+    start: int
+    end: int
+    acquired: int = 0
+    available: int = 0
+    totals: dict[str, int] = field(default_factory=dict)
+    records: dict[int, str] = field(default_factory=dict)  # offset -> stored state
+
+
+@dataclass(frozen=True, slots=True)
+class ShareSnapshot:
+    """Every share group's share-partitions, at one moment of each group."""
+
+    groups: dict[str, dict[TopicPartition, PartitionState]]
+
+
+def _member(topic: str, partition: int) -> str:
+    return f"{topic}\0{partition}"  # topic names have no NUL
+
+
+def _split(raw: bytes) -> TopicPartition:
+    topic, _, partition = raw.decode().rpartition("\0")
+    return topic, int(partition)
+
+
+class ShareStore(GroupRecords):
+    """Share groups (``ks:group:{G}:share``) and their share-partitions; the lock,
+    heartbeats and configs are the group id's (``GroupRecords``)."""
+
+    def __init__(self, redis: Redis, keys: Keys, shared: Any = None) -> None:
+        super().__init__(redis, keys)
+        for name in ("share_prepare", "share_acquire", "share_ack", "share_release"):
+            setattr(self, name, Script(redis.register_script(_source(name)), shared))
+
+    share_prepare: Script
+    share_acquire: Script
+    share_ack: Script
+    share_release: Script
+
+    @classmethod
+    def of(cls, log: Log) -> ShareStore:
+        return cls(log.redis, log.keys, log.scripts.shared)
+
+    # -- the group ----------------------------------------------------------------------
+    async def load(self, group_id: str) -> ShareGroup | None:
+        raw = cast("bytes | None", await self.redis.get(self.keys.group(group_id, ":share")))
+        return None if raw is None else ShareGroup.unpack(raw)
+
+    async def load_many(self, group_ids: list[str]) -> dict[str, ShareGroup]:
+        """Of ``group_ids``, the share groups there are."""
+        if not group_ids:
+            return {}
+        keys = [self.keys.group(g, ":share") for g in group_ids]
+        mget = self.redis.mget_nonatomic if self.keys.cluster else self.redis.mget  # type: ignore[attr-defined]
+        raws = await mget(keys)
+        return {g: ShareGroup.unpack(raw) for g, raw in zip(group_ids, raws, strict=True) if raw}
+
+    async def save(self, group: ShareGroup, heartbeat: tuple[str, int] | None = None) -> None:
+        """The group, listed, with ``heartbeat`` (member id, ms) in the same MULTI."""
+        gid, k = group.group_id, self.keys
+
+        def beat(pipe: Any) -> None:
+            if heartbeat is not None:
+                pipe.hset(k.group(gid, ":heartbeats"), *heartbeat)
+
+        await save_group(
+            self.redis,
+            k,
+            gid,
+            (k.group(gid, ":share"), group.pack()),
+            k.share_groups_active,
+            bool(group.members),
+            more=beat,
+        )
+
+    async def active(self) -> list[tuple[str, ShareGroup | None, dict[str, int], dict[str, str]]]:
+        """Every share group listed active, with its heartbeats and configs."""
+        return [
+            (g, None if raw is None else ShareGroup.unpack(raw), beats, configs)
+            for g, raw, beats, configs in await self.listed_records(
+                self.keys.share_groups_active, ":share", with_configs=True
+            )
+        ]
+
+    async def unlist(self, group_id: str) -> None:
+        await self.redis.srem(self.keys.share_groups_active, group_id)
+
+    async def delete(self, group_id: str) -> None:
+        """Delete the group and every share-partition of it (DeleteGroups); under its lock."""
+        k = self.keys
+        tps = await self.partitions(group_id)
+        names = [name for tp in tps for name in k.share_partition(group_id, *tp)]
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.delete(
+            k.group(group_id, ":share"),
+            k.group(group_id, ":sp"),
+            k.group(group_id, ":heartbeats"),
+            *names,
+        )
+        if not k.cluster:
+            pipe.srem(k.groups, group_id)
+            pipe.srem(k.share_groups_active, group_id)
+        await pipe.execute()
+        if k.cluster:
+            await self.redis.srem(k.groups, group_id)
+            await self.redis.srem(k.share_groups_active, group_id)
+
+    # -- share-partitions -----------------------------------------------------------------
+    async def partitions(self, group_id: str) -> list[TopicPartition]:
+        """The group's share-partitions with state, sorted."""
+        raw = cast("set[bytes]", await self.redis.smembers(self.keys.group(group_id, ":sp")))
+        return sorted(_split(m) for m in raw)
+
+    def _keys(self, group_id: str, topic: str, partition: int) -> list[str]:
+        return list(self.keys.share_partition(group_id, topic, partition))
+
+    async def prepare(
+        self,
+        group_id: str,
+        tp: TopicPartition,
+        now_ms: int,
+        max_delivery: int,
+        max_locks: int,
+        init: int,
+        log_start: int,
+        log_end: int,
+    ) -> Prepared:
+        """share_prepare.lua: the share-partition made if new (at ``init``), expired locks
+        released, and where to read next."""
+        keys = self._keys(group_id, *tp)
+        await self.redis.sadd(self.keys.group(group_id, ":sp"), _member(*tp))
+        reply = await self.share_prepare(
+            keys, [now_ms, max_delivery, max_locks, init, log_start, log_end]
+        )
+        return Prepared(*(int(v) for v in reply))
+
+    async def exists(self, group_id: str, tp: TopicPartition) -> bool:
+        return bool(await self.redis.exists(self._keys(group_id, *tp)[0]))
+
+    async def acquire(
+        self,
+        group_id: str,
+        tp: TopicPartition,
+        member_id: str,
+        now_ms: int,
+        lock_ms: int,
+        max_delivery: int,
+        max_records: int,
+        max_locks: int,
+        batches: Sequence[tuple[int, int, bool]],
+    ) -> list[tuple[int, int, int]]:
+        """share_acquire.lua over the batches read, (first, last, acquirable) each;
+        returns the acquired runs (first, last, delivery count)."""
+        args: list[Any] = [member_id, now_ms, lock_ms, max_delivery, max_records, max_locks]
+        for first, last, data in batches:
+            args += [first, last, 1 if data else 0]
+        reply = await self.share_acquire(self._keys(group_id, *tp), args)
+        values = [int(v) for v in reply]
+        return [(values[i], values[i + 1], values[i + 2]) for i in range(0, len(values), 3)]
+
+    async def acknowledge(
+        self,
+        group_id: str,
+        tp: TopicPartition,
+        member_id: str,
+        now_ms: int,
+        lock_ms: int,
+        max_delivery: int,
+        renew: bool,
+        batches: Iterable[tuple[int, int, Sequence[int]]],
+    ) -> tuple[int, str, int]:
+        """share_ack.lua: (error code, message, records released); nothing changes on an
+        error."""
+        args: list[Any] = [member_id, now_ms, lock_ms, max_delivery, 1 if renew else 0]
+        for first, last, types in batches:
+            args += [first, last, ",".join(str(t) for t in types) or "x"]
+        reply = await self.share_ack(self._keys(group_id, *tp), args)
+        code = int(reply[0])
+        if code:
+            message = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
+            return code, message, 0
+        return 0, "", int(reply[1])
+
+    async def release(
+        self, group_id: str, tps: Iterable[TopicPartition], member_id: str, max_delivery: int
+    ) -> int:
+        """share_release.lua on each share-partition: the member's records go back."""
+        released = 0
+        for tp in tps:
+            released += int(
+                await self.share_release(self._keys(group_id, *tp), [member_id, max_delivery])
+            )
+        return released
+
+    async def states(
+        self, group_id: str, tps: Iterable[TopicPartition], with_records: bool = False
+    ) -> dict[TopicPartition, PartitionState]:
+        """The share-partitions' states (those that have one), in one round trip."""
+        tps = list(tps)
+        pipe = self.redis.pipeline(transaction=not self.keys.cluster)
+        for tp in tps:
+            state, records, _ = self._keys(group_id, *tp)
+            pipe.hgetall(state)
+            if with_records:
+                pipe.hgetall(records)
+        replies = iter(await pipe.execute())
+        out = {}
+        for tp in tps:
+            raw = cast("dict[bytes, bytes]", next(replies))
+            stored = cast("dict[bytes, bytes]", next(replies)) if with_records else {}
+            if not raw:
+                continue
+            values = {k.decode(): int(v) for k, v in raw.items()}
+            out[tp] = PartitionState(
+                values["spso"],
+                values["speo"],
+                values.get("acq", 0),
+                values.get("avail", 0),
+                {t: values.get(t, 0) for t in TOTALS},
+                {int(k): v.decode() for k, v in stored.items()},
+            )
+        return out
+
+    async def reset(self, group_id: str, tp: TopicPartition, offset: int) -> None:
+        """AlterShareGroupOffsets: the share-partition starts afresh at ``offset``."""
+        state, records, locks = self._keys(group_id, *tp)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.delete(records, locks)
+        pipe.hset(state, mapping={"spso": offset, "speo": offset, "avail": 0, "acq": 0})
+        pipe.sadd(self.keys.group(group_id, ":sp"), _member(*tp))
+        await pipe.execute()
+
+    async def forget(self, group_id: str, tps: Iterable[TopicPartition]) -> None:
+        """DeleteShareGroupOffsets: the share-partitions' state is gone."""
+        pipe = self.redis.pipeline(transaction=True)
+        for tp in tps:
+            pipe.delete(*self._keys(group_id, *tp))
+            pipe.srem(self.keys.group(group_id, ":sp"), _member(*tp))
+        await pipe.execute()
+
+    # -- the archive's side -----------------------------------------------------------------
+    async def share_group_ids(self) -> list[str]:
+        """The group ids listed that are share groups or hold share-partitions."""
+        ids = sorted(
+            g.decode() for g in cast("set[bytes]", await self.redis.smembers(self.keys.groups))
+        )
+        if not ids:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for g in ids:
+            pipe.exists(self.keys.group(g, ":share"), self.keys.group(g, ":sp"))
+        return [g for g, n in zip(ids, await pipe.execute(), strict=True) if n]
+
+    async def snapshot(self) -> ShareSnapshot | None:
+        """Every share group's share-partitions with their in-flight records; None while
+        Redis has lost its data."""
+        if not await self.redis.exists(self.keys.incarnation):
+            return None
+        groups = {}
+        for group_id in await self.share_group_ids():
+            groups[group_id] = await self.states(
+                group_id, await self.partitions(group_id), with_records=True
+            )
+        return ShareSnapshot(groups)
+
+    async def restore(
+        self, groups: dict[str, dict[TopicPartition, PartitionState]], now_ms: int
+    ) -> None:
+        """Give share-partitions back after Redis lost its data, as archived. A record
+        acquired then is AVAILABLE again (its member's fetch is gone with its broker's
+        answer): delivered, not acknowledged, it is delivered again, as after its lock
+        expired. A share-partition Redis already has is left as it is."""
+        for group_id, partitions in groups.items():
+            await self.redis.sadd(self.keys.groups, group_id)
+            for tp, state in partitions.items():
+                if await self.exists(group_id, tp):
+                    continue
+                state_key, records_key, _ = self._keys(group_id, *tp)
+                records = {
+                    str(o): v if v.startswith("a") else "a" + v[1:].split(" ", 1)[0]
+                    for o, v in state.records.items()
+                }
+                pipe = self.redis.pipeline(transaction=True)
+                numbers: dict[str, int] = {
+                    "spso": state.start,
+                    "speo": state.end,
+                    "avail": len(records),
+                    "acq": 0,
+                    **state.totals,
+                }
+                pipe.hset(state_key, mapping=numbers)  # type: ignore[arg-type]
+                if records:
+                    pipe.hset(records_key, mapping=records)  # type: ignore[arg-type]
+                pipe.sadd(self.keys.group(group_id, ":sp"), _member(*tp))
+                await pipe.execute()

@@ -1,0 +1,147 @@
+"""The share-partition state (KIP-932) on a real redis-server: acquisition, acknowledgement,
+release, lock expiry and the delivery limit, each one Lua script (kafkaesque/hot/share_store.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import redis.asyncio
+
+from kafkaesque.hot.keys import Keys
+from kafkaesque.hot.share_store import ShareStore
+
+TP = ("orders", 0)
+LOCK = 1_000
+LIMIT = 3
+MAX_LOCKS = 100
+
+
+def sync(test: Callable[..., Awaitable[None]]) -> Callable[..., None]:
+    """Run the async test body in its own event loop."""
+
+    @functools.wraps(test)
+    def run(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(test(*args, **kwargs))
+
+    return run
+
+
+def store(url: str) -> ShareStore:
+    return ShareStore(redis.asyncio.Redis.from_url(url), Keys())
+
+
+async def acquire(
+    s: ShareStore,
+    member: str,
+    now: int,
+    ranges: list[tuple[int, int, bool]],
+    max_records: int = 500,
+) -> list[tuple[int, int, int]]:
+    return await s.acquire("g", TP, member, now, LOCK, LIMIT, max_records, MAX_LOCKS, ranges)
+
+
+async def prepare(s: ShareStore, now: int, log_end: int = 10) -> tuple[int, ...]:
+    return tuple(await s.prepare("g", TP, now, LIMIT, MAX_LOCKS, 0, 0, log_end))
+
+
+@sync
+async def test_records_go_to_one_member_and_accepted_ones_end(redis_url: str) -> None:
+    s = store(redis_url)
+    assert (await prepare(s, 0))[:3] == (0, 0, 0)
+    assert await acquire(s, "a", 0, [(0, 4, True), (5, 9, True)], max_records=3) == [(0, 4, 1)]
+    # The next fetch reads from the end: 0-4 are acquired by a.
+    assert (await prepare(s, 1))[:3] == (0, 5, 5)
+    assert await acquire(s, "b", 1, [(0, 4, True), (5, 9, True)]) == [(5, 9, 1)]
+    code, _, _ = await s.acknowledge("g", TP, "a", 2, LOCK, LIMIT, True, [(0, 4, [1])])
+    assert code == 0
+    state = (await s.states("g", [TP]))[TP]
+    assert (state.start, state.end, state.acquired) == (5, 10, 5)
+    assert state.totals["accepted"] == 5
+
+
+@sync
+async def test_bad_acknowledgements_change_nothing(redis_url: str) -> None:
+    s = store(redis_url)
+    await prepare(s, 0)
+    await acquire(s, "a", 0, [(0, 4, True)])
+    before = await s.states("g", [TP], with_records=True)
+    # Another member's records, an offset past the end, a bad type, a mixed batch one of
+    # whose offsets is fine: refused whole.
+    assert (await s.acknowledge("g", TP, "b", 1, LOCK, LIMIT, True, [(0, 0, [1])]))[0] == 121
+    assert (await s.acknowledge("g", TP, "a", 1, LOCK, LIMIT, True, [(3, 7, [1])]))[0] == 42
+    assert (await s.acknowledge("g", TP, "a", 1, LOCK, LIMIT, True, [(0, 0, [9])]))[0] == 42
+    assert (await s.acknowledge("g", TP, "a", 1, LOCK, LIMIT, True, [(0, 1, [1, 1, 1])]))[0] == 42
+    assert (await s.acknowledge("g", TP, "a", 1, LOCK, LIMIT, False, [(0, 0, [4])]))[0] == 42
+    assert await s.states("g", [TP], with_records=True) == before
+    # Accepted once, the second acknowledgement of the same record is refused.
+    assert (await s.acknowledge("g", TP, "a", 1, LOCK, LIMIT, True, [(2, 2, [1])]))[0] == 0
+    assert (await s.acknowledge("g", TP, "a", 1, LOCK, LIMIT, True, [(2, 2, [1])]))[0] == 121
+
+
+@sync
+async def test_release_redelivers_until_the_delivery_limit(redis_url: str) -> None:
+    s = store(redis_url)
+    await prepare(s, 0)
+    for delivery in range(1, LIMIT + 1):
+        _, _, next_offset, _, _ = await prepare(s, delivery)
+        assert next_offset == 0
+        last = 1 if delivery == 1 else 0  # 1 is accepted the first time
+        assert await acquire(s, "a", delivery, [(0, 1, True)]) == [(0, last, delivery)]
+        # Offset 0 released every time.
+        types = [2, 1] if delivery == 1 else [2]
+        assert (await s.acknowledge("g", TP, "a", delivery, LOCK, LIMIT, True, [(0, last, types)]))[
+            0
+        ] == 0
+    # Delivered LIMIT times: archived, never delivered again; the start moves past it.
+    state = (await s.states("g", [TP]))[TP]
+    assert (state.start, state.end, state.available) == (2, 2, 0)
+    assert state.totals["archived"] == 1
+    assert await acquire(s, "a", 9, [(0, 1, True)]) == []
+
+
+@sync
+async def test_expired_locks_and_members_gone_release_records(redis_url: str) -> None:
+    s = store(redis_url)
+    await prepare(s, 0)
+    await acquire(s, "a", 0, [(0, 2, True)])
+    await acquire(s, "b", 0, [(3, 4, True)])
+    # Not yet due: nothing to read but the end.
+    assert (await prepare(s, LOCK - 1))[2:4] == (5, LOCK)
+    # Renewed, 2 outlives the others' locks.
+    assert (await s.acknowledge("g", TP, "a", 500, LOCK, LIMIT, True, [(2, 2, [4])]))[0] == 0
+    _, _, next_offset, deadline, acquired = await prepare(s, LOCK)
+    assert (next_offset, deadline, acquired) == (0, 500 + LOCK, 1)
+    # b's session closed: its records go back at once.
+    assert await s.release("g", [TP], "a", LIMIT) == 1
+    runs = await acquire(s, "c", LOCK + 1, [(0, 4, True)])
+    assert runs == [(0, 4, 2)]
+    # Acknowledging after the lock expired and another member took it: refused.
+    assert (await s.acknowledge("g", TP, "b", LOCK + 2, LOCK, LIMIT, True, [(3, 4, [1])]))[0] == 121
+
+
+@sync
+async def test_markers_and_aborted_records_are_never_acquired(redis_url: str) -> None:
+    s = store(redis_url)
+    await prepare(s, 0)
+    assert await acquire(s, "a", 0, [(0, 1, True), (2, 3, False), (4, 4, False), (5, 5, True)]) == [
+        (0, 1, 1),
+        (5, 5, 1),
+    ]
+    assert (await s.acknowledge("g", TP, "a", 1, LOCK, LIMIT, True, [(2, 2, [1])]))[0] == 121
+    await s.acknowledge("g", TP, "a", 1, LOCK, LIMIT, True, [(0, 1, [1]), (5, 5, [1])])
+    state = (await s.states("g", [TP]))[TP]
+    assert (state.start, state.end) == (6, 6)
+
+
+@sync
+async def test_in_flight_records_stop_at_the_lock_limit(redis_url: str) -> None:
+    s = store(redis_url)
+    await prepare(s, 0, log_end=1000)
+    runs = await acquire(
+        s, "a", 0, [(i * 10, i * 10 + 9, True) for i in range(20)], max_records=1000
+    )
+    assert runs == [(0, MAX_LOCKS - 1, 1)]
+    assert (await prepare(s, 1, log_end=1000))[2] == -1  # nothing more may be acquired
