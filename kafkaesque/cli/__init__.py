@@ -6,6 +6,7 @@ from kafkaesque.cli import (  # noqa: F401  (register the commands)
     archive,
     brokers,
     compact,
+    console,
     groups,
     produce_consume,
     quotas,

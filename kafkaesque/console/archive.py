@@ -1,0 +1,119 @@
+"""The Archive page, which no Kafka console has: the PostgreSQL archive's watermark; per
+partition the archiver's position, its lag behind the log end, rows archived and the time
+of its last archiving transaction; the ranges dropped by retention before archiving; the
+ranges lost with Redis (its data lost, restored from the archive); and the archiving rate
+over the last minutes (the sampler's)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from kafkaesque.console.context import console, may_see_topic, render
+from kafkaesque.console.html import facts, join, message, sparkline, table, tag
+
+
+async def archive_page(request: web.Request) -> web.Response:
+    state = console(request)
+    if state.archive is None:
+        body = message(
+            "no archive: this console runs without PostgreSQL (give --pg-dsn, or use the data "
+            "directory where `kafkaesque serve` set one up)",
+            "note",
+        )
+        return render(request, "Archive", body, "/archive")
+    from storage_pg.cold import status
+
+    found = await status(await state.archive.pool())
+    if found.schema_version == 0:
+        body = message("the archive database holds no archive yet: nothing was archived", "note")
+        return render(request, "Archive", body, "/archive")
+    partitions = [p for p in found.partitions if may_see_topic(request, p.topic)]
+    offsets = await state.log.partition_offsets([(p.topic, p.partition) for p in partitions])
+    rows = []
+    for p, ends in zip(partitions, offsets, strict=True):
+        end = None if ends is None else ends[1]
+        hot = None if ends is None else ends[0]
+        lag = None if end is None else max(0, end - p.archived_through)
+        rows.append(
+            [
+                p.topic,
+                p.partition,
+                f"{p.archived_through:,}",
+                None if end is None else f"{end:,}",
+                None if lag is None else f"{lag:,}",
+                None if hot is None else f"{hot:,}",
+                f"{p.records:,}",
+                p.leader_epoch,
+                p.updated.isoformat(" ", "seconds") if p.updated else None,
+            ]
+        )
+    samples = state.sampler.archived
+    rate = state.sampler.rate(samples)
+    parts: list[object] = [
+        facts(
+            [
+                (
+                    "watermark",
+                    f"{found.watermark:,} (every record id up to it is archived, "
+                    "or lies in a range listed below)",
+                ),
+                (
+                    "watermark moved",
+                    found.watermark_updated.isoformat(" ", "seconds")
+                    if found.watermark_updated
+                    else None,
+                ),
+                ("schema version", found.schema_version),
+                ("archiving rate", "measuring\u2026" if rate is None else f"{rate:,.1f} records/s"),
+                ("rows archived, last minutes", sparkline([float(n) for _, n in samples], 320, 40)),
+                ("batches kept raw", f"{found.rejected_batches:,} (could not be decoded)"),
+            ]
+        ),
+        tag("h2", "Partitions"),
+        table(
+            [
+                "Topic",
+                "Partition",
+                "Archived to (next offset)",
+                "Log end",
+                "Archive lag",
+                "Redis starts at",
+                "Rows",
+                "Epoch",
+                "Last archived",
+            ],
+            rows,
+            numeric=[1, 2, 3, 4, 5, 6, 7],
+            empty="nothing archived yet",
+            id="archive-partitions",
+        ),
+        tag("h2", "Dropped before archiving"),
+        table(
+            ["Topic", "Partition", "Offsets", "Record ids"],
+            [
+                [
+                    g.topic,
+                    g.partition,
+                    f"{g.first_offset:,}\u2013{g.last_offset:,}",
+                    f"{g.first_id:,}\u2013{g.last_id:,}",
+                ]
+                for g in found.dropped
+                if may_see_topic(request, g.topic)
+            ],
+            numeric=[1],
+            empty="no gaps: retention never dropped a record before the archive held it",
+        ),
+        tag("h2", "Lost with Redis"),
+        table(
+            ["Record ids", "Recovered"],
+            [
+                [
+                    f"{r.first_id:,}\u2013{r.last_id:,}",
+                    r.recovered.isoformat(" ", "seconds") if r.recovered else None,
+                ]
+                for r in found.lost
+            ],
+            empty="Redis never lost its data under this archive",
+        ),
+    ]
+    return render(request, "Archive", join(parts), "/archive")

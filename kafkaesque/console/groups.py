@@ -1,0 +1,361 @@
+"""The Groups pages: every group (classic and consumer, KIP-848) with its state and
+members; a group's lag per partition in records and in seconds (the age of its oldest
+unread record), refreshed live, with a sparkline of the last minutes; and, in admin mode,
+resetting its offsets (earliest, latest, an offset, a time) with a preview, only while
+the group is empty, as Kafka's kafka-consumer-groups --reset-offsets."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from kafkaesque.console.context import (
+    console,
+    fragment,
+    may_see_group,
+    may_see_topic,
+    posted,
+    render,
+    require,
+    session,
+)
+from kafkaesque.console.html import (
+    Raw,
+    facts,
+    form,
+    hidden,
+    join,
+    link,
+    message,
+    path,
+    query,
+    select,
+    sparkline,
+    table,
+    tag,
+)
+from kafkaesque.console.html import (
+    field as input_field,
+)
+from kafkaesque.console.records import BadInput, bounds, parse_time, read_forward
+from kafkaesque.errors import UnknownTopic
+from kafkaesque.groups.consumer import ConsumerGroupCoordinator
+from kafkaesque.groups.coordinator import decode_consumer_assignment
+from kafkaesque.partition.layer import EARLIEST, LATEST
+from kafkaesque.security.acls import Operation, ResourceType
+from kafkaesque.types import TopicPartition
+
+RESET_MODES = ("earliest", "latest", "offset", "time")
+
+
+@dataclass
+class Member:
+    member_id: str
+    client_id: str
+    host: str
+    assigned: list[TopicPartition] = field(default_factory=list)
+
+
+@dataclass
+class Group:
+    """A group of either protocol, as the pages show it."""
+
+    name: str
+    type: str  # classic or consumer
+    state: str
+    members: list[Member] = field(default_factory=list)
+
+
+async def load(request: web.Request, name: str) -> Group | None:
+    """The group from its coordinator (classic first, then KIP-848); None if none."""
+    state = console(request)
+    classic = await state.groups.store.load(name)
+    if classic is not None:
+        members = []
+        for m in classic.members.values():
+            assigned: list[TopicPartition] = []
+            if classic.protocol_type == "consumer":
+                decoded = decode_consumer_assignment(m.assignment) or {}
+                assigned = [(t, p) for t, ps in decoded.items() for p in ps]
+            members.append(Member(m.member_id, m.client_id, m.client_host, assigned))
+        return Group(name, "classic", str(classic.state), members)
+    consumer = await ConsumerGroupCoordinator(state.log).load(name)
+    if consumer is None:
+        return None
+    members = [
+        Member(m.member_id, m.client_id, m.client_host, sorted(m.assigned))
+        for m in consumer.members.values()
+    ]
+    return Group(name, "consumer", str(consumer.state), members)
+
+
+async def group_list(request: web.Request) -> web.Response:
+    state = console(request)
+    rows = []
+    for name in await state.groups.admin.list_groups():
+        if not may_see_group(request, name):
+            continue
+        group = await load(request, name)
+        if group is None:  # listed, but gone since
+            continue
+        history = state.sampler.history(name)
+        rows.append(
+            [
+                link(path("groups", name), name),
+                group.type,
+                group.state,
+                len(group.members),
+                f"{int(history[-1]):,}" if history else None,
+                sparkline(history),
+            ]
+        )
+    body = table(
+        ["Group", "Type", "State", "Members", "Lag (records)", "Lag, last minutes"],
+        rows,
+        numeric=[3, 4],
+        empty="no groups",
+        id="groups",
+    )
+    return render(request, f"Groups ({len(rows):,})", body, "/groups")
+
+
+async def group_page(request: web.Request) -> web.Response:
+    state = console(request)
+    name = request.match_info["group"]
+    group = await load(request, name) if may_see_group(request, name) else None
+    if group is None:
+        raise BadInput(f"no group named {name!r}")
+    body: list[object] = []
+    if "done" in request.query:
+        body.append(message(request.query["done"], "ok"))
+    body.append(
+        facts([("type", group.type), ("state", group.state), ("members", len(group.members))])
+    )
+    body.append(tag("h2", "Lag"))
+    body.append(tag("div", sparkline(state.sampler.history(name), 320, 40), class_="muted"))
+    body.append(
+        tag(
+            "div",
+            await lag_table(request, group),
+            id="lag",
+            data_poll=path("groups", name, "lag"),
+            data_every=2,
+        )
+    )
+    body.append(tag("h2", "Members"))
+    body.append(
+        table(
+            ["Member id", "Client id", "Host", "Assigned"],
+            [
+                [
+                    m.member_id,
+                    m.client_id,
+                    m.host,
+                    ", ".join(f"{t}[{p}]" for t, p in m.assigned) or None,
+                ]
+                for m in group.members
+            ],
+            empty="no members: the group is empty",
+        )
+    )
+    if state.admin:
+        body.append(tag("h2", "Reset offsets"))
+        body.append(reset_form(request, group, await topics_of(request, group)))
+    return render(request, f"Group {name}", join(body), "/groups")
+
+
+async def lag_fragment(request: web.Request) -> web.Response:
+    name = request.match_info["group"]
+    group = await load(request, name) if may_see_group(request, name) else None
+    if group is None:
+        return fragment(message(f"group {name} is gone"))
+    return fragment(await lag_table(request, group))
+
+
+async def lag_table(request: web.Request, group: Group) -> Raw:
+    """Per partition: committed offset, log end, lag in records and in seconds, owner."""
+    state = console(request)
+    committed = await state.groups.admin.committed(group.name)
+    owners = {tp: m for m in group.members for tp in m.assigned}
+    now = time.time() * 1000
+    rows = []
+    total = 0
+    for t, p in sorted(set(committed) | set(owners)):
+        if not may_see_topic(request, t):
+            continue
+        current = committed.get((t, p))
+        try:
+            where = await bounds(state.layer, t, p)
+        except UnknownTopic:  # deleted since the group committed
+            rows.append([t, p, current.offset if current else None, "topic gone", None, None, None])
+            continue
+        lag = where.end - current.offset if current is not None else None
+        seconds = None
+        if current is not None and lag:
+            oldest = await read_forward(
+                state.layer, t, p, max(current.offset, where.earliest), 1, where
+            )
+            if oldest:
+                seconds = f"{max(0.0, (now - oldest[0].timestamp) / 1000):,.1f} s"
+        elif lag == 0:
+            seconds = "0.0 s"
+        total += lag or 0
+        owner = owners.get((t, p))
+        rows.append(
+            [
+                t,
+                p,
+                None if current is None else f"{current.offset:,}",
+                f"{where.end:,}",
+                tag("span", f"{lag:,}", class_="lag-zero" if lag == 0 else "lag-some")
+                if lag is not None
+                else None,
+                seconds,
+                f"{owner.client_id} ({owner.host})" if owner else None,
+            ]
+        )
+    return join(
+        [
+            tag("p", join(["Total lag: ", tag("b", f"{total:,}", id="total-lag"), " records"])),
+            table(
+                ["Topic", "Partition", "Committed", "Log end", "Lag", "Lag (time)", "Owner"],
+                rows,
+                numeric=[1, 2, 3, 4, 5],
+                empty="no committed offsets",
+                id="lag-table",
+            ),
+        ]
+    )
+
+
+async def topics_of(request: web.Request, group: Group) -> list[str]:
+    committed = await console(request).groups.admin.committed(group.name)
+    return sorted({t for t, _ in committed} | {t for m in group.members for t, _ in m.assigned})
+
+
+def reset_form(request: web.Request, group: Group, topics: list[str]) -> Raw:
+    if group.members:
+        return message(
+            f"group {group.name} has {len(group.members)} active member(s): offsets are reset "
+            "only in an empty group (stop its consumers first)",
+            "note",
+        )
+    content = join(
+        [
+            select(
+                "Topic",
+                "topic",
+                [("", "every topic it has offsets of")] + [(t, t) for t in topics],
+                "",
+            ),
+            select("To", "to", [(m, m) for m in RESET_MODES], "earliest"),
+            input_field("Offset or time (for offset, time)", "value", "", size=24),
+        ]
+    )
+    return form(path("groups", group.name, "reset"), content, "Preview", method="get", id="reset")
+
+
+async def plan(
+    request: web.Request, group: Group, params: dict[str, str]
+) -> dict[TopicPartition, int]:
+    """The offsets a reset would commit, clamped to the log (as Kafka's tool clamps);
+    BadInput for a group with members or a bad value."""
+    state = console(request)
+    await state.groups.tick(group.name)  # members whose session ended are gone, as in Kafka
+    fresh = await load(request, group.name)
+    if fresh is not None and fresh.members:
+        raise BadInput(
+            f"group {group.name} has active members (state {fresh.state}): offsets are reset "
+            "only in an empty group; stop its consumers first"
+        )
+    mode, value, topic = (
+        params.get("to", ""),
+        params.get("value", "").strip(),
+        params.get("topic", ""),
+    )
+    if mode not in RESET_MODES:
+        raise BadInput(f"reset to one of {', '.join(RESET_MODES)}, not {mode!r}")
+    committed = await state.groups.admin.committed(group.name)
+    if topic:
+        partitions = [(topic, p) for p in range((await state.log.topic(topic)).partitions)]
+    else:
+        partitions = sorted(committed)
+    if not partitions:
+        raise BadInput("the group has no offsets to reset: choose a topic")
+    target: int | None = None
+    if mode == "offset":
+        if not value.isdigit():
+            raise BadInput(f"the offset must be a whole number, not {value!r}")
+        target = int(value)
+    elif mode == "time":
+        target = parse_time(value)
+    new = {}
+    for t, p in partitions:
+        if not may_see_topic(request, t):
+            raise BadInput(f"no topic named {t!r}")
+        earliest = await state.layer.list_offset(t, p, EARLIEST)
+        latest = await state.layer.list_offset(t, p, LATEST)
+        assert earliest is not None and latest is not None
+        wanted = {"earliest": earliest.offset, "latest": latest.offset}.get(mode, target)
+        if mode == "time":
+            found = await state.layer.list_offset(t, p, target or 0)
+            wanted = latest.offset if found is None else found.offset
+        assert wanted is not None
+        new[t, p] = min(max(wanted, earliest.offset), latest.offset)
+    return new
+
+
+async def reset_preview(request: web.Request) -> web.Response:
+    state = console(request)
+    name = request.match_info["group"]
+    group = await load(request, name) if may_see_group(request, name) else None
+    if group is None:
+        raise BadInput(f"no group named {name!r}")
+    params = dict(request.query)
+    new = await plan(request, group, params)
+    committed = await state.groups.admin.committed(name)
+    rows = [
+        [t, p, committed[t, p].offset if (t, p) in committed else None, new[t, p]]
+        for t, p in sorted(new)
+    ]
+    confirm = join(hidden(k, params.get(k, "")) for k in ("topic", "to", "value"))
+    body = join(
+        [
+            tag(
+                "p", f"Resetting group {name} would commit these offsets (nothing is changed yet):"
+            ),
+            table(
+                ["Topic", "Partition", "Committed now", "New offset"],
+                rows,
+                numeric=[1, 2, 3],
+                id="preview",
+            ),
+            form(
+                path("groups", name, "reset"),
+                confirm,
+                "Reset offsets",
+                csrf=session(request).csrf,
+                danger=True,
+                id="execute",
+            ),
+            tag("p", link(path("groups", name), "cancel")),
+        ]
+    )
+    return render(request, f"Reset group {name}", body, "/groups")
+
+
+async def reset_execute(request: web.Request) -> web.Response:
+    state = console(request)
+    name = request.match_info["group"]
+    require(request, Operation.READ, ResourceType.GROUP, name)
+    group = await load(request, name)
+    if group is None:
+        raise BadInput(f"no group named {name!r}")
+    new = await plan(request, group, dict(await posted(request)))
+    for t in {t for t, _ in new}:
+        require(request, Operation.READ, ResourceType.TOPIC, t)
+    await state.groups.admin.reset_offsets(name, new)  # GroupBusy if members came meanwhile
+    done = f"reset {len(new)} partition(s) of group {name}"
+    raise web.HTTPSeeOther(query(path("groups", name), done=done))
