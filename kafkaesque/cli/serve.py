@@ -22,6 +22,7 @@ from kafkaesque.hot.embedded import EmbeddedError, EmbeddedRedis, server_name, s
 from kafkaesque.hot.outage import REDIS
 
 if TYPE_CHECKING:
+    from kafkaesque.hot.log import Log
     from wire.broker import BrokerConfig
 
 
@@ -180,6 +181,20 @@ def listeners_option(
     metavar="PRINCIPAL",
     help="A principal (User:NAME) every ACL check lets through (repeatable).",
 )
+@click.option(
+    "--console",
+    "console_address",
+    callback=metrics_address,
+    envvar="KAFKAESQUE_CONSOLE",
+    metavar="[HOST:]PORT",
+    help="Serve the web console on [HOST:]PORT beside the broker (127.0.0.1 unless a host "
+    "is given; env KAFKAESQUE_CONSOLE): read-only unless --console-admin.",
+)
+@click.option(
+    "--console-admin",
+    is_flag=True,
+    help="Let the console make changes (topics, produce, group offsets, users, ACLs).",
+)
 @serve_options
 @pass_context
 def serve(
@@ -201,6 +216,8 @@ def serve(
     compaction_interval: float,
     authorizer: str,
     super_users: tuple[str, ...],
+    console_address: tuple[str, int] | None,
+    console_admin: bool,
     **settings_options: Any,
 ) -> None:
     """Serve the Kafka protocol: unmodified Kafka clients produce and fetch here."""
@@ -300,6 +317,8 @@ def serve(
                 await FailoverWatch(log).run(stop)
 
             companions.append(follow_failovers)
+        if console_address is not None:
+            companions.append(web_console(log, console_address, console_admin, super_users))
         try:
             await run(log, host, port, config, metrics, companions, listeners, tls)
         finally:
@@ -343,6 +362,21 @@ def watch_store(
                     return
 
     return watch
+
+
+def web_console(
+    log: Log, address: tuple[str, int], admin: bool, super_users: tuple[str, ...]
+) -> Callable[[asyncio.Event], Coroutine[Any, Any, None]]:
+    """A companion serving the web console (kafkaesque/console/) on the broker's log."""
+
+    async def run(stop: asyncio.Event) -> None:
+        from kafkaesque.cli.console import announce, archive_of
+        from kafkaesque.console.app import make_console, serve_console
+
+        state = make_console(log, admin, super_users, archive_of(log))
+        await serve_console(state, *address, stop=stop, started=announce)
+
+    return run
 
 
 def _refuse_disagreements(settings: dict[str, str], config: BrokerConfig) -> None:

@@ -313,7 +313,13 @@ async def serve_console(
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:  # beside a broker: the broker goes on without its console
+            if stop is None:
+                raise
+            log.error("console: cannot listen on %s:%s: %s", host, port, exc.strerror or exc)
+            return
         bound = runner.addresses[0] if runner.addresses else (host, port)
         shown = f"[{bound[0]}]" if ":" in str(bound[0]) else str(bound[0])
         address = f"http://{shown}:{bound[1]}/"
