@@ -13,6 +13,9 @@ from kafkaesque.errors import InvalidConfig
 from kafkaesque.groups.consumer import ConsumerGroupCoordinator
 from kafkaesque.groups.consumer_state import ConsumerGroupConfig
 from kafkaesque.groups.coordinator import CoordinatorConfig, GroupCoordinator
+from kafkaesque.groups.share.config import ShareGroupConfig
+from kafkaesque.groups.share.coordinator import ShareGroupCoordinator
+from kafkaesque.groups.share.fetch import ShareFetcher
 from kafkaesque.hot.compaction import Compactor
 from kafkaesque.hot.high_watermark import HighWatermarks
 from kafkaesque.hot.log import Log
@@ -62,6 +65,8 @@ class BrokerConfig:
     groups: CoordinatorConfig = field(default_factory=CoordinatorConfig)
     # The consumer group protocol's (KIP-848) session timeout and heartbeat interval.
     consumer_groups: ConsumerGroupConfig = field(default_factory=ConsumerGroupConfig)
+    # Share groups' (KIP-932) group.share.* configs.
+    share_groups: ShareGroupConfig = field(default_factory=ShareGroupConfig)
     # Seconds between compaction passes over compact topics (Kafka's log cleaner); 0: none.
     compaction_interval: float = 5.0
     # Every topic's config defaults (topic config name -> value), from ``serve --config``.
@@ -125,6 +130,8 @@ class BrokerConfig:
             return self.groups, attribute.removeprefix("groups.")
         if attribute.startswith("consumer_groups."):
             return self.consumer_groups, attribute.removeprefix("consumer_groups.")
+        if attribute.startswith("share_groups."):
+            return self.share_groups, attribute.removeprefix("share_groups.")
         return self, attribute
 
     def get(self, attribute: str) -> object:
@@ -178,6 +185,9 @@ class Broker:
         )
         self.groups = GroupCoordinator(log, config.groups, clock)
         self.consumer_groups = ConsumerGroupCoordinator(log, config.consumer_groups, clock)
+        # Share groups (KIP-932): their coordinator, and acquisition with share sessions.
+        self.share_groups = ShareGroupCoordinator(log, config.share_groups, clock)
+        self.share_fetcher = ShareFetcher(self.share_groups, self.partitions, clock)
         self.credentials = log.stores.credentials  # SCRAM users
         self.cluster_id = ""
         self.memory = log.stores.memory_guard(log.release_archived)
@@ -286,6 +296,8 @@ class Broker:
                 await cancel_and_wait(task)
         self.fetch_sessions.close()
         self.consumer_groups.close()  # its session timers
+        self.share_groups.close()
+        await self.share_fetcher.close()
         await self.notifier.stop()
         await self.groups.stop()
 
@@ -300,6 +312,7 @@ class Broker:
                 # Every group at the start and once a minute, else those with members.
                 await self.groups.tick_all(sweep=ticks % 120 == 0)
                 await self.consumer_groups.tick_all()
+                await self.share_groups.tick_all()
                 if ticks % 10 == 0:  # topic operations a crashed broker left half-done
                     for marker in await self.log.finish_steps():
                         log.info("finished a topic operation left half-done: %s", marker)

@@ -34,6 +34,8 @@ from wire.handlers import (
     records,
     sasl,
     scram_users,
+    share_fetch,
+    share_groups,
     topic_partitions,
     transactions,
 )
@@ -145,6 +147,15 @@ HANDLERS: dict[int, Api] = {
     68: Api(0, 1, consumer_groups.consumer_group_heartbeat, coordinator=True),
     69: Api(0, 1, consumer_groups.consumer_group_describe, coordinator=True),
     75: Api(0, 0, topic_partitions.describe_topic_partitions),
+    # Share groups (KIP-932) at Kafka 4.2's versions: ShareFetch/ShareAcknowledge v2
+    # renew acknowledgements (KIP-1222); v0 was early access, gone.
+    76: Api(1, 1, share_groups.share_group_heartbeat, coordinator=True),
+    77: Api(1, 1, share_groups.share_group_describe, coordinator=True),
+    78: Api(1, 2, share_fetch.share_fetch),
+    79: Api(1, 2, share_fetch.share_acknowledge),
+    90: Api(0, 1, share_groups.describe_share_group_offsets, coordinator=True),
+    91: Api(0, 0, share_groups.alter_share_group_offsets, coordinator=True),
+    92: Api(0, 0, share_groups.delete_share_group_offsets, coordinator=True),
     # ACLs at Kafka 4's versions (v0 is gone there); SECURITY_DISABLED without --authorizer.
     29: Api(1, 3, acls.describe_acls),
     30: Api(1, 3, acls.create_acls),

@@ -196,7 +196,10 @@ async def broker_entries(broker: Broker, node: int | None = 0) -> list[ConfigEnt
 
 def group_defaults(broker: Broker) -> dict[str, str]:
     """The broker's defaults of the group configs, and their bounds."""
-    return broker.consumer_groups.config.group_defaults()
+    return {
+        **broker.consumer_groups.config.group_defaults(),
+        **broker.share_groups.config.group_defaults(),
+    }
 
 
 def group_entries(broker: Broker, configs: dict[str, str]) -> list[ConfigEntry]:

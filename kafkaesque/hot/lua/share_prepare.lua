@@ -4,14 +4,16 @@
 -- where to read: the first AVAILABLE record, else the end (-1: nothing may be acquired,
 -- group.share.partition.max.record.locks are in flight).
 -- KEYS: state, records, locks (share_common.lua). ARGV: now, max delivery count,
--- max record locks, init offset, log start, log end.
--- Returns {spso, speo, next fetch offset, earliest lock deadline or -1, acquired}.
+-- max record locks, init offset (-1: the caller does not know it yet), log start, log end.
+-- Returns {spso, speo, next fetch offset, earliest lock deadline or -1, acquired}; all -1
+-- for a share-partition without state when no init offset was given.
 local now, max_delivery, max_locks = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local init, log_start, log_end = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local state_key, records_key, locks_key = KEYS[1], KEYS[2], KEYS[3]
 
 local sp = load(state_key)
 if not sp then
+  if init < 0 then return {-1, -1, -1, -1, -1} end
   sp = {spso = init, speo = init, avail = 0, acq = 0, totals = {}}
 end
 if sp.spso < log_start then

@@ -1,0 +1,236 @@
+"""The share group coordinator: ShareGroupHeartbeat, member expiry, describe, listing,
+deletion and the share-partitions' offsets (Describe/Alter/DeleteShareGroupOffsets), all
+state in Redis (kafkaesque/hot/share_store.py), every change of a group under the lock
+its id has whichever kind of group it is, so brokers on one Redis agree and an id is a
+classic, consumer or share group, never two.
+
+A member that leaves or whose session expires gives its acquired records back at once,
+as Kafka's share-partitions release a departed member's records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from kafkaesque.clock import SYSTEM, Clock
+from kafkaesque.errors import UnknownTopic
+from kafkaesque.groups.share.config import ShareGroupConfig
+from kafkaesque.groups.share.state import (
+    JOIN_EPOCH,
+    LEAVE_EPOCH,
+    ShareCode,
+    ShareGroup,
+    ShareHeartbeat,
+    ShareHeartbeatResult,
+    ShareRefused,
+)
+from kafkaesque.groups.types import ExpiryTimers
+from kafkaesque.hot.share_store import PartitionState, ShareStore
+from kafkaesque.types import TopicPartition
+
+if TYPE_CHECKING:
+    from kafkaesque.hot.log import Log
+
+# How often a heartbeat re-reads the subscribed topics when nothing else made it.
+TOPIC_REFRESH_MS = 1000
+
+
+def validate(group_id: str, hb: ShareHeartbeat) -> None:
+    """Kafka's request checks, before the group is looked at."""
+
+    def invalid(message: str) -> ShareRefused:
+        return ShareRefused(ShareCode.INVALID_REQUEST, message)
+
+    if not group_id:
+        raise invalid("GroupId can't be empty.")
+    if hb.rack_id is not None and not hb.rack_id:
+        raise invalid("RackId can't be empty.")
+    if not hb.member_id:
+        raise invalid("MemberId can't be empty.")
+    if hb.epoch == JOIN_EPOCH:
+        if not hb.topics:
+            raise invalid("SubscribedTopicNames must be set in first request.")
+    elif hb.epoch < LEAVE_EPOCH:
+        raise invalid("MemberEpoch is invalid.")
+
+
+class ShareGroupCoordinator:
+    """Share groups over Redis; ``on_release`` is told when records go back to a group
+    (so waiting share fetches look again)."""
+
+    def __init__(
+        self, log: Log, config: ShareGroupConfig | None = None, clock: Clock = SYSTEM
+    ) -> None:
+        self.log = log
+        self.clock = clock
+        self.config = config or ShareGroupConfig()
+        self.store: ShareStore = log.stores.share
+        self.timers = ExpiryTimers("share group expiry", clock)
+
+    async def group_config(self, group_id: str) -> ShareGroupConfig:
+        """The broker's share config with the group's own share.* configs."""
+        return self.config.for_group(await self.store.configs(group_id))
+
+    async def load(self, group_id: str) -> ShareGroup | None:
+        return await self.store.load(group_id)
+
+    async def heartbeat(self, group_id: str, hb: ShareHeartbeat) -> ShareHeartbeatResult:
+        """One ShareGroupHeartbeat; raises ShareRefused with the error to answer."""
+        validate(group_id, hb)
+        async with self.store.lock(group_id):
+            group = await self.store.load(group_id)
+            config = await self.group_config(group_id)
+            now = self.clock.now_ms()
+            if group is None:
+                if hb.epoch != JOIN_EPOCH:
+                    raise ShareRefused(
+                        ShareCode.UNKNOWN_MEMBER_ID, f"Group {group_id} has no such member."
+                    )
+                await self._check_kind(group_id)
+                group = ShareGroup(group_id)
+            if hb.epoch == LEAVE_EPOCH:
+                if group.leave(hb.member_id):
+                    await self.store.save(group)
+                    await self.release(group_id, hb.member_id, config)
+                    await self.store.forget_heartbeats(group_id, [hb.member_id])
+                return ShareHeartbeatResult(hb.member_id, LEAVE_EPOCH, None)
+            before = group.pack()
+            refresh = group.heartbeat(hb)
+            if refresh or now - group.refreshed_ms >= TOPIC_REFRESH_MS:
+                group.set_topics(await self._topics(group), now)
+            result = group.answer(hb.member_id, hb.epoch == JOIN_EPOCH)
+            if group.pack() != before:
+                await self.store.save(group, (hb.member_id, now))
+            else:
+                await self.store.heartbeat(group_id, hb.member_id, now)
+            self._arm(group, await self.store.heartbeats(group_id), config)
+            return result
+
+    async def _check_kind(self, group_id: str) -> None:
+        """A share group cannot take an id a classic or consumer group has (Kafka:
+        GROUP_ID_NOT_FOUND, "not a share group")."""
+        k = self.store.keys
+        if await self.store.redis.exists(k.group(group_id), k.group(group_id, ":consumer")):
+            raise ShareRefused(
+                ShareCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group."
+            )
+
+    async def _topics(self, group: ShareGroup) -> dict[str, list]:
+        """The subscribed topics' [topic id, partition count], those that exist."""
+        out: dict[str, list] = {}
+        for name in sorted(group.subscribed()):
+            try:
+                config = await self.log.topic(name)
+            except UnknownTopic:
+                continue
+            out[name] = [config.topic_id, config.partitions]
+        return out
+
+    async def release(self, group_id: str, member_id: str, config: ShareGroupConfig) -> int:
+        """A departed member's acquired records go back to the group."""
+        tps = await self.store.partitions(group_id)
+        return await self.store.release(group_id, tps, member_id, config.delivery_count_limit)
+
+    # -- expiry ---------------------------------------------------------------------------
+    async def tick(self, group_id: str) -> None:
+        """Remove the members whose session ended (share.session.timeout.ms)."""
+        async with self.store.lock(group_id):
+            group = await self.store.load(group_id)
+            if group is None:
+                await self.store.unlist(group_id)
+                return
+            config = await self.group_config(group_id)
+            heartbeats = await self.store.heartbeats(group_id)
+            gone = group.expire(heartbeats, self.clock.now_ms(), config.session_timeout_ms)
+            if gone:
+                await self.store.save(group)
+                await self.store.forget_heartbeats(group_id, gone)
+                for member_id in gone:
+                    await self.release(group_id, member_id, config)
+            self._arm(group, heartbeats, config)
+
+    async def tick_all(self) -> None:
+        """Tick the share groups with members (``Broker._expire_members``, every 0.5 s);
+        only a group with a member due is locked, the others get a timer."""
+        now = self.clock.now_ms()
+        for group_id, group, heartbeats, configs in await self.store.active():
+            if group is None:
+                await self.tick(group_id)
+                continue
+            due = group.next_expiry(heartbeats, self.config.for_group(configs).session_timeout_ms)
+            if due is not None and due <= now:
+                await self.tick(group_id)
+            else:
+                self.timers.arm(group_id, due, self.tick)
+
+    def _arm(self, group: ShareGroup, heartbeats: dict[str, int], config: ShareGroupConfig) -> None:
+        due = group.next_expiry(heartbeats, config.session_timeout_ms)
+        self.timers.arm(group.group_id, due, self.tick)
+
+    def close(self) -> None:
+        self.timers.close()
+
+    # -- the classic group APIs and the admin ones -------------------------------------------
+    async def listing(self, group_ids: list[str]) -> dict[str, str]:
+        """Of ``group_ids``, the share groups and their states (ListGroups)."""
+        return {g: group.state for g, group in (await self.store.load_many(group_ids)).items()}
+
+    async def delete(self, group_id: str) -> ShareCode | None:
+        """DeleteGroups of a share group (None: it is none): refused with members."""
+        async with self.store.lock(group_id):
+            group = await self.store.load(group_id)
+            if group is None:
+                return None
+            if group.members:
+                return ShareCode.NON_EMPTY_GROUP
+            await self.store.delete(group_id)
+        return ShareCode.NONE
+
+    async def offsets(
+        self, group_id: str, topics: Mapping[str, list[int]] | None
+    ) -> dict[TopicPartition, PartitionState | None]:
+        """DescribeShareGroupOffsets: the share-partitions asked (``topics`` None: every
+        one with state), each with its state or None (not initialized). Raises ShareRefused
+        GROUP_ID_NOT_FOUND for an id that is another kind of group."""
+        await self._check_kind(group_id)
+        if topics is None:
+            tps = await self.store.partitions(group_id)
+        else:
+            tps = [(t, p) for t, ps in topics.items() for p in ps]
+        states = await self.store.states(group_id, tps)
+        return {tp: states.get(tp) for tp in tps}
+
+    async def alter_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """AlterShareGroupOffsets: each share-partition starts afresh at its offset; only
+        while the group has no members (NON_EMPTY_GROUP), as Kafka."""
+        await self._check_kind(group_id)
+        async with self.store.lock(group_id):
+            group = await self.store.load(group_id)
+            if group is not None and group.members:
+                raise ShareRefused(
+                    ShareCode.NON_EMPTY_GROUP,
+                    "The group has active members; offsets can be altered only when it is empty.",
+                )
+            if group is None:  # Kafka creates the group, empty
+                await self.store.save(ShareGroup(group_id))
+            for tp, offset in offsets.items():
+                await self.store.reset(group_id, tp, offset)
+
+    async def delete_offsets(self, group_id: str, topics: list[str]) -> None:
+        """DeleteShareGroupOffsets: the topics' share-partitions lose their state (the
+        next fetch starts at share.auto.offset.reset); only while the group is empty."""
+        async with self.store.lock(group_id):
+            group = await self.store.load(group_id)
+            if group is None:
+                raise ShareRefused(
+                    ShareCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group."
+                )
+            if group.members:
+                raise ShareRefused(
+                    ShareCode.NON_EMPTY_GROUP,
+                    "The group has active members; offsets can be deleted only when it is empty.",
+                )
+            wanted = set(topics)
+            tps = [tp for tp in await self.store.partitions(group_id) if tp[0] in wanted]
+            await self.store.forget(group_id, tps)

@@ -1,0 +1,313 @@
+"""ShareFetch (API 78) and ShareAcknowledge (79), v1-2 as Kafka 4.2 offers them (KIP-932):
+records acquired for a member of a share group, with share sessions, and their
+acknowledgements. What happens to records is kafkaesque/groups/share/fetch.py's; this
+translates topic ids, sessions, ACLs (READ on the group, READ on each topic) and errors."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import Records
+
+from kafkaesque.errors import GroupAuthorizationFailed
+from kafkaesque.groups.share.config import ShareGroupConfig
+from kafkaesque.groups.share.fetch import Acquired
+from kafkaesque.groups.share.sessions import FINAL_EPOCH, INITIAL_EPOCH, ShareSession
+from kafkaesque.groups.share.state import ShareCode, ShareRefused
+from kafkaesque.types import TopicPartition
+from wire.authorize import Operation, ResourceType, allowed, check_group
+from wire.broker import Broker
+from wire.errors import error_code
+from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
+
+Acks = dict[TopicPartition, list[tuple[int, int, Sequence[int]]]]
+
+
+def _whole(request: Request, code: ErrorCode, message: str | None, lock_ms: int = 0) -> Any:
+    """A response failing the request as a whole."""
+    return build(
+        request.response_class,
+        throttle_time=NO_THROTTLE,
+        error_code=code,
+        error_message=message,
+        acquisition_lock_timeout=datetime.timedelta(milliseconds=lock_ms),
+        responses=(),
+        node_endpoints=(),
+    )
+
+
+class _Topics:
+    """The request's topic ids as names (and back), each resolved once."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.names: dict[uuid.UUID, str | None] = {}
+        self.ids: dict[str, uuid.UUID] = {}
+
+    async def name(self, topic_id: uuid.UUID | None) -> str | None:
+        if topic_id is None:
+            return None
+        if topic_id not in self.names:
+            name = await self.broker.topic_ids.name(topic_id.bytes)
+            self.names[topic_id] = name
+            if name is not None:
+                self.ids[name] = topic_id
+        return self.names[topic_id]
+
+    async def id_of(self, name: str) -> uuid.UUID:
+        if name not in self.ids:
+            self.ids[name] = uuid.UUID(bytes=(await self.broker.log.topic(name)).topic_id)
+        return self.ids[name]
+
+
+async def _acks(
+    topics: _Topics, entries: Iterable[Any], unknown: dict[tuple[uuid.UUID, int], ErrorCode]
+) -> Acks:
+    """The acknowledgement batches by share-partition (unknown topic ids noted)."""
+    acks: Acks = {}
+    for t in entries:
+        name = await topics.name(t.topic_id)
+        for p in t.partitions:
+            if not p.acknowledgement_batches:
+                continue
+            if name is None:
+                unknown[(t.topic_id or uuid.UUID(int=0), p.partition_index)] = (
+                    ErrorCode.unknown_topic_id
+                )
+                continue
+            acks[(name, p.partition_index)] = [
+                (b.first_offset, b.last_offset, list(b.acknowledge_types))
+                for b in p.acknowledgement_batches
+            ]
+    return acks
+
+
+async def _acknowledge(
+    broker: Broker,
+    request: Request,
+    group_id: str,
+    member_id: str,
+    acks: Acks,
+    config: ShareGroupConfig,
+) -> dict[TopicPartition, tuple[ErrorCode, str | None]]:
+    """Each share-partition's acknowledgement outcome; READ on each topic required."""
+    out: dict[TopicPartition, tuple[ErrorCode, str | None]] = {}
+    permitted: Acks = {}
+    for tp, batches in acks.items():
+        if allowed(broker, request, Operation.READ, ResourceType.TOPIC, tp[0]):
+            permitted[tp] = batches
+        else:
+            out[tp] = (ErrorCode.topic_authorization_failed, None)
+    done = await broker.share_fetcher.acknowledge(group_id, member_id, permitted, config)
+    for tp, (code, message) in done.items():
+        out[tp] = (ErrorCode(code), message or None)
+    return out
+
+
+def _leader(schema: type, epoch: int) -> Any:
+    return build(schema_class(schema, "LeaderIdAndEpoch"), leader_id=-1, leader_epoch=epoch)
+
+
+async def share_fetch(broker: Broker, request: Request) -> Any:
+    body = request.body
+    schema = request.response_class
+    group_id, member_id, epoch = body.group_id or "", body.member_id or "", body.share_session_epoch
+    try:
+        check_group(broker, request, Operation.READ, group_id)
+    except GroupAuthorizationFailed as exc:
+        return _whole(request, ErrorCode.group_authorization_failed, str(exc))
+    if not group_id or not member_id:
+        return _whole(request, ErrorCode.invalid_request, "GroupId and MemberId are required")
+    config = await broker.share_groups.group_config(group_id)
+    lock_ms = config.record_lock_duration_ms
+    topics = _Topics(broker)
+    unknown: dict[tuple[uuid.UUID, int], ErrorCode] = {}
+    wanted: list[TopicPartition] = []
+    for t in body.topics:
+        name = await topics.name(t.topic_id)
+        for p in t.partitions:
+            if name is None:
+                unknown[(t.topic_id or uuid.UUID(int=0), p.partition_index)] = (
+                    ErrorCode.unknown_topic_id
+                )
+            else:
+                wanted.append((name, p.partition_index))
+    forgotten = []
+    for t in body.forgotten_topics_data:
+        name = await topics.name(t.topic_id)
+        if name is not None:
+            forgotten += [(name, p) for p in t.partitions]
+    acks = await _acks(topics, body.topics, unknown)
+    sessions = broker.share_fetcher.sessions
+    session: ShareSession | None = None
+    try:
+        if epoch == INITIAL_EPOCH:
+            if acks:
+                raise ShareRefused(
+                    ShareCode.INVALID_REQUEST,
+                    "acknowledgements in a share fetch opening a session",
+                )
+            session = sessions.open(group_id, member_id, wanted)
+        else:
+            if epoch == FINAL_EPOCH and wanted and not acks:
+                raise ShareRefused(
+                    ShareCode.INVALID_REQUEST,
+                    "partitions to fetch in a share fetch closing its session",
+                )
+            session = sessions.find(group_id, member_id, epoch)
+            if epoch != FINAL_EPOCH:
+                session.update(wanted, forgotten)
+    except ShareRefused as refused:
+        return _whole(request, ErrorCode(int(refused.code)), str(refused), lock_ms)
+    acked = await _acknowledge(broker, request, group_id, member_id, acks, config)
+    results: dict[TopicPartition, Acquired] = {}
+    if epoch == FINAL_EPOCH:
+        sessions.close(session)
+        await broker.share_fetcher.release(session)
+    else:
+        readable = [
+            tp
+            for tp in session.partitions
+            if allowed(broker, request, Operation.READ, ResourceType.TOPIC, tp[0])
+        ]
+        denied = [tp for tp in session.partitions if tp not in readable]
+        results = await broker.share_fetcher.fetch(
+            group_id,
+            member_id,
+            readable,
+            int(body.max_wait.total_seconds() * 1000),
+            body.min_bytes,
+            body.max_bytes,
+            body.max_records if body.max_records > 0 else 500,
+            config,
+        )
+        for tp in denied:
+            results[tp] = Acquired()
+            acked.setdefault(tp, (ErrorCode.none, None))
+        denied_set = set(denied)
+    # Which partitions to answer: all of a new session's; else those with records, an
+    # error or an acknowledgement outcome.
+    answer: dict[TopicPartition, tuple[Acquired, tuple[ErrorCode, str | None]]] = {}
+    for tp in dict.fromkeys([*results, *acked]):
+        got = results.get(tp, Acquired())
+        ack = acked.get(tp, (ErrorCode.none, None))
+        if epoch == INITIAL_EPOCH or got.runs or got.error or tp in acked:
+            answer[tp] = (got, ack)
+    by_topic: dict[str, list[Any]] = {}
+    part_class = schema_class(schema, "PartitionData")
+    acquired_class = schema_class(schema, "AcquiredRecords")
+    for (topic, p), (got, (ack_code, ack_message)) in answer.items():
+        code = ErrorCode.none if got.error is None else error_code(got.error)
+        if epoch != FINAL_EPOCH and (topic, p) in denied_set:
+            code = ErrorCode.topic_authorization_failed
+        by_topic.setdefault(topic, []).append(
+            build(
+                part_class,
+                partition_index=p,
+                error_code=code,
+                error_message=None if got.error is None else str(got.error),
+                acknowledge_error_code=int(ack_code),
+                acknowledge_error_message=ack_message,
+                current_leader=_leader(schema, got.leader_epoch),
+                records=Records(b"".join(got.batches)),
+                acquired_records=tuple(
+                    build(acquired_class, first_offset=lo, last_offset=hi, delivery_count=d)
+                    for lo, hi, d in got.runs
+                ),
+            )
+        )
+    topic_class = schema_class(schema, "ShareFetchableTopicResponse")
+    responses = [
+        build(topic_class, topic_id=await topics.id_of(topic), partitions=tuple(parts))
+        for topic, parts in by_topic.items()
+    ]
+    for (topic_id, p), code in unknown.items():
+        responses.append(
+            build(
+                topic_class,
+                topic_id=topic_id,
+                partitions=(
+                    build(
+                        part_class,
+                        partition_index=p,
+                        error_code=code,
+                        acknowledge_error_code=int(code),
+                        current_leader=_leader(schema, -1),
+                        records=Records(b""),
+                        acquired_records=(),
+                    ),
+                ),
+            )
+        )
+    return build(
+        schema,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        acquisition_lock_timeout=datetime.timedelta(milliseconds=lock_ms),
+        responses=tuple(responses),
+        node_endpoints=(),
+    )
+
+
+async def share_acknowledge(broker: Broker, request: Request) -> Any:
+    body = request.body
+    schema = request.response_class
+    group_id, member_id, epoch = body.group_id or "", body.member_id or "", body.share_session_epoch
+    try:
+        check_group(broker, request, Operation.READ, group_id)
+    except GroupAuthorizationFailed as exc:
+        return _whole(request, ErrorCode.group_authorization_failed, str(exc))
+    config = await broker.share_groups.group_config(group_id)
+    lock_ms = config.record_lock_duration_ms
+    sessions = broker.share_fetcher.sessions
+    try:
+        if epoch == INITIAL_EPOCH:
+            raise ShareRefused(
+                ShareCode.INVALID_SHARE_SESSION_EPOCH,
+                "a share acknowledgement cannot open a share session",
+            )
+        session = sessions.find(group_id, member_id, epoch)
+    except ShareRefused as refused:
+        return _whole(request, ErrorCode(int(refused.code)), str(refused), lock_ms)
+    topics = _Topics(broker)
+    unknown: dict[tuple[uuid.UUID, int], ErrorCode] = {}
+    acks = await _acks(topics, body.topics, unknown)
+    acked = await _acknowledge(broker, request, group_id, member_id, acks, config)
+    if epoch == FINAL_EPOCH:
+        sessions.close(session)
+        await broker.share_fetcher.release(session)
+    part_class = schema_class(schema, "PartitionData")
+    topic_class = schema_class(schema, "ShareAcknowledgeTopicResponse")
+    by_topic: dict[uuid.UUID, list[Any]] = {}
+    for (topic, p), (code, message) in acked.items():
+        by_topic.setdefault(await topics.id_of(topic), []).append(
+            build(
+                part_class,
+                partition_index=p,
+                error_code=code,
+                error_message=message,
+                current_leader=_leader(schema, -1),
+            )
+        )
+    for (topic_id, p), code in unknown.items():
+        by_topic.setdefault(topic_id, []).append(
+            build(
+                part_class, partition_index=p, error_code=code, current_leader=_leader(schema, -1)
+            )
+        )
+    return build(
+        schema,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        acquisition_lock_timeout=datetime.timedelta(milliseconds=lock_ms),
+        responses=tuple(
+            build(topic_class, topic_id=t, partitions=tuple(parts)) for t, parts in by_topic.items()
+        ),
+        node_endpoints=(),
+    )

@@ -1,0 +1,352 @@
+"""Share groups' wire face (KIP-932), at Kafka 4.2's versions: ShareGroupHeartbeat (API 76)
+and ShareGroupDescribe (77), and the admin APIs on share-partitions' offsets:
+DescribeShareGroupOffsets (90), AlterShareGroupOffsets (91), DeleteShareGroupOffsets
+(92). The coordinator is kafkaesque/groups/share/coordinator.py; ShareFetch and
+ShareAcknowledge are wire/handlers/share_fetch.py's."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kafkaesque.errors import GroupAuthorizationFailed, KafkaesqueError, StorageUnavailable
+from kafkaesque.groups.share.state import ShareGroup, ShareHeartbeat, ShareRefused
+from wire.authorize import (
+    NOT_ASKED,
+    Operation,
+    ResourceType,
+    allowed,
+    authorized_operations,
+    check_group,
+)
+from wire.broker import Broker
+from wire.errors import error_code
+from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
+
+NO_ID = uuid.UUID(int=0)
+
+
+def _topic_id(group: ShareGroup, topic: str) -> uuid.UUID:
+    entry = group.topics.get(topic)
+    return uuid.UUID(bytes=bytes(entry[0])) if entry else NO_ID
+
+
+def _refused(schema: type, code: ErrorCode, message: str | None) -> Any:
+    return build(
+        schema,
+        throttle_time=NO_THROTTLE,
+        error_code=code,
+        error_message=message,
+        member_id=None,
+        member_epoch=-1,
+        heartbeat_interval=datetime.timedelta(0),
+    )
+
+
+async def share_group_heartbeat(broker: Broker, request: Request) -> Any:
+    body = request.body
+    schema = request.response_class
+    check_group(broker, request, Operation.READ, body.group_id)
+    topics = body.subscribed_topic_names
+    hb = ShareHeartbeat(
+        member_id=body.member_id,
+        epoch=body.member_epoch,
+        rack_id=body.rack_id,
+        topics=None if topics is None else list(topics),
+        client_id=request.client_id or "",
+        client_host=request.client_host,
+    )
+    try:
+        result = await broker.share_groups.heartbeat(body.group_id, hb)
+    except ShareRefused as refused:
+        return _refused(schema, ErrorCode(int(refused.code)), str(refused))
+    except StorageUnavailable:
+        return _refused(schema, ErrorCode.coordinator_not_available, None)
+    config = await broker.share_groups.group_config(body.group_id)
+    assignment = None
+    if result.assignment is not None:
+        group = await broker.share_groups.load(body.group_id)
+        by_topic: dict[str, list[int]] = {}
+        for topic, p in result.assignment:
+            by_topic.setdefault(topic, []).append(p)
+        tp_class = schema_class(schema, "TopicPartitions")
+        assignment = build(
+            schema_class(schema, "Assignment"),
+            topic_partitions=tuple(
+                build(
+                    tp_class,
+                    topic_id=_topic_id(group, t) if group else NO_ID,
+                    partitions=tuple(ps),
+                )
+                for t, ps in by_topic.items()
+            ),
+        )
+    return ok_response(
+        schema,
+        member_id=result.member_id,
+        member_epoch=result.epoch,
+        heartbeat_interval=datetime.timedelta(milliseconds=config.heartbeat_interval_ms),
+        assignment=assignment,
+    )
+
+
+async def share_group_describe(broker: Broker, request: Request) -> Any:
+    schema = request.response_class
+    group_class = schema_class(schema, "DescribedGroup")
+    member_class = schema_class(schema, "Member")
+    assignment_class = schema_class(schema, "Assignment")
+    tp_class = schema_class(schema, "TopicPartitions")
+    asked = request.body.include_authorized_operations
+    described = []
+    for group_id in request.body.group_ids:
+        operations = authorized_operations(broker, request, ResourceType.GROUP, group_id, asked)
+        group: ShareGroup | None = None
+        code, message = ErrorCode.none, None
+        try:
+            check_group(broker, request, Operation.DESCRIBE, group_id)
+            group = await broker.share_groups.load(group_id)
+            if group is None:
+                code, message = ErrorCode.group_id_not_found, f"Group {group_id} not found."
+        except StorageUnavailable:
+            code = ErrorCode.coordinator_not_available
+        except GroupAuthorizationFailed as exc:
+            code, message, operations = ErrorCode.group_authorization_failed, str(exc), NOT_ASKED
+        if group is None:
+            described.append(
+                build(
+                    group_class,
+                    error_code=code,
+                    error_message=message,
+                    group_id=group_id,
+                    group_state="Dead",
+                    group_epoch=-1,
+                    assignment_epoch=-1,
+                    assignor_name="",
+                    members=(),
+                    authorized_operations=NOT_ASKED,
+                )
+            )
+            continue
+
+        def assignment(tps: list[tuple[str, int]], g: ShareGroup = group) -> Any:
+            by_topic: dict[str, list[int]] = {}
+            for t, p in tps:
+                by_topic.setdefault(t, []).append(p)
+            return build(
+                assignment_class,
+                topic_partitions=tuple(
+                    build(tp_class, topic_id=_topic_id(g, t), topic_name=t, partitions=tuple(ps))
+                    for t, ps in by_topic.items()
+                ),
+            )
+
+        members = tuple(
+            build(
+                member_class,
+                member_id=m.member_id,
+                rack_id=m.rack_id,
+                member_epoch=m.epoch,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                subscribed_topic_names=tuple(m.topics),
+                assignment=assignment(m.assigned),
+            )
+            for m in group.members.values()
+        )
+        described.append(
+            build(
+                group_class,
+                error_code=ErrorCode.none,
+                error_message=None,
+                group_id=group_id,
+                group_state=group.state,
+                group_epoch=group.epoch,
+                assignment_epoch=group.assignment_epoch,
+                assignor_name="simple",
+                members=members,
+                authorized_operations=operations,
+            )
+        )
+    return build(schema, throttle_time=NO_THROTTLE, groups=tuple(described))
+
+
+async def _topic_ids(broker: Broker, names: list[str]) -> dict[str, uuid.UUID | None]:
+    """Each topic's id, None for a topic that does not exist."""
+    out: dict[str, uuid.UUID | None] = {}
+    for name in names:
+        try:
+            out[name] = uuid.UUID(bytes=(await broker.log.topic(name)).topic_id)
+        except KafkaesqueError:
+            out[name] = None
+    return out
+
+
+async def describe_share_group_offsets(broker: Broker, request: Request) -> Any:
+    schema = request.response_class
+    group_class = schema_class(schema, "DescribeShareGroupOffsetsResponseGroup")
+    topic_class = schema_class(schema, "DescribeShareGroupOffsetsResponseTopic")
+    part_class = schema_class(schema, "DescribeShareGroupOffsetsResponsePartition")
+    groups = []
+    for g in request.body.groups:
+        code, message = ErrorCode.none, None
+        topics_out: list[Any] = []
+        try:
+            check_group(broker, request, Operation.DESCRIBE, g.group_id)
+            asked = None
+            if g.topics is not None:
+                asked = {
+                    t.topic_name: list(t.partitions)
+                    for t in g.topics
+                    if allowed(
+                        broker, request, Operation.DESCRIBE, ResourceType.TOPIC, t.topic_name
+                    )
+                }
+            states = await broker.share_groups.offsets(g.group_id, asked)
+            names = sorted({t for t, _ in states})
+            ids = await _topic_ids(broker, names)
+            ends = {}
+            for tp, state in states.items():
+                if state is not None and ids[tp[0]] is not None:
+                    ends[tp] = (await broker.log.state(*tp)).log_end
+            for name in names:
+                parts = []
+                for (t, p), state in sorted(states.items()):
+                    if t != name:
+                        continue
+                    unknown = ids[name] is None
+                    lag = -1
+                    if state is not None and (t, p) in ends:
+                        lag = max(0, ends[(t, p)] - state.start - _done_in_flight(state))
+                    parts.append(
+                        build(
+                            part_class,
+                            partition_index=p,
+                            start_offset=-1 if state is None else state.start,
+                            leader_epoch=-1 if state is None else 0,
+                            lag=lag,
+                            error_code=ErrorCode.unknown_topic_or_partition
+                            if unknown
+                            else ErrorCode.none,
+                            error_message=None,
+                        )
+                    )
+                topics_out.append(
+                    build(
+                        topic_class,
+                        topic_name=name,
+                        topic_id=ids[name] or NO_ID,
+                        partitions=tuple(parts),
+                    )
+                )
+        except ShareRefused as refused:
+            code, message = ErrorCode(int(refused.code)), str(refused)
+        except KafkaesqueError as exc:
+            code, message = error_code(exc), str(exc)
+        groups.append(
+            build(
+                group_class,
+                group_id=g.group_id,
+                topics=tuple(topics_out),
+                error_code=code,
+                error_message=message,
+            )
+        )
+    return build(schema, throttle_time=NO_THROTTLE, groups=tuple(groups))
+
+
+def _done_in_flight(state: Any) -> int:
+    """Records between the start and end already acknowledged or archived: not lag."""
+    return state.end - state.start - state.acquired - state.available
+
+
+async def alter_share_group_offsets(broker: Broker, request: Request) -> Any:
+    body = request.body
+    schema = request.response_class
+    topic_class = schema_class(schema, "AlterShareGroupOffsetsResponseTopic")
+    part_class = schema_class(schema, "AlterShareGroupOffsetsResponsePartition")
+    check_group(broker, request, Operation.READ, body.group_id)
+    ids = await _topic_ids(broker, [t.topic_name for t in body.topics])
+    wanted: dict[tuple[str, int], int] = {}
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    for t in body.topics:
+        for p in t.partitions:
+            tp = (t.topic_name, p.partition_index)
+            if not allowed(broker, request, Operation.READ, ResourceType.TOPIC, t.topic_name):
+                errors[tp] = ErrorCode.topic_authorization_failed
+            elif ids[t.topic_name] is None or p.partition_index < 0:
+                errors[tp] = ErrorCode.unknown_topic_or_partition
+            elif p.partition_index >= (await broker.log.topic(t.topic_name)).partitions:
+                errors[tp] = ErrorCode.unknown_topic_or_partition
+            elif p.start_offset < 0:
+                errors[tp] = ErrorCode.invalid_request
+            else:
+                wanted[tp] = p.start_offset
+    try:
+        await broker.share_groups.alter_offsets(body.group_id, wanted)
+    except ShareRefused as refused:
+        return build(
+            schema,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode(int(refused.code)),
+            error_message=str(refused),
+            responses=(),
+        )
+    responses = tuple(
+        build(
+            topic_class,
+            topic_name=t.topic_name,
+            topic_id=ids[t.topic_name] or NO_ID,
+            partitions=tuple(
+                build(
+                    part_class,
+                    partition_index=p.partition_index,
+                    error_code=errors.get((t.topic_name, p.partition_index), ErrorCode.none),
+                    error_message=None,
+                )
+                for p in t.partitions
+            ),
+        )
+        for t in body.topics
+    )
+    return ok_response(schema, responses=responses)
+
+
+async def delete_share_group_offsets(broker: Broker, request: Request) -> Any:
+    body = request.body
+    schema = request.response_class
+    topic_class = schema_class(schema, "DeleteShareGroupOffsetsResponseTopic")
+    check_group(broker, request, Operation.DELETE, body.group_id)
+    names = [t.topic_name for t in body.topics]
+    ids = await _topic_ids(broker, names)
+    errors: dict[str, ErrorCode] = {}
+    for name in names:
+        if not allowed(broker, request, Operation.READ, ResourceType.TOPIC, name):
+            errors[name] = ErrorCode.topic_authorization_failed
+        elif ids[name] is None:
+            errors[name] = ErrorCode.unknown_topic_or_partition
+    try:
+        await broker.share_groups.delete_offsets(
+            body.group_id, [n for n in names if n not in errors]
+        )
+    except ShareRefused as refused:
+        return build(
+            schema,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode(int(refused.code)),
+            error_message=str(refused),
+            responses=(),
+        )
+    responses = tuple(
+        build(
+            topic_class,
+            topic_name=name,
+            topic_id=ids[name] or NO_ID,
+            error_code=errors.get(name, ErrorCode.none),
+            error_message=None,
+        )
+        for name in names
+    )
+    return ok_response(schema, responses=responses)
