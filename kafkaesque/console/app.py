@@ -18,14 +18,16 @@ from kafkaesque.console.access import COOKIE, SESSION_SECONDS, Access
 from kafkaesque.console.assets import CSS, JS
 from kafkaesque.console.context import (
     CONSOLE,
+    LOGIN,
     MAX_FORM_BYTES,
+    SESSION,
     Console,
     Refused,
     posted,
     render,
     session,
 )
-from kafkaesque.console.html import field, form, join, layout, message, tag
+from kafkaesque.console.html import field, form, join, layout, message, query, tag
 from kafkaesque.console.records import BadInput
 from kafkaesque.console.sampler import Sampler
 from kafkaesque.errors import KafkaesqueError, StorageUnavailable, UnknownTopic
@@ -85,7 +87,7 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
             log.exception("console: %s %s failed", request.method, request.path)
             found = 500, f"internal error ({type(exc).__name__}); the console's log has the details"
         status, text = found
-        if "session" not in request:
+        if SESSION not in request:
             return web.Response(
                 text=layout("Error", message(text), None), content_type="text/html", status=status
             )
@@ -103,9 +105,9 @@ async def sessions(request: web.Request, handler: Handler) -> web.StreamResponse
     without the session's CSRF token is refused (403), before any handler runs."""
     state: Console = request.app[CONSOLE]
     found, created = state.access.session(request.cookies.get(COOKIE))
-    request["session"] = found
-    request["login"] = await state.access.login_required()
-    if request["login"]:
+    request[SESSION] = found
+    request[LOGIN] = await state.access.login_required()
+    if request[LOGIN]:
         await state.access.refresh()
     open_path = request.path.startswith(OPEN_PATHS)
     if request.method == "POST" and not open_path:
@@ -120,17 +122,20 @@ async def sessions(request: web.Request, handler: Handler) -> web.StreamResponse
                 status=403,
             )
             return _with_cookie(response, found.id if created else None)
-    if request["login"] and found.user is None and not open_path:
+    if request[LOGIN] and found.user is None and not open_path:
         if request.method == "GET" and not request.path.endswith(("/lag", "/events", "/health")):
-            response = web.HTTPSeeOther("/login?next=" + request.path_qs.replace("&", "%26"))
-        else:
-            response = web.Response(text="log in first", status=401)
+            redirect = web.HTTPSeeOther(query("/login", next=request.path_qs))
+            _with_cookie(redirect, found.id if created else None)
+            raise redirect
+        response = web.Response(text="log in first", status=401)
         return _with_cookie(response, found.id if created else None)
     try:
         response = await handler(request)
-    except web.HTTPException as exc:  # redirects after a change
-        response = exc
-    current = request["session"]
+    except web.HTTPException as exc:  # redirects after a change, or a login
+        current = request[SESSION]
+        _with_cookie(exc, current.id if created or current is not found else None)
+        raise
+    current = request[SESSION]
     return _with_cookie(response, current.id if created or current is not found else None)
 
 
@@ -144,7 +149,7 @@ def _with_cookie(response: web.StreamResponse, session_id: str | None) -> web.St
 
 async def login_page(request: web.Request, problem_text: str | None = None) -> web.Response:
     state: Console = request.app[CONSOLE]
-    if not request["login"]:
+    if not request[LOGIN]:
         raise web.HTTPSeeOther("/")
     target = request.query.get("next", "/")
     content = join(
@@ -174,7 +179,7 @@ async def login_page(request: web.Request, problem_text: str | None = None) -> w
     )
     del state
     return web.Response(
-        text=layout("Log in", box, None),
+        text=layout("Log in", box, None, csrf=session(request).csrf),
         content_type="text/html",
         status=401 if problem_text else 200,
     )
@@ -189,7 +194,7 @@ async def login(request: web.Request) -> web.StreamResponse:
     if not await state.access.check_password(user, password):
         log.warning("console: refused a login as %r from %s", user, request.remote)
         return await login_page(request, "wrong user or password")
-    request["session"] = state.access.renew(session(request), user)
+    request[SESSION] = state.access.renew(session(request), user)
     target = data.get("next", "/")
     raise web.HTTPSeeOther(
         target if target.startswith("/") and not target.startswith("//") else "/"
@@ -198,8 +203,8 @@ async def login(request: web.Request) -> web.StreamResponse:
 
 async def logout(request: web.Request) -> web.StreamResponse:
     state: Console = request.app[CONSOLE]
-    request["session"] = state.access.renew(session(request), None)
-    raise web.HTTPSeeOther("/login" if request["login"] else "/")
+    request[SESSION] = state.access.renew(session(request), None)
+    raise web.HTTPSeeOther("/login" if request[LOGIN] else "/")
 
 
 def static(text: str, content_type: str) -> Handler:

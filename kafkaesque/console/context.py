@@ -41,6 +41,8 @@ class Console:
 
 
 CONSOLE = web.AppKey("console", Console)
+SESSION = web.RequestKey("session", Session)  # the request's session
+LOGIN = web.RequestKey("login", bool)  # whether the broker has users (a login is needed)
 
 
 def console(request: web.Request) -> Console:
@@ -48,13 +50,12 @@ def console(request: web.Request) -> Console:
 
 
 def session(request: web.Request) -> Session:
-    found: Session = request["session"]
-    return found
+    return request[SESSION]
 
 
 def viewer(request: web.Request) -> Viewer:
     s = session(request)
-    return Viewer(s.user, s.csrf, console(request).admin, request.get("login", False))
+    return Viewer(s.user, s.csrf, console(request).admin, request.get(LOGIN, False))
 
 
 def render(

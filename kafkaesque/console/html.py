@@ -146,8 +146,7 @@ def form(
         join([token, content, button]),
         action=action,
         method=method,
-        class_="inline",
-        **attributes,
+        **{"class_": "inline", **attributes},
     )
 
 
@@ -197,8 +196,11 @@ class Viewer:
     login: bool  # whether the broker has users, so a login is needed
 
 
-def layout(title: str, body: object, viewer: Viewer | None, current: str = "") -> Raw:
-    """The whole page: navigation, the mode, the user, ``body``."""
+def layout(
+    title: str, body: object, viewer: Viewer | None, current: str = "", csrf: str = ""
+) -> Raw:
+    """The whole page: navigation, the mode, the user, ``body``; without a ``viewer``
+    (the login page) no navigation, and ``csrf`` the session's token."""
     nav = join(
         link(href, text, class_="current" if href == current else None) for href, text in NAV
     )
@@ -228,7 +230,7 @@ def layout(title: str, body: object, viewer: Viewer | None, current: str = "") -
             ]
         ),
     )
-    csrf = viewer.csrf if viewer is not None else ""
+    csrf = viewer.csrf if viewer is not None else csrf
     return Raw(
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'

@@ -185,7 +185,11 @@ async def find(layer: Partitions, topic: str, partitions: int, query: Query) -> 
         read = await read_forward(layer, topic, p, start, window, where)
         found.scanned += len(read)
         if needle:
-            found.scan_limited |= len(read) == window and start + window < where.end
+            # newest first: older records were left unread; else: newer ones were
+            if query.start == "newest":
+                found.scan_limited |= start > where.earliest
+            else:
+                found.scan_limited |= bool(read) and read[-1].offset + 1 < where.end
             read = [r for r in read if matches(r, needle)]
         found.records += read
     if query.start == "newest":
