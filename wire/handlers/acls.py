@@ -7,7 +7,7 @@ ANY/MATCH elements is INVALID_REQUEST.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
@@ -17,12 +17,69 @@ from kafkaesque.errors import (
     SecurityDisabled,
     StorageUnavailable,
 )
-from kafkaesque.security.acls import AclBinding, check_binding, check_filter
+from kafkaesque.security.acls import AclBinding, AclFilter, check_binding, check_filter
 from kafkaesque.security.authorizer import Authorizer
 from wire.authorize import Operation, check_cluster
 from wire.broker import Broker
 from wire.errors import error_code, error_message
 from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
+
+if TYPE_CHECKING:
+    import kio.schema.create_acls.v1.request
+    import kio.schema.create_acls.v1.response
+    import kio.schema.create_acls.v2.request
+    import kio.schema.create_acls.v2.response
+    import kio.schema.create_acls.v3.request
+    import kio.schema.create_acls.v3.response
+    import kio.schema.delete_acls.v1.request
+    import kio.schema.delete_acls.v1.response
+    import kio.schema.delete_acls.v2.request
+    import kio.schema.delete_acls.v2.response
+    import kio.schema.delete_acls.v3.request
+    import kio.schema.delete_acls.v3.response
+    import kio.schema.describe_acls.v1.request
+    import kio.schema.describe_acls.v1.response
+    import kio.schema.describe_acls.v2.request
+    import kio.schema.describe_acls.v2.response
+    import kio.schema.describe_acls.v3.request
+    import kio.schema.describe_acls.v3.response
+
+    # The kio classes of the versions offered (wire/handlers/__init__.py).
+    DescribeAclsRequest: TypeAlias = (
+        kio.schema.describe_acls.v1.request.DescribeAclsRequest
+        | kio.schema.describe_acls.v2.request.DescribeAclsRequest
+        | kio.schema.describe_acls.v3.request.DescribeAclsRequest
+    )
+    DescribeAclsResponse: TypeAlias = (
+        kio.schema.describe_acls.v1.response.DescribeAclsResponse
+        | kio.schema.describe_acls.v2.response.DescribeAclsResponse
+        | kio.schema.describe_acls.v3.response.DescribeAclsResponse
+    )
+    CreateAclsRequest: TypeAlias = (
+        kio.schema.create_acls.v1.request.CreateAclsRequest
+        | kio.schema.create_acls.v2.request.CreateAclsRequest
+        | kio.schema.create_acls.v3.request.CreateAclsRequest
+    )
+    CreateAclsResponse: TypeAlias = (
+        kio.schema.create_acls.v1.response.CreateAclsResponse
+        | kio.schema.create_acls.v2.response.CreateAclsResponse
+        | kio.schema.create_acls.v3.response.CreateAclsResponse
+    )
+    DeleteAclsRequest: TypeAlias = (
+        kio.schema.delete_acls.v1.request.DeleteAclsRequest
+        | kio.schema.delete_acls.v2.request.DeleteAclsRequest
+        | kio.schema.delete_acls.v3.request.DeleteAclsRequest
+    )
+    DeleteAclsFilter: TypeAlias = (
+        kio.schema.delete_acls.v1.request.DeleteAclsFilter
+        | kio.schema.delete_acls.v2.request.DeleteAclsFilter
+        | kio.schema.delete_acls.v3.request.DeleteAclsFilter
+    )
+    DeleteAclsResponse: TypeAlias = (
+        kio.schema.delete_acls.v1.response.DeleteAclsResponse
+        | kio.schema.delete_acls.v2.response.DeleteAclsResponse
+        | kio.schema.delete_acls.v3.response.DeleteAclsResponse
+    )
 
 NO_AUTHORIZER = "No Authorizer is configured."
 
@@ -33,7 +90,8 @@ def _authorizer(broker: Broker) -> Authorizer:
     return broker.authorizer
 
 
-def _filter(entry: Any) -> Any:
+def _filter(entry: DescribeAclsRequest | DeleteAclsFilter) -> AclFilter:
+    """The filter a DescribeAcls request or a DeleteAcls filter entry says, checked."""
     return check_filter(
         entry.resource_type_filter,
         entry.resource_name_filter,
@@ -45,7 +103,9 @@ def _filter(entry: Any) -> Any:
     )
 
 
-async def describe_acls(broker: Broker, request: Request) -> Any:
+async def describe_acls(
+    broker: Broker, request: Request[DescribeAclsRequest]
+) -> DescribeAclsResponse:
     schema = request.response_class
     check_cluster(broker, request, Operation.DESCRIBE)
     try:
@@ -99,7 +159,7 @@ async def _refresh(authorizer: Authorizer) -> None:
         pass
 
 
-async def create_acls(broker: Broker, request: Request) -> Any:
+async def create_acls(broker: Broker, request: Request[CreateAclsRequest]) -> CreateAclsResponse:
     """Each creation checked on its own; the valid ones are added in one transaction.
     Redis away: none is added, and each of them answers KAFKA_STORAGE_ERROR (retried)."""
     schema = request.response_class
@@ -139,7 +199,7 @@ async def create_acls(broker: Broker, request: Request) -> Any:
     return build(schema, throttle_time=NO_THROTTLE, results=results)
 
 
-async def delete_acls(broker: Broker, request: Request) -> Any:
+async def delete_acls(broker: Broker, request: Request[DeleteAclsRequest]) -> DeleteAclsResponse:
     """Every valid filter's matching bindings go, in one transaction. Redis away: none
     goes, and each valid filter answers KAFKA_STORAGE_ERROR (retried), matching none."""
     schema = request.response_class

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from functools import cache
-from typing import Any, cast
+from typing import Any, Generic, TypeVar, cast
 
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
@@ -44,6 +44,9 @@ _TRAILING_BYTES_IGNORED = frozenset({3, 51})
 PRODUCE = 0  # parsed by wire.protocol.produce_request, not kio: a request per record costs
 FETCH = 1  # parsed by wire.protocol.fetch_request, not kio: its requests may name 10,000 partitions
 _BY_HAND = (PRODUCE, FETCH)
+# A request's body: a handler names the kio request classes of its API's versions (an
+# unparameterised Request is Request[Any]). Covariant: a request is never changed.
+BodyT_co = TypeVar("BodyT_co", covariant=True)
 
 
 class MalformedRequest(Exception):
@@ -87,14 +90,14 @@ class ConnectionState:
 
 
 @dataclass(frozen=True, slots=True)
-class Request:
+class Request(Generic[BodyT_co]):
     api_key: int
     api_version: int
     correlation_id: int
     client_id: str | None
     # The kio request entity; for Produce a wire.protocol.produce_request.ProduceBody, for Fetch a
     # wire.protocol.fetch_request.FetchBody.
-    body: Any
+    body: BodyT_co
     size: int  # bytes of the frame, for metrics
     client_host: str = ""  # the peer's address, for consumer group member descriptions
     connection: ConnectionState = field(default_factory=ConnectionState)
