@@ -33,6 +33,7 @@ FIRST_BATCHED_LOOKUP = 4  # FindCoordinator v4+: coordinator_keys (KIP-699)
 FIRST_SKIP_ASSIGNMENT = 9  # JoinGroup v9+ (KIP-814)
 GROUP_TYPE = "classic"  # ListGroups v5's group_type of the classic groups
 CONSUMER_TYPE = "consumer"  # ... and of KIP-848 ones
+SHARE_TYPE = "share"  # ... and of share groups (KIP-932), their protocol type too
 
 
 def _coordinator(broker: Broker, key_type: int, key: str, listener: str) -> dict[str, Any]:
@@ -55,12 +56,16 @@ def _coordinator(broker: Broker, key_type: int, key: str, listener: str) -> dict
             host=host,
             port=port,
         )
-    # Share groups (KIP-932) and unknown types: Kafka answers INVALID_REQUEST below v6;
-    # so here at v6 too, where a retriable code would be retried until the caller's
-    # timeout for a share coordinator that will never be.
+    # KIP-932's share coordinator (key type 2, "group:topic id:partition") is the one
+    # Kafka's brokers keep share-partition state with; here Redis holds it, and clients
+    # find a share group's coordinator with key type 0. Unknown types: INVALID_REQUEST,
+    # as Kafka, rather than a retriable code retried until the caller's timeout.
     error = ErrorCode.invalid_request
-    kind = "share groups are" if key_type == SHARE_KEY else f"key type {key_type} is"
-    message = f"{kind} not supported by this broker"
+    message = (
+        "share groups are coordinated by the group coordinator (key type 0) here"
+        if key_type == SHARE_KEY
+        else f"key type {key_type} is not supported by this broker"
+    )
     return dict(error_code=error, error_message=message, node_id=-1, host="", port=-1)
 
 
@@ -298,8 +303,12 @@ async def list_groups(broker: Broker, request: Request) -> Any:
             others.append(group_id)
         else:
             found.append((group_id, group.protocol_type, group.state, GROUP_TYPE))
-    for group_id, state in (await broker.consumer_groups.listing(others)).items():
+    consumer = await broker.consumer_groups.listing(others)
+    for group_id, state in consumer.items():
         found.append((group_id, CONSUMER_TYPE, state, CONSUMER_TYPE))
+    rest = [g for g in others if g not in consumer]
+    for group_id, state in (await broker.share_groups.listing(rest)).items():
+        found.append((group_id, SHARE_TYPE, state, SHARE_TYPE))
     # DESCRIBE on the cluster lists every group; else those the principal may DESCRIBE.
     everything = cluster_allowed(broker, request, Operation.DESCRIBE)
     listed = tuple(
@@ -326,6 +335,9 @@ async def delete_groups(broker: Broker, request: Request) -> Any:
             if code == ErrorCode.group_id_not_found:  # a KIP-848 group, if any
                 refused = await broker.consumer_groups.delete(group_id)
                 code = code if refused is None else error_code(refused)
+            if code == ErrorCode.group_id_not_found:  # a share group, if any
+                share = await broker.share_groups.delete(group_id)
+                code = code if share is None else ErrorCode(int(share))
         except StorageUnavailable:
             code = UNAVAILABLE
         results.append(build(result_class, group_id=group_id, error_code=code))
