@@ -11,7 +11,7 @@ import click
 
 from kafkaesque.cli.base import Context, main, option_group, pass_context, run_async
 from kafkaesque.cli.output import echo_rows, format_option
-from kafkaesque.cli.wire import wire_client
+from kafkaesque.cli.wire import wire_security
 from kafkaesque.errors import InvalidRequest
 from kafkaesque.hot.acl_store import AclStore
 from kafkaesque.security.acls import (
@@ -112,7 +112,7 @@ def store(ctx: Context) -> AclStore:
 async def matching(ctx: Context, wanted: list[AclFilter]) -> set[AclBinding]:
     """The ACLs any of the filters matches: from the store, or DescribeAcls (-b)."""
     if ctx.wire is not None:
-        return wire_client(ctx.wire).describe_acls(wanted)
+        return wire_security(ctx.wire).describe_acls(wanted)
     return {b for b in await store(ctx).read() if any(f.matches(b) for f in wanted)}
 
 
@@ -161,7 +161,7 @@ async def add_acls(ctx: Context, resource_pattern_type: str, **options: Any) -> 
     except InvalidRequest as exc:
         raise click.UsageError(str(exc)) from None
     if ctx.wire is not None:
-        wire_client(ctx.wire).create_acls(bindings)
+        wire_security(ctx.wire).create_acls(bindings)
     else:
         await store(ctx).add(bindings)
     for binding in bindings:
@@ -232,7 +232,7 @@ async def remove_acls(
             click.echo(binding.describe())
         click.confirm(f"Remove these {len(found)} ACLs?", abort=True)
     if ctx.wire is not None:
-        removed = wire_client(ctx.wire).delete_acls(wanted)
+        removed = wire_security(ctx.wire).delete_acls(wanted)
     else:
         removed = {b for gone in await store(ctx).remove(wanted) for b in gone}
     for binding in sorted(removed):

@@ -24,10 +24,10 @@ from kafkaesque.cli.group_describe import (
 )
 from kafkaesque.cli.group_view import GroupView
 from kafkaesque.cli.output import echo_rows, format_option
-from kafkaesque.cli.wire import no_wire_form, wire_client
+from kafkaesque.cli.wire import no_wire_form, wire_groups
 
 if TYPE_CHECKING:
-    from kafkaesque.cli.wire_client import WireClient
+    from kafkaesque.cli.wire_groups import WireGroups
 
 
 # -- groups ---------------------------------------------------------------------------------
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 async def list_groups(ctx: Context, output_format: str) -> None:
     """List the groups, classic and consumer (KIP-848): state and type."""
     if ctx.wire is not None:
-        rows = wire_client(ctx.wire).list_groups()
+        rows = wire_groups(ctx.wire).list_groups()
     else:
         log = ctx.log()
         rows = [[g.group, g.state, g.type] for g in await listing(log, ctx.groups(log))]
@@ -157,7 +157,7 @@ async def describe_group(
         raise click.UsageError("--delete takes the GROUP alone")
     if ctx.wire is not None:
         no_wire_form(ctx.wire, **{r.lstrip("-").replace("-", "_"): True for r in resets})
-        over_the_wire(wire_client(ctx.wire), group, topic, show_members, delete, output_format)
+        over_the_wire(wire_groups(ctx.wire), group, topic, show_members, delete, output_format)
         return
     log = ctx.log()
     coordinator = ctx.groups(log)
@@ -187,7 +187,7 @@ async def describe_group(
 
 
 def over_the_wire(
-    client: WireClient,
+    groups: WireGroups,
     group: str | None,
     topic: str | None,
     show_members: bool,
@@ -197,22 +197,22 @@ def over_the_wire(
     """group in wire mode: the same documents, from the Kafka admin API."""
     if delete:
         assert group is not None
-        deleted(group, client.delete_group(group))
+        deleted(group, groups.delete_group(group))
         return
     if topic is not None:
-        client.partition_count(topic)  # an unknown topic is an error, not an empty table
+        groups.client.partition_count(topic)  # an unknown topic is an error, not an empty table
 
     def document(view: GroupView) -> dict[str, Any]:
-        committed = client.committed(view.group)
+        committed = groups.committed(view.group)
         tps = partitions_of(view, committed, topic)
-        return group_document(view, committed, client.bounds(tps), topic)
+        return group_document(view, committed, groups.client.bounds(tps), topic)
 
     if group is None:
-        views = [client.describe_group(str(row[0])) for row in client.list_groups()]
+        views = [groups.describe_group(str(row[0])) for row in groups.list_groups()]
         documents = [document(v) for v in views if v is not None]
         show_all(documents, show_members, output_format)
         return
-    view = client.describe_group(group)
+    view = groups.describe_group(group)
     if view is None:
         raise click.ClickException(f"no such group: {group}")
     show_one(document(view), show_members, output_format)

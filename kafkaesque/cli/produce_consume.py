@@ -157,7 +157,7 @@ async def produce(
     )
     producer: LineProducer
     if ctx.wire is not None:
-        from kafkaesque.cli.wire_client import WireLineProducer
+        from kafkaesque.cli.wire_records import WireLineProducer
 
         client = wire_client(ctx.wire)
         count = client.partition_count(topic)
@@ -602,6 +602,8 @@ def _consume_wire(
 ) -> None:
     """consume in wire mode: the records printed as the direct mode prints them; SIGTERM
     and Ctrl-C leave the group first."""
+    from kafkaesque.cli.wire_records import consume as consume_records
+
     if partition is not None:
         _check_partition(topics[0], client.partition_count(topics[0]), partition)
     terminated = False
@@ -612,7 +614,8 @@ def _consume_wire(
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        client.consume(
+        consume_records(
+            client,
             topics,
             pattern,
             partition,

@@ -11,7 +11,7 @@ import click
 
 from kafkaesque.cli.base import Context, main, pass_context, run_async
 from kafkaesque.cli.output import echo_rows, format_option
-from kafkaesque.cli.wire import wire_client
+from kafkaesque.cli.wire import wire_security
 from kafkaesque.hot.credentials import CredentialStore, mechanism_named
 from kafkaesque.security.scram import DEFAULT_ITERATIONS, MAX_ITERATIONS, MECHANISMS, new_credential
 
@@ -81,7 +81,7 @@ async def add_user(
     password = read_password(password_stdin, password_env)
     scram = mechanism_named(mechanism)
     if ctx.wire is not None:
-        wire_client(ctx.wire).set_user(name, scram.name, iterations, password)
+        wire_security(ctx.wire).set_user(name, scram.name, iterations, password)
         click.echo(f"user {name}: {scram.name} credential set ({iterations} iterations)")
         return
     await store(ctx).put(name, new_credential(scram, password, iterations))
@@ -95,7 +95,7 @@ async def add_user(
 async def list_users(ctx: Context, output_format: str) -> None:
     """The users and their mechanisms (never a secret)."""
     if ctx.wire is not None:
-        rows = wire_client(ctx.wire).users()
+        rows = wire_security(ctx.wire).users()
     else:
         found = await store(ctx).users()
         rows = [
@@ -116,12 +116,12 @@ async def list_users(ctx: Context, output_format: str) -> None:
 async def delete_user(ctx: Context, name: str, mechanism: str | None) -> None:
     """Delete a user's credentials: its connections fail their next re-authentication."""
     if ctx.wire is not None:
-        client = wire_client(ctx.wire)
+        security = wire_security(ctx.wire)
         if mechanism is not None:
             gone = [mechanism_named(mechanism).name]
         else:
-            gone = client.user_mechanisms(name)
-        client.delete_user(name, gone)
+            gone = security.user_mechanisms(name)
+        security.delete_user(name, gone)
         click.echo(f"user {name}: deleted {', '.join(gone)}")
         return
     credentials = store(ctx)

@@ -1,7 +1,9 @@
 """The command line's wire mode: with ``-b/--bootstrap-server`` the commands that have a
 wire form speak the Kafka protocol to a broker (kafkaesque's or Kafka's) instead of
 reaching Redis. This module holds the options' checks and the settings; the client
-itself (confluent-kafka, loaded only in wire mode) is ``kafkaesque.cli.wire_client``."""
+itself (confluent-kafka, loaded only in wire mode) is ``kafkaesque.cli.wire_client``,
+with its groups (``wire_groups``), users and ACLs (``wire_security``) and records
+(``wire_records``)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ import click
 
 if TYPE_CHECKING:
     from kafkaesque.cli.wire_client import WireClient
+    from kafkaesque.cli.wire_groups import WireGroups
+    from kafkaesque.cli.wire_security import WireSecurity
 
 # The commands that have a wire form; any other given with -b is a usage error.
 WIRE_COMMANDS = frozenset(
@@ -113,3 +117,17 @@ def wire_client(settings: WireSettings, *, tolerate_down: bool = False) -> WireC
     from kafkaesque.cli.wire_client import WireClient
 
     return WireClient(settings, tolerate_down=tolerate_down)
+
+
+def wire_groups(settings: WireSettings) -> WireGroups:
+    """The group requests over a new client (confluent-kafka loaded here)."""
+    from kafkaesque.cli.wire_groups import WireGroups
+
+    return WireGroups(wire_client(settings))
+
+
+def wire_security(settings: WireSettings) -> WireSecurity:
+    """The user and ACL requests over a new client (confluent-kafka loaded here)."""
+    from kafkaesque.cli.wire_security import WireSecurity
+
+    return WireSecurity(wire_client(settings))

@@ -2,40 +2,33 @@
 any broker. Loaded only in wire mode (``-b``): the direct mode never imports it.
 
 Each method gets data the commands print (the printing is the commands' own, shared with
-the direct mode). Failures become one line (``WireFailure``, exit code 1): a broker's
-error by its Kafka name (``TOPIC_ALREADY_EXISTS: ...``), an unreachable broker as
-``cannot reach HOST:PORT: connection refused``. librdkafka's own log goes to the logger
-``kafkaesque.cli.librdkafka``, silent unless -v."""
+the direct mode). This module holds the client (failures, metadata, offsets) and the
+topic requests; groups are wire_groups.py's, users and ACLs wire_security.py's, produce
+and consume wire_records.py's, each taking a ``WireClient``. Failures become one line
+(``WireFailure``, exit code 1): a broker's error by its Kafka name
+(``TOPIC_ALREADY_EXISTS: ...``), an unreachable broker as ``cannot reach HOST:PORT:
+connection refused``. librdkafka's own log goes to the logger ``kafkaesque.cli.librdkafka``,
+silent unless -v."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, BinaryIO, cast
+from typing import TYPE_CHECKING, Any
 
 import click
 from confluent_kafka import (
-    OFFSET_BEGINNING,
-    OFFSET_END,
-    Consumer,
-    ConsumerGroupState,
-    ConsumerGroupTopicPartitions,
-    ConsumerGroupType,
     KafkaError,
     KafkaException,
-    Producer,
     TopicCollection,
     TopicPartition,
 )
-from confluent_kafka.admin import AclBinding as KafkaAclBinding
-from confluent_kafka.admin import AclBindingFilter as KafkaAclFilter
 from confluent_kafka.admin import (
-    AclOperation,
-    AclPermissionType,
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
@@ -44,24 +37,10 @@ from confluent_kafka.admin import (
     NewPartitions,
     NewTopic,
     OffsetSpec,
-    ResourcePatternType,
-    ResourceType,
-    ScramCredentialInfo,
-    ScramMechanism,
-    UserScramCredentialDeletion,
-    UserScramCredentialUpsertion,
 )
-
-from kafkaesque.cli.group_view import CLASSIC, CONSUMER, GroupView, MemberView, by_topic
-from kafkaesque.cli.line_producer import BadLine, LineProducer, LineRecord
-from kafkaesque.config.topic_config import TopicConfig
-from kafkaesque.records.batch import with_base_offset
-from kafkaesque.records.build import build_batch
-from kafkaesque.security import acls
 
 if TYPE_CHECKING:
     from kafkaesque.cli.wire import WireSettings
-    from kafkaesque.hot.log import Log
 
 TIMEOUT = 30.0  # seconds a request (or reaching a broker at all) may take
 POLL = 0.1
@@ -69,24 +48,14 @@ LOGGER = "kafkaesque.cli.librdkafka"
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 TP = tuple[str, int]
 
-STATES = {
-    ConsumerGroupState.PREPARING_REBALANCING: "PreparingRebalance",
-    ConsumerGroupState.COMPLETING_REBALANCING: "CompletingRebalance",
-    ConsumerGroupState.STABLE: "Stable",
-    ConsumerGroupState.DEAD: "Dead",
-    ConsumerGroupState.EMPTY: "Empty",
-    ConsumerGroupState.UNKNOWN: "Unknown",
-}
 SOURCES = {
     ConfigSource.DYNAMIC_TOPIC_CONFIG: "topic",
     ConfigSource.DYNAMIC_BROKER_CONFIG: "broker default",
     ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG: "broker default",
     ConfigSource.STATIC_BROKER_CONFIG: "broker default",
 }
-# What the coordinator of a consumer's group.id answers: no matter without --group (the
-# client needs a group.id, and librdkafka looks its coordinator up even when assigning).
-_GROUP_ONLY = {"GROUP_AUTHORIZATION_FAILED", "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR"}
-_UNREACHABLE = {"_TRANSPORT", "_ALL_BROKERS_DOWN", "_SSL", "_RESOLVE", "_TIMED_OUT"}
+# librdkafka's errors that say no broker answered (yet)
+UNREACHABLE = {"_TRANSPORT", "_ALL_BROKERS_DOWN", "_SSL", "_RESOLVE", "_TIMED_OUT"}
 # "sasl_ssl://127.0.0.1:9093/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection
 # refused (after 0ms in state CONNECT)"
 _BROKER_TEXT = re.compile(r"^(?:[a-z_]+://)?(?P<broker>[^/\s]+)/[^:\s]*: (?P<text>.*)$", re.S)
@@ -108,7 +77,7 @@ def describe_error(err: KafkaError, bootstrap: str) -> str:
     found = _BROKER_TEXT.match(text)
     broker = found.group("broker") if found else bootstrap
     reason = found.group("text") if found else text
-    if name in _UNREACHABLE:
+    if name in UNREACHABLE:
         why = reason.split("failed: ", 1)[1] if "failed: " in reason else reason
         if name == "_TIMED_OUT" and not found:
             why = "no answer in time"
@@ -118,6 +87,18 @@ def describe_error(err: KafkaError, bootstrap: str) -> str:
     if not text or text == name:
         return name.lstrip("_")
     return f"{name.lstrip('_')}: {text}"
+
+
+@contextlib.contextmanager
+def config_refused(*codes: str) -> Iterator[None]:
+    """A failure with one of these Kafka codes is a config the broker refuses: a usage
+    mistake (--config), as in the direct mode."""
+    try:
+        yield
+    except WireFailure as exc:
+        if exc.message.startswith(codes):
+            raise click.BadParameter(exc.message, param_hint="--config") from None
+        raise
 
 
 def kafka_id(uuid: Any) -> str:
@@ -173,7 +154,6 @@ class WireClient:
         if not verbose:
             self.config.setdefault("log_level", 0)
         self._admin: AdminClient | None = None
-        self._partitionwise: set[str] = set()  # groups whose offsets are asked one by one
 
     # -- failures --------------------------------------------------------------------------
 
@@ -198,7 +178,7 @@ class WireClient:
         err = exc.args[0] if exc.args else None
         if not isinstance(err, KafkaError):
             return WireFailure(str(exc))
-        if err.name() in _UNREACHABLE and self._transport is not None:
+        if err.name() in UNREACHABLE and self._transport is not None:
             return WireFailure(self._transport)
         return WireFailure(describe_error(err, self.bootstrap))
 
@@ -234,7 +214,7 @@ class WireClient:
                 self.admin.poll(0)
                 self.check()
                 err = exc.args[0] if exc.args else None
-                retry = isinstance(err, KafkaError) and err.name() in _UNREACHABLE
+                retry = isinstance(err, KafkaError) and err.name() in UNREACHABLE
                 if not retry or time.monotonic() > deadline:
                     raise self.failed(exc) from None
 
@@ -351,13 +331,8 @@ class WireClient:
         self.need_controller("CreateTopics")
         new = NewTopic(topic, num_partitions=partitions, replication_factor=-1, config=configs)
         futures = self.admin.create_topics([new], request_timeout=TIMEOUT)
-        try:
+        with config_refused("INVALID_CONFIG", "POLICY_VIOLATION"):
             self.wait(futures[topic])
-        except WireFailure as exc:
-            if exc.message.startswith(("INVALID_CONFIG", "POLICY_VIOLATION")):
-                # a config the broker refuses is a usage mistake, as in the direct mode
-                raise click.BadParameter(exc.message, param_hint="--config") from None
-            raise
 
     def delete_topic(self, topic: str) -> None:
         self.need_controller("DeleteTopics")
@@ -393,12 +368,8 @@ class WireClient:
             ]
             resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=entries)
             futures = self.admin.incremental_alter_configs([resource], request_timeout=TIMEOUT)
-            try:
+            with config_refused("INVALID_CONFIG", "INVALID_REQUEST"):
                 self.wait(futures[resource])
-            except WireFailure as exc:
-                if exc.message.startswith(("INVALID_CONFIG", "INVALID_REQUEST")):
-                    raise click.BadParameter(exc.message, param_hint="--config") from None
-                raise
         if partitions is not None:
             self.need_controller("CreatePartitions")
             grown = self.admin.create_partitions(
@@ -413,332 +384,6 @@ class WireClient:
         futures = self.admin.delete_records(request, request_timeout=TIMEOUT)
         return {tp.partition: self.wait(future).low_watermark for tp, future in futures.items()}
 
-    # -- users ---------------------------------------------------------------------------
-
-    def users(self) -> list[list[object]]:
-        """Every SCRAM credential: [user, mechanism, iterations], by user."""
-        found = self.wait(self.admin.describe_user_scram_credentials(request_timeout=TIMEOUT))
-        return [
-            [user, c.mechanism.name.replace("_", "-"), c.iterations]
-            for user in sorted(found)
-            for c in found[user].scram_credential_infos
-        ]
-
-    def user_mechanisms(self, user: str) -> list[str]:
-        futures = self.admin.describe_user_scram_credentials([user], request_timeout=TIMEOUT)
-        described = self.wait(cast(dict[str, Any], futures)[user])
-        return [c.mechanism.name.replace("_", "-") for c in described.scram_credential_infos]
-
-    def set_user(self, user: str, mechanism: str, iterations: int, password: str) -> None:
-        info = ScramCredentialInfo(ScramMechanism[mechanism.replace("-", "_")], iterations)
-        change = UserScramCredentialUpsertion(user, info, password.encode())
-        self.wait(self.admin.alter_user_scram_credentials([change], request_timeout=TIMEOUT)[user])
-
-    def delete_user(self, user: str, mechanisms: Sequence[str]) -> None:
-        changes: list[Any] = [
-            UserScramCredentialDeletion(user, ScramMechanism[m.replace("-", "_")])
-            for m in mechanisms
-        ]
-        futures = self.admin.alter_user_scram_credentials(changes, request_timeout=TIMEOUT)
-        self.wait(futures[user])
-
-    # -- ACLs ----------------------------------------------------------------------------
-
-    def create_acls(self, bindings: Sequence[acls.AclBinding]) -> None:
-        wanted = [_binding(b) for b in bindings]
-        futures = self.admin.create_acls(wanted, request_timeout=TIMEOUT)
-        for binding in wanted:
-            self.wait(futures[binding])
-
-    def describe_acls(self, filters: Sequence[acls.AclFilter]) -> set[acls.AclBinding]:
-        """The bindings any of the filters matches (one DescribeAcls each)."""
-        found: set[acls.AclBinding] = set()
-        for f in filters:
-            future = self.admin.describe_acls(_filter(f), request_timeout=TIMEOUT)
-            found.update(_ours(b) for b in self.wait(future))
-        return found
-
-    def delete_acls(self, filters: Sequence[acls.AclFilter]) -> set[acls.AclBinding]:
-        """Delete what the filters match; the bindings deleted."""
-        wanted = [_filter(f) for f in filters]
-        futures = self.admin.delete_acls(wanted, request_timeout=TIMEOUT)
-        return {_ours(b) for f in wanted for b in self.wait(futures[f])}
-
-    # -- groups ----------------------------------------------------------------------------
-
-    def list_groups(self) -> list[list[object]]:
-        """Every group: [group, state, type], by id."""
-        try:
-            result = self.wait(self.admin.list_consumer_groups(request_timeout=TIMEOUT))
-        except WireFailure as exc:
-            if exc.message.startswith("UNSUPPORTED_FEATURE"):
-                raise WireFailure(
-                    f"UNSUPPORTED_FEATURE: the broker at {self.bootstrap} lists no groups "
-                    "(no ListGroups)"
-                ) from None
-            raise
-        for error in result.errors:
-            raise self.failed(KafkaException(error))
-        rows: list[list[object]] = []
-        for g in sorted(result.valid, key=lambda g: g.group_id):
-            kind = CONSUMER if g.type == ConsumerGroupType.CONSUMER else CLASSIC
-            rows.append([g.group_id, STATES.get(g.state, str(g.state)), kind])
-        return rows
-
-    def describe_group(self, group: str) -> GroupView | None:
-        """The group as DescribeGroups / ConsumerGroupDescribe tell; None if there is none
-        (Dead, or GROUP_ID_NOT_FOUND). The generation is not told (None)."""
-        futures = self.admin.describe_consumer_groups([group], request_timeout=TIMEOUT)
-        try:
-            description = self.wait(futures[group])
-        except WireFailure as exc:
-            if "GROUP_ID_NOT_FOUND" in exc.message:
-                return None
-            if not exc.message.startswith("UNSUPPORTED_FEATURE"):
-                raise
-            # A broker without DescribeGroups (librdkafka's mock): the group as its
-            # committed offsets show it, if it has any.
-            # Its OffsetFetch of every offset answers none either: ask partition by partition.
-            self._partitionwise.add(group)
-            if not self.committed(group):
-                return None
-            click.echo(
-                f"the broker does not describe groups (DescribeGroups): {group}'s state "
-                "and members are not known",
-                err=True,
-            )
-            return GroupView(group, CLASSIC, "Unknown", "", "", None)
-        state = STATES.get(description.state, str(description.state))
-        if state == "Dead" and not description.members:
-            return None
-        kind = CLASSIC
-        if getattr(description, "type", None) == ConsumerGroupType.CONSUMER:  # 2.6: none
-            kind = CONSUMER
-        protocol_type = "" if description.is_simple_consumer_group else "consumer"
-        view = GroupView(
-            group, kind, state, protocol_type, description.partition_assignor or "", None
-        )
-        for m in description.members:
-            parts = m.assignment.topic_partitions if m.assignment is not None else []
-            assignment = by_topic(sorted((tp.topic, tp.partition) for tp in parts))
-            view.members.append(
-                MemberView(m.member_id, m.group_instance_id, m.client_id, m.host, assignment)
-            )
-        return view
-
-    def committed(self, group: str) -> dict[TP, int]:
-        """The group's committed offsets."""
-        request = [ConsumerGroupTopicPartitions(group)]
-        if group in self._partitionwise:
-            topics = self.metadata().topics
-            request[0].topic_partitions = [
-                TopicPartition(t, p)
-                for t in sorted(topics)
-                if t not in INTERNAL_TOPICS
-                for p in sorted(topics[t].partitions)
-            ]
-        futures = self.admin.list_consumer_group_offsets(request, request_timeout=TIMEOUT)
-        result = self.wait(futures[group])
-        return {
-            (tp.topic, tp.partition): tp.offset
-            for tp in result.topic_partitions or []
-            if tp.error is None and tp.offset >= 0
-        }
-
-    def delete_group(self, group: str) -> str:
-        """DeleteGroups; the error code's name ("NONE" when deleted)."""
-        # DescribeGroups first: a broker without it has no DeleteGroups either, and
-        # librdkafka 2.16 aborts on DeleteGroups' UNSUPPORTED_FEATURE.
-        futures = self.admin.describe_consumer_groups([group], request_timeout=TIMEOUT)
-        try:
-            self.wait(futures[group])
-        except WireFailure as exc:
-            if exc.message.startswith("UNSUPPORTED_FEATURE"):
-                raise WireFailure(
-                    f"UNSUPPORTED_FEATURE: the broker at {self.bootstrap} deletes no groups "
-                    "(no DeleteGroups)"
-                ) from None
-        futures = self.admin.delete_consumer_groups([group], request_timeout=TIMEOUT)
-        try:
-            self.wait(futures[group])
-        except WireFailure as exc:
-            for code in ("GROUP_ID_NOT_FOUND", "NON_EMPTY_GROUP"):
-                if exc.message.startswith(code):
-                    return code
-            raise
-        return "NONE"
-
-    # -- records ---------------------------------------------------------------------------
-
-    def producer(self, compression: str, batch_size: int) -> Producer:
-        config = {
-            "partitioner": "murmur2_random",  # Kafka's Java clients', as the direct mode
-            "compression.type": compression,
-            "batch.num.messages": batch_size,
-            **self.config,
-        }
-        config.setdefault("message.timeout.ms", int(TIMEOUT * 1000))
-        return Producer(config)
-
-    def consume(
-        self,
-        topics: Sequence[str],
-        pattern: str | None,
-        partition: int | None,
-        start: Callable[[TP], int | str | None],
-        *,
-        group: str | None,
-        follow: bool,
-        max_records: int | None,
-        fetch_size: int,
-        isolation: str,
-        formatter: Callable[[str, int, bytes, int], list[bytes]],
-        line_end: bytes,
-        out: BinaryIO,
-        stopped: Callable[[], bool],
-    ) -> None:
-        """Print the records (see produce_consume.consume): ``start`` says where a
-        partition starts on the first assignment ("beginning", "end", "last:N", "time:MS",
-        an offset, or None: the committed offset, else the log start)."""
-        config = {
-            # A member gone without leaving holds its partitions for a session: the CLI's
-            # members take the direct mode's 10 s, not Kafka's 45 s (the command config may
-            # say otherwise).
-            "session.timeout.ms": 10_000,
-            "heartbeat.interval.ms": 1_000,
-            **self.config,
-            "group.id": group or "kafkaesque-cli",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-            "isolation.level": isolation,
-        }
-        consumer = Consumer(config)
-        assigned: set[TP] = set()
-        at_end: set[TP] = set()
-        first = [True]
-        ready = [group is None]
-
-        def place(tps: list[Any], explicit: bool) -> list[Any]:
-            for tp in tps:
-                where = start((tp.topic, tp.partition))
-                if where is None:
-                    if explicit:
-                        tp.offset = OFFSET_BEGINNING
-                    continue
-                tp.offset = self._offset(consumer, tp, where)
-            return tps
-
-        try:
-            if group is None:
-                names = self._topics(topics, pattern)
-                tps = []
-                for t in names:
-                    count = self.partition_count(t)
-                    parts = [partition] if partition is not None else range(count)
-                    tps += [TopicPartition(t, p) for p in parts]
-                if not tps and not follow:
-                    raise WireFailure(f"no topic matches --pattern {pattern}")
-                consumer.assign(place(tps, True))
-                assigned.update((tp.topic, tp.partition) for tp in tps)
-            else:
-                for t in topics:
-                    self.partition_count(t)  # an unknown topic is an error, not a wait
-                wanted = list(topics) + ([f"^{pattern}$"] if pattern is not None else [])
-
-                def on_assign(c: Any, tps: list[Any]) -> None:
-                    if first[0]:
-                        place(tps, False)
-                        first[0] = False
-                    c.assign(tps)
-                    assigned.clear()
-                    assigned.update((tp.topic, tp.partition) for tp in tps)
-                    at_end.difference_update(assigned)
-                    ready[0] = True
-
-                def on_revoke(c: Any, tps: list[Any]) -> None:
-                    c.unassign()
-                    assigned.clear()
-
-                consumer.subscribe(wanted, on_assign=on_assign, on_revoke=on_revoke)
-            printed = 0
-            while not stopped():
-                if not follow and ready[0] and assigned <= at_end:
-                    break
-                want = fetch_size
-                if max_records is not None:
-                    want = min(want, max_records - printed)
-                messages = consumer.consume(num_messages=want, timeout=POLL * 5)
-                self.check()
-                lines: list[bytes] = []
-                commits: dict[TP, int] = {}
-                for m in cast(list[Any], messages):
-                    err = m.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            at_end.add((m.topic(), m.partition()))
-                        elif err.name() in _UNREACHABLE:
-                            pass
-                        elif group is None and err.name() in _GROUP_ONLY:
-                            pass  # the client's own group.id, never joined nor committed
-                        else:
-                            raise WireFailure(describe_error(err, self.bootstrap))
-                        continue
-                    tp = (m.topic(), m.partition())
-                    at_end.discard(tp)
-                    lines += formatter(tp[0], tp[1], _batch(m), 0)
-                    commits[tp] = m.offset() + 1
-                if lines:
-                    out.write(line_end.join(lines))
-                    out.write(line_end)
-                    out.flush()
-                    printed += len(lines)
-                if group is not None and commits:
-                    self._commit(consumer, commits)
-                if max_records is not None and printed >= max_records:
-                    break
-        except KafkaException as exc:
-            raise self.failed(exc) from None
-        finally:
-            consumer.close()  # leaves the group: its others rebalance at once
-
-    def _commit(self, consumer: Consumer, commits: dict[TP, int]) -> None:
-        offsets = [TopicPartition(t, p, o) for (t, p), o in commits.items()]
-        try:
-            consumer.commit(offsets=offsets, asynchronous=False)
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            # A rebalance took the partitions meanwhile: their next owner reads on.
-            rebalanced = ("REBALANCE_IN_PROGRESS", "ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID")
-            if not isinstance(err, KafkaError) or err.name() not in rebalanced:
-                raise
-
-    def _topics(self, topics: Sequence[str], pattern: str | None) -> list[str]:
-        names = list(dict.fromkeys(topics))
-        if pattern is not None:
-            regex = re.compile(pattern)
-            every = sorted(self.metadata().topics)
-            names += [n for n in every if regex.fullmatch(n) and n not in names]
-        return names
-
-    def _offset(self, consumer: Consumer, tp: Any, where: int | str) -> int:
-        if isinstance(where, int):
-            return where
-        if where == "beginning":
-            return OFFSET_BEGINNING
-        if where == "end":
-            return OFFSET_END
-        kind, _, number = where.partition(":")
-        if kind == "last":
-            low, high = consumer.get_watermark_offsets(tp, timeout=TIMEOUT)
-            return cast(int, max(low, high - int(number)))
-        found = consumer.offsets_for_times(
-            [TopicPartition(tp.topic, tp.partition, int(number))], timeout=TIMEOUT
-        )
-        offset = found[0].offset
-        return OFFSET_END if offset < 0 else cast(int, offset)
-
 
 def source_of(entry: Any) -> str:
     """A config entry's source as describe prints it (the client gives a number)."""
@@ -748,125 +393,6 @@ def source_of(entry: Any) -> str:
         return "default"
 
 
-def _binding(b: acls.AclBinding) -> Any:
-    """Ours as the client's (the enums share Kafka's codes)."""
-    return KafkaAclBinding(
-        ResourceType(int(b.resource_type)),
-        b.name,
-        ResourcePatternType(int(b.pattern_type)),
-        b.principal,
-        b.host,
-        AclOperation(int(b.operation)),
-        AclPermissionType(int(b.permission)),
-    )
-
-
-def _filter(f: acls.AclFilter) -> Any:
-    any_: Any = None  # a filter's None: any (the client's types say str)
-    return KafkaAclFilter(
-        ResourceType(int(f.resource_type)),
-        any_ if f.name is None else f.name,
-        ResourcePatternType(int(f.pattern_type)),
-        any_ if f.principal is None else f.principal,
-        any_ if f.host is None else f.host,
-        AclOperation(int(f.operation)),
-        AclPermissionType(int(f.permission)),
-    )
-
-
-def _ours(b: Any) -> acls.AclBinding:
-    return acls.AclBinding(
-        acls.ResourceType(b.restype.value),
-        b.name,
-        acls.PatternType(b.resource_pattern_type.value),
-        b.principal,
-        b.host,
-        acls.Operation(b.operation.value),
-        acls.Permission(b.permission_type.value),
-    )
-
-
 def has_controller(metadata: Any) -> bool:
     """Whether the cluster names a controller among its brokers (the mock names none)."""
     return bool(metadata.controller_id in metadata.brokers)
-
-
-def _batch(message: Any) -> bytes:
-    """A consumed message as a batch of one at its offset: the direct mode's formatters
-    print it."""
-    _, timestamp = message.timestamp()
-    headers = message.headers() or []
-    batch = build_batch(
-        [message.value()],
-        [message.key()],
-        timestamps=[max(timestamp, 0)],
-        headers=[headers] if headers else None,
-    )
-    return with_base_offset(batch, message.offset())
-
-
-class WireLineProducer(LineProducer):
-    """The direct mode's line parsing (keys, headers, null markers, JSON), each record
-    sent by a confluent-kafka Producer (murmur2 partitions for keys, as Kafka's clients)."""
-
-    def __init__(self, client: WireClient, topic: str, partitions: int, **options: Any) -> None:
-        compression = options.pop("compression_name")
-        # No Log: the records go over the wire (only the line parsing is used).
-        super().__init__(cast("Log", None), TopicConfig(topic, partitions), **options)
-        self.client = client
-        self.topic = topic
-        self.sender = client.producer(compression, self.batch_size)
-        self.error: KafkaError | None = None
-
-    def _delivered(self, err: KafkaError | None, message: Any) -> None:
-        if err is not None and self.error is None:
-            self.error = err
-
-    async def send(self, lines: list[bytes]) -> int:
-        try:
-            if self.plain:
-                records = [LineRecord(None, line, []) for line in lines]
-            else:
-                records = self._records(lines)
-        except BadLine as exc:
-            self._send(exc.records)
-            exc.sent = len(exc.records)
-            raise
-        finally:
-            self._lines += len(lines)
-        self._send(records)
-        return len(records)
-
-    def _send(self, records: Iterable[LineRecord]) -> None:
-        for r in records:
-            options: dict[str, Any] = {}
-            partition = r.partition if r.partition is not None else self.partition
-            if partition is not None:
-                options["partition"] = partition
-            if r.timestamp is not None:
-                options["timestamp"] = r.timestamp
-            if r.headers:
-                options["headers"] = r.headers
-            while True:
-                try:
-                    self.sender.produce(
-                        self.topic, r.value, r.key, on_delivery=self._delivered, **options
-                    )
-                    break
-                except BufferError:  # the queue is full: let it drain
-                    self.sender.poll(POLL)
-                    self._check()
-                except KafkaException as exc:
-                    raise self.client.failed(exc) from None
-            self.sender.poll(0)
-        self.flush()
-
-    def flush(self) -> None:
-        while self.sender.flush(POLL) > 0:
-            self._check()
-        self._check()
-
-    def _check(self) -> None:
-        self.client.check()
-        if self.error is not None:
-            raise WireFailure(describe_error(self.error, self.client.bootstrap))
