@@ -60,6 +60,9 @@ def spark_session(
         # everything runs in this process: bind to loopback (and skip Spark's warning
         # about the host name resolving to it)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Python workers (the data source's tasks) run this interpreter, whose environment
+    # has pyarrow and this project, not whatever "python3" is first on the PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if not os.environ.get("PYSPARK_GATEWAY_PORT"):  # we start the JVM: configure its logging
         fd, log_conf = tempfile.mkstemp(prefix="kafkaesque-log4j2-", suffix=".properties")
         with os.fdopen(fd, "w") as fh:

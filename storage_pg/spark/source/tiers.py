@@ -1,0 +1,269 @@
+"""One planned offset range read on an executor, tier by tier.
+
+``OffsetRange`` is what the driver plans: (topic, partition, from, until) plus what the
+partition was when planned (its topic id, its leader epoch at both ends). ``read_range``
+opens its own connections (executors are separate processes) and reads:
+
+1. below the partition's archived mark (``archive_progress.archived_through``: every
+   offset under it is archived, or was a transaction marker, an aborted or compacted
+   record, or lies in a recorded gap) straight from PostgreSQL, by offset range, as
+   columns: no record batch is built there and parsed again here;
+2. the rest through the log (``Log.read``, read_committed by default), which serves from
+   Redis and, for a page that expired since the range was planned, from the archive.
+
+A compact topic is read through the log only: its archived part is then the compacted
+view the archive serves consumers (storage_pg.compacted).
+
+The same range gives the same rows on every replay (offsets are never reused unless
+Redis loses data, which is checked), so Spark's checkpoint makes a query exactly-once.
+Offsets of the range that neither tier holds are data loss (``DataLoss``, or a warning
+with failOnDataLoss=false); gaps left by transaction markers, aborted records and
+compaction are not. Loss is: a recorded gap (retention dropped pages before archiving,
+``dropped_range``), offsets deleted by DeleteRecords since planning, the topic deleted
+(or created again: another topic id), Redis losing its data (FLUSHALL: the topic is gone
+from Redis) or a leader epoch that changed under the query where the new epoch starts
+below the range's end (the offsets were lost and handed out again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from typing import TYPE_CHECKING
+
+from pyspark.sql.datasource import InputPartition
+
+from kafkaesque.errors import NeedsRecovery, UnknownTopic
+from kafkaesque.hot.connect import redis_client
+from kafkaesque.hot.log import Log
+from kafkaesque.records.batch import next_offset
+from storage_pg.cold import dropped_ranges
+from storage_pg.spark.source.columns import CREATE_TIME, LOG_APPEND_TIME, Columns
+from storage_pg.spark.source.options import DataLoss, SourceOptions
+from storage_pg.tiered import Archive
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+log = logging.getLogger("kafkaesque.spark")
+
+ROWS_PER_BATCH = 32_768  # rows per Arrow batch handed to Spark
+READ_BYTES = 4 << 20  # bytes per read from Redis
+_ARCHIVED = """
+    SELECT "offset", (extract(epoch FROM "timestamp") * 1000)::int8, key, value, headers::text
+    FROM record
+    WHERE topic = $1 AND partition = $2 AND "offset" >= $3 AND "offset" < $4
+    ORDER BY "offset"
+    LIMIT $5
+"""
+_DELETED_BELOW = "SELECT log_start FROM partition_state WHERE topic = $1 AND partition = $2"
+
+
+class OffsetRange(InputPartition):
+    """One Spark task: offsets ``start``..``end``-1 of a partition, planned while it had
+    ``topic_id`` and leader epoch ``epoch`` (``start_epoch`` where ``start`` was planned,
+    in an earlier micro-batch). Plain values only, pickled to the executor."""
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        start: int,
+        end: int,
+        topic_id: str,
+        epoch: int,
+        start_epoch: int | None = None,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.start = start
+        self.end = end
+        self.topic_id = topic_id  # hex
+        self.epoch = epoch
+        self.start_epoch = epoch if start_epoch is None else start_epoch
+        super().__init__((topic, partition, start, end))
+
+    def __repr__(self) -> str:
+        return f"OffsetRange({self.topic}[{self.partition}] {self.start}..{self.end})"
+
+    def name(self, start: int | None = None, end: int | None = None) -> str:
+        """``topic[partition] offsets a..b`` (b inclusive), as errors say it."""
+        first = self.start if start is None else start
+        last = (self.end if end is None else end) - 1
+        return f"{self.topic}[{self.partition}] offsets {first}..{last}"
+
+
+def read_range(options: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """The range's rows as Arrow batches, read on a private event loop (the executor's
+    Python worker has none)."""
+    loop = asyncio.new_event_loop()
+    reader = RangeReader(options, r)
+    batches = reader.batches()
+    try:
+        while True:
+            try:
+                batch = loop.run_until_complete(batches.__anext__())
+            except StopAsyncIteration:
+                break
+            yield batch
+    finally:
+        loop.run_until_complete(batches.aclose())
+        loop.run_until_complete(reader.close())
+        loop.close()
+
+
+class RangeReader:
+    """Reads one OffsetRange (see the module's docstring)."""
+
+    def __init__(self, options: SourceOptions, r: OffsetRange) -> None:
+        self.options = options
+        self.range = r
+        self.log = Log(redis_client(options.redis_url, 2))
+        # The archive as the log's cold store, but not its recovery: a reader never
+        # restores a Redis that lost its data (the broker does that).
+        self.archive = (
+            None if options.pg_dsn is None else Archive(options.pg_dsn, max_connections=1)
+        )
+        self.log.cold = self.archive
+        self.columns = Columns(r.topic, r.partition, options.include_headers)
+
+    async def close(self) -> None:
+        if self.archive is not None:
+            await self.archive.close()
+        await self.log.redis.aclose()
+
+    def lost(self, start: int, end: int, why: str) -> None:
+        """Offsets start..end-1 of the range are held by neither tier."""
+        message = f"data loss: {self.range.name(start, end)} {why}"
+        if self.options.fail_on_data_loss:
+            raise DataLoss(message + " (failOnDataLoss=false skips them)")
+        log.warning("%s: skipped (failOnDataLoss=false)", message)
+
+    async def batches(self) -> AsyncGenerator[pa.RecordBatch, None]:
+        r = self.range
+        pos = r.start
+        hot = await self._hot_state()
+        compact = hot is not None and hot[0]
+        if self.archive is not None and not compact and pos < r.end:
+            async for batch in self._archived(pos):
+                yield batch
+            pos = max(pos, min(r.end, await self.archive.archived_through(r.topic, r.partition)))
+        if pos < r.end:
+            if hot is None:
+                self.lost(pos, r.end, self._gone_reason)
+            else:
+                async for batch in self._hot(pos, hot[1]):
+                    yield batch
+        if len(self.columns):
+            yield self.columns.arrow()
+
+    async def _hot_state(self) -> tuple[bool, int] | None:
+        """(compact topic, the offset from which the range is not to be trusted) when the
+        log still has the range's partition as planned; None (and why, in
+        ``_gone_reason``) when Redis no longer has it."""
+        r = self.range
+        self._gone_reason = ""
+        try:
+            config = await self.log.topic(r.topic)
+            [state] = await self.log.partition_offsets([(r.topic, r.partition)])
+        except (UnknownTopic, NeedsRecovery):
+            config, state = None, None
+        if config is None or state is None:
+            self._gone_reason = "are in neither tier: Redis no longer has the topic"
+            return None
+        if config.topic_id.hex() != r.topic_id:
+            self._gone_reason = "belonged to a topic since deleted (the topic was created again)"
+            return None
+        self.append_time = config.value("message.timestamp.type") == "LogAppendTime"
+        trusted = r.end
+        for epoch in {r.start_epoch, r.epoch}:
+            if epoch != state[2]:  # the partition changed hands: where did that epoch end?
+                _, ended = await self.log.epoch_end_offset(r.topic, r.partition, epoch)
+                trusted = min(trusted, ended if ended >= 0 else r.start)
+        return config.compact, trusted
+
+    @property
+    def _kind(self) -> int:
+        return LOG_APPEND_TIME if getattr(self, "append_time", False) else CREATE_TIME
+
+    async def _archived(self, pos: int) -> AsyncIterator[pa.RecordBatch]:
+        """The range's rows below the partition's archived mark, from PostgreSQL."""
+        r = self.range
+        assert self.archive is not None
+        end = min(r.end, await self.archive.archived_through(r.topic, r.partition))
+        if pos >= end:
+            return
+        pool = await self.archive.pool()
+        async with pool.acquire() as conn:
+            deleted_below = await conn.fetchval(_DELETED_BELOW, r.topic, r.partition) or 0
+            if pos < deleted_below:
+                self.lost(pos, min(end, deleted_below), "were deleted (DeleteRecords)")
+                pos = min(end, deleted_below)
+            for gap in await dropped_ranges(conn, r.topic):
+                if gap.partition == r.partition and gap.first_offset < end:
+                    if gap.last_offset >= pos:
+                        self.lost(
+                            max(pos, gap.first_offset),
+                            min(end, gap.last_offset + 1),
+                            "were dropped by retention before they were archived",
+                        )
+            while pos < end:
+                rows = await conn.fetch(_ARCHIVED, r.topic, r.partition, pos, end, ROWS_PER_BATCH)
+                if not rows:
+                    break
+                offsets, stamps, keys, values, headers = zip(*rows, strict=True)
+                self.columns.add_rows(offsets, stamps, keys, values, headers, self._kind)
+                pos = offsets[-1] + 1
+                if len(self.columns) >= ROWS_PER_BATCH:
+                    yield self.columns.arrow()
+                if len(rows) < ROWS_PER_BATCH:
+                    break
+
+    async def _hot(self, pos: int, trusted: int) -> AsyncIterator[pa.RecordBatch]:
+        """The range from ``pos`` through the log: Redis, the archive below Redis' start."""
+        r = self.range
+        end = r.end
+        if trusted < end:  # with failOnDataLoss=false, read what is there now
+            self.lost(
+                max(pos, trusted),
+                end,
+                "may hold other records than planned: the partition's leader epoch changed "
+                f"under the query (Redis lost its data or failed over) and its offsets from "
+                f"{trusted} on were handed out again",
+            )
+        while pos < end:
+            try:
+                result = await self.log.read(
+                    r.topic, r.partition, pos, READ_BYTES, committed=self.options.committed
+                )
+            except UnknownTopic:
+                self.lost(pos, end, "are in neither tier: Redis no longer has the topic")
+                return
+            if not result.batches:
+                if result.below_start and result.log_start > pos:
+                    self.lost(pos, min(end, result.log_start), "were deleted or expired")
+                    pos = result.log_start
+                    continue
+                self.lost(pos, end, f"are in neither tier (the log ends at {result.log_end})")
+                return
+            if result.skipped_to is not None:
+                await self._gap(pos, min(end, result.skipped_to))
+            for batch in result.batches:
+                self.columns.add_batch(batch, pos, end, result.aborted)
+            pos = next_offset(result.batches[-1])
+            if len(self.columns) >= ROWS_PER_BATCH:
+                yield self.columns.arrow()
+
+    async def _gap(self, start: int, end: int) -> None:
+        """Offsets the archive skipped: loss where it recorded a gap there, else markers,
+        aborted or compacted records."""
+        if self.archive is None or start >= end:
+            return
+        for partition, first, last in await self.archive.dropped_ranges(self.range.topic):
+            if partition == self.range.partition and first < end and last >= start:
+                self.lost(
+                    max(start, first),
+                    min(end, last + 1),
+                    "were dropped by retention before they were archived",
+                )
