@@ -112,7 +112,7 @@ class ShareFetcher:
         out = {}
         now = self.clock.now_ms()
         for tp, batches in acks.items():
-            code, message, released = await self.store.acknowledge(
+            code, message, _ = await self.store.acknowledge(
                 group_id,
                 tp,
                 member_id,
@@ -122,7 +122,9 @@ class ShareFetcher:
                 config.renew_acknowledge,
                 batches,
             )
-            if released:
+            if code == 0:
+                # Released records, or room in the in-flight window: fetches waiting here
+                # may acquire now.
                 self._wake()
             out[tp] = (code, message)
         return out
