@@ -147,11 +147,13 @@ def _with_cookie(response: web.StreamResponse, session_id: str | None) -> web.St
     return response
 
 
-async def login_page(request: web.Request, problem_text: str | None = None) -> web.Response:
+async def login_page(
+    request: web.Request, problem_text: str | None = None, target: str | None = None
+) -> web.Response:
     state: Console = request.app[CONSOLE]
     if not request[LOGIN]:
         raise web.HTTPSeeOther("/")
-    target = request.query.get("next", "/")
+    target = target or request.query.get("next", "/")
     content = join(
         [
             message(problem_text) if problem_text else "",
@@ -188,14 +190,14 @@ async def login_page(request: web.Request, problem_text: str | None = None) -> w
 async def login(request: web.Request) -> web.StreamResponse:
     state: Console = request.app[CONSOLE]
     data = await posted(request)
+    target = data.get("next", "/")
     if not state.access.csrf_ok(session(request), data.get("csrf")):
-        return await login_page(request, "this form has no valid CSRF token: try again")
+        return await login_page(request, "this form has no valid CSRF token: try again", target)
     user, password = data.get("user", ""), data.get("password", "")
     if not await state.access.check_password(user, password):
         log.warning("console: refused a login as %r from %s", user, request.remote)
-        return await login_page(request, "wrong user or password")
+        return await login_page(request, "wrong user or password", target)
     request[SESSION] = state.access.renew(session(request), user)
-    target = data.get("next", "/")
     raise web.HTTPSeeOther(
         target if target.startswith("/") and not target.startswith("//") else "/"
     )

@@ -294,7 +294,7 @@ async def plan(
     new = {}
     for t, p in partitions:
         if not may_see_topic(request, t):
-            raise BadInput(f"no topic named {t!r}")
+            raise UnknownTopic(f"no such topic: {t}")
         earliest = await state.layer.list_offset(t, p, EARLIEST)
         latest = await state.layer.list_offset(t, p, LATEST)
         assert earliest is not None and latest is not None

@@ -51,7 +51,7 @@ TAIL_IDLE_SECONDS = 15.0  # a comment line this often keeps proxies from closing
 async def _topic_partitions(request: web.Request) -> tuple[str, int]:
     name = request.match_info["topic"]
     if not may_see_topic(request, name):
-        raise UnknownTopic(f"no topic named {name!r}")
+        raise UnknownTopic(f"no such topic: {name}")
     return name, (await console(request).log.topic(name)).partitions
 
 

@@ -121,7 +121,7 @@ async def topic_page(request: web.Request) -> web.Response:
     state = console(request)
     name = request.match_info["topic"]
     if not may_see_topic(request, name):
-        raise UnknownTopic(f"no topic named {name!r}")
+        raise UnknownTopic(f"no such topic: {name}")
     config = await state.log.topic(name)
     body: list[object] = []
     if "done" in request.query:
