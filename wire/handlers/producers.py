@@ -10,7 +10,7 @@ gives its last batch's max timestamp.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
@@ -20,15 +20,30 @@ from wire.broker import Broker
 from wire.errors import error_code, error_message
 from wire.protocol.codec import NO_THROTTLE, Request, build, per_partition, schema_class
 
+if TYPE_CHECKING:
+    import kio.schema.describe_producers.v0.request
+    import kio.schema.describe_producers.v0.response
+
+    # The kio classes of the versions offered (wire/handlers/__init__.py).
+    DescribeProducersRequest: TypeAlias = (
+        kio.schema.describe_producers.v0.request.DescribeProducersRequest
+    )
+    PartitionResponse: TypeAlias = kio.schema.describe_producers.v0.response.PartitionResponse
+    DescribeProducersResponse: TypeAlias = (
+        kio.schema.describe_producers.v0.response.DescribeProducersResponse
+    )
+
 NO_TRANSACTION = -1
 
 
-async def describe_producers(broker: Broker, request: Request) -> Any:
+async def describe_producers(
+    broker: Broker, request: Request[DescribeProducersRequest]
+) -> DescribeProducersResponse:
     schema = request.response_class
     partition_class = schema_class(schema, "PartitionResponse")
     state_class = schema_class(schema, "ProducerState")
 
-    async def answer(topic: str, partition: int) -> Any:
+    async def answer(topic: str, partition: int) -> PartitionResponse:
         try:
             check_topic(broker, request, Operation.READ, topic)
             states = await broker.log.producers(topic, partition)

@@ -3,7 +3,7 @@ around every request."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
@@ -23,12 +23,46 @@ from wire.broker import Broker
 from wire.errors import error_code
 from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
 
+if TYPE_CHECKING:
+    import kio.schema.alter_client_quotas.v0.request
+    import kio.schema.alter_client_quotas.v0.response
+    import kio.schema.alter_client_quotas.v1.request
+    import kio.schema.alter_client_quotas.v1.response
+    import kio.schema.describe_client_quotas.v0.request
+    import kio.schema.describe_client_quotas.v0.response
+    import kio.schema.describe_client_quotas.v1.request
+    import kio.schema.describe_client_quotas.v1.response
+
+    # The kio classes of the versions offered (wire/handlers/__init__.py).
+    DescribeClientQuotasRequest: TypeAlias = (
+        kio.schema.describe_client_quotas.v0.request.DescribeClientQuotasRequest
+        | kio.schema.describe_client_quotas.v1.request.DescribeClientQuotasRequest
+    )
+    DescribeClientQuotasResponse: TypeAlias = (
+        kio.schema.describe_client_quotas.v0.response.DescribeClientQuotasResponse
+        | kio.schema.describe_client_quotas.v1.response.DescribeClientQuotasResponse
+    )
+    AlterClientQuotasRequest: TypeAlias = (
+        kio.schema.alter_client_quotas.v0.request.AlterClientQuotasRequest
+        | kio.schema.alter_client_quotas.v1.request.AlterClientQuotasRequest
+    )
+    AlterClientQuotasEntry: TypeAlias = (
+        kio.schema.alter_client_quotas.v0.request.EntryData
+        | kio.schema.alter_client_quotas.v1.request.EntryData
+    )
+    AlterClientQuotasResponse: TypeAlias = (
+        kio.schema.alter_client_quotas.v0.response.AlterClientQuotasResponse
+        | kio.schema.alter_client_quotas.v1.response.AlterClientQuotasResponse
+    )
+
 
 def store(broker: Broker) -> QuotaStore:
     return broker.log.stores.quotas
 
 
-async def describe_client_quotas(broker: Broker, request: Request) -> Any:
+async def describe_client_quotas(
+    broker: Broker, request: Request[DescribeClientQuotasRequest]
+) -> DescribeClientQuotasResponse:
     body = request.body
     check_cluster(broker, request, Operation.DESCRIBE_CONFIGS)
     schema = request.response_class
@@ -62,11 +96,14 @@ async def describe_client_quotas(broker: Broker, request: Request) -> Any:
     )
 
 
-async def alter_client_quotas(broker: Broker, request: Request) -> Any:
+async def alter_client_quotas(
+    broker: Broker, request: Request[AlterClientQuotasRequest]
+) -> AlterClientQuotasResponse:
     """Every entry is checked on its own; the valid ones are applied in one transaction,
     unless validate_only. Redis away: none is applied, and each of them answers
     KAFKA_STORAGE_ERROR (retried)."""
     body = request.body
+    entries: tuple[AlterClientQuotasEntry, ...] = body.entries  # (one type for zip below)
     schema = request.response_class
     entry_class = schema_class(schema, "EntryData")
     entity_class = schema_class(schema, "EntityData")
@@ -74,7 +111,7 @@ async def alter_client_quotas(broker: Broker, request: Request) -> Any:
     # per entry: (code, message); None for a valid one until it is applied
     outcomes: list[tuple[ErrorCode, str] | None] = []
     may_alter = cluster_allowed(broker, request, Operation.ALTER_CONFIGS)
-    for entry in body.entries:
+    for entry in entries:
         try:
             if not may_alter:
                 raise ClusterAuthorizationFailed("Cluster authorization failed: ALTER_CONFIGS")
@@ -108,6 +145,6 @@ async def alter_client_quotas(broker: Broker, request: Request) -> Any:
                 for e in entry.entity
             ),
         )
-        for entry, outcome in zip(body.entries, outcomes, strict=True)
+        for entry, outcome in zip(entries, outcomes, strict=True)
     )
     return build(schema, throttle_time=NO_THROTTLE, entries=results)

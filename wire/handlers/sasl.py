@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
@@ -12,8 +12,42 @@ from wire.broker import Broker
 from wire.errors import error_code
 from wire.protocol.codec import Request, build
 
+if TYPE_CHECKING:
+    import kio.schema.sasl_authenticate.v0.request
+    import kio.schema.sasl_authenticate.v0.response
+    import kio.schema.sasl_authenticate.v1.request
+    import kio.schema.sasl_authenticate.v1.response
+    import kio.schema.sasl_authenticate.v2.request
+    import kio.schema.sasl_authenticate.v2.response
+    import kio.schema.sasl_handshake.v0.request
+    import kio.schema.sasl_handshake.v0.response
+    import kio.schema.sasl_handshake.v1.request
+    import kio.schema.sasl_handshake.v1.response
 
-async def sasl_handshake(broker: Broker, request: Request) -> Any:
+    # The kio classes of the versions offered (wire/handlers/__init__.py).
+    SaslHandshakeRequest: TypeAlias = (
+        kio.schema.sasl_handshake.v0.request.SaslHandshakeRequest
+        | kio.schema.sasl_handshake.v1.request.SaslHandshakeRequest
+    )
+    SaslHandshakeResponse: TypeAlias = (
+        kio.schema.sasl_handshake.v0.response.SaslHandshakeResponse
+        | kio.schema.sasl_handshake.v1.response.SaslHandshakeResponse
+    )
+    SaslAuthenticateRequest: TypeAlias = (
+        kio.schema.sasl_authenticate.v0.request.SaslAuthenticateRequest
+        | kio.schema.sasl_authenticate.v1.request.SaslAuthenticateRequest
+        | kio.schema.sasl_authenticate.v2.request.SaslAuthenticateRequest
+    )
+    SaslAuthenticateResponse: TypeAlias = (
+        kio.schema.sasl_authenticate.v0.response.SaslAuthenticateResponse
+        | kio.schema.sasl_authenticate.v1.response.SaslAuthenticateResponse
+        | kio.schema.sasl_authenticate.v2.response.SaslAuthenticateResponse
+    )
+
+
+async def sasl_handshake(
+    broker: Broker, request: Request[SaslHandshakeRequest]
+) -> SaslHandshakeResponse:
     """Choose the mechanism; v0 means the tokens follow as bare frames (no
     SaslAuthenticate). On a listener without SASL: ILLEGAL_SASL_STATE, as Kafka says."""
     sasl = request.connection.sasl
@@ -28,7 +62,9 @@ async def sasl_handshake(broker: Broker, request: Request) -> Any:
     return build(request.response_class, error_code=code, mechanisms=tuple(enabled))
 
 
-async def sasl_authenticate(broker: Broker, request: Request) -> Any:
+async def sasl_authenticate(
+    broker: Broker, request: Request[SaslAuthenticateRequest]
+) -> SaslAuthenticateResponse:
     """One token of the exchange; the answer, and (v1+) the session lifetime after which
     the client must re-authenticate (KIP-368)."""
     sasl = request.connection.sasl

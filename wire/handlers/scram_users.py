@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
+from kio.schema.alter_user_scram_credentials.v0.request import ScramCredentialUpsertion
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.errors import DuplicateResource, KafkaesqueError, UnacceptableCredential
@@ -16,14 +17,40 @@ from kafkaesque.hot.credentials import (
     duplicate,
     mechanism_of,
 )
-from kafkaesque.security.scram import Credential, check_iterations, from_salted
+from kafkaesque.security.scram import Credential, Mechanism, check_iterations, from_salted
 from wire.authorize import Operation, cluster_allowed
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
 
+if TYPE_CHECKING:
+    import kio.schema.alter_user_scram_credentials.v0.request
+    import kio.schema.alter_user_scram_credentials.v0.response
+    import kio.schema.describe_user_scram_credentials.v0.request
+    import kio.schema.describe_user_scram_credentials.v0.response
 
-async def describe_user_scram_credentials(broker: Broker, request: Request) -> Any:
+    # The kio classes of the versions offered (wire/handlers/__init__.py).
+    DescribeUserScramCredentialsRequest: TypeAlias = (
+        kio.schema.describe_user_scram_credentials.v0.request.DescribeUserScramCredentialsRequest
+    )
+    DescribeUserScramCredentialsResponse: TypeAlias = (
+        kio.schema.describe_user_scram_credentials.v0.response.DescribeUserScramCredentialsResponse
+    )
+    AlterUserScramCredentialsRequest: TypeAlias = (
+        kio.schema.alter_user_scram_credentials.v0.request.AlterUserScramCredentialsRequest
+    )
+    ScramCredentialChange: TypeAlias = (
+        kio.schema.alter_user_scram_credentials.v0.request.ScramCredentialDeletion
+        | ScramCredentialUpsertion
+    )
+    AlterUserScramCredentialsResponse: TypeAlias = (
+        kio.schema.alter_user_scram_credentials.v0.response.AlterUserScramCredentialsResponse
+    )
+
+
+async def describe_user_scram_credentials(
+    broker: Broker, request: Request[DescribeUserScramCredentialsRequest]
+) -> DescribeUserScramCredentialsResponse:
     """The mechanisms and iterations of the users asked for (null or empty: all); DESCRIBE
     on the cluster, as Kafka checks."""
     schema = request.response_class
@@ -70,7 +97,9 @@ async def describe_user_scram_credentials(broker: Broker, request: Request) -> A
     )
 
 
-def _denied(schema: type, result_class: type, asked: list[str]) -> Any:
+def _denied(
+    schema: type, result_class: type, asked: list[str]
+) -> DescribeUserScramCredentialsResponse:
     """CLUSTER_AUTHORIZATION_FAILED for a principal without DESCRIBE on the cluster, in a
     result per user asked, as Kafka's DescribeUserScramCredentialsRequest.getErrorResponse
     gives it (with the user's name, which Kafka leaves empty). Kafka also sets the
@@ -92,7 +121,9 @@ def _denied(schema: type, result_class: type, asked: list[str]) -> Any:
     )
 
 
-async def alter_user_scram_credentials(broker: Broker, request: Request) -> Any:
+async def alter_user_scram_credentials(
+    broker: Broker, request: Request[AlterUserScramCredentialsRequest]
+) -> AlterUserScramCredentialsResponse:
     """Upsert and delete credentials, user by user: a user's changes are all refused when
     one is (a (user, mechanism) pair named twice, an unknown mechanism, too few or too
     many iterations, deleting what does not exist). ALTER on the cluster, or every user
@@ -101,8 +132,9 @@ async def alter_user_scram_credentials(broker: Broker, request: Request) -> Any:
     result_class = schema_class(schema, "AlterUserScramCredentialsResult")
     store: CredentialStore = broker.credentials
     body = request.body
-    changes: dict[str, list[Any]] = defaultdict(list)
-    for change in (*body.deletions, *body.upsertions):
+    changes: dict[str, list[ScramCredentialChange]] = defaultdict(list)
+    every: tuple[ScramCredentialChange, ...] = (*body.deletions, *body.upsertions)
+    for change in every:
         changes[change.name].append(change)
     results = []
     message: str | None
@@ -121,11 +153,11 @@ async def alter_user_scram_credentials(broker: Broker, request: Request) -> Any:
                 raise DuplicateResource(
                     "A user credential cannot be altered twice in the same request"
                 )
-            planned: list[tuple[Any, Credential | None]] = []
+            planned: list[tuple[Mechanism, Credential | None]] = []
             credential: Credential | None
             for c in items:
                 mechanism = mechanism_of(c.mechanism)
-                if hasattr(c, "salted_password"):
+                if isinstance(c, ScramCredentialUpsertion):
                     check_iterations(c.iterations)
                     if not c.salt or not c.salted_password:
                         raise UnacceptableCredential("an empty salt or salted password")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
@@ -32,6 +32,22 @@ from wire.topics import (
     partition_leaders,
     topic_error_entry,
 )
+
+if TYPE_CHECKING:
+    import kio.schema.describe_topic_partitions.v0.request
+    import kio.schema.describe_topic_partitions.v0.response
+
+    # The kio classes of the versions offered (wire/handlers/__init__.py).
+    DescribeTopicPartitionsRequest: TypeAlias = (
+        kio.schema.describe_topic_partitions.v0.request.DescribeTopicPartitionsRequest
+    )
+    DescribeTopicPartitionsResponse: TypeAlias = (
+        kio.schema.describe_topic_partitions.v0.response.DescribeTopicPartitionsResponse
+    )
+    ResponseTopic: TypeAlias = (
+        kio.schema.describe_topic_partitions.v0.response.DescribeTopicPartitionsResponseTopic
+    )
+    Cursor: TypeAlias = kio.schema.describe_topic_partitions.v0.response.Cursor
 
 MAX_PARTITIONS = 2000  # Kafka's max.request.partition.size.limit default
 UNAVAILABLE = ErrorCode.leader_not_available  # Redis away, as Metadata says it: retried
@@ -49,7 +65,9 @@ async def _config(broker: Broker, name: str) -> TopicConfig | ErrorCode:
         return UNAVAILABLE
 
 
-async def describe_topic_partitions(broker: Broker, request: Request) -> Any:
+async def describe_topic_partitions(
+    broker: Broker, request: Request[DescribeTopicPartitionsRequest]
+) -> DescribeTopicPartitionsResponse:
     """A page of topics; a bad cursor fails every topic asked for with INVALID_REQUEST
     (the response has no top-level error code), as Kafka's error response does."""
     schema = request.response_class
@@ -74,12 +92,12 @@ async def describe_topic_partitions(broker: Broker, request: Request) -> Any:
 
 async def _page(
     broker: Broker,
-    body: Any,
+    body: DescribeTopicPartitionsRequest,
     schema: type,
     topic_class: type,
     visible: Callable[[str], bool],
     operations: Callable[[str], int],
-) -> tuple[list[Any], Any]:
+) -> tuple[list[ResponseTopic], Cursor | None]:
     """(the page's topics, the next cursor or None); topics not ``visible`` to the
     principal are left out of a listing and refused when named; ``operations`` gives a
     topic's authorized operations."""
@@ -104,8 +122,8 @@ async def _page(
             raise InvalidRequest("the cursor's partition index cannot be negative")
         names = [n for n in names if n >= cursor.topic_name]
     remaining = max(min(MAX_PARTITIONS, body.response_partition_limit), 1)
-    topics: list[Any] = []
-    next_cursor = None
+    topics: list[ResponseTopic] = []
+    next_cursor: Cursor | None = None
     for name in names:
         if remaining == 0:  # the page is full: the next one starts at this topic
             next_cursor = build(schema_class(schema, "Cursor"), topic_name=name, partition_index=0)
