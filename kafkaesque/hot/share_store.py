@@ -136,6 +136,11 @@ class ShareStore(GroupRecords):
             )
         ]
 
+    async def other_kind(self, group_id: str) -> bool:
+        """Whether a classic or consumer group has this id."""
+        k = self.keys
+        return bool(await self.redis.exists(k.group(group_id), k.group(group_id, ":consumer")))
+
     async def unlist(self, group_id: str) -> None:
         await self.redis.srem(self.keys.share_groups_active, group_id)
 

@@ -13,6 +13,8 @@ from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.groups.consumer import ConsumerGroupCoordinator
 from kafkaesque.groups.consumer_state import Heartbeat
 from kafkaesque.groups.coordinator import CoordinatorConfig, GroupCoordinator
+from kafkaesque.groups.share.coordinator import ShareGroupCoordinator
+from kafkaesque.groups.share.state import ShareHeartbeat
 from kafkaesque.groups.state import JoinRequest
 from kafkaesque.hot.acl_store import AclStore
 from kafkaesque.hot.cluster_id import cluster_id
@@ -115,6 +117,12 @@ def test_every_key_matches_the_documented_layout(redis_url: str, pg_dsn: str) ->
         await ConsumerGroupCoordinator(log).heartbeat(
             "cg", Heartbeat("m", 0, rebalance_timeout_ms=1000, topics=["t.1"]), 1
         )
+        # A share group (KIP-932): its state, the active set, a share-partition with a
+        # record acquired (its records and locks).
+        share = ShareGroupCoordinator(log)
+        await share.heartbeat("sg", ShareHeartbeat("m", 0, topics=["t.1"]))
+        await share.store.prepare("sg", ("t.1", 0), 0, 5, 100, 0, 0, 10)
+        await share.store.acquire("sg", ("t.1", 0), "m", 0, 1000, 5, 10, 100, [(0, 0, True)])
 
         pool = await create_pool(pg_dsn)
         await ensure_schema(pool)

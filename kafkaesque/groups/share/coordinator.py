@@ -110,8 +110,7 @@ class ShareGroupCoordinator:
     async def _check_kind(self, group_id: str) -> None:
         """A share group cannot take an id a classic or consumer group has (Kafka:
         GROUP_ID_NOT_FOUND, "not a share group")."""
-        k = self.store.keys
-        if await self.store.redis.exists(k.group(group_id), k.group(group_id, ":consumer")):
+        if await self.store.other_kind(group_id):
             raise ShareRefused(
                 ShareCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group."
             )
