@@ -27,7 +27,7 @@ from kafkaesque.console.context import (
     render,
     session,
 )
-from kafkaesque.console.html import field, form, join, layout, message, query, tag
+from kafkaesque.console.html import field, form, hidden, join, layout, message, query, tag
 from kafkaesque.console.records import BadInput
 from kafkaesque.console.sampler import Sampler
 from kafkaesque.errors import KafkaesqueError, StorageUnavailable, UnknownTopic
@@ -171,7 +171,7 @@ async def login_page(
                 required=True,
                 autocomplete="current-password",
             ),
-            tag("input", "", type="hidden", name="next", value=target),
+            hidden("next", target),
         ]
     )
     box = tag(

@@ -70,6 +70,10 @@ pre.value.full { max-height: none; }
 svg.spark { color: var(--accent); vertical-align: middle; }
 .lag-zero { color: var(--good); } .lag-some { color: var(--hot); font-weight: 600; }
 .toolbar { display: flex; flex-wrap: wrap; gap: 8px 16px; align-items: center; margin: 8px 0; }
+td form.inline { margin: 0; }
+table.records td:nth-child(-n+3) { width: 1%; white-space: nowrap; }
+table.records td:nth-child(4) { width: 14%; }
+.login p { margin-top: 0; }
 .login { max-width: 360px; margin: 40px auto; background: #fff; border: 1px solid var(--line);
   padding: 20px; }
 """

@@ -23,6 +23,7 @@ from kafkaesque.console.context import (
 )
 from kafkaesque.console.html import (
     Raw,
+    duration,
     facts,
     form,
     hidden,
@@ -198,7 +199,7 @@ async def lag_table(request: web.Request, group: Group) -> Raw:
                 state.layer, t, p, max(current.offset, where.earliest), 1, where
             )
             if oldest:
-                seconds = f"{max(0.0, (now - oldest[0].timestamp) / 1000):,.1f} s"
+                seconds = duration(max(0.0, (now - oldest[0].timestamp) / 1000))
         elif lag == 0:
             seconds = "0.0 s"
         total += lag or 0

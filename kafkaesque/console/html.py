@@ -175,6 +175,21 @@ def when(ms: int | None) -> str | None:
     return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
+def duration(seconds: float) -> str:
+    """A span of time for people: 4.2 s, 3 min 5 s, 2 h 10 min, 12 d 3 h."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    whole = int(seconds)
+    for unit, span, smaller, smaller_span in (
+        ("d", 86_400, "h", 3600),
+        ("h", 3600, "min", 60),
+        ("min", 60, "s", 1),
+    ):
+        if whole >= span:
+            return f"{whole // span:,} {unit} {(whole % span) // smaller_span} {smaller}"
+    return f"{seconds:.1f} s"  # unreachable: seconds >= 60 is at least a minute
+
+
 def size(n: int | None) -> str | None:
     if n is None:
         return None
