@@ -52,7 +52,7 @@ from kafkaesque.hot.compaction_types import TopicCompaction
 from kafkaesque.hot.log import Log
 from kafkaesque.hot.outage import REDIS, REDIS_CONNECTION_ERRORS
 from kafkaesque.tasks import sleep_unless_stopped
-from storage_pg import archive_sql, group_offsets
+from storage_pg import archive_sql, group_offsets, share_state
 from storage_pg.compacted import LatestKeys, catch_up
 from storage_pg.deletion import delete_below, delete_topic
 from storage_pg.durable_barrier import DurableBarrier
@@ -204,6 +204,10 @@ class Archiver:
         if snapshot is not None:  # None: Redis lost its data; keep what the archive has
             async with self.pool.acquire() as conn:
                 await group_offsets.save(conn, snapshot)
+        shares = await self.log.stores.share.snapshot()  # share groups' share-partitions
+        if shares is not None:
+            async with self.pool.acquire() as conn:
+                await share_state.save(conn, shares)
 
     async def _sync_topics(self) -> list[tuple[str, uuid.UUID, int, bool]]:
         """Upsert the topic rows; return the partitions to archive (and whether their

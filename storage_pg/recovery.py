@@ -20,7 +20,7 @@ from kafkaesque.clock import now_ms as clock_ms
 from kafkaesque.config.topic_config import TopicConfig, legacy_configs
 from kafkaesque.hot.log import Log
 from kafkaesque.hot.log_types import RestoredPartition, RestoredTopic
-from storage_pg import group_offsets
+from storage_pg import group_offsets, share_state
 from storage_pg.pool import PG_EPOCH_MS, ArchiveError, check_pool
 from storage_pg.rows import configs_from_json
 from storage_pg.schema import ensure_schema
@@ -162,6 +162,7 @@ async def recover(log: Log, pool: asyncpg.Pool) -> bool:
         archived_id = await conn.fetchval("SELECT id FROM cluster")
         committed = await group_offsets.load(conn)
         states = await group_offsets.load_states(conn)
+        shares = await share_state.load(conn)
     if archived_id is not None:
         # Kafka clients notice a changed cluster id; keep the one they knew. Redis lost its
         # data, so an id it got since (a broker started on it) is the archive's again.
@@ -184,6 +185,16 @@ async def recover(log: Log, pool: asyncpg.Pool) -> bool:
             c.partition,
             c.log_end,
             c.log_end,
+        )
+    for past in await log.stores.share.restore(shares, log_ends):
+        logger.warning(
+            "share group %s: %s[%d] started at %d, past the restored log end %d: it had"
+            " records lost with Redis; it starts again at the end",
+            past.group_id,
+            past.topic,
+            past.partition,
+            past.start,
+            past.log_end,
         )
     # Record the epochs the restore gave the partitions, so a second loss bumps past them.
     async with pool.acquire() as conn:

@@ -58,13 +58,16 @@ Other strings clients choose reach PostgreSQL only inside ``jsonb`` (header keys
 Migration 9 (``storage_pg/group_offsets.py``): ``group_state`` keeps each classic group's
 state (generation, members, assignment) with its offsets, so a restore gives the group back
 with its members, as Kafka's coordinator loads a group after a failover.
+
+Migration 11 (``storage_pg/share_state.py``): ``share_partition_state`` keeps share groups'
+share-partitions (KIP-932: start and end offsets, in-flight records), restored with them.
 """
 
 from __future__ import annotations
 
 import asyncpg
 
-from storage_pg import compacted, group_offsets
+from storage_pg import compacted, group_offsets, share_state
 from storage_pg.pool import ArchiveError
 
 # Key of the advisory lock serialising migrations (any constant; "kafkaesq" in ASCII).
@@ -212,6 +215,8 @@ MIGRATIONS: list[str] = [
     COMMENT ON COLUMN topic.replication_factor IS
         'the replicas Metadata lists per partition (every broker serves the one copy)';
     """,
+    # 11: share groups' share-partitions, restored with them (storage_pg/share_state.py)
+    share_state.MIGRATION,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

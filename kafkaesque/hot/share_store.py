@@ -63,9 +63,23 @@ class PartitionState:
 
 @dataclass(frozen=True, slots=True)
 class ShareSnapshot:
-    """Every share group's share-partitions, at one moment of each group."""
+    """Every share group's share-partitions, each group at a moment of its own, taken
+    from ``as_of_ms`` (Redis' clock) on."""
 
+    as_of_ms: int
     groups: dict[str, dict[TopicPartition, PartitionState]]
+
+
+@dataclass(frozen=True, slots=True)
+class SharePastEnd:
+    """A restored share-partition whose start was past its partition's restored log end:
+    the group had records Redis lost; it starts again at the end."""
+
+    group_id: str
+    topic: str
+    partition: int
+    start: int
+    log_end: int
 
 
 def _member(topic: str, partition: int) -> str:
@@ -312,43 +326,62 @@ class ShareStore(GroupRecords):
 
     async def snapshot(self) -> ShareSnapshot | None:
         """Every share group's share-partitions with their in-flight records; None while
-        Redis has lost its data."""
-        if not await self.redis.exists(self.keys.incarnation):
+        Redis has lost its data (the marker is checked before and after)."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.get(self.keys.incarnation)
+        pipe.time()
+        marker, (seconds, micros) = await pipe.execute()
+        if marker is None:
             return None
         groups = {}
         for group_id in await self.share_group_ids():
             groups[group_id] = await self.states(
                 group_id, await self.partitions(group_id), with_records=True
             )
-        return ShareSnapshot(groups)
+        if await self.redis.get(self.keys.incarnation) != marker:
+            return None
+        return ShareSnapshot(seconds * 1000 + micros // 1000, groups)
 
     async def restore(
-        self, groups: dict[str, dict[TopicPartition, PartitionState]], now_ms: int
-    ) -> None:
-        """Give share-partitions back after Redis lost its data, as archived. A record
-        acquired then is AVAILABLE again (its member's fetch is gone with its broker's
-        answer): delivered, not acknowledged, it is delivered again, as after its lock
-        expired. A share-partition Redis already has is left as it is."""
+        self,
+        groups: dict[str, dict[TopicPartition, PartitionState]],
+        log_ends: dict[TopicPartition, int],
+    ) -> list[SharePastEnd]:
+        """Give share-partitions back after Redis lost its data, as archived; returns those
+        whose start was past their partition's restored log end. A record acquired then
+        is AVAILABLE again, its delivery count kept (its member's answer is gone with
+        Redis), as after its lock expired. A share-partition Redis already has, or of a
+        partition that no longer exists, is left out; each group comes back empty (its
+        members join again)."""
+        past_end = []
         for group_id, partitions in groups.items():
-            await self.redis.sadd(self.keys.groups, group_id)
+            if await self.load(group_id) is None and not await self.other_kind(group_id):
+                await self.save(ShareGroup(group_id))
             for tp, state in partitions.items():
-                if await self.exists(group_id, tp):
+                end = log_ends.get(tp)
+                if end is None or await self.exists(group_id, tp):
                     continue
-                state_key, records_key, _ = self._keys(group_id, *tp)
+                start, stop = state.start, state.end
+                if start > end:
+                    past_end.append(SharePastEnd(group_id, *tp, start, end))
+                start, stop = min(start, end), min(stop, end)
                 records = {
                     str(o): v if v.startswith("a") else "a" + v[1:].split(" ", 1)[0]
                     for o, v in state.records.items()
+                    if start <= o < stop
                 }
-                pipe = self.redis.pipeline(transaction=True)
+                state_key, records_key, _ = self._keys(group_id, *tp)
                 numbers: dict[str, int] = {
-                    "spso": state.start,
-                    "speo": state.end,
+                    **state.totals,
+                    "spso": start,
+                    "speo": stop,
                     "avail": len(records),
                     "acq": 0,
-                    **state.totals,
                 }
+                pipe = self.redis.pipeline(transaction=True)
                 pipe.hset(state_key, mapping=numbers)  # type: ignore[arg-type]
                 if records:
                     pipe.hset(records_key, mapping=records)  # type: ignore[arg-type]
                 pipe.sadd(self.keys.group(group_id, ":sp"), _member(*tp))
                 await pipe.execute()
+        return past_end
