@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from kafkaesque.cli.group_view import CLASSIC, CONSUMER, GroupView, MemberView, by_topic
-from kafkaesque.cli.output import JSON, echo_json, echo_rows
+from kafkaesque.cli.output import JSON, echo_document, echo_json, echo_rows
 from kafkaesque.errors import KafkaesqueError
 from kafkaesque.groups.consumer import ConsumerGroupCoordinator
 from kafkaesque.groups.coordinator import GroupCoordinator, decode_consumer_assignment
@@ -214,7 +214,5 @@ def show_all(documents: list[dict[str, Any]], show_members: bool, output_format:
 
 
 def show_one(document: dict[str, Any], show_members: bool, output_format: str) -> None:
-    if output_format == JSON:
-        echo_json(document)
-    else:
-        show(document, show_members)
+    """group GROUP: its document, as JSON or for people."""
+    echo_document(output_format, document, lambda: show(document, show_members))

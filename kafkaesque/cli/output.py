@@ -5,6 +5,8 @@ command takes the option from here and prints through ``echo_rows`` / ``echo_doc
 from __future__ import annotations
 
 import json
+import os
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -57,3 +59,9 @@ def echo_document(output_format: str, document: dict[str, Any], text: Callable[[
         echo_json(document)
     else:
         text()
+
+
+def reader_gone() -> None:
+    """stdout's reader went away (``| head``): what is still written goes nowhere, so the
+    command stops quietly, as Unix tools do."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -3,16 +3,12 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import datetime
 import os
 import re
 import signal
 import stat
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -24,20 +20,18 @@ from kafkaesque.cli.base import (
     run_async,
     topic_argument,
 )
-from kafkaesque.cli.group_member import GroupMember
+from kafkaesque.cli.consume_direct import DirectStarts, consume_direct
+from kafkaesque.cli.consume_start import OFFSET, Start, offset_option, parse_time, start_of
 from kafkaesque.cli.line_consumer import (
     FORMAT_TOKENS,
     FORMATS,
-    Consumer,
     compile_format,
 )
 from kafkaesque.cli.line_producer import BadLine, LineProducer
+from kafkaesque.cli.output import reader_gone
 from kafkaesque.cli.wire import no_wire_form, wire_client
 from kafkaesque.config.topic_config import check_topic_name
-from kafkaesque.errors import KafkaesqueError, UnknownTopic
-from kafkaesque.groups.coordinator import GroupCoordinator
-from kafkaesque.groups.types import CoordinatorConfig
-from kafkaesque.partition.layer import LATEST, Partitions
+from kafkaesque.errors import KafkaesqueError
 from kafkaesque.records.batch import Compression
 from kafkaesque.tables import plural
 
@@ -209,40 +203,6 @@ def _file_size(file: Any) -> int | None:
     return st.st_size if stat.S_ISREG(st.st_mode) else None
 
 
-def _start_option(value: str | None) -> int | str | None:
-    """--offset: a number, or beginning/earliest, end/latest."""
-    if value is None:
-        return None
-    named = {"beginning": "beginning", "earliest": "beginning", "end": "end", "latest": "end"}
-    if value.lower() in named:
-        return named[value.lower()]
-    try:
-        number = int(value)
-    except ValueError:
-        number = -1
-    if number < 0:
-        raise click.BadParameter(
-            f"expected an offset (0 or more), beginning or end, got {value!r}",
-            param_hint="--offset",
-        )
-    return number
-
-
-def parse_time(text: str) -> int:
-    """Milliseconds since the epoch, or an ISO 8601 date and time (without a zone: local
-    time) as such milliseconds."""
-    if text.isdigit():
-        return int(text)
-    try:
-        when = datetime.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise click.BadParameter(
-            f"expected milliseconds since the epoch or an ISO 8601 time, got {text!r}",
-            param_hint="--from-time",
-        ) from None
-    return int(when.timestamp() * 1000)
-
-
 @main.command()
 @click.argument("topics", nargs=-1, metavar="[TOPIC]...")
 @click.option(
@@ -346,7 +306,7 @@ async def consume(
             raise click.BadParameter(
                 f"not a regular expression: {exc}", param_hint="--pattern"
             ) from None
-    start = _start_option(offset)
+    start = offset_option(offset)
     starts = [
         name
         for name, given in (
@@ -360,7 +320,7 @@ async def consume(
     ]
     if len(starts) > 1:
         raise click.UsageError(f"{' and '.join(starts)} exclude each other")
-    if isinstance(start, int) and partition is None:
+    if start is not None and start.kind == OFFSET and partition is None:
         raise click.UsageError("--offset needs --partition for a number (or use beginning, end)")
     if partition is not None and (len(topics) != 1 or pattern is not None):
         raise click.UsageError("--partition needs exactly one TOPIC")
@@ -377,28 +337,16 @@ async def consume(
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--format-string") from None
     timestamp = None if from_time is None else parse_time(from_time)
+    start = start_of(start, from_beginning, from_end, last, timestamp)
     read_committed = isolation == "read_committed"
     if ctx.wire is not None:
         no_wire_form(ctx.wire, on_truncation=on_truncation != "error")
-
-        def where(tp: tuple[str, int]) -> int | str | None:
-            """The start options as the wire client takes them (None: none given)."""
-            if start == "beginning" or from_beginning:
-                return "beginning"
-            if start == "end" or from_end:
-                return "end"
-            if isinstance(start, int):
-                return start
-            if last is not None:
-                return f"last:{last}"
-            return None if timestamp is None else f"time:{timestamp}"
-
         _consume_wire(
             wire_client(ctx.wire, tolerate_down=follow),
             topics,
             pattern,
             partition,
-            where,
+            start,
             group=group,
             follow=follow,
             max_records=max_records,
@@ -413,183 +361,20 @@ async def consume(
     configs = {t: await log.topic(t) for t in dict.fromkeys(topics)}
     if partition is not None:
         _check_partition(topics[0], configs[topics[0]].partitions, partition)
-    named = list(configs)
-    layer = Partitions(log)
-
-    async def subscription() -> list[str]:
-        """The topics to read: those named, and those the pattern matches now."""
-        names = list(named)
-        if regex is not None:
-            names += [n for n in await log.list_topics() if regex.fullmatch(n) and n not in names]
-        return names
-
-    async def earliest(t: str, p: int) -> int:
-        if log.cold is not None:
-            # From the first offset DeleteRecords left (0 if none): a gap at the start
-            # (records retention dropped before archiving) is read across and reported.
-            return (await log.state(t, p)).floor
-        return await log.earliest_offset(t, p)
-
-    async def end(t: str, p: int) -> int:
-        found = await layer.list_offset(t, p, LATEST, committed=read_committed)
-        assert found is not None  # the log end is always there
-        return found.offset
-
-    async def chosen(t: str, p: int) -> int | None:
-        """Where the start options say, None when none was given."""
-        if start == "beginning" or from_beginning:
-            return await earliest(t, p)
-        if start == "end" or from_end:
-            return await end(t, p)
-        if isinstance(start, int):
-            return start
-        if last is not None:
-            return max(await earliest(t, p), await end(t, p) - last)
-        if timestamp is not None:
-            found = await layer.list_offset(t, p, timestamp, committed=read_committed)
-            return found.offset if found is not None else await end(t, p)
-        return None
-
-    coordinator = None
-    if group is not None:
-        # As the broker's coordinator, in this process against the same Redis; a one-off
-        # read does not wait for more members to join a new group.
-        coordinator = GroupCoordinator(
-            log, CoordinatorConfig(initial_rebalance_delay_ms=3000 if follow else 0)
-        )
-
-    async def start_at(
-        tps: list[tuple[str, int]], first: bool
-    ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
-        """Offsets (and epochs) to start newly assigned partitions at: on the first
-        assignment the start options if given, else the group's committed offsets, else
-        the start options, else the log start."""
-        committed = {}
-        if coordinator is not None:
-            committed = await coordinator.admin.committed(cast(str, group))
-        offsets, epochs = {}, {}
-        for t, p in tps:
-            explicit = first or (t, p) not in committed
-            at = await chosen(t, p) if explicit else None
-            if at is None and (t, p) in committed:
-                at = committed[t, p].offset
-                if committed[t, p].leader_epoch >= 0:  # checked at the first read
-                    epochs[t, p] = committed[t, p].leader_epoch
-            offsets[t, p] = await earliest(t, p) if at is None else at
-        return offsets, epochs
-
-    # The archive leaves out transaction markers and aborted records too: only a gap it
-    # recorded (retention dropped records before archiving) is news.
-    dropped: dict[str, list[tuple[int, int, int]]] = {}
-
-    async def gaps_of(t: str) -> None:
-        if log.cold is not None and t not in dropped:
-            dropped[t] = await log.cold.dropped_ranges(t)
-
-    compact: dict[str, bool] = {}
-
-    async def discover(known: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        """Partitions added to the topics (`alter`, CreatePartitions), and topics the
-        pattern matches, created since: read from their start."""
-        new = []
-        for t in await subscription():
-            try:
-                config = configs.get(t) or await log.topic(t)
-            except UnknownTopic:
-                continue
-            configs.pop(t, None)  # partitions may be added: look again next time
-            compact[t] = config.compact
-            await gaps_of(t)
-            new += [(t, p) for p in range(config.partitions) if (t, p) not in known]
-        return {(t, p): await earliest(t, p) for t, p in new}
-
-    def report_gap(t: str, p: int, first: int, last_offset: int) -> None:
-        # A compact topic's offsets have gaps wherever compaction removed records.
-        if compact.get(t, False):
-            return
-        if any(dp == p and df <= last_offset and first <= dl for dp, df, dl in dropped.get(t, [])):
-            click.echo(
-                f"offsets {first}..{last_offset} of {t}[{p}] were dropped by retention before "
-                "archiving: not in the log",
-                err=True,
-            )
-
-    for t, config in configs.items():
-        compact[t] = config.compact
-        await gaps_of(t)
-    member = None
-    offsets: dict[tuple[str, int], int] = {}
-    if coordinator is not None:
-
-        async def subscribed() -> list[str]:
-            names = await subscription()
-            for t in names:
-                await gaps_of(t)
-                if t not in compact:
-                    compact[t] = (await log.topic(t)).compact
-            return names
-
-        member = GroupMember(log, coordinator, cast(str, group), subscribed, start_at)
-    elif partition is not None:
-        offsets, _ = await start_at([(topics[0], partition)], True)
-    else:
-        offsets, _ = await start_at(list(await discover(set())), True)
-        if not offsets and not follow:
-            raise click.ClickException(f"no topic matches --pattern {pattern}")
-
-    consumer = Consumer(
-        log,
-        None,
-        offsets,
+    direct = DirectStarts(
+        log, configs, regex, start, read_committed=read_committed, group=group, follow=follow
+    )
+    await consume_direct(
+        direct,
+        None if partition is None else (topics[0], partition),
+        pattern=pattern,
         fetch_size=fetch_size,
         fmt=fmt or "value",
         formatter=formatter,
-        member=member,
-        discover=discover if partition is None else None,
-        on_gap=report_gap,
-        read_committed=read_committed,
-        on_truncation=None
-        if on_truncation == "error"
-        else lambda t, p, at, was: click.echo(
-            f"{t}[{p}] was truncated at offset {at} (Redis lost records it had not "
-            f"archived): reading again from {at}, where {was - at} offsets read before now "
-            "hold other records",
-            err=True,
-        ),
+        follow=follow,
+        max_records=max_records,
+        rewind=on_truncation == "rewind",
     )
-    out = sys.stdout.buffer
-    terminated = False
-
-    def on_sigterm(task: asyncio.Task | None) -> None:
-        nonlocal terminated
-        terminated = True
-        if task is not None:
-            task.cancel()
-
-    loop = asyncio.get_running_loop()
-    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-        loop.add_signal_handler(signal.SIGTERM, on_sigterm, asyncio.current_task())
-    try:
-        if coordinator is not None:
-            coordinator.start()
-        await consumer.run(out, follow=follow, max_records=max_records)
-        out.flush()
-    except BrokenPipeError:
-        # The reader went away (`| head`): stop quietly, as Unix tools do.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except asyncio.CancelledError:
-        if not terminated:
-            raise  # Ctrl-C: asyncio.run turns it into KeyboardInterrupt (exit 130)
-    finally:
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.remove_signal_handler(signal.SIGTERM)
-        # Leave the group (also on Ctrl-C and SIGTERM), so its others rebalance at once.
-        if member is not None:
-            await member.leave()
-        if coordinator is not None:
-            await coordinator.stop()
-    if terminated:
-        sys.exit(128 + signal.SIGTERM)
 
 
 def _consume_wire(
@@ -597,7 +382,7 @@ def _consume_wire(
     topics: tuple[str, ...],
     pattern: str | None,
     partition: int | None,
-    where: Callable[[tuple[str, int]], int | str | None],
+    start: Start | None,
     **options: Any,
 ) -> None:
     """consume in wire mode: the records printed as the direct mode prints them; SIGTERM
@@ -619,14 +404,13 @@ def _consume_wire(
             topics,
             pattern,
             partition,
-            where,
+            start,
             out=sys.stdout.buffer,
             stopped=lambda: terminated,
             **options,
         )
     except BrokenPipeError:
-        # The reader went away (`| head`): stop quietly, as Unix tools do.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        reader_gone()
     finally:
         signal.signal(signal.SIGTERM, previous)
     if terminated:

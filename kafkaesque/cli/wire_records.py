@@ -18,6 +18,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from kafkaesque.cli.consume_start import BEGINNING, END, LAST, OFFSET, Start
 from kafkaesque.cli.line_producer import BadLine, LineProducer, LineRecord
 from kafkaesque.cli.wire_client import (
     POLL,
@@ -57,7 +58,7 @@ def consume(
     topics: Sequence[str],
     pattern: str | None,
     partition: int | None,
-    start: Callable[[TP], int | str | None],
+    start: Start | None,
     *,
     group: str | None,
     follow: bool,
@@ -70,8 +71,8 @@ def consume(
     stopped: Callable[[], bool],
 ) -> None:
     """Print the records (see produce_consume.consume): ``start`` says where a
-    partition starts on the first assignment ("beginning", "end", "last:N", "time:MS",
-    an offset, or None: the committed offset, else the log start)."""
+    partition starts on the first assignment (None: the committed offset, else the log
+    start)."""
     config = {
         # A member gone without leaving holds its partitions for a session: the CLI's
         # members take the direct mode's 10 s, not Kafka's 45 s (the command config may
@@ -94,12 +95,11 @@ def consume(
 
     def place(tps: list[Any], explicit: bool) -> list[Any]:
         for tp in tps:
-            where = start((tp.topic, tp.partition))
-            if where is None:
+            if start is None:
                 if explicit:
                     tp.offset = OFFSET_BEGINNING
                 continue
-            tp.offset = _offset(consumer, tp, where)
+            tp.offset = _offset(consumer, tp, start)
         return tps
 
     try:
@@ -197,19 +197,19 @@ def _topics(client: WireClient, topics: Sequence[str], pattern: str | None) -> l
     return names
 
 
-def _offset(consumer: Consumer, tp: Any, where: int | str) -> int:
-    if isinstance(where, int):
-        return where
-    if where == "beginning":
+def _offset(consumer: Consumer, tp: Any, start: Start) -> int:
+    """The start option's offset of a partition (OFFSET_BEGINNING/END: the client's)."""
+    if start.kind == OFFSET:
+        return start.value
+    if start.kind == BEGINNING:
         return OFFSET_BEGINNING
-    if where == "end":
+    if start.kind == END:
         return OFFSET_END
-    kind, _, number = where.partition(":")
-    if kind == "last":
+    if start.kind == LAST:
         low, high = consumer.get_watermark_offsets(tp, timeout=TIMEOUT)
-        return cast(int, max(low, high - int(number)))
+        return cast(int, max(low, high - start.value))
     found = consumer.offsets_for_times(
-        [TopicPartition(tp.topic, tp.partition, int(number))], timeout=TIMEOUT
+        [TopicPartition(tp.topic, tp.partition, start.value)], timeout=TIMEOUT
     )
     offset = found[0].offset
     return OFFSET_END if offset < 0 else cast(int, offset)
