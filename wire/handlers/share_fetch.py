@@ -22,6 +22,7 @@ from kafkaesque.types import TopicPartition
 from wire.authorize import Operation, ResourceType, allowed, check_group
 from wire.broker import Broker
 from wire.errors import error_code
+from wire.group_answers import restore_first
 from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 
 Acks = dict[TopicPartition, list[tuple[int, int, Sequence[int]]]]
@@ -122,6 +123,8 @@ async def share_fetch(broker: Broker, request: Request) -> Any:
         return _whole(request, ErrorCode.group_authorization_failed, str(exc))
     if not group_id or not member_id:
         return _whole(request, ErrorCode.invalid_request, "GroupId and MemberId are required")
+    if (unavailable := await restore_first(broker, request)) is not None:
+        return unavailable  # Redis lost its data and the archive is away: retried
     config = await broker.share_groups.group_config(group_id)
     lock_ms = config.record_lock_duration_ms
     topics = _Topics(broker)

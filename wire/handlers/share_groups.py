@@ -24,6 +24,7 @@ from wire.authorize import (
 )
 from wire.broker import Broker
 from wire.errors import error_code
+from wire.group_answers import restore_first
 from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
 
 NO_ID = uuid.UUID(int=0)
@@ -50,6 +51,8 @@ async def share_group_heartbeat(broker: Broker, request: Request) -> Any:
     body = request.body
     schema = request.response_class
     check_group(broker, request, Operation.READ, body.group_id)
+    if (unavailable := await restore_first(broker, request)) is not None:
+        return unavailable  # the archive has the group's share-partitions: retried
     topics = body.subscribed_topic_names
     hb = ShareHeartbeat(
         member_id=body.member_id,

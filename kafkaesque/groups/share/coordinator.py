@@ -96,9 +96,9 @@ class ShareGroupCoordinator:
                     await self.store.forget_heartbeats(group_id, [hb.member_id])
                 return ShareHeartbeatResult(hb.member_id, LEAVE_EPOCH, None)
             before = group.pack()
-            refresh = group.heartbeat(hb)
-            if refresh or now - group.refreshed_ms >= TOPIC_REFRESH_MS:
-                group.set_topics(await self._topics(group), now)
+            changed = group.heartbeat(hb)
+            if changed or now - group.refreshed_ms >= TOPIC_REFRESH_MS:
+                group.set_topics(await self._topics(group), now, changed)
             result = group.answer(hb.member_id, hb.epoch == JOIN_EPOCH)
             if group.pack() != before:
                 await self.store.save(group, (hb.member_id, now))

@@ -116,8 +116,9 @@ class ShareGroup:
 
     def heartbeat(self, hb: ShareHeartbeat) -> bool:
         """Apply one heartbeat (not a leave): a new member, a new subscription; returns
-        whether the subscriptions changed (the caller then re-reads the topics, calls
-        ``set_topics``, then ``answer``). Raises ShareRefused."""
+        whether the members or subscriptions changed (the caller then re-reads the topics
+        and calls ``set_topics``, which bumps the epoch once, then ``answer``). Raises
+        ShareRefused."""
         member = self.members.get(hb.member_id)
         if hb.epoch == JOIN_EPOCH:
             if member is None:
@@ -125,7 +126,6 @@ class ShareGroup:
                     hb.member_id, 0, 0, hb.rack_id, hb.client_id, hb.client_host, []
                 )
                 self.members[hb.member_id] = member
-                self.epoch += 1
         elif member is None:
             raise ShareRefused(
                 ShareCode.UNKNOWN_MEMBER_ID,
@@ -140,7 +140,6 @@ class ShareGroup:
         changed = False
         if hb.topics is not None and sorted(hb.topics) != sorted(member.topics):
             member.topics = sorted(set(hb.topics))
-            self.epoch += 1
             changed = True
         if hb.rack_id is not None:
             member.rack_id = hb.rack_id
@@ -154,9 +153,10 @@ class ShareGroup:
         self.reassign()
         return True
 
-    def set_topics(self, topics: dict[str, list[Any]], now_ms: int) -> None:
-        """The subscribed topics as read now; a change of partitions bumps the epoch."""
-        if topics != self.topics:
+    def set_topics(self, topics: dict[str, list[Any]], now_ms: int, changed: bool) -> None:
+        """The subscribed topics as read now; members or subscriptions that ``changed``,
+        or a change of the topics' partitions, bump the group epoch (once)."""
+        if changed or topics != self.topics:
             self.topics = topics
             self.epoch += 1
         self.refreshed_ms = now_ms
