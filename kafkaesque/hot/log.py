@@ -128,6 +128,7 @@ class Log:
         self.lead = leaders.lead
         self.producers = transactions.producers
         self.end_transaction = transactions.end_transaction
+        self.end_transactions = transactions.end_transactions
         self.open_transactions = transactions.open_transactions
         self.aborted_transactions = transactions.aborted_transactions
         self.last_stable_offset = transactions.last_stable_offset

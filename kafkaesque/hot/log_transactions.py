@@ -1,19 +1,26 @@
 """Transactions and idempotent producers, for kafkaesque.hot.log.Log: the producers'
-sequence state, the markers that end a transaction (end_txn.lua), open and aborted
+sequence state, the markers that end a transaction (end_txn.lua; with the coordinator's
+state in one call, txn_end.lua), open and aborted
 transactions, and the last stable offset."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import copy
+from collections.abc import Iterable, Sequence
 from typing import cast
 
+from redis.exceptions import ResponseError
+
 from kafkaesque.clock import now_ms as _now_ms
-from kafkaesque.errors import UnknownTopic
+from kafkaesque.errors import KafkaesqueError, UnknownTopic
 from kafkaesque.hot.log_appends import Appends
 from kafkaesque.hot.log_catalog import Catalog
 from kafkaesque.hot.log_context import LogContext, LogPart
 from kafkaesque.hot.log_types import ProducerState
+from kafkaesque.hot.redis_errors import from_lua
+from kafkaesque.hot.txn_states import StateWrite
 from kafkaesque.records.build import build_control_batch
+from kafkaesque.txn.transaction import Transaction
 
 
 def _second(pair: tuple[int, int]) -> int:
@@ -72,20 +79,83 @@ class Transactions(LogPart):
         verified in ``transaction`` (its serial number) are refused here. Returns (log
         start, the marker's offset); raises InvalidProducerEpoch for an epoch older than
         the producer's here, UnknownTopic."""
-        k = self.keys
-        p = k.partition(topic, partition)
         marker = build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch)
-        now = _now_ms()
-        sequence, recovery, floor = self.appends.sequencing(topic, partition, now)
-        keys = [p.meta, p.index, p.stats, sequence, p.producers, recovery]
-        keys += [p.txn_open, p.txn_aborted, p.txn_ended]
-        args = [p.prefix, k.appended(topic), now, producer_id, producer_epoch]
-        args += [int(commit), marker, floor, "" if transaction is None else transaction]
+        keys, args = self._marker_call(
+            topic, partition, producer_id, producer_epoch, commit, marker, transaction
+        )
         start, offset = await self.catalog.call(self.scripts.end_txn, keys, args)
         on_append = self.context.on_append
         if on_append is not None:
             on_append(topic, partition)
         return start, offset
+
+    def _marker_call(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        marker: bytes,
+        transaction: int | None,
+    ) -> tuple[list[str], list[object]]:
+        """marker.lua's keys and arguments for one partition."""
+        k = self.keys
+        p = k.partition(topic, partition)
+        now = _now_ms()
+        sequence, recovery, floor = self.appends.sequencing(topic, partition, now)
+        keys = [p.meta, p.index, p.stats, sequence, p.producers, recovery]
+        keys += [p.txn_open, p.txn_aborted, p.txn_ended]
+        args: list[object] = [p.prefix, k.appended(topic), now, producer_id, producer_epoch]
+        args += [int(commit), marker, floor, "" if transaction is None else transaction]
+        return keys, args
+
+    async def end_transactions(
+        self,
+        partitions: Sequence[tuple[str, int]],
+        txn: Transaction,
+        state: StateWrite,
+        commit: bool,
+        droppable: Iterable[str],
+    ) -> tuple[str, dict[tuple[str, int], KafkaesqueError | None]]:
+        """EndTxn in one script on one Redis (txn_end.lua): ``txn``'s markers on every
+        partition, its state saved prepared, then complete (``txn`` is the prepared state;
+        ``state`` says what it was read as). Returns ('busy' or 'changed', {}) with nothing
+        written when a broker holds the id's lock or the state changed since it was read;
+        else ('done', or 'prepared' when a partition refused its marker with an error not
+        named in ``droppable`` (LUA_ERRORS names): the transaction is left prepared) and
+        each partition's refusal or None."""
+        marker = build_control_batch(txn.producer_id, txn.producer_epoch, commit, 0)
+        completed = copy.copy(txn)
+        completed.complete(txn.updated_ms)
+        prepared, done = state.fields(txn), state.fields(completed)
+        deadline = txn.deadline_ms()
+        keys = list(state.keys)
+        args: list[object] = [*state.read_as, " ".join(droppable)]
+        args += ["" if deadline is None else deadline, len(prepared), *prepared]
+        args += [len(done), *done]
+        for topic, partition in partitions:
+            marker_keys, marker_args = self._marker_call(
+                topic, partition, txn.producer_id, txn.producer_epoch, commit, marker, txn.serial
+            )
+            keys += marker_keys
+            args += marker_args
+        status, *replies = await self.scripts.txn_end(keys=keys, args=args)
+        if status in (b"busy", b"changed"):
+            return status.decode(), {}
+        results: dict[tuple[str, int], KafkaesqueError | None] = {}
+        on_append = self.context.on_append
+        for (topic, partition), reply in zip(partitions, replies, strict=True):
+            if isinstance(reply, bytes):  # the refusal's "NAME text"
+                error = from_lua(ResponseError(reply.decode()))
+                results[topic, partition] = (
+                    error if isinstance(error, KafkaesqueError) else KafkaesqueError(str(error))
+                )
+            else:
+                results[topic, partition] = None
+                if on_append is not None:
+                    on_append(topic, partition)
+        return status.decode(), results
 
     async def open_transactions(self, topic: str, partition: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of each transaction open on the partition, oldest

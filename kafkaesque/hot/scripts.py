@@ -41,6 +41,8 @@ SCRIPT_NAMES = (
     "delete_records",
     "compact",
     "end_txn",
+    "txn_end",
+    "txn_save",
     "lead",
     "prefer",
     "register",
@@ -74,6 +76,9 @@ LIBRARIES = {
     "brokers_list": ("brokers",),
     "configure": ("retime",),
     "configure_partition": ("retime",),
+    "end_txn": ("marker",),
+    "txn_end": ("marker", "txn_state"),
+    "txn_save": ("txn_state",),
 }
 
 
@@ -245,6 +250,8 @@ class Scripts:
     delete_records: Script
     compact: Script
     end_txn: Script
+    txn_end: Script
+    txn_save: Script
     lead: Script
     prefer: Script
     register: Script

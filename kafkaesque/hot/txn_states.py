@@ -5,7 +5,10 @@ This module owns how the transaction coordinator keeps a ``Transaction``
 every id and the sorted set of ids with something due, in one MULTI, or as supersets on
 a Redis Cluster), ``drop`` of an id idle too long, ``all`` ids for ListTransactions and
 the expiry sweep, the ids ``due`` for a timeout or a completion, and the short per-id
-lock every transition runs under. The requests
+lock every transition runs under; and the transitions that need no lock
+(``load_versioned``, then ``save_if`` or the ``saving`` of Log.end_transactions: a script
+writes the state only if no broker holds the lock and nobody saved it since it was read,
+by the ``version`` field every save bumps). The requests
 (kafkaesque/txn/coordinator.py ``TransactionCoordinator``) and the completion of ended or
 timed-out transactions (kafkaesque/txn/completion.py) share one ``TxnStates``.
 """
@@ -14,36 +17,102 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, cast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 
 from redis.asyncio import Redis
-from redis.exceptions import LockError
+from redis.exceptions import LockError, RedisError
 from redis.typing import EncodableT, FieldT
 
 from kafkaesque.errors import TransactionalIdBusy
 from kafkaesque.hot.keys import Keys
+from kafkaesque.hot.scripts import Scripts, shared_failure
 from kafkaesque.txn.transaction import Transaction
 
 if TYPE_CHECKING:
     from kafkaesque.hot.log import Log
 
 
+@dataclass(frozen=True, slots=True)
+class StateWrite:
+    """A transactional id's state to save by script if unchanged since it was read
+    (txn_state.lua): its four keys, and what the state was read as (version, producer id,
+    epoch) and the id, the first arguments of txn_save.lua and txn_end.lua."""
+
+    keys: list[str]
+    read_as: list[Any]
+
+    def fields(self, txn: Transaction) -> list[Any]:
+        """The state's fields and values, as script arguments."""
+        return [item for pair in txn.fields().items() for item in pair]
+
+
 class TxnStates:
     """Load, save, drop and lock transactional ids' state."""
 
-    def __init__(self, redis: Redis, keys: Keys) -> None:
+    def __init__(self, redis: Redis, keys: Keys, scripts: Scripts | None = None) -> None:
         self.redis = redis
         self.keys = keys
+        # Transitions without the lock need the scripts, and every key in one slot: on a
+        # Redis Cluster the id sets are elsewhere, so they all take the lock there.
+        self.scripts = None if keys.cluster else scripts
 
     @classmethod
     def of(cls, log: Log) -> TxnStates:
-        """The store on the log's client and keys."""
-        return cls(log.redis, log.keys)
+        """The store on the log's client, keys and scripts."""
+        return cls(log.redis, log.keys, log.scripts)
 
     async def load(self, transactional_id: str) -> Transaction | None:
-        raw = await self.redis.hgetall(self.keys.transaction(transactional_id))
-        fields = cast("dict[bytes, bytes]", raw)  # replies are bytes
-        return Transaction.from_fields(transactional_id, fields) if fields else None
+        return (await self.load_versioned(transactional_id))[0]
+
+    async def load_versioned(self, transactional_id: str) -> tuple[Transaction | None, int]:
+        """The id's state (None: unknown) and its version (bumped by every save)."""
+        key = self.keys.transaction(transactional_id)
+        shared = self.scripts.shared if self.scripts is not None else None
+        fields: dict[bytes, bytes]
+        if shared is not None:  # the pipelined connection: a fraction of redis-py's work
+            try:
+                flat = await shared.execute("HGETALL", key)
+            except RedisError as exc:
+                raise shared_failure(exc) from exc
+            # A map under RESP3, a flat list of fields and values under RESP2.
+            fields = (
+                flat if isinstance(flat, dict) else dict(zip(flat[::2], flat[1::2], strict=True))
+            )
+        else:
+            fields = cast("dict[bytes, bytes]", await self.redis.hgetall(key))  # bytes
+        if not fields:
+            return None, 0
+        return Transaction.from_fields(transactional_id, fields), int(fields.get(b"version", 0))
+
+    @property
+    def lock_free(self) -> bool:
+        """Whether transitions may save without the lock (``save_if``, ``saving``)."""
+        return self.scripts is not None
+
+    def saving(self, read: Transaction, version: int) -> StateWrite:
+        """What a script needs to save a state read as ``read`` (its producer id and epoch
+        then) at ``version``, unless it changed since."""
+        tid = read.transactional_id
+        keys = self.keys
+        return StateWrite(
+            [
+                keys.transaction(tid),
+                keys.transaction(tid, ":lock"),
+                keys.transactions,
+                keys.transactions_due,
+            ],
+            [version, read.producer_id, read.producer_epoch, tid],
+        )
+
+    async def save_if(self, txn: Transaction, write: StateWrite) -> bool:
+        """Save ``txn`` unless a broker holds the id's lock or the state changed since it
+        was read (``write``, from ``saving``); False then, and nothing written."""
+        assert self.scripts is not None, "lock_free is false"
+        deadline = txn.deadline_ms()
+        args = [*write.read_as, "" if deadline is None else deadline, *write.fields(txn)]
+        reply = await self.scripts.txn_save(keys=write.keys, args=args)
+        return reply == b"ok"
 
     async def save(self, txn: Transaction) -> None:
         """The state and the id sets in one MULTI; on a Redis Cluster, where the state's
@@ -60,12 +129,15 @@ class TxnStates:
             if deadline is not None:
                 index.zadd(self.keys.transactions_due, {tid: deadline})
             await index.execute()
+            # No version kept: a cluster's transitions all take the lock (lock_free).
             await self.redis.hset(self.keys.transaction(tid), mapping=fields)
             if deadline is None:
                 await self.redis.zrem(self.keys.transactions_due, tid)
             return
         pipe = self.redis.pipeline(transaction=True)
         pipe.hset(self.keys.transaction(tid), mapping=fields)
+        # Transitions without the lock (save_if, Log.end_transactions) compare it.
+        pipe.hincrby(self.keys.transaction(tid), "version", 1)
         pipe.sadd(self.keys.transactions, tid)
         if deadline is None:
             pipe.zrem(self.keys.transactions_due, tid)

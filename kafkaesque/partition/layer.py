@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kafkaesque.errors import (
@@ -34,6 +34,7 @@ from kafkaesque.hot.notify import Notifier
 from kafkaesque.log_throttle import LogThrottle, clip
 from kafkaesque.partition.append_policy import PolicyCache
 from kafkaesque.partition.leadership import Leadership
+from kafkaesque.partition.markers import TransactionMarkers
 from kafkaesque.partition.read_types import NO_EPOCH
 from kafkaesque.partition.reads import ReadingPartitions, check_leader_epoch
 from kafkaesque.records.batch import offset_count, record_count, split_batches
@@ -105,7 +106,7 @@ class TopicTraffic:
             counts[1] += len(batch)
 
 
-class Partitions(ReadingPartitions):
+class Partitions(ReadingPartitions, TransactionMarkers):
     """Validated appends, budgeted reads with a long-poll wait, and offset lookups.
 
     ``notifier`` wakes waiting reads when records are appended, by this process or any
@@ -255,51 +256,6 @@ class Partitions(ReadingPartitions):
                 else self._appended(topic, partition, batches, reply, append_time)
             )
         return {tp: results[tp] for tp in records}
-
-    # -- transactions -----------------------------------------------------------------
-    async def write_markers(
-        self,
-        partitions: Iterable[TopicPartition],
-        producer_id: int,
-        producer_epoch: int,
-        commit: bool,
-        coordinator_epoch: int = 0,
-        transaction: int | None = None,
-    ) -> dict[TopicPartition, KafkaesqueError | None]:
-        """Append a COMMIT or ABORT control batch for the producer's transaction (serial
-        number ``transaction``, if the coordinator's: see Log.end_transaction) to each
-        partition (atomic per partition), ending it there: the partition's last stable
-        offset moves past it, an abort is recorded in the partition's aborted-transaction
-        index. A partition where the producer has no open transaction still gets the
-        marker (Kafka writes it; harmless). Per partition: None, or the error
-        (UnknownTopic, InvalidProducerEpoch for a marker epoch older than the producer's
-        on that partition, StorageUnavailable...)."""
-        targets = list(dict.fromkeys(partitions))
-
-        async def one(topic: str, partition: int) -> KafkaesqueError | None:
-            try:
-                await self.log.end_transaction(
-                    topic,
-                    partition,
-                    producer_id,
-                    producer_epoch,
-                    commit,
-                    coordinator_epoch,
-                    transaction,
-                )
-            except KafkaesqueError as exc:
-                return exc
-            if self.notifier is not None:
-                self.notifier.notify(topic, f"{partition}:")  # read_committed waits for the LSO
-            return None
-
-        outcomes = await asyncio.gather(*(one(t, p) for t, p in targets))
-        return dict(zip(targets, outcomes, strict=True))
-
-    async def open_transactions(self, topic: str, partition: int) -> list[tuple[int, int]]:
-        """(producer id, first offset) of every transaction open on the partition, oldest
-        first (DescribeProducers' current_txn_start_offset); raises UnknownTopic."""
-        return await self.log.open_transactions(topic, partition)
 
     # -- offsets ----------------------------------------------------------------------
     async def list_offsets(

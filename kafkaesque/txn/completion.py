@@ -15,19 +15,20 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from kafkaesque.clock import Clock
 from kafkaesque.errors import (
+    LUA_ERRORS,
     InvalidProducerEpoch,
     KafkaesqueError,
     TransactionalIdBusy,
     UnknownTopic,
 )
 from kafkaesque.hot.outage import REDIS, REDIS_CONNECTION_ERRORS
-from kafkaesque.hot.txn_states import TxnStates
+from kafkaesque.hot.txn_states import StateWrite, TxnStates
 from kafkaesque.txn.transaction import PREPARING, Transaction, TxnConfig, TxnState
 from kafkaesque.types import TopicPartition
 
@@ -47,6 +48,29 @@ class MarkerWriter(Protocol):
         coordinator_epoch: int = 0,
         transaction: int | None = None,
     ) -> dict[TopicPartition, KafkaesqueError | None]: ...
+
+
+@runtime_checkable
+class StatefulMarkerWriter(MarkerWriter, Protocol):
+    """A marker writer that also saves the coordinator's state with the markers, in one
+    call (kafkaesque/partition/markers.py ``TransactionMarkers.end_transactions``)."""
+
+    async def end_transactions(
+        self,
+        partitions: Sequence[TopicPartition],
+        txn: Transaction,
+        state: StateWrite,
+        commit: bool,
+        droppable: Iterable[str],
+    ) -> tuple[str, dict[TopicPartition, KafkaesqueError | None]]: ...
+
+
+# The script-reply names of the refusals that drop a marker (``TxnCompletion._written``).
+DROPPED_MARKER_ERRORS = tuple(
+    name
+    for name, cls in LUA_ERRORS.items()
+    if issubclass(cls, UnknownTopic) or issubclass(cls, InvalidProducerEpoch)
+)
 
 
 @dataclass(eq=False)
@@ -73,34 +97,62 @@ class TxnCompletion:
                 commit,
                 transaction=txn.serial,
             )
-            # Dropped, as Kafka's marker channel does: a deleted topic's markers, and those
-            # a partition refuses because the producer has a newer epoch there (it moved
-            # on; its newer epoch's markers end what it has open there).
-            failed = {
-                tp: e
-                for tp, e in results.items()
-                if e is not None and not isinstance(e, UnknownTopic | InvalidProducerEpoch)
-            }
-            for (topic, partition), e in sorted(results.items()):
-                if isinstance(e, InvalidProducerEpoch):
-                    log.info(
-                        "transaction %r: %s-%d refused its marker (%s): dropped",
-                        txn.transactional_id,
-                        topic,
-                        partition,
-                        e,
-                    )
-            if failed:
-                log.warning(
-                    "transaction %r: markers not written, will retry: %s",
-                    txn.transactional_id,
-                    "; ".join(f"{t}-{p}: {e}" for (t, p), e in sorted(failed.items())),
-                )
+            if not self._written(txn, results):
                 return False
         for group_id in sorted(txn.groups):
             await self.settle_offsets(group_id, txn.transactional_id, commit)
         txn.complete(self.clock.now_ms())
         await self.states.save(txn)
+        return True
+
+    async def finish_at_once(self, txn: Transaction, state: StateWrite) -> bool | None:
+        """``finish`` of a prepared transaction with no pending offsets, the state saved
+        in the same script as the markers (one round trip, no lock: txn_end.lua), if the
+        markers' writer can and the state was not changed since it was read (``state``);
+        None when it was not tried or nothing was written (the caller takes the lock)."""
+        if not isinstance(self.markers, StatefulMarkerWriter) or txn.groups:
+            return None
+        status, results = await self.markers.end_transactions(
+            sorted(txn.partitions),
+            txn,
+            state,
+            txn.state == TxnState.PREPARE_COMMIT,
+            DROPPED_MARKER_ERRORS,
+        )
+        if status in ("busy", "changed"):
+            return None
+        self._written(txn, results)  # logs what was dropped or is left to retry
+        return status == "done"  # else left prepared, for a retry
+
+    def _written(
+        self, txn: Transaction, results: dict[TopicPartition, KafkaesqueError | None]
+    ) -> bool:
+        """Whether every partition has the marker, or refused it for a reason that drops
+        it (logged); the others logged, for a retry."""
+        # Dropped, as Kafka's marker channel does: a deleted topic's markers, and those
+        # a partition refuses because the producer has a newer epoch there (it moved
+        # on; its newer epoch's markers end what it has open there).
+        failed = {
+            tp: e
+            for tp, e in results.items()
+            if e is not None and not isinstance(e, UnknownTopic | InvalidProducerEpoch)
+        }
+        for (topic, partition), e in sorted(results.items()):
+            if isinstance(e, InvalidProducerEpoch):
+                log.info(
+                    "transaction %r: %s-%d refused its marker (%s): dropped",
+                    txn.transactional_id,
+                    topic,
+                    partition,
+                    e,
+                )
+        if failed:
+            log.warning(
+                "transaction %r: markers not written, will retry: %s",
+                txn.transactional_id,
+                "; ".join(f"{t}-{p}: {e}" for (t, p), e in sorted(failed.items())),
+            )
+            return False
         return True
 
     async def settle(self, txn: Transaction) -> bool:

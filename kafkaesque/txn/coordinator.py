@@ -170,6 +170,17 @@ class TransactionCoordinator(TxnOffsetStore):
         partitions: set[TopicPartition],
         groups: set[str],
     ) -> Code:
+        if self.states.lock_free:
+            txn, version = await self.states.load_versioned(transactional_id)
+            # Without the lock unless a transaction is to be completed first (settled).
+            if txn is not None and txn.state not in PREPARING:
+                state = self.states.saving(txn, version)
+                before = txn.fields()
+                error = txn.add(
+                    producer_id, producer_epoch, self.clock.now_ms(), partitions, groups
+                )
+                if error or txn.fields() == before or await self.states.save_if(txn, state):
+                    return error
         try:
             async with self.states.locked(transactional_id):
                 txn = await self._load_settled(transactional_id, producer_id, producer_epoch)
@@ -230,6 +241,17 @@ class TransactionCoordinator(TxnOffsetStore):
         fail are retried by ``tick``; the prepared state alone makes the outcome certain."""
         if not transactional_id:
             return Code.INVALID_REQUEST
+        if self.states.lock_free:
+            txn, version = await self.states.load_versioned(transactional_id)
+            # The common case in one script: an open transaction without offsets, whose
+            # markers and state need no lock when nobody else changes the state meanwhile.
+            if txn is not None and txn.state == TxnState.ONGOING and not txn.groups:
+                state = self.states.saving(txn, version)
+                error = txn.end(producer_id, producer_epoch, commit, self.clock.now_ms())
+                if error or txn.state not in PREPARING:
+                    return error
+                if await self.completion.finish_at_once(txn, state) is not None:
+                    return Code.NONE  # (markers that failed are retried by ``tick``)
         try:
             async with self.states.locked(transactional_id):
                 txn = await self._load_settled(transactional_id, producer_id, producer_epoch)
