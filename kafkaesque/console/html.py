@@ -50,7 +50,8 @@ def _attributes(attributes: dict[str, object]) -> str:
 
 def tag(element: str, content: object = "", /, **attributes: object) -> Raw:
     """<name attributes>content</name> (see ``_attributes``)."""
-    return Raw(f"<{element}{_attributes(attributes)}>{esc(content)}</{element}>")
+    opened = f"<{element}{_attributes(attributes)}>" if attributes else f"<{element}>"
+    return Raw(f"{opened}{esc(content)}</{element}>")
 
 
 def void(element: str, /, **attributes: object) -> Raw:
@@ -85,18 +86,17 @@ def table(
     """A table; the columns numbered in ``numeric`` are right-aligned."""
     right = set(numeric)
     head = join(tag("th", h, class_="num" if i in right else None) for i, h in enumerate(headers))
+    # the cells' opening tags once per column: a table of thousands of rows renders in
+    # a few milliseconds
+    opening = ['<td class="num">' if i in right else "<td>" for i in range(len(headers))]
     body = [
-        tag(
-            "tr",
-            join(tag("td", v, class_="num" if i in right else None) for i, v in enumerate(row)),
-        )
+        "<tr>" + "".join(f"{opening[i]}{esc(v)}</td>" for i, v in enumerate(row)) + "</tr>"
         for row in rows
     ]
     if not body:
         body = [tag("tr", tag("td", empty, colspan=len(headers), class_="empty"))]
-    return tag(
-        "table", join([tag("thead", tag("tr", head)), tag("tbody", join(body))]), **attributes
-    )
+    content = Raw(f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody>")
+    return tag("table", content, **attributes)
 
 
 def facts(pairs: Iterable[tuple[str, object]]) -> Raw:

@@ -55,18 +55,20 @@ async def topic_list(request: web.Request) -> web.Response:
         if found is not None:
             hot[topic] = hot.get(topic, 0) + found[1] - found[0]
             ends[topic] = ends.get(topic, 0) + found[1]
-    rows = [
-        [
-            link(path("topics", c.name), c.name),
-            c.partitions,
-            f"{hot.get(c.name, 0):,}",
-            f"{ends.get(c.name, 0):,}",
-            retention(c),
-            c.value("cleanup.policy"),
-            link(path("topics", c.name, "messages"), "messages"),
-        ]
-        for c in configs
-    ]
+    rows = []
+    for c in configs:
+        where = path("topics", c.name)
+        rows.append(
+            [
+                link(where, c.name),
+                c.partitions,
+                f"{hot.get(c.name, 0):,}",
+                f"{ends.get(c.name, 0):,}",
+                retention(c),
+                c.value("cleanup.policy"),
+                link(where + "/messages", "messages"),
+            ]
+        )
     search = tag(
         "form",
         join([field("Name contains", "q", wanted), tag("button", "Filter", type="submit")]),
