@@ -242,3 +242,28 @@ def test_login_and_acls_decide_what_a_user_sees(redis_url: str) -> None:
         assert (await client.get("/topics", allow_redirects=False)).status == 303
 
     run(redis_url, scenario)
+
+
+def test_groups_of_every_type_with_lag(redis_url: str) -> None:
+    async def scenario(client: TestClient, log: Log) -> None:
+        from kafkaesque.groups.coordinator import GroupCoordinator
+        from kafkaesque.groups.share.coordinator import ShareGroupCoordinator
+        from kafkaesque.groups.share.state import ShareHeartbeat
+
+        await GroupCoordinator(log).admin.reset_offsets("classic-g", {("words", 0): 1})
+        share = ShareGroupCoordinator(log)
+        await share.heartbeat("share-g", ShareHeartbeat("m1", 0, topics=["words"], client_id="c1"))
+        listing = await page(client, "/groups")
+        assert "Groups (2)" in listing
+        assert re.search(r">classic-g<.*?<td>classic</td>", listing)
+        assert re.search(r">share-g<.*?<td>share</td><td>Stable</td>", listing)
+        detail = await page(client, "/groups/classic-g")
+        assert '<b id="total-lag">3</b>' in detail  # log end 4, committed 1
+        assert "Reset offsets" not in detail  # read-only
+        lag = await page(client, "/groups/classic-g/lag")
+        assert 'id="lag-table"' in lag and "<html" not in lag
+        shared = await page(client, "/groups/share-g")
+        assert "c1" in shared and "share" in shared
+        share.close()
+
+    run(redis_url, scenario)

@@ -44,6 +44,7 @@ from kafkaesque.console.records import BadInput, bounds, parse_time, read_forwar
 from kafkaesque.errors import UnknownTopic
 from kafkaesque.groups.consumer import ConsumerGroupCoordinator
 from kafkaesque.groups.coordinator import decode_consumer_assignment
+from kafkaesque.groups.share.coordinator import ShareGroupCoordinator
 from kafkaesque.partition.layer import EARLIEST, LATEST
 from kafkaesque.security.acls import Operation, ResourceType
 from kafkaesque.types import TopicPartition
@@ -83,13 +84,20 @@ async def load(request: web.Request, name: str) -> Group | None:
             members.append(Member(m.member_id, m.client_id, m.client_host, assigned))
         return Group(name, "classic", str(classic.state), members)
     consumer = await ConsumerGroupCoordinator(state.log).load(name)
-    if consumer is None:
+    if consumer is not None:
+        members = [
+            Member(m.member_id, m.client_id, m.client_host, sorted(m.assigned))
+            for m in consumer.members.values()
+        ]
+        return Group(name, "consumer", str(consumer.state), members)
+    share = await ShareGroupCoordinator(state.log).load(name)
+    if share is None:
         return None
     members = [
         Member(m.member_id, m.client_id, m.client_host, sorted(m.assigned))
-        for m in consumer.members.values()
+        for m in share.members.values()
     ]
-    return Group(name, "consumer", str(consumer.state), members)
+    return Group(name, "share", share.state, members)
 
 
 async def group_list(request: web.Request) -> web.Response:
@@ -176,8 +184,11 @@ async def lag_fragment(request: web.Request) -> web.Response:
 
 
 async def lag_table(request: web.Request, group: Group) -> Raw:
-    """Per partition: committed offset, log end, lag in records and in seconds, owner."""
+    """Per partition: committed offset, log end, lag in records and in seconds, owner
+    (a share group: its share-partitions instead)."""
     state = console(request)
+    if group.type == "share":
+        return await share_table(request, group)
     committed = await state.groups.admin.committed(group.name)
     owners = {tp: m for m in group.members for tp in m.assigned}
     now = time.time() * 1000
@@ -237,6 +248,8 @@ async def topics_of(request: web.Request, group: Group) -> list[str]:
 
 
 def reset_form(request: web.Request, group: Group, topics: list[str]) -> Raw:
+    if group.type == "share":
+        return message("share groups' offsets are not reset here (kafka-share-groups)", "note")
     if group.members:
         return message(
             f"group {group.name} has {len(group.members)} active member(s): offsets are reset "
@@ -264,6 +277,8 @@ async def plan(
     """The offsets a reset would commit, clamped to the log (as Kafka's tool clamps);
     BadInput for a group with members or a bad value."""
     state = console(request)
+    if group.type != "classic" and group.type != "consumer":
+        raise BadInput(f"group {group.name} is a {group.type} group: its offsets are not reset here")
     await state.groups.tick(group.name)  # members whose session ended are gone, as in Kafka
     fresh = await load(request, group.name)
     if fresh is not None and fresh.members:
@@ -360,3 +375,41 @@ async def reset_execute(request: web.Request) -> web.Response:
     await state.groups.admin.reset_offsets(name, new)  # GroupBusy if members came meanwhile
     done = f"reset {len(new)} partition(s) of group {name}"
     raise web.HTTPSeeOther(query(path("groups", name), done=done))
+
+
+async def share_table(request: web.Request, group: Group) -> Raw:
+    """A share group's share-partitions: where delivery starts and ends, records
+    acquired and available, and what is left to deliver up to the log end."""
+    state = console(request)
+    found = await ShareGroupCoordinator(state.log).offsets(group.name, None)
+    rows = []
+    total = 0
+    for (t, p), share in sorted(found.items()):
+        if share is None or not may_see_topic(request, t):
+            continue
+        try:
+            end = (await bounds(state.layer, t, p)).end
+        except UnknownTopic:
+            rows.append(
+                [t, p, share.start, share.end, share.acquired, share.available, "topic gone"]
+            )
+            continue
+        left = max(0, end - share.start)
+        total += left
+        rows.append(
+            [t, p, f"{share.start:,}", f"{end:,}", share.acquired, share.available, f"{left:,}"]
+        )
+    return join(
+        [
+            tag(
+                "p", join(["Left to deliver: ", tag("b", f"{total:,}", id="total-lag"), " records"])
+            ),
+            table(
+                ["Topic", "Partition", "Start", "Log end", "Acquired", "Available", "Left"],
+                rows,
+                numeric=[1, 2, 3, 4, 5, 6],
+                empty="no share-partitions yet",
+                id="lag-table",
+            ),
+        ]
+    )
