@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
+from kafkaesque.groups.share.fetch import ShareFetcher
 from kafkaesque.hot.memory import MemoryUse
 from wire.fetch.sessions import FetchSessionCache
 
@@ -47,6 +48,13 @@ class Metrics:
             gauge = Gauge(f"kafkaesque_{name}", what, registry=self.registry)
             gauge.set_function(value)
         self.registry.register(_FetchSessionCounters(sessions))
+
+    def watch_share_groups(self, fetcher: ShareFetcher) -> None:
+        """Share groups' records on this broker: acquired, redelivered, acknowledged by
+        kind (accepted, released, rejected, gap, renewed), and the share sessions."""
+        self.registry.register(_ShareCounters(fetcher))
+        gauge = Gauge("kafkaesque_share_sessions", "Share sessions open", registry=self.registry)
+        gauge.set_function(lambda: len(fetcher.sessions))
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -125,3 +133,20 @@ class _FetchSessionCounters(Collector):
             ),
         ):
             yield CounterMetricFamily(f"kafkaesque_{name}", what, value=value)
+
+
+class _ShareCounters(Collector):
+    """The share fetcher's counts of records, as one labelled counter."""
+
+    def __init__(self, fetcher: ShareFetcher) -> None:
+        self.fetcher = fetcher
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "kafkaesque_share_records",
+            "Share groups' records acquired, redelivered and acknowledged, by kind",
+            labels=["kind"],
+        )
+        for kind, value in self.fetcher.counts.items():
+            family.add_metric([kind], value)
+        yield family

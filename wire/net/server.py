@@ -68,6 +68,7 @@ class Server:
         self.metrics = metrics or Metrics()
         self.metrics.watch_memory(lambda: broker.memory.use)
         self.metrics.watch_fetch_sessions(broker.fetch_sessions)
+        self.metrics.watch_share_groups(broker.share_fetcher)
         traffic = broker.partitions.traffic = TopicTraffic()  # records, bytes per topic
         self.metrics.registry.register(TrafficCounters(traffic))
         self.budget = RequestBudget(broker.config.queued_max_request_bytes)

@@ -62,6 +62,10 @@ def _overlaps(first: int, last: int, runs: Iterable[tuple[int, int, int]]) -> bo
     return any(lo <= last and first <= hi for lo, hi, _ in runs)
 
 
+# What the broker counts of its share groups' records (kafkaesque_share_records_total).
+ACK_KINDS = {0: "gap", 1: "accepted", 2: "released", 3: "rejected", 4: "renewed"}
+
+
 class ShareFetcher:
     """Acquisition and acknowledgement for the share groups of one broker; holds its
     share sessions."""
@@ -77,6 +81,9 @@ class ShareFetcher:
         self._released = asyncio.Event()  # records went back to a group here
         self._seen: dict[tuple[str, TopicPartition], tuple[int, int]] = {}  # log start, end
         self._tasks: set[asyncio.Task[None]] = set()
+        # Records acquired, redelivered (acquired again) and acknowledged, by kind.
+        self.counts: dict[str, int] = dict.fromkeys(("acquired", "redelivered"), 0)
+        self.counts |= dict.fromkeys(ACK_KINDS.values(), 0)
 
     # -- sessions ---------------------------------------------------------------------------
     def _session_ended(self, session: ShareSession) -> None:
@@ -126,8 +133,17 @@ class ShareFetcher:
                 # Released records, or room in the in-flight window: fetches waiting here
                 # may acquire now.
                 self._wake()
+                self._count_acks(batches)
             out[tp] = (code, message)
         return out
+
+    def _count_acks(self, batches: Sequence[tuple[int, int, Sequence[int]]]) -> None:
+        for first, last, types in batches:
+            if len(types) == 1:
+                self.counts[ACK_KINDS[types[0]]] += last - first + 1
+            else:
+                for t in types:
+                    self.counts[ACK_KINDS[t]] += 1
 
     # -- fetches ----------------------------------------------------------------------------
     async def fetch(
@@ -258,6 +274,10 @@ class ShareFetcher:
                 ranges,
             )
             result.runs = runs
+            for first, last, delivered in runs:
+                self.counts["acquired"] += last - first + 1
+                if delivered > 1:
+                    self.counts["redelivered"] += last - first + 1
             result.batches = [
                 b
                 for b, (first, last, _) in zip(fetched.batches, ranges, strict=True)
