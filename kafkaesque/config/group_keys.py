@@ -79,6 +79,8 @@ GROUP_CONFIGS: dict[str, GroupKey] = {
             "group.share.session.timeout.ms",
             ("group.share.min.session.timeout.ms", 45000),
             ("group.share.max.session.timeout.ms", 60000),
+            enforced=True,
+            doc="a share group member without heartbeats this long is removed",
         ),
         GroupKey(
             "share.heartbeat.interval.ms",
@@ -88,6 +90,8 @@ GROUP_CONFIGS: dict[str, GroupKey] = {
             "group.share.heartbeat.interval.ms",
             ("group.share.min.heartbeat.interval.ms", 5000),
             ("group.share.max.heartbeat.interval.ms", 15000),
+            enforced=True,
+            doc="how often share group members are told to heartbeat",
         ),
         GroupKey(
             "share.record.lock.duration.ms",
@@ -97,6 +101,8 @@ GROUP_CONFIGS: dict[str, GroupKey] = {
             "group.share.record.lock.duration.ms",
             ("group.share.min.record.lock.duration.ms", 15000),
             ("group.share.max.record.lock.duration.ms", 60000),
+            enforced=True,
+            doc="how long a member holds a record it acquired before it is delivered again",
         ),
         GroupKey(
             "share.delivery.count.limit",
@@ -106,6 +112,8 @@ GROUP_CONFIGS: dict[str, GroupKey] = {
             "group.share.delivery.count.limit",
             ("group.share.min.delivery.count.limit", 2),
             ("group.share.max.delivery.count.limit", 10),
+            enforced=True,
+            doc="deliveries of a record before it is archived",
         ),
         GroupKey(
             "share.partition.max.record.locks",
@@ -115,6 +123,8 @@ GROUP_CONFIGS: dict[str, GroupKey] = {
             "group.share.partition.max.record.locks",
             ("group.share.min.partition.max.record.locks", 100),
             ("group.share.max.partition.max.record.locks", 10000),
+            enforced=True,
+            doc="records in flight per share-partition at most",
         ),
         GroupKey(
             "share.auto.offset.reset",
@@ -122,6 +132,8 @@ GROUP_CONFIGS: dict[str, GroupKey] = {
             "latest",
             _share_reset,
             "group.share.auto.offset.reset",
+            enforced=True,
+            doc="where a new share-partition starts",
         ),
         GroupKey(
             "share.isolation.level",
@@ -129,6 +141,8 @@ GROUP_CONFIGS: dict[str, GroupKey] = {
             "read_uncommitted",
             one_of("read_committed", "read_uncommitted"),
             "group.share.isolation.level",
+            enforced=True,
+            doc="read_committed: aborted transactions' records are never acquired",
         ),
         GroupKey(
             "share.renew.acknowledge.enable",
@@ -136,6 +150,8 @@ GROUP_CONFIGS: dict[str, GroupKey] = {
             "true",
             None,
             "group.share.renew.acknowledge.enable",
+            enforced=True,
+            doc="whether RENEW acknowledgements (ShareFetch/ShareAcknowledge v2) extend locks",
         ),
         GroupKey(
             "streams.session.timeout.ms",
