@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
@@ -28,6 +28,90 @@ from wire.errors import error_code
 from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 from wire.topic_configs import created_configs
 from wire.topics import NO_TOPIC_ID, topic_by_id
+
+if TYPE_CHECKING:
+    import kio.schema.create_partitions.v0.request
+    import kio.schema.create_partitions.v0.response
+    import kio.schema.create_partitions.v1.request
+    import kio.schema.create_partitions.v1.response
+    import kio.schema.create_partitions.v2.request
+    import kio.schema.create_partitions.v2.response
+    import kio.schema.create_partitions.v3.request
+    import kio.schema.create_partitions.v3.response
+    import kio.schema.create_topics.v2.request
+    import kio.schema.create_topics.v2.response
+    import kio.schema.create_topics.v3.request
+    import kio.schema.create_topics.v3.response
+    import kio.schema.create_topics.v4.request
+    import kio.schema.create_topics.v4.response
+    import kio.schema.create_topics.v5.request
+    import kio.schema.create_topics.v5.response
+    import kio.schema.create_topics.v6.request
+    import kio.schema.create_topics.v6.response
+    import kio.schema.create_topics.v7.request
+    import kio.schema.create_topics.v7.response
+    import kio.schema.delete_topics.v1.request
+    import kio.schema.delete_topics.v1.response
+    import kio.schema.delete_topics.v2.request
+    import kio.schema.delete_topics.v2.response
+    import kio.schema.delete_topics.v3.request
+    import kio.schema.delete_topics.v3.response
+    import kio.schema.delete_topics.v4.request
+    import kio.schema.delete_topics.v4.response
+    import kio.schema.delete_topics.v5.request
+    import kio.schema.delete_topics.v5.response
+    import kio.schema.delete_topics.v6.request
+    import kio.schema.delete_topics.v6.response
+    from typing_extensions import TypeIs
+
+    # The kio classes of the versions offered (wire/handlers/__init__.py).
+    CreateTopicsRequest: TypeAlias = (
+        kio.schema.create_topics.v2.request.CreateTopicsRequest
+        | kio.schema.create_topics.v3.request.CreateTopicsRequest
+        | kio.schema.create_topics.v4.request.CreateTopicsRequest
+        | kio.schema.create_topics.v5.request.CreateTopicsRequest
+        | kio.schema.create_topics.v6.request.CreateTopicsRequest
+        | kio.schema.create_topics.v7.request.CreateTopicsRequest
+    )
+    CreateTopicsResponse: TypeAlias = (
+        kio.schema.create_topics.v2.response.CreateTopicsResponse
+        | kio.schema.create_topics.v3.response.CreateTopicsResponse
+        | kio.schema.create_topics.v4.response.CreateTopicsResponse
+        | kio.schema.create_topics.v5.response.CreateTopicsResponse
+        | kio.schema.create_topics.v6.response.CreateTopicsResponse
+        | kio.schema.create_topics.v7.response.CreateTopicsResponse
+    )
+    # v6 names topics by name or id (``topics``); before, by name (``topic_names``).
+    DeleteTopicsRequestV6: TypeAlias = kio.schema.delete_topics.v6.request.DeleteTopicsRequest
+    DeleteTopicState: TypeAlias = kio.schema.delete_topics.v6.request.DeleteTopicState
+    DeleteTopicsRequest: TypeAlias = (
+        kio.schema.delete_topics.v1.request.DeleteTopicsRequest
+        | kio.schema.delete_topics.v2.request.DeleteTopicsRequest
+        | kio.schema.delete_topics.v3.request.DeleteTopicsRequest
+        | kio.schema.delete_topics.v4.request.DeleteTopicsRequest
+        | kio.schema.delete_topics.v5.request.DeleteTopicsRequest
+        | DeleteTopicsRequestV6
+    )
+    DeleteTopicsResponse: TypeAlias = (
+        kio.schema.delete_topics.v1.response.DeleteTopicsResponse
+        | kio.schema.delete_topics.v2.response.DeleteTopicsResponse
+        | kio.schema.delete_topics.v3.response.DeleteTopicsResponse
+        | kio.schema.delete_topics.v4.response.DeleteTopicsResponse
+        | kio.schema.delete_topics.v5.response.DeleteTopicsResponse
+        | kio.schema.delete_topics.v6.response.DeleteTopicsResponse
+    )
+    CreatePartitionsRequest: TypeAlias = (
+        kio.schema.create_partitions.v0.request.CreatePartitionsRequest
+        | kio.schema.create_partitions.v1.request.CreatePartitionsRequest
+        | kio.schema.create_partitions.v2.request.CreatePartitionsRequest
+        | kio.schema.create_partitions.v3.request.CreatePartitionsRequest
+    )
+    CreatePartitionsResponse: TypeAlias = (
+        kio.schema.create_partitions.v0.response.CreatePartitionsResponse
+        | kio.schema.create_partitions.v1.response.CreatePartitionsResponse
+        | kio.schema.create_partitions.v2.response.CreatePartitionsResponse
+        | kio.schema.create_partitions.v3.response.CreatePartitionsResponse
+    )
 
 MAX_NAME_SHOWN = 255  # characters of a client's name repeated in an error message
 
@@ -102,7 +186,9 @@ def replication_factor(broker: Broker, asked: int, assigned: bool) -> int:
     return asked
 
 
-async def create_topics(broker: Broker, request: Request) -> Any:
+async def create_topics(
+    broker: Broker, request: Request[CreateTopicsRequest]
+) -> CreateTopicsResponse:
     schema = request.response_class
     result_class = schema_class(schema, "CreatableTopicResult")
     # v5+ tells the client the new topic's partitions, replication and configs.
@@ -157,26 +243,27 @@ async def create_topics(broker: Broker, request: Request) -> Any:
     return build(schema, throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
-async def _deletion_target(broker: Broker, entry: Any) -> tuple[str, uuid.UUID | None]:
+async def _deletion_target(
+    broker: Broker, entry: str | DeleteTopicState
+) -> tuple[str, uuid.UUID | None]:
     """(name, topic id if Redis knows the topic) of a DeleteTopics entry: a name (v1-v5),
     or a name or an id, not both (v6: Kafka's INVALID_REQUEST); UnknownTopicId for an id
     no topic has. An unknown name is left to Log.delete_topic: the archive may have it."""
     if isinstance(entry, str):
         name = entry
     else:
-        named, by_id = entry.name is not None, entry.topic_id not in (None, NO_TOPIC_ID)
-        if named == by_id:
-            raise InvalidRequest(
-                "You may not specify both topic name and topic id."
-                if named
-                else "Neither topic name nor id were specified."
-            )
-        if by_id:
-            config = await topic_by_id(broker, entry.topic_id)
+        topic_id = None if entry.topic_id == NO_TOPIC_ID else entry.topic_id
+        if topic_id is None:
+            if entry.name is None:
+                raise InvalidRequest("Neither topic name nor id were specified.")
+            name = entry.name
+        elif entry.name is not None:
+            raise InvalidRequest("You may not specify both topic name and topic id.")
+        else:
+            config = await topic_by_id(broker, topic_id)
             if config is None:
-                raise UnknownTopicId(f"no topic has the id {entry.topic_id}")
-            return config.name, entry.topic_id
-        name = entry.name
+                raise UnknownTopicId(f"no topic has the id {topic_id}")
+            return config.name, topic_id
     check_existing_topic_name(name)
     try:
         return name, uuid.UUID(bytes=(await broker.log.topic(name)).topic_id)
@@ -184,14 +271,23 @@ async def _deletion_target(broker: Broker, entry: Any) -> tuple[str, uuid.UUID |
         return name, None
 
 
-async def delete_topics(broker: Broker, request: Request) -> Any:
+def _by_id(body: DeleteTopicsRequest) -> TypeIs[DeleteTopicsRequestV6]:
+    """v6 may name a topic by its id."""
+    return body.__version__ >= 6
+
+
+async def delete_topics(
+    broker: Broker, request: Request[DeleteTopicsRequest]
+) -> DeleteTopicsResponse:
     """Delete topics by name (v1-v5) or by name or topic id (v6); each result names the
     topic and its id where known."""
     schema = request.response_class
     result_class = schema_class(schema, "DeletableTopicResult")
     body = request.body
     results = []
-    for entry in body.topics if request.api_version >= 6 else body.topic_names:
+    for entry in body.topics if _by_id(body) else body.topic_names:
+        name: str | None
+        topic_id: uuid.UUID | None
         name, topic_id = (entry, None) if isinstance(entry, str) else (entry.name, entry.topic_id)
         error, message = ErrorCode.none, None
         try:
@@ -214,7 +310,9 @@ async def delete_topics(broker: Broker, request: Request) -> Any:
     return build(schema, throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
-async def create_partitions(broker: Broker, request: Request) -> Any:
+async def create_partitions(
+    broker: Broker, request: Request[CreatePartitionsRequest]
+) -> CreatePartitionsResponse:
     schema = request.response_class
     result_class = schema_class(schema, "CreatePartitionsTopicResult")
     results = []

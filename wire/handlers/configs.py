@@ -14,7 +14,7 @@ and heartbeat interval.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
@@ -42,6 +42,58 @@ from wire.broker import Broker
 from wire.errors import error_code
 from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 from wire.topic_configs import SOURCE_CODES, dynamic_broker_configs
+
+if TYPE_CHECKING:
+    import kio.schema.alter_configs.v0.request
+    import kio.schema.alter_configs.v0.response
+    import kio.schema.alter_configs.v1.request
+    import kio.schema.alter_configs.v1.response
+    import kio.schema.alter_configs.v2.request
+    import kio.schema.alter_configs.v2.response
+    import kio.schema.describe_configs.v1.request
+    import kio.schema.describe_configs.v1.response
+    import kio.schema.describe_configs.v2.request
+    import kio.schema.describe_configs.v2.response
+    import kio.schema.describe_configs.v3.request
+    import kio.schema.describe_configs.v3.response
+    import kio.schema.describe_configs.v4.request
+    import kio.schema.describe_configs.v4.response
+    import kio.schema.incremental_alter_configs.v0.request
+    import kio.schema.incremental_alter_configs.v0.response
+    import kio.schema.incremental_alter_configs.v1.request
+    import kio.schema.incremental_alter_configs.v1.response
+
+    # The kio classes of the versions offered (wire/handlers/__init__.py).
+    DescribeConfigsRequest: TypeAlias = (
+        kio.schema.describe_configs.v1.request.DescribeConfigsRequest
+        | kio.schema.describe_configs.v2.request.DescribeConfigsRequest
+        | kio.schema.describe_configs.v3.request.DescribeConfigsRequest
+        | kio.schema.describe_configs.v4.request.DescribeConfigsRequest
+    )
+    DescribeConfigsResponse: TypeAlias = (
+        kio.schema.describe_configs.v1.response.DescribeConfigsResponse
+        | kio.schema.describe_configs.v2.response.DescribeConfigsResponse
+        | kio.schema.describe_configs.v3.response.DescribeConfigsResponse
+        | kio.schema.describe_configs.v4.response.DescribeConfigsResponse
+    )
+    AlterConfigsRequest: TypeAlias = (
+        kio.schema.alter_configs.v0.request.AlterConfigsRequest
+        | kio.schema.alter_configs.v1.request.AlterConfigsRequest
+        | kio.schema.alter_configs.v2.request.AlterConfigsRequest
+    )
+    AlterConfigsResponse: TypeAlias = (
+        kio.schema.alter_configs.v0.response.AlterConfigsResponse
+        | kio.schema.alter_configs.v1.response.AlterConfigsResponse
+        | kio.schema.alter_configs.v2.response.AlterConfigsResponse
+    )
+    IncrementalAlterConfigsRequest: TypeAlias = (
+        kio.schema.incremental_alter_configs.v0.request.IncrementalAlterConfigsRequest
+        | kio.schema.incremental_alter_configs.v1.request.IncrementalAlterConfigsRequest
+    )
+    IncrementalAlterConfigsResponse: TypeAlias = (
+        kio.schema.incremental_alter_configs.v0.response.IncrementalAlterConfigsResponse
+        | kio.schema.incremental_alter_configs.v1.response.IncrementalAlterConfigsResponse
+    )
 
 TOPIC_RESOURCE, BROKER_RESOURCE, GROUP_RESOURCE = 2, 4, 32
 # The broker configs AlterConfigs may change (Kafka's DynamicLogConfig: the broker names
@@ -244,7 +296,9 @@ async def _describe_one(broker: Broker, request: Request, resource: Any) -> list
     return await broker_entries(broker, node)
 
 
-async def describe_configs(broker: Broker, request: Request) -> Any:
+async def describe_configs(
+    broker: Broker, request: Request[DescribeConfigsRequest]
+) -> DescribeConfigsResponse:
     schema = request.response_class
     result_class = schema_class(schema, "DescribeConfigsResult")
     entry_class = schema_class(schema, "DescribeConfigsResourceResult")
@@ -374,9 +428,13 @@ def _change(resource: Any, incremental: bool) -> Callable[[TopicConfig], TopicCo
     return lambda config: replaced(config, settings)
 
 
-async def alter_configs(broker: Broker, request: Request) -> Any:
+async def alter_configs(
+    broker: Broker, request: Request[AlterConfigsRequest]
+) -> AlterConfigsResponse:
     return await _alter(broker, request, incremental=False)
 
 
-async def incremental_alter_configs(broker: Broker, request: Request) -> Any:
+async def incremental_alter_configs(
+    broker: Broker, request: Request[IncrementalAlterConfigsRequest]
+) -> IncrementalAlterConfigsResponse:
     return await _alter(broker, request, incremental=True)

@@ -3,7 +3,7 @@ before v8, a batch of groups from v8) and OffsetDelete."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
@@ -16,10 +16,101 @@ from wire.errors import error_code
 from wire.group_answers import UNAVAILABLE, restore_first, topic_errors
 from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 
+if TYPE_CHECKING:
+    import kio.schema.offset_commit.v2.request
+    import kio.schema.offset_commit.v2.response
+    import kio.schema.offset_commit.v3.request
+    import kio.schema.offset_commit.v3.response
+    import kio.schema.offset_commit.v4.request
+    import kio.schema.offset_commit.v4.response
+    import kio.schema.offset_commit.v5.request
+    import kio.schema.offset_commit.v5.response
+    import kio.schema.offset_commit.v6.request
+    import kio.schema.offset_commit.v6.response
+    import kio.schema.offset_commit.v7.request
+    import kio.schema.offset_commit.v7.response
+    import kio.schema.offset_commit.v8.request
+    import kio.schema.offset_commit.v8.response
+    import kio.schema.offset_commit.v9.request
+    import kio.schema.offset_commit.v9.response
+    import kio.schema.offset_delete.v0.request
+    import kio.schema.offset_delete.v0.response
+    import kio.schema.offset_fetch.v1.request
+    import kio.schema.offset_fetch.v1.response
+    import kio.schema.offset_fetch.v2.request
+    import kio.schema.offset_fetch.v2.response
+    import kio.schema.offset_fetch.v3.request
+    import kio.schema.offset_fetch.v3.response
+    import kio.schema.offset_fetch.v4.request
+    import kio.schema.offset_fetch.v4.response
+    import kio.schema.offset_fetch.v5.request
+    import kio.schema.offset_fetch.v5.response
+    import kio.schema.offset_fetch.v6.request
+    import kio.schema.offset_fetch.v6.response
+    import kio.schema.offset_fetch.v7.request
+    import kio.schema.offset_fetch.v7.response
+    import kio.schema.offset_fetch.v8.request
+    import kio.schema.offset_fetch.v8.response
+    import kio.schema.offset_fetch.v9.request
+    import kio.schema.offset_fetch.v9.response
+    from typing_extensions import TypeIs
+
+    # The kio classes of the versions offered (wire/handlers/__init__.py).
+    OffsetCommitRequest: TypeAlias = (
+        kio.schema.offset_commit.v2.request.OffsetCommitRequest
+        | kio.schema.offset_commit.v3.request.OffsetCommitRequest
+        | kio.schema.offset_commit.v4.request.OffsetCommitRequest
+        | kio.schema.offset_commit.v5.request.OffsetCommitRequest
+        | kio.schema.offset_commit.v6.request.OffsetCommitRequest
+        | kio.schema.offset_commit.v7.request.OffsetCommitRequest
+        | kio.schema.offset_commit.v8.request.OffsetCommitRequest
+        | kio.schema.offset_commit.v9.request.OffsetCommitRequest
+    )
+    OffsetCommitResponse: TypeAlias = (
+        kio.schema.offset_commit.v2.response.OffsetCommitResponse
+        | kio.schema.offset_commit.v3.response.OffsetCommitResponse
+        | kio.schema.offset_commit.v4.response.OffsetCommitResponse
+        | kio.schema.offset_commit.v5.response.OffsetCommitResponse
+        | kio.schema.offset_commit.v6.response.OffsetCommitResponse
+        | kio.schema.offset_commit.v7.response.OffsetCommitResponse
+        | kio.schema.offset_commit.v8.response.OffsetCommitResponse
+        | kio.schema.offset_commit.v9.response.OffsetCommitResponse
+    )
+    # v8+ ask for the offsets of several groups at once.
+    OffsetFetchRequestBatched: TypeAlias = (
+        kio.schema.offset_fetch.v8.request.OffsetFetchRequest
+        | kio.schema.offset_fetch.v9.request.OffsetFetchRequest
+    )
+    OffsetFetchRequest: TypeAlias = (
+        kio.schema.offset_fetch.v1.request.OffsetFetchRequest
+        | kio.schema.offset_fetch.v2.request.OffsetFetchRequest
+        | kio.schema.offset_fetch.v3.request.OffsetFetchRequest
+        | kio.schema.offset_fetch.v4.request.OffsetFetchRequest
+        | kio.schema.offset_fetch.v5.request.OffsetFetchRequest
+        | kio.schema.offset_fetch.v6.request.OffsetFetchRequest
+        | kio.schema.offset_fetch.v7.request.OffsetFetchRequest
+        | OffsetFetchRequestBatched
+    )
+    OffsetFetchResponse: TypeAlias = (
+        kio.schema.offset_fetch.v1.response.OffsetFetchResponse
+        | kio.schema.offset_fetch.v2.response.OffsetFetchResponse
+        | kio.schema.offset_fetch.v3.response.OffsetFetchResponse
+        | kio.schema.offset_fetch.v4.response.OffsetFetchResponse
+        | kio.schema.offset_fetch.v5.response.OffsetFetchResponse
+        | kio.schema.offset_fetch.v6.response.OffsetFetchResponse
+        | kio.schema.offset_fetch.v7.response.OffsetFetchResponse
+        | kio.schema.offset_fetch.v8.response.OffsetFetchResponse
+        | kio.schema.offset_fetch.v9.response.OffsetFetchResponse
+    )
+    OffsetDeleteRequest: TypeAlias = kio.schema.offset_delete.v0.request.OffsetDeleteRequest
+    OffsetDeleteResponse: TypeAlias = kio.schema.offset_delete.v0.response.OffsetDeleteResponse
+
 NO_EPOCH = -1
 
 
-async def _commit(broker: Broker, request: Request) -> dict[TopicPartition, ErrorCode]:
+async def _commit(
+    broker: Broker, request: Request[OffsetCommitRequest]
+) -> dict[TopicPartition, ErrorCode]:
     """Commit what is valid of an OffsetCommit; the error code of each partition."""
     body = request.body
     errors: dict[TopicPartition, ErrorCode] = {}
@@ -27,7 +118,7 @@ async def _commit(broker: Broker, request: Request) -> dict[TopicPartition, Erro
         code = ErrorCode.group_authorization_failed
         return {(t.name, p.partition_index): code for t in body.topics for p in t.partitions}
     readable = topics_allowed(broker, request, Operation.READ, {t.name for t in body.topics})
-    offsets = {}
+    offsets: dict[TopicPartition, tuple[int, str | None, int]] = {}
     partitions_of: dict[str, int] = {}
     for t in body.topics:
         if t.name not in readable:
@@ -62,12 +153,13 @@ async def _commit(broker: Broker, request: Request) -> dict[TopicPartition, Erro
         offsets,
         request.api_version,
     )
-    for key in offsets:
-        errors[key] = error_code(group_error)
+    errors.update(dict.fromkeys(offsets, error_code(group_error)))
     return errors
 
 
-async def offset_commit(broker: Broker, request: Request) -> Any:
+async def offset_commit(
+    broker: Broker, request: Request[OffsetCommitRequest]
+) -> OffsetCommitResponse:
     body = request.body
     try:
         errors = await _commit(broker, request)
@@ -149,10 +241,15 @@ async def _fetch_group(
     return tuple(out), ErrorCode.none
 
 
-async def offset_fetch(broker: Broker, request: Request) -> Any:
+def _batched(body: OffsetFetchRequest) -> TypeIs[OffsetFetchRequestBatched]:
+    """v8+ ask for several groups' offsets at once; before, for one group's."""
+    return body.__version__ >= 8
+
+
+async def offset_fetch(broker: Broker, request: Request[OffsetFetchRequest]) -> OffsetFetchResponse:
     body = request.body
     schema = request.response_class
-    if request.api_version < 8:
+    if not _batched(body):
         stable = getattr(body, "require_stable", False)  # v7+ (KIP-447)
         topics, code = await _fetch_group(
             broker, request, body.group_id, body.topics, False, stable
@@ -168,10 +265,12 @@ async def offset_fetch(broker: Broker, request: Request) -> Any:
     return build(schema, throttle_time=NO_THROTTLE, groups=tuple(groups))
 
 
-async def offset_delete(broker: Broker, request: Request) -> Any:
+async def offset_delete(
+    broker: Broker, request: Request[OffsetDeleteRequest]
+) -> OffsetDeleteResponse:
     body = request.body
     readable = topics_allowed(broker, request, Operation.READ, {t.name for t in body.topics})
-    partitions = [
+    partitions: list[tuple[str, int]] = [
         (t.name, p.partition_index) for t in body.topics if t.name in readable for p in t.partitions
     ]
     results: dict[tuple[str, int], Code]

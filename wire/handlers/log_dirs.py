@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
@@ -22,6 +22,42 @@ from kafkaesque.errors import StorageUnavailable, UnknownTopic
 from wire.authorize import Operation, cluster_allowed
 from wire.broker import Broker
 from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
+
+if TYPE_CHECKING:
+    import kio.schema.alter_replica_log_dirs.v1.request
+    import kio.schema.alter_replica_log_dirs.v1.response
+    import kio.schema.alter_replica_log_dirs.v2.request
+    import kio.schema.alter_replica_log_dirs.v2.response
+    import kio.schema.describe_log_dirs.v1.request
+    import kio.schema.describe_log_dirs.v1.response
+    import kio.schema.describe_log_dirs.v2.request
+    import kio.schema.describe_log_dirs.v2.response
+    import kio.schema.describe_log_dirs.v3.request
+    import kio.schema.describe_log_dirs.v3.response
+    import kio.schema.describe_log_dirs.v4.request
+    import kio.schema.describe_log_dirs.v4.response
+
+    # The kio classes of the versions offered (wire/handlers/__init__.py).
+    AlterReplicaLogDirsRequest: TypeAlias = (
+        kio.schema.alter_replica_log_dirs.v1.request.AlterReplicaLogDirsRequest
+        | kio.schema.alter_replica_log_dirs.v2.request.AlterReplicaLogDirsRequest
+    )
+    AlterReplicaLogDirsResponse: TypeAlias = (
+        kio.schema.alter_replica_log_dirs.v1.response.AlterReplicaLogDirsResponse
+        | kio.schema.alter_replica_log_dirs.v2.response.AlterReplicaLogDirsResponse
+    )
+    DescribeLogDirsRequest: TypeAlias = (
+        kio.schema.describe_log_dirs.v1.request.DescribeLogDirsRequest
+        | kio.schema.describe_log_dirs.v2.request.DescribeLogDirsRequest
+        | kio.schema.describe_log_dirs.v3.request.DescribeLogDirsRequest
+        | kio.schema.describe_log_dirs.v4.request.DescribeLogDirsRequest
+    )
+    DescribeLogDirsResponse: TypeAlias = (
+        kio.schema.describe_log_dirs.v1.response.DescribeLogDirsResponse
+        | kio.schema.describe_log_dirs.v2.response.DescribeLogDirsResponse
+        | kio.schema.describe_log_dirs.v3.response.DescribeLogDirsResponse
+        | kio.schema.describe_log_dirs.v4.response.DescribeLogDirsResponse
+    )
 
 REDIS_DIR, ARCHIVE_DIR = "redis", "archive"
 UNKNOWN = -1  # Kafka's total/usable bytes when not known
@@ -75,7 +111,9 @@ async def _archive_sizes(broker: Broker, partitions: dict[str, list[int]]) -> Si
     return sizes
 
 
-async def describe_log_dirs(broker: Broker, request: Request) -> Any:
+async def describe_log_dirs(
+    broker: Broker, request: Request[DescribeLogDirsRequest]
+) -> DescribeLogDirsResponse:
     schema = request.response_class
     result_class = schema_class(schema, "DescribeLogDirsResult")
     topic_class = schema_class(schema, "DescribeLogDirsTopic")
@@ -149,7 +187,9 @@ async def describe_log_dirs(broker: Broker, request: Request) -> Any:
     )
 
 
-async def alter_replica_log_dirs(broker: Broker, request: Request) -> Any:
+async def alter_replica_log_dirs(
+    broker: Broker, request: Request[AlterReplicaLogDirsRequest]
+) -> AlterReplicaLogDirsResponse:
     """AlterReplicaLogDirs, truthfully: a partition's replica lives in Redis, the one log
     dir that holds replicas, so no move is ever needed. A partition asked to go to
     ``redis`` answers NONE (it is there); ``archive`` holds the older records of every

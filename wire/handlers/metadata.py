@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
@@ -39,6 +39,87 @@ from wire.topics import (
     topic_by_id,
     topic_error_entry,
 )
+
+if TYPE_CHECKING:
+    import kio.schema.describe_cluster.v0.request
+    import kio.schema.describe_cluster.v0.response
+    import kio.schema.describe_cluster.v1.request
+    import kio.schema.describe_cluster.v1.response
+    import kio.schema.describe_cluster.v2.request
+    import kio.schema.describe_cluster.v2.response
+    import kio.schema.metadata.v0.request
+    import kio.schema.metadata.v0.response
+    import kio.schema.metadata.v1.request
+    import kio.schema.metadata.v1.response
+    import kio.schema.metadata.v2.request
+    import kio.schema.metadata.v2.response
+    import kio.schema.metadata.v3.request
+    import kio.schema.metadata.v3.response
+    import kio.schema.metadata.v4.request
+    import kio.schema.metadata.v4.response
+    import kio.schema.metadata.v5.request
+    import kio.schema.metadata.v5.response
+    import kio.schema.metadata.v6.request
+    import kio.schema.metadata.v6.response
+    import kio.schema.metadata.v7.request
+    import kio.schema.metadata.v7.response
+    import kio.schema.metadata.v8.request
+    import kio.schema.metadata.v8.response
+    import kio.schema.metadata.v9.request
+    import kio.schema.metadata.v9.response
+    import kio.schema.metadata.v10.request
+    import kio.schema.metadata.v10.response
+    import kio.schema.metadata.v11.request
+    import kio.schema.metadata.v11.response
+    import kio.schema.metadata.v12.request
+    import kio.schema.metadata.v12.response
+    from typing_extensions import TypeIs
+
+    # The kio classes of the versions offered (wire/handlers/__init__.py).
+    # v4+ say whether the topics asked for may be created.
+    MetadataRequestV4Plus: TypeAlias = (
+        kio.schema.metadata.v4.request.MetadataRequest
+        | kio.schema.metadata.v5.request.MetadataRequest
+        | kio.schema.metadata.v6.request.MetadataRequest
+        | kio.schema.metadata.v7.request.MetadataRequest
+        | kio.schema.metadata.v8.request.MetadataRequest
+        | kio.schema.metadata.v9.request.MetadataRequest
+        | kio.schema.metadata.v10.request.MetadataRequest
+        | kio.schema.metadata.v11.request.MetadataRequest
+        | kio.schema.metadata.v12.request.MetadataRequest
+    )
+    MetadataRequest: TypeAlias = (
+        kio.schema.metadata.v0.request.MetadataRequest
+        | kio.schema.metadata.v1.request.MetadataRequest
+        | kio.schema.metadata.v2.request.MetadataRequest
+        | kio.schema.metadata.v3.request.MetadataRequest
+        | MetadataRequestV4Plus
+    )
+    MetadataResponse: TypeAlias = (
+        kio.schema.metadata.v0.response.MetadataResponse
+        | kio.schema.metadata.v1.response.MetadataResponse
+        | kio.schema.metadata.v2.response.MetadataResponse
+        | kio.schema.metadata.v3.response.MetadataResponse
+        | kio.schema.metadata.v4.response.MetadataResponse
+        | kio.schema.metadata.v5.response.MetadataResponse
+        | kio.schema.metadata.v6.response.MetadataResponse
+        | kio.schema.metadata.v7.response.MetadataResponse
+        | kio.schema.metadata.v8.response.MetadataResponse
+        | kio.schema.metadata.v9.response.MetadataResponse
+        | kio.schema.metadata.v10.response.MetadataResponse
+        | kio.schema.metadata.v11.response.MetadataResponse
+        | kio.schema.metadata.v12.response.MetadataResponse
+    )
+    DescribeClusterRequest: TypeAlias = (
+        kio.schema.describe_cluster.v0.request.DescribeClusterRequest
+        | kio.schema.describe_cluster.v1.request.DescribeClusterRequest
+        | kio.schema.describe_cluster.v2.request.DescribeClusterRequest
+    )
+    DescribeClusterResponse: TypeAlias = (
+        kio.schema.describe_cluster.v0.response.DescribeClusterResponse
+        | kio.schema.describe_cluster.v1.response.DescribeClusterResponse
+        | kio.schema.describe_cluster.v2.response.DescribeClusterResponse
+    )
 
 # Redis (or the archive) away, as the core or redis-py says it.
 UNAVAILABLE: tuple[type[BaseException], ...] = (StorageUnavailable, *REDIS_CONNECTION_ERRORS)
@@ -138,7 +219,12 @@ async def _all_topics(
     return [(name, await topic_config(broker, name, False)) for name in names if name in visible]
 
 
-async def metadata(broker: Broker, request: Request) -> Any:
+def _says_auto_create(body: MetadataRequest) -> TypeIs[MetadataRequestV4Plus]:
+    """v4+ say whether the topics asked for may be created; before, they always may."""
+    return body.__version__ >= 4
+
+
+async def metadata(broker: Broker, request: Request[MetadataRequest]) -> MetadataResponse:
     body, version = request.body, request.api_version
     schema = request.response_class
     topic_class = schema_class(schema, "MetadataResponseTopic")
@@ -147,7 +233,7 @@ async def metadata(broker: Broker, request: Request) -> Any:
     if body.topics is None or (version == 0 and not body.topics):
         entries = await _all_topics(broker, request)
     else:
-        auto_create = body.allow_auto_topic_creation if version >= 4 else True
+        auto_create = body.allow_auto_topic_creation if _says_auto_create(body) else True
         entries = [
             await authorized_topic(broker, request, t, auto_create, version) for t in body.topics
         ]
@@ -203,7 +289,9 @@ def cluster_operations(broker: Broker, request: Request, asked: bool) -> int:
 BROKER_ENDPOINTS, CONTROLLER_ENDPOINTS = 1, 2  # DescribeCluster v1+'s endpoint types
 
 
-async def describe_cluster(broker: Broker, request: Request) -> Any:
+async def describe_cluster(
+    broker: Broker, request: Request[DescribeClusterRequest]
+) -> DescribeClusterResponse:
     """The live brokers (v2: never fenced, so include_fenced_brokers adds none). Their
     listeners are broker endpoints: asked for controllers (KIP-919's
     bootstrap.controllers), it says so as Kafka's brokers do."""
@@ -216,7 +304,9 @@ async def describe_cluster(broker: Broker, request: Request) -> Any:
             if mismatched
             else ErrorCode.unsupported_endpoint_type
         )
-        return error_response(schema, code)
+        response = error_response(schema, code)
+        assert response is not None  # every DescribeCluster version has an error_code
+        return response
     return ok_response(
         schema,
         cluster_id=broker.cluster_id,
