@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+import redis
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from kafkaesque.hot.embedded import EmbeddedRedis
@@ -60,18 +63,62 @@ def running_broker(redis_url: str, pg_dsn: str | None = None) -> Iterator[str]:
         broker.wait(10)
 
 
+@dataclass(frozen=True)
+class BrokerOnRedis:
+    """A running broker on its own redis-server: where to reach them, and their pids (for
+    CPU figures from /proc: scripts/bench/proc_cpu.py)."""
+
+    bootstrap: str
+    redis_url: str
+    broker_pid: int
+    redis_pid: int
+
+    def pids(self) -> dict[str, int | None]:
+        """The processes to measure: the broker, Redis, and this one (the client)."""
+        return {"broker": self.broker_pid, "redis": self.redis_pid, "client": None}
+
+
 @contextlib.contextmanager
-def broker_on_embedded_redis() -> Iterator[tuple[str, str]]:
-    """A fresh redis-server in a temporary directory and a broker on it for the block;
-    yields (bootstrap, redis_url)."""
+def embedded_broker(appendfsync: str | None = None) -> Iterator[BrokerOnRedis]:
+    """A fresh redis-server in a temporary directory (appendfsync always, unless
+    ``appendfsync`` says otherwise: the broker probes it at start) and a broker on it."""
     with tempfile.TemporaryDirectory(prefix="ks-bench-") as home:
         server = EmbeddedRedis(Path(home))
         try:
             url = server.ensure_started()
-            with running_broker(url) as bootstrap:
-                yield bootstrap, url
+            if appendfsync is not None:
+                redis.Redis.from_url(url).config_set("appendfsync", appendfsync)
+            port = free_port()
+            broker = start_broker(url, port)
+            try:
+                yield BrokerOnRedis(f"127.0.0.1:{port}", url, broker.pid, server.pid() or 0)
+            finally:
+                broker.terminate()
+                broker.wait(10)
         finally:
             server.stop()
+
+
+@contextlib.contextmanager
+def broker_on_embedded_redis() -> Iterator[tuple[str, str]]:
+    """A fresh redis-server in a temporary directory and a broker on it for the block;
+    yields (bootstrap, redis_url)."""
+    with embedded_broker() as running:
+        yield running.bootstrap, running.redis_url
+
+
+def durable_write_ms(redis_url: str, writes: int = 200) -> float:
+    """The median round trip of one small write (SET) on this Redis: under appendfsync
+    always Redis answers once it is fsynced, so this is the least any request that writes
+    waits before its answer (Redis' own cost, whatever the broker does)."""
+    client = redis.Redis.from_url(redis_url)
+    times = []
+    for i in range(writes):
+        started = time.perf_counter()
+        client.set("bench:durable-write", i)
+        times.append(time.perf_counter() - started)
+    client.delete("bench:durable-write")
+    return statistics.median(times) * 1000
 
 
 # librdkafka stops fetching for fetch.queue.backoff.ms (default 1000) whenever its prefetch
@@ -93,7 +140,8 @@ def produce(
 ) -> float:
     """Seconds a confluent-kafka producer (acks=1, linger 5 ms, big batches, not idempotent
     unless asked; updated with ``config``) takes to deliver ``n`` records of 100 bytes,
-    spread round-robin over ``partitions``."""
+    spread round-robin over ``partitions``. A record the broker refused fails it."""
+    failed: list[object] = []
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -102,6 +150,9 @@ def produce(
             "batch.size": 1_000_000,
             "queue.buffering.max.messages": 2_000_000,
             "enable.idempotence": idempotent,
+            # Only failures are reported: no Python call per record.
+            "delivery.report.only.error": True,
+            "on_delivery": lambda error, _: failed.append(error),
             **(config or {}),
         }
     )
@@ -115,6 +166,7 @@ def produce(
                 producer.poll(0.01)
     remaining = producer.flush(120)
     assert remaining == 0, f"{remaining} records not delivered"
+    assert not failed, f"{len(failed)} records refused, the first: {failed[0]}"
     return time.perf_counter() - started
 
 

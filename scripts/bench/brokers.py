@@ -15,7 +15,6 @@ figures say where the CPU goes.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from broker_process import free_port, produce, start_broker
 from confluent_kafka.admin import AdminClient, NewTopic
+from proc_cpu import cpu_seconds, self_cpu
 
 from kafkaesque.hot.embedded import EmbeddedRedis
 
@@ -30,22 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the tests' clust
 from tests.cluster_servers import ClusterServers
 
 PARTITIONS = 12
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process so far (/proc/PID/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def redis_cpu(pids: list[int]) -> float:
     return sum(cpu_seconds(pid) for pid in pids)
-
-
-def self_cpu() -> float:
-    times = os.times()
-    return times.user + times.system
 
 
 def leaders_spread(bootstrap: str, topic: str, brokers: int) -> None:
