@@ -8,14 +8,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from kafkaesque.cli.base import (
-    Context,
-    echo_table,
-    main,
-    pass_context,
-    pg_dsn_option,
-    run_async,
-)
+from kafkaesque.cli.base import Context, main, pass_context, pg_dsn_option, run_async
+from kafkaesque.cli.output import echo_table
 from kafkaesque.hot.outage import REDIS
 from kafkaesque.tables import plural
 

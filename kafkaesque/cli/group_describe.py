@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from kafkaesque.cli.group_view import CLASSIC, CONSUMER, GroupView, MemberView, by_topic
-from kafkaesque.cli.output import JSON, echo_document, echo_json, echo_rows
+from kafkaesque.cli.output import JSON, echo_document, echo_json, echo_table
 from kafkaesque.errors import KafkaesqueError
 from kafkaesque.groups.consumer import ConsumerGroupCoordinator
 from kafkaesque.groups.coordinator import GroupCoordinator, decode_consumer_assignment
@@ -178,7 +178,7 @@ def show(document: dict[str, Any], show_members: bool) -> None:
                     shown or None,
                 ]
             )
-        echo_rows("table", MEMBER_HEADERS, rows)
+        echo_table(MEMBER_HEADERS, rows)
         return
     rows = [[row[key] for key in row] for row in document["offsets"]]
     owning = {row["consumer_id"] for row in document["offsets"]}
@@ -197,7 +197,7 @@ def show(document: dict[str, Any], show_members: bool) -> None:
         for m in members
         if m["member_id"] not in owning and not m["assignment"]
     ]
-    echo_rows("table", OFFSET_HEADERS, rows)
+    echo_table(OFFSET_HEADERS, rows)
 
 
 def show_all(documents: list[dict[str, Any]], show_members: bool, output_format: str) -> None:

@@ -35,6 +35,12 @@ def echo_json(document: object) -> None:
     click.echo(json.dumps(document, indent=2, sort_keys=False, default=str))
 
 
+def echo_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """Print rows as columns under their headers (numbers right-aligned)."""
+    for line in format_table(headers, rows):
+        click.echo(line)
+
+
 def echo_rows(
     output_format: str,
     headers: Sequence[str],
@@ -47,8 +53,7 @@ def echo_rows(
     if output_format == JSON:
         echo_json(json_rows(headers, rows))
     elif rows or empty is None:
-        for line in format_table(headers, rows):
-            click.echo(line)
+        echo_table(headers, rows)
     else:
         click.echo(empty, err=True)
 
