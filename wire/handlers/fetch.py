@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Sequence
 from itertools import repeat
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
@@ -51,6 +51,41 @@ from wire.fetch.sessions import (
 )
 from wire.protocol.codec import NO_THROTTLE, Request, build
 from wire.protocol.fast_responses import FetchAnswer
+from wire.protocol.fetch_request import FetchBody, FetchPartition, FetchTopic
+
+if TYPE_CHECKING:
+    import kio.schema.fetch.v4.response
+    import kio.schema.fetch.v5.response
+    import kio.schema.fetch.v6.response
+    import kio.schema.fetch.v7.response
+    import kio.schema.fetch.v8.response
+    import kio.schema.fetch.v9.response
+    import kio.schema.fetch.v10.response
+    import kio.schema.fetch.v11.response
+    import kio.schema.fetch.v12.response
+    import kio.schema.fetch.v13.response
+    import kio.schema.fetch.v14.response
+    import kio.schema.fetch.v15.response
+    import kio.schema.fetch.v16.response
+    import kio.schema.fetch.v17.response
+
+    # The kio classes of the versions offered (wire/handlers/__init__.py).
+    FetchResponse: TypeAlias = (
+        kio.schema.fetch.v4.response.FetchResponse
+        | kio.schema.fetch.v5.response.FetchResponse
+        | kio.schema.fetch.v6.response.FetchResponse
+        | kio.schema.fetch.v7.response.FetchResponse
+        | kio.schema.fetch.v8.response.FetchResponse
+        | kio.schema.fetch.v9.response.FetchResponse
+        | kio.schema.fetch.v10.response.FetchResponse
+        | kio.schema.fetch.v11.response.FetchResponse
+        | kio.schema.fetch.v12.response.FetchResponse
+        | kio.schema.fetch.v13.response.FetchResponse
+        | kio.schema.fetch.v14.response.FetchResponse
+        | kio.schema.fetch.v15.response.FetchResponse
+        | kio.schema.fetch.v16.response.FetchResponse
+        | kio.schema.fetch.v17.response.FetchResponse
+    )
 
 log = logging.getLogger(__name__)
 
@@ -66,29 +101,29 @@ SMALL_FETCH = 8
 Wanted = tuple[str | None, uuid.UUID | None, CachedPartition]
 
 
-async def topic_name(broker: Broker, topic: Any, version: int) -> str | None:
+async def topic_name(broker: Broker, topic: FetchTopic, version: int) -> str | None:
     """The name of a requested topic; None for an unknown topic id."""
     if version < TOPIC_IDS_VERSION:
         return topic.topic
     return None if topic.topic_id is None else await broker.topic_ids.name(topic.topic_id.bytes)
 
 
-def asked(topic: Any, p: Any, version: int) -> CachedPartition:
+def asked(topic: FetchTopic, p: FetchPartition, version: int) -> CachedPartition:
     """A requested partition, as a session caches it."""
     return CachedPartition(
         topic.topic_id if version >= TOPIC_IDS_VERSION else topic.topic,
         p.partition,
         p.fetch_offset,
         p.partition_max_bytes,
-        getattr(p, "current_leader_epoch", -1),  # v9+
-        getattr(p, "last_fetched_epoch", -1),  # v12+
+        p.current_leader_epoch,  # v9+, else -1
+        p.last_fetched_epoch,  # v12+, else -1
     )
 
 
-async def fetch(broker: Broker, request: Request) -> Any:
+async def fetch(broker: Broker, request: Request[FetchBody]) -> FetchResponse | FetchAnswer:
     body, version = request.body, request.api_version
-    session_id = getattr(body, "session_id", INVALID_SESSION_ID)  # v7+
-    session_epoch = getattr(body, "session_epoch", FINAL_EPOCH)
+    # v7+; before, INVALID_SESSION_ID and FINAL_EPOCH: no session.
+    session_id, session_epoch = body.session_id, body.session_epoch
     sessions = broker.fetch_sessions
     if session_epoch in (INITIAL_EPOCH, FINAL_EPOCH):
         if session_id != INVALID_SESSION_ID and sessions.remove(session_id) is not None:
@@ -108,7 +143,9 @@ async def fetch(broker: Broker, request: Request) -> Any:
     return await incremental_fetch(broker, request, session)
 
 
-async def full_fetch(broker: Broker, request: Request, open_session: bool) -> Any:
+async def full_fetch(
+    broker: Broker, request: Request[FetchBody], open_session: bool
+) -> FetchResponse | FetchAnswer:
     """Every requested partition, answered; a new session of them if ``open_session``."""
     body, version = request.body, request.api_version
     names = [await topic_name(broker, t, version) for t in body.topics]
@@ -201,7 +238,9 @@ async def full_fetch(broker: Broker, request: Request, open_session: bool) -> An
     return answer(broker, request, session_id, grouped)
 
 
-async def incremental_fetch(broker: Broker, request: Request, session: FetchSession) -> Any:
+async def incremental_fetch(
+    broker: Broker, request: Request[FetchBody], session: FetchSession
+) -> FetchResponse | FetchAnswer:
     """Apply the request to the session, read all its partitions, answer the changed ones."""
     body, version = request.body, request.api_version
     sessions = broker.fetch_sessions
@@ -263,7 +302,10 @@ async def incremental_fetch(broker: Broker, request: Request, session: FetchSess
 
 
 async def read(
-    broker: Broker, request: Request, wanted: Sequence[Wanted], cache: ReadCache | None = None
+    broker: Broker,
+    request: Request[FetchBody],
+    wanted: Sequence[Wanted],
+    cache: ReadCache | None = None,
 ) -> list[Fetched]:
     """The outcome of each wanted partition, in order: one read of all that may be read,
     so that min_bytes and max_wait cover them all; ``cache``: a session's (see ReadCache)."""
@@ -289,7 +331,7 @@ async def read(
 
 async def read_topics(
     broker: Broker,
-    request: Request,
+    request: Request[FetchBody],
     asks: Sequence[tuple[str | None, uuid.UUID | None, Sequence[FetchRequest]]],
     cache: ReadCache | None = None,
 ) -> list[list[Fetched]]:
@@ -328,7 +370,9 @@ async def read_topics(
     return outcomes
 
 
-def refusal(request: Request, error: ErrorCode, session_id: int = INVALID_SESSION_ID) -> Any:
+def refusal(
+    request: Request[FetchBody], error: ErrorCode, session_id: int = INVALID_SESSION_ID
+) -> FetchResponse:
     """The answer to a fetch its session refuses: the error, no partitions."""
     return build(
         request.response_class,
