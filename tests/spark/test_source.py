@@ -6,12 +6,16 @@ One Redis database and one archive for the module; each test its own topics."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from pyspark.errors import StreamingQueryException
 
 from storage_pg.spark.source import register
 from tests.pg import PostgresServer
@@ -96,6 +100,9 @@ def test_ending_offsets_and_a_timestamp_filter(source: Any, live: LiveLog, tiere
         source(subscribe=tiered).load().where("offset >= 100 AND offset < 130").collect()
     )
     assert exact == [r for r in live.holds(tiered) if 100 <= r[2] < 130]
+    # pushed down: a partition filter plans that partition's range only
+    assert source(subscribe=tiered).load().where("partition = 1").rdd.getNumPartitions() == 1
+    assert source(subscribe=tiered).load().rdd.getNumPartitions() == 3
 
 
 @pytest.mark.parametrize(
@@ -127,3 +134,146 @@ def test_bad_input_is_one_clear_error_before_any_job(
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
     assert message in str(failure.value)
     assert list(spark.sparkContext.statusTracker().getJobIdsForGroup(group)) == []
+
+
+def stream_rows(
+    source: Any,
+    tmp_path: Path,
+    topic: str,
+    on_batch: Callable[[int, Any], list[Any]] | None = None,
+    **options: str,
+) -> tuple[list[Any], Any]:
+    """Run a Trigger.AvailableNow query over ``topic`` to its end; every row it read, and
+    the query. ``on_batch(batch id, DataFrame)`` (default: collect) gives a batch's rows."""
+    got: list[Any] = []
+
+    def each(df: Any, batch_id: int) -> None:
+        got.extend(df.collect() if on_batch is None else on_batch(batch_id, df))
+
+    query = (
+        source(stream=True, subscribe=topic, startingOffsets="earliest", **options)
+        .load()
+        .writeStream.foreachBatch(each)
+        .option("checkpointLocation", str(tmp_path / f"checkpoint-{uuid.uuid4().hex}"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with contextlib.suppress(StreamingQueryException):  # the test asks query.exception()
+        query.awaitTermination(120)
+    return got, query
+
+
+def test_available_now_stops_at_the_offsets_it_saw_at_start(
+    source: Any, live: LiveLog, tmp_path: Path
+) -> None:
+    live.create("avail", 3)
+    for p in range(3):
+        live.produce("avail", p, 30)
+    batches: list[int] = []
+
+    def each(batch_id: int, df: Any) -> list[Any]:
+        if not batches:  # appended after the query started: past its target
+            for p in range(3):
+                live.produce("avail", p, 30, first=30)
+        batches.append(batch_id)
+        return df.collect()
+
+    got, query = stream_rows(source, tmp_path, "avail", each, maxOffsetsPerTrigger="25")
+    assert query.exception() is None
+    assert len(batches) >= 4  # 90 offsets, at most 25 a batch
+    assert as_rows(got) == [r for r in live.holds("avail") if r[2] < 30]
+
+
+def test_aborted_records_never_appear_and_open_transactions_hold_the_stream(
+    source: Any, live: LiveLog, tmp_path: Path
+) -> None:
+    live.create("txn", 1)
+    live.produce("txn", 0, 10)  # 0..9
+    live.produce("txn", 0, 10, first=10, transaction=(7001, 0))  # 10..19, then aborted
+    live.end_transaction("txn", [0], 7001, commit=False)  # marker at 20
+    live.produce("txn", 0, 10, first=21)  # 21..30
+    live.produce("txn", 0, 5, first=31, transaction=(7002, 0))  # 31..35: open
+    live.produce("txn", 0, 4, first=36)  # 36..39: behind the open transaction
+    read = as_rows(source(subscribe="txn").load().collect())
+    offsets = [r[2] for r in read]
+    assert offsets == list(range(10)) + list(range(21, 31))  # no aborted, held at 31
+    streamed, _ = stream_rows(source, tmp_path, "txn")
+    assert as_rows(streamed) == read
+    live.end_transaction("txn", [0], 7002, commit=True)  # marker at 40
+    after = [r[2] for r in as_rows(source(subscribe="txn").load().collect())]
+    assert after == offsets + list(range(31, 40))
+    uncommitted = source(subscribe="txn", **{"kafka.isolation.level": "read_uncommitted"})
+    assert [r[2] for r in as_rows(uncommitted.load().collect())] == list(range(20)) + list(
+        range(21, 40)
+    )
+
+
+@pytest.fixture
+def lossy(tmp_path: Path, pg_server: PostgresServer) -> Iterator[LiveLog]:
+    """A log of its own (a Redis to flush): topic "lossy", 1 partition, offsets
+    0..HALF-1 archived, HALF..2*HALF-1 only in Redis."""
+    server = RedisServer(tmp_path / "redis")
+    try:
+        with pg_server.database() as dsn:
+            log = LiveLog(server.url, dsn)
+            log.create("lossy", 1, page_size=20, max_pages=1)
+            log.produce("lossy", 0, HALF)
+            log.archive()
+            log.produce("lossy", 0, HALF, first=HALF)
+            yield log
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_redis_flushed_under_a_running_query(
+    spark: Any, lossy: LiveLog, tmp_path: Path, fail: bool
+) -> None:
+    register(spark)
+    archived = lossy.tiers("lossy", 0)[1]
+
+    def flush_then_read(batch_id: int, df: Any) -> list[Any]:
+        redis.Redis.from_url(lossy.redis_url).flushall()  # planned, not read yet
+        return df.collect()
+
+    def reader(stream: bool = True, **options: str) -> Any:
+        return spark.readStream.format("kafkaesque").options(
+            redisUrl=lossy.redis_url, pgDsn=lossy.dsn, **options
+        )
+
+    got, query = stream_rows(
+        reader, tmp_path, "lossy", flush_then_read, failOnDataLoss=str(fail).lower()
+    )
+    if fail:
+        error = str(query.exception())
+        assert f"data loss: lossy[0] offsets {archived}..{2 * HALF - 1}" in error
+    else:
+        assert query.exception() is None
+        assert sorted(r["offset"] for r in got) == list(range(archived))
+
+
+def test_a_streaming_write_is_read_back_exactly(
+    spark: Any, source: Any, live: LiveLog, tiered: str, tmp_path: Path
+) -> None:
+    live.create("copy", 3)
+    query = (
+        source(stream=True, subscribe=tiered, startingOffsets="earliest")
+        .load()
+        .selectExpr("key", "value", "partition")
+        .writeStream.format("kafkaesque")
+        .options(redisUrl=live.redis_url, topic="copy")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+    copied = [(r[1], r[3], r[4]) for r in live.holds("copy")]
+    assert copied == [(r[1], r[3], r[4]) for r in live.holds(tiered)]
+    # a batch write: a topic column, string values, no key: spread over the partitions
+    rows = [("copy", f"batch-{i}") for i in range(30)]
+    frame = spark.createDataFrame(rows, "topic string, value string")
+    frame.write.format("kafkaesque").mode("append").options(redisUrl=live.redis_url).save()
+    added = [r for r in live.holds("copy") if r[4].startswith(b"batch-")]
+    assert sorted(r[4] for r in added) == sorted(v.encode() for _, v in rows)
+    assert {r[1] for r in added} == {0, 1, 2}

@@ -61,7 +61,7 @@ class KafkaesqueSource(DataSource):
         # made (load()), so a wrong option fails there, before any plan or job.
         # (A write asks for no schema; a reader's options that are not a writer's are
         # checked, and so is any unknown one.)
-        if any(str(k).lower() not in WRITE_OPTIONS for k in self.options):
+        if any(str(k).lower() not in (*WRITE_OPTIONS, "path") for k in self.options):
             read_options(self.options, streaming=False)
         include_headers = str(self.options.get("includeHeaders", "false")).lower() == "true"
         return schema_ddl(include_headers)

@@ -51,6 +51,9 @@ WRITE_OPTIONS = {
 }
 
 
+_SPARK_OWN = ("path", "checkpointlocation")
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     """What a read or a write needs, resolved: plain values only (pickled to executors)."""
@@ -163,7 +166,8 @@ def check_offsets(
 
 def _known(options: Mapping[str, str], known: Mapping[str, str]) -> dict[str, str]:
     given = {str(k).lower(): str(v) for k, v in options.items() if v is not None}
-    given.pop("path", None)  # load(path) sets it; the source has none
+    for spark_own in _SPARK_OWN:  # Spark's, not the source's (load(path), a checkpoint)
+        given.pop(spark_own, None)
     for name in given:
         if name not in known:
             raise SourceError(f"unknown option {name!r}; the options are: {', '.join(known)}")

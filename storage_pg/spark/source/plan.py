@@ -159,7 +159,7 @@ def ranges(
             None if start_epochs is None else start_epochs.get(tp),
         )
         for tp in sorted(ends)
-        if tp in starts and ends[tp] > starts[tp]
+        if tp in now and tp in starts and ends[tp] > starts[tp]
     ]
     if not min_partitions or len(planned) >= min_partitions:
         return planned
