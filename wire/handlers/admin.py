@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
@@ -73,6 +73,14 @@ if TYPE_CHECKING:
         | kio.schema.create_topics.v6.request.CreateTopicsRequest
         | kio.schema.create_topics.v7.request.CreateTopicsRequest
     )
+    CreatableTopic: TypeAlias = (
+        kio.schema.create_topics.v2.request.CreatableTopic
+        | kio.schema.create_topics.v3.request.CreatableTopic
+        | kio.schema.create_topics.v4.request.CreatableTopic
+        | kio.schema.create_topics.v5.request.CreatableTopic
+        | kio.schema.create_topics.v6.request.CreatableTopic
+        | kio.schema.create_topics.v7.request.CreatableTopic
+    )
     CreateTopicsResponse: TypeAlias = (
         kio.schema.create_topics.v2.response.CreateTopicsResponse
         | kio.schema.create_topics.v3.response.CreateTopicsResponse
@@ -129,10 +137,10 @@ def check_existing_topic_name(name: str) -> None:
         ) from None
 
 
-def config_from_request(broker: Broker, topic: Any) -> TopicConfig:
+def config_from_request(broker: Broker, topic: CreatableTopic) -> TopicConfig:
     """A TopicConfig from a CreateTopics entry (Kafka's topic configs, checked); raises
     KafkaesqueError for bad input."""
-    partitions = topic.num_partitions
+    partitions: int = topic.num_partitions
     if topic.assignments:
         if partitions not in (-1, len(topic.assignments)):
             raise InvalidConfig("num_partitions and the replica assignment disagree")

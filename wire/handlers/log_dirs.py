@@ -13,7 +13,7 @@ as Kafka leaves out partitions it has no log for.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from kio.schema.errors import ErrorCode
@@ -52,6 +52,12 @@ if TYPE_CHECKING:
         | kio.schema.describe_log_dirs.v3.request.DescribeLogDirsRequest
         | kio.schema.describe_log_dirs.v4.request.DescribeLogDirsRequest
     )
+    DescribableLogDirTopic: TypeAlias = (
+        kio.schema.describe_log_dirs.v1.request.DescribableLogDirTopic
+        | kio.schema.describe_log_dirs.v2.request.DescribableLogDirTopic
+        | kio.schema.describe_log_dirs.v3.request.DescribableLogDirTopic
+        | kio.schema.describe_log_dirs.v4.request.DescribableLogDirTopic
+    )
     DescribeLogDirsResponse: TypeAlias = (
         kio.schema.describe_log_dirs.v1.response.DescribeLogDirsResponse
         | kio.schema.describe_log_dirs.v2.response.DescribeLogDirsResponse
@@ -66,7 +72,9 @@ UNKNOWN = -1  # Kafka's total/usable bytes when not known
 Sizes = dict[str, dict[int, int]]
 
 
-async def _partitions(broker: Broker, topics: Any) -> dict[str, list[int]]:
+async def _partitions(
+    broker: Broker, topics: Sequence[DescribableLogDirTopic] | None
+) -> dict[str, list[int]]:
     """topic -> the partitions asked about that exist (all of every topic for null)."""
     wanted = (
         [(name, None) for name in await broker.log.list_topics()]

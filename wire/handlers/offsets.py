@@ -78,6 +78,16 @@ if TYPE_CHECKING:
         | kio.schema.offset_for_leader_epoch.v3.request.OffsetForLeaderEpochRequest
         | kio.schema.offset_for_leader_epoch.v4.request.OffsetForLeaderEpochRequest
     )
+    OffsetForLeaderPartition: TypeAlias = (
+        kio.schema.offset_for_leader_epoch.v2.request.OffsetForLeaderPartition
+        | kio.schema.offset_for_leader_epoch.v3.request.OffsetForLeaderPartition
+        | kio.schema.offset_for_leader_epoch.v4.request.OffsetForLeaderPartition
+    )
+    EpochEndOffset: TypeAlias = (
+        kio.schema.offset_for_leader_epoch.v2.response.EpochEndOffset
+        | kio.schema.offset_for_leader_epoch.v3.response.EpochEndOffset
+        | kio.schema.offset_for_leader_epoch.v4.response.EpochEndOffset
+    )
     OffsetForLeaderEpochResponse: TypeAlias = (
         kio.schema.offset_for_leader_epoch.v2.response.OffsetForLeaderEpochResponse
         | kio.schema.offset_for_leader_epoch.v3.response.OffsetForLeaderEpochResponse
@@ -156,7 +166,7 @@ async def offset_for_leader_epoch(
     topic_class = schema_class(schema, "OffsetForLeaderTopicResult")
     partition_class = schema_class(schema, "EpochEndOffset")
 
-    async def partition(topic: str, p: Any) -> Any:
+    async def partition(topic: str, p: OffsetForLeaderPartition) -> EpochEndOffset:
         error: KafkaesqueError | None = None
         epoch, end = -1, -1
         try:
