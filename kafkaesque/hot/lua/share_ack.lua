@@ -35,46 +35,60 @@ for i = 6, #ARGV, 3 do
     return {INVALID_REQUEST, string.format(
       'offsets %d-%d are past the acquired records (end %d)', first, last, sp.speo)}
   end
-  for offset = math.max(first, sp.spso), last do
-    local value = redis.call('HGET', records_key, field(offset))
-    local state, _, _, owner = 'done', 0, 0, ''
-    if value then state, _, _, owner = parse(value) end
+  local from = math.max(first, sp.spso)
+  local values = read_range(records_key, from, last)
+  local delivered = {}
+  for offset = from, last do
+    local value = values[offset]
+    local state, times, _, owner = 'done', 0, 0, ''
+    if value then state, times, _, owner = parse(value) end
     if state ~= 'q' then
       return {INVALID_RECORD_STATE, string.format('offset %d is not acquired', offset)}
     end
     if owner ~= member then
       return {INVALID_RECORD_STATE, string.format('offset %d is acquired by another member', offset)}
     end
+    delivered[offset] = times
   end
-  batches[#batches + 1] = {first, last, types}
+  batches[#batches + 1] = {first, from, last, types, delivered}
 end
 
-local released = 0
+local released, done, changed = 0, {}, {}
 local deadline = now + lock_ms
+local totals = {0, 0, 0, 0, 0}  -- by type + 1: gap, accepted, released, rejected, renewed
 for _, batch in ipairs(batches) do
-  local first, last, types = batch[1], batch[2], batch[3]
+  local first, from, last, types, delivered = batch[1], batch[2], batch[3], batch[4], batch[5]
   local renewed = false
-  for offset = math.max(first, sp.spso), last do
+  for offset = from, last do
     local t = types[1]
     if #types > 1 then t = types[offset - first + 1] end
-    local _, delivered = parse(redis.call('HGET', records_key, field(offset)))
-    if t == 2 then
-      release(sp, records_key, offset, delivered, max_delivery)
-      count(sp, 'released', 1)
-      released = released + 1
-    elseif t == 4 then
-      redis.call('HSET', records_key, field(offset), acquired_value(delivered, deadline, member))
+    local times = delivered[offset]
+    totals[t + 1] = totals[t + 1] + 1
+    if t == 4 then
+      changed[#changed + 1] = field(offset)
+      changed[#changed + 1] = acquired_value(times, deadline, member)
       renewed = true
+    elseif t == 2 and times < max_delivery then
+      changed[#changed + 1] = field(offset)
+      changed[#changed + 1] = 'a' .. times
+      sp.acq, sp.avail = sp.acq - 1, sp.avail + 1
+      released = released + 1
     else
-      redis.call('HDEL', records_key, field(offset))
+      -- Accepted, rejected, a gap, or released at the delivery limit: done.
+      done[#done + 1] = field(offset)
       sp.acq = sp.acq - 1
-      if t == 1 then count(sp, 'accepted', 1) else count(sp, 'rejected', 1) end
+      if t == 2 then count(sp, 'archived', 1) end
     end
   end
   if renewed then
-    redis.call('ZADD', locks_key, deadline, string.format('%d-%d', first, last))
+    redis.call('ZADD', locks_key, deadline, string.format('%d-%d', from, last))
   end
 end
+write_many(records_key, changed)
+delete_many(records_key, done)
+count(sp, 'accepted', totals[2])
+count(sp, 'released', totals[3])
+count(sp, 'rejected', totals[4] + totals[1])
 advance(sp, records_key)
 save(state_key, sp)
 return {0, released}

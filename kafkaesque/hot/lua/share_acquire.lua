@@ -13,7 +13,7 @@ local deadline = now + lock_ms
 
 local sp = load(state_key)
 if not sp then return {} end  -- prepared, then deleted (DeleteShareGroupOffsets)
-local runs, acquired = {}, 0
+local runs, acquired, writes, archived = {}, 0, {}, {}
 
 local function take(offset, delivered)
   local n = #runs
@@ -22,7 +22,8 @@ local function take(offset, delivered)
   else
     runs[n + 1], runs[n + 2], runs[n + 3] = offset, offset, delivered
   end
-  redis.call('HSET', records_key, field(offset), acquired_value(delivered, deadline, member))
+  writes[#writes + 1] = field(offset)
+  writes[#writes + 1] = acquired_value(delivered, deadline, member)
   sp.acq = sp.acq + 1
   acquired = acquired + 1
   if delivered > 1 then count(sp, 'redelivered', 1) end
@@ -32,31 +33,40 @@ local full = false
 for i = 7, #ARGV, 3 do
   if acquired >= max_records or full then break end
   local first, last, kind = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), ARGV[i + 2] == '1'
-  for offset = math.max(first, sp.spso), last do
-    if offset < sp.speo then
-      local value = redis.call('HGET', records_key, field(offset))
+  local from = math.max(first, sp.spso)
+  -- In-flight offsets: only AVAILABLE ones are taken (one HMGET for them all).
+  if from < sp.speo then
+    local to = math.min(last, sp.speo - 1)
+    local values = read_range(records_key, from, to)
+    for offset = from, to do
+      local value = values[offset]
       if value and string.sub(value, 1, 1) == 'a' then
         sp.avail = sp.avail - 1
         if kind then
           take(offset, tonumber(string.sub(value, 2)) + 1)
         else
-          redis.call('HDEL', records_key, field(offset))
+          archived[#archived + 1] = field(offset)
           count(sp, 'archived', 1)
         end
       end
-    else
-      if offset > sp.speo and sp.spso == sp.speo then
-        sp.spso = offset  -- the log skips offsets (compaction): nothing in flight between
-      end
-      if offset - sp.spso >= max_locks then
-        full = true
-        break
-      end
-      if kind then take(offset, 1) end
-      sp.speo = offset + 1
     end
+    from = to + 1
+  end
+  -- New offsets past the end.
+  for offset = from, last do
+    if offset > sp.speo and sp.spso == sp.speo then
+      sp.spso = offset  -- the log skips offsets (compaction): nothing in flight between
+    end
+    if offset - sp.spso >= max_locks then
+      full = true
+      break
+    end
+    if kind then take(offset, 1) end
+    sp.speo = offset + 1
   end
 end
+write_many(records_key, writes)
+delete_many(records_key, archived)
 -- Runs end at batch boundaries here and there: one lock entry per run.
 for i = 1, #runs, 3 do
   redis.call('ZADD', locks_key, deadline, string.format('%d-%d', runs[i], runs[i + 1]))

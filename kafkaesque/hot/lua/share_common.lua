@@ -27,12 +27,17 @@ local function acquired_value(count, deadline, member)
   return 'q' .. count .. ' ' .. string.format('%d', deadline) .. ' ' .. member
 end
 
--- The share-partition's numbers, read once per script and written back by save().
+-- The share-partition's numbers, read once per script (one HMGET) and written back by
+-- save() (one HSET).
+local TOTALS = {'accepted', 'released', 'rejected', 'archived', 'redelivered', 'expired'}
+
 local function load(state_key)
-  local v = redis.call('HMGET', state_key, 'spso', 'speo', 'avail', 'acq')
+  local v = redis.call('HMGET', state_key, 'spso', 'speo', 'avail', 'acq', unpack(TOTALS))
   if not v[1] then return nil end
-  return {spso = tonumber(v[1]), speo = tonumber(v[2]), avail = tonumber(v[3] or 0),
-          acq = tonumber(v[4] or 0), totals = {}}
+  local sp = {spso = tonumber(v[1]), speo = tonumber(v[2]), avail = tonumber(v[3] or 0),
+              acq = tonumber(v[4] or 0), totals = {}}
+  for i, name in ipairs(TOTALS) do sp.totals[name] = tonumber(v[4 + i] or 0) end
+  return sp
 end
 
 local function count(sp, name, n) sp.totals[name] = (sp.totals[name] or 0) + n end
@@ -50,21 +55,68 @@ local function release(sp, records_key, offset, delivered, max_delivery)
   end
 end
 
--- The start moves over done offsets (no field) up to the first record still in flight.
+-- Many fields per command, in chunks (Lua's unpack has a limit): one command per chunk
+-- costs far less than one per record.
+local CHUNK = 1000
+
+-- The stored values of offsets first..last: a table offset -> value, false if absent.
+local function read_range(records_key, first, last)
+  local out = {}
+  local from = first
+  while from <= last do
+    local to = math.min(last, from + CHUNK - 1)
+    local fields = {}
+    for offset = from, to do fields[#fields + 1] = field(offset) end
+    local values = redis.call('HMGET', records_key, unpack(fields))
+    for i = 1, #fields do out[from + i - 1] = values[i] end
+    from = to + 1
+  end
+  return out
+end
+
+-- HSET of a flat list {field, value, ...}, HDEL of a list of fields, chunked.
+local function write_many(records_key, pairs_list)
+  for i = 1, #pairs_list, 2 * CHUNK do
+    redis.call('HSET', records_key, unpack(pairs_list, i, math.min(#pairs_list, i + 2 * CHUNK - 1)))
+  end
+end
+
+local function delete_many(records_key, fields)
+  for i = 1, #fields, CHUNK do
+    redis.call('HDEL', records_key, unpack(fields, i, math.min(#fields, i + CHUNK - 1)))
+  end
+end
+
+-- The start moves over done offsets (no field) up to the first record still in flight,
+-- looking at a growing run of offsets per command.
 local function advance(sp, records_key)
   if redis.call('HLEN', records_key) == 0 then
     sp.spso = sp.speo
     return
   end
-  while sp.spso < sp.speo and redis.call('HEXISTS', records_key, field(sp.spso)) == 0 do
-    sp.spso = sp.spso + 1
+  local step = 8
+  while sp.spso < sp.speo do
+    local to = math.min(sp.speo - 1, sp.spso + step - 1)
+    local values = read_range(records_key, sp.spso, to)
+    for offset = sp.spso, to do
+      if values[offset] then
+        sp.spso = offset
+        return
+      end
+    end
+    sp.spso = to + 1
+    step = math.min(step * 4, CHUNK)
   end
 end
 
 local function save(state_key, sp)
-  redis.call('HSET', state_key, 'spso', field(sp.spso), 'speo', field(sp.speo),
-    'avail', sp.avail, 'acq', sp.acq)
-  for name, n in pairs(sp.totals) do redis.call('HINCRBY', state_key, name, n) end
+  local values = {'spso', field(sp.spso), 'speo', field(sp.speo), 'avail', sp.avail,
+                  'acq', sp.acq}
+  for _, name in ipairs(TOTALS) do
+    values[#values + 1] = name
+    values[#values + 1] = field(sp.totals[name] or 0)
+  end
+  redis.call('HSET', state_key, unpack(values))
 end
 
 -- Release every record whose acquisition lock expired by `now`.
