@@ -13,14 +13,18 @@ something, acks=all says at start-up what it cannot promise instead of pretendin
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisError, ResponseError
 
 from kafkaesque.errors import NotDurable
+from kafkaesque.hot.pipelined import WRITTEN, PipelinedConnection
+from kafkaesque.hot.scripts import Script, shared_failure
 
 log = logging.getLogger(__name__)
 
@@ -44,20 +48,130 @@ class Durability:
         reply, not pipelined with it: a WAITAOF that arrives with the write under
         appendfsync everysec waits for the next cron tick (100 ms), one sent after it
         gets an fsync at once (measured: 0.5 ms)."""
+        await self.wait_with(connection.execute_command, timeout_ms)
+
+    async def wait_with(
+        self, execute: Callable[..., Awaitable[Any]], timeout_ms: int = DEFAULT_TIMEOUT_MS
+    ) -> None:
+        """``wait``, its commands sent by ``execute`` (a connection's command call)."""
         timeout = max(1, timeout_ms)  # 0 would mean "wait forever"
         try:
             if self.fsync:
-                local, _ = await connection.execute_command("WAITAOF", 1, 0, timeout)
+                local, _ = await execute("WAITAOF", 1, 0, timeout)
                 if int(local) < 1:
                     raise NotDurable("the append was not fsynced to Redis' AOF in time")
             if self.replicas:
-                acknowledged = int(await connection.execute_command("WAIT", self.replicas, timeout))
+                acknowledged = int(await execute("WAIT", self.replicas, timeout))
                 if acknowledged < self.replicas:
                     raise NotDurable(
                         f"{acknowledged} of {self.replicas} Redis replicas have the append"
                     )
         except ResponseError as exc:  # e.g. AOF switched off since start-up
             raise NotDurable(f"cannot wait for the append to be durable: {exc}") from None
+
+
+class DurableAppends:
+    """acks=all's appends on one Redis, with one wait (WAITAOF, WAIT) for every append
+    whose reply came before it, instead of one per append on a pooled connection.
+
+    The appends go through their own pipelined connection (``connection``: the waits
+    cover only its writes, and block it while they run). A wait is sent only once every
+    append written before it has been answered: a WAITAOF that Redis reads together with
+    a write waits for the next cron tick (100 ms, ``Durability.wait``). So while a wait is
+    due, new appends are held back until it is written; written after it, they run once it
+    returns and the next wait covers them. Each caller waits for the first wait sent after
+    its own append's reply, up to its own timeout."""
+
+    def __init__(self, connection: PipelinedConnection, append: Script) -> None:
+        self.connection = connection
+        self.append_script = append
+        self.in_flight = 0  # appends written, not yet answered
+        self.due: asyncio.Future[None] | None = None  # the next wait's outcome
+        self.due_timeout_ms = 0  # the longest timeout of its callers
+        self.due_durability: Durability | None = None
+        self.waiting = False  # a wait is in flight
+        self.gate: asyncio.Future[None] | None = None  # appends hold while set
+
+    async def append(
+        self, durability: Durability, timeout_ms: int, keys: list[Any], args: list[Any]
+    ) -> Any:
+        """The append script's reply, once a wait sent after it was met; NotDurable when
+        one was not, or not within ``timeout_ms`` (the append stays)."""
+        while self.gate is not None:
+            await asyncio.shield(self.gate)
+        self.in_flight += 1
+        try:
+            reply = await self.append_script.call_on(self.connection, keys, args)
+        finally:
+            self.in_flight -= 1
+            self._maybe_send()
+        if self.due is None:
+            self.due = asyncio.get_running_loop().create_future()
+            self.due.add_done_callback(_retrieved)  # a caller may have timed out
+        self.due_timeout_ms = max(self.due_timeout_ms, timeout_ms)
+        # One server, one promise: the durability is the broker's, the same for all.
+        self.due_durability = durability
+        due = self.due
+        self._maybe_send()
+        try:
+            # The wait's own commands time out first, saying why (each one up to the
+            # timeout, as they did one append at a time); this bounds a wait that was
+            # sent for a caller with a longer timeout.
+            async with asyncio.timeout(2 * max(1, timeout_ms) / 1000):
+                await asyncio.shield(due)
+        except TimeoutError:
+            raise NotDurable("the append was not durable in time") from None
+        return reply
+
+    def _maybe_send(self) -> None:
+        """Send the due wait once nothing is in flight before it; hold new appends back
+        meanwhile."""
+        if self.due is None or self.waiting:
+            return
+        if self.gate is None:
+            self.gate = asyncio.get_running_loop().create_future()
+        if self.in_flight:
+            return  # the last reply calls again
+        due, self.due = self.due, None
+        durability, timeout_ms = self.due_durability, self.due_timeout_ms
+        self.due_timeout_ms = 0
+        assert durability is not None
+        self.waiting = True
+        asyncio.get_running_loop().create_task(self._wait(due, durability, timeout_ms))
+
+    async def _wait(self, due: asyncio.Future[None], durability: Durability, ms: int) -> None:
+        WRITTEN.set(self._open_gate)  # this task's context only: the wait is written
+        try:
+            await durability.wait_with(self._execute, ms)
+        except Exception as exc:  # every caller of this wait is told
+            if not due.done():
+                due.set_exception(exc)
+        else:
+            if not due.done():
+                due.set_result(None)
+        finally:
+            self.waiting = False
+            self._open_gate()
+            self._maybe_send()
+
+    async def _execute(self, *args: Any) -> Any:
+        try:
+            return await self.connection.execute(*args, ordered=True)
+        except RedisError as exc:
+            error = shared_failure(exc)
+            if isinstance(error, ResponseError):
+                raise error from None
+            raise error from exc
+
+    def _open_gate(self) -> None:
+        gate, self.gate = self.gate, None
+        if gate is not None and not gate.done():
+            gate.set_result(None)
+
+
+def _retrieved(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()  # retrieved: no warning when its callers timed out
 
 
 async def probe(redis: Redis, min_insync_replicas: int = 1) -> tuple[Durability, str]:

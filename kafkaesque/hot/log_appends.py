@@ -6,7 +6,7 @@ import functools
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from redis.exceptions import AskError
 
@@ -18,13 +18,15 @@ from kafkaesque.errors import (
     UnknownProducerId,
     UnknownTopic,
 )
-from kafkaesque.hot.durability import DEFAULT_TIMEOUT_MS, Durability
+from kafkaesque.hot.durability import DEFAULT_TIMEOUT_MS, Durability, DurableAppends
 from kafkaesque.hot.keys import is_cluster, serving
 from kafkaesque.hot.log_catalog import Catalog
 from kafkaesque.hot.log_context import LogContext, LogPart
 from kafkaesque.hot.log_types import LogAppended
+from kafkaesque.hot.scripts import source
 from kafkaesque.hot.sequence import clock
 from kafkaesque.hot.slots import slot_of
+from kafkaesque.hot.tier import HotTier
 from kafkaesque.records.batch import offset_count, producer_fields, with_base_offset
 
 
@@ -39,6 +41,7 @@ class Appends(LogPart):
         self.guesses = OffsetGuesses()
         self._call = catalog.call
         self._ensure_recovered = catalog.ensure_recovered
+        self._durable: DurableAppends | None = None
 
     async def append(
         self,
@@ -84,6 +87,15 @@ class Appends(LogPart):
             p = self.keys.partition(topic, partition)
             await self.scripts.hw_raise(keys=[p.meta], args=[end, self.keys.appended(topic)])
         return appended
+
+    def _durable_appends(self) -> DurableAppends | None:
+        """acks=all's shared connection and its waits (made on first use), on one Redis
+        whose client pipelines scripts; None elsewhere."""
+        if self._durable is None and not self.cluster and self.scripts.shared is not None:
+            connection = cast("HotTier", self.redis).durable_pipelined()
+            connection.preload(source("append"))  # no NOSCRIPT retry out of order
+            self._durable = DurableAppends(connection, self.scripts.append)
+        return self._durable
 
     def _appended(
         self, topic: str, partition: int, batches: Sequence[bytes], guess: Guess | None, reply: Any
@@ -203,8 +215,13 @@ class Appends(LogPart):
         self, durability: Durability, timeout_ms: int, keys: list[str], args: list[Any]
     ) -> Any:
         """The append script, then the waits on the same connection: WAITAOF and WAIT
-        only cover the writes of their own connection. On a cluster, a connection to the
-        node serving the partition (its slot map read again once if the slot moved)."""
+        only cover the writes of their own connection. On one Redis, the connection
+        acks=all's appends share, one wait for all those answered before it
+        (DurableAppends); on a cluster, a connection to the node serving the partition
+        (its slot map read again once if the slot moved)."""
+        durable = self._durable_appends()
+        if durable is not None:
+            return await durable.append(durability, timeout_ms, keys, args)
         moved = False
         while True:
             server = await serving(self.redis, keys[0])

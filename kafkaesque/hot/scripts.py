@@ -139,8 +139,16 @@ class Script:
             return pack(("EVALSHA", sha, len(keys), *keys, *args))
         return heads.command(("EVALSHA", sha, len(keys), *keys, *args[:fixed]), args[fixed:])
 
-    async def _shared_call(self, keys: list[Any], args: list[Any]) -> Any:
-        shared = self._shared
+    async def call_on(
+        self, connection: PipelinedConnection, keys: list[Any], args: list[Any]
+    ) -> Any:
+        """A call on another pipelined connection than the client's shared one."""
+        return await self._shared_call(keys, args, connection)
+
+    async def _shared_call(
+        self, keys: list[Any], args: list[Any], shared: PipelinedConnection | None = None
+    ) -> Any:
+        shared = shared or self._shared
         assert shared is not None
         script = self._script
         try:

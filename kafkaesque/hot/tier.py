@@ -67,15 +67,25 @@ class HotTier(Redis):
         @classmethod
         def from_pool(cls, connection_pool: ConnectionPool) -> Self: ...
 
+    _durable: PipelinedConnection | None = None
+
     def pipelined(self) -> PipelinedConnection:
         """The connection script calls share (made on first use)."""
         if self._pipelined is None:
             self._pipelined = PipelinedConnection(self)
         return self._pipelined
 
+    def durable_pipelined(self) -> PipelinedConnection:
+        """A second shared connection, for acks=all's appends and their WAITAOF, which
+        block it (kafkaesque/hot/durability.py ``DurableAppends``)."""
+        if self._durable is None:
+            self._durable = PipelinedConnection(self)
+        return self._durable
+
     async def aclose(self, close_connection_pool: bool | None = None) -> None:
-        if self._pipelined is not None:
-            await self._pipelined.aclose()
+        for connection in (self._pipelined, self._durable):
+            if connection is not None:
+                await connection.aclose()
         await super().aclose(close_connection_pool)
 
     async def execute_command(self, *args: Any, **options: Any) -> Any:
