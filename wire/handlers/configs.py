@@ -303,7 +303,7 @@ async def describe_configs(
     result_class = schema_class(schema, "DescribeConfigsResult")
     entry_class = schema_class(schema, "DescribeConfigsResourceResult")
     synonym_class = schema_class(schema, "DescribeConfigsSynonym")
-    synonyms_wanted = getattr(request.body, "include_synonyms", False)
+    synonyms_wanted = request.body.include_synonyms  # v1+: every version offered
     docs_wanted = getattr(request.body, "include_documentation", False)
     results = []
     for resource in request.body.resources:
