@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib.resources import files
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 from redis.asyncio import Redis
 
@@ -24,10 +24,8 @@ from kafkaesque.hot.group_offsets import save_group
 from kafkaesque.hot.group_store import GroupRecords
 from kafkaesque.hot.keys import Keys
 from kafkaesque.hot.scripts import Script
+from kafkaesque.hot.tier import HotTier
 from kafkaesque.types import TopicPartition
-
-if TYPE_CHECKING:
-    from kafkaesque.hot.log import Log
 
 # The running totals a share-partition's state hash keeps (share_common.lua).
 TOTALS = ("accepted", "released", "rejected", "archived", "redelivered", "expired")
@@ -95,8 +93,12 @@ class ShareStore(GroupRecords):
     """Share groups (``ks:group:{G}:share``) and their share-partitions; the lock,
     heartbeats and configs are the group id's (``GroupRecords``)."""
 
-    def __init__(self, redis: Redis, keys: Keys, shared: Any = None) -> None:
+    def __init__(self, redis: Redis, keys: Keys) -> None:
         super().__init__(redis, keys)
+        # Calls go through the client's shared pipelined connection where it has one, as
+        # the log's scripts do (kafkaesque/hot/scripts.py).
+        pipelines = getattr(redis, "PIPELINES_SCRIPTS", False)
+        shared = cast("HotTier", redis).pipelined() if pipelines else None
         for name in ("share_prepare", "share_acquire", "share_ack", "share_release"):
             setattr(self, name, Script(redis.register_script(_source(name)), shared))
 
@@ -104,10 +106,6 @@ class ShareStore(GroupRecords):
     share_acquire: Script
     share_ack: Script
     share_release: Script
-
-    @classmethod
-    def of(cls, log: Log) -> ShareStore:
-        return cls(log.redis, log.keys, log.scripts.shared)
 
     # -- the group ----------------------------------------------------------------------
     async def load(self, group_id: str) -> ShareGroup | None:
@@ -200,10 +198,9 @@ class ShareStore(GroupRecords):
     ) -> Prepared:
         """share_prepare.lua: the share-partition made if new (at ``init``), expired locks
         released, and where to read next."""
-        keys = self._keys(group_id, *tp)
-        await self.redis.sadd(self.keys.group(group_id, ":sp"), _member(*tp))
+        keys = [*self._keys(group_id, *tp), self.keys.group(group_id, ":sp")]
         reply = await self.share_prepare(
-            keys, [now_ms, max_delivery, max_locks, init, log_start, log_end]
+            keys, [now_ms, max_delivery, max_locks, init, log_start, log_end, _member(*tp)]
         )
         return Prepared(*(int(v) for v in reply))
 

@@ -3,8 +3,9 @@
 -- offsets the log no longer has, release the records whose locks expired, and find
 -- where to read: the first AVAILABLE record, else the end (-1: nothing may be acquired,
 -- group.share.partition.max.record.locks are in flight).
--- KEYS: state, records, locks (share_common.lua). ARGV: now, max delivery count,
--- max record locks, init offset (-1: the caller does not know it yet), log start, log end.
+-- KEYS: state, records, locks (share_common.lua), the group's set of share-partitions.
+-- ARGV: now, max delivery count, max record locks, init offset (-1: the caller does not
+-- know it yet), log start, log end, the share-partition's member of that set.
 -- Returns {spso, speo, next fetch offset, earliest lock deadline or -1, acquired}; all -1
 -- for a share-partition without state when no init offset was given.
 local now, max_delivery, max_locks = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -15,6 +16,7 @@ local sp = load(state_key)
 if not sp then
   if init < 0 then return {-1, -1, -1, -1, -1} end
   sp = {spso = init, speo = init, avail = 0, acq = 0, totals = {}}
+  redis.call('SADD', KEYS[4], ARGV[7])
 end
 if sp.spso < log_start then
   -- Retention or DeleteRecords took these records: nobody can have them any more.
