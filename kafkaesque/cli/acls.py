@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -24,6 +24,9 @@ from kafkaesque.security.acls import (
     ResourceType,
     check_binding,
 )
+
+# A host given, or what stands for none: "*" (a binding's any host) or None (a filter's).
+Host = TypeVar("Host", str, None)
 
 # kafka-acls.sh spells operations Read, DescribeConfigs, ...; so do these, in any case,
 # with or without underscores.
@@ -143,10 +146,7 @@ async def add_acls(ctx: Context, resource_pattern_type: str, **options: Any) -> 
     targets = resources(options)
     if not targets:
         raise click.UsageError("give a resource: --topic, --group, --cluster or --transactional-id")
-    who = [
-        (p, Permission.ALLOW, options["allow_host"] or ("*",)) for p in options["allow_principal"]
-    ]
-    who += [(p, Permission.DENY, options["deny_host"] or ("*",)) for p in options["deny_principal"]]
+    who = principals(options, "*")
     if not who:
         raise click.UsageError("give a principal: --allow-principal or --deny-principal User:NAME")
     pattern = PatternType[resource_pattern_type.upper()]
@@ -168,6 +168,21 @@ async def add_acls(ctx: Context, resource_pattern_type: str, **options: Any) -> 
         click.echo(f"added {binding.describe()}")
 
 
+def principals(
+    options: dict[str, Any], any_host: Host
+) -> list[tuple[str, Permission, tuple[str | Host, ...]]]:
+    """Each principal the options allow or deny, with its hosts (``any_host`` when none is
+    given: "*" in a binding, None, any, in a filter)."""
+    who = [
+        (p, Permission.ALLOW, options["allow_host"] or (any_host,))
+        for p in options["allow_principal"]
+    ]
+    who += [
+        (p, Permission.DENY, options["deny_host"] or (any_host,)) for p in options["deny_principal"]
+    ]
+    return who
+
+
 def filters(options: dict[str, Any], resource_pattern_type: str) -> list[AclFilter]:
     """The filters the options name: each resource (any without) by each principal (any
     without), host and operation."""
@@ -175,12 +190,9 @@ def filters(options: dict[str, Any], resource_pattern_type: str) -> list[AclFilt
     targets: list[tuple[ResourceType, str | None]] = list(resources(options)) or [
         (ResourceType.ANY, None)
     ]
-    who: list[tuple[str | None, Permission, tuple[str | None, ...]]] = [
-        (p, Permission.ALLOW, options["allow_host"] or (None,)) for p in options["allow_principal"]
-    ]
-    who += [
-        (p, Permission.DENY, options["deny_host"] or (None,)) for p in options["deny_principal"]
-    ]
+    who: list[tuple[str | None, Permission, tuple[str | None, ...]]] = list(
+        principals(options, None)
+    )
     if not who:
         who = [(None, Permission.ANY, (None,))]
     return [

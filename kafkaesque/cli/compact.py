@@ -6,18 +6,12 @@ from __future__ import annotations
 import click
 
 from kafkaesque.cli.base import Context, main, pass_context, run_async
-from kafkaesque.config.topic_config import check_topic_name
-from kafkaesque.errors import KafkaesqueError
+from kafkaesque.cli.options import checked_topic
 from kafkaesque.hot.compaction import Compactor
 
 
 def topic_names(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> list[str]:
-    for value in values:
-        try:
-            check_topic_name(value)
-        except KafkaesqueError as exc:
-            raise click.BadParameter(str(exc)) from None
-    return list(values)
+    return [checked_topic(value) for value in values]
 
 
 @main.command()

@@ -17,7 +17,7 @@ import click
 
 from kafkaesque.cli.consume_start import BEGINNING, END, LAST, OFFSET, Start
 from kafkaesque.cli.group_member import GroupMember
-from kafkaesque.cli.line_consumer import TP, Consumer, Formatter
+from kafkaesque.cli.line_consumer import Consumer, Formatter
 from kafkaesque.cli.output import reader_gone
 from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.errors import UnknownTopic
@@ -25,6 +25,7 @@ from kafkaesque.groups.coordinator import GroupCoordinator
 from kafkaesque.groups.types import CoordinatorConfig
 from kafkaesque.hot.log import Log
 from kafkaesque.partition.layer import LATEST, Partitions
+from kafkaesque.types import TopicPartition as TP
 
 
 class DirectStarts:

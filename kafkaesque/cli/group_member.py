@@ -17,8 +17,7 @@ from kafkaesque.groups.consumer_protocol import decode_assignment, decode_subscr
 from kafkaesque.groups.coordinator import GroupCoordinator
 from kafkaesque.groups.types import JoinRequest
 from kafkaesque.hot.log import Log
-
-TP = tuple[str, int]  # (topic, partition)
+from kafkaesque.types import TopicPartition as TP
 
 
 def _string(text: str) -> bytes:

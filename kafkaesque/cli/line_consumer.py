@@ -25,10 +25,10 @@ from kafkaesque.records.batch import (
     record_count,
 )
 from kafkaesque.records.body import Record
+from kafkaesque.types import TopicPartition as TP
 
 FOLLOW_WAKEUP = 1.0  # seconds; a safety net should a notification be missed
 
-TP = tuple[str, int]  # (topic, partition)
 # A formatter: (topic, partition, batch, skip records below this offset) -> output lines.
 Formatter = Callable[[str, int, bytes, int], list[bytes]]
 

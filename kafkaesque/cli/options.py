@@ -17,6 +17,7 @@ from kafkaesque.cli.output import Command
 from kafkaesque.config.topic_config import check_topic_name
 from kafkaesque.errors import KafkaesqueError
 from kafkaesque.hot.connect import SENTINEL_SCHEME, check_url, parse_sentinel_url
+from kafkaesque.tables import plural
 
 
 def group_id_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -42,15 +43,31 @@ def key_values(
     return settings
 
 
+def checked_topic(name: str, param_hint: str | None = None) -> str:
+    """A topic name Kafka allows, else a usage error (of the parameter being parsed, or
+    ``param_hint``)."""
+    try:
+        check_topic_name(name)
+    except KafkaesqueError as exc:
+        raise click.BadParameter(str(exc), param_hint=param_hint) from None
+    return name
+
+
 def topic_argument(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The TOPIC argument, its name checked."""
+
     def check(ctx: click.Context, param: click.Parameter, value: str) -> str:
-        try:
-            check_topic_name(value)
-        except KafkaesqueError as exc:
-            raise click.BadParameter(str(exc)) from None
-        return value
+        return checked_topic(value)
 
     return click.argument("topic", callback=check)(fn)
+
+
+def check_partitions(topic: str, count: int, *wanted: int | None) -> None:
+    """A usage error (--partition) for a partition the topic, of ``count``, does not have."""
+    if any(p is not None and p >= count for p in wanted):
+        raise click.BadParameter(
+            f"topic {topic} has {plural(count, 'partition')}", param_hint="--partition"
+        )
 
 
 def url_option(*schemes: str, form: str) -> Callable[..., str | None]:

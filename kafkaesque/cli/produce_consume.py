@@ -28,10 +28,9 @@ from kafkaesque.cli.line_consumer import (
     compile_format,
 )
 from kafkaesque.cli.line_producer import BadLine, LineProducer
+from kafkaesque.cli.options import check_partitions, checked_topic
 from kafkaesque.cli.output import reader_gone
 from kafkaesque.cli.wire import no_wire_form, wire_client
-from kafkaesque.config.topic_config import check_topic_name
-from kafkaesque.errors import KafkaesqueError
 from kafkaesque.records.batch import Compression
 from kafkaesque.tables import plural
 
@@ -155,13 +154,13 @@ async def produce(
 
         client = wire_client(ctx.wire)
         count = client.partition_count(topic)
-        _check_partition(topic, count, partition)
+        check_partitions(topic, count, partition)
         producer = WireLineProducer(client, topic, count, compression_name=compression, **options)
     else:
         log = ctx.log()
         await ctx.bind_archives()  # a read from offset 0 may never touch the archive
         config = await log.topic(topic)
-        _check_partition(topic, config.partitions, partition)
+        check_partitions(topic, config.partitions, partition)
         producer = LineProducer(
             log, config, compression=Compression[compression.upper()], **options
         )
@@ -185,13 +184,6 @@ async def produce(
         f"in {summary.seconds:.2f} s ({rate:,.0f} records/s)",
         err=True,
     )
-
-
-def _check_partition(topic: str, partitions: int, partition: int | None) -> None:
-    if partition is not None and partition >= partitions:
-        raise click.BadParameter(
-            f"topic {topic} has {plural(partitions, 'partition')}", param_hint="--partition"
-        )
 
 
 def _file_size(file: Any) -> int | None:
@@ -292,10 +284,7 @@ async def consume(
     """Print the records of TOPIC(s) (or of those --pattern matches), one per line, from
     the beginning to the end of the log; with --group, of the partitions the group assigns."""
     for topic in topics:
-        try:
-            check_topic_name(topic)
-        except KafkaesqueError as exc:
-            raise click.BadParameter(str(exc), param_hint="TOPIC") from None
+        checked_topic(topic, "TOPIC")
     if not topics and pattern is None:
         raise click.UsageError("give a TOPIC or --pattern")
     regex = None
@@ -360,7 +349,7 @@ async def consume(
     await ctx.bind_archives()  # a read from offset 0 may never touch the archive
     configs = {t: await log.topic(t) for t in dict.fromkeys(topics)}
     if partition is not None:
-        _check_partition(topics[0], configs[topics[0]].partitions, partition)
+        check_partitions(topics[0], configs[topics[0]].partitions, partition)
     direct = DirectStarts(
         log, configs, regex, start, read_committed=read_committed, group=group, follow=follow
     )
@@ -390,7 +379,7 @@ def _consume_wire(
     from kafkaesque.cli.wire_records import consume as consume_records
 
     if partition is not None:
-        _check_partition(topics[0], client.partition_count(topics[0]), partition)
+        check_partitions(topics[0], client.partition_count(topics[0]), partition)
     terminated = False
 
     def on_sigterm(signum: int, frame: object) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import click
 
 from kafkaesque.cli.base import Context, main, pass_context, run_async, topic_argument
+from kafkaesque.cli.options import check_partitions
 from kafkaesque.cli.wire import wire_client
 from kafkaesque.hot.log import HIGH_WATERMARK
 from kafkaesque.tables import plural
@@ -61,48 +63,39 @@ async def delete_records(
     log = ctx.log()
     config = await log.topic(topic)
     wanted = sorted(set(partitions)) or range(config.partitions)
-    beyond = [p for p in wanted if p >= config.partitions]
-    if beyond:
-        raise click.BadParameter(
-            f"topic {topic} has {plural(config.partitions, 'partition')}",
-            param_hint="--partition",
-        )
+    check_partitions(topic, config.partitions, *wanted)
     # All or nothing: every partition is checked before any is changed, so a refusal
     # leaves the topic as it was (an offset past one partition's end refused the others
     # after the first had been cut). Log ends only grow, so what passes stays valid.
     if before != HIGH_WATERMARK:
         ends = await log.log_ends(topic, wanted)
-        past = [(p, end) for p, end in zip(wanted, ends, strict=True) if before > end]
-        if past:
-            listed = ", ".join(f"{topic}[{p}] ends at {end}" for p, end in past)
-            raise click.ClickException(
-                f"offset {before} is past the log end of {plural(len(past), 'partition')} "
-                f"({listed}); nothing was deleted"
-            )
+        refuse_past_ends(topic, before, zip(wanted, ends, strict=True))
     for p in wanted:
         was = await log.earliest_offset(topic, p)
         now = await log.delete_records(topic, p, before)
         click.echo(f"{topic}[{p}]: log start {was} -> {now}", err=True)
 
 
+def refuse_past_ends(topic: str, before: int, ends: Iterable[tuple[int, int]]) -> None:
+    """Refuse (nothing deleted) an offset past any partition's log end (partition, end)."""
+    past = [(p, end) for p, end in ends if before > end]
+    if past:
+        listed = ", ".join(f"{topic}[{p}] ends at {end}" for p, end in past)
+        raise click.ClickException(
+            f"offset {before} is past the log end of {plural(len(past), 'partition')} "
+            f"({listed}); nothing was deleted"
+        )
+
+
 def over_the_wire(client: WireClient, topic: str, partitions: tuple[int, ...], before: int) -> None:
     """delete-records in wire mode (DeleteRecords): the same checks first, all or nothing."""
     count = client.partition_count(topic)
     wanted = sorted(set(partitions)) or list(range(count))
-    if any(p >= count for p in wanted):
-        raise click.BadParameter(
-            f"topic {topic} has {plural(count, 'partition')}", param_hint="--partition"
-        )
+    check_partitions(topic, count, *wanted)
     tps = [(topic, p) for p in wanted]
     if before != HIGH_WATERMARK:
         ends = client.list_offsets(tps, "latest")
-        past = [(p, ends[topic, p].offset) for p in wanted if before > ends[topic, p].offset]
-        if past:
-            listed = ", ".join(f"{topic}[{p}] ends at {end}" for p, end in past)
-            raise click.ClickException(
-                f"offset {before} is past the log end of {plural(len(past), 'partition')} "
-                f"({listed}); nothing was deleted"
-            )
+        refuse_past_ends(topic, before, [(p, ends[topic, p].offset) for p in wanted])
     starts = client.list_offsets(tps, "earliest")
     now = client.delete_records(topic, {p: before for p in wanted})
     for p in wanted:

@@ -39,6 +39,8 @@ from confluent_kafka.admin import (
     OffsetSpec,
 )
 
+from kafkaesque.types import TopicPartition as TP
+
 if TYPE_CHECKING:
     from kafkaesque.cli.wire import WireSettings
 
@@ -46,7 +48,6 @@ TIMEOUT = 30.0  # seconds a request (or reaching a broker at all) may take
 POLL = 0.1
 LOGGER = "kafkaesque.cli.librdkafka"
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
-TP = tuple[str, int]
 
 SOURCES = {
     ConfigSource.DYNAMIC_TOPIC_CONFIG: "topic",

@@ -14,7 +14,8 @@ from confluent_kafka import (
 )
 
 from kafkaesque.cli.group_view import CLASSIC, CONSUMER, GroupView, MemberView, by_topic
-from kafkaesque.cli.wire_client import INTERNAL_TOPICS, TIMEOUT, TP, WireClient, WireFailure
+from kafkaesque.cli.wire_client import INTERNAL_TOPICS, TIMEOUT, WireClient, WireFailure
+from kafkaesque.types import TopicPartition as TP
 
 STATES = {
     ConsumerGroupState.PREPARING_REBALANCING: "PreparingRebalance",

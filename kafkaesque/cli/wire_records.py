@@ -23,7 +23,6 @@ from kafkaesque.cli.line_producer import BadLine, LineProducer, LineRecord
 from kafkaesque.cli.wire_client import (
     POLL,
     TIMEOUT,
-    TP,
     UNREACHABLE,
     WireClient,
     WireFailure,
@@ -32,6 +31,7 @@ from kafkaesque.cli.wire_client import (
 from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.records.batch import with_base_offset
 from kafkaesque.records.build import build_batch
+from kafkaesque.types import TopicPartition as TP
 
 if TYPE_CHECKING:
     from kafkaesque.hot.log import Log
