@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
@@ -41,6 +41,8 @@ from wire.topics import (
 )
 
 if TYPE_CHECKING:
+    from typing import TypeGuard
+
     import kio.schema.describe_cluster.v0.request
     import kio.schema.describe_cluster.v0.response
     import kio.schema.describe_cluster.v1.request
@@ -94,6 +96,21 @@ if TYPE_CHECKING:
         | kio.schema.metadata.v2.request.MetadataRequest
         | kio.schema.metadata.v3.request.MetadataRequest
         | MetadataRequestV4Plus
+    )
+    MetadataRequestTopic: TypeAlias = (
+        kio.schema.metadata.v0.request.MetadataRequestTopic
+        | kio.schema.metadata.v1.request.MetadataRequestTopic
+        | kio.schema.metadata.v2.request.MetadataRequestTopic
+        | kio.schema.metadata.v3.request.MetadataRequestTopic
+        | kio.schema.metadata.v4.request.MetadataRequestTopic
+        | kio.schema.metadata.v5.request.MetadataRequestTopic
+        | kio.schema.metadata.v6.request.MetadataRequestTopic
+        | kio.schema.metadata.v7.request.MetadataRequestTopic
+        | kio.schema.metadata.v8.request.MetadataRequestTopic
+        | kio.schema.metadata.v9.request.MetadataRequestTopic
+        | kio.schema.metadata.v10.request.MetadataRequestTopic
+        | kio.schema.metadata.v11.request.MetadataRequestTopic
+        | kio.schema.metadata.v12.request.MetadataRequestTopic
     )
     MetadataResponse: TypeAlias = (
         kio.schema.metadata.v0.response.MetadataResponse
@@ -159,14 +176,18 @@ def controller_id(broker: Broker) -> int:
     return min(broker.registry.live)
 
 
+def _by_id(
+    entry: MetadataRequestTopic,
+) -> TypeGuard[kio.schema.metadata.v12.request.MetadataRequestTopic]:
+    """v12 may name a topic by its id alone (a null name)."""
+    return entry.name is None and entry.__version__ >= 12
+
+
 async def requested_topic(
-    broker: Broker, entry: Any, auto_create: bool, version: int
+    broker: Broker, entry: MetadataRequestTopic, auto_create: bool
 ) -> tuple[str | None, TopicConfig | ErrorCode]:
     """(name, config or error) for one topic of a Metadata request: by name, or by id."""
-    if entry.name is None and version < 12:
-        # v10 and v11 carry a topic id but no null name in the answer: Kafka refuses them.
-        return "", ErrorCode.invalid_request
-    if entry.name is None:  # v12: by topic id; never auto-created
+    if _by_id(entry):  # never auto-created
         try:
             config = await topic_by_id(broker, entry.topic_id or NO_TOPIC_ID)
         except UNAVAILABLE:
@@ -174,11 +195,17 @@ async def requested_topic(
         if config is None:
             return None, ErrorCode.unknown_topic_id
         return config.name, config
+    if entry.name is None:
+        # v10 and v11 carry a topic id but no null name in the answer: Kafka refuses them.
+        return "", ErrorCode.invalid_request
     return entry.name, await topic_config(broker, entry.name, auto_create)
 
 
 async def authorized_topic(
-    broker: Broker, request: Request, entry: Any, auto_create: bool, version: int
+    broker: Broker,
+    request: Request[MetadataRequest],
+    entry: MetadataRequestTopic,
+    auto_create: bool,
 ) -> tuple[str | None, TopicConfig | ErrorCode]:
     """``requested_topic`` as the principal may see it: DESCRIBE to see a topic, CREATE
     (on the cluster or the topic) to have it auto-created; else TOPIC_AUTHORIZATION_FAILED,
@@ -190,7 +217,7 @@ async def authorized_topic(
         may_create = cluster_allowed(broker, request, Operation.CREATE) or allowed(
             broker, request, Operation.CREATE, ResourceType.TOPIC, entry.name
         )
-    name, config = await requested_topic(broker, entry, auto_create and may_create, version)
+    name, config = await requested_topic(broker, entry, auto_create and may_create)
     if config == ErrorCode.unknown_topic_or_partition and not may_create:
         if auto_create and broker.config.auto_create_topics:
             return name, ErrorCode.topic_authorization_failed
@@ -234,9 +261,7 @@ async def metadata(broker: Broker, request: Request[MetadataRequest]) -> Metadat
         entries = await _all_topics(broker, request)
     else:
         auto_create = body.allow_auto_topic_creation if _says_auto_create(body) else True
-        entries = [
-            await authorized_topic(broker, request, t, auto_create, version) for t in body.topics
-        ]
+        entries = [await authorized_topic(broker, request, t, auto_create) for t in body.topics]
     # v8+: the operations the principal may do, when asked (v8-10 for the cluster too).
     topic_operations = getattr(body, "include_topic_authorized_operations", False)
     topics = []
