@@ -317,3 +317,27 @@ def test_state_survives_a_broker_sigkill(broker, topic_name):
         assert [
             (r.first_offset, r.last_offset, r.delivery_count) for r in got.acquired_records
         ] == [(5, 9, 1)]
+
+
+def quota(conn: Connection, client_id: str, rate: float | None) -> None:
+    """consumer_byte_rate for ``client_id`` (None: removed), AlterClientQuotas."""
+    entity = [{"entity_type": "client-id", "entity_name": client_id}]
+    op = {"key": "consumer_byte_rate", "value": rate or 0.0, "remove": rate is None}
+    req = request(49, 1, entries=[{"entity": entity, "ops": [op]}], validate_only=False)
+    assert [e.error_code for e in conn.request(req).entries] == [ErrorCode.none]
+
+
+def test_share_fetches_count_against_the_consumer_quota(broker, topic_name):
+    topic, group = setup(broker, topic_name)
+    with Connection(broker.bootstrap) as admin, Connection(broker.bootstrap) as conn:
+        conn.client_id = "share-quota"
+        quota(admin, "share-quota", 10.0)  # 10 bytes/s: the first answer is over it
+        try:
+            tid = topic_id(conn, topic)
+            member, _ = joined(conn, group, topic)
+            first = share_fetch(conn, group, member, 0, tid)
+            # Throttled, and its records sent all the same: they are acquired for it.
+            assert first.throttle_time.total_seconds() > 0
+            assert only_partition(first).acquired_records
+        finally:
+            quota(admin, "share-quota", None)

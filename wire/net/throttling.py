@@ -16,7 +16,7 @@ from kafkaesque.security.quota_rates import QuotaManager
 from kafkaesque.security.quotas import ANONYMOUS, CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE
 from wire.protocol.codec import Request
 
-PRODUCE, FETCH, ALTER_CLIENT_QUOTAS = 0, 1, 49
+PRODUCE, FETCH, ALTER_CLIENT_QUOTAS, SHARE_FETCH = 0, 1, 49, 78
 
 
 def with_throttle(response: Any, throttle_ms: int) -> Any:
@@ -39,7 +39,7 @@ class Throttling:
     def before(self, request: Request) -> Request:
         """A Fetch asks for no more than its consumer quota allows in the measured window
         (Kafka's cap), so one response cannot be throttled for ever."""
-        if request.api_key != FETCH or not self.manager.active:
+        if request.api_key not in (FETCH, SHARE_FETCH) or not self.manager.active:
             return request
         cap = self.manager.max_in_window(CONSUMER_BYTE_RATE, ANONYMOUS, request.client_id or "")
         if cap is None or request.body.max_bytes <= cap:
@@ -65,6 +65,10 @@ class Throttling:
                 # after the throttle time.
                 self.manager.unrecord(CONSUMER_BYTE_RATE, ANONYMOUS, client_id, response_size)
                 response = dataclasses.replace(response, responses=())
+        elif request.api_key == SHARE_FETCH:
+            # Kafka counts a ShareFetch as a fetch, and sends its records anyway: they are
+            # acquired (locked) for this member.
+            ms = self.manager.record(CONSUMER_BYTE_RATE, ANONYMOUS, client_id, response_size)
         else:
             return response, 0
         if ms and response is not None:
