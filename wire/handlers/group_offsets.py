@@ -3,6 +3,7 @@ before v8, a batch of groups from v8) and OffsetDelete."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from kio.schema.errors import ErrorCode
@@ -91,6 +92,18 @@ if TYPE_CHECKING:
         | kio.schema.offset_fetch.v7.request.OffsetFetchRequest
         | OffsetFetchRequestBatched
     )
+    # A topic asked about (v8 renamed the class).
+    OffsetFetchTopic: TypeAlias = (
+        kio.schema.offset_fetch.v1.request.OffsetFetchRequestTopic
+        | kio.schema.offset_fetch.v2.request.OffsetFetchRequestTopic
+        | kio.schema.offset_fetch.v3.request.OffsetFetchRequestTopic
+        | kio.schema.offset_fetch.v4.request.OffsetFetchRequestTopic
+        | kio.schema.offset_fetch.v5.request.OffsetFetchRequestTopic
+        | kio.schema.offset_fetch.v6.request.OffsetFetchRequestTopic
+        | kio.schema.offset_fetch.v7.request.OffsetFetchRequestTopic
+        | kio.schema.offset_fetch.v8.request.OffsetFetchRequestTopics
+        | kio.schema.offset_fetch.v9.request.OffsetFetchRequestTopics
+    )
     OffsetFetchResponse: TypeAlias = (
         kio.schema.offset_fetch.v1.response.OffsetFetchResponse
         | kio.schema.offset_fetch.v2.response.OffsetFetchResponse
@@ -177,9 +190,9 @@ async def offset_commit(
 
 async def _fetch_group(
     broker: Broker,
-    request: Request,
+    request: Request[OffsetFetchRequest],
     group_id: str,
-    topics: Any,
+    topics: Sequence[OffsetFetchTopic] | None,
     batched: bool,
     require_stable: bool = False,
 ) -> tuple[tuple[Any, ...], ErrorCode]:
