@@ -4,6 +4,7 @@ command takes the option from here and prints through ``echo_rows`` / ``echo_doc
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sys
@@ -28,6 +29,11 @@ format_option: Callable[[Command], Command] = click.option(
     show_default=True,
     help="table for people, json for scripts (one JSON document on stdout).",
 )
+
+
+def kafka_uuid(value: bytes) -> str:
+    """A topic id as Kafka prints one (URL-safe base64, unpadded)."""
+    return base64.urlsafe_b64encode(value).rstrip(b"=").decode()
 
 
 def echo_json(document: object) -> None:

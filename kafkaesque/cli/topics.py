@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -17,7 +16,7 @@ from kafkaesque.cli.base import (
     run_async,
     topic_argument,
 )
-from kafkaesque.cli.output import JSON, echo_document, echo_rows, format_option
+from kafkaesque.cli.output import JSON, echo_document, echo_rows, format_option, kafka_uuid
 from kafkaesque.cli.wire import wire_client
 from kafkaesque.config.topic_config import (
     DEFAULT_PAGE_SIZE,
@@ -34,11 +33,6 @@ from kafkaesque.tables import json_rows, plural
 
 if TYPE_CHECKING:
     from kafkaesque.cli.wire_client import TopicInfo
-
-
-def kafka_uuid(value: bytes) -> str:
-    """A topic id as Kafka prints one (URL-safe base64, unpadded)."""
-    return base64.urlsafe_b64encode(value).rstrip(b"=").decode()
 
 
 @contextlib.contextmanager

@@ -12,7 +12,6 @@ silent unless -v."""
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import logging
 import re
@@ -39,6 +38,7 @@ from confluent_kafka.admin import (
     OffsetSpec,
 )
 
+from kafkaesque.cli.output import kafka_uuid
 from kafkaesque.types import TopicPartition as TP
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ def kafka_id(uuid: Any) -> str:
     mask = (1 << 64) - 1
     value = (uuid.get_most_significant_bits() & mask) << 64
     value |= uuid.get_least_significant_bits() & mask
-    return base64.urlsafe_b64encode(value.to_bytes(16, "big")).rstrip(b"=").decode()
+    return kafka_uuid(value.to_bytes(16, "big"))
 
 
 @dataclass
