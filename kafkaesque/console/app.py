@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OPEN_PATHS = ("/login", "/static/")  # reachable without a login
+SHUTDOWN_SECONDS = 3.0  # requests still running when the console stops get this long
 
 
 def problem(exc: BaseException) -> tuple[int, str] | None:
@@ -260,6 +261,7 @@ def build_app(state: Console) -> web.Application:
     for route, handler in post:
         app.router.add_post(route, handler)
     app.on_startup.append(_start_background)
+    app.on_shutdown.append(_closing)
     app.on_cleanup.append(_stop_background)
     return app
 
@@ -272,6 +274,10 @@ async def _start_background(app: web.Application) -> None:
     if state.layer.notifier is not None:
         state.layer.notifier.start()
     app[SAMPLER_TASK] = asyncio.create_task(state.sampler.run(), name="console sampler")
+
+
+async def _closing(app: web.Application) -> None:
+    app[CONSOLE].closing.set()
 
 
 async def _stop_background(app: web.Application) -> None:
@@ -319,7 +325,7 @@ async def serve_console(
     runner = web.AppRunner(build_app(state), access_log=None, handle_signals=False)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port)
+        site = web.TCPSite(runner, host, port, shutdown_timeout=SHUTDOWN_SECONDS)
         try:
             await site.start()
         except OSError as exc:  # beside a broker: the broker goes on without its console

@@ -3,8 +3,9 @@ application), the viewer of a request, rendering a page, ACL checks and form inp
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -38,6 +39,8 @@ class Console:
     sampler: Sampler
     admin: bool  # changes offered (and their endpoints routed) only then
     archive: Archive | None = None  # the archive the log reads old offsets from
+    # set when the console stops: live streams (the tail) end
+    closing: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 CONSOLE = web.AppKey("console", Console)

@@ -278,7 +278,9 @@ async def plan(
     BadInput for a group with members or a bad value."""
     state = console(request)
     if group.type != "classic" and group.type != "consumer":
-        raise BadInput(f"group {group.name} is a {group.type} group: its offsets are not reset here")
+        raise BadInput(
+            f"group {group.name} is a {group.type} group: its offsets are not reset here"
+        )
     await state.groups.tick(group.name)  # members whose session ended are gone, as in Kafka
     fresh = await load(request, group.name)
     if fresh is not None and fresh.members:

@@ -40,12 +40,14 @@ from kafkaesque.console.records import (
     parse_query,
     read_forward,
 )
-from kafkaesque.errors import UnknownTopic
+from kafkaesque.errors import KafkaesqueError, UnknownTopic
 from kafkaesque.records.build import build_batch
 from kafkaesque.records.partitioner import partition_for_key
 from kafkaesque.security.acls import Operation, ResourceType
 
 TAIL_IDLE_SECONDS = 15.0  # a comment line this often keeps proxies from closing the stream
+TAIL_CHECK_SECONDS = 1.0  # how often a quiet tail looks whether the console is stopping
+TAIL_BURST = 200  # of many records appended at once, the tail shows the newest this many
 
 
 async def _topic_partitions(request: web.Request) -> tuple[str, int]:
@@ -316,7 +318,9 @@ async def tail_page(request: web.Request) -> web.Response:
 
 
 async def tail_events(request: web.Request) -> web.StreamResponse:
-    """Server-Sent Events: each record appended from now on, as a table row."""
+    """Server-Sent Events: each record appended from now on, as a table row (of a burst,
+    the newest TAIL_BURST). Ends when the viewer goes away, the topic does, or the console
+    stops."""
     state = console(request)
     topic, partitions = await _topic_partitions(request)
     response = web.StreamResponse(
@@ -324,20 +328,32 @@ async def tail_events(request: web.Request) -> web.StreamResponse:
     )
     await response.prepare(request)
     positions = {p: (await bounds(state.layer, topic, p)).end for p in range(partitions)}
-    async with state.layer.appends([topic]) as appended:
-        while True:
-            if not await appended.wait(TAIL_IDLE_SECONDS):
-                await response.write(b": idle\n\n")
-                continue
-            appended.take()
-            for p in range(partitions):
-                where = await bounds(state.layer, topic, p)
-                if where.end <= positions[p]:
+    quiet = 0.0
+    try:
+        async with state.layer.appends([topic]) as appended:
+            while not state.closing.is_set():
+                if not await appended.wait(TAIL_CHECK_SECONDS):
+                    quiet += TAIL_CHECK_SECONDS
+                    if quiet >= TAIL_IDLE_SECONDS:  # keeps proxies from closing the stream
+                        await response.write(b": idle\n\n")
+                        quiet = 0.0
                     continue
-                for record in await read_forward(state.layer, topic, p, positions[p], 200, where):
-                    row = record_row(topic, record, "auto").replace("\n", "&#10;")
-                    await response.write(f"event: record\ndata: {row}\n\n".encode())
-                positions[p] = where.end
+                appended.take()
+                for p in range(partitions):
+                    where = await bounds(state.layer, topic, p)
+                    start = max(positions[p], where.end - TAIL_BURST)
+                    for record in await read_forward(
+                        state.layer, topic, p, start, TAIL_BURST, where
+                    ):
+                        row = record_row(topic, record, "auto")
+                        row = Raw(row.replace("\n", "&#10;").replace("\r", "&#13;"))
+                        await response.write(f"event: record\ndata: {row}\n\n".encode())
+                    positions[p] = where.end
+    except KafkaesqueError as exc:  # the topic was deleted, Redis went away, ...
+        await response.write(f"event: problem\ndata: {exc}\n\n".encode())
+    except ConnectionResetError:  # the viewer went away
+        pass
+    return response
 
 
 def produce_form(request: web.Request, topic: str, partitions: int) -> Raw:
