@@ -6,7 +6,6 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypeAlias
 
-from kio.schema.alter_user_scram_credentials.v0.request import ScramCredentialUpsertion
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.errors import DuplicateResource, KafkaesqueError, UnacceptableCredential
@@ -28,6 +27,7 @@ if TYPE_CHECKING:
     import kio.schema.alter_user_scram_credentials.v0.response
     import kio.schema.describe_user_scram_credentials.v0.request
     import kio.schema.describe_user_scram_credentials.v0.response
+    from typing_extensions import TypeIs
 
     # The kio classes of the versions offered (wire/handlers/__init__.py).
     DescribeUserScramCredentialsRequest: TypeAlias = (
@@ -38,6 +38,9 @@ if TYPE_CHECKING:
     )
     AlterUserScramCredentialsRequest: TypeAlias = (
         kio.schema.alter_user_scram_credentials.v0.request.AlterUserScramCredentialsRequest
+    )
+    ScramCredentialUpsertion: TypeAlias = (
+        kio.schema.alter_user_scram_credentials.v0.request.ScramCredentialUpsertion
     )
     ScramCredentialChange: TypeAlias = (
         kio.schema.alter_user_scram_credentials.v0.request.ScramCredentialDeletion
@@ -121,6 +124,11 @@ def _denied(
     )
 
 
+def _upsertion(change: ScramCredentialChange) -> TypeIs[ScramCredentialUpsertion]:
+    """An upsertion carries a salted password; a deletion names only the mechanism."""
+    return hasattr(change, "salted_password")
+
+
 async def alter_user_scram_credentials(
     broker: Broker, request: Request[AlterUserScramCredentialsRequest]
 ) -> AlterUserScramCredentialsResponse:
@@ -157,7 +165,7 @@ async def alter_user_scram_credentials(
             credential: Credential | None
             for c in items:
                 mechanism = mechanism_of(c.mechanism)
-                if isinstance(c, ScramCredentialUpsertion):
+                if _upsertion(c):
                     check_iterations(c.iterations)
                     if not c.salt or not c.salted_password:
                         raise UnacceptableCredential("an empty salt or salted password")
