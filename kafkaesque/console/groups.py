@@ -143,7 +143,8 @@ async def group_page(request: web.Request) -> web.Response:
         facts([("type", group.type), ("state", group.state), ("members", len(group.members))])
     )
     body.append(tag("h2", "Lag"))
-    body.append(tag("div", sparkline(state.sampler.history(name), 320, 40), class_="muted"))
+    history = sparkline(state.sampler.history(name), 320, 40)
+    body.append(tag("p", join(["Total lag over the last minutes: ", history]), class_="muted"))
     body.append(
         tag(
             "div",

@@ -4,6 +4,8 @@ and, in admin mode, creating, editing and deleting topics."""
 
 from __future__ import annotations
 
+import base64
+
 from aiohttp import web
 
 from kafkaesque.config.topic_config import MAX_PARTITIONS, AlterOp, TopicConfig, altered
@@ -132,7 +134,8 @@ async def topic_page(request: web.Request) -> web.Response:
     body.append(
         facts(
             [
-                ("topic id", config.topic_id.hex()),
+                # as Kafka prints one: URL-safe base64, unpadded
+                ("topic id", base64.urlsafe_b64encode(config.topic_id).rstrip(b"=").decode()),
                 ("created", when(config.created_ms)),
                 ("partitions", config.partitions),
                 ("retention", retention(config)),

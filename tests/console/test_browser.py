@@ -278,6 +278,42 @@ def test_archive_security_and_live_tail(
     shot("16-tail")
 
 
+def test_admin_produces_creates_and_deletes(
+    consoles: Consoles, browser: webdriver.Chrome, shot: Shot
+) -> None:
+    browser.get(consoles.admin + f"/topics/{NOTES}/messages")
+    form = browser.find_element(By.ID, "produce")
+    form.find_element(By.NAME, "key").send_keys("k9")
+    form.find_element(By.NAME, "value").send_keys('{"made": "here"}')
+    form.find_element(By.NAME, "headers").send_keys("origin=console")
+    shot("19-produce")
+    navigate(browser, form.find_element(By.TAG_NAME, "button"))
+    assert "produced to partition 0 at offset 5" in text(browser, ".message.ok")
+    newest = browser.find_element(By.CSS_SELECTOR, "#messages tbody tr").text
+    assert "0/5" in newest and '"made": "here"' in newest and "origin: console" in newest
+    browser.get(consoles.admin + "/topics")
+    form = browser.find_element(By.ID, "create-topic")
+    form.find_element(By.NAME, "name").send_keys("made-here")
+    form.find_element(By.NAME, "partitions").clear()
+    form.find_element(By.NAME, "partitions").send_keys("3")
+    form.find_element(By.NAME, "configs").send_keys("retention.ms=3600000")
+    navigate(browser, form.find_element(By.TAG_NAME, "button"))
+    assert "created topic made-here" in text(browser, ".message.ok")
+    assert "retention.ms=3600000" in text(browser, "dl.facts")
+    shot("20-topic-admin")
+    form = browser.find_element(By.ID, "edit-topic")
+    form.find_element(By.NAME, "set").send_keys("retention.ms=oops")
+    navigate(browser, form.find_element(By.TAG_NAME, "button"))
+    assert errors(browser) and "oops" in errors(browser)[0]
+    browser.get(consoles.admin + "/topics/made-here")
+    page = browser.find_element(By.TAG_NAME, "html")
+    browser.find_element(By.CSS_SELECTOR, "button.danger").click()
+    browser.switch_to.alert.accept()  # "Delete topic made-here and all its records?"
+    WebDriverWait(browser, 20).until(staleness_of(page))
+    assert "deleted topic made-here" in text(browser, ".message.ok")
+    assert "made-here" not in text(browser, "#topics")
+
+
 def test_with_users_a_login_and_only_the_topics_acls_allow(
     store: Store, consoles: Consoles, browser: webdriver.Chrome, shot: Shot
 ) -> None:
