@@ -1,0 +1,268 @@
+"""The ``kafkaesque`` data source: a batch read across both tiers, and streaming latency.
+
+Starts private embedded Redis and PostgreSQL in a temp dir and one local Spark session
+(local[2] by default). Topic "bench", 3 partitions, N records of 100-byte values with
+8-byte keys: the first half produced, archived and dropped from Redis (only in the
+archive), the second half produced after (only in Redis). Untimed set-up.
+
+Batch, best of R rounds each, every column into Spark's "noop" sink:
+
+- source:   the data source over the whole topic (both tiers), rows/s;
+- archived: the data source over the archived half only (endingOffsets), to compare on
+            the same rows with
+- jdbc:     the JDBC exporter's read of the archive (storage_pg.spark: watermark cut,
+            id-range partitions), the same archived rows;
+- arrow:    a plain read of the same archived rows from PostgreSQL into a pyarrow Table
+            in this process (asyncpg, one connection), the floor of any Python reader.
+
+Prints rows/s of each and the ratios source / jdbc and archived / arrow (goal: source
+>= 300,000 rows/s). Streaming: a query with a 1 s processing-time trigger while a
+producer appends 1,000 records/s for --seconds; each record's latency is the time from
+its append (its timestamp) to its arrival in the query's foreachBatch; prints the median,
+p99 and max.
+
+    python scripts/bench/spark_source.py [--records 300000] [--rounds 3] [--master local[2]]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # a checkout, not installed
+
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.hot.connect import redis_client
+from kafkaesque.hot.embedded import EmbeddedRedis
+from kafkaesque.hot.log import Log
+from kafkaesque.records.build import build_batch
+from storage_pg import EmbeddedPostgres
+from storage_pg import spark as job
+from storage_pg.spark.source import register
+from storage_pg.tiered import Archive, attach
+
+PARTITIONS = 3
+VALUE = bytes(range(100))
+
+
+async def fill(redis_url: str, dsn: str, n: int) -> dict[int, int]:
+    """The topic, half archived and out of Redis, half only in Redis; returns each
+    partition's archived end."""
+    log = Log(redis_client(redis_url))
+    archive = Archive(dsn)
+    attach(log, archive)
+    try:
+        await log.enable_archiving()
+        await log.create_topic(TopicConfig("bench", PARTITIONS, page_size=2000, max_pages=1))
+        per = n // PARTITIONS
+        for half in (0, 1):
+            for p in range(PARTITIONS):
+                for low in range(half * per // 2, (half + 1) * per // 2, 500):
+                    count = min(500, (half + 1) * per // 2 - low)
+                    keys = [b"key-%04d" % ((low + i) % 5000) for i in range(count)]
+                    await log.append("bench", p, [build_batch([VALUE] * count, keys)])
+            if half == 0:
+                await (await archive.archiver(log, idle_close_ms=0)).run_once()
+        ends = {p: await archive.archived_through("bench", p) for p in range(PARTITIONS)}
+        for p in range(PARTITIONS):
+            state = await log.state("bench", p)
+            print(
+                f"bench[{p}]: {state.log_end:,} offsets, archive below {ends[p]:,}, "
+                f"Redis from {state.log_start:,}"
+            )
+        return ends
+    finally:
+        await archive.close()
+        await log.redis.aclose()
+
+
+async def arrow_read(dsn: str, ends: dict[int, int]) -> tuple[int, float]:
+    """The archived rows of the topic into a pyarrow Table: (rows, seconds)."""
+    import pyarrow as pa
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        started = time.perf_counter()
+        tables = []
+        for p, end in ends.items():
+            rows = await conn.fetch(
+                'SELECT key, value, topic, partition, "offset", "timestamp", headers::text '
+                'FROM record WHERE topic = $1 AND partition = $2 AND "offset" < $3 '
+                'ORDER BY "offset"',
+                "bench",
+                p,
+                end,
+            )
+            columns = list(zip(*rows, strict=True))
+            tables.append(
+                pa.table(
+                    {
+                        "key": pa.array(columns[0], pa.binary()),
+                        "value": pa.array(columns[1], pa.binary()),
+                        "topic": pa.array(columns[2], pa.string()),
+                        "partition": pa.array(columns[3], pa.int32()),
+                        "offset": pa.array(columns[4], pa.int64()),
+                        "timestamp": pa.array(columns[5], pa.timestamp("us", tz="UTC")),
+                        "headers": pa.array(columns[6], pa.string()),
+                    }
+                )
+            )
+        table = pa.concat_tables(tables)
+        return table.num_rows, time.perf_counter() - started
+    finally:
+        await conn.close()
+
+
+def best_of(rounds: int, passes: dict[str, Any]) -> dict[str, tuple[int, float]]:
+    """Each pass's rows and best time over ``rounds`` (alternating order)."""
+    best: dict[str, tuple[int, float]] = {}
+    names = list(passes)
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            started = time.perf_counter()
+            rows = passes[name]()
+            seconds = time.perf_counter() - started
+            if name not in best or seconds < best[name][1]:
+                best[name] = (rows, seconds)
+    return best
+
+
+def latency(spark: Any, redis_url: str, dsn: str, seconds: float, checkpoint: Path) -> list[float]:
+    """Append 1,000 records/s to "latency" for ``seconds`` under a running query with a
+    1 s trigger; each record's ms from append to the query's foreachBatch."""
+    asyncio.run(_create(redis_url, "latency"))
+    seen: list[float] = []
+
+    def each(df: Any, batch_id: int) -> None:
+        arrived = time.time() * 1000
+        seen.extend(
+            arrived - r["ms"] for r in df.selectExpr("unix_millis(timestamp) AS ms").collect()
+        )
+
+    query = (
+        spark.readStream.format("kafkaesque")
+        .options(redisUrl=redis_url, pgDsn=dsn, subscribe="latency", startingOffsets="latest")
+        .load()
+        .writeStream.foreachBatch(each)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="1 second")
+        .start()
+    )
+    while not query.recentProgress:  # the query is running
+        time.sleep(0.2)
+    stop = threading.Event()
+    producer = threading.Thread(target=lambda: asyncio.run(_produce(redis_url, seconds, stop)))
+    producer.start()
+    producer.join()
+    expected = int(seconds * 1000)
+    deadline = time.monotonic() + 30
+    while len(seen) < expected and time.monotonic() < deadline:
+        time.sleep(0.2)
+    query.stop()
+    return seen
+
+
+async def _create(redis_url: str, topic: str) -> None:
+    log = Log(redis_client(redis_url))
+    try:
+        await log.create_topic(TopicConfig(topic, PARTITIONS))
+    finally:
+        await log.redis.aclose()
+
+
+async def _produce(redis_url: str, seconds: float, stop: threading.Event) -> None:
+    """1,000 records/s: 10 records every 10 ms, spread over the partitions."""
+    log = Log(redis_client(redis_url))
+    try:
+        started = time.monotonic()
+        for tick in range(int(seconds * 100)):
+            now_ms = int(time.time() * 1000)
+            await log.append(
+                "latency", tick % PARTITIONS, [build_batch([VALUE] * 10, timestamp=now_ms)]
+            )
+            await asyncio.sleep(max(0.0, started + (tick + 1) / 100 - time.monotonic()))
+    finally:
+        await log.redis.aclose()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=300_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--seconds", type=float, default=20.0, help="of the latency run")
+    args = parser.parse_args()
+    n = args.records - args.records % (2 * PARTITIONS)
+
+    with tempfile.TemporaryDirectory(prefix="kafkaesque-bench-") as tmp:
+        home = Path(tmp)
+        home.chmod(0o755)  # as root, PostgreSQL's user must reach its data directory
+        redis_server, pg = EmbeddedRedis(home), EmbeddedPostgres(home / "pg")
+        try:
+            redis_url, dsn = redis_server.ensure_started(), pg.ensure_started()
+            ends = asyncio.run(fill(redis_url, dsn, n))
+            spark = register(job.spark_session(args.master, "kafkaesque bench"))
+            print(f"Spark {spark.version} on {args.master}")
+            target = job.jdbc_target(dsn)
+            cut = job.archive_cut(spark, target, 0)
+            archived = sum(ends.values())
+
+            def source_pass(**options: str) -> int:
+                df = spark.read.format("kafkaesque").options(
+                    redisUrl=redis_url, pgDsn=dsn, subscribe="bench", **options
+                )
+                df.load().write.format("noop").mode("overwrite").save()
+                return n if not options else archived
+
+            def jdbc_pass() -> int:
+                job.read_cut(spark, target, cut).write.format("noop").mode("overwrite").save()
+                return cut.last - cut.first + 1  # type: ignore[operator]
+
+            ending = json.dumps({"bench": {str(p): end for p, end in ends.items()}})
+            passes = {
+                "source": source_pass,
+                "archived": lambda: source_pass(endingOffsets=ending),
+                "jdbc": jdbc_pass,
+                "arrow": lambda: _arrow(dsn, ends),
+            }
+            for run in passes.values():  # warm-up: JIT, workers, PostgreSQL's cache
+                run()
+            best = best_of(args.rounds, passes)
+            rate = {name: rows / seconds for name, (rows, seconds) in best.items()}
+            for name, (rows, seconds) in best.items():
+                print(f"{name:9} {rate[name]:12,.0f} rows/s  ({rows:,} rows in {seconds:.2f}s)")
+            print(
+                f"source / jdbc {rate['source'] / rate['jdbc']:.2f}   archived / jdbc "
+                f"{rate['archived'] / rate['jdbc']:.2f}   archived / arrow "
+                f"{rate['archived'] / rate['arrow']:.2f}   (goal: source >= 300,000 rows/s)"
+            )
+            seen = latency(spark, redis_url, dsn, args.seconds, home / "checkpoint")
+            seen.sort()
+            print(
+                f"streaming at 1,000 records/s, 1 s trigger: {len(seen):,} records, latency "
+                f"median {statistics.median(seen):,.0f} ms, p99 "
+                f"{seen[int(len(seen) * 0.99) - 1]:,.0f} ms, max {seen[-1]:,.0f} ms"
+            )
+            spark.stop()
+        finally:
+            redis_server.stop()
+            pg.stop()
+
+
+def _arrow(dsn: str, ends: dict[int, int]) -> int:
+    rows, _ = asyncio.run(arrow_read(dsn, ends))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
