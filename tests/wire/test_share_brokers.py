@@ -11,18 +11,20 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka import AcknowledgeType, ShareConsumer
+from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
 from kio.schema.errors import ErrorCode
 
 from tests.kafka_client import Connection
 from tests.servers import RedisServer
-from tests.wire.common import create_topic, produce_numbered, value_of
+from tests.wire.common import create_topic, value_of
 from tests.wire.conftest import Broker
 from tests.wire.test_share_consumers import configure
 
 pytestmark = pytest.mark.clients
 OPTIONS = ("--broker-session-timeout-ms", "3000", "--broker-heartbeat-interval-ms", "300")
 OPTIONS += ("--config", "group.share.record.lock.duration.ms=2000")
+# At most 20 records in flight: the consumer takes them 20 at a time, on both brokers.
+OPTIONS += ("--config", "group.share.partition.max.record.locks=20")
 RECORDS = 200
 DEADLINE = 40.0
 
@@ -42,11 +44,14 @@ def test_a_share_group_goes_on_across_a_leader_move(tmp_path: Path) -> None:
     }
     try:
         first = brokers[1].bootstrap
+        bootstrap = ",".join(b.bootstrap for b in brokers.values())
         topic, group = "moving", "share-moving"
         create_topic(first, topic, 1)
-        produce_numbered(first, topic, 1, 0, RECORDS, batch=20)
+        producer = Producer({"bootstrap.servers": bootstrap})  # to the partition's leader
+        for i in range(RECORDS):
+            producer.produce(topic, value_of(i).encode())
+        assert producer.flush(30) == 0
         configure(first, group)
-        bootstrap = ",".join(b.bootstrap for b in brokers.values())
         consumer = ShareConsumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -70,11 +75,15 @@ def test_a_share_group_goes_on_across_a_leader_move(tmp_path: Path) -> None:
                 if polled and all(error is None for error in results.values()):
                     accepted.update(m.value() for m in polled)
                 if not moved and len(accepted) >= RECORDS // 2:
-                    brokers[leader(first, topic)].stop()  # hands the partition over
+                    old = leader(first, topic)
+                    brokers[old].stop()  # hands the partition over
+                    (other,) = [b for n, b in brokers.items() if n != old]
+                    assert leader(other.bootstrap, topic) not in (old, -1)
+                    before = len(accepted)
                     moved = True
         finally:
             consumer.close()
-        assert moved
+        assert moved and len(accepted) > before  # the other broker served the rest
         assert accepted == {value_of(i).encode() for i in range(RECORDS)}
         for b in brokers.values():
             assert "Traceback" not in b.stderr()
