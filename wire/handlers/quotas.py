@@ -103,7 +103,8 @@ async def alter_client_quotas(
     unless validate_only. Redis away: none is applied, and each of them answers
     KAFKA_STORAGE_ERROR (retried)."""
     body = request.body
-    entries: tuple[AlterClientQuotasEntry, ...] = body.entries  # (one type for zip below)
+    # One element type for both versions, which zip below keeps.
+    entries: tuple[AlterClientQuotasEntry, ...] = body.entries
     schema = request.response_class
     entry_class = schema_class(schema, "EntryData")
     entity_class = schema_class(schema, "EntityData")
