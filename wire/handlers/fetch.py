@@ -210,7 +210,7 @@ async def full_fetch(
             )
         return response
     wanted = [
-        (name, getattr(t, "topic_id", None), asked(t, p, version))
+        (name, t.topic_id, asked(t, p, version))
         for name, t in zip(names, body.topics, strict=True)
         for p in t.partitions
     ]
