@@ -267,3 +267,34 @@ def test_groups_of_every_type_with_lag(redis_url: str) -> None:
         share.close()
 
     run(redis_url, scenario)
+
+
+def test_the_command_says_where_it_listens_and_why_it_cannot(redis_url: str) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    from tests.servers import free_port, wait_for_port
+
+    command = [sys.executable, "-m", "kafkaesque", "--redis-url", redis_url, "console"]
+    port = free_port()
+    console = subprocess.Popen(
+        [*command, "--listen", f"127.0.0.1:{port}"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        wait_for_port(port, console, timeout=20)
+        assert console.stdout is not None
+        assert console.stdout.readline().strip() == f"console: http://127.0.0.1:{port}/"
+        with socket.create_connection(("127.0.0.1", port)) as probe:
+            probe.sendall(b"GET /topics HTTP/1.0\r\n\r\n")
+            assert b"200 OK" in probe.recv(100)
+        taken = subprocess.run(
+            [*command, "--listen", f"127.0.0.1:{port}"], capture_output=True, text=True
+        )
+        assert taken.returncode == 1
+        assert taken.stderr.strip() == (
+            f"Error: cannot listen on 127.0.0.1:{port}: address already in use"
+        )
+    finally:
+        console.terminate()
+        assert console.wait(20) == 0

@@ -6,17 +6,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import sys
-from typing import TYPE_CHECKING
 
 import click
 
 from kafkaesque.cli.base import Context, main, one_line_errors, pass_context
 from kafkaesque.cli.serve import host_port
-from kafkaesque.hot.log import Log
-
-if TYPE_CHECKING:
-    from storage_pg.tiered import Archive
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
 
@@ -30,23 +24,6 @@ def listen_option(
     return host_port(ctx, param, value)
 
 
-# The --admin flag of console and serve --console.
-admin_option = click.option(
-    "--admin",
-    "console_admin",
-    is_flag=True,
-    help="Console: offer changes (create, edit and delete topics, produce, reset group "
-    "offsets, users and ACLs); default read-only, no change endpoint answers.",
-)
-
-
-def archive_of(log: Log) -> Archive | None:
-    """The archive the log is tiered over, if any (the console's Archive page reads it)."""
-    from storage_pg.tiered import Archive
-
-    return log.cold if isinstance(log.cold, Archive) else None
-
-
 @main.command()
 @click.option(
     "--listen",
@@ -56,7 +33,12 @@ def archive_of(log: Log) -> Archive | None:
     metavar="HOST:PORT",
     help="Where the console serves HTTP (port 0: any free one).",
 )
-@admin_option
+@click.option(
+    "--admin",
+    is_flag=True,
+    help="Offer changes (create, edit and delete topics, produce, reset group offsets, "
+    "users and ACLs); default read-only: no change endpoint answers.",
+)
 @click.option(
     "--super-user",
     "super_users",
@@ -66,12 +48,12 @@ def archive_of(log: Log) -> Archive | None:
 )
 @pass_context
 def console(
-    ctx: Context, listen: tuple[str, int], console_admin: bool, super_users: tuple[str, ...]
+    ctx: Context, listen: tuple[str, int], admin: bool, super_users: tuple[str, ...]
 ) -> None:
     """Serve the web console: topics, messages in Redis and the archive, groups and their
     lag, the archive, users and ACLs. With SASL users (`kafkaesque users`) it asks for a
     login and shows each user what its ACLs let it describe."""
-    from kafkaesque.console.app import make_console, serve_console
+    from kafkaesque.console.app import announce, archive_of, make_console, serve_console
 
     if logging.getLogger().level > logging.INFO:
         logging.getLogger().setLevel(logging.INFO)
@@ -80,7 +62,7 @@ def console(
         log = ctx.log()  # tiered over the archive, when there is one
         await log.stores.ping()
         await ctx.bind_archives()
-        state = make_console(log, console_admin, super_users, archive_of(log))
+        state = make_console(log, admin, super_users, archive_of(log))
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -93,9 +75,3 @@ def console(
 
     with one_line_errors():
         asyncio.run(run())
-
-
-def announce(address: str) -> None:
-    """The address on stdout (scripts read it), flushed at once."""
-    click.echo(f"console: {address}")
-    sys.stdout.flush()

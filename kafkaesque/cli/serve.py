@@ -370,11 +370,10 @@ def web_console(
     """A companion serving the web console (kafkaesque/console/) on the broker's log."""
 
     async def run(stop: asyncio.Event) -> None:
-        from kafkaesque.cli.console import announce, archive_of
-        from kafkaesque.console.app import make_console, serve_console
+        from kafkaesque.console.app import announce, archive_of, make_console, serve_console
 
         state = make_console(log, admin, super_users, archive_of(log))
-        await serve_console(state, *address, stop=stop, started=announce)
+        await serve_console(state, *address, stop=stop, started=announce, beside_broker=True)
 
     return run
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -319,19 +320,23 @@ async def serve_console(
     port: int,
     stop: asyncio.Event | None = None,
     started: Callable[[str], None] | None = None,
+    beside_broker: bool = False,
 ) -> None:
     """Serve the console on host:port until ``stop`` is set (or cancelled); ``started``
-    is told its address once it listens."""
+    is told its address once it listens. An address it cannot listen on raises OSError,
+    but ``beside_broker`` (serve --console), where it is logged: the broker goes on."""
     runner = web.AppRunner(build_app(state), access_log=None, handle_signals=False)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port, shutdown_timeout=SHUTDOWN_SECONDS)
         try:
             await site.start()
-        except OSError as exc:  # beside a broker: the broker goes on without its console
-            if stop is None:
-                raise
-            log.error("console: cannot listen on %s:%s: %s", host, port, exc.strerror or exc)
+        except OSError as exc:
+            reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+            why = f"cannot listen on {host}:{port}: {reason}"
+            if not beside_broker:
+                raise OSError(exc.errno, why) from None
+            log.error("console: %s", why)  # the broker goes on without its console
             return
         bound = runner.addresses[0] if runner.addresses else (host, port)
         shown = f"[{bound[0]}]" if ":" in str(bound[0]) else str(bound[0])
@@ -342,3 +347,15 @@ async def serve_console(
         await (stop.wait() if stop is not None else asyncio.Event().wait())
     finally:
         await runner.cleanup()
+
+
+def archive_of(log_: Log) -> Archive | None:
+    """The archive the log is tiered over, if any (the Archive page reads its tables)."""
+    from storage_pg.tiered import Archive
+
+    return log_.cold if isinstance(log_.cold, Archive) else None
+
+
+def announce(address: str) -> None:
+    """The console's address on stdout (scripts read it), flushed at once."""
+    print(f"console: {address}", flush=True)
