@@ -145,3 +145,15 @@ async def test_in_flight_records_stop_at_the_lock_limit(redis_url: str) -> None:
     )
     assert runs == [(0, MAX_LOCKS - 1, 1)]
     assert (await prepare(s, 1, log_end=1000))[2] == -1  # nothing more may be acquired
+
+
+@sync
+async def test_record_limit_mode_splits_batches(redis_url: str) -> None:
+    s = store(redis_url)
+    await prepare(s, 0)
+    runs = await s.acquire("g", TP, "a", 0, LOCK, LIMIT, 3, MAX_LOCKS, [(0, 9, True)], strict=True)
+    assert runs == [(0, 2, 1)]
+    state = (await s.states("g", [TP]))[TP]
+    assert (state.start, state.end, state.acquired) == (0, 3, 3)
+    # Batch-optimized (the default): the whole batch, past max records.
+    assert await acquire(s, "b", 0, [(3, 9, True)], max_records=1) == [(3, 9, 1)]

@@ -218,10 +218,13 @@ class ShareStore(GroupRecords):
         max_records: int,
         max_locks: int,
         batches: Sequence[tuple[int, int, bool]],
+        strict: bool = False,
     ) -> list[tuple[int, int, int]]:
         """share_acquire.lua over the batches read, (first, last, acquirable) each;
-        returns the acquired runs (first, last, delivery count)."""
+        returns the acquired runs (first, last, delivery count). ``strict``: never more
+        than ``max_records`` (else whole batches)."""
         args: list[Any] = [member_id, now_ms, lock_ms, max_delivery, max_records, max_locks]
+        args.append(1 if strict else 0)
         for first, last, data in batches:
             args += [first, last, 1 if data else 0]
         reply = await self.share_acquire(self._keys(group_id, *tp), args)

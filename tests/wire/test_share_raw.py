@@ -78,6 +78,8 @@ def share_fetch(
     acks: list[tuple[int, int, list[int]]] = (),  # type: ignore[assignment]
     max_records: int = 500,
     fetch: bool = True,
+    version: int = 1,
+    **v2: Any,
 ) -> Any:
     partitions = [
         {
@@ -91,7 +93,8 @@ def share_fetch(
     return conn.request(
         request(
             78,
-            1,
+            version,
+            **v2,
             group_id=group,
             member_id=member,
             share_session_epoch=epoch,
@@ -341,3 +344,32 @@ def test_share_fetches_count_against_the_consumer_quota(broker, topic_name):
             assert only_partition(first).acquired_records
         finally:
             quota(admin, "share-quota", None)
+
+
+def test_v2_record_limit_and_renewed_locks(broker, topic_name):
+    topic, group = setup(broker, topic_name)
+    with Connection(broker.bootstrap) as conn:
+        tid = topic_id(conn, topic)
+        member, _ = joined(conn, group, topic)
+        limited = share_fetch(
+            conn, group, member, 0, tid, max_records=3, version=2, share_acquire_mode=1
+        )
+        assert [
+            (r.first_offset, r.last_offset) for r in only_partition(limited).acquired_records
+        ] == [(0, 2)]
+        # RENEW is v2's: INVALID_REQUEST in v1.
+        old = share_fetch(conn, group, member, 1, tid, acks=[(0, 2, [4])], version=1, fetch=False)
+        assert only_partition(old).acknowledge_error_code == ErrorCode.invalid_request
+        # RENEW (v2) keeps the records the member's, with a new lock; a renewing request
+        # fetches nothing more.
+        renew = share_fetch(
+            conn, group, member, 2, tid, acks=[(0, 2, [4])], version=2, is_renew_ack=True
+        )
+        partition = only_partition(renew)
+        assert (partition.acknowledge_error_code, partition.acquired_records) == (
+            ErrorCode.none,
+            (),
+        )
+        accept = share_ack(conn, group, member, 3, tid, [(0, 2, [1])])
+        assert only_partition(accept).error_code == ErrorCode.none
+        assert describe_offsets(conn, group, topic)[0] == 3

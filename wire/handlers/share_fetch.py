@@ -5,6 +5,7 @@ translates topic ids, sessions, ACLs (READ on the group, READ on each topic) and
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import uuid
 from collections.abc import Iterable, Sequence
@@ -25,6 +26,8 @@ from wire.errors import error_code
 from wire.group_answers import restore_first
 from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 
+FIRST_RENEW = 2  # the first ShareFetch/ShareAcknowledge version with RENEW acknowledgements
+RECORD_LIMIT = 1  # ShareFetch v2's share_acquire_mode: at most max_records (0: whole batches)
 Acks = dict[TopicPartition, list[tuple[int, int, Sequence[int]]]]
 
 
@@ -103,6 +106,9 @@ async def _acknowledge(
             permitted[tp] = batches
         else:
             out[tp] = (ErrorCode.topic_authorization_failed, None)
+    # RENEW (type 4) is ShareFetch/ShareAcknowledge v2's, where the group allows it.
+    if request.api_version < FIRST_RENEW:
+        config = dataclasses.replace(config, renew_acknowledge=False)
     done = await broker.share_fetcher.acknowledge(group_id, member_id, permitted, config)
     for tp, (code, message) in done.items():
         out[tp] = (ErrorCode(code), message or None)
@@ -168,16 +174,19 @@ async def share_fetch(broker: Broker, request: Request) -> Any:
         return _whole(request, ErrorCode(int(refused.code)), str(refused), lock_ms)
     acked = await _acknowledge(broker, request, group_id, member_id, acks, config)
     results: dict[TopicPartition, Acquired] = {}
+    denied: set[TopicPartition] = set()
     if epoch == FINAL_EPOCH:
         sessions.close(session)
         await broker.share_fetcher.release(session)
+    elif getattr(body, "is_renew_ack", False):
+        pass  # v2: a request renewing locks fetches nothing (KIP-1222)
     else:
         readable = [
             tp
             for tp in session.partitions
             if allowed(broker, request, Operation.READ, ResourceType.TOPIC, tp[0])
         ]
-        denied = [tp for tp in session.partitions if tp not in readable]
+        denied = {tp for tp in session.partitions if tp not in readable}
         results = await broker.share_fetcher.fetch(
             group_id,
             member_id,
@@ -187,11 +196,11 @@ async def share_fetch(broker: Broker, request: Request) -> Any:
             body.max_bytes,
             body.max_records if body.max_records > 0 else 500,
             config,
+            strict=getattr(body, "share_acquire_mode", 0) == RECORD_LIMIT,
         )
         for tp in denied:
             results[tp] = Acquired()
             acked.setdefault(tp, (ErrorCode.none, None))
-        denied_set = set(denied)
     # Which partitions to answer: all of a new session's; else those with records, an
     # error or an acknowledgement outcome.
     answer: dict[TopicPartition, tuple[Acquired, tuple[ErrorCode, str | None]]] = {}
@@ -205,7 +214,7 @@ async def share_fetch(broker: Broker, request: Request) -> Any:
     acquired_class = schema_class(schema, "AcquiredRecords")
     for (topic, p), (got, (ack_code, ack_message)) in answer.items():
         code = ErrorCode.none if got.error is None else error_code(got.error)
-        if epoch != FINAL_EPOCH and (topic, p) in denied_set:
+        if (topic, p) in denied:
             code = ErrorCode.topic_authorization_failed
         by_topic.setdefault(topic, []).append(
             build(

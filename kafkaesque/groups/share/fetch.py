@@ -156,9 +156,11 @@ class ShareFetcher:
         max_bytes: int,
         max_records: int,
         config: ShareGroupConfig | None = None,
+        strict: bool = False,
     ) -> dict[TopicPartition, Acquired]:
         """Acquire records of ``tps`` for the member, waiting up to ``max_wait_ms`` while
-        none can be."""
+        none can be; whole batches up to ``max_records``, or with ``strict`` (ShareFetch
+        v2's record_limit mode) no more than that."""
         config = config or await self.coordinator.group_config(group_id)
         deadline = self.clock.monotonic() + max_wait_ms / 1000
         topics = {t for t, _ in tps}
@@ -166,7 +168,7 @@ class ShareFetcher:
             while True:
                 released = self._released
                 results, lock_deadline = await self._attempt(
-                    group_id, member_id, tps, max_bytes, max_records, config
+                    group_id, member_id, tps, max_bytes, max_records, config, strict
                 )
                 got = any(a.runs or a.error for a in results.values())
                 wait = deadline - self.clock.monotonic()
@@ -212,6 +214,7 @@ class ShareFetcher:
         max_bytes: int,
         max_records: int,
         config: ShareGroupConfig,
+        strict: bool,
     ) -> tuple[dict[TopicPartition, Acquired], int]:
         """One pass: prepare, read, acquire; and the earliest lock deadline seen (-1)."""
         now = self.clock.now_ms()
@@ -272,6 +275,7 @@ class ShareFetcher:
                 remaining,
                 config.max_record_locks,
                 ranges,
+                strict,
             )
             result.runs = runs
             for first, last, delivered in runs:

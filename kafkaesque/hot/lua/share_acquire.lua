@@ -3,11 +3,14 @@
 -- `max_records` (Kafka's batch-optimized acquisition), the in-flight window never past
 -- `max_locks` records. Ranges of kind 0 (transaction markers; aborted transactions'
 -- records under read_committed) are archived, never acquired.
+-- With `strict` (ShareFetch v2's record_limit mode) no more than `max_records`, batches
+-- split where they must.
 -- KEYS: state, records, locks (share_common.lua). ARGV: member, now, lock duration ms,
--- max delivery count, max records, max record locks, then (first, last, kind) per batch
--- read, in offset order. Returns the acquired runs: {first, last, delivery count, ...}.
+-- max delivery count, max records, max record locks, strict (1/0), then (first, last,
+-- kind) per batch read, in offset order. Returns the acquired runs: {first, last,
+-- delivery count, ...}.
 local member, now, lock_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local max_records, max_locks = tonumber(ARGV[5]), tonumber(ARGV[6])
+local max_records, max_locks, strict = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == '1'
 local state_key, records_key, locks_key = KEYS[1], KEYS[2], KEYS[3]
 local deadline = now + lock_ms
 
@@ -30,7 +33,7 @@ local function take(offset, delivered)
 end
 
 local full = false
-for i = 7, #ARGV, 3 do
+for i = 8, #ARGV, 3 do
   if acquired >= max_records or full then break end
   local first, last, kind = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), ARGV[i + 2] == '1'
   local from = math.max(first, sp.spso)
@@ -40,6 +43,10 @@ for i = 7, #ARGV, 3 do
     local values = read_range(records_key, from, to)
     for offset = from, to do
       local value = values[offset]
+      if strict and kind and acquired >= max_records then
+        full = true
+        break
+      end
       if value and string.sub(value, 1, 1) == 'a' then
         sp.avail = sp.avail - 1
         if kind then
@@ -54,6 +61,10 @@ for i = 7, #ARGV, 3 do
   end
   -- New offsets past the end.
   for offset = from, last do
+    if full or (strict and kind and acquired >= max_records) then
+      full = true
+      break
+    end
     if offset > sp.speo and sp.spso == sp.speo then
       sp.spso = offset  -- the log skips offsets (compaction): nothing in flight between
     end
