@@ -70,23 +70,23 @@ class KafkaesqueSource(DataSource):
         return BatchReader(read_options(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from storage_pg.spark.source.stream import StreamReader
+        from storage_pg.spark.source.stream import TopicStreamReader
 
-        return StreamReader(read_options(self.options, streaming=True))
+        return TopicStreamReader(read_options(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from storage_pg.spark.source.writer import BatchWriter, check_schema
+        from storage_pg.spark.source.writer import TopicWriter, check_schema
 
         options = write_options(self.options)
         check_schema(schema, options)
-        return BatchWriter(options)
+        return TopicWriter(options)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from storage_pg.spark.source.writer import StreamWriter, check_schema
+        from storage_pg.spark.source.writer import TopicStreamWriter, check_schema
 
         options = write_options(self.options)
         check_schema(schema, options)
-        return StreamWriter(options)
+        return TopicStreamWriter(options)
 
 
 class BatchReader(DataSourceReader):

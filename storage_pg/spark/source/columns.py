@@ -48,7 +48,7 @@ class Columns:
         self.topic = topic
         self.partition = partition
         self.include_headers = include_headers
-        self.keys: list[bytes | None] = []
+        self.record_keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
         self.offsets: list[int] = []
         self.timestamps: list[int | None] = []  # ms
@@ -76,7 +76,7 @@ class Columns:
         base_ts, max_delta = header.base_timestamp, header.last_offset_delta
         append_time = header.max_timestamp if attributes & ATTR_LOG_APPEND_TIME else None
         kind = CREATE_TIME if append_time is None else LOG_APPEND_TIME
-        keys, values, offsets, stamps = self.keys, self.values, self.offsets, self.timestamps
+        keys, values, offsets, stamps = self.record_keys, self.values, self.offsets, self.timestamps
         headers = self.headers if self.include_headers else None
         taken = 0
         for _ in repeat(None, header.record_count):
@@ -108,7 +108,7 @@ class Columns:
         JSON text)."""
         self.offsets.extend(offsets)
         self.timestamps.extend(stamps)
-        self.keys.extend(keys)
+        self.record_keys.extend(keys)
         self.values.extend(values)
         self.types.extend(repeat(kind, len(offsets)))
         if self.include_headers:
@@ -122,7 +122,7 @@ class Columns:
         n = len(self.offsets)
         millis = pa.array(self.timestamps, pa.int64())
         arrays = [
-            pa.array(self.keys, pa.binary()),
+            pa.array(self.record_keys, pa.binary()),
             pa.array(self.values, pa.binary()),
             pa.array(repeat(self.topic, n), pa.string(), size=n),
             pa.array(repeat(self.partition, n), pa.int32(), size=n),

@@ -45,7 +45,8 @@ def run(options: SourceOptions, ask: Callable[[Log], Awaitable[T]]) -> T:
     """``ask(log)`` on a log over the options' Redis and archive (never restoring Redis)."""
 
     async def main() -> T:
-        log = Log(redis_client(options.redis_url, 4))
+        client = redis_client(options.redis_url, 4)
+        log = Log(client)
         archive = None if options.pg_dsn is None else Archive(options.pg_dsn, max_connections=2)
         log.cold = archive
         try:
@@ -53,7 +54,7 @@ def run(options: SourceOptions, ask: Callable[[Log], Awaitable[T]]) -> T:
         finally:
             if archive is not None:
                 await archive.close()
-            await log.redis.aclose()
+            await client.aclose()
 
     return asyncio.run(main())
 

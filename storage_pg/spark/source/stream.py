@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("kafkaesque.spark")
 
 
-class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Spark's Kafka source's micro-batches over the log (see the module's docstring)."""
 
     def __init__(self, options: SourceOptions) -> None:

@@ -119,7 +119,8 @@ class RangeReader:
     def __init__(self, options: SourceOptions, r: OffsetRange) -> None:
         self.options = options
         self.range = r
-        self.log = Log(redis_client(options.redis_url, 2))
+        self.client = redis_client(options.redis_url, 2)
+        self.log = Log(self.client)
         # The archive as the log's cold store, but not its recovery: a reader never
         # restores a Redis that lost its data (the broker does that).
         self.archive = (
@@ -131,7 +132,7 @@ class RangeReader:
     async def close(self) -> None:
         if self.archive is not None:
             await self.archive.close()
-        await self.log.redis.aclose()
+        await self.client.aclose()
 
     def lost(self, start: int, end: int, why: str) -> None:
         """Offsets start..end-1 of the range are held by neither tier."""

@@ -60,7 +60,7 @@ class Written(WriterCommitMessage):
     records: int
 
 
-class BatchWriter(DataSourceArrowWriter):
+class TopicWriter(DataSourceArrowWriter):
     """``df.write.format("kafkaesque")``: each task appends its rows."""
 
     def __init__(self, options: SourceOptions) -> None:
@@ -76,7 +76,7 @@ class BatchWriter(DataSourceArrowWriter):
         """What the tasks appended stays (at least once)."""
 
 
-class StreamWriter(DataSourceStreamArrowWriter):
+class TopicStreamWriter(DataSourceStreamArrowWriter):
     """``df.writeStream.format("kafkaesque")``: each micro-batch's tasks append their rows."""
 
     def __init__(self, options: SourceOptions) -> None:
@@ -86,7 +86,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         return Written(asyncio.run(_write(self.options, iterator)))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Nothing to publish (see BatchWriter.commit)."""
+        """Nothing to publish (see TopicWriter.commit)."""
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """What the tasks appended stays (at least once)."""
@@ -153,7 +153,8 @@ class _Producer:
 
 async def _write(options: SourceOptions, batches: Iterator[pa.RecordBatch]) -> int:
     """Append every row of ``batches``; the number of records written."""
-    log = Log(redis_client(options.redis_url, 2))
+    client = redis_client(options.redis_url, 2)
+    log = Log(client)
     try:
         producer = _Producer(Partitions(log), await log.new_producer_id())
         for batch in batches:
@@ -180,7 +181,7 @@ async def _write(options: SourceOptions, batches: Iterator[pa.RecordBatch]) -> i
         await producer.flush_all()
         return producer.written
     finally:
-        await log.redis.aclose()
+        await client.aclose()
 
 
 def _bytes(value: Any) -> bytes | None:
