@@ -373,3 +373,23 @@ def test_v2_record_limit_and_renewed_locks(broker, topic_name):
         accept = share_ack(conn, group, member, 3, tid, [(0, 2, [1])])
         assert only_partition(accept).error_code == ErrorCode.none
         assert describe_offsets(conn, group, topic)[0] == 3
+
+
+def test_a_deleted_topics_share_partitions_go_with_it(broker, topic_name):
+    topic, group = setup(broker, topic_name)
+    with Connection(broker.bootstrap) as conn:
+        tid = topic_id(conn, topic)
+        member, _ = joined(conn, group, topic)
+        share_fetch(conn, group, member, 0, tid)
+        share_ack(conn, group, member, 1, tid, [(0, 9, [1])])
+        assert describe_offsets(conn, group, topic)[0] == 10
+        deleted = conn.request(
+            request(20, 6, topics=[{"name": topic, "topic_id": None}], timeout=5000)
+        )
+        assert [r.error_code for r in deleted.responses] == [ErrorCode.none]
+    create_topic(broker.bootstrap, topic, 1)
+    produce_numbered(broker.bootstrap, topic, 1, 0, 3)
+    with Connection(broker.bootstrap) as conn:
+        # Created again: its share-partition starts afresh, at the earliest offset.
+        got = only_partition(share_fetch(conn, group, member, 0, topic_id(conn, topic)))
+        assert [(r.first_offset, r.last_offset) for r in got.acquired_records] == [(0, 2)]

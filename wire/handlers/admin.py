@@ -304,6 +304,7 @@ async def delete_topics(
             await broker.log.delete_topic(name)
             broker.partitions.forget_config(name)
             await broker.groups.admin.forget_topic(name)
+            await broker.share_groups.forget_topic(name)  # its share-partitions' state
         except KafkaesqueError as exc:
             error, message = error_code(exc), str(exc)
         results.append(

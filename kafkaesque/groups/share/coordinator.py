@@ -216,6 +216,14 @@ class ShareGroupCoordinator:
             for tp, offset in offsets.items():
                 await self.store.reset(group_id, tp, offset)
 
+    async def forget_topic(self, topic: str) -> None:
+        """A deleted topic's share-partitions go from every share group (a topic created
+        again under its name starts afresh, at share.auto.offset.reset)."""
+        for group_id in await self.store.share_group_ids():
+            tps = [tp for tp in await self.store.partitions(group_id) if tp[0] == topic]
+            if tps:
+                await self.store.forget(group_id, tps)
+
     async def delete_offsets(self, group_id: str, topics: list[str]) -> None:
         """DeleteShareGroupOffsets: the topics' share-partitions lose their state (the
         next fetch starts at share.auto.offset.reset); only while the group is empty."""
