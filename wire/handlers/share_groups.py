@@ -210,10 +210,11 @@ async def describe_share_group_offsets(broker: Broker, request: Request) -> Any:
             states = await broker.share_groups.offsets(g.group_id, asked)
             names = sorted({t for t, _ in states})
             ids = await _topic_ids(broker, names)
-            ends = {}
+            ends = {}  # (log end, leader epoch) of the partitions with a share-partition
             for tp, state in states.items():
                 if state is not None and ids[tp[0]] is not None:
-                    ends[tp] = (await broker.log.state(*tp)).log_end
+                    partition = await broker.log.state(*tp)
+                    ends[tp] = (partition.log_end, partition.leader_epoch)
             for name in names:
                 parts = []
                 for (t, p), state in sorted(states.items()):
@@ -221,14 +222,15 @@ async def describe_share_group_offsets(broker: Broker, request: Request) -> Any:
                         continue
                     unknown = ids[name] is None
                     lag = -1
-                    if state is not None and (t, p) in ends:
-                        lag = max(0, ends[(t, p)] - state.start - _done_in_flight(state))
+                    end, epoch = ends.get((t, p), (-1, -1))
+                    if state is not None and end >= 0:
+                        lag = max(0, end - state.start - _done_in_flight(state))
                     parts.append(
                         build(
                             part_class,
                             partition_index=p,
                             start_offset=-1 if state is None else state.start,
-                            leader_epoch=-1 if state is None else 0,
+                            leader_epoch=epoch,
                             lag=lag,
                             error_code=ErrorCode.unknown_topic_or_partition
                             if unknown
