@@ -19,6 +19,7 @@ if [[ "${1:-}" == "--quick" ]]; then
     tests/wire/test_fetch_request.py tests/wire/test_produce_request.py
     tests/wire/test_confluent.py tests/wire/test_kafka_python.py
     tests/storage/test_rows.py tests/storage/test_key_layout.py
+    tests/spark/test_source_units.py
   )
 fi
 scripts/setup.sh --test
