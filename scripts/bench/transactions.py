@@ -12,8 +12,9 @@ isolation.level=read_uncommitted and read_committed, timed from the first record
 of --rounds (default 5) each, the two taking turns to go first; prints records/s, the
 records each saw and the ratio of read_committed's records/s to read_uncommitted's.
 Also the CPU seconds of the broker, Redis and the client (/proc) per million records and
-per transaction, and the round trip of one durable write: a transaction's three requests
-that write (AddPartitionsToTxn, Produce, EndTxn) each wait for one, in turn.
+per transaction, the round trip of one durable write (a transaction's three requests
+that write, AddPartitionsToTxn, Produce and EndTxn, each wait for one, in turn), and the
+same transactions against librdkafka's in-memory mock cluster: the client's own time.
 Defaults: 200,000 records, transactions of 100, none aborted.
 
     python scripts/bench/transactions.py [--records N] [--txn-size S] [--abort-every K]
@@ -35,11 +36,16 @@ TIMEOUT = 60.0
 
 
 def produce_transactions(
-    bootstrap: str, topic: str, n: int, size: int, abort_every: int
+    bootstrap: str,
+    topic: str,
+    n: int,
+    size: int,
+    abort_every: int,
+    config: dict[str, object] | None = None,
 ) -> tuple[float, int]:
-    """Seconds a transactional confluent-kafka producer (linger 5 ms, big batches) takes to
-    send ``n`` records in transactions of ``size``, from init_transactions on; and how
-    many records were committed."""
+    """Seconds a transactional confluent-kafka producer (linger 5 ms, big batches; updated
+    with ``config``) takes to send ``n`` records in transactions of ``size``, from
+    init_transactions on; and how many records were committed."""
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -47,6 +53,7 @@ def produce_transactions(
             "linger.ms": 5,
             "batch.size": 1_000_000,
             "queue.buffering.max.messages": 2_000_000,
+            **(config or {}),
         }
     )
     started = time.perf_counter()
@@ -133,6 +140,8 @@ def main() -> None:
             order = list(reads) if turn % 2 == 0 else list(reads)[::-1]  # take turns first
             for isolation in order:
                 reads[isolation].append(consume_to_end(bootstrap, "txn", isolation))
+    mock = {"test.mock.num.brokers": 1}
+    mock_s, _ = produce_transactions("", "mock", n, size, args.abort_every, mock)
     print(f"{n} records of {len(VALUE)} bytes to 1 partition (cpus: {os.cpu_count()})")
     aborted = f", every {args.abort_every}th aborted" if args.abort_every else ""
     print(f"{'produce, idempotent (acks=all):':<50}{n / idempotent_s:>10,.0f} records/s")
@@ -151,6 +160,10 @@ def main() -> None:
     print(
         f"one durable write (SET) on this Redis: median {write_ms:.2f} ms; a transaction "
         f"makes 3 in turn: {3 * write_ms:.2f} ms at least"
+    )
+    print(
+        f"the same transactions against librdkafka's mock cluster (the client's own):"
+        f" {mock_s / transactions * 1000:.2f} ms each"
     )
     best = {isolation: min(runs) for isolation, runs in reads.items()}
     uncommitted_s, uncommitted_n = best["read_uncommitted"]
