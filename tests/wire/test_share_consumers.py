@@ -17,7 +17,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from confluent_kafka import AcknowledgeType, Consumer, ShareConsumer
+from confluent_kafka import AcknowledgeType, Consumer, Producer, ShareConsumer
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -26,7 +26,9 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from tests.kafka_client import Connection
 from tests.wire.common import FAST_GROUP_ARGS, create_topic, produce_numbered, value_of
+from tests.wire.test_share_raw import describe_offsets
 
 pytestmark = pytest.mark.clients
 # Short locks by default (a group may set longer ones): a dead consumer's records come
@@ -246,3 +248,36 @@ def test_a_classic_group_and_a_share_group_read_the_same_topic(broker, topic_nam
     expected = [value_of(i).encode() for i in range(records)]
     assert from_classic == expected
     assert sorted(from_share) == sorted(expected)
+
+
+def test_read_committed_share_consumers_never_get_aborted_records(broker, topic_name):
+    topic = topic_name()
+    group = f"share-{topic}"
+    create_topic(broker.bootstrap, topic, 1)
+    configure(broker.bootstrap, group, share_isolation_level="read_committed")
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": topic})
+    producer.init_transactions(10)
+    for outcome, values in (("abort", [b"a1", b"a2"]), ("commit", [b"c1", b"c2"])):
+        producer.begin_transaction()
+        for value in values:
+            producer.produce(topic, value)
+        producer.flush(10)
+        if outcome == "abort":
+            producer.abort_transaction(10)
+        else:
+            producer.commit_transaction(10)
+    consumer = share_consumer(broker.bootstrap, group, topic)
+    got: list[bytes] = []
+    try:
+        start = time.monotonic()
+        while len(got) < 2 and time.monotonic() - start < DEADLINE:
+            got += [m.value() for m in consumer.poll(0.5) if m.error() is None]
+        results = consumer.commit_sync(10) or {}
+        assert all(error is None for error in results.values()), results
+        got += [m.value() for m in consumer.poll(0.5) if m.error() is None]  # nothing more
+    finally:
+        consumer.close()
+    assert got == [b"c1", b"c2"]
+    with Connection(broker.bootstrap) as conn:
+        # Every offset done: the aborted records and both markers archived, none left.
+        assert describe_offsets(conn, group, topic) == (6, 0)
