@@ -298,3 +298,31 @@ def test_the_command_says_where_it_listens_and_why_it_cannot(redis_url: str) -> 
     finally:
         console.terminate()
         assert console.wait(20) == 0
+
+
+def test_live_tail_streams_appends_and_says_when_the_topic_goes(redis_url: str) -> None:
+    async def scenario(client: TestClient, log: Log) -> None:
+        stream = await client.get("/topics/words/tail/events")
+        assert stream.headers["Content-Type"] == "text/event-stream"
+        await log.append("words", 1, [build_batch([b"fresh\nline"])])
+
+        async def event() -> tuple[str, str]:
+            lines: list[str] = []
+            while True:
+                line = (await stream.content.readline()).decode().rstrip("\n")
+                if line.startswith(":"):
+                    continue
+                if not line and lines:
+                    fields = dict(item.split(": ", 1) for item in lines)
+                    return fields["event"], fields["data"]
+                if line:
+                    lines.append(line)
+
+        kind, row = await asyncio.wait_for(event(), 20)
+        assert kind == "record" and ">1/1<" in row and "fresh&#10;line" in row
+        await log.delete_topic("words")
+        kind, text = await asyncio.wait_for(event(), 20)
+        assert kind == "problem" and "words" in text
+        stream.close()
+
+    run(redis_url, scenario)
