@@ -91,12 +91,17 @@ class DurableAppends:
         self.due_durability: Durability | None = None
         self.waiting = False  # a wait is in flight
         self.gate: asyncio.Future[None] | None = None  # appends hold while set
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     async def append(
         self, durability: Durability, timeout_ms: int, keys: list[Any], args: list[Any]
     ) -> Any:
         """The append script's reply, once a wait sent after it was met; NotDurable when
         one was not, or not within ``timeout_ms`` (the append stays)."""
+        loop = asyncio.get_running_loop()
+        if loop is not self.loop:  # a new event loop (tests): nothing of the old one holds
+            self.in_flight, self.due, self.waiting, self.gate = 0, None, False, None
+            self.loop = loop
         while self.gate is not None:
             await asyncio.shield(self.gate)
         self.in_flight += 1
