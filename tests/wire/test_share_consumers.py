@@ -50,8 +50,10 @@ def configure(bootstrap: str, group: str, **configs: str) -> None:
         future.result(timeout=10)
 
 
-def share_consumer(bootstrap: str, group: str, topic: str, explicit: bool = False) -> ShareConsumer:
-    config = {"bootstrap.servers": bootstrap, "group.id": group}
+def share_consumer(
+    bootstrap: str, group: str, topic: str, explicit: bool = False, **more: object
+) -> ShareConsumer:
+    config: dict[str, object] = {"bootstrap.servers": bootstrap, "group.id": group, **more}
     if explicit:
         config["share.acknowledgement.mode"] = "explicit"
     consumer = ShareConsumer(config)
@@ -71,25 +73,23 @@ def setup(broker: Any, topic_name: Any, records: int, **configs: str) -> tuple[s
 def test_consumers_of_one_share_group_accept_every_record_once(broker, topic_name):
     records = 600
     # Locks long enough that no record is redelivered without a failure.
-    # At most 100 records in flight: the consumers take turns as records are accepted.
-    topic, group = setup(
-        broker,
-        topic_name,
-        records,
-        share_record_lock_duration_ms="30000",
-        share_partition_max_record_locks="100",
-    )
+    topic, group = setup(broker, topic_name, records, share_record_lock_duration_ms="30000")
     accepted: list[list[bytes]] = [[], [], []]
     done = threading.Event()
 
     def run(i: int) -> None:
-        consumer = share_consumer(broker.bootstrap, group, topic)
+        # 50 records a poll (one batch), each poll's records handled for a moment: the
+        # others acquire the next batches meanwhile.
+        consumer = share_consumer(broker.bootstrap, group, topic, **{"max.poll.records": 50})
         try:
             while not done.is_set():
-                for message in consumer.poll(0.5):
+                messages = consumer.poll(0.5)
+                for message in messages:
                     assert message.error() is None, message.error()
                     accepted[i].append(message.value())
                     assert message.delivery_count() == 1
+                if messages:
+                    time.sleep(0.02)
             consumer.commit_sync()  # implicit mode: what the last poll gave is accepted
         finally:
             consumer.close()
