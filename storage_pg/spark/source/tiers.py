@@ -57,6 +57,7 @@ _ARCHIVED = """
     ORDER BY "offset"
     LIMIT $5
 """
+_TOPIC_ID = "SELECT topic_id FROM topic WHERE name = $1"
 _DELETED_BELOW = "SELECT log_start FROM partition_state WHERE topic = $1 AND partition = $2"
 
 
@@ -145,6 +146,9 @@ class RangeReader:
         r = self.range
         pos = r.start
         hot = await self._hot_state()
+        if hot is None and self._recreated:  # the archive holds the new topic's records
+            self.lost(pos, r.end, self._gone_reason)
+            return
         compact = hot is not None and hot[0]
         if self.archive is not None and not compact and pos < r.end:
             async for batch in self._archived(pos):
@@ -165,6 +169,7 @@ class RangeReader:
         ``_gone_reason``) when Redis no longer has it."""
         r = self.range
         self._gone_reason = ""
+        self._recreated = False
         try:
             config = await self.log.topic(r.topic)
             [state] = await self.log.partition_offsets([(r.topic, r.partition)])
@@ -175,6 +180,7 @@ class RangeReader:
             return None
         if config.topic_id.hex() != r.topic_id:
             self._gone_reason = "belonged to a topic since deleted (the topic was created again)"
+            self._recreated = True
             return None
         self.append_time = config.value("message.timestamp.type") == "LogAppendTime"
         trusted = r.end
@@ -197,6 +203,10 @@ class RangeReader:
             return
         pool = await self.archive.pool()
         async with pool.acquire() as conn:
+            topic_id = await conn.fetchval(_TOPIC_ID, r.topic)
+            if topic_id is not None and topic_id.hex != r.topic_id:
+                self.lost(pos, r.end, "belonged to a topic since deleted (another is archived)")
+                return
             deleted_below = await conn.fetchval(_DELETED_BELOW, r.topic, r.partition) or 0
             if pos < deleted_below:
                 self.lost(pos, min(end, deleted_below), "were deleted (DeleteRecords)")
