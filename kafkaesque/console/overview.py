@@ -71,7 +71,7 @@ async def health(request: web.Request) -> Raw:
         card("Redis", redis_health[0], redis_health[1]),
         card("PostgreSQL archive", archive_health[0], archive_health[1]),
         card("Topics", f"{len(configs):,}", f"{sum(c.partitions for c in configs):,} partitions"),
-        card("Groups", f"{len(groups):,}", "classic and consumer"),
+        card("Groups", f"{len(groups):,}", "classic, consumer and share"),
         card("Produced", rate(produced), "records a second, all topics"),
         card("Consumed", rate(consumed), "committed records a second, all groups"),
     ]
