@@ -130,6 +130,14 @@ def test_add_partitions_saves_only_what_it_read(make_log) -> None:
         await log.redis.set(lock, "another broker")
         assert not await c.states.save_if(txn, c.states.saving(txn, version))
         await log.redis.delete(lock)
+        # A broker that keeps no version (an older one) saved it: still seen as changed.
+        txn, version = await c.states.load_versioned("t")
+        state = c.states.saving(txn, version)
+        older = await c.states.load("t")
+        older.updated_ms += 1
+        await log.redis.hset(log.keys.transaction("t"), mapping=older.fields())
+        assert txn.add(pid, epoch, 6, partitions={("a", 0), ("b", 0)}) == Code.NONE
+        assert not await c.states.save_if(txn, state)
         assert (await c.states.load("t")).partitions == {("a", 0), ("a", 1)}
         assert await c.add_partitions("t", pid, epoch, [("a", 0), ("b", 0)]) == {
             ("a", 0): Code.OPERATION_NOT_ATTEMPTED,

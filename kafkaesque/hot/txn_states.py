@@ -33,11 +33,16 @@ if TYPE_CHECKING:
     from kafkaesque.hot.log import Log
 
 
+# The fields compared besides the version (txn_state.lua's READ_AS, in its order).
+READ_AS = ("producer_id", "producer_epoch", "state", "updated_ms", "partitions", "groups")
+
+
 @dataclass(frozen=True, slots=True)
 class StateWrite:
     """A transactional id's state to save by script if unchanged since it was read
-    (txn_state.lua): its four keys, and what the state was read as (version, producer id,
-    epoch) and the id, the first arguments of txn_save.lua and txn_end.lua."""
+    (txn_state.lua): its four keys, and what the state was read as (its version, and the
+    fields every transition changes, for a state a broker without versions saved) and the
+    id, the first arguments of txn_save.lua and txn_end.lua."""
 
     keys: list[str]
     read_as: list[Any]
@@ -91,10 +96,11 @@ class TxnStates:
         return self.scripts is not None
 
     def saving(self, read: Transaction, version: int) -> StateWrite:
-        """What a script needs to save a state read as ``read`` (its producer id and epoch
-        then) at ``version``, unless it changed since."""
+        """What a script needs to save a state read as ``read`` at ``version`` (taken now:
+        before the transition changes ``read``), unless it changed since."""
         tid = read.transactional_id
         keys = self.keys
+        fields = read.fields()
         return StateWrite(
             [
                 keys.transaction(tid),
@@ -102,7 +108,7 @@ class TxnStates:
                 keys.transactions,
                 keys.transactions_due,
             ],
-            [version, read.producer_id, read.producer_epoch, tid],
+            [version, *(fields[name] for name in READ_AS), tid],
         )
 
     async def save_if(self, txn: Transaction, write: StateWrite) -> bool:

@@ -3,15 +3,20 @@
 -- no lock: the lock-holding path (TxnStates.locked) bumps `version` on every save too.
 -- S[1] state hash, S[2] its lock, S[3] the set of ids, S[4] the due sorted set.
 
--- Why the state read as (version, producer id, epoch) may not be written now: 'busy' while
--- a broker holds the id's lock (a transition under way), 'changed' once another saved it
--- (or the id was forgotten); nil when unchanged.
-local function txn_state_refusal(S, version, producer_id, producer_epoch)
+-- The fields compared with what the state was read as (R: ARGV[1..7]): the version, and
+-- for a state saved by a broker that keeps none, those every transition changes.
+local READ_AS = {'version', 'producer_id', 'producer_epoch', 'state', 'updated_ms',
+  'partitions', 'groups'}
+
+-- Why the state read as R may not be written now: 'busy' while a broker holds the id's
+-- lock (a transition under way), 'changed' once another saved it (or the id was
+-- forgotten); nil when unchanged.
+local function txn_state_refusal(S, R)
   if redis.call('EXISTS', S[2]) == 1 then return 'busy' end
-  local now = redis.call('HMGET', S[1], 'version', 'producer_id', 'producer_epoch')
-  if tonumber(now[1] or 0) ~= tonumber(version) or now[2] ~= producer_id
-      or now[3] ~= producer_epoch then
-    return 'changed'
+  local now = redis.call('HMGET', S[1], unpack(READ_AS))
+  if tonumber(now[1] or 0) ~= tonumber(R[1]) then return 'changed' end
+  for i = 2, #READ_AS do
+    if now[i] ~= R[i] then return 'changed' end
   end
   return nil
 end
