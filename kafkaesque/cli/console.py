@@ -46,9 +46,22 @@ def listen_option(
     metavar="PRINCIPAL",
     help="A principal (User:NAME) every ACL check lets through, as serve's (repeatable).",
 )
+@click.option(
+    "--spark-export",
+    "spark_exports",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    metavar="DIR",
+    help="The output directory of a `kafkaesque spark export` (local; repeatable): the "
+    "Archive page shows what it covered.",
+)
 @pass_context
 def console(
-    ctx: Context, listen: tuple[str, int], admin: bool, super_users: tuple[str, ...]
+    ctx: Context,
+    listen: tuple[str, int],
+    admin: bool,
+    super_users: tuple[str, ...],
+    spark_exports: tuple[str, ...],
 ) -> None:
     """Serve the web console: topics, messages in Redis and the archive, groups and their
     lag, the archive, users and ACLs. With SASL users (`kafkaesque users`) it asks for a
@@ -62,7 +75,7 @@ def console(
         log = ctx.log()  # tiered over the archive, when there is one
         await log.stores.ping()
         await ctx.bind_archives()
-        state = make_console(log, admin, super_users, archive_of(log))
+        state = make_console(log, admin, super_users, archive_of(log), spark_exports=spark_exports)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):

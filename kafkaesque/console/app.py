@@ -297,8 +297,10 @@ def make_console(
     super_users: tuple[str, ...] = (),
     archive_: Archive | None = None,
     sample_seconds: float | None = None,
+    spark_exports: tuple[str, ...] = (),
 ) -> Console:
-    """The console over ``log_`` (tiered over ``archive_``, if given)."""
+    """The console over ``log_`` (tiered over ``archive_``, if given); ``spark_exports``:
+    the output directories of Parquet exports whose coverage the Archive page shows."""
     coordinator = GroupCoordinator(log_)
     layer = Partitions(log_, log_.stores.notifier(log_.channel("")))
     sampler = Sampler(log_, coordinator)
@@ -311,7 +313,8 @@ def make_console(
             return sum(p.records for p in (await status(await archive_.pool())).partitions)
 
         sampler.archived_rows = archived_rows
-    return Console(log_, layer, coordinator, Access(log_, super_users), sampler, admin, archive_)
+    access = Access(log_, super_users)
+    return Console(log_, layer, coordinator, access, sampler, admin, archive_, spark_exports)
 
 
 async def serve_console(

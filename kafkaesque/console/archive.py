@@ -6,10 +6,13 @@ over the last minutes (the sampler's)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from aiohttp import web
 
 from kafkaesque.console.context import console, may_see_topic, render
-from kafkaesque.console.html import facts, join, message, sparkline, table, tag
+from kafkaesque.console.html import Raw, facts, join, message, sparkline, table, tag
 
 
 async def archive_page(request: web.Request) -> web.Response:
@@ -103,6 +106,8 @@ async def archive_page(request: web.Request) -> web.Response:
             numeric=[1],
             empty="no gaps: retention never dropped a record before the archive held it",
         ),
+        tag("h2", "Spark exports"),
+        spark_exports(state.spark_exports, found.watermark),
         tag("h2", "Lost with Redis"),
         table(
             ["Record ids", "Recovered"],
@@ -117,3 +122,45 @@ async def archive_page(request: web.Request) -> web.Response:
         ),
     ]
     return render(request, "Archive", join(parts), "/archive")
+
+
+def spark_exports(directories: tuple[str, ...], watermark: int) -> Raw:
+    """What each Parquet export (``kafkaesque spark export``, its output directory given
+    with --spark-export) covered: its last committed run, read from the export's own
+    commit records (storage_pg/spark/exporter.py), against the archive's watermark."""
+    if not directories:
+        return message(
+            "none shown: give the export's output directory with --spark-export DIR", "note"
+        )
+    from storage_pg.spark.exporter import STATE_DIR
+
+    rows = []
+    for directory in directories:
+        local = Path(directory.removeprefix("file://"))
+        records = sorted(
+            (local / STATE_DIR).glob("commit-*.json"), key=lambda p: p.name, reverse=True
+        )
+        if not records:
+            rows.append([directory, "nothing exported yet", None, None, None])
+            continue
+        try:
+            last = json.loads(records[0].read_text())
+            to_id, first, count = int(last["to_id"]), int(last["from_id"]), int(last["rows"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            rows.append([directory, f"unreadable commit record: {exc}", None, None, None])
+            continue
+        rows.append(
+            [
+                directory,
+                f"{to_id:,}",
+                f"{first:,}\u2013{to_id:,} ({count:,} rows)",
+                last.get("committed_at"),
+                f"{max(0, watermark - to_id):,}",
+            ]
+        )
+    return table(
+        ["Output", "Ids exported up to", "Last run", "Committed", "Archived ids not exported"],
+        rows,
+        numeric=[1, 4],
+        id="spark-exports",
+    )

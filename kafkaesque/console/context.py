@@ -39,6 +39,7 @@ class Console:
     sampler: Sampler
     admin: bool  # changes offered (and their endpoints routed) only then
     archive: Archive | None = None  # the archive the log reads old offsets from
+    spark_exports: tuple[str, ...] = ()  # local output directories of `kafkaesque spark export`
     # set when the console stops: live streams (the tail) end
     closing: asyncio.Event = field(default_factory=asyncio.Event)
 

@@ -151,28 +151,23 @@ def form(
 
 
 def sparkline(values: Sequence[float], width: int = 140, height: int = 28) -> Raw:
-    """A small inline SVG line of ``values`` (oldest first), scaled to its own maximum."""
+    """A small inline SVG line of ``values`` (oldest first), scaled between their least and
+    largest (a flat series is a line across the middle)."""
     if len(values) < 2:
         return Raw('<span class="muted">collecting\u2026</span>')
-    top = max(values) or 1.0
+    low, top = min(values), max(values)
     step = width / (len(values) - 1)
-    points = " ".join(
-        f"{i * step:.1f},{height - 2 - (v / top) * (height - 4):.1f}" for i, v in enumerate(values)
-    )
-    label = f"from {values[0]:g} to {values[-1]:g}, at most {top:g}"
+
+    def y(v: float) -> float:
+        return height / 2 if top == low else height - 2 - (v - low) / (top - low) * (height - 4)
+
+    points = " ".join(f"{i * step:.1f},{y(v):.1f}" for i, v in enumerate(values))
+    label = f"from {values[0]:g} to {values[-1]:g}, between {low:g} and {top:g}"
     return Raw(
         f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-        f'role="img" aria-label="{esc(label)}"><polyline fill="none" stroke="currentColor" '
-        f'stroke-width="1.5" points="{points}"/></svg>'
+        f'role="img" aria-label="{esc(label)}"><title>{esc(label)}</title>'
+        f'<polyline fill="none" stroke="currentColor" stroke-width="1.5" points="{points}"/></svg>'
     )
-
-
-def when(ms: int | None) -> str | None:
-    """A timestamp in ms as UTC date and time to the millisecond; None for none (-1)."""
-    if ms is None or ms < 0:
-        return None
-    moment = datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
-    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
 def duration(seconds: float) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import shutil
 import subprocess
 import sys
@@ -64,6 +65,7 @@ def consoles(store: Store, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     )
     command = [sys.executable, "-m", "kafkaesque", "--redis-url", store.redis_url]
     command += ["--pg-dsn", store.dsn, "console", "--listen", f"127.0.0.1:{read_port}"]
+    command += ["--spark-export", str(spark_export(directory / "export"))]
     stderr = directory / "console.stderr"
     with stderr.open("wb") as err:
         console = subprocess.Popen(
@@ -79,6 +81,16 @@ def consoles(store: Store, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         broker.stop()
     for text in (broker.stderr(), stderr.read_text()):
         assert "Traceback" not in text, text
+
+
+def spark_export(out: Path) -> Path:
+    """An export's output directory after one run over ids 1..50, with the commit record
+    its run writes (storage_pg/spark/exporter.py ``ExportState.commit``)."""
+    state = out / "_kafkaesque_export"
+    state.mkdir(parents=True)
+    record = {"from_id": 1, "to_id": 50, "rows": 50, "committed_at": "2026-01-01T00:00:00+00:00"}
+    (state / f"commit-{50:020d}.json").write_text(json.dumps(record))
+    return out
 
 
 @pytest.fixture(scope="module")

@@ -249,7 +249,9 @@ def test_archive_security_and_live_tail(
         tuple(c.text for c in r.find_elements(By.TAG_NAME, "td")[:3])
         for r in browser.find_elements(By.CSS_SELECTOR, "#archive-partitions tbody tr")
     }
-    assert (ORDERS, "0", "40") in rows or (ORDERS, "0", "30") in rows
+    assert (ORDERS, "0", "40") in rows
+    export = text(browser, "#spark-exports")
+    assert "1\u201350 (50 rows)" in export and "2026-01-01T00:00:00+00:00" in export
     shot("14-archive")
     browser.get(consoles.admin + "/security")
     browser.find_element(By.NAME, "principal").send_keys("alice")
