@@ -170,6 +170,14 @@ def sparkline(values: Sequence[float], width: int = 140, height: int = 28) -> Ra
     )
 
 
+def when(ms: int | None) -> str | None:
+    """A timestamp in ms as UTC date and time to the millisecond; None for none (-1)."""
+    if ms is None or ms < 0:
+        return None
+    moment = datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
 def duration(seconds: float) -> str:
     """A span of time for people: 4.2 s, 3 min 5 s, 2 h 10 min, 12 d 3 h."""
     if seconds < 60:
