@@ -38,6 +38,7 @@ from kafkaesque.records.build import build_batch
 from storage_pg.tiered import Archive, attach
 
 PARTITIONS = 3
+PRODUCED = [0]  # records produced so far (the producer thread writes, the kills print)
 
 
 def stream_query(spark: Any, args: argparse.Namespace, available_now: bool = False) -> Any:
@@ -165,6 +166,7 @@ async def produce_and_archive(
             if started - last_archive > 0.5:
                 await archiver.run_once()
                 last_archive = started
+            PRODUCED[0] = (low + chunk) * PARTITIONS
             await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
         await archiver.run_once()
     finally:
@@ -198,7 +200,10 @@ def orchestrate(args: argparse.Namespace) -> int:
         proc = start_driver(args)
         last = wait_mid_batch(args, proc, last)
         kill(proc)
-        print(f"kill {round_ + 1}: driver SIGKILLed with batch {last} planned, not committed")
+        print(
+            f"kill {round_ + 1}: driver SIGKILLed with batch {last} planned, not committed "
+            f"({min(PRODUCED[0], args.records):,} records produced so far)"
+        )
     producer.join()
     # the last driver runs until the log's end as it was when the producers finished
     final = start_driver(args, available_now=True)
@@ -223,7 +228,7 @@ def main() -> int:
     parser.add_argument("mode", nargs="?", default="run", choices=["run", "driver"])
     parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--kills", type=int, default=3)
-    parser.add_argument("--rate", type=float, default=20_000.0, help="records/s produced")
+    parser.add_argument("--rate", type=float, default=2_000.0, help="records/s produced")
     parser.add_argument("--per-trigger", type=int, default=20_000, help="maxOffsetsPerTrigger")
     parser.add_argument("--page-size", type=int, default=500, help="records per page")
     parser.add_argument("--redis-url")
