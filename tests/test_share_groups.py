@@ -76,6 +76,10 @@ def test_heartbeats_expiry_and_released_records(redis_url: str) -> None:
         with pytest.raises(ShareRefused) as fenced:
             await coordinator.heartbeat("g", ShareHeartbeat("a", 7))
         assert fenced.value.code == ShareCode.FENCED_MEMBER_EPOCH
+        coordinator.config.max_size = 2  # group.share.max.size
+        with pytest.raises(ShareRefused) as full:
+            await coordinator.heartbeat("g", ShareHeartbeat("c", 0, topics=["t"]))
+        assert full.value.code == ShareCode.GROUP_MAX_SIZE_REACHED
         with pytest.raises(ShareRefused) as unknown:
             await coordinator.heartbeat("g", ShareHeartbeat("z", 2))
         assert unknown.value.code == ShareCode.UNKNOWN_MEMBER_ID

@@ -211,6 +211,13 @@ SETTINGS: tuple[BrokerSetting, ...] = (
         least=2,
     ),
     BrokerSetting(
+        "group.share.max.size",
+        "share_groups.max_size",
+        INT,
+        "members of one share group at most",
+        200,
+    ),
+    BrokerSetting(
         "group.share.partition.max.record.locks",
         "share_groups.max_record_locks",
         INT,

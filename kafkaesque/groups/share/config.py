@@ -18,6 +18,7 @@ class ShareGroupConfig:
     record_lock_duration_ms: int = 30_000  # group.share.record.lock.duration.ms
     delivery_count_limit: int = 5  # group.share.delivery.count.limit
     max_record_locks: int = 2_000  # group.share.partition.max.record.locks
+    max_size: int = 200  # group.share.max.size: members of one share group at most
     auto_offset_reset: str = "latest"  # share.auto.offset.reset (group config only)
     isolation_level: str = "read_uncommitted"  # share.isolation.level
     renew_acknowledge: bool = True  # share.renew.acknowledge.enable

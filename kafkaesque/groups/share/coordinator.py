@@ -96,7 +96,7 @@ class ShareGroupCoordinator:
                     await self.store.forget_heartbeats(group_id, [hb.member_id])
                 return ShareHeartbeatResult(hb.member_id, LEAVE_EPOCH, None)
             before = group.pack()
-            changed = group.heartbeat(hb)
+            changed = group.heartbeat(hb, config.max_size)
             if changed or now - group.refreshed_ms >= TOPIC_REFRESH_MS:
                 group.set_topics(await self._topics(group), now, changed)
             result = group.answer(hb.member_id, hb.epoch == JOIN_EPOCH)

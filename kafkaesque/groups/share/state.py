@@ -33,6 +33,7 @@ class ShareCode(IntEnum):
     INVALID_REQUEST = 42
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
+    GROUP_MAX_SIZE_REACHED = 81
     FENCED_MEMBER_EPOCH = 110
     UNKNOWN_TOPIC_ID = 100
     INVALID_RECORD_STATE = 121
@@ -114,13 +115,19 @@ class ShareGroup:
     def subscribed(self) -> set[str]:
         return {t for m in self.members.values() for t in m.topics}
 
-    def heartbeat(self, hb: ShareHeartbeat) -> bool:
+    def heartbeat(self, hb: ShareHeartbeat, max_size: int = 200) -> bool:
         """Apply one heartbeat (not a leave): a new member, a new subscription; returns
         whether the members or subscriptions changed (the caller then re-reads the topics
-        and calls ``set_topics``, which bumps the epoch once, then ``answer``). Raises
+        and calls ``set_topics``, which bumps the epoch once, then ``answer``). A new
+        member beyond ``max_size`` (group.share.max.size) is refused. Raises
         ShareRefused."""
         member = self.members.get(hb.member_id)
         if hb.epoch == JOIN_EPOCH:
+            if member is None and len(self.members) >= max_size:
+                raise ShareRefused(
+                    ShareCode.GROUP_MAX_SIZE_REACHED,
+                    f"The share group has reached its maximum capacity of {max_size} members.",
+                )
             if member is None:
                 member = ShareMember(
                     hb.member_id, 0, 0, hb.rack_id, hb.client_id, hb.client_host, []
