@@ -99,9 +99,11 @@ def test_heartbeats_expiry_and_released_records(redis_url: str) -> None:
         assert group is not None and list(group.members) == ["a"]
         state = (await coordinator.store.states("g", [("t", 0)]))[("t", 0)]
         assert (state.acquired, state.available) == (3, 0)
+        fetcher.sessions.open("g", "a", [("t", 0)])
         await clock.advance(6)
         group = await coordinator.load("g")
         assert group is not None and group.state == "Empty"
+        assert fetcher.sessions.get("g", "a") is None  # its share session went with it
         state = (await coordinator.store.states("g", [("t", 0)]))[("t", 0)]
         assert (state.acquired, state.available) == (0, 3)
         await log.redis.aclose()

@@ -10,7 +10,7 @@ as Kafka's share-partitions release a departed member's records.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from kafkaesque.clock import SYSTEM, Clock
@@ -67,6 +67,9 @@ class ShareGroupCoordinator:
         self.config = config or ShareGroupConfig()
         self.store: ShareStore = log.stores.share
         self.timers = ExpiryTimers("share group expiry", clock)
+        # Told of each member gone (left or expired), after its records were released:
+        # the share fetcher drops its share sessions.
+        self.on_departure: Callable[[str, str], None] | None = None
 
     async def group_config(self, group_id: str) -> ShareGroupConfig:
         """The broker's share config with the group's own share.* configs."""
@@ -129,7 +132,10 @@ class ShareGroupCoordinator:
     async def release(self, group_id: str, member_id: str, config: ShareGroupConfig) -> int:
         """A departed member's acquired records go back to the group."""
         tps = await self.store.partitions(group_id)
-        return await self.store.release(group_id, tps, member_id, config.delivery_count_limit)
+        released = await self.store.release(group_id, tps, member_id, config.delivery_count_limit)
+        if self.on_departure is not None:
+            self.on_departure(group_id, member_id)
+        return released
 
     # -- expiry ---------------------------------------------------------------------------
     async def tick(self, group_id: str) -> None:

@@ -78,6 +78,7 @@ class ShareFetcher:
         self.partitions = partitions
         self.clock = clock
         self.sessions = ShareSessions(self._session_ended)
+        coordinator.on_departure = self.sessions.drop
         self._released = asyncio.Event()  # records went back to a group here
         self._seen: dict[tuple[str, TopicPartition], tuple[int, int]] = {}  # log start, end
         self._tasks: set[asyncio.Task[None]] = set()

@@ -85,6 +85,10 @@ class ShareSessions:
         self._sessions.move_to_end((group_id, member_id))
         return session
 
+    def drop(self, group_id: str, member_id: str) -> None:
+        """Forget the member's session (it left the group; its records were released)."""
+        self._sessions.pop((group_id, member_id), None)
+
     def close(self, session: ShareSession) -> None:
         if self._sessions.pop((session.group_id, session.member_id), None) is not None:
             self._closed(session)
