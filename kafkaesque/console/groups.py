@@ -1,8 +1,10 @@
-"""The Groups pages: every group (classic and consumer, KIP-848) with its state and
-members; a group's lag per partition in records and in seconds (the age of its oldest
-unread record), refreshed live, with a sparkline of the last minutes; and, in admin mode,
-resetting its offsets (earliest, latest, an offset, a time) with a preview, only while
-the group is empty, as Kafka's kafka-consumer-groups --reset-offsets."""
+"""The Groups pages: every group (classic, consumer as KIP-848, share as KIP-932) with its
+state and members; a group's lag per partition in records and in seconds (the age of its
+oldest unread record), refreshed live, with a sparkline of the last minutes (a share
+group: its share-partitions); and, in admin mode, resetting a classic or consumer group's
+offsets (earliest, latest, an offset, a time) with a preview, only while the group is
+empty, as Kafka's kafka-consumer-groups --reset-offsets (the offsets are computed again
+when the reset is applied, as that tool does: "latest" is the log end then)."""
 
 from __future__ import annotations
 

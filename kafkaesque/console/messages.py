@@ -240,7 +240,7 @@ async def one_message(request: web.Request) -> web.Response:
                 join(
                     x
                     for f in FORMATS
-                    for x in (link(query(request.path, format=f), f"show as {f}"), "  ")
+                    for x in (link(query(request.rel_url.raw_path, format=f), f"show as {f}"), "  ")
                 ),
             ),
         ]
