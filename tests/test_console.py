@@ -192,6 +192,34 @@ def test_admin_changes_need_the_csrf_token(redis_url: str) -> None:
         answer = await client.post("/topics/made/delete", data={"csrf": token})
         assert answer.status == 200
         assert "made" not in await log.list_topics()
+        # users and ACLs
+        acl = {
+            "principal": "User:bob",
+            "host": "*",
+            "resource_type": "TOPIC",
+            "pattern_type": "PREFIXED",
+            "name": "wo",
+            "operation": "READ",
+            "permission": "ALLOW",
+        }
+        answer = await client.post("/security/acls", data={**acl, "csrf": token})
+        assert answer.status == 200 and "added (principal=User:bob" in await answer.text()
+        assert len(await log.stores.acls.read()) == 1
+        bad = await client.post("/security/acls", data={**acl, "operation": "FLY", "csrf": token})
+        assert bad.status == 400 and "operation &#x27;FLY&#x27; is not one of" in await bad.text()
+        answer = await client.post("/security/acls/delete", data={**acl, "csrf": token})
+        assert "removed 1 ACL(s)" in await answer.text()
+        assert await log.stores.acls.read() == []
+        bad = await client.post(
+            "/security/users", data={"user": "bob", "password": "", "csrf": token}
+        )
+        assert bad.status == 400 and shown_errors(await bad.text())
+        answer = await client.post(
+            "/security/users",
+            data={"user": "bob", "password": "pw", "mechanism": "SCRAM-SHA-512", "csrf": token},
+        )
+        assert "user bob has a SCRAM-SHA-512 credential" in await answer.text()
+        assert list(await log.stores.credentials.users()) == ["bob"]
 
     run(redis_url, scenario, admin=True)
 
