@@ -148,6 +148,9 @@ class ShareStore(GroupRecords):
             )
         ]
 
+    async def exists_group(self, group_id: str) -> bool:
+        return bool(await self.redis.exists(self.keys.group(group_id, ":share")))
+
     async def other_kind(self, group_id: str) -> bool:
         """Whether a classic or consumer group has this id."""
         k = self.keys

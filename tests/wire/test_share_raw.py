@@ -12,7 +12,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafkaesque.records.batch import base_offset, split_batches
-from tests.kafka_client import Connection, request
+from tests.kafka_client import Connection, join_request, request
 from tests.wire.common import create_topic, produce_numbered
 
 BROKER_ARGS = ("--config", "group.share.record.lock.duration.ms=60000")
@@ -393,3 +393,30 @@ def test_a_deleted_topics_share_partitions_go_with_it(broker, topic_name):
         # Created again: its share-partition starts afresh, at the earliest offset.
         got = only_partition(share_fetch(conn, group, member, 0, topic_id(conn, topic)))
         assert [(r.first_offset, r.last_offset) for r in got.acquired_records] == [(0, 2)]
+
+
+def test_an_id_is_one_kind_of_group(broker, topic_name):
+    topic, group = setup(broker, topic_name)
+    with Connection(broker.bootstrap) as conn:
+        joined(conn, group, topic)
+        # A classic JoinGroup or a consumer-protocol join under a share group's id: refused.
+        classic = conn.request(join_request(group, topics=[topic]))
+        assert classic.error_code == ErrorCode.inconsistent_group_protocol
+        consumer = conn.request(
+            request(
+                68,
+                1,
+                group_id=group,
+                member_id=str(uuid.uuid4()),
+                member_epoch=0,
+                rebalance_timeout=10_000,
+                subscribed_topic_names=[topic],
+                topic_partitions=[],
+            )
+        )
+        assert consumer.error_code == ErrorCode.group_id_not_found
+        # And a share group cannot take a classic group's id.
+        other = f"classic-{topic}"
+        conn.join_new_member(other, [topic])
+        refused = heartbeat(conn, other, str(uuid.uuid4()), 0, [topic])
+        assert refused.error_code == ErrorCode.group_id_not_found

@@ -54,6 +54,17 @@ async def consumer_group_heartbeat(broker: Broker, request: Request) -> Any:
         client_host=request.client_host,
     )
     coordinator = broker.consumer_groups
+    if hb.epoch == 0 and await broker.share_groups.exists(body.group_id):
+        # A share group has the id: Kafka's "not a consumer group".
+        return build(
+            schema,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.group_id_not_found,
+            error_message=f"Group {body.group_id} is not a consumer group.",
+            member_id=None,
+            member_epoch=-1,
+            heartbeat_interval=datetime.timedelta(0),
+        )
     try:
         result = await coordinator.heartbeat(body.group_id, hb, request.api_version)
     except HeartbeatRefused as refused:

@@ -23,7 +23,14 @@ from wire.authorize import (
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.group_answers import UNAVAILABLE, described_as_classic, described_group, restore_first
-from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
+from wire.protocol.codec import (
+    NO_THROTTLE,
+    Request,
+    build,
+    error_response,
+    ok_response,
+    schema_class,
+)
 
 log = logging.getLogger(__name__)
 MEMBERS = LogThrottle(log)  # members joining and leaving, as clients ask
@@ -122,6 +129,8 @@ async def join_group(broker: Broker, request: Request) -> Any:
         )
     if (unavailable := await restore_first(broker, request)) is not None:
         return unavailable  # the archive has the group (members included): retried
+    if await broker.share_groups.exists(body.group_id):  # an id is one kind of group
+        return error_response(request.response_class, ErrorCode.inconsistent_group_protocol)
     result = await broker.groups.join(
         body.group_id,
         JoinRequest(

@@ -78,6 +78,10 @@ class ShareGroupCoordinator:
     async def load(self, group_id: str) -> ShareGroup | None:
         return await self.store.load(group_id)
 
+    async def exists(self, group_id: str) -> bool:
+        """Whether a share group has this id (a classic or consumer group cannot take it)."""
+        return await self.store.exists_group(group_id)
+
     async def heartbeat(self, group_id: str, hb: ShareHeartbeat) -> ShareHeartbeatResult:
         """One ShareGroupHeartbeat; raises ShareRefused with the error to answer."""
         validate(group_id, hb)
