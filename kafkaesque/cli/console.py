@@ -55,6 +55,13 @@ def listen_option(
     help="The output directory of a `kafkaesque spark export` (local; repeatable): the "
     "Archive page shows what it covered.",
 )
+@click.option(
+    "--sample-interval",
+    type=click.FloatRange(min=0.5),
+    default=5.0,
+    show_default=True,
+    help="Seconds between the samples of lag and rates behind the sparklines (120 kept).",
+)
 @pass_context
 def console(
     ctx: Context,
@@ -62,6 +69,7 @@ def console(
     admin: bool,
     super_users: tuple[str, ...],
     spark_exports: tuple[str, ...],
+    sample_interval: float,
 ) -> None:
     """Serve the web console: topics, messages in Redis and the archive, groups and their
     lag, the archive, users and ACLs. With SASL users (`kafkaesque users`) it asks for a
@@ -75,7 +83,14 @@ def console(
         log = ctx.log()  # tiered over the archive, when there is one
         await log.stores.ping()
         await ctx.bind_archives()
-        state = make_console(log, admin, super_users, archive_of(log), spark_exports=spark_exports)
+        state = make_console(
+            log,
+            admin,
+            super_users,
+            archive_of(log),
+            sample_seconds=sample_interval,
+            spark_exports=spark_exports,
+        )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):

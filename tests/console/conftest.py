@@ -66,6 +66,7 @@ def consoles(store: Store, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     command = [sys.executable, "-m", "kafkaesque", "--redis-url", store.redis_url]
     command += ["--pg-dsn", store.dsn, "console", "--listen", f"127.0.0.1:{read_port}"]
     command += ["--spark-export", str(spark_export(directory / "export"))]
+    command += ["--sample-interval", "1"]  # sparklines drawn within the module's run
     stderr = directory / "console.stderr"
     with stderr.open("wb") as err:
         console = subprocess.Popen(

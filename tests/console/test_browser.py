@@ -190,6 +190,7 @@ def test_lag_falls_to_zero_as_a_consumer_catches_up(
     assert text(browser, "#lag-table .lag-zero") == "0"
     navigate(browser, browser.find_element(By.LINK_TEXT, "Groups"))
     assert GROUP in text(browser, "#groups")
+    assert browser.find_elements(By.CSS_SELECTOR, "#groups svg.spark")  # the lag's history
     shot("10-groups")
     browser.get(consoles.read_only + f"/groups/{GROUP}")
     shot("11-group-caught-up")
