@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -64,10 +65,10 @@ def problem(exc: BaseException) -> tuple[int, str] | None:
         return 503, text
     if isinstance(exc, OSError | asyncio.TimeoutError):
         return 503, f"a store did not answer: {exc}"
-    try:
-        from storage_pg.pool import describe_failure
-    except ImportError:  # pragma: no cover - the archive's package is part of the project
+    if "storage_pg" not in sys.modules:  # loaded only by a console with an archive
         return None
+    from storage_pg.pool import describe_failure
+
     text = describe_failure(exc)
     return None if text is None else (503, text)
 
