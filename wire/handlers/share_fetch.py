@@ -17,7 +17,12 @@ from kio.static.primitive import Records
 from kafkaesque.errors import GroupAuthorizationFailed
 from kafkaesque.groups.share.config import ShareGroupConfig
 from kafkaesque.groups.share.fetch import Acquired
-from kafkaesque.groups.share.sessions import FINAL_EPOCH, INITIAL_EPOCH, ShareSession
+from kafkaesque.groups.share.sessions import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    ShareSession,
+    ShareSessions,
+)
 from kafkaesque.groups.share.state import ShareCode, ShareRefused
 from kafkaesque.types import TopicPartition
 from wire.authorize import Operation, ResourceType, allowed, check_group
@@ -28,7 +33,9 @@ from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 
 FIRST_RENEW = 2  # the first ShareFetch/ShareAcknowledge version with RENEW acknowledgements
 RECORD_LIMIT = 1  # ShareFetch v2's share_acquire_mode: at most max_records (0: whole batches)
+NO_ID = uuid.UUID(int=0)
 Acks = dict[TopicPartition, list[tuple[int, int, Sequence[int]]]]
+AckOutcome = tuple[ErrorCode, str | None]  # an acknowledgement's error code and message
 
 
 def _whole(request: Request, code: ErrorCode, message: str | None, lock_ms: int = 0) -> Any:
@@ -79,9 +86,7 @@ async def _acks(
             if not p.acknowledgement_batches:
                 continue
             if name is None:
-                unknown[(t.topic_id or uuid.UUID(int=0), p.partition_index)] = (
-                    ErrorCode.unknown_topic_id
-                )
+                unknown[(t.topic_id or NO_ID, p.partition_index)] = ErrorCode.unknown_topic_id
                 continue
             acks[(name, p.partition_index)] = [
                 (b.first_offset, b.last_offset, list(b.acknowledge_types))
@@ -97,9 +102,9 @@ async def _acknowledge(
     member_id: str,
     acks: Acks,
     config: ShareGroupConfig,
-) -> dict[TopicPartition, tuple[ErrorCode, str | None]]:
+) -> dict[TopicPartition, AckOutcome]:
     """Each share-partition's acknowledgement outcome; READ on each topic required."""
-    out: dict[TopicPartition, tuple[ErrorCode, str | None]] = {}
+    out: dict[TopicPartition, AckOutcome] = {}
     permitted: Acks = {}
     for tp, batches in acks.items():
         if allowed(broker, request, Operation.READ, ResourceType.TOPIC, tp[0]):
@@ -117,6 +122,57 @@ async def _acknowledge(
 
 def _leader(schema: type, epoch: int) -> Any:
     return build(schema_class(schema, "LeaderIdAndEpoch"), leader_id=-1, leader_epoch=epoch)
+
+
+def _session(
+    sessions: ShareSessions,
+    group_id: str,
+    member_id: str,
+    epoch: int,
+    wanted: list[TopicPartition],
+    forgotten: list[TopicPartition],
+    acks: Acks,
+) -> ShareSession:
+    """The share session a ShareFetch opens (epoch 0), continues or closes (-1), as
+    Kafka's SharePartitionManager.newContext; raises ShareRefused."""
+    if epoch == INITIAL_EPOCH:
+        if acks:
+            raise ShareRefused(
+                ShareCode.INVALID_REQUEST, "acknowledgements in a share fetch opening a session"
+            )
+        return sessions.open(group_id, member_id, wanted)
+    if epoch == FINAL_EPOCH and wanted and not acks:
+        raise ShareRefused(
+            ShareCode.INVALID_REQUEST, "partitions to fetch in a share fetch closing its session"
+        )
+    session = sessions.find(group_id, member_id, epoch)
+    if epoch != FINAL_EPOCH:
+        session.update(wanted, forgotten)
+    return session
+
+
+def _partition(schema: type, got: Acquired, code: ErrorCode, ack: AckOutcome, index: int) -> Any:
+    """One partition's PartitionData: its records and acquired ranges, its fetch error
+    (``code``) and its acknowledgement's outcome."""
+    return build(
+        schema_class(schema, "PartitionData"),
+        partition_index=index,
+        error_code=code,
+        error_message=None if got.error is None else str(got.error),
+        acknowledge_error_code=int(ack[0]),
+        acknowledge_error_message=ack[1],
+        current_leader=_leader(schema, got.leader_epoch),
+        records=Records(b"".join(got.batches)),
+        acquired_records=tuple(
+            build(
+                schema_class(schema, "AcquiredRecords"),
+                first_offset=lo,
+                last_offset=hi,
+                delivery_count=d,
+            )
+            for lo, hi, d in got.runs
+        ),
+    )
 
 
 async def share_fetch(broker: Broker, request: Request) -> Any:
@@ -140,9 +196,7 @@ async def share_fetch(broker: Broker, request: Request) -> Any:
         name = await topics.name(t.topic_id)
         for p in t.partitions:
             if name is None:
-                unknown[(t.topic_id or uuid.UUID(int=0), p.partition_index)] = (
-                    ErrorCode.unknown_topic_id
-                )
+                unknown[(t.topic_id or NO_ID, p.partition_index)] = ErrorCode.unknown_topic_id
             else:
                 wanted.append((name, p.partition_index))
     forgotten = []
@@ -152,24 +206,8 @@ async def share_fetch(broker: Broker, request: Request) -> Any:
             forgotten += [(name, p) for p in t.partitions]
     acks = await _acks(topics, body.topics, unknown)
     sessions = broker.share_fetcher.sessions
-    session: ShareSession | None = None
     try:
-        if epoch == INITIAL_EPOCH:
-            if acks:
-                raise ShareRefused(
-                    ShareCode.INVALID_REQUEST,
-                    "acknowledgements in a share fetch opening a session",
-                )
-            session = sessions.open(group_id, member_id, wanted)
-        else:
-            if epoch == FINAL_EPOCH and wanted and not acks:
-                raise ShareRefused(
-                    ShareCode.INVALID_REQUEST,
-                    "partitions to fetch in a share fetch closing its session",
-                )
-            session = sessions.find(group_id, member_id, epoch)
-            if epoch != FINAL_EPOCH:
-                session.update(wanted, forgotten)
+        session = _session(sessions, group_id, member_id, epoch, wanted, forgotten, acks)
     except ShareRefused as refused:
         return _whole(request, ErrorCode(int(refused.code)), str(refused), lock_ms)
     acked = await _acknowledge(broker, request, group_id, member_id, acks, config)
@@ -178,19 +216,16 @@ async def share_fetch(broker: Broker, request: Request) -> Any:
     if epoch == FINAL_EPOCH:
         sessions.close(session)
         await broker.share_fetcher.release(session)
-    elif getattr(body, "is_renew_ack", False):
-        pass  # v2: a request renewing locks fetches nothing (KIP-1222)
-    else:
-        readable = [
+    elif not getattr(body, "is_renew_ack", False):  # v2: a renewing request fetches nothing
+        denied = {
             tp
             for tp in session.partitions
-            if allowed(broker, request, Operation.READ, ResourceType.TOPIC, tp[0])
-        ]
-        denied = {tp for tp in session.partitions if tp not in readable}
+            if not allowed(broker, request, Operation.READ, ResourceType.TOPIC, tp[0])
+        }
         results = await broker.share_fetcher.fetch(
             group_id,
             member_id,
-            readable,
+            [tp for tp in session.partitions if tp not in denied],
             int(body.max_wait.total_seconds() * 1000),
             body.min_bytes,
             body.max_bytes,
@@ -198,63 +233,27 @@ async def share_fetch(broker: Broker, request: Request) -> Any:
             config,
             strict=getattr(body, "share_acquire_mode", 0) == RECORD_LIMIT,
         )
-        for tp in denied:
-            results[tp] = Acquired()
-            acked.setdefault(tp, (ErrorCode.none, None))
-    # Which partitions to answer: all of a new session's; else those with records, an
-    # error or an acknowledgement outcome.
-    answer: dict[TopicPartition, tuple[Acquired, tuple[ErrorCode, str | None]]] = {}
+        results.update((tp, Acquired()) for tp in denied)
+    # Answered: every partition of a new session; else those with records, an error, a
+    # refusal or an acknowledgement outcome.
+    by_topic: dict[str, list[Any]] = {}
     for tp in dict.fromkeys([*results, *acked]):
         got = results.get(tp, Acquired())
-        ack = acked.get(tp, (ErrorCode.none, None))
-        if epoch == INITIAL_EPOCH or got.runs or got.error or tp in acked:
-            answer[tp] = (got, ack)
-    by_topic: dict[str, list[Any]] = {}
-    part_class = schema_class(schema, "PartitionData")
-    acquired_class = schema_class(schema, "AcquiredRecords")
-    for (topic, p), (got, (ack_code, ack_message)) in answer.items():
+        if not (epoch == INITIAL_EPOCH or got.runs or got.error or tp in acked or tp in denied):
+            continue
         code = ErrorCode.none if got.error is None else error_code(got.error)
-        if (topic, p) in denied:
+        if tp in denied:
             code = ErrorCode.topic_authorization_failed
-        by_topic.setdefault(topic, []).append(
-            build(
-                part_class,
-                partition_index=p,
-                error_code=code,
-                error_message=None if got.error is None else str(got.error),
-                acknowledge_error_code=int(ack_code),
-                acknowledge_error_message=ack_message,
-                current_leader=_leader(schema, got.leader_epoch),
-                records=Records(b"".join(got.batches)),
-                acquired_records=tuple(
-                    build(acquired_class, first_offset=lo, last_offset=hi, delivery_count=d)
-                    for lo, hi, d in got.runs
-                ),
-            )
-        )
+        ack = acked.get(tp, (ErrorCode.none, None))
+        by_topic.setdefault(tp[0], []).append(_partition(schema, got, code, ack, tp[1]))
     topic_class = schema_class(schema, "ShareFetchableTopicResponse")
     responses = [
         build(topic_class, topic_id=await topics.id_of(topic), partitions=tuple(parts))
         for topic, parts in by_topic.items()
     ]
     for (topic_id, p), code in unknown.items():
-        responses.append(
-            build(
-                topic_class,
-                topic_id=topic_id,
-                partitions=(
-                    build(
-                        part_class,
-                        partition_index=p,
-                        error_code=code,
-                        acknowledge_error_code=int(code),
-                        current_leader=_leader(schema, -1),
-                        records=Records(b""),
-                        acquired_records=(),
-                    ),
-                ),
-            )
-        )
+        refusal = _partition(schema, Acquired(), code, (code, None), p)
+        responses.append(build(topic_class, topic_id=topic_id, partitions=(refusal,)))
     return build(
         schema,
         throttle_time=NO_THROTTLE,
