@@ -354,3 +354,20 @@ def test_live_tail_streams_appends_and_says_when_the_topic_goes(redis_url: str) 
         stream.close()
 
     run(redis_url, scenario)
+
+
+def test_a_store_away_is_said_not_shown_as_a_traceback() -> None:
+    from tests.servers import free_port
+
+    async def main() -> None:
+        log = Log(redis_client(f"redis://127.0.0.1:{free_port()}/0"))  # nothing listens
+        state = make_console(log, sample_seconds=3600)
+        try:
+            async with TestClient(TestServer(build_app(state))) as client:
+                for url in ("/topics", "/topics/words/messages", "/groups"):
+                    html = await page(client, url, 503)
+                    assert any("cannot reach Redis" in e for e in shown_errors(html)), html
+        finally:
+            await log.stores.close()
+
+    asyncio.run(main())
