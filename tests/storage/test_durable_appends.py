@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from kafkaesque.config.topic_config import TopicConfig
-from kafkaesque.errors import NotDurable
+from kafkaesque.errors import HotTierUnavailable, NotDurable
 from kafkaesque.hot.connect import redis_client
 from kafkaesque.hot.durability import Durability
 from kafkaesque.hot.log import Log
@@ -81,6 +81,47 @@ def test_a_failed_wait_fails_every_append_it_covered(everysec: RedisServer) -> N
             # The next append goes through (nothing left held back).
             appended = await log.append("f", 0, [build_batch([b"y"])], Durability(fsync=True))
             assert appended.base_offsets == [5]
+        finally:
+            await redis.aclose()
+
+    asyncio.run(run())
+
+
+def test_a_lost_connection_fails_its_appends_and_the_next_go_through(
+    everysec: RedisServer,
+) -> None:
+    """Redis drops acks=all's connection with appends and a wait on it: those fail or
+    succeed, none is acknowledged twice or lost, and the next appends reconnect."""
+
+    async def run() -> None:
+        redis = redis_client(everysec.url)
+        try:
+            log = Log(redis)
+            await log.create_topic(TopicConfig("k", 1))
+            durable = Durability(fsync=True)
+            await log.append("k", 0, [build_batch([b"first"])], durable)
+            waits = log.appends._durable_appends()
+            assert waits is not None
+            client_id = await waits.connection.execute("CLIENT", "ID")
+
+            async def kill() -> None:
+                await redis.execute_command("CLIENT", "KILL", "ID", client_id)
+
+            outcomes = await asyncio.gather(
+                *(log.append("k", 0, [build_batch([b"%d" % i])], durable) for i in range(20)),
+                kill(),
+                return_exceptions=True,
+            )
+            acknowledged = [
+                o.base_offsets[0] for o in outcomes[:20] if not isinstance(o, Exception)
+            ]
+            failed = [o for o in outcomes[:20] if isinstance(o, Exception)]
+            assert all(isinstance(o, HotTierUnavailable) for o in failed), failed
+            assert len(set(acknowledged)) == len(acknowledged)  # no offset given twice
+            end = (await log.state("k", 0)).log_end
+            assert all(1 <= offset < end for offset in acknowledged)  # each one is there
+            again = await log.append("k", 0, [build_batch([b"after"])], durable)
+            assert again.base_offsets == [end]
         finally:
             await redis.aclose()
 
