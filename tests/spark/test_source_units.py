@@ -81,6 +81,10 @@ def test_min_partitions_splits_ranges_in_proportion() -> None:
         (1, 0, 10),
     ]
     assert {r.epoch for r in planned} == {3}
+    capped = ranges(
+        {("t", 0): 5, ("t", 1): 0}, {("t", 0): 1000, ("t", 1): 10}, now, None, None, 400
+    )
+    assert [(r.start, r.end) for r in capped] == [(5, 337), (337, 669), (669, 1000), (0, 10)]
 
 
 def test_pushed_filters_cut_ranges() -> None:

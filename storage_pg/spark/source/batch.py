@@ -121,7 +121,9 @@ class BatchReader(DataSourceReader):
                 if bounds.since_ms is not None and starts[tp] < ends[tp]:
                     found = await _at_time(log, tp, bounds.since_ms, ends[tp])
                     starts[tp] = max(starts[tp], found)
-            return ranges(starts, ends, kept, options.min_partitions)
+            return ranges(
+                starts, ends, kept, options.min_partitions, max_per_task=options.max_per_task
+            )
 
         planned = run(options, plan)
         # Spark wants at least one partition to plan a scan; an empty one reads nothing.

@@ -146,9 +146,12 @@ def ranges(
     now: dict[TP, PartitionNow],
     min_partitions: int | None = None,
     start_epochs: dict[TP, int] | None = None,
+    max_per_task: int | None = None,
 ) -> list[OffsetRange]:
-    """One range per partition with offsets to read (more with ``min_partitions``: the
-    larger ranges are split, in proportion to their size, as Spark's Kafka source does)."""
+    """One range per partition with offsets to read, split into pieces of at most
+    ``max_per_task`` offsets (maxRecordsPerPartition), and further with
+    ``min_partitions``: the larger ranges in proportion to their size, as Spark's Kafka
+    source splits them."""
     planned = [
         OffsetRange(
             tp[0],
@@ -162,25 +165,26 @@ def ranges(
         for tp in sorted(ends)
         if tp in now and tp in starts and ends[tp] > starts[tp]
     ]
-    if not min_partitions or len(planned) >= min_partitions:
-        return planned
     total = sum(r.end - r.start for r in planned)
     split: list[OffsetRange] = []
     for r in planned:
-        pieces = max(1, math.ceil((r.end - r.start) * min_partitions / total))
-        step = math.ceil((r.end - r.start) / pieces)
-        for low in range(r.start, r.end, step):
-            split.append(
-                OffsetRange(
-                    r.topic,
-                    r.partition,
-                    low,
-                    min(r.end, low + step),
-                    r.topic_id,
-                    r.epoch,
-                    r.start_epoch,
-                )
+        size = r.end - r.start
+        pieces = 1 if max_per_task is None else math.ceil(size / max_per_task)
+        if min_partitions and len(planned) < min_partitions:
+            pieces = max(pieces, math.ceil(size * min_partitions / total))
+        step = math.ceil(size / pieces)
+        split += [
+            OffsetRange(
+                r.topic,
+                r.partition,
+                low,
+                min(r.end, low + step),
+                r.topic_id,
+                r.epoch,
+                r.start_epoch,
             )
+            for low in range(r.start, r.end, step)
+        ]
     return split
 
 

@@ -136,7 +136,8 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for tp, o in starts.items()
             if start.get("ids", {}).get(tp[0]) == now.get(tp, _NO).topic_id
         }
-        return ranges(same, ends, now, self.options.min_partitions, start_epochs)
+        options = self.options
+        return ranges(same, ends, now, options.min_partitions, start_epochs, options.max_per_task)
 
     def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         return read_range(self.options, partition)
