@@ -76,6 +76,9 @@ def test_heartbeats_expiry_and_released_records(redis_url: str) -> None:
         with pytest.raises(ShareRefused) as fenced:
             await coordinator.heartbeat("g", ShareHeartbeat("a", 7))
         assert fenced.value.code == ShareCode.FENCED_MEMBER_EPOCH
+        with pytest.raises(ShareRefused) as stranger:
+            await coordinator.heartbeat("g", ShareHeartbeat("z", -1))  # leaving, unknown
+        assert stranger.value.code == ShareCode.UNKNOWN_MEMBER_ID
         coordinator.config.max_size = 2  # group.share.max.size
         with pytest.raises(ShareRefused) as full:
             await coordinator.heartbeat("g", ShareHeartbeat("c", 0, topics=["t"]))

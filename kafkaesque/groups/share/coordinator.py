@@ -97,10 +97,14 @@ class ShareGroupCoordinator:
                 await self._check_kind(group_id)
                 group = ShareGroup(group_id)
             if hb.epoch == LEAVE_EPOCH:
-                if group.leave(hb.member_id):
-                    await self.store.save(group)
-                    await self.release(group_id, hb.member_id, config)
-                    await self.store.forget_heartbeats(group_id, [hb.member_id])
+                if not group.leave(hb.member_id):
+                    raise ShareRefused(
+                        ShareCode.UNKNOWN_MEMBER_ID,
+                        f"Member {hb.member_id} is not a member of group {group_id}.",
+                    )
+                await self.store.save(group)
+                await self.release(group_id, hb.member_id, config)
+                await self.store.forget_heartbeats(group_id, [hb.member_id])
                 return ShareHeartbeatResult(hb.member_id, LEAVE_EPOCH, None)
             before = group.pack()
             changed = group.heartbeat(hb, config.max_size)
