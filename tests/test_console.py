@@ -17,6 +17,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.console.app import build_app, make_console
+from kafkaesque.console.context import CONSOLE
 from kafkaesque.hot.connect import redis_client
 from kafkaesque.hot.log import Log
 from kafkaesque.records.build import build_batch
@@ -371,3 +372,21 @@ def test_a_store_away_is_said_not_shown_as_a_traceback() -> None:
             await log.stores.close()
 
     asyncio.run(main())
+
+
+def test_an_archive_away_is_said_too(redis_url: str) -> None:
+    from storage_pg.tiered import Archive, attach
+    from tests.servers import free_port
+
+    async def scenario(client: TestClient, log: Log) -> None:
+        archive = Archive(f"postgresql://nobody@127.0.0.1:{free_port()}/none")
+        attach(log, archive)
+        client.app[CONSOLE].archive = archive
+        html = await page(client, "/archive", 503)
+        assert shown_errors(html), html
+        # Redis still holds every record from offset 0: the archive is not asked
+        assert "5 shown" in await page(client, "/topics/words/messages")
+        overview = await page(client, "/overview/health")
+        assert "unreachable" in overview
+
+    run(redis_url, scenario)
