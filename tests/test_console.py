@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import html
 import io
 import json
 import re
@@ -88,6 +89,20 @@ def test_pages_records_search_and_export(redis_url: str) -> None:
         assert "&quot;n&quot;: 2" in one and "tier redis" in one
         from_offset = await page(client, "/topics/words/messages?start=offset&offset=2&partition=0")
         assert "needle here" in from_offset and ">alpha<" not in from_offset
+        newest = await page(client, "/topics/words/messages?partition=0&limit=2")
+        older = re.search(r'<p id="paging"><a href="([^"]+)">', newest)
+        assert older is not None and "before=2" in older.group(1)
+        back = await page(client, html.unescape(older.group(1)))
+        assert re.findall(r">0/(\d)<", back) == ["1", "0"] and 'id="paging"' not in back
+        forward = await page(
+            client, "/topics/words/messages?partition=0&limit=2&start=offset&offset=0"
+        )
+        later = re.search(r'<p id="paging"><a href="([^"]+)">', forward)
+        assert later is not None and "offset=2" in later.group(1)
+        assert re.findall(r">0/(\d)<", await page(client, html.unescape(later.group(1)))) == [
+            "2",
+            "3",
+        ]
         answer = await client.get("/topics/words/export?as=json&partition=0&limit=3")
         exported = json.loads(await answer.text())
         assert [r["offset"] for r in exported] == [3, 2, 1]

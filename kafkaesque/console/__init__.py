@@ -10,7 +10,8 @@ composer: it may import storage_pg.
 Modules: app.py (the application, its routes and middlewares, ``serve_console``),
 access.py (sessions, login against the SCRAM credentials, CSRF, ACL visibility),
 html.py (page layout and HTML helpers), assets.py (the stylesheet and script),
-overview.py, topics.py, messages.py (browse, search, export, tail, produce), records.py
-(reading records across both tiers, decoding values), groups.py (lag, sparklines, resets),
-archive.py, security.py, sampler.py (the history behind the sparklines and rates).
+overview.py, topics.py, messages.py (browse, page, search, export, produce), tail.py (the
+live tail over Server-Sent Events), records.py (reading records across both tiers,
+decoding values), groups.py (lag, sparklines, resets), archive.py, security.py,
+sampler.py (the history behind the sparklines and rates).
 """

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from kafkaesque.console import archive, groups, messages, overview, security, topics
+from kafkaesque.console import archive, groups, messages, overview, security, tail, topics
 from kafkaesque.console.access import COOKIE, SESSION_SECONDS, Access
 from kafkaesque.console.assets import CSS, JS
 from kafkaesque.console.context import (
@@ -233,8 +233,8 @@ def build_app(state: Console) -> web.Application:
         ("/topics/{topic}/messages", messages.browse),
         ("/topics/{topic}/messages/{partition}/{offset}", messages.one_message),
         ("/topics/{topic}/export", messages.export),
-        ("/topics/{topic}/tail", messages.tail_page),
-        ("/topics/{topic}/tail/events", messages.tail_events),
+        ("/topics/{topic}/tail", tail.tail_page),
+        ("/topics/{topic}/tail/events", tail.tail_events),
         ("/groups", groups.group_list),
         ("/groups/{group}", groups.group_page),
         ("/groups/{group}/lag", groups.lag_fragment),

@@ -2,7 +2,7 @@
 Redis and the archive (each record says which tier it came from), with values decoded as
 JSON, text or hex; search with a scan limit; one message on its own page; export of what
 is shown as JSON or CSV (capped); a live tail over Server-Sent Events; and, in admin mode,
-producing a message."""
+producing a message. The live tail is tail.py."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ from kafkaesque.console.records import (
     EXPORT_CAP,
     FORMATS,
     BadInput,
+    Query,
     Shown,
     bounds,
     decode,
@@ -40,18 +41,13 @@ from kafkaesque.console.records import (
     parse_query,
     read_forward,
 )
-from kafkaesque.errors import KafkaesqueError, UnknownTopic
-from kafkaesque.hot.log import Log
+from kafkaesque.errors import UnknownTopic
 from kafkaesque.records.build import build_batch
 from kafkaesque.records.partitioner import partition_for_key
 from kafkaesque.security.acls import Operation, ResourceType
 
-TAIL_IDLE_SECONDS = 15.0  # a comment line this often keeps proxies from closing the stream
-TAIL_CHECK_SECONDS = 1.0  # how often a quiet tail looks whether the console is stopping
-TAIL_BURST = 200  # of many records appended at once, the tail shows the newest this many
 
-
-async def _topic_partitions(request: web.Request) -> tuple[str, int]:
+async def topic_partitions(request: web.Request) -> tuple[str, int]:
     name = request.match_info["topic"]
     if not may_see_topic(request, name):
         raise UnknownTopic(f"no such topic: {name}")
@@ -102,7 +98,7 @@ RECORD_HEADERS = ["Partition/offset", "Tier", "Timestamp", "Key", "Value", "Head
 
 async def browse(request: web.Request) -> web.Response:
     state = console(request)
-    topic, partitions = await _topic_partitions(request)
+    topic, partitions = await topic_partitions(request)
     params = request.query
     body: list[object] = [query_form(topic, partitions, params)]
     if "done" in params:
@@ -145,14 +141,41 @@ async def browse(request: web.Request) -> web.Response:
         )
     )
     rows = [record_row(topic, r, wanted.format) for r in found.records]
-    body.append(_records_table(rows, "messages"))
+    body.append(records_table(rows, "messages"))
+    body.append(paging(topic, params, wanted, found.records))
     if state.admin:
         body.append(tag("h2", "Produce a message"))
         body.append(produce_form(request, topic, partitions))
     return render(request, f"Messages of {topic}", join(body), "/topics")
 
 
-def _records_table(rows: list[Raw], table_id: str, empty: str = "no records") -> Raw:
+def paging(topic: str, params: Mapping[str, str], wanted: Query, shown: list[Shown]) -> Raw:
+    """On one partition, a link to the records before those shown (newest first) or
+    after them (from an offset or a time)."""
+    if wanted.partition is None or not shown:
+        return Raw("")
+    kept = {
+        k: v for k, v in params.items() if k in ("partition", "limit", "search", "scan", "format")
+    }
+    base = path("topics", topic, "messages")
+    if wanted.start == "newest":
+        oldest = min(r.offset for r in shown)
+        if oldest == 0:
+            return Raw("")
+        return tag(
+            "p",
+            link(query(base, **kept, start="newest", before=oldest), "\u2190 older records"),
+            id="paging",
+        )
+    latest = max(r.offset for r in shown)
+    return tag(
+        "p",
+        link(query(base, **kept, start="offset", offset=latest + 1), "later records \u2192"),
+        id="paging",
+    )
+
+
+def records_table(rows: list[Raw], table_id: str, empty: str = "no records") -> Raw:
     head = tag("thead", tag("tr", join(tag("th", h) for h in RECORD_HEADERS)))
     if not rows:
         rows = [tag("tr", tag("td", empty, colspan=len(RECORD_HEADERS), class_="empty"))]
@@ -189,7 +212,7 @@ def query_form(topic: str, partitions: int, params: Mapping[str, str]) -> Raw:
 
 async def one_message(request: web.Request) -> web.Response:
     state = console(request)
-    topic, partitions = await _topic_partitions(request)
+    topic, partitions = await topic_partitions(request)
     text_partition, text_offset = request.match_info["partition"], request.match_info["offset"]
     if not (text_partition.isdigit() and text_offset.isdigit()):
         raise BadInput("a message is named by its partition and offset, both whole numbers")
@@ -252,7 +275,7 @@ async def export(request: web.Request) -> web.Response:
     """What the Messages page shows for the same query, as JSON or CSV, at most
     EXPORT_CAP records; bytes as UTF-8 text where they are, else base64."""
     state = console(request)
-    topic, partitions = await _topic_partitions(request)
+    topic, partitions = await topic_partitions(request)
     kind = request.query.get("as", "json")
     if kind not in ("json", "csv"):
         raise BadInput("export as json or csv")
@@ -295,83 +318,6 @@ def exported(record: Shown) -> dict[str, object]:
     }
 
 
-async def tail_page(request: web.Request) -> web.Response:
-    topic, _ = await _topic_partitions(request)
-    body = join(
-        [
-            tag(
-                "p",
-                join(
-                    [
-                        "Records appear here as they are appended. ",
-                        tag("span", "connecting", id="tail-status", class_="muted"),
-                    ]
-                ),
-            ),
-            tag(
-                "div",
-                _records_table([], "tail", "waiting for new records\u2026"),
-                data_tail=path("topics", topic, "tail", "events"),
-            ),
-        ]
-    )
-    return render(request, f"Live tail of {topic}", body, "/topics")
-
-
-async def tail_events(request: web.Request) -> web.StreamResponse:
-    """Server-Sent Events: each record appended from now on, as a table row (of a burst,
-    the newest TAIL_BURST). Woken by appends, and every TAIL_CHECK_SECONDS it looks at the
-    log ends anyway (a notification may come before the subscription to it is made). Ends
-    when the viewer goes away, the topic does, or the console stops."""
-    state = console(request)
-    topic, partitions = await _topic_partitions(request)
-    response = web.StreamResponse(
-        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"}
-    )
-    quiet = 0.0
-    try:
-        async with state.layer.appends([topic]) as appended:
-            positions = await _ends(state.log, topic, partitions)
-            await response.prepare(request)  # the page says "following" from here on
-            while not state.closing.is_set():
-                if await appended.wait(TAIL_CHECK_SECONDS):
-                    appended.take()
-                ends = await _ends(state.log, topic, partitions)
-                sent = False
-                for p, end in ends.items():
-                    if end <= positions[p]:
-                        continue
-                    where = await bounds(state.layer, topic, p)
-                    start = max(positions[p], where.end - TAIL_BURST)
-                    for record in await read_forward(
-                        state.layer, topic, p, start, TAIL_BURST, where
-                    ):
-                        row = record_row(topic, record, "auto")
-                        row = Raw(row.replace("\n", "&#10;").replace("\r", "&#13;"))
-                        await response.write(f"event: record\ndata: {row}\n\n".encode())
-                        sent = True
-                    positions[p] = where.end
-                quiet = 0.0 if sent else quiet + TAIL_CHECK_SECONDS
-                if quiet >= TAIL_IDLE_SECONDS:  # keeps proxies from closing the stream
-                    await response.write(b": idle\n\n")
-                    quiet = 0.0
-    except KafkaesqueError as exc:  # the topic was deleted, Redis went away, ...
-        if not response.prepared:
-            raise
-        await response.write(f"event: problem\ndata: {exc}\n\n".encode())
-    except ConnectionResetError:  # the viewer went away
-        pass
-    return response
-
-
-async def _ends(log: Log, topic: str, partitions: int) -> dict[int, int]:
-    """Each partition's log end, in one round trip; UnknownTopic once the topic is gone."""
-    found = await log.partition_offsets([(topic, p) for p in range(partitions)])
-    if any(entry is None for entry in found):
-        raise UnknownTopic(f"topic {topic} was deleted")
-    return {p: entry[1] for p, entry in enumerate(found) if entry is not None}
-
-
 def produce_form(request: web.Request, topic: str, partitions: int) -> Raw:
     choices = [("", "by key (or 0)")] + [(str(p), str(p)) for p in range(partitions)]
     content = join(
@@ -396,7 +342,7 @@ def produce_form(request: web.Request, topic: str, partitions: int) -> Raw:
 
 async def produce(request: web.Request) -> web.Response:
     state = console(request)
-    topic, partitions = await _topic_partitions(request)
+    topic, partitions = await topic_partitions(request)
     require(request, Operation.WRITE, ResourceType.TOPIC, topic)
     data = await posted(request)
     key = data.get("key", "").encode() or None

@@ -8,6 +8,7 @@ holds the text. Bad input is a ``BadInput`` with a sentence for the page."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 from collections.abc import Mapping
@@ -57,6 +58,7 @@ class Bounds:
 class Query:
     partition: int | None = None  # None: every partition
     start: str = "newest"  # newest, offset or time
+    before: int | None = None  # newest first: only records below this offset (paging back)
     offset: int | None = None
     time_ms: int | None = None
     limit: int = DEFAULT_LIMIT
@@ -115,6 +117,8 @@ def parse_query(params: Mapping[str, str], partitions: int, cap: int = MAX_LIMIT
         query.offset = _number(params, "offset", 0, 2**63 - 1)
         if query.offset is None:
             raise BadInput("give an offset to start from")
+    if query.start == "newest":
+        query.before = _number(params, "before", 0, 2**63 - 1)
     if query.start == "time":
         text = params.get("time", "")
         if not text.strip():
@@ -179,6 +183,8 @@ async def find(layer: Partitions, topic: str, partitions: int, query: Query) -> 
     window = query.limit if not needle else max(1, query.scan // len(chosen))
     for p in chosen:
         where = await bounds(layer, topic, p)
+        if query.before is not None:  # paging back: as if the log ended there
+            where = dataclasses.replace(where, end=min(where.end, query.before))
         start = await _start(layer, topic, p, query, where, window, found)
         if start is None:
             continue
