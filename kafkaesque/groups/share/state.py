@@ -27,15 +27,12 @@ class ShareCode(IntEnum):
     """The Kafka error codes share-group requests answer (per item, or as a whole)."""
 
     NONE = 0
-    UNKNOWN_TOPIC_OR_PARTITION = 3
-    COORDINATOR_NOT_AVAILABLE = 15
     UNKNOWN_MEMBER_ID = 25
     INVALID_REQUEST = 42
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
     GROUP_MAX_SIZE_REACHED = 81
     FENCED_MEMBER_EPOCH = 110
-    UNKNOWN_TOPIC_ID = 100
     INVALID_RECORD_STATE = 121
     SHARE_SESSION_NOT_FOUND = 122
     INVALID_SHARE_SESSION_EPOCH = 123
