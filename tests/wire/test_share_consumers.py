@@ -17,7 +17,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from confluent_kafka import AcknowledgeType, Consumer, Producer, ShareConsumer
+from confluent_kafka import AcknowledgeType, Consumer, KafkaException, Producer, ShareConsumer
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -281,3 +281,35 @@ def test_read_committed_share_consumers_never_get_aborted_records(broker, topic_
     with Connection(broker.bootstrap) as conn:
         # Every offset done: the aborted records and both markers archived, none left.
         assert describe_offsets(conn, group, topic) == (6, 0)
+
+
+def test_a_share_group_goes_on_across_a_broker_sigkill(broker, topic_name):
+    records = 100
+    topic, group = setup(broker, topic_name, records)
+    consumer = share_consumer(
+        broker.bootstrap, group, topic, explicit=True, **{"max.poll.records": 20}
+    )
+    accepted: set[bytes] = set()
+    killed = False
+    try:
+        start = time.monotonic()
+        while len(accepted) < records and time.monotonic() - start < DEADLINE:
+            polled = [m for m in consumer.poll(0.5) if m.error() is None]
+            for message in polled:
+                assert message.value() not in accepted  # accepted: never delivered again
+                consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+            try:
+                results = consumer.commit_sync(5) or {}
+            except KafkaException:
+                results = {None: "failed"}  # the broker was away: maybe not accepted
+            if polled and all(error is None for error in results.values()):
+                accepted.update(m.value() for m in polled)
+            if not killed and len(accepted) >= records // 2:
+                broker.proc.kill()  # SIGKILL: no handover, the share sessions are lost
+                broker.proc.wait()
+                broker.start()
+                killed = True
+    finally:
+        consumer.close()
+    assert killed
+    assert accepted == {value_of(i).encode() for i in range(records)}  # none lost
