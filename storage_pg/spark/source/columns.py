@@ -48,6 +48,9 @@ class Columns:
         self.topic = topic
         self.partition = partition
         self.include_headers = include_headers
+        self._empty()
+
+    def _empty(self) -> None:
         self.record_keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
         self.offsets: list[int] = []
@@ -134,7 +137,7 @@ class Columns:
         if self.include_headers:
             arrays.append(pa.array(self.headers, headers_type()))
             names.append("headers")
-        self.__init__(self.topic, self.partition, self.include_headers)  # type: ignore[misc]
+        self._empty()
         return pa.RecordBatch.from_arrays(arrays, names=names)
 
 
