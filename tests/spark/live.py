@@ -43,6 +43,18 @@ class LiveLog:
 
         return asyncio.run(main())
 
+    def run_hot(self, step: Callable[[Log], Awaitable[T]]) -> T:
+        """``step(log)`` on Redis alone (no archive attached)."""
+
+        async def main() -> T:
+            client = redis.asyncio.Redis.from_url(self.redis_url)
+            try:
+                return await step(Log(client))
+            finally:
+                await client.aclose()
+
+        return asyncio.run(main())
+
     def create(self, topic: str, partitions: int = 3, **config: Any) -> None:
         async def step(log: Log) -> None:
             await log.enable_archiving()

@@ -10,11 +10,15 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan
 
+from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.hot.log import Log
 from kafkaesque.records.build import build_batch, build_control_batch
 from storage_pg.spark.source.columns import Columns, headers_type
 from storage_pg.spark.source.filters import Bounds
-from storage_pg.spark.source.options import SourceError, read_options, write_options
+from storage_pg.spark.source.options import DataLoss, SourceError, read_options, write_options
 from storage_pg.spark.source.plan import PartitionNow, ranges, share
+from storage_pg.spark.source.tiers import OffsetRange, read_range
+from tests.spark.live import LiveLog
 
 URL = {"redisUrl": "redis://127.0.0.1:1/0"}
 
@@ -122,3 +126,28 @@ def test_columns_skip_markers_and_aborted_batches() -> None:
     assert batch.column("headers").type == headers_type()
     assert batch.schema.field("timestamp").type == pa.timestamp("us", tz="UTC")
     assert batch.column("timestamp").cast(pa.int64()).to_pylist() == [6000]
+
+
+def test_a_leader_epoch_change_under_a_range_is_checked(redis_url: str) -> None:
+    """A range planned under one leader epoch, read under the next: offsets the old epoch
+    had are read as planned; offsets past where the new epoch began may have been lost
+    and handed out again, which is data loss."""
+    live = LiveLog(redis_url, "")
+
+    async def setup(log: Log) -> tuple[str, int]:
+        await log.create_topic(TopicConfig("e", 1))
+        for i in range(10):
+            await log.append("e", 0, [build_batch([b"v%d" % i])])
+        await log.lead([("e", 0, "", "a-broker")])
+        [(_, _, epoch, _)] = await log.partition_offsets([("e", 0)])
+        [moved] = await log.lead([("e", 0, "a-broker", "another-broker")])  # a new epoch
+        assert moved is not None and moved[2] > epoch
+        return (await log.topic("e")).topic_id.hex(), epoch
+
+    topic_id, epoch = live.run_hot(setup)
+    options = read_options({"redisUrl": redis_url, "subscribe": "e"})
+    planned = OffsetRange("e", 0, 0, 10, topic_id, epoch)
+    assert sum(b.num_rows for b in read_range(options, planned)) == 10  # no loss there
+    beyond = OffsetRange("e", 0, 5, 15, topic_id, epoch)
+    with pytest.raises(DataLoss, match=r"data loss: e\[0\] offsets 10\.\.14 may hold other"):
+        list(read_range(options, beyond))
