@@ -16,12 +16,15 @@ Batch, best of R rounds each, every column into Spark's "noop" sink:
             in this process (asyncpg, one connection), the floor of any Python reader.
 
 Prints rows/s of each and the ratios source / jdbc and archived / arrow (goal: source
->= 300,000 rows/s). Streaming: a query with a 1 s processing-time trigger while a
+>= 300,000 rows/s). The writer: a streaming query (Trigger.AvailableNow) copies a topic
+of --copy records into another through the data source's writer; the copy is read back
+and must equal its source, partition by partition, in order. Streaming latency: a query
+with a 1 s processing-time trigger while a
 producer appends 1,000 records/s for --seconds; each record's latency is the time from
 its append (its timestamp) to its arrival in the query's foreachBatch; prints the median,
 p99 and max.
 
-    python scripts/bench/spark_source.py [--records 300000] [--rounds 3] [--master local[2]]
+    python scripts/bench/spark_source.py [--records 300000] [--rounds 3] [--copy 100000]
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.hot.connect import redis_client
 from kafkaesque.hot.embedded import EmbeddedRedis
 from kafkaesque.hot.log import Log
+from kafkaesque.records.batch import decode_batch, next_offset
 from kafkaesque.records.build import build_batch
 from storage_pg import EmbeddedPostgres
 from storage_pg import spark as job
@@ -137,6 +141,65 @@ def best_of(rounds: int, passes: dict[str, Any]) -> dict[str, tuple[int, float]]
     return best
 
 
+def write_back(spark: Any, redis_url: str, dsn: str, n: int, checkpoint: Path) -> float:
+    """A streaming query copies topic "copy-in" (``n`` records) into "copy-out" through the
+    writer (Trigger.AvailableNow); returns its seconds after checking that "copy-out"
+    holds exactly the records of "copy-in", partition by partition, in order."""
+    asyncio.run(_fill_copy(redis_url, n))
+    started = time.perf_counter()
+    query = (
+        spark.readStream.format("kafkaesque")
+        .options(redisUrl=redis_url, pgDsn=dsn, subscribe="copy-in", startingOffsets="earliest")
+        .load()
+        .selectExpr("key", "value", "partition")
+        .writeStream.format("kafkaesque")
+        .options(redisUrl=redis_url, topic="copy-out")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    seconds = time.perf_counter() - started
+    source, copy = (
+        asyncio.run(_records(redis_url, "copy-in")),
+        asyncio.run(_records(redis_url, "copy-out")),
+    )
+    assert len(copy) == n and copy == source, "the copy differs from its source"
+    return seconds
+
+
+async def _fill_copy(redis_url: str, n: int) -> None:
+    log = Log(redis_client(redis_url))
+    try:
+        for topic in ("copy-in", "copy-out"):
+            await log.create_topic(TopicConfig(topic, PARTITIONS))
+        for low in range(0, n, 500):
+            count = min(500, n - low)
+            keys = [b"key-%06d" % (low + i) for i in range(count)]
+            await log.append(
+                "copy-in", (low // 500) % PARTITIONS, [build_batch([VALUE] * count, keys)]
+            )
+    finally:
+        await log.redis.aclose()
+
+
+async def _records(redis_url: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
+    """(partition, key, value) of every record of ``topic``, in offset order per partition."""
+    log = Log(redis_client(redis_url))
+    out: list[tuple[int, bytes | None, bytes | None]] = []
+    try:
+        for p in range(PARTITIONS):
+            offset, end = 0, (await log.state(topic, p)).log_end
+            while offset < end:
+                result = await log.read(topic, p, offset, 1 << 22)
+                for batch in result.batches:
+                    out += [(p, r.key, r.value) for r in decode_batch(batch) if r.offset >= offset]
+                offset = next_offset(result.batches[-1])
+        return out
+    finally:
+        await log.redis.aclose()
+
+
 def latency(spark: Any, redis_url: str, dsn: str, seconds: float, checkpoint: Path) -> list[float]:
     """Append 1,000 records/s to "latency" for ``seconds`` under a running query with a
     1 s trigger; each record's ms from append to the query's foreachBatch."""
@@ -201,6 +264,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--seconds", type=float, default=20.0, help="of the latency run")
+    parser.add_argument("--copy", type=int, default=100_000, help="records the writer copies")
     args = parser.parse_args()
     n = args.records - args.records % (2 * PARTITIONS)
 
@@ -245,6 +309,11 @@ def main() -> None:
                 f"source / jdbc {rate['source'] / rate['jdbc']:.2f}   archived / jdbc "
                 f"{rate['archived'] / rate['jdbc']:.2f}   archived / arrow "
                 f"{rate['archived'] / rate['arrow']:.2f}   (goal: source >= 300,000 rows/s)"
+            )
+            copy_s = write_back(spark, redis_url, dsn, args.copy, home / "copy-checkpoint")
+            print(
+                f"streaming write: {args.copy:,} records copied topic to topic in {copy_s:.1f}s "
+                f"({args.copy / copy_s:,.0f} rows/s), read back exactly"
             )
             seen = latency(spark, redis_url, dsn, args.seconds, home / "checkpoint")
             seen.sort()

@@ -5,10 +5,11 @@ Rows carry ``value`` (binary or string) and optionally ``key``, ``topic`` (else 
 records without a key spread round-robin) and ``headers``. Each Spark task appends
 through the partition layer (kafkaesque.partition.layer.Partitions: the topic's configs
 and size limits apply) as an idempotent producer of its own: a producer id per task and
-sequence numbers per partition, so a retried append of the same batch is not stored
-twice. A task that Spark runs again (it failed, or a micro-batch is replayed after a
-restart) is a new producer and writes its rows again: duplicates are possible, losses are
-not, exactly as with Spark's Kafka sink; deduplicate downstream on a key if needed.
+sequence numbers per partition, so an append retried while Redis is unavailable is
+stored once (the log acknowledges a repeated batch with its first offsets). A task that
+Spark runs again (it failed, or a micro-batch is replayed after a restart) is a new
+producer and writes its rows again: duplicates are possible, losses are not, exactly as
+with Spark's Kafka sink; deduplicate downstream on a key if needed.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from kafkaesque.errors import StorageUnavailable
 from kafkaesque.hot.connect import redis_client
 from kafkaesque.hot.log import Log
 from kafkaesque.partition.layer import Partitions
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 RECORDS_PER_BATCH = 2_000
+RETRIES = 6  # appends of one batch while Redis is unavailable (about 6 s in all)
 BYTES_PER_BATCH = 512 << 10  # well under message.max.bytes (1 MiB)
 _COLUMNS = {"key", "value", "topic", "partition", "headers"}
 
@@ -142,7 +145,14 @@ class _Producer:
             producer_epoch=0,
             base_sequence=sequence,
         )
-        await self.layer.append(tp[0], tp[1], [batch], acks_all=True)
+        for attempt in range(RETRIES):
+            try:
+                await self.layer.append(tp[0], tp[1], [batch], acks_all=True)
+                break
+            except StorageUnavailable:  # Redis away for now: the same batch again, which
+                if attempt == RETRIES - 1:  # the log stores once if it did land
+                    raise
+                await asyncio.sleep(0.2 * 2**attempt)
         self.sequences[tp] = (sequence + len(records)) & 0x7FFFFFFF
         self.written += len(records)
 
