@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -157,3 +158,62 @@ async def test_record_limit_mode_splits_batches(redis_url: str) -> None:
     assert (state.start, state.end, state.acquired) == (0, 3, 3)
     # Batch-optimized (the default): the whole batch, past max records.
     assert await acquire(s, "b", 0, [(3, 9, True)], max_records=1) == [(3, 9, 1)]
+
+
+@sync
+async def test_random_operations_agree_with_a_model(redis_url: str) -> None:
+    """Random acquisitions, acknowledgements, releases and lock expiries by three members,
+    checked against a plain model of KIP-932's states: never two holders of a record, a
+    done record never again, delivery counts one more per acquisition, never past the
+    limit, the start offset the first record not done."""
+    rng = random.Random(932)
+    s = store(redis_url)
+    end = 60  # log end: batches of 4 records
+    batches = [(i, min(i + 3, end - 1), True) for i in range(0, end, 4)]
+    await s.prepare("g", TP, 0, LIMIT, MAX_LOCKS, 0, 0, end)
+    held: dict[int, tuple[str, int, int]] = {}  # offset -> member, deliveries, deadline
+    available: dict[int, int] = {}  # offset -> deliveries so far
+    done: set[int] = set()
+    fetched_to = 0
+    now = 0
+    for _ in range(300):
+        now += rng.choice((0, 100, 400, 1200))
+        member = rng.choice("abc")
+        if rng.random() < 0.5:
+            await s.prepare("g", TP, now, LIMIT, MAX_LOCKS, 0, 0, end)
+            for o, (_, n, deadline) in list(held.items()):
+                if deadline <= now:  # expired: back, or archived at the limit
+                    del held[o]
+                    if n >= LIMIT:
+                        done.add(o)
+                    else:
+                        available[o] = n
+            runs = await acquire(s, member, now, batches, max_records=rng.choice((1, 5, 50)))
+            got = {o: n for f, last, n in runs for o in range(f, last + 1)}
+            for o, n in got.items():
+                assert o not in held and o not in done, o
+                assert n == available.pop(o, 0) + 1 <= LIMIT
+                held[o] = (member, n, now + LOCK)
+                fetched_to = max(fetched_to, o + 1)
+        else:
+            mine = [o for o, (m, _, _) in held.items() if m == member]
+            wrong = rng.random() < 0.2 or not mine
+            o = rng.randrange(fetched_to) if wrong and fetched_to else (mine[0] if mine else 0)
+            kind = rng.choice((1, 2, 3))
+            code, _, _ = await s.acknowledge(
+                "g", TP, member, now, LOCK, LIMIT, True, [(o, o, [kind])]
+            )
+            ok = o in held and held[o][0] == member
+            below_start = all(x in done for x in range(o + 1))  # done already: nothing to do
+            expected = 0 if ok or below_start else 42 if o >= fetched_to else 121
+            assert code == expected, (o, code)
+            if ok:
+                _, n, _ = held.pop(o)
+                if kind == 2 and n < LIMIT:
+                    available[o] = n
+                else:
+                    done.add(o)
+        state = (await s.states("g", [TP]))[TP]
+        first_open = min((o for o in range(fetched_to) if o not in done), default=fetched_to)
+        assert state.start == first_open
+        assert state.acquired == len(held)
