@@ -18,6 +18,7 @@ from kafkaesque.errors import InvalidRecord
 from kafkaesque.records.batch import ATTR_LOG_APPEND_TIME, BatchHeader, records_data
 from kafkaesque.records.body import parse_record
 from storage_pg.pool import ms_to_pg
+from storage_pg.row_runs import MIN_RUN, RETRY_AFTER, layout_at, run_fields, run_length
 
 COLUMNS = (
     "id",
@@ -130,18 +131,57 @@ def _parse(
     times: dict[int, tuple[int] | None] = {}
     rows: list[Row] = []
     append = rows.append
-    for _ in repeat(None, header.record_count):
-        pos, delta, ts_delta, key, value, headers = parse(data, pos, end, max_delta)
+
+    def timestamp(ts_delta: int) -> tuple[int] | None:
         ts = times.get(ts_delta, times)
         if ts is times:
             ts = times[ts_delta] = ms_to_pg(base_ts + ts_delta if fixed_ts is None else fixed_ts)
+        return ts  # type: ignore[return-value]
+
+    count, i, single_until = header.record_count, 0, 0
+    while i < count:
+        # Runs of one layout by strided slices (storage_pg/row_runs.py); after a run that
+        # did not come, a while of records one at a time.
+        limit = min(count, max_delta + 1) - i
+        if i >= single_until and limit >= MIN_RUN:
+            layout = layout_at(data, pos, end, i, max_delta)
+            run = run_length(data, pos, end, i, limit, layout) if layout else 0
+            if layout is not None and run >= MIN_RUN:
+                stamps, keys, values = run_fields(data, pos, run, layout)
+                deltas = range(i, i + run)
+                # Rows built by zip, in C: the columns that vary, the others repeated.
+                rows.extend(
+                    zip(
+                        range(first_id + i * id_step, first_id + (i + run) * id_step, id_step)
+                        if id_step
+                        else repeat(first_id, run),
+                        repeat(topic, run),
+                        repeat(partition, run),
+                        range(base_offset + i, base_offset + i + run),
+                        map({d: timestamp(d) for d in set(stamps)}.__getitem__, stamps),
+                        keys,
+                        values,
+                        repeat(NO_HEADERS, run),
+                        repeat(pid, run),
+                        repeat(epoch, run),
+                        repeat(None, run)
+                        if sbase is None
+                        else [(sbase + d) & _SEQUENCE_MASK for d in deltas],
+                        strict=True,
+                    )
+                )
+                i += run
+                pos += run * layout.size
+                continue
+            single_until = i + RETRY_AFTER
+        pos, delta, ts_delta, key, value, headers = parse(data, pos, end, max_delta)
         append(
             (
                 first_id + delta * id_step,
                 topic,
                 partition,
                 base_offset + delta,
-                ts,
+                timestamp(ts_delta),
                 key,
                 value,
                 headers_json(headers) if headers else NO_HEADERS,
@@ -150,6 +190,7 @@ def _parse(
                 None if sbase is None else (sbase + delta) & _SEQUENCE_MASK,
             )
         )
+        i += 1
     if pos != end:
         raise InvalidRecord(f"batch holds more data than its {header.record_count} records")
     return rows
