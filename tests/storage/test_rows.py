@@ -117,7 +117,8 @@ def test_runs_of_one_layout_give_the_reference_rows(n: int) -> None:
         stamps = _stamps(n, kind, rng)
         values = [rng.randbytes(100) for _ in range(n)]
         keys = [rng.randbytes(8) for _ in range(n)]
-        for kwargs in ({}, {"keys": keys}):
+        compressed = {"compression": Compression(n % 4 + 1)}  # each codec over the sizes
+        for kwargs in ({}, {"keys": keys}, compressed):
             batch = build_batch(
                 values,
                 timestamps=stamps,
