@@ -11,23 +11,28 @@ from kafkaesque.cli.output import echo_rows
 from kafkaesque.errors import Code
 from kafkaesque.groups.consumer import ConsumerGroupCoordinator
 from kafkaesque.groups.coordinator import GroupCoordinator
+from kafkaesque.groups.resets import ResetMode, plan_reset, reset_partitions
 from kafkaesque.hot.log import Log
+from kafkaesque.partition.layer import Partitions
 from kafkaesque.tables import plural
-from kafkaesque.types import TopicPartition
 
 RESET_HEADERS = ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]
 
 
 def reset_target(
     reset_offsets: str | None, to_datetime: int | None, shift_by: int | None
-) -> tuple[str, str | int]:
-    """The one reset option given, as ``reset``'s ``how`` and ``spec``."""
+) -> tuple[ResetMode, int]:
+    """The one reset option given, as ``plan_reset``'s mode and value."""
     if to_datetime is not None:
-        return "to-datetime", to_datetime
+        return "time", to_datetime
     if shift_by is not None:
         return "shift-by", shift_by
+    if reset_offsets == "earliest":
+        return "earliest", 0
+    if reset_offsets == "latest":
+        return "latest", 0
     assert reset_offsets is not None
-    return "to", reset_offsets
+    return "offset", int(reset_offsets)
 
 
 async def delete_group(log: Log, coordinator: GroupCoordinator, group: str) -> None:
@@ -57,14 +62,14 @@ async def reset(
     coordinator: GroupCoordinator,
     group: str,
     topic: str | None,
-    how: str,
-    spec: str | int,
+    mode: ResetMode,
+    value: int,
     execute: bool,
     output_format: str,
 ) -> None:
-    """Reset the group's offsets of ``topic`` (None: of every topic it has offsets of):
-    ``how`` "to" earliest/latest/an offset, "to-datetime" ms, "shift-by" N. Shown as a
-    dry run, or with ``execute`` applied; only while the group has no members."""
+    """Reset the group's offsets of ``topic`` (None: of every topic it has offsets of) as
+    ``plan_reset`` computes them. Shown as a dry run, or with ``execute`` applied; only
+    while the group has no members."""
     await coordinator.tick(group)  # members whose session ended are gone, as in Kafka
     view = await load_group(log, coordinator, group)
     if view is not None and view.members:
@@ -73,33 +78,9 @@ async def reset(
             "offsets are reset only in an empty group"
         )
     committed = await coordinator.admin.committed(group)
-    if topic is not None:
-        partitions = [(topic, p) for p in range((await log.topic(topic)).partitions)]
-    else:
-        partitions = sorted(committed)
-    new: dict[TopicPartition, int] = {}
-    for t, p in partitions:
-        earliest = await log.earliest_offset(t, p)  # the archive's, if it has one
-        latest = (await log.state(t, p)).log_end
-        if how == "to-datetime":
-            assert isinstance(spec, int)
-            found = await log.offset_for_timestamp(t, p, spec)
-            wanted = latest if found is None else found[0]
-        elif how == "shift-by":
-            assert isinstance(spec, int)
-            c = committed.get((t, p))
-            if c is None:
-                raise click.ClickException(
-                    f"cannot shift {t}[{p}]: group {group} has no committed offset of it"
-                )
-            wanted = c.offset + spec
-        elif spec == "earliest":
-            wanted = earliest
-        elif spec == "latest":
-            wanted = latest
-        else:
-            wanted = int(spec)
-        new[t, p] = min(max(wanted, earliest), latest)  # clamped, as Kafka's tool does
+    layer = Partitions(log)
+    partitions = await reset_partitions(layer, committed, topic)
+    new = await plan_reset(layer, group, committed, partitions, mode, value)
     if execute:
         await coordinator.admin.reset_offsets(group, new)  # GroupBusy if members came
     rows = [[group, t, p, offset] for (t, p), offset in sorted(new.items())]

@@ -169,8 +169,8 @@ async def describe_group(
         assert group is not None
         if (topic is None) == (not all_topics):
             raise click.UsageError("a reset needs a TOPIC or --all-topics (not both)")
-        how, spec = reset_target(reset_offsets, to_datetime, shift_by)
-        await reset(log, coordinator, group, topic, how, spec, execute, output_format)
+        mode, value = reset_target(reset_offsets, to_datetime, shift_by)
+        await reset(log, coordinator, group, topic, mode, value, execute, output_format)
         return
     if topic is not None:
         await log.topic(topic)  # an unknown topic is an error, not an empty table

@@ -46,12 +46,10 @@ from kafkaesque.console.records import BadInput, bounds, parse_time, read_forwar
 from kafkaesque.errors import UnknownTopic
 from kafkaesque.groups.consumer import ConsumerGroupCoordinator
 from kafkaesque.groups.coordinator import decode_consumer_assignment
+from kafkaesque.groups.resets import RESET_MODES, plan_reset, reset_partitions
 from kafkaesque.groups.share.coordinator import ShareGroupCoordinator
-from kafkaesque.partition.layer import EARLIEST, LATEST
 from kafkaesque.security.acls import Operation, ResourceType
 from kafkaesque.types import TopicPartition
-
-RESET_MODES = ("earliest", "latest", "offset", "time")
 
 
 @dataclass
@@ -268,7 +266,7 @@ def reset_form(request: web.Request, group: Group, topics: list[str]) -> Raw:
                 "",
             ),
             select("To", "to", [(m, m) for m in RESET_MODES], "earliest"),
-            input_field("Offset or time (for offset, time)", "value", "", size=24),
+            input_field("Offset, time or shift (for offset, time, shift-by)", "value", "", size=24),
         ]
     )
     return form(path("groups", group.name, "reset"), content, "Preview", method="get", id="reset")
@@ -291,41 +289,29 @@ async def plan(
             f"group {group.name} has active members (state {fresh.state}): offsets are reset "
             "only in an empty group; stop its consumers first"
         )
-    mode, value, topic = (
+    asked, value, topic = (
         params.get("to", ""),
         params.get("value", "").strip(),
         params.get("topic", ""),
     )
-    if mode not in RESET_MODES:
-        raise BadInput(f"reset to one of {', '.join(RESET_MODES)}, not {mode!r}")
+    mode = next((m for m in RESET_MODES if m == asked), None)
+    if mode is None:
+        raise BadInput(f"reset to one of {', '.join(RESET_MODES)}, not {asked!r}")
+    number = 0
+    if mode == "offset" or mode == "shift-by":
+        if not value.lstrip("-").isdigit() or (mode == "offset" and value.startswith("-")):
+            raise BadInput(f"the {mode} must be a whole number, not {value!r}")
+        number = int(value)
+    elif mode == "time":
+        number = parse_time(value)
     committed = await state.groups.admin.committed(group.name)
-    if topic:
-        partitions = [(topic, p) for p in range((await state.log.topic(topic)).partitions)]
-    else:
-        partitions = sorted(committed)
+    partitions = await reset_partitions(state.layer, committed, topic or None)
     if not partitions:
         raise BadInput("the group has no offsets to reset: choose a topic")
-    target: int | None = None
-    if mode == "offset":
-        if not value.isdigit():
-            raise BadInput(f"the offset must be a whole number, not {value!r}")
-        target = int(value)
-    elif mode == "time":
-        target = parse_time(value)
-    new = {}
-    for t, p in partitions:
+    for t in {t for t, _ in partitions}:
         if not may_see_topic(request, t):
             raise UnknownTopic(f"no such topic: {t}")
-        earliest = await state.layer.list_offset(t, p, EARLIEST)
-        latest = await state.layer.list_offset(t, p, LATEST)
-        assert earliest is not None and latest is not None
-        wanted = {"earliest": earliest.offset, "latest": latest.offset}.get(mode, target)
-        if mode == "time":
-            found = await state.layer.list_offset(t, p, target or 0)
-            wanted = latest.offset if found is None else found.offset
-        assert wanted is not None
-        new[t, p] = min(max(wanted, earliest.offset), latest.offset)
-    return new
+    return await plan_reset(state.layer, group.name, committed, partitions, mode, number)
 
 
 async def reset_preview(request: web.Request) -> web.Response:
