@@ -139,6 +139,8 @@ def test_read_committed_share_fetches_never_acquire_aborted_records(redis_url: s
         accepted = await fetcher.acknowledge("g", "m", {("tx", 0): [(0, 0, [1]), (4, 5, [1])]})
         assert accepted == {("tx", 0): (0, "")}
         assert (fetcher.counts["acquired"], fetcher.counts["accepted"]) == (3, 3)  # metrics
+        await fetcher.fetch("g", "m", [("tx", 0)], 0, 1, 1 << 20, 100)
+        assert fetcher.in_flight[("g", "tx", 0)] == (0, 4)  # the aborted two, two markers
         state = (await coordinator.store.states("g", [("tx", 0)]))[("tx", 0)]
         assert (state.start, state.end, state.acquired) == (7, 7, 0)
         await log.redis.aclose()

@@ -87,7 +87,7 @@ async def test_release_redelivers_until_the_delivery_limit(redis_url: str) -> No
     s = store(redis_url)
     await prepare(s, 0)
     for delivery in range(1, LIMIT + 1):
-        _, _, next_offset, _, _ = await prepare(s, delivery)
+        next_offset = (await prepare(s, delivery))[2]
         assert next_offset == 0
         last = 1 if delivery == 1 else 0  # 1 is accepted the first time
         assert await acquire(s, "a", delivery, [(0, 1, True)]) == [(0, last, delivery)]
@@ -113,8 +113,8 @@ async def test_expired_locks_and_members_gone_release_records(redis_url: str) ->
     assert (await prepare(s, LOCK - 1))[2:4] == (5, LOCK)
     # Renewed, 2 outlives the others' locks.
     assert (await s.acknowledge("g", TP, "a", 500, LOCK, LIMIT, True, [(2, 2, [4])]))[0] == 0
-    _, _, next_offset, deadline, acquired = await prepare(s, LOCK)
-    assert (next_offset, deadline, acquired) == (0, 500 + LOCK, 1)
+    _, _, next_offset, deadline, acquired, available, _ = await prepare(s, LOCK)
+    assert (next_offset, deadline, acquired, available) == (0, 500 + LOCK, 1, 4)
     # b's session closed: its records go back at once.
     assert await s.release("g", [TP], "a", LIMIT) == 1
     runs = await acquire(s, "c", LOCK + 1, [(0, 4, True)])

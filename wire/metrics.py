@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 
 from kio.schema.index import api_key_map
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from kafkaesque.groups.share.fetch import ShareFetcher
@@ -141,7 +141,7 @@ class _ShareCounters(Collector):
     def __init__(self, fetcher: ShareFetcher) -> None:
         self.fetcher = fetcher
 
-    def collect(self) -> Iterator[CounterMetricFamily]:
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         family = CounterMetricFamily(
             "kafkaesque_share_records",
             "Share groups' records acquired, redelivered and acknowledged, by kind",
@@ -150,3 +150,21 @@ class _ShareCounters(Collector):
         for kind, value in self.fetcher.counts.items():
             family.add_metric([kind], value)
         yield family
+        in_flight = GaugeMetricFamily(
+            "kafkaesque_share_in_flight_records",
+            "Records of a share-partition acquired or waiting to be delivered again, as this "
+            "broker's last share fetch of it saw them",
+            labels=["group", "topic", "partition"],
+        )
+        archived = CounterMetricFamily(
+            "kafkaesque_share_archived_records",
+            "Offsets of a share-partition archived: rejected, past the delivery limit, or "
+            "never acquired (aborted transactions' records, transaction markers)",
+            labels=["group", "topic", "partition"],
+        )
+        for (group, topic, partition), (held, gone) in list(self.fetcher.in_flight.items()):
+            labels = [group, topic, str(partition)]
+            in_flight.add_metric(labels, held)
+            archived.add_metric(labels, gone)
+        yield in_flight
+        yield archived

@@ -45,6 +45,8 @@ class Prepared(NamedTuple):
     next_offset: int  # where to read; -1: the in-flight records are at their limit
     lock_deadline: int  # the earliest acquisition lock's deadline (ms), -1: none
     acquired: int
+    available: int  # released records, to be delivered again
+    archived: int  # offsets archived so far: rejected, past the delivery limit, aborted, markers
 
 
 @dataclass(frozen=True, slots=True)

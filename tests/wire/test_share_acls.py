@@ -1,7 +1,7 @@
 """Share groups under ACLs (an in-process broker with the ACL authorizer): ShareGroupHeartbeat
 and ShareFetch need READ on the group (GROUP_AUTHORIZATION_FAILED for the request), and a
 share fetch READ on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions, nothing
-acquired there), as Kafka checks them."""
+acquired there), as Kafka checks them; and the share metrics the broker serves."""
 
 from __future__ import annotations
 
@@ -91,6 +91,15 @@ def test_share_groups_need_read_on_the_group_and_the_topic(redis_url: str) -> No
         fetch = await conn.request(share_fetch("g", member, topic_id))
         ((partition,),) = [t.partitions for t in fetch.responses]
         assert [(r.first_offset, r.last_offset) for r in partition.acquired_records] == [(0, 1)]
+        # The metrics: records acquired, and in flight on the share-partition.
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for metric in server.metrics.registry.collect()
+            for s in metric.samples
+        }
+        assert samples[("kafkaesque_share_records_total", (("kind", "acquired"),))] == 2
+        key = (("group", "g"), ("partition", "0"), ("topic", "t"))
+        assert samples[("kafkaesque_share_in_flight_records", key)] == 0  # before the acquire
         await conn.close()
 
     asyncio.run(run_with_broker(redis_url, scenario, authorizer="acl"))

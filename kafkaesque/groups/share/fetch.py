@@ -85,6 +85,9 @@ class ShareFetcher:
         # Records acquired, redelivered (acquired again) and acknowledged, by kind.
         self.counts: dict[str, int] = dict.fromkeys(("acquired", "redelivered"), 0)
         self.counts |= dict.fromkeys(ACK_KINDS.values(), 0)
+        # (group, topic, partition) -> (records in flight, archived so far), as the last
+        # fetch here saw them (the metrics' gauges).
+        self.in_flight: dict[tuple[str, str, int], tuple[int, int]] = {}
 
     # -- sessions ---------------------------------------------------------------------------
     def _session_ended(self, session: ShareSession) -> None:
@@ -243,6 +246,8 @@ class ShareFetcher:
                     else min(lock_deadline, prepared.lock_deadline)
                 )
             results[tp] = Acquired()
+            in_flight = prepared.acquired + prepared.available
+            self.in_flight[(group_id, *tp)] = (in_flight, prepared.archived)
             if prepared.next_offset >= 0:
                 requests.append(FetchRequest(tp[0], tp[1], prepared.next_offset, max_bytes))
         committed = config.isolation_level == "read_committed"

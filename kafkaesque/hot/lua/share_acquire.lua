@@ -72,7 +72,7 @@ for i = 8, #ARGV, 3 do
       full = true
       break
     end
-    if kind then take(offset, 1) end
+    if kind then take(offset, 1) else count(sp, 'archived', 1) end
     sp.speo = offset + 1
   end
 end

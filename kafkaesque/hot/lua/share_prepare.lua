@@ -6,15 +6,16 @@
 -- KEYS: state, records, locks (share_common.lua), the group's set of share-partitions.
 -- ARGV: now, max delivery count, max record locks, init offset (-1: the caller does not
 -- know it yet), log start, log end, the share-partition's member of that set.
--- Returns {spso, speo, next fetch offset, earliest lock deadline or -1, acquired}; all -1
--- for a share-partition without state when no init offset was given.
+-- Returns {spso, speo, next fetch offset, earliest lock deadline or -1, acquired,
+-- available, archived so far (rejected too)}; all -1 for a share-partition without state when no init
+-- offset was given.
 local now, max_delivery, max_locks = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local init, log_start, log_end = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local state_key, records_key, locks_key = KEYS[1], KEYS[2], KEYS[3]
 
 local sp = load(state_key)
 if not sp then
-  if init < 0 then return {-1, -1, -1, -1, -1} end
+  if init < 0 then return {-1, -1, -1, -1, -1, -1, -1} end
   sp = {spso = init, speo = init, avail = 0, acq = 0, totals = {}}
   redis.call('SADD', KEYS[4], ARGV[7])
 end
@@ -54,4 +55,5 @@ elseif sp.speo - sp.spso >= max_locks then
 end
 local first = redis.call('ZRANGE', locks_key, 0, 0, 'WITHSCORES')
 local deadline = first[2] and tonumber(first[2]) or -1
-return {sp.spso, sp.speo, next_offset, deadline, sp.acq}
+local archived = (sp.totals['archived'] or 0) + (sp.totals['rejected'] or 0)
+return {sp.spso, sp.speo, next_offset, deadline, sp.acq, sp.avail, archived}
