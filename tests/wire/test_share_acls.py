@@ -76,8 +76,22 @@ def test_share_groups_need_read_on_the_group_and_the_topic(redis_url: str) -> No
         assert refused.error_code == ErrorCode.group_authorization_failed
         fetch = await conn.request(share_fetch("g", member, topic_id))
         assert (fetch.error_code, fetch.responses) == (ErrorCode.group_authorization_failed, ())
-        # READ on the group, not the topic: the partition refuses, nothing acquired.
+        # READ on the group, not the topic: subscribing to it needs DESCRIBE on it; a
+        # fetch of it refuses its partition, nothing acquired.
         await log.stores.acls.add([allow(ResourceType.GROUP, "g")])
+        await authorizer.refresh()
+        hidden = await conn.request(heartbeat("g", member))
+        assert hidden.error_code == ErrorCode.topic_authorization_failed
+        describe = AclBinding(
+            ResourceType.TOPIC,
+            "t",
+            PatternType.LITERAL,
+            ANONYMOUS,
+            "*",
+            Operation.DESCRIBE,
+            Permission.ALLOW,
+        )
+        await log.stores.acls.add([describe])
         await authorizer.refresh()
         assert (await conn.request(heartbeat("g", member))).error_code == ErrorCode.none
         fetch = await conn.request(share_fetch("g", member, topic_id))

@@ -28,6 +28,7 @@ from wire.group_answers import restore_first
 from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
 
 NO_ID = uuid.UUID(int=0)
+TOPIC = ResourceType.TOPIC
 
 
 def _topic_id(group: ShareGroup, topic: str) -> uuid.UUID:
@@ -54,6 +55,10 @@ async def share_group_heartbeat(broker: Broker, request: Request) -> Any:
     if (unavailable := await restore_first(broker, request)) is not None:
         return unavailable  # the archive has the group's share-partitions: retried
     topics = body.subscribed_topic_names
+    hidden = [t for t in topics or () if not allowed(broker, request, Operation.DESCRIBE, TOPIC, t)]
+    if hidden:  # as Kafka: subscribing needs DESCRIBE on every topic
+        message = f"Not authorized to describe topics: {', '.join(sorted(hidden))}"
+        return _refused(schema, ErrorCode.topic_authorization_failed, message)
     hb = ShareHeartbeat(
         member_id=body.member_id,
         epoch=body.member_epoch,
