@@ -5,6 +5,7 @@ translates topic ids, sessions, ACLs (READ on the group, READ on each topic) and
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import uuid
@@ -210,30 +211,37 @@ async def share_fetch(broker: Broker, request: Request) -> Any:
         session = _session(sessions, group_id, member_id, epoch, wanted, forgotten, acks)
     except ShareRefused as refused:
         return _whole(request, ErrorCode(int(refused.code)), str(refused), lock_ms)
-    acked = await _acknowledge(broker, request, group_id, member_id, acks, config)
+    # The acknowledgements go to Redis first and the fetch's first scripts right behind
+    # them, in one round trip (the shared connection keeps their order; were it not kept,
+    # a fetch would only see fewer records to acquire).
+    acking = asyncio.ensure_future(_acknowledge(broker, request, group_id, member_id, acks, config))
     results: dict[TopicPartition, Acquired] = {}
     denied: set[TopicPartition] = set()
-    if epoch == FINAL_EPOCH:
-        sessions.close(session)
-        await broker.share_fetcher.release(session)
-    elif not getattr(body, "is_renew_ack", False):  # v2: a renewing request fetches nothing
-        denied = {
-            tp
-            for tp in session.partitions
-            if not allowed(broker, request, Operation.READ, ResourceType.TOPIC, tp[0])
-        }
-        results = await broker.share_fetcher.fetch(
-            group_id,
-            member_id,
-            [tp for tp in session.partitions if tp not in denied],
-            int(body.max_wait.total_seconds() * 1000),
-            body.min_bytes,
-            body.max_bytes,
-            body.max_records if body.max_records > 0 else 500,
-            config,
-            strict=getattr(body, "share_acquire_mode", 0) == RECORD_LIMIT,
-        )
-        results.update((tp, Acquired()) for tp in denied)
+    try:
+        if epoch == FINAL_EPOCH:
+            await asyncio.wait([acking])  # acknowledged first, then the rest released
+            sessions.close(session)
+            await broker.share_fetcher.release(session)
+        elif not getattr(body, "is_renew_ack", False):  # v2: a renewing request fetches nothing
+            denied = {
+                tp
+                for tp in session.partitions
+                if not allowed(broker, request, Operation.READ, ResourceType.TOPIC, tp[0])
+            }
+            results = await broker.share_fetcher.fetch(
+                group_id,
+                member_id,
+                [tp for tp in session.partitions if tp not in denied],
+                int(body.max_wait.total_seconds() * 1000),
+                body.min_bytes,
+                body.max_bytes,
+                body.max_records if body.max_records > 0 else 500,
+                config,
+                strict=getattr(body, "share_acquire_mode", 0) == RECORD_LIMIT,
+            )
+            results.update((tp, Acquired()) for tp in denied)
+    finally:
+        acked = await acking
     # Answered: every partition of a new session; else those with records, an error, a
     # refusal or an acknowledgement outcome.
     by_topic: dict[str, list[Any]] = {}
