@@ -36,46 +36,45 @@ for i = 6, #ARGV, 3 do
       'offsets %d-%d are past the acquired records (end %d)', first, last, sp.speo)}
   end
   local from = math.max(first, sp.spso)
-  local values = read_range(records_key, from, last)
-  local delivered = {}
+  local values, names = read_range(records_key, from, last)
   for offset = from, last do
     local value = values[offset]
-    local state, times, _, owner = 'done', 0, 0, ''
-    if value then state, times, _, owner = parse(value) end
-    if state ~= 'q' then
+    local owner = value and holder(value)
+    if not owner then
       return {INVALID_RECORD_STATE, string.format('offset %d is not acquired', offset)}
     end
     if owner ~= member then
       return {INVALID_RECORD_STATE, string.format('offset %d is acquired by another member', offset)}
     end
-    delivered[offset] = times
   end
-  batches[#batches + 1] = {first, from, last, types, delivered}
+  batches[#batches + 1] = {first, from, last, types, values, names}
 end
 
 local released, done, changed = 0, {}, {}
 local deadline = now + lock_ms
 local totals = {0, 0, 0, 0, 0}  -- by type + 1: gap, accepted, released, rejected, renewed
 for _, batch in ipairs(batches) do
-  local first, from, last, types, delivered = batch[1], batch[2], batch[3], batch[4], batch[5]
+  local first, from, last, types, values = batch[1], batch[2], batch[3], batch[4], batch[5]
+  local names = batch[6]
   local renewed = false
   for offset = from, last do
     local t = types[1]
     if #types > 1 then t = types[offset - first + 1] end
-    local times = delivered[offset]
+    local times = 0  -- deliveries so far: only a release or a renewal needs them
+    if t == 2 or t == 4 then times = tonumber(string.match(values[offset], '^q(%d+)')) end
     totals[t + 1] = totals[t + 1] + 1
     if t == 4 then
-      changed[#changed + 1] = field(offset)
+      changed[#changed + 1] = names[offset]
       changed[#changed + 1] = acquired_value(times, deadline, member)
       renewed = true
     elseif t == 2 and times < max_delivery then
-      changed[#changed + 1] = field(offset)
+      changed[#changed + 1] = names[offset]
       changed[#changed + 1] = 'a' .. times
       sp.acq, sp.avail = sp.acq - 1, sp.avail + 1
       released = released + 1
     else
       -- Accepted, rejected, a gap, or released at the delivery limit: done.
-      done[#done + 1] = field(offset)
+      done[#done + 1] = names[offset]
       sp.acq = sp.acq - 1
       if t == 2 then count(sp, 'archived', 1) end
     end

@@ -23,6 +23,14 @@ local function parse(value)
   return 'q', tonumber(count), tonumber(deadline), member
 end
 
+-- The member holding an ACQUIRED record's value, nil for an AVAILABLE one (cheaper than
+-- parse: most acknowledgements need no more).
+local function holder(value)
+  if string.byte(value, 1) ~= 113 then return nil end  -- not 'q'
+  local space = string.find(value, ' ', string.find(value, ' ', 2, true) + 1, true)
+  return string.sub(value, space + 1)
+end
+
 local function acquired_value(count, deadline, member)
   return 'q' .. count .. ' ' .. string.format('%d', deadline) .. ' ' .. member
 end
@@ -59,19 +67,25 @@ end
 -- costs far less than one per record.
 local CHUNK = 1000
 
--- The stored values of offsets first..last: a table offset -> value, false if absent.
+-- The stored values of offsets first..last: a table offset -> value (false if absent),
+-- and one offset -> its field name (made once: formatting a number costs as much as the
+-- hash lookup).
 local function read_range(records_key, first, last)
-  local out = {}
+  local out, names = {}, {}
   local from = first
   while from <= last do
     local to = math.min(last, from + CHUNK - 1)
     local fields = {}
-    for offset = from, to do fields[#fields + 1] = field(offset) end
+    for offset = from, to do
+      local name = field(offset)
+      fields[#fields + 1] = name
+      names[offset] = name
+    end
     local values = redis.call('HMGET', records_key, unpack(fields))
     for i = 1, #fields do out[from + i - 1] = values[i] end
     from = to + 1
   end
-  return out
+  return out, names
 end
 
 -- HSET of a flat list {field, value, ...}, HDEL of a list of fields, chunked.
