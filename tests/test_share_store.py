@@ -217,3 +217,13 @@ async def test_random_operations_agree_with_a_model(redis_url: str) -> None:
         first_open = min((o for o in range(fetched_to) if o not in done), default=fetched_to)
         assert state.start == first_open
         assert state.acquired == len(held)
+
+
+@sync
+async def test_a_member_id_is_matched_whole(redis_url: str) -> None:
+    """Member ids are the clients' strings: "b" may not acknowledge what "a b" holds."""
+    s = store(redis_url)
+    await prepare(s, 0)
+    assert await acquire(s, "a b", 0, [(0, 1, True)]) == [(0, 1, 1)]
+    assert (await s.acknowledge("g", TP, "b", 1, LOCK, LIMIT, True, [(0, 0, [1])]))[0] == 121
+    assert (await s.acknowledge("g", TP, "a b", 1, LOCK, LIMIT, True, [(0, 1, [1])]))[0] == 0
