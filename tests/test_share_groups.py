@@ -98,12 +98,14 @@ def test_heartbeats_expiry_and_released_records(redis_url: str) -> None:
         await clock.advance(6)
         await coordinator.heartbeat("g", ShareHeartbeat("a", 2))
         await clock.advance(5)
+        await coordinator.tick("g")
         group = await coordinator.load("g")
         assert group is not None and list(group.members) == ["a"]
         state = (await coordinator.store.states("g", [("t", 0)]))[("t", 0)]
         assert (state.acquired, state.available) == (3, 0)
         fetcher.sessions.open("g", "a", [("t", 0)])
         await clock.advance(6)
+        await coordinator.tick("g")  # after the timer's tick, which holds the group's lock
         group = await coordinator.load("g")
         assert group is not None and group.state == "Empty"
         assert fetcher.sessions.get("g", "a") is None  # its share session went with it

@@ -17,6 +17,7 @@ local deadline = now + lock_ms
 local sp = load(state_key)
 if not sp then return {} end  -- prepared, then deleted (DeleteShareGroupOffsets)
 local runs, acquired, writes, archived = {}, 0, {}, {}
+local held_by = string.sub(acquired_value(0, deadline, member), 3)  -- " deadline member"
 
 local function take(offset, delivered)
   local n = #runs
@@ -26,7 +27,7 @@ local function take(offset, delivered)
     runs[n + 1], runs[n + 2], runs[n + 3] = offset, offset, delivered
   end
   writes[#writes + 1] = field(offset)
-  writes[#writes + 1] = acquired_value(delivered, deadline, member)
+  writes[#writes + 1] = 'q' .. delivered .. held_by  -- acquired_value's, made once
   sp.acq = sp.acq + 1
   acquired = acquired + 1
   if delivered > 1 then count(sp, 'redelivered', 1) end
