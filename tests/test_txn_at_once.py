@@ -151,3 +151,34 @@ def test_add_partitions_saves_only_what_it_read(make_log) -> None:
         assert await log.log_ends("a", [0]) == ends
 
     asyncio.run(scenario())
+
+
+def test_offsets_held_only_while_the_transaction_is_as_read(make_log) -> None:
+    """TxnOffsetCommit without the lock (txn_stage.lua): refused while the lock is held or
+    once the state changed, nothing held; held, the transaction's commit settles them."""
+
+    async def scenario() -> None:
+        log, _, c, pid, epoch = await open_transaction(make_log)
+        assert await c.add_offsets("t", pid, epoch, "g") == Code.NONE
+        txn, version = await c.states.load_versioned("t")
+        state = c.states.saving(txn, version)
+        key, values = c.staged.staging("g", "t", {("a", 0): (5, "m", -1)})
+        lock = log.keys.transaction("t", ":lock")
+        await log.redis.set(lock, "another broker")
+        assert not await c.states.stage_if(state, key, values)
+        await log.redis.delete(lock)
+        await c.states.save(await c.states.load("t"))  # another broker saved it
+        assert not await c.states.stage_if(state, key, values)
+        assert await c.pending_offsets("g") == set()  # nothing held
+        codes = await c.commit_offsets("t", "g", pid, epoch, {("a", 0): (5, "m", -1)})
+        assert codes == {("a", 0): Code.NONE}
+        assert await c.pending_offsets("g") == {("a", 0)}
+        assert await c.end("t", pid, epoch, True) == Code.NONE
+        assert (await c.groups.admin.offsets.read("g"))[("a", 0)].offset == 5
+        assert await c.pending_offsets("g") == set()
+        # The transaction ended: offsets for it are refused, not held.
+        codes = await c.commit_offsets("t", "g", pid, epoch, {("a", 1): (9, None, -1)})
+        assert codes == {("a", 1): Code.INVALID_TXN_STATE}
+        assert await c.pending_offsets("g") == set()
+
+    asyncio.run(scenario())

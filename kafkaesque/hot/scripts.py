@@ -43,6 +43,7 @@ SCRIPT_NAMES = (
     "end_txn",
     "txn_end",
     "txn_save",
+    "txn_stage",
     "lead",
     "prefer",
     "register",
@@ -79,6 +80,7 @@ LIBRARIES = {
     "end_txn": ("marker",),
     "txn_end": ("marker", "txn_state"),
     "txn_save": ("txn_state",),
+    "txn_stage": ("txn_state",),
 }
 
 
@@ -260,6 +262,7 @@ class Scripts:
     end_txn: Script
     txn_end: Script
     txn_save: Script
+    txn_stage: Script
     lead: Script
     prefer: Script
     register: Script

@@ -42,14 +42,25 @@ class StagedOffsets:
         offsets: Mapping[TopicPartition, tuple[int, str | None, int]],
     ) -> None:
         """Hold (offset, metadata, leader epoch) per partition for the transaction."""
+        key, values = self.staging(group_id, transactional_id, offsets)
+        if values:
+            await self.redis.hset(key, mapping=values)
+
+    def staging(
+        self,
+        group_id: str,
+        transactional_id: str,
+        offsets: Mapping[TopicPartition, tuple[int, str | None, int]],
+    ) -> tuple[str, dict[FieldT, EncodableT]]:
+        """What ``stage`` writes: the group's hash and its fields (also written by
+        txn_stage.lua, kafkaesque/hot/txn_states.py ``TxnStates.stage_if``)."""
         values: dict[FieldT, EncodableT] = {
             pending_field_name(transactional_id, topic, partition): msgpack.packb(
                 [offset, metadata or "", epoch]
             )
             for (topic, partition), (offset, metadata, epoch) in offsets.items()
         }
-        if values:
-            await self.redis.hset(self.keys.group_txn_offsets(group_id), mapping=values)
+        return self.keys.group_txn_offsets(group_id), values
 
     async def held(self, group_id: str, transactional_id: str) -> dict[bytes, StagedOffset]:
         """The offsets the transaction holds for the group, by their field (``drop``)."""

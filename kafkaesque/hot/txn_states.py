@@ -16,7 +16,7 @@ timed-out transactions (kafkaesque/txn/completion.py) share one ``TxnStates``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -118,6 +118,17 @@ class TxnStates:
         deadline = txn.deadline_ms()
         args = [*write.read_as, "" if deadline is None else deadline, *write.fields(txn)]
         reply = await self.scripts.txn_save(keys=write.keys, args=args)
+        return reply == b"ok"
+
+    async def stage_if(
+        self, write: StateWrite, key: str, values: Mapping[FieldT, EncodableT]
+    ) -> bool:
+        """Write ``values`` into the hash ``key`` (a group's offsets held pending) unless a
+        broker holds the id's lock or its state changed since it was read (``write``);
+        False then, and nothing written (txn_stage.lua)."""
+        assert self.scripts is not None, "lock_free is false"
+        args = [*write.read_as[:-1], *(item for pair in values.items() for item in pair)]
+        reply = await self.scripts.txn_stage(keys=[*write.keys[:2], key], args=args)
         return reply == b"ok"
 
     async def save(self, txn: Transaction) -> None:

@@ -48,6 +48,22 @@ class TxnOffsetStore:
 
         if not transactional_id or not group_id:
             return every(Code.INVALID_REQUEST if not transactional_id else Code.INVALID_GROUP_ID)
+        if self.states.lock_free:
+            # Without the lock: the offsets are held only if the transaction's state is
+            # still as read (no end came in between to settle them), else as below.
+            txn, version = await self.states.load_versioned(transactional_id)
+            if txn is not None:
+                state = self.states.saving(txn, version)
+                error = txn.offsets_error(producer_id, producer_epoch, group_id)
+                if error:
+                    return every(error)
+                group_error = await self._group_error(group_id, generation, member_id, instance_id)
+                if group_error:
+                    return every(group_error)
+                codes, staged = await self._checked(offsets)
+                key, values = self.staged.staging(group_id, transactional_id, staged)
+                if await self.states.stage_if(state, key, values):
+                    return codes
         try:
             async with self.states.locked(transactional_id):
                 txn = await self.states.load(transactional_id)
@@ -67,6 +83,14 @@ class TxnOffsetStore:
         self, transactional_id: str, group_id: str, offsets: dict[TopicPartition, PendingOffset]
     ) -> dict[TopicPartition, int]:
         """Stage the offsets until the transaction ends; a Kafka code per partition."""
+        codes, staged = await self._checked(offsets)
+        await self.staged.stage(group_id, transactional_id, staged)
+        return codes
+
+    async def _checked(
+        self, offsets: dict[TopicPartition, PendingOffset]
+    ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, PendingOffset]]:
+        """A Kafka code per partition, and the offsets to stage (those with NONE)."""
         codes: dict[TopicPartition, int] = {}
         staged: dict[TopicPartition, PendingOffset] = {}
         counts = {}  # partitions per topic; 0: no such topic (Kafka answers it unknown)
@@ -84,8 +108,7 @@ class TxnOffsetStore:
                 continue
             codes[topic, partition] = Code.NONE
             staged[topic, partition] = (offset, metadata, epoch)
-        await self.staged.stage(group_id, transactional_id, staged)
-        return codes
+        return codes, staged
 
     async def _group_error(
         self, group_id: str, generation: int, member_id: str, instance_id: str | None
