@@ -44,7 +44,7 @@ def test_exactly_once_across_a_driver_kill(
                 pg_dsn=dsn,
                 topic="faults",
                 out=str(tmp_path / "out"),
-                per_trigger=400,
+                per_trigger=1000,
                 page_size=50,
                 rate=1_000_000.0,
             )
