@@ -21,6 +21,7 @@ from tests.servers import RedisServer
 from tests.wire.conftest import Broker
 
 TOPIC, GROUP, TXN_ID = "away", "away-group", "away-txn"
+SHARE_GROUP = "away-share"
 SOCKET_TIMEOUT = 60.0  # seconds for one answer: the machine may be busy
 RECOVERY_SECONDS = 120.0  # a safety net, not a measure: the broker reconnects at once
 # Codes a request gets whether Redis is there or not, for reasons of its own: SASL on a
@@ -335,6 +336,60 @@ REQUESTS: dict[int, Fields] = {
     75: lambda s, v: [
         {"topics": topics, "response_partition_limit": 2000} for topics in ([{"name": TOPIC}], [])
     ],
+    76: lambda s, v: {
+        "group_id": SHARE_GROUP,
+        "member_id": str(uuid.uuid4()),
+        "member_epoch": 0,
+        "rack_id": None,
+        "subscribed_topic_names": [TOPIC],
+    },
+    77: lambda s, v: {"group_ids": [SHARE_GROUP], "include_authorized_operations": False},
+    78: lambda s, v: {
+        "group_id": SHARE_GROUP,
+        "member_id": str(uuid.uuid4()),
+        "share_session_epoch": 0,
+        "max_wait": 0,
+        "min_bytes": 0,
+        "max_bytes": 1 << 20,
+        "max_records": 10,
+        "batch_size": 10,
+        "share_acquire_mode": 0,
+        "is_renew_ack": False,
+        "topics": [
+            {
+                "topic_id": s.topic_id,
+                "partitions": [{"partition_index": 0, "acknowledgement_batches": []}],
+            },
+        ],
+        "forgotten_topics_data": [],
+    },
+    79: lambda s, v: {
+        "group_id": SHARE_GROUP,
+        "member_id": str(uuid.uuid4()),
+        "share_session_epoch": 1,
+        "is_renew_ack": False,
+        "topics": [
+            {
+                "topic_id": s.topic_id,
+                "partitions": [
+                    {
+                        "partition_index": 0,
+                        "acknowledgement_batches": [
+                            {"first_offset": 0, "last_offset": 0, "acknowledge_types": [1]}
+                        ],
+                    }
+                ],
+            }
+        ],
+    },
+    90: lambda s, v: {"groups": [{"group_id": SHARE_GROUP, "topics": None}]},
+    91: lambda s, v: {
+        "group_id": SHARE_GROUP,
+        "topics": [
+            {"topic_name": TOPIC, "partitions": [{"partition_index": 0, "start_offset": 0}]}
+        ],
+    },
+    92: lambda s, v: {"group_id": SHARE_GROUP, "topics": [{"topic_name": TOPIC}]},
 }
 
 
