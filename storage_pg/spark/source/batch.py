@@ -31,7 +31,7 @@ from storage_pg.spark.source.options import (
     write_options,
 )
 from storage_pg.spark.source.plan import (
-    _at_time,
+    offset_at_time,
     partitions_now,
     ranges,
     resolve,
@@ -119,7 +119,7 @@ class BatchReader(DataSourceReader):
             for tp in kept:
                 starts[tp], ends[tp] = bounds.cut(starts[tp], ends[tp])
                 if bounds.since_ms is not None and starts[tp] < ends[tp]:
-                    found = await _at_time(log, tp, bounds.since_ms, ends[tp])
+                    found = await offset_at_time(log, tp, bounds.since_ms, ends[tp])
                     starts[tp] = max(starts[tp], found)
             return ranges(
                 starts, ends, kept, options.min_partitions, max_per_task=options.max_per_task

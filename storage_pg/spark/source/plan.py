@@ -101,7 +101,7 @@ async def resolve(
     name every partition (as Spark's Kafka source asks); a partition or topic it names
     that is not subscribed or does not exist is refused either way."""
     if timestamp is not None:
-        return {tp: await _at_time(log, tp, timestamp, now[tp].latest) for tp in now}
+        return {tp: await offset_at_time(log, tp, timestamp, now[tp].latest) for tp in now}
     given = check_offsets(name, spec)
     if given is None:
         if spec == "latest":
@@ -134,7 +134,7 @@ async def resolve(
     return out
 
 
-async def _at_time(log: Log, tp: TP, timestamp: int, latest: int) -> int:
+async def offset_at_time(log: Log, tp: TP, timestamp: int, latest: int) -> int:
     """The first offset whose record is at or after ``timestamp``, else ``latest``."""
     found = await log.offset_for_timestamp(tp[0], tp[1], timestamp)
     return latest if found is None else min(found[0], latest)
