@@ -332,12 +332,11 @@ class ShareStore(GroupRecords):
     async def snapshot(self) -> ShareSnapshot | None:
         """Every share group's share-partitions with their in-flight records; None while
         Redis has lost its data (the marker is checked before and after)."""
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.get(self.keys.incarnation)
-        pipe.time()
-        marker, (seconds, micros) = await pipe.execute()
+        # Two commands, not a MULTI: a cluster's transactions take keyed commands only.
+        marker = await self.redis.get(self.keys.incarnation)
         if marker is None:
             return None
+        seconds, micros = await self.redis.time()
         groups = {}
         for group_id in await self.share_group_ids():
             groups[group_id] = await self.states(
