@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -24,6 +24,37 @@ from wire.broker import Broker
 from wire.errors import error_code
 from wire.group_answers import UNAVAILABLE, topic_errors
 from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
+
+    # The kio classes of the versions offered (wire/handlers/__init__.py).
+    from wire.protocol.txn_schemas import (
+        AddOffsetsToTxnRequest,
+        AddOffsetsToTxnResponse,
+        AddPartitionsToTxnPartitionResult,
+        AddPartitionsToTxnRequest,
+        AddPartitionsToTxnRequestBatched,
+        AddPartitionsToTxnResponse,
+        AddPartitionsToTxnTopic,
+        AddPartitionsToTxnTopicResult,
+        DescribeTransactionsRequest,
+        DescribeTransactionsResponse,
+        EndTxnRequest,
+        EndTxnResponse,
+        InitProducerIdRequest,
+        InitProducerIdRequestV3Plus,
+        InitProducerIdResponse,
+        ListTransactionsRequest,
+        ListTransactionsRequestV1Plus,
+        ListTransactionsRequestV2,
+        ListTransactionsResponse,
+        TxnOffsetCommitPartition,
+        TxnOffsetCommitPartitionV2Plus,
+        TxnOffsetCommitRequest,
+        TxnOffsetCommitRequestV3Plus,
+        TxnOffsetCommitResponse,
+    )
 
 # The first version of each API whose clients know PRODUCER_FENCED (KIP-588); older ones
 # get INVALID_PRODUCER_EPOCH, as Kafka answers them.
@@ -46,11 +77,25 @@ def _group_allowed(broker: Broker, request: Request, group_id: str) -> bool:
     return allowed(broker, request, Operation.READ, ResourceType.GROUP, group_id)
 
 
-def _millis(value: Any) -> int:
+def _millis(value: datetime.timedelta | int) -> int:
     return int(value.total_seconds() * 1000) if isinstance(value, datetime.timedelta) else value
 
 
-async def init_producer_id(broker: Broker, request: Request) -> Any:
+def _names_producer(body: InitProducerIdRequest) -> TypeIs[InitProducerIdRequestV3Plus]:
+    """v3+ may carry the producer's current id and epoch (KIP-360)."""
+    return body.__version__ >= 3
+
+
+def _current_producer(body: InitProducerIdRequest) -> tuple[int, int]:
+    """The producer id and epoch the request carries (v3+); before, none."""
+    if _names_producer(body):
+        return body.producer_id, body.producer_epoch
+    return NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+
+
+async def init_producer_id(
+    broker: Broker, request: Request[InitProducerIdRequest]
+) -> InitProducerIdResponse:
     """A transactional producer's id goes to the transaction coordinator. Otherwise a new
     producer id at epoch 0. From v3 an idempotent producer may send its current
     id and epoch to have the epoch bumped (KIP-360); as Kafka, which does so only for
@@ -59,8 +104,8 @@ async def init_producer_id(broker: Broker, request: Request) -> Any:
     body = request.body
     try:
         if body.transactional_id is not None:
-            return await init_transactional(broker, request)
-        current = (getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1))
+            return await init_transactional(broker, request, body.transactional_id)
+        current = _current_producer(body)
         if (current[0] == NO_PRODUCER_ID) != (current[1] == NO_PRODUCER_EPOCH):
             raise InvalidRequest("producer id and epoch must be given both or neither")
         check_idempotent_write(broker, request)
@@ -78,12 +123,13 @@ async def init_producer_id(broker: Broker, request: Request) -> Any:
     )
 
 
-async def init_transactional(broker: Broker, request: Request) -> Any:
+async def init_transactional(
+    broker: Broker, request: Request[InitProducerIdRequest], transactional_id: str
+) -> InitProducerIdResponse:
     """InitProducerId with a transactional id: the id's producer id and a new epoch."""
     body = request.body
-    producer_id = getattr(body, "producer_id", NO_PRODUCER_ID)  # v3+ (KIP-360)
-    epoch = getattr(body, "producer_epoch", NO_PRODUCER_EPOCH)
-    if not _txn_allowed(broker, request, body.transactional_id, Operation.WRITE):
+    producer_id, epoch = _current_producer(body)
+    if not _txn_allowed(broker, request, transactional_id, Operation.WRITE):
         code: int = TXN_DENIED
         result_id, result_epoch = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
     elif (producer_id == NO_PRODUCER_ID) != (epoch == NO_PRODUCER_EPOCH):
@@ -92,7 +138,7 @@ async def init_transactional(broker: Broker, request: Request) -> Any:
     else:
         expected = None if producer_id == NO_PRODUCER_ID else (producer_id, epoch)
         result = await broker.transactions.init_producer(
-            body.transactional_id, _millis(body.transaction_timeout), expected
+            transactional_id, _millis(body.transaction_timeout), expected
         )
         code = fenced_code(result.error, request.api_version, FENCED_SINCE["init"])
         result_id, result_epoch = result.producer_id, result.producer_epoch
@@ -105,10 +151,12 @@ async def init_transactional(broker: Broker, request: Request) -> Any:
     )
 
 
-def _topic_results(schema: type, outcome: Mapping[tuple[str, int], int]) -> tuple[Any, ...]:
+def _topic_results(
+    schema: type, outcome: Mapping[tuple[str, int], int]
+) -> tuple[AddPartitionsToTxnTopicResult, ...]:
     topic_class = schema_class(schema, "AddPartitionsToTxnTopicResult")
     partition_class = schema_class(schema, "AddPartitionsToTxnPartitionResult")
-    topics: dict[str, list[Any]] = {}
+    topics: dict[str, list[AddPartitionsToTxnPartitionResult]] = {}
     for (topic, partition), code in sorted(outcome.items()):
         topics.setdefault(topic, []).append(
             build(partition_class, partition_index=partition, partition_error_code=error_code(code))
@@ -119,7 +167,7 @@ def _topic_results(schema: type, outcome: Mapping[tuple[str, int], int]) -> tupl
     )
 
 
-def _partitions(topics: Iterable[Any]) -> list[tuple[str, int]]:
+def _partitions(topics: Iterable[AddPartitionsToTxnTopic]) -> list[tuple[str, int]]:
     return [(t.name, p) for t in topics for p in t.partitions]
 
 
@@ -146,7 +194,14 @@ def _add_refusal(
     }
 
 
-async def add_partitions_to_txn(broker: Broker, request: Request) -> Any:
+def _batched(body: AddPartitionsToTxnRequest) -> TypeIs[AddPartitionsToTxnRequestBatched]:
+    """v4+: the brokers' batched form (KIP-890); before, one producer's partitions."""
+    return body.__version__ >= FIRST_BATCHED_ADD
+
+
+async def add_partitions_to_txn(
+    broker: Broker, request: Request[AddPartitionsToTxnRequest]
+) -> AddPartitionsToTxnResponse:
     """v0-3: one producer's partitions; v4+: the brokers' batched form, several
     transactions, each added to or (verify_only) checked. While Redis is away each
     partition answers COORDINATOR_NOT_AVAILABLE, as Kafka's coordinator does while it
@@ -155,7 +210,7 @@ async def add_partitions_to_txn(broker: Broker, request: Request) -> Any:
     schema = request.response_class
     coordinator = broker.transactions
     outcome: Mapping[tuple[str, int], int]  # a Kafka code per partition
-    if request.api_version < FIRST_BATCHED_ADD:
+    if not _batched(body):
         partitions = _partitions(body.v3_and_below_topics)
         refusal = _add_refusal(broker, request, body.v3_and_below_transactional_id, partitions)
         if refusal is not None:
@@ -214,7 +269,9 @@ async def add_partitions_to_txn(broker: Broker, request: Request) -> Any:
     )
 
 
-async def add_offsets_to_txn(broker: Broker, request: Request) -> Any:
+async def add_offsets_to_txn(
+    broker: Broker, request: Request[AddOffsetsToTxnRequest]
+) -> AddOffsetsToTxnResponse:
     body = request.body
     if not _txn_allowed(broker, request, body.transactional_id, Operation.WRITE):
         code: int = TXN_DENIED
@@ -228,7 +285,7 @@ async def add_offsets_to_txn(broker: Broker, request: Request) -> Any:
     return build(request.response_class, throttle_time=NO_THROTTLE, error_code=error_code(code))
 
 
-async def end_txn(broker: Broker, request: Request) -> Any:
+async def end_txn(broker: Broker, request: Request[EndTxnRequest]) -> EndTxnResponse:
     body = request.body
     if not _txn_allowed(broker, request, body.transactional_id, Operation.WRITE):
         return build(request.response_class, throttle_time=NO_THROTTLE, error_code=TXN_DENIED)
@@ -239,19 +296,31 @@ async def end_txn(broker: Broker, request: Request) -> Any:
     return build(request.response_class, throttle_time=NO_THROTTLE, error_code=error_code(code))
 
 
-async def txn_offset_commit(broker: Broker, request: Request) -> Any:
+def _has_epoch(p: TxnOffsetCommitPartition) -> TypeIs[TxnOffsetCommitPartitionV2Plus]:
+    """v2+ carry the committed offset's leader epoch."""
+    return p.__version__ >= 2
+
+
+def _names_member(body: TxnOffsetCommitRequest) -> TypeIs[TxnOffsetCommitRequestV3Plus]:
+    """v3+ name the group member committing (KIP-447), for the group's fencing checks."""
+    return body.__version__ >= 3
+
+
+async def txn_offset_commit(
+    broker: Broker, request: Request[TxnOffsetCommitRequest]
+) -> TxnOffsetCommitResponse:
     body = request.body
     schema = request.response_class
     offsets = {
         (t.name, p.partition_index): (
             p.committed_offset,
             p.committed_metadata,
-            getattr(p, "committed_leader_epoch", -1),  # v2+
+            p.committed_leader_epoch if _has_epoch(p) else -1,
         )
         for t in body.topics
         for p in t.partitions
     }
-    codes: dict[tuple[str, int], Any]
+    codes: dict[tuple[str, int], int]  # a Kafka code (Code, ErrorCode or the group's)
     if not _txn_allowed(broker, request, body.transactional_id, Operation.WRITE):
         codes = dict.fromkeys(offsets, TXN_DENIED)
     elif not _group_allowed(broker, request, body.group_id):
@@ -260,6 +329,11 @@ async def txn_offset_commit(broker: Broker, request: Request) -> Any:
         readable = {
             t for t, _ in offsets if allowed(broker, request, Operation.READ, ResourceType.TOPIC, t)
         }
+        generation, member_id, instance_id = (
+            (body.generation_id, body.member_id, body.group_instance_id)
+            if _names_member(body)
+            else (-1, "", None)
+        )
         try:
             codes = await broker.transactions.commit_offsets(
                 body.transactional_id,
@@ -267,9 +341,9 @@ async def txn_offset_commit(broker: Broker, request: Request) -> Any:
                 body.producer_id,
                 body.producer_epoch,
                 {tp: o for tp, o in offsets.items() if tp[0] in readable},
-                generation=getattr(body, "generation_id", -1),  # v3+ (KIP-447)
-                member_id=getattr(body, "member_id", ""),
-                instance_id=getattr(body, "group_instance_id", None),
+                generation=generation,
+                member_id=member_id,
+                instance_id=instance_id,
             )
         except StorageUnavailable:  # Redis away: as OffsetCommit, the client retries
             codes = dict.fromkeys(offsets, UNAVAILABLE)
@@ -285,7 +359,9 @@ def _time(ms: int) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
 
 
-async def describe_transactions(broker: Broker, request: Request) -> Any:
+async def describe_transactions(
+    broker: Broker, request: Request[DescribeTransactionsRequest]
+) -> DescribeTransactionsResponse:
     schema = request.response_class
     state_class = schema_class(schema, "TransactionState")
     topic_class = schema_class(schema, "TopicData")
@@ -333,15 +409,27 @@ async def describe_transactions(broker: Broker, request: Request) -> Any:
     return build(schema, throttle_time=NO_THROTTLE, transaction_states=tuple(states))
 
 
-async def list_transactions(broker: Broker, request: Request) -> Any:
+def _filters_duration(body: ListTransactionsRequest) -> TypeIs[ListTransactionsRequestV1Plus]:
+    """v1+ filter by how long a transaction has run."""
+    return body.__version__ >= 1
+
+
+def _filters_pattern(body: ListTransactionsRequest) -> TypeIs[ListTransactionsRequestV2]:
+    """v2 filters by a transactional id pattern."""
+    return body.__version__ >= 2
+
+
+async def list_transactions(
+    broker: Broker, request: Request[ListTransactionsRequest]
+) -> ListTransactionsResponse:
     body = request.body
     schema = request.response_class
     state_class = schema_class(schema, "TransactionState")
     listing = await broker.transactions.listing(
         body.state_filters,
         body.producer_id_filters,
-        getattr(body, "duration_filter", -1),  # v1+
-        getattr(body, "transactional_id_pattern", None),  # v2+
+        body.duration_filter if _filters_duration(body) else -1,
+        body.transactional_id_pattern if _filters_pattern(body) else None,
     )
     return build(
         schema,
