@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from kafkaesque.errors import (
@@ -195,7 +195,7 @@ class Partitions(ReadingPartitions, TransactionMarkers):
         self,
         topic: str,
         partition: int,
-        records: bytes | None,
+        records: bytes | memoryview | None,
         acks_all: bool = False,
         timeout_ms: int = DEFAULT_TIMEOUT_MS,
         transaction: int | None = None,
@@ -210,7 +210,7 @@ class Partitions(ReadingPartitions, TransactionMarkers):
 
     async def append_many(
         self,
-        records: dict[TopicPartition, bytes | None],
+        records: Mapping[TopicPartition, bytes | memoryview | None],
         acks_all: bool = False,
         timeout_ms: int = DEFAULT_TIMEOUT_MS,
         transaction: int | None = None,
@@ -386,7 +386,7 @@ class Partitions(ReadingPartitions, TransactionMarkers):
         return epoch
 
 
-def _split(records: bytes | None) -> list[bytes]:
+def _split(records: bytes | memoryview | None) -> list[bytes]:
     """A client's records as batches; raises InvalidRecord for what is not."""
     if not records:
         raise CorruptBatch("no record batch")
