@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -24,11 +23,17 @@ from kafkaesque.records.batch import (
     attributes,
     producer_fields,
 )
+from kafkaesque.types import TopicPartition
 from wire.authorize import Operation, ResourceType, allowed, topics_allowed
 from wire.broker import Broker
 from wire.errors import error_code, error_message
 from wire.protocol.codec import DropConnection, Request
 from wire.protocol.fast_responses import PartitionAnswer, ProduceAnswer
+from wire.protocol.produce_request import ProduceBody
+
+# Each partition's records as sent: a view of the request's frame, None if sent as null
+# (refused by the partition layer: CORRUPT_MESSAGE).
+Records = dict[TopicPartition, memoryview | None]
 
 
 def record_errors(error: KafkaesqueError | None) -> tuple[tuple[int, str | None], ...]:
@@ -41,13 +46,13 @@ def record_errors(error: KafkaesqueError | None) -> tuple[tuple[int, str | None]
 
 
 def denied_writes(
-    broker: Broker, request: Request, records: dict[tuple[str, int], Any]
-) -> dict[tuple[str, int], Appended]:
+    broker: Broker, request: Request[ProduceBody], records: Records
+) -> dict[TopicPartition, Appended]:
     """The partitions of topics the principal may not WRITE, refused; all of them for a
     transactional producer without WRITE on its transactional id."""
     if broker.authorizer is None:  # no ACLs (the default): no sets built per request
         return {}
-    txn_id = getattr(request.body, "transactional_id", None)  # v3+
+    txn_id = request.body.transactional_id  # None unless transactional
     if txn_id is not None and not allowed(
         broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id
     ):
@@ -62,7 +67,7 @@ def denied_writes(
     }
 
 
-def more_than_one_batch(records: dict[tuple[str, int], Any]) -> dict[tuple[str, int], Appended]:
+def more_than_one_batch(records: Records) -> dict[TopicPartition, Appended]:
     """Partitions whose records hold more than one batch, refused INVALID_RECORD as Kafka
     refuses them on Produce v3+ ("exactly one record batch per partition"): the checks of
     a transactional producer look at each partition's batch, and a second one would slip
@@ -86,7 +91,7 @@ def more_than_one_batch(records: dict[tuple[str, int], Any]) -> dict[tuple[str, 
     return refused
 
 
-def first_transactional(records: dict[tuple[str, int], Any]) -> bytes | None:
+def first_transactional(records: Records) -> memoryview | None:
     """The first partition's batch that is transactional, if one is (one batch per
     partition: ``more_than_one_batch``)."""
     for data in records.values():
@@ -96,8 +101,8 @@ def first_transactional(records: dict[tuple[str, int], Any]) -> bytes | None:
 
 
 async def outside_transaction(
-    broker: Broker, request: Request, records: dict[tuple[str, int], Any]
-) -> tuple[dict[tuple[str, int], Appended], int | None]:
+    broker: Broker, request: Request[ProduceBody], records: Records
+) -> tuple[dict[TopicPartition, Appended], int | None]:
     """A transactional producer's partitions that its ongoing transaction does not hold
     (AddPartitionsToTxn), refused, as Kafka's transaction.partition.verification does: a
     batch of a transaction that ended (the client timed the request out, aborted, and
@@ -109,7 +114,7 @@ async def outside_transaction(
     first = first_transactional(records)
     if first is None:
         return {}, None
-    txn_id = getattr(request.body, "transactional_id", None)  # v3+
+    txn_id = request.body.transactional_id  # None unless transactional
     refusal: KafkaesqueError
     if not txn_id:
         refusal = TransactionalIdAuthorizationFailed(
@@ -120,7 +125,7 @@ async def outside_transaction(
     outcome, serial = await broker.transactions.verify_for_append(
         txn_id, producer_id, producer_epoch, records
     )
-    refused: dict[tuple[str, int], Appended] = {}
+    refused: dict[TopicPartition, Appended] = {}
     for (topic, partition), error in outcome.items():
         if error in (Code.PRODUCER_FENCED, Code.INVALID_PRODUCER_EPOCH):
             refusal = InvalidProducerEpoch(
@@ -137,11 +142,10 @@ async def outside_transaction(
     return refused, serial
 
 
-async def produce(broker: Broker, request: Request) -> Any:
-    body = (
-        request.body
-    )  # a wire.protocol.produce_request.ProduceBody: topics and partitions are tuples
-    records = {(t, p): data for t, partitions in body.topic_data for p, data in partitions}
+async def produce(broker: Broker, request: Request[ProduceBody]) -> ProduceAnswer | None:
+    """The answer, as a ProduceAnswer; None for acks=0, which the client expects none of."""
+    body = request.body  # hand-parsed: topics and partitions are tuples
+    records: Records = {(t, p): data for t, partitions in body.topic_data for p, data in partitions}
     if body.acks not in (0, 1, -1):
         codes = {key: (ErrorCode.invalid_required_acks, Appended()) for key in records}
     else:
