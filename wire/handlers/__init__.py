@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
@@ -40,6 +40,41 @@ from wire.handlers import (
     transactions,
 )
 from wire.protocol.codec import NO_THROTTLE, Request, build, error_response, schema_class
+
+if TYPE_CHECKING:
+    import kio.schema.api_versions.v0.request
+    import kio.schema.api_versions.v0.response
+    import kio.schema.api_versions.v1.request
+    import kio.schema.api_versions.v1.response
+    import kio.schema.api_versions.v2.request
+    import kio.schema.api_versions.v2.response
+    import kio.schema.api_versions.v3.request
+    import kio.schema.api_versions.v3.response
+    import kio.schema.api_versions.v4.request
+    import kio.schema.api_versions.v4.response
+
+    # The kio classes of the versions offered (HANDLERS below).
+    ApiVersionsRequest: TypeAlias = (
+        kio.schema.api_versions.v0.request.ApiVersionsRequest
+        | kio.schema.api_versions.v1.request.ApiVersionsRequest
+        | kio.schema.api_versions.v2.request.ApiVersionsRequest
+        | kio.schema.api_versions.v3.request.ApiVersionsRequest
+        | kio.schema.api_versions.v4.request.ApiVersionsRequest
+    )
+    ApiVersionsResponse: TypeAlias = (
+        kio.schema.api_versions.v0.response.ApiVersionsResponse
+        | kio.schema.api_versions.v1.response.ApiVersionsResponse
+        | kio.schema.api_versions.v2.response.ApiVersionsResponse
+        | kio.schema.api_versions.v3.response.ApiVersionsResponse
+        | kio.schema.api_versions.v4.response.ApiVersionsResponse
+    )
+    ApiVersionEntry: TypeAlias = (
+        kio.schema.api_versions.v0.response.ApiVersion
+        | kio.schema.api_versions.v1.response.ApiVersion
+        | kio.schema.api_versions.v2.response.ApiVersion
+        | kio.schema.api_versions.v3.response.ApiVersion
+        | kio.schema.api_versions.v4.response.ApiVersion
+    )
 
 Handler = Callable[[Broker, Request], Awaitable[Any]]
 
@@ -85,10 +120,11 @@ async def handle(broker: Broker, request: Request) -> Any:
         return response
 
 
-async def api_versions(broker: Broker, request: Request) -> Any:
+async def api_versions(broker: Broker, request: Request[ApiVersionsRequest]) -> ApiVersionsResponse:
+    """Every api key this broker answers and its versions (``supported``)."""
     schema = request.response_class
     version = schema_class(schema, "ApiVersion")
-    keys = tuple(
+    keys: tuple[ApiVersionEntry, ...] = tuple(
         build(version, api_key=key, min_version=lo, max_version=hi)
         for key, (lo, hi) in sorted(supported().items())
     )
