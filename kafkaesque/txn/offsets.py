@@ -14,6 +14,7 @@ from kafkaesque.hot.group_offsets import CommittedOffset
 from kafkaesque.hot.log import Log
 from kafkaesque.hot.txn_offsets import StagedOffsets
 from kafkaesque.hot.txn_states import TxnStates
+from kafkaesque.txn.transaction import Transaction
 from kafkaesque.types import TopicPartition
 
 # An offset a transaction commits: (offset, metadata, leader epoch).
@@ -46,6 +47,12 @@ class TxnOffsetStore:
         def every(code: int) -> dict[TopicPartition, int]:
             return dict.fromkeys(offsets, code)
 
+        async def refusal(txn: Transaction) -> int:
+            """The transaction's refusal (its producer, its state, the group added), else
+            the group's; Code.NONE if neither refuses."""
+            error = txn.offsets_error(producer_id, producer_epoch, group_id)
+            return error or await self._group_error(group_id, generation, member_id, instance_id)
+
         if not transactional_id or not group_id:
             return every(Code.INVALID_REQUEST if not transactional_id else Code.INVALID_GROUP_ID)
         if self.states.lock_free:
@@ -54,12 +61,9 @@ class TxnOffsetStore:
             txn, version = await self.states.load_versioned(transactional_id)
             if txn is not None:
                 state = self.states.saving(txn, version)
-                error = txn.offsets_error(producer_id, producer_epoch, group_id)
-                if error:
-                    return every(error)
-                group_error = await self._group_error(group_id, generation, member_id, instance_id)
-                if group_error:
-                    return every(group_error)
+                refused = await refusal(txn)
+                if refused:
+                    return every(refused)
                 codes, staged = await self._checked(offsets)
                 key, values = self.staged.staging(group_id, transactional_id, staged)
                 if await self.states.stage_if(state, key, values):
@@ -69,12 +73,9 @@ class TxnOffsetStore:
                 txn = await self.states.load(transactional_id)
                 if txn is None:
                     return every(Code.INVALID_PRODUCER_ID_MAPPING)
-                error = txn.offsets_error(producer_id, producer_epoch, group_id)
-                if error:
-                    return every(error)
-                group_error = await self._group_error(group_id, generation, member_id, instance_id)
-                if group_error:
-                    return every(group_error)
+                refused = await refusal(txn)
+                if refused:
+                    return every(refused)
                 return await self._stage(transactional_id, group_id, offsets)
         except TransactionalIdBusy:
             return every(Code.CONCURRENT_TRANSACTIONS)
