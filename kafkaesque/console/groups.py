@@ -100,14 +100,26 @@ async def load(request: web.Request, name: str) -> Group | None:
     return Group(name, "share", share.state, members)
 
 
+async def visible(request: web.Request, name: str) -> Group | None:
+    """The group, if this user may see it: one it may not see is as none."""
+    return await load(request, name) if may_see_group(request, name) else None
+
+
+async def named_group(request: web.Request) -> Group:
+    """The group the path names, if this user may see it; BadInput as for none."""
+    name = request.match_info["group"]
+    group = await visible(request, name)
+    if group is None:
+        raise BadInput(f"no group named {name!r}")
+    return group
+
+
 async def group_list(request: web.Request) -> web.Response:
     state = console(request)
     rows = []
     for name in await state.groups.admin.list_groups():
-        if not may_see_group(request, name):
-            continue
-        group = await load(request, name)
-        if group is None:  # listed, but gone since
+        group = await visible(request, name)
+        if group is None:  # not for this user, or listed but gone since
             continue
         history = state.sampler.history(name)
         rows.append(
@@ -132,10 +144,8 @@ async def group_list(request: web.Request) -> web.Response:
 
 async def group_page(request: web.Request) -> web.Response:
     state = console(request)
-    name = request.match_info["group"]
-    group = await load(request, name) if may_see_group(request, name) else None
-    if group is None:
-        raise BadInput(f"no group named {name!r}")
+    group = await named_group(request)
+    name = group.name
     body: list[object] = []
     if "done" in request.query:
         body.append(message(request.query["done"], "ok"))
@@ -178,7 +188,7 @@ async def group_page(request: web.Request) -> web.Response:
 
 async def lag_fragment(request: web.Request) -> web.Response:
     name = request.match_info["group"]
-    group = await load(request, name) if may_see_group(request, name) else None
+    group = await visible(request, name)
     if group is None:
         return fragment(message(f"group {name} is gone"))
     return fragment(await lag_table(request, group))
@@ -316,10 +326,8 @@ async def plan(
 
 async def reset_preview(request: web.Request) -> web.Response:
     state = console(request)
-    name = request.match_info["group"]
-    group = await load(request, name) if may_see_group(request, name) else None
-    if group is None:
-        raise BadInput(f"no group named {name!r}")
+    group = await named_group(request)
+    name = group.name
     params = dict(request.query)
     new = await plan(request, group, params)
     committed = await state.groups.admin.committed(name)
