@@ -1,6 +1,6 @@
 """Changing a consumer group from the command line (direct mode): ``group --delete`` and
-``group --reset-offsets / --to-datetime / --shift-by``, for classic groups and consumer
-(KIP-848) groups alike."""
+``group --reset-offsets / --to-datetime / --shift-by``, for classic groups, consumer
+(KIP-848) groups and share groups (KIP-932: their share-partitions' start offsets) alike."""
 
 from __future__ import annotations
 
@@ -8,6 +8,13 @@ import click
 
 from kafkaesque.cli.group_describe import load_group
 from kafkaesque.cli.output import echo_rows
+from kafkaesque.cli.share_groups import (
+    SHARE,
+    delete_share_group,
+    expire_share_members,
+    reset_share_offsets,
+    share_starts,
+)
 from kafkaesque.errors import Code
 from kafkaesque.groups.consumer import ConsumerGroupCoordinator
 from kafkaesque.groups.coordinator import GroupCoordinator
@@ -41,7 +48,10 @@ async def delete_group(log: Log, coordinator: GroupCoordinator, group: str) -> N
     if code == Code.GROUP_ID_NOT_FOUND:  # a consumer group (KIP-848), if any
         refused = await ConsumerGroupCoordinator(log).delete(group)
         code = code if refused is None else refused
-    deleted(group, code.name)
+    name = code.name
+    if code == Code.GROUP_ID_NOT_FOUND:  # a share group (KIP-932), if any
+        name = await delete_share_group(log, group) or name
+    deleted(group, name)
 
 
 def deleted(group: str, code: str) -> None:
@@ -71,17 +81,24 @@ async def reset(
     ``plan_reset`` computes them. Shown as a dry run, or with ``execute`` applied; only
     while the group has no members."""
     await coordinator.tick(group)  # members whose session ended are gone, as in Kafka
+    await expire_share_members(log, group)
     view = await load_group(log, coordinator, group)
     if view is not None and view.members:
         raise click.ClickException(
             f"group {group} has active members (state {view.state}); stop them first: "
             "offsets are reset only in an empty group"
         )
-    committed = await coordinator.admin.committed(group)
+    share = view is not None and view.type == SHARE  # its share-partitions' starts move
+    if share:
+        committed = await share_starts(log, group)
+    else:
+        committed = await coordinator.admin.committed(group)
     layer = Partitions(log)
     partitions = await reset_partitions(layer, committed, topic)
     new = await plan_reset(layer, group, committed, partitions, mode, value)
-    if execute:
+    if execute and share:
+        await reset_share_offsets(log, group, new)  # NON_EMPTY_GROUP if members came
+    elif execute:
         await coordinator.admin.reset_offsets(group, new)  # GroupBusy if members came
     rows = [[group, t, p, offset] for (t, p), offset in sorted(new.items())]
     echo_rows(output_format, RESET_HEADERS, rows)

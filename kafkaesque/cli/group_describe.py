@@ -12,6 +12,7 @@ import click
 
 from kafkaesque.cli.group_view import CLASSIC, CONSUMER, GroupView, MemberView, by_topic
 from kafkaesque.cli.output import JSON, echo_document, echo_json, echo_table
+from kafkaesque.cli.share_groups import SHARE, load_share_group, share_starts
 from kafkaesque.errors import KafkaesqueError
 from kafkaesque.groups.consumer import ConsumerGroupCoordinator
 from kafkaesque.groups.coordinator import GroupCoordinator, decode_consumer_assignment
@@ -34,7 +35,7 @@ MEMBER_HEADERS = ["CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT
 
 
 async def load_group(log: Log, coordinator: GroupCoordinator, group: str) -> GroupView | None:
-    """The group, classic or consumer (KIP-848); None if there is none."""
+    """The group, classic, consumer (KIP-848) or share (KIP-932); None if there is none."""
     classic = await coordinator.store.load(group)
     if classic is not None:
         view = GroupView(
@@ -55,7 +56,7 @@ async def load_group(log: Log, coordinator: GroupCoordinator, group: str) -> Gro
         return view
     consumer = await ConsumerGroupCoordinator(log).load(group)
     if consumer is None:
-        return None
+        return await load_share_group(log, group)
     view = GroupView(
         group, CONSUMER, str(consumer.state), CONSUMER, consumer.assignor, consumer.epoch
     )
@@ -97,7 +98,11 @@ async def describe(
     log: Log, coordinator: GroupCoordinator, view: GroupView, topic: str | None
 ) -> dict[str, Any]:
     """The group's document (``group_document``), from the coordinators and the log."""
-    committed = {tp: c.offset for tp, c in (await coordinator.admin.committed(view.group)).items()}
+    if view.type == SHARE:  # its share-partitions' start offsets, where commits would be
+        offsets = await share_starts(log, view.group)
+    else:
+        offsets = await coordinator.admin.committed(view.group)
+    committed = {tp: c.offset for tp, c in offsets.items()}
     bounds: dict[TopicPartition, tuple[int | None, int | None]] = {}
     for t, p in partitions_of(view, committed, topic):
         try:

@@ -1,7 +1,8 @@
 """Consumer groups from the command line: groups, group (Kafka's kafka-consumer-groups
---list / --describe [--members] / --delete / --reset-offsets), for classic groups and
-consumer (KIP-848) groups alike, through their coordinators (or, with -b, a Kafka admin
-client). The descriptions are group_describe.py's, the changes group_admin.py's."""
+--list / --describe [--members] / --delete / --reset-offsets), for classic groups,
+consumer (KIP-848) groups and share groups (KIP-932, share_groups.py) alike, through their
+coordinators (or, with -b, a Kafka admin client). The descriptions are group_describe.py's,
+the changes group_admin.py's."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 @pass_context
 @run_async
 async def list_groups(ctx: Context, output_format: str) -> None:
-    """List the groups, classic and consumer (KIP-848): state and type."""
+    """List the groups, classic, consumer (KIP-848) and share (KIP-932): state and type."""
     if ctx.wire is not None:
         rows = wire_groups(ctx.wire).list_groups()
     else:
