@@ -214,8 +214,10 @@ def test_a_killed_consumers_records_go_to_the_others_after_the_lock(broker, topi
     finally:
         consumer.close()
     assert set(deliveries) == {value_of(i).encode() for i in range(records)}  # none lost
-    # The victim's records came back after its locks expired: their second delivery.
-    assert sorted(deliveries.values()).count(2) == held
+    # The victim's records came back after its locks expired: their second delivery (it
+    # may have acquired more than the poll it printed handed over).
+    assert list(deliveries.values()).count(2) >= held
+    assert set(deliveries.values()) <= {1, 2}
 
 
 def test_a_classic_group_and_a_share_group_read_the_same_topic(broker, topic_name):
