@@ -111,7 +111,8 @@ def test_consumers_of_one_share_group_accept_every_record_once(broker, topic_nam
 
 def test_released_records_come_back_and_rejected_ones_never(broker, topic_name):
     records = 30
-    topic, group = setup(broker, topic_name, records)
+    # Locks long enough that only releases bring records back.
+    topic, group = setup(broker, topic_name, records, share_record_lock_duration_ms="30000")
     consumer = share_consumer(broker.bootstrap, group, topic, explicit=True)
     deliveries: Counter[bytes] = Counter()
     accepted: set[bytes] = set()
@@ -150,7 +151,13 @@ def test_released_records_come_back_and_rejected_ones_never(broker, topic_name):
 
 def test_a_poison_record_stops_at_the_delivery_limit(broker, topic_name):
     limit = 3
-    topic, group = setup(broker, topic_name, 5, share_delivery_count_limit=str(limit))
+    topic, group = setup(
+        broker,
+        topic_name,
+        5,
+        share_delivery_count_limit=str(limit),
+        share_record_lock_duration_ms="30000",
+    )
     poison = value_of(2).encode()
     consumer = share_consumer(broker.bootstrap, group, topic, explicit=True)
     deliveries: Counter[bytes] = Counter()
@@ -222,7 +229,7 @@ def test_a_killed_consumers_records_go_to_the_others_after_the_lock(broker, topi
 
 def test_a_classic_group_and_a_share_group_read_the_same_topic(broker, topic_name):
     records = 50
-    topic, group = setup(broker, topic_name, records)
+    topic, group = setup(broker, topic_name, records, share_record_lock_duration_ms="30000")
     classic = Consumer(
         {
             "bootstrap.servers": broker.bootstrap,
