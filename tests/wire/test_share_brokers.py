@@ -22,7 +22,7 @@ from tests.wire.test_share_consumers import configure
 
 pytestmark = pytest.mark.clients
 OPTIONS = ("--broker-session-timeout-ms", "3000", "--broker-heartbeat-interval-ms", "300")
-OPTIONS += ("--config", "group.share.record.lock.duration.ms=2000")
+OPTIONS += ("--config", "group.share.record.lock.duration.ms=4000")
 # At most 20 records in flight: the consumer takes them 20 at a time, on both brokers.
 OPTIONS += ("--config", "group.share.partition.max.record.locks=20")
 RECORDS = 200
