@@ -294,7 +294,9 @@ def test_read_committed_share_consumers_never_get_aborted_records(broker, topic_
 
 def test_a_share_group_goes_on_across_a_broker_sigkill(broker, topic_name):
     records = 100
-    topic, group = setup(broker, topic_name, records)
+    # 4 s locks: what the consumer held when the broker died comes back within seconds,
+    # and no lock expires between a poll and its commit on a slow machine.
+    topic, group = setup(broker, topic_name, records, share_record_lock_duration_ms="4000")
     consumer = share_consumer(
         broker.bootstrap, group, topic, explicit=True, **{"max.poll.records": 20}
     )
