@@ -13,9 +13,10 @@ from kio.schema.errors import ErrorCode
 
 from kafkaesque.records.batch import base_offset, split_batches
 from tests.kafka_client import Connection, join_request, request
-from tests.wire.common import create_topic, produce_numbered
+from tests.wire.common import FAST_GROUP_ARGS, create_topic, produce_numbered
 
-BROKER_ARGS = ("--config", "group.share.record.lock.duration.ms=60000")
+# Long locks (nothing expires unasked), short classic join rounds (a classic group here).
+BROKER_ARGS = (*FAST_GROUP_ARGS, "--config", "group.share.record.lock.duration.ms=60000")
 GROUP_RESOURCE, SET = 32, 0
 INVALID_RECORD_STATE, SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH = 121, 122, 123
 
