@@ -9,7 +9,8 @@ bytes to a one-partition topic (batches of about 400 records), then:
 - for 1, 2 and 4 confluent-kafka ShareConsumers (each its own process, implicit
   acknowledgement: every record a poll returned is accepted by the next poll) in a new
   share group starting at the earliest offset: the time until the share-partition's start
-  offset reaches N, i.e. every record accepted, read from Redis;
+  offset reaches N, i.e. every record accepted, read from Redis, and whether the consumers
+  got N records in all (each delivered once: no redelivery without a failure);
 - Redis' cost per acknowledged record: share_ack.lua's time inside Redis (INFO
   commandstats, after CONFIG RESETSTAT) per record, for acknowledgements of 500 records and
   of 1, beside append.lua's per record appended (the produce above) in the same Redis.
@@ -166,9 +167,12 @@ def main() -> None:
         for consumers in (1, 2, 4):
             seconds, counts = share_run(bootstrap, redis_url, consumers, n)
             rate = n / seconds
+            # Every record accepted (the start offset reached N); delivered once each if
+            # the consumers got N records in all (a redelivery would add to the count).
+            once = "each delivered once" if sum(counts) == n else f"{sum(counts) - n} redelivered"
             print(
                 f"{consumers} share consumer(s): {rate:,.0f} records/s accepted, "
-                f"{rate / classic:.3f} of the classic consumer; records each: {counts}"
+                f"{rate / classic:.3f} of the classic consumer; records each: {counts}, {once}"
             )
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(TOPIC + "-cost", 1, 1)])[TOPIC + "-cost"].result(30)
