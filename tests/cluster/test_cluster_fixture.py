@@ -248,6 +248,8 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
     floor = clock(now)
     appending = [p.meta, p.index, p.stats, k.slot_hash(slot_of(TOPIC, 0)), p.producers, p.meta]
     registry = [k.brokers, k.brokers_alive, k.membership, k.brokers_sequence]
+    txn_state = [k.transaction("t"), k.transaction("t", ":lock"), k.transactions]
+    txn_state.append(k.transactions_due)
     calls: dict[str, tuple[list[str], list]] = {
         "create": (
             [k.topics, k.topic("new"), k.incarnation, k.archiving, p.meta],
@@ -340,6 +342,11 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
         # high watermarks (kafkaesque/hot/high_watermark.py): one slot's partitions per call
         "hw_mark": ([p.meta], []),
         "hw_raise": ([p.meta], [1, k.appended(TOPIC)]),
+        # a transactional id's state saved without its lock (kafkaesque/hot/txn_states.py):
+        # the id's hash beside the catalog's id sets, or a group's pending offsets
+        "txn_save": (txn_state, [0, *[""] * 6, "t", ""]),
+        "txn_stage": ([*txn_state[:2], k.group_txn_offsets("g")], [0, *[""] * 6]),
+        "txn_end": (txn_state, [0, *[""] * 6, "t", "", "", 0, 0]),
     }
     # The partition-local scripts give on the cluster what they gave on one Redis.
     owner = empty_cluster.owner(empty_cluster.client().keyslot(p.meta)).client()
@@ -369,6 +376,11 @@ def test_which_scripts_run_on_a_cluster(empty_cluster: ClusterServers, redis_url
         "delete": "CROSSSLOT",
         "configure": "CROSSSLOT",
         "restore": "CROSSSLOT",
+        # the transaction coordinator's lock-free saves: one Redis only (a cluster takes
+        # the id's lock, kafkaesque/hot/txn_states.py lock_free)
+        "txn_save": "CROSSSLOT",
+        "txn_stage": "CROSSSLOT",
+        "txn_end": "CROSSSLOT",
         # one partition's slot only (its keys and the slot's hash), or one catalog key
         "append": "ran",
         "end_txn": "ran",
