@@ -30,7 +30,8 @@ Before anything, archiving is switched on in Redis (Log.enable_archiving): from 
 closed page expires or is dropped by max pages before it is archived.
 
 After the partitions, the watermark advances: every record id <= watermark is archived (or
-lies in a recorded gap).
+lies in a recorded gap). A pass that archived something or moved it is recorded in
+``archive_pass`` (storage_pg/archive_passes.py).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from kafkaesque.hot.compaction_types import TopicCompaction
 from kafkaesque.hot.log import Log
 from kafkaesque.hot.outage import REDIS, REDIS_CONNECTION_ERRORS
 from kafkaesque.tasks import sleep_unless_stopped
-from storage_pg import archive_sql, group_offsets, share_state
+from storage_pg import archive_passes, archive_sql, group_offsets, share_state
 from storage_pg.compacted import LatestKeys, catch_up
 from storage_pg.deletion import delete_below, delete_topic
 from storage_pg.durable_barrier import DurableBarrier
@@ -187,11 +188,14 @@ class Archiver:
             # One partition failed (the others were cancelled): raise its error itself, so
             # callers see e.g. a lost connection as such.
             raise group_error.exceptions[0] from None
-        summary.watermark = await self.advance_watermark()
+        summary.watermark = watermark = await self.advance_watermark()
         await self._archive_group_offsets()
         if self.compactor is not None:  # what was just archived may now be compacted
             summary.compacted = await self.compactor.run_once()
         summary.seconds = time.perf_counter() - started
+        await archive_passes.record(  # idle passes record nothing
+            self.pool, summary.seconds, summary.rows, summary.bytes, watermark
+        )
         for problem in summary.problems:
             log.error("archive: %s", problem)
         for gap in summary.gaps:

@@ -316,6 +316,27 @@ async def watermark(pool: asyncpg.Pool) -> int:
         return await conn.fetchval("SELECT id FROM archive_watermark")
 
 
+@dataclass(frozen=True, slots=True)
+class DatabaseUse:
+    """The archive database's headroom: its size and its connections in use."""
+
+    size: int  # bytes (pg_database_size)
+    connections: int  # client connections to the server (any database's)
+    max_connections: int
+
+
+async def database_use(pool: asyncpg.Pool) -> DatabaseUse:
+    """How big the archive's database is, and how many of the server's connections are used."""
+    async with pool.acquire() as conn:
+        size = await conn.fetchval("SELECT pg_database_size(current_database())")
+        # background workers do not count against max_connections: client backends only
+        used = await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+        )
+        most = int(await conn.fetchval("SHOW max_connections"))
+    return DatabaseUse(size, used, most)
+
+
 async def status(pool: asyncpg.Pool) -> ArchiveStatus:
     """Per partition: archived-through offset, rows, epoch; and the watermark."""
     async with pool.acquire() as conn:

@@ -61,13 +61,16 @@ with its members, as Kafka's coordinator loads a group after a failover.
 
 Migration 11 (``storage_pg/share_state.py``): ``share_partition_state`` keeps share groups'
 share-partitions (KIP-932: start and end offsets, in-flight records), restored with them.
+
+Migration 12 (``storage_pg/archive_passes.py``): ``archive_pass`` keeps the archiver's last
+passes that archived something or moved the watermark (the newest 1,000), for the console.
 """
 
 from __future__ import annotations
 
 import asyncpg
 
-from storage_pg import compacted, group_offsets, share_state
+from storage_pg import archive_passes, compacted, group_offsets, share_state
 from storage_pg.pool import ArchiveError
 
 # Key of the advisory lock serialising migrations (any constant; "kafkaesq" in ASCII).
@@ -217,6 +220,8 @@ MIGRATIONS: list[str] = [
     """,
     # 11: share groups' share-partitions, restored with them (storage_pg/share_state.py)
     share_state.MIGRATION,
+    # 12: the archiver's recent passes, for the console (storage_pg/archive_passes.py)
+    archive_passes.MIGRATION,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

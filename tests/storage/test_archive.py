@@ -15,7 +15,15 @@ import pytest
 from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.records.batch import Compression
 from kafkaesque.records.build import build_batch
-from storage_pg import Archiver, ArchiveReader, create_pool, ensure_schema, status, watermark
+from storage_pg import (
+    Archiver,
+    ArchiveReader,
+    archive_passes,
+    create_pool,
+    ensure_schema,
+    status,
+    watermark,
+)
 from storage_pg.pool import ArchiveError
 from storage_pg.schema import SCHEMA_VERSION
 from tests.servers import RedisServer
@@ -98,6 +106,13 @@ def test_archives_every_record_as_produced(redis_url: str, pg_dsn: str) -> None:
         third = await Archiver(log, pool, idle_close_ms=0).run_once()
         assert third.rows == len(more)
         assert await archived_rows(pg_dsn) == expected + more
+        # the two passes that archived are recorded, newest first; the idle one is not
+        passes = await archive_passes.recent(pool)
+        assert [(p.rows, p.watermark) for p in passes] == [
+            (len(more), more[-1].id),
+            (len(expected), expected[-1].id),
+        ]
+        assert all(p.bytes > 0 and p.finished_at >= p.started_at for p in passes)
         # status: per partition, archived through the log end
         st = await status(pool)
         assert st.schema_version == SCHEMA_VERSION and st.watermark == more[-1].id
@@ -376,5 +391,35 @@ def test_status_of_an_empty_database(pg_dsn: str) -> None:
         assert await reader.start_offset("t", 0) is None
         assert await reader.read("t", 0, 0, 1000) == []
         await pool.close()
+
+    asyncio.run(scenario())
+
+
+def test_recorded_passes_skip_idle_ones_and_keep_the_newest(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass is recorded when it archived rows or moved the watermark, never when idle;
+    the table keeps only the newest KEEP rows."""
+    monkeypatch.setattr(archive_passes, "KEEP", 3)
+
+    async def scenario() -> None:
+        pool = await create_pool(pg_dsn)
+        try:
+            await ensure_schema(pool)
+            assert not await archive_passes.record(pool, 0.5, 0, 0, 0)  # idle, first ever
+            assert await archive_passes.record(pool, 0.5, 0, 0, 7)  # a gap moved the mark
+            assert not await archive_passes.record(pool, 0.5, 0, 0, 7)  # idle again
+            for n in range(1, 5):
+                assert await archive_passes.record(pool, 2.0, n * 10, n * 100, 7 + n)
+            kept = await archive_passes.recent(pool)
+            assert [(p.rows, p.bytes, p.watermark) for p in kept] == [
+                (40, 400, 11),
+                (30, 300, 10),
+                (20, 200, 9),
+            ]
+            assert kept[0].rows_per_second == pytest.approx(20.0, rel=0.01)
+            assert await fetchval(pg_dsn, "SELECT count(*) FROM archive_pass") == 3
+        finally:
+            await pool.close()
 
     asyncio.run(scenario())
