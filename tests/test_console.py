@@ -405,3 +405,44 @@ def test_an_archive_away_is_said_too(redis_url: str) -> None:
         assert "unreachable" in overview
 
     run(redis_url, scenario)
+
+
+def passes_shown(html: str) -> list[list[str]]:
+    """The cells of the Archive page's table of the archiver's last passes."""
+    found = re.search(r'<table id="archive-passes">.*?<tbody>(.*?)</tbody>', html, re.S)
+    assert found is not None, html
+    rows = re.findall(r"<tr>(.*?)</tr>", found.group(1), re.S)
+    return [re.findall(r"<td[^>]*>([^<]*)</td>", row) for row in rows if "empty" not in row]
+
+
+def test_archive_passes_and_database_headroom(redis_url: str, pg_dsn: str) -> None:
+    """An archiver pass that archived records is listed with its rows and rate; an idle
+    one adds no row; the Overview shows the archive database's size and connections."""
+    from storage_pg.tiered import Archive, attach
+
+    async def scenario(client: TestClient, log: Log) -> None:
+        archive = Archive(pg_dsn)
+        attach(log, archive)
+        await archive.bind()
+        client.app[CONSOLE].archive = archive
+        try:
+            archiver = await archive.archiver(log, idle_close_ms=0)
+            assert "holds no archive yet" in await page(client, "/archive")  # nothing ran
+            first = await archiver.run_once()
+            assert first.rows == 5  # words: 4 records in partition 0, 1 in partition 1
+            shown = passes_shown(await page(client, "/archive"))
+            assert len(shown) == 1, shown
+            finished, took, rows, size, rate, mark, runner = shown[0]
+            assert finished[:2] == "20" and took.endswith(" s")
+            assert rows == "5" and mark == f"{first.watermark:,}" and ":" in runner
+            assert size.endswith("B") and float(rate.replace(",", "")) > 0
+            assert (await archiver.run_once()).rows == 0
+            assert len(passes_shown(await page(client, "/archive"))) == 1  # idle: no row
+            health = await page(client, "/overview/health")
+            use = re.search(r"database ([\d.,]+ [KMG]?i?B), (\d+) of (\d+) connections", health)
+            assert use is not None, health
+            assert 1 <= int(use.group(2)) <= int(use.group(3))  # this console's own, at least
+        finally:
+            await archive.close()
+
+    run(redis_url, scenario)

@@ -1,18 +1,23 @@
 """The Archive page, which no Kafka console has: the PostgreSQL archive's watermark; per
 partition the archiver's position, its lag behind the log end, rows archived and the time
 of its last archiving transaction; the ranges dropped by retention before archiving; the
-ranges lost with Redis (its data lost, restored from the archive); and the archiving rate
-over the last minutes (the sampler's)."""
+ranges lost with Redis (its data lost, restored from the archive); the archiving rate
+over the last minutes (the sampler's); and the archiver's last passes, each with its rate
+(storage_pg/archive_passes.py)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from kafkaesque.console.context import console, may_see_topic, render
-from kafkaesque.console.html import Raw, facts, join, message, sparkline, table, tag
+from kafkaesque.console.html import Raw, facts, join, message, size, sparkline, table, tag
+
+if TYPE_CHECKING:
+    from storage_pg.archive_passes import ArchivePass
 
 
 async def archive_page(request: web.Request) -> web.Response:
@@ -24,9 +29,11 @@ async def archive_page(request: web.Request) -> web.Response:
             "note",
         )
         return render(request, "Archive", body, "/archive")
+    from storage_pg.archive_passes import recent
     from storage_pg.cold import status
 
-    found = await status(await state.archive.pool())
+    pool = await state.archive.pool()
+    found = await status(pool)
     if found.schema_version == 0:
         body = message("the archive database holds no archive yet: nothing was archived", "note")
         return render(request, "Archive", body, "/archive")
@@ -90,6 +97,8 @@ async def archive_page(request: web.Request) -> web.Response:
             empty="nothing archived yet",
             id="archive-partitions",
         ),
+        tag("h2", "Last passes"),
+        passes_table(await recent(pool, PASSES_SHOWN)),
         tag("h2", "Dropped before archiving"),
         table(
             ["Topic", "Partition", "Offsets", "Record ids"],
@@ -122,6 +131,34 @@ async def archive_page(request: web.Request) -> web.Response:
         ),
     ]
     return render(request, "Archive", join(parts), "/archive")
+
+
+PASSES_SHOWN = 20
+
+
+def passes_table(passes: list[ArchivePass]) -> Raw:
+    """The archiver's last passes that archived something or moved the watermark."""
+    rows = []
+    for p in passes:
+        rate = p.rows_per_second
+        rows.append(
+            [
+                p.finished_at.isoformat(" ", "seconds"),
+                f"{(p.finished_at - p.started_at).total_seconds():,.2f} s",
+                f"{p.rows:,}",
+                size(p.bytes),
+                None if rate is None else f"{rate:,.1f}",
+                f"{p.watermark:,}",
+                p.runner,
+            ]
+        )
+    return table(
+        ["Finished", "Took", "Rows", "Bytes", "Rows/s", "Watermark after", "Run by"],
+        rows,
+        numeric=[1, 2, 3, 4, 5],
+        empty="no pass has archived anything yet (idle passes are not recorded)",
+        id="archive-passes",
+    )
 
 
 def spark_exports(directories: tuple[str, ...], watermark: int) -> Raw:

@@ -1,5 +1,6 @@
-"""The Overview page: the live brokers, Redis and the archive and their health, memory
-headroom, topic and group counts, produce and consume rates (the sampler's)."""
+"""The Overview page: the live brokers, Redis and the archive and their health, Redis'
+memory headroom, the archive database's size and connections in use, topic and group
+counts, produce and consume rates (the sampler's)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections import Counter
 from aiohttp import web
 
 from kafkaesque.console.context import console, fragment, render
-from kafkaesque.console.html import Raw, facts, join, message, table, tag, when
+from kafkaesque.console.html import Raw, facts, join, message, size, table, tag, when
 from kafkaesque.hot.registry import registered
 
 
@@ -39,11 +40,17 @@ async def health(request: web.Request) -> Raw:
         redis_health = ("unreachable", str(exc))
     archive_health = ("none", "no archive configured: only Redis' records are shown")
     if state.archive is not None:
-        from storage_pg.cold import watermark
+        from storage_pg.cold import database_use, watermark
 
         try:
-            mark = await watermark(await state.archive.pool())
-            archive_health = ("up", f"watermark {mark:,} (every record id up to it archived)")
+            pool = await state.archive.pool()
+            mark, use = await watermark(pool), await database_use(pool)
+            archive_health = (
+                "up",
+                f"watermark {mark:,} (every record id up to it archived); database "
+                f"{size(use.size)}, {use.connections:,} of {use.max_connections:,} "
+                "connections in use",
+            )
         except Exception as exc:
             archive_health = ("unreachable", str(exc))
     configs = await state.log.topic_configs()
