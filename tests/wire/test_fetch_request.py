@@ -240,3 +240,41 @@ def test_unknown_tagged_fields_are_skipped() -> None:
     assert [
         (p.partition, p.fetch_offset, p.partition_max_bytes) for p in parsed.topics[0].partitions
     ] == [(p, p, 9) for p in range(3)]
+
+
+def test_the_last_entry_of_a_partition_index_wins_its_directory_id() -> None:
+    """v17: two entries of one partition, the first with a replica directory id and the
+    last without: the partition has none (as the last entry of an index wins its fields);
+    found by the property test above."""
+    entry = {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+    directory = uuid.uuid4()
+    req = request(
+        1,
+        17,
+        max_wait=0,
+        min_bytes=0,
+        topics=[
+            {
+                "topic_id": uuid.uuid4(),
+                "partitions": [{**entry, "replica_directory_id": directory}, entry],
+            }
+        ],
+        forgotten_topics_data=[],
+    )
+    (topic,) = parse_request(encode_request(req, 1)[4:], SUPPORTED).body.topics
+    assert [p.replica_directory_id for p in topic.partitions] == [None, None]
+    req = request(
+        1,
+        17,
+        max_wait=0,
+        min_bytes=0,
+        topics=[
+            {
+                "topic_id": uuid.uuid4(),
+                "partitions": [entry, {**entry, "replica_directory_id": directory}],
+            }
+        ],
+        forgotten_topics_data=[],
+    )
+    (topic,) = parse_request(encode_request(req, 1)[4:], SUPPORTED).body.topics
+    assert [p.replica_directory_id for p in topic.partitions] == [directory, directory]

@@ -328,6 +328,8 @@ def _entry(r: _Reader, version: int, directory_ids: dict[int, uuid.UUID]) -> tup
     """A flexible partition entry with tagged fields (replica_directory_id, tag 0, v17+),
     as the fast path's tuple: the tagged-field count read as 0."""
     raw = r.unpack(_FLEXIBLE_ENTRY)
+    # The last entry of a partition index wins, also when it carries no directory id.
+    directory_ids.pop(raw[0], None)
 
     def directory_id(inner: _Reader) -> None:
         found = inner.uuid()
