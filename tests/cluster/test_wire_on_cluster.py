@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from kafka import KafkaConsumer, KafkaProducer
 
 from kafkaesque.hot.slots import slot_of
@@ -128,6 +128,20 @@ def test_transactions_on_a_cluster(brokers: list[Broker]) -> None:
     assert "CompleteAbort" in listed
 
 
+def _watermark_end(consumer: Consumer, tp: TopicPartition) -> int:
+    """The partition's high watermark, asked again while the broker answers a retriable
+    error (a command in flight when a migration's new slot map dropped its connection is
+    KAFKA_STORAGE_ERROR, which a client retries; this query is a direct one that does not)."""
+    for _ in range(20):
+        try:
+            return consumer.get_watermark_offsets(tp, 10)[1]
+        except KafkaException as exc:
+            if not exc.args[0].retriable():
+                raise
+            time.sleep(0.5)
+    return consumer.get_watermark_offsets(tp, 10)[1]
+
+
 def test_slots_moved_while_producing_lose_and_duplicate_nothing(
     empty_cluster: ClusterServers, brokers: list[Broker]
 ) -> None:
@@ -177,7 +191,7 @@ def test_slots_moved_while_producing_lose_and_duplicate_nothing(
     consumer = Consumer({"bootstrap.servers": first.bootstrap, "group.id": "check"})
     logged: dict[int, list[bytes]] = {}
     for p in range(4):
-        end = consumer.get_watermark_offsets(TopicPartition("moving", p), 10)[1]
+        end = _watermark_end(consumer, TopicPartition("moving", p))
         consumer.assign([TopicPartition("moving", p, 0)])
         values: list[bytes] = []
         while len(values) < end:
