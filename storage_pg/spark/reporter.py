@@ -314,6 +314,8 @@ def write_chart(result: Report, png: str, max_topics: int = 10) -> None:
             counts = [point.records for point in result.chart]
             if max(counts) > 50 * min(counts):  # small topics beside large: a log scale
                 ax.set_yscale("log")
+                # 1, 2 and 5 of each decade: a range within one decade still has labels.
+                ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
             else:
                 ax.set_ylim(bottom=0)
             plain = ticker.FuncFormatter(lambda y, _: f"{y:,.0f}" if y >= 1 else f"{y:g}")
