@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -42,38 +42,10 @@ from wire.handlers import (
 from wire.protocol.codec import NO_THROTTLE, Request, build, error_response, schema_class
 
 if TYPE_CHECKING:
-    import kio.schema.api_versions.v0.request
-    import kio.schema.api_versions.v0.response
-    import kio.schema.api_versions.v1.request
-    import kio.schema.api_versions.v1.response
-    import kio.schema.api_versions.v2.request
-    import kio.schema.api_versions.v2.response
-    import kio.schema.api_versions.v3.request
-    import kio.schema.api_versions.v3.response
-    import kio.schema.api_versions.v4.request
-    import kio.schema.api_versions.v4.response
-
-    # The kio classes of the versions offered (HANDLERS below).
-    ApiVersionsRequest: TypeAlias = (
-        kio.schema.api_versions.v0.request.ApiVersionsRequest
-        | kio.schema.api_versions.v1.request.ApiVersionsRequest
-        | kio.schema.api_versions.v2.request.ApiVersionsRequest
-        | kio.schema.api_versions.v3.request.ApiVersionsRequest
-        | kio.schema.api_versions.v4.request.ApiVersionsRequest
-    )
-    ApiVersionsResponse: TypeAlias = (
-        kio.schema.api_versions.v0.response.ApiVersionsResponse
-        | kio.schema.api_versions.v1.response.ApiVersionsResponse
-        | kio.schema.api_versions.v2.response.ApiVersionsResponse
-        | kio.schema.api_versions.v3.response.ApiVersionsResponse
-        | kio.schema.api_versions.v4.response.ApiVersionsResponse
-    )
-    ApiVersionEntry: TypeAlias = (
-        kio.schema.api_versions.v0.response.ApiVersion
-        | kio.schema.api_versions.v1.response.ApiVersion
-        | kio.schema.api_versions.v2.response.ApiVersion
-        | kio.schema.api_versions.v3.response.ApiVersion
-        | kio.schema.api_versions.v4.response.ApiVersion
+    from wire.protocol.kio_types import (
+        ApiVersionEntry,
+        ApiVersionsRequest,
+        ApiVersionsResponse,
     )
 
 Handler = Callable[[Broker, Request], Awaitable[Any]]

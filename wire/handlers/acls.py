@@ -7,7 +7,7 @@ ANY/MATCH elements is INVALID_REQUEST.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -25,60 +25,14 @@ from wire.errors import error_code, error_message
 from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
 
 if TYPE_CHECKING:
-    import kio.schema.create_acls.v1.request
-    import kio.schema.create_acls.v1.response
-    import kio.schema.create_acls.v2.request
-    import kio.schema.create_acls.v2.response
-    import kio.schema.create_acls.v3.request
-    import kio.schema.create_acls.v3.response
-    import kio.schema.delete_acls.v1.request
-    import kio.schema.delete_acls.v1.response
-    import kio.schema.delete_acls.v2.request
-    import kio.schema.delete_acls.v2.response
-    import kio.schema.delete_acls.v3.request
-    import kio.schema.delete_acls.v3.response
-    import kio.schema.describe_acls.v1.request
-    import kio.schema.describe_acls.v1.response
-    import kio.schema.describe_acls.v2.request
-    import kio.schema.describe_acls.v2.response
-    import kio.schema.describe_acls.v3.request
-    import kio.schema.describe_acls.v3.response
-
-    # The kio classes of the versions offered (wire/handlers/__init__.py).
-    DescribeAclsRequest: TypeAlias = (
-        kio.schema.describe_acls.v1.request.DescribeAclsRequest
-        | kio.schema.describe_acls.v2.request.DescribeAclsRequest
-        | kio.schema.describe_acls.v3.request.DescribeAclsRequest
-    )
-    DescribeAclsResponse: TypeAlias = (
-        kio.schema.describe_acls.v1.response.DescribeAclsResponse
-        | kio.schema.describe_acls.v2.response.DescribeAclsResponse
-        | kio.schema.describe_acls.v3.response.DescribeAclsResponse
-    )
-    CreateAclsRequest: TypeAlias = (
-        kio.schema.create_acls.v1.request.CreateAclsRequest
-        | kio.schema.create_acls.v2.request.CreateAclsRequest
-        | kio.schema.create_acls.v3.request.CreateAclsRequest
-    )
-    CreateAclsResponse: TypeAlias = (
-        kio.schema.create_acls.v1.response.CreateAclsResponse
-        | kio.schema.create_acls.v2.response.CreateAclsResponse
-        | kio.schema.create_acls.v3.response.CreateAclsResponse
-    )
-    DeleteAclsRequest: TypeAlias = (
-        kio.schema.delete_acls.v1.request.DeleteAclsRequest
-        | kio.schema.delete_acls.v2.request.DeleteAclsRequest
-        | kio.schema.delete_acls.v3.request.DeleteAclsRequest
-    )
-    DeleteAclsFilter: TypeAlias = (
-        kio.schema.delete_acls.v1.request.DeleteAclsFilter
-        | kio.schema.delete_acls.v2.request.DeleteAclsFilter
-        | kio.schema.delete_acls.v3.request.DeleteAclsFilter
-    )
-    DeleteAclsResponse: TypeAlias = (
-        kio.schema.delete_acls.v1.response.DeleteAclsResponse
-        | kio.schema.delete_acls.v2.response.DeleteAclsResponse
-        | kio.schema.delete_acls.v3.response.DeleteAclsResponse
+    from wire.protocol.kio_types import (
+        CreateAclsRequest,
+        CreateAclsResponse,
+        DeleteAclsFilter,
+        DeleteAclsRequest,
+        DeleteAclsResponse,
+        DescribeAclsRequest,
+        DescribeAclsResponse,
     )
 
 NO_AUTHORIZER = "No Authorizer is configured."

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -30,95 +30,18 @@ from wire.topic_configs import created_configs
 from wire.topics import NO_TOPIC_ID, topic_by_id
 
 if TYPE_CHECKING:
-    import kio.schema.create_partitions.v0.request
-    import kio.schema.create_partitions.v0.response
-    import kio.schema.create_partitions.v1.request
-    import kio.schema.create_partitions.v1.response
-    import kio.schema.create_partitions.v2.request
-    import kio.schema.create_partitions.v2.response
-    import kio.schema.create_partitions.v3.request
-    import kio.schema.create_partitions.v3.response
-    import kio.schema.create_topics.v2.request
-    import kio.schema.create_topics.v2.response
-    import kio.schema.create_topics.v3.request
-    import kio.schema.create_topics.v3.response
-    import kio.schema.create_topics.v4.request
-    import kio.schema.create_topics.v4.response
-    import kio.schema.create_topics.v5.request
-    import kio.schema.create_topics.v5.response
-    import kio.schema.create_topics.v6.request
-    import kio.schema.create_topics.v6.response
-    import kio.schema.create_topics.v7.request
-    import kio.schema.create_topics.v7.response
-    import kio.schema.delete_topics.v1.request
-    import kio.schema.delete_topics.v1.response
-    import kio.schema.delete_topics.v2.request
-    import kio.schema.delete_topics.v2.response
-    import kio.schema.delete_topics.v3.request
-    import kio.schema.delete_topics.v3.response
-    import kio.schema.delete_topics.v4.request
-    import kio.schema.delete_topics.v4.response
-    import kio.schema.delete_topics.v5.request
-    import kio.schema.delete_topics.v5.response
-    import kio.schema.delete_topics.v6.request
-    import kio.schema.delete_topics.v6.response
     from typing_extensions import TypeIs
 
-    # The kio classes of the versions offered (wire/handlers/__init__.py).
-    CreateTopicsRequest: TypeAlias = (
-        kio.schema.create_topics.v2.request.CreateTopicsRequest
-        | kio.schema.create_topics.v3.request.CreateTopicsRequest
-        | kio.schema.create_topics.v4.request.CreateTopicsRequest
-        | kio.schema.create_topics.v5.request.CreateTopicsRequest
-        | kio.schema.create_topics.v6.request.CreateTopicsRequest
-        | kio.schema.create_topics.v7.request.CreateTopicsRequest
-    )
-    CreatableTopic: TypeAlias = (
-        kio.schema.create_topics.v2.request.CreatableTopic
-        | kio.schema.create_topics.v3.request.CreatableTopic
-        | kio.schema.create_topics.v4.request.CreatableTopic
-        | kio.schema.create_topics.v5.request.CreatableTopic
-        | kio.schema.create_topics.v6.request.CreatableTopic
-        | kio.schema.create_topics.v7.request.CreatableTopic
-    )
-    CreateTopicsResponse: TypeAlias = (
-        kio.schema.create_topics.v2.response.CreateTopicsResponse
-        | kio.schema.create_topics.v3.response.CreateTopicsResponse
-        | kio.schema.create_topics.v4.response.CreateTopicsResponse
-        | kio.schema.create_topics.v5.response.CreateTopicsResponse
-        | kio.schema.create_topics.v6.response.CreateTopicsResponse
-        | kio.schema.create_topics.v7.response.CreateTopicsResponse
-    )
-    # v6 names topics by name or id (``topics``); before, by name (``topic_names``).
-    DeleteTopicsRequestV6: TypeAlias = kio.schema.delete_topics.v6.request.DeleteTopicsRequest
-    DeleteTopicState: TypeAlias = kio.schema.delete_topics.v6.request.DeleteTopicState
-    DeleteTopicsRequest: TypeAlias = (
-        kio.schema.delete_topics.v1.request.DeleteTopicsRequest
-        | kio.schema.delete_topics.v2.request.DeleteTopicsRequest
-        | kio.schema.delete_topics.v3.request.DeleteTopicsRequest
-        | kio.schema.delete_topics.v4.request.DeleteTopicsRequest
-        | kio.schema.delete_topics.v5.request.DeleteTopicsRequest
-        | DeleteTopicsRequestV6
-    )
-    DeleteTopicsResponse: TypeAlias = (
-        kio.schema.delete_topics.v1.response.DeleteTopicsResponse
-        | kio.schema.delete_topics.v2.response.DeleteTopicsResponse
-        | kio.schema.delete_topics.v3.response.DeleteTopicsResponse
-        | kio.schema.delete_topics.v4.response.DeleteTopicsResponse
-        | kio.schema.delete_topics.v5.response.DeleteTopicsResponse
-        | kio.schema.delete_topics.v6.response.DeleteTopicsResponse
-    )
-    CreatePartitionsRequest: TypeAlias = (
-        kio.schema.create_partitions.v0.request.CreatePartitionsRequest
-        | kio.schema.create_partitions.v1.request.CreatePartitionsRequest
-        | kio.schema.create_partitions.v2.request.CreatePartitionsRequest
-        | kio.schema.create_partitions.v3.request.CreatePartitionsRequest
-    )
-    CreatePartitionsResponse: TypeAlias = (
-        kio.schema.create_partitions.v0.response.CreatePartitionsResponse
-        | kio.schema.create_partitions.v1.response.CreatePartitionsResponse
-        | kio.schema.create_partitions.v2.response.CreatePartitionsResponse
-        | kio.schema.create_partitions.v3.response.CreatePartitionsResponse
+    from wire.protocol.kio_types import (
+        CreatableTopic,
+        CreatePartitionsRequest,
+        CreatePartitionsResponse,
+        CreateTopicsRequest,
+        CreateTopicsResponse,
+        DeleteTopicsRequest,
+        DeleteTopicsRequestV6,
+        DeleteTopicsResponse,
+        DeleteTopicState,
     )
 
 MAX_NAME_SHOWN = 255  # characters of a client's name repeated in an error message

@@ -14,7 +14,7 @@ and heartbeat interval.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -44,55 +44,13 @@ from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 from wire.topic_configs import SOURCE_CODES, dynamic_broker_configs
 
 if TYPE_CHECKING:
-    import kio.schema.alter_configs.v0.request
-    import kio.schema.alter_configs.v0.response
-    import kio.schema.alter_configs.v1.request
-    import kio.schema.alter_configs.v1.response
-    import kio.schema.alter_configs.v2.request
-    import kio.schema.alter_configs.v2.response
-    import kio.schema.describe_configs.v1.request
-    import kio.schema.describe_configs.v1.response
-    import kio.schema.describe_configs.v2.request
-    import kio.schema.describe_configs.v2.response
-    import kio.schema.describe_configs.v3.request
-    import kio.schema.describe_configs.v3.response
-    import kio.schema.describe_configs.v4.request
-    import kio.schema.describe_configs.v4.response
-    import kio.schema.incremental_alter_configs.v0.request
-    import kio.schema.incremental_alter_configs.v0.response
-    import kio.schema.incremental_alter_configs.v1.request
-    import kio.schema.incremental_alter_configs.v1.response
-
-    # The kio classes of the versions offered (wire/handlers/__init__.py).
-    DescribeConfigsRequest: TypeAlias = (
-        kio.schema.describe_configs.v1.request.DescribeConfigsRequest
-        | kio.schema.describe_configs.v2.request.DescribeConfigsRequest
-        | kio.schema.describe_configs.v3.request.DescribeConfigsRequest
-        | kio.schema.describe_configs.v4.request.DescribeConfigsRequest
-    )
-    DescribeConfigsResponse: TypeAlias = (
-        kio.schema.describe_configs.v1.response.DescribeConfigsResponse
-        | kio.schema.describe_configs.v2.response.DescribeConfigsResponse
-        | kio.schema.describe_configs.v3.response.DescribeConfigsResponse
-        | kio.schema.describe_configs.v4.response.DescribeConfigsResponse
-    )
-    AlterConfigsRequest: TypeAlias = (
-        kio.schema.alter_configs.v0.request.AlterConfigsRequest
-        | kio.schema.alter_configs.v1.request.AlterConfigsRequest
-        | kio.schema.alter_configs.v2.request.AlterConfigsRequest
-    )
-    AlterConfigsResponse: TypeAlias = (
-        kio.schema.alter_configs.v0.response.AlterConfigsResponse
-        | kio.schema.alter_configs.v1.response.AlterConfigsResponse
-        | kio.schema.alter_configs.v2.response.AlterConfigsResponse
-    )
-    IncrementalAlterConfigsRequest: TypeAlias = (
-        kio.schema.incremental_alter_configs.v0.request.IncrementalAlterConfigsRequest
-        | kio.schema.incremental_alter_configs.v1.request.IncrementalAlterConfigsRequest
-    )
-    IncrementalAlterConfigsResponse: TypeAlias = (
-        kio.schema.incremental_alter_configs.v0.response.IncrementalAlterConfigsResponse
-        | kio.schema.incremental_alter_configs.v1.response.IncrementalAlterConfigsResponse
+    from wire.protocol.kio_types import (
+        AlterConfigsRequest,
+        AlterConfigsResponse,
+        DescribeConfigsRequest,
+        DescribeConfigsResponse,
+        IncrementalAlterConfigsRequest,
+        IncrementalAlterConfigsResponse,
     )
 
 TOPIC_RESOURCE, BROKER_RESOURCE, GROUP_RESOURCE = 2, 4, 32

@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Sequence
 from itertools import repeat
 from operator import attrgetter
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -54,37 +54,8 @@ from wire.protocol.fast_responses import FetchAnswer
 from wire.protocol.fetch_request import FetchBody, FetchPartition, FetchTopic
 
 if TYPE_CHECKING:
-    import kio.schema.fetch.v4.response
-    import kio.schema.fetch.v5.response
-    import kio.schema.fetch.v6.response
-    import kio.schema.fetch.v7.response
-    import kio.schema.fetch.v8.response
-    import kio.schema.fetch.v9.response
-    import kio.schema.fetch.v10.response
-    import kio.schema.fetch.v11.response
-    import kio.schema.fetch.v12.response
-    import kio.schema.fetch.v13.response
-    import kio.schema.fetch.v14.response
-    import kio.schema.fetch.v15.response
-    import kio.schema.fetch.v16.response
-    import kio.schema.fetch.v17.response
-
-    # The kio classes of the versions offered (wire/handlers/__init__.py).
-    FetchResponse: TypeAlias = (
-        kio.schema.fetch.v4.response.FetchResponse
-        | kio.schema.fetch.v5.response.FetchResponse
-        | kio.schema.fetch.v6.response.FetchResponse
-        | kio.schema.fetch.v7.response.FetchResponse
-        | kio.schema.fetch.v8.response.FetchResponse
-        | kio.schema.fetch.v9.response.FetchResponse
-        | kio.schema.fetch.v10.response.FetchResponse
-        | kio.schema.fetch.v11.response.FetchResponse
-        | kio.schema.fetch.v12.response.FetchResponse
-        | kio.schema.fetch.v13.response.FetchResponse
-        | kio.schema.fetch.v14.response.FetchResponse
-        | kio.schema.fetch.v15.response.FetchResponse
-        | kio.schema.fetch.v16.response.FetchResponse
-        | kio.schema.fetch.v17.response.FetchResponse
+    from wire.protocol.kio_types import (
+        FetchResponse,
     )
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ before v8, a batch of groups from v8) and OffsetDelete."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -18,105 +18,18 @@ from wire.group_answers import UNAVAILABLE, restore_first, topic_errors
 from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 
 if TYPE_CHECKING:
-    import kio.schema.offset_commit.v2.request
-    import kio.schema.offset_commit.v2.response
-    import kio.schema.offset_commit.v3.request
-    import kio.schema.offset_commit.v3.response
-    import kio.schema.offset_commit.v4.request
-    import kio.schema.offset_commit.v4.response
-    import kio.schema.offset_commit.v5.request
-    import kio.schema.offset_commit.v5.response
-    import kio.schema.offset_commit.v6.request
-    import kio.schema.offset_commit.v6.response
-    import kio.schema.offset_commit.v7.request
-    import kio.schema.offset_commit.v7.response
-    import kio.schema.offset_commit.v8.request
-    import kio.schema.offset_commit.v8.response
-    import kio.schema.offset_commit.v9.request
-    import kio.schema.offset_commit.v9.response
-    import kio.schema.offset_delete.v0.request
-    import kio.schema.offset_delete.v0.response
-    import kio.schema.offset_fetch.v1.request
-    import kio.schema.offset_fetch.v1.response
-    import kio.schema.offset_fetch.v2.request
-    import kio.schema.offset_fetch.v2.response
-    import kio.schema.offset_fetch.v3.request
-    import kio.schema.offset_fetch.v3.response
-    import kio.schema.offset_fetch.v4.request
-    import kio.schema.offset_fetch.v4.response
-    import kio.schema.offset_fetch.v5.request
-    import kio.schema.offset_fetch.v5.response
-    import kio.schema.offset_fetch.v6.request
-    import kio.schema.offset_fetch.v6.response
-    import kio.schema.offset_fetch.v7.request
-    import kio.schema.offset_fetch.v7.response
-    import kio.schema.offset_fetch.v8.request
-    import kio.schema.offset_fetch.v8.response
-    import kio.schema.offset_fetch.v9.request
-    import kio.schema.offset_fetch.v9.response
     from typing_extensions import TypeIs
 
-    # The kio classes of the versions offered (wire/handlers/__init__.py).
-    OffsetCommitRequest: TypeAlias = (
-        kio.schema.offset_commit.v2.request.OffsetCommitRequest
-        | kio.schema.offset_commit.v3.request.OffsetCommitRequest
-        | kio.schema.offset_commit.v4.request.OffsetCommitRequest
-        | kio.schema.offset_commit.v5.request.OffsetCommitRequest
-        | kio.schema.offset_commit.v6.request.OffsetCommitRequest
-        | kio.schema.offset_commit.v7.request.OffsetCommitRequest
-        | kio.schema.offset_commit.v8.request.OffsetCommitRequest
-        | kio.schema.offset_commit.v9.request.OffsetCommitRequest
+    from wire.protocol.kio_types import (
+        OffsetCommitRequest,
+        OffsetCommitResponse,
+        OffsetDeleteRequest,
+        OffsetDeleteResponse,
+        OffsetFetchRequest,
+        OffsetFetchRequestBatched,
+        OffsetFetchResponse,
+        OffsetFetchTopic,
     )
-    OffsetCommitResponse: TypeAlias = (
-        kio.schema.offset_commit.v2.response.OffsetCommitResponse
-        | kio.schema.offset_commit.v3.response.OffsetCommitResponse
-        | kio.schema.offset_commit.v4.response.OffsetCommitResponse
-        | kio.schema.offset_commit.v5.response.OffsetCommitResponse
-        | kio.schema.offset_commit.v6.response.OffsetCommitResponse
-        | kio.schema.offset_commit.v7.response.OffsetCommitResponse
-        | kio.schema.offset_commit.v8.response.OffsetCommitResponse
-        | kio.schema.offset_commit.v9.response.OffsetCommitResponse
-    )
-    # v8+ ask for the offsets of several groups at once.
-    OffsetFetchRequestBatched: TypeAlias = (
-        kio.schema.offset_fetch.v8.request.OffsetFetchRequest
-        | kio.schema.offset_fetch.v9.request.OffsetFetchRequest
-    )
-    OffsetFetchRequest: TypeAlias = (
-        kio.schema.offset_fetch.v1.request.OffsetFetchRequest
-        | kio.schema.offset_fetch.v2.request.OffsetFetchRequest
-        | kio.schema.offset_fetch.v3.request.OffsetFetchRequest
-        | kio.schema.offset_fetch.v4.request.OffsetFetchRequest
-        | kio.schema.offset_fetch.v5.request.OffsetFetchRequest
-        | kio.schema.offset_fetch.v6.request.OffsetFetchRequest
-        | kio.schema.offset_fetch.v7.request.OffsetFetchRequest
-        | OffsetFetchRequestBatched
-    )
-    # A topic asked about (v8 renamed the class).
-    OffsetFetchTopic: TypeAlias = (
-        kio.schema.offset_fetch.v1.request.OffsetFetchRequestTopic
-        | kio.schema.offset_fetch.v2.request.OffsetFetchRequestTopic
-        | kio.schema.offset_fetch.v3.request.OffsetFetchRequestTopic
-        | kio.schema.offset_fetch.v4.request.OffsetFetchRequestTopic
-        | kio.schema.offset_fetch.v5.request.OffsetFetchRequestTopic
-        | kio.schema.offset_fetch.v6.request.OffsetFetchRequestTopic
-        | kio.schema.offset_fetch.v7.request.OffsetFetchRequestTopic
-        | kio.schema.offset_fetch.v8.request.OffsetFetchRequestTopics
-        | kio.schema.offset_fetch.v9.request.OffsetFetchRequestTopics
-    )
-    OffsetFetchResponse: TypeAlias = (
-        kio.schema.offset_fetch.v1.response.OffsetFetchResponse
-        | kio.schema.offset_fetch.v2.response.OffsetFetchResponse
-        | kio.schema.offset_fetch.v3.response.OffsetFetchResponse
-        | kio.schema.offset_fetch.v4.response.OffsetFetchResponse
-        | kio.schema.offset_fetch.v5.response.OffsetFetchResponse
-        | kio.schema.offset_fetch.v6.response.OffsetFetchResponse
-        | kio.schema.offset_fetch.v7.response.OffsetFetchResponse
-        | kio.schema.offset_fetch.v8.response.OffsetFetchResponse
-        | kio.schema.offset_fetch.v9.response.OffsetFetchResponse
-    )
-    OffsetDeleteRequest: TypeAlias = kio.schema.offset_delete.v0.request.OffsetDeleteRequest
-    OffsetDeleteResponse: TypeAlias = kio.schema.offset_delete.v0.response.OffsetDeleteResponse
 
 NO_EPOCH = -1
 

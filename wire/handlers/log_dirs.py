@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -24,45 +24,12 @@ from wire.broker import Broker
 from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 
 if TYPE_CHECKING:
-    import kio.schema.alter_replica_log_dirs.v1.request
-    import kio.schema.alter_replica_log_dirs.v1.response
-    import kio.schema.alter_replica_log_dirs.v2.request
-    import kio.schema.alter_replica_log_dirs.v2.response
-    import kio.schema.describe_log_dirs.v1.request
-    import kio.schema.describe_log_dirs.v1.response
-    import kio.schema.describe_log_dirs.v2.request
-    import kio.schema.describe_log_dirs.v2.response
-    import kio.schema.describe_log_dirs.v3.request
-    import kio.schema.describe_log_dirs.v3.response
-    import kio.schema.describe_log_dirs.v4.request
-    import kio.schema.describe_log_dirs.v4.response
-
-    # The kio classes of the versions offered (wire/handlers/__init__.py).
-    AlterReplicaLogDirsRequest: TypeAlias = (
-        kio.schema.alter_replica_log_dirs.v1.request.AlterReplicaLogDirsRequest
-        | kio.schema.alter_replica_log_dirs.v2.request.AlterReplicaLogDirsRequest
-    )
-    AlterReplicaLogDirsResponse: TypeAlias = (
-        kio.schema.alter_replica_log_dirs.v1.response.AlterReplicaLogDirsResponse
-        | kio.schema.alter_replica_log_dirs.v2.response.AlterReplicaLogDirsResponse
-    )
-    DescribeLogDirsRequest: TypeAlias = (
-        kio.schema.describe_log_dirs.v1.request.DescribeLogDirsRequest
-        | kio.schema.describe_log_dirs.v2.request.DescribeLogDirsRequest
-        | kio.schema.describe_log_dirs.v3.request.DescribeLogDirsRequest
-        | kio.schema.describe_log_dirs.v4.request.DescribeLogDirsRequest
-    )
-    DescribableLogDirTopic: TypeAlias = (
-        kio.schema.describe_log_dirs.v1.request.DescribableLogDirTopic
-        | kio.schema.describe_log_dirs.v2.request.DescribableLogDirTopic
-        | kio.schema.describe_log_dirs.v3.request.DescribableLogDirTopic
-        | kio.schema.describe_log_dirs.v4.request.DescribableLogDirTopic
-    )
-    DescribeLogDirsResponse: TypeAlias = (
-        kio.schema.describe_log_dirs.v1.response.DescribeLogDirsResponse
-        | kio.schema.describe_log_dirs.v2.response.DescribeLogDirsResponse
-        | kio.schema.describe_log_dirs.v3.response.DescribeLogDirsResponse
-        | kio.schema.describe_log_dirs.v4.response.DescribeLogDirsResponse
+    from wire.protocol.kio_types import (
+        AlterReplicaLogDirsRequest,
+        AlterReplicaLogDirsResponse,
+        DescribableLogDirTopic,
+        DescribeLogDirsRequest,
+        DescribeLogDirsResponse,
     )
 
 REDIS_DIR, ARCHIVE_DIR = "redis", "archive"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -43,99 +43,16 @@ from wire.topics import (
 if TYPE_CHECKING:
     from typing import TypeGuard
 
-    import kio.schema.describe_cluster.v0.request
-    import kio.schema.describe_cluster.v0.response
-    import kio.schema.describe_cluster.v1.request
-    import kio.schema.describe_cluster.v1.response
-    import kio.schema.describe_cluster.v2.request
-    import kio.schema.describe_cluster.v2.response
-    import kio.schema.metadata.v0.request
-    import kio.schema.metadata.v0.response
-    import kio.schema.metadata.v1.request
-    import kio.schema.metadata.v1.response
-    import kio.schema.metadata.v2.request
-    import kio.schema.metadata.v2.response
-    import kio.schema.metadata.v3.request
-    import kio.schema.metadata.v3.response
-    import kio.schema.metadata.v4.request
-    import kio.schema.metadata.v4.response
-    import kio.schema.metadata.v5.request
-    import kio.schema.metadata.v5.response
-    import kio.schema.metadata.v6.request
-    import kio.schema.metadata.v6.response
-    import kio.schema.metadata.v7.request
-    import kio.schema.metadata.v7.response
-    import kio.schema.metadata.v8.request
-    import kio.schema.metadata.v8.response
-    import kio.schema.metadata.v9.request
-    import kio.schema.metadata.v9.response
-    import kio.schema.metadata.v10.request
-    import kio.schema.metadata.v10.response
-    import kio.schema.metadata.v11.request
-    import kio.schema.metadata.v11.response
-    import kio.schema.metadata.v12.request
-    import kio.schema.metadata.v12.response
     from typing_extensions import TypeIs
 
-    # The kio classes of the versions offered (wire/handlers/__init__.py).
-    # v4+ say whether the topics asked for may be created.
-    MetadataRequestV4Plus: TypeAlias = (
-        kio.schema.metadata.v4.request.MetadataRequest
-        | kio.schema.metadata.v5.request.MetadataRequest
-        | kio.schema.metadata.v6.request.MetadataRequest
-        | kio.schema.metadata.v7.request.MetadataRequest
-        | kio.schema.metadata.v8.request.MetadataRequest
-        | kio.schema.metadata.v9.request.MetadataRequest
-        | kio.schema.metadata.v10.request.MetadataRequest
-        | kio.schema.metadata.v11.request.MetadataRequest
-        | kio.schema.metadata.v12.request.MetadataRequest
-    )
-    MetadataRequest: TypeAlias = (
-        kio.schema.metadata.v0.request.MetadataRequest
-        | kio.schema.metadata.v1.request.MetadataRequest
-        | kio.schema.metadata.v2.request.MetadataRequest
-        | kio.schema.metadata.v3.request.MetadataRequest
-        | MetadataRequestV4Plus
-    )
-    MetadataRequestTopic: TypeAlias = (
-        kio.schema.metadata.v0.request.MetadataRequestTopic
-        | kio.schema.metadata.v1.request.MetadataRequestTopic
-        | kio.schema.metadata.v2.request.MetadataRequestTopic
-        | kio.schema.metadata.v3.request.MetadataRequestTopic
-        | kio.schema.metadata.v4.request.MetadataRequestTopic
-        | kio.schema.metadata.v5.request.MetadataRequestTopic
-        | kio.schema.metadata.v6.request.MetadataRequestTopic
-        | kio.schema.metadata.v7.request.MetadataRequestTopic
-        | kio.schema.metadata.v8.request.MetadataRequestTopic
-        | kio.schema.metadata.v9.request.MetadataRequestTopic
-        | kio.schema.metadata.v10.request.MetadataRequestTopic
-        | kio.schema.metadata.v11.request.MetadataRequestTopic
-        | kio.schema.metadata.v12.request.MetadataRequestTopic
-    )
-    MetadataResponse: TypeAlias = (
-        kio.schema.metadata.v0.response.MetadataResponse
-        | kio.schema.metadata.v1.response.MetadataResponse
-        | kio.schema.metadata.v2.response.MetadataResponse
-        | kio.schema.metadata.v3.response.MetadataResponse
-        | kio.schema.metadata.v4.response.MetadataResponse
-        | kio.schema.metadata.v5.response.MetadataResponse
-        | kio.schema.metadata.v6.response.MetadataResponse
-        | kio.schema.metadata.v7.response.MetadataResponse
-        | kio.schema.metadata.v8.response.MetadataResponse
-        | kio.schema.metadata.v9.response.MetadataResponse
-        | kio.schema.metadata.v10.response.MetadataResponse
-        | kio.schema.metadata.v11.response.MetadataResponse
-        | kio.schema.metadata.v12.response.MetadataResponse
-    )
-    DescribeClusterRequest: TypeAlias = (
-        kio.schema.describe_cluster.v0.request.DescribeClusterRequest
-        | kio.schema.describe_cluster.v1.request.DescribeClusterRequest
-        | kio.schema.describe_cluster.v2.request.DescribeClusterRequest
-    )
-    DescribeClusterResponse: TypeAlias = (
-        kio.schema.describe_cluster.v0.response.DescribeClusterResponse
-        | kio.schema.describe_cluster.v1.response.DescribeClusterResponse
-        | kio.schema.describe_cluster.v2.response.DescribeClusterResponse
+    from wire.protocol.kio_types import (
+        DescribeClusterRequest,
+        DescribeClusterResponse,
+        MetadataRequest,
+        MetadataRequestTopic,
+        MetadataRequestTopicV12Plus,
+        MetadataRequestV4Plus,
+        MetadataResponse,
     )
 
 # Redis (or the archive) away, as the core or redis-py says it.
@@ -178,7 +95,7 @@ def controller_id(broker: Broker) -> int:
 
 def _by_id(
     entry: MetadataRequestTopic,
-) -> TypeGuard[kio.schema.metadata.v12.request.MetadataRequestTopic]:
+) -> TypeGuard[MetadataRequestTopicV12Plus]:
     """v12 may name a topic by its id alone (a null name)."""
     return entry.name is None and entry.__version__ >= 12
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 from kafkaesque.errors import KafkaesqueError, UnsupportedLookup
 from kafkaesque.partition.layer import (
@@ -21,77 +21,13 @@ from wire.errors import error_code
 from wire.protocol.codec import NO_THROTTLE, Request, build, per_partition, schema_class
 
 if TYPE_CHECKING:
-    import kio.schema.list_offsets.v1.request
-    import kio.schema.list_offsets.v1.response
-    import kio.schema.list_offsets.v2.request
-    import kio.schema.list_offsets.v2.response
-    import kio.schema.list_offsets.v3.request
-    import kio.schema.list_offsets.v3.response
-    import kio.schema.list_offsets.v4.request
-    import kio.schema.list_offsets.v4.response
-    import kio.schema.list_offsets.v5.request
-    import kio.schema.list_offsets.v5.response
-    import kio.schema.list_offsets.v6.request
-    import kio.schema.list_offsets.v6.response
-    import kio.schema.list_offsets.v7.request
-    import kio.schema.list_offsets.v7.response
-    import kio.schema.list_offsets.v8.request
-    import kio.schema.list_offsets.v8.response
-    import kio.schema.list_offsets.v9.request
-    import kio.schema.list_offsets.v9.response
-    import kio.schema.list_offsets.v10.request
-    import kio.schema.list_offsets.v10.response
-    import kio.schema.offset_for_leader_epoch.v2.request
-    import kio.schema.offset_for_leader_epoch.v2.response
-    import kio.schema.offset_for_leader_epoch.v3.request
-    import kio.schema.offset_for_leader_epoch.v3.response
-    import kio.schema.offset_for_leader_epoch.v4.request
-    import kio.schema.offset_for_leader_epoch.v4.response
-
-    # The kio classes of the versions offered (wire/handlers/__init__.py).
-    ListOffsetsRequest: TypeAlias = (
-        kio.schema.list_offsets.v1.request.ListOffsetsRequest
-        | kio.schema.list_offsets.v2.request.ListOffsetsRequest
-        | kio.schema.list_offsets.v3.request.ListOffsetsRequest
-        | kio.schema.list_offsets.v4.request.ListOffsetsRequest
-        | kio.schema.list_offsets.v5.request.ListOffsetsRequest
-        | kio.schema.list_offsets.v6.request.ListOffsetsRequest
-        | kio.schema.list_offsets.v7.request.ListOffsetsRequest
-        | kio.schema.list_offsets.v8.request.ListOffsetsRequest
-        | kio.schema.list_offsets.v9.request.ListOffsetsRequest
-        | kio.schema.list_offsets.v10.request.ListOffsetsRequest
-    )
-    ListOffsetsResponse: TypeAlias = (
-        kio.schema.list_offsets.v1.response.ListOffsetsResponse
-        | kio.schema.list_offsets.v2.response.ListOffsetsResponse
-        | kio.schema.list_offsets.v3.response.ListOffsetsResponse
-        | kio.schema.list_offsets.v4.response.ListOffsetsResponse
-        | kio.schema.list_offsets.v5.response.ListOffsetsResponse
-        | kio.schema.list_offsets.v6.response.ListOffsetsResponse
-        | kio.schema.list_offsets.v7.response.ListOffsetsResponse
-        | kio.schema.list_offsets.v8.response.ListOffsetsResponse
-        | kio.schema.list_offsets.v9.response.ListOffsetsResponse
-        | kio.schema.list_offsets.v10.response.ListOffsetsResponse
-    )
-    OffsetForLeaderEpochRequest: TypeAlias = (
-        kio.schema.offset_for_leader_epoch.v2.request.OffsetForLeaderEpochRequest
-        | kio.schema.offset_for_leader_epoch.v3.request.OffsetForLeaderEpochRequest
-        | kio.schema.offset_for_leader_epoch.v4.request.OffsetForLeaderEpochRequest
-    )
-    OffsetForLeaderPartition: TypeAlias = (
-        kio.schema.offset_for_leader_epoch.v2.request.OffsetForLeaderPartition
-        | kio.schema.offset_for_leader_epoch.v3.request.OffsetForLeaderPartition
-        | kio.schema.offset_for_leader_epoch.v4.request.OffsetForLeaderPartition
-    )
-    EpochEndOffset: TypeAlias = (
-        kio.schema.offset_for_leader_epoch.v2.response.EpochEndOffset
-        | kio.schema.offset_for_leader_epoch.v3.response.EpochEndOffset
-        | kio.schema.offset_for_leader_epoch.v4.response.EpochEndOffset
-    )
-    OffsetForLeaderEpochResponse: TypeAlias = (
-        kio.schema.offset_for_leader_epoch.v2.response.OffsetForLeaderEpochResponse
-        | kio.schema.offset_for_leader_epoch.v3.response.OffsetForLeaderEpochResponse
-        | kio.schema.offset_for_leader_epoch.v4.response.OffsetForLeaderEpochResponse
+    from wire.protocol.kio_types import (
+        EpochEndOffset,
+        ListOffsetsRequest,
+        ListOffsetsResponse,
+        OffsetForLeaderEpochRequest,
+        OffsetForLeaderEpochResponse,
+        OffsetForLeaderPartition,
     )
 
 log = logging.getLogger(__name__)

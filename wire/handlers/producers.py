@@ -10,7 +10,7 @@ gives its last batch's max timestamp.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -21,16 +21,10 @@ from wire.errors import error_code, error_message
 from wire.protocol.codec import NO_THROTTLE, Request, build, per_partition, schema_class
 
 if TYPE_CHECKING:
-    import kio.schema.describe_producers.v0.request
-    import kio.schema.describe_producers.v0.response
-
-    # The kio classes of the versions offered (wire/handlers/__init__.py).
-    DescribeProducersRequest: TypeAlias = (
-        kio.schema.describe_producers.v0.request.DescribeProducersRequest
-    )
-    PartitionResponse: TypeAlias = kio.schema.describe_producers.v0.response.PartitionResponse
-    DescribeProducersResponse: TypeAlias = (
-        kio.schema.describe_producers.v0.response.DescribeProducersResponse
+    from wire.protocol.kio_types import (
+        DescribeProducersRequest,
+        DescribeProducersResponse,
+        PartitionResponse,
     )
 
 NO_TRANSACTION = -1

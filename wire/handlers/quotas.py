@@ -3,7 +3,7 @@ around every request."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -24,35 +24,12 @@ from wire.errors import error_code
 from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
 
 if TYPE_CHECKING:
-    import kio.schema.alter_client_quotas.v0.request
-    import kio.schema.alter_client_quotas.v0.response
-    import kio.schema.alter_client_quotas.v1.request
-    import kio.schema.alter_client_quotas.v1.response
-    import kio.schema.describe_client_quotas.v0.request
-    import kio.schema.describe_client_quotas.v0.response
-    import kio.schema.describe_client_quotas.v1.request
-    import kio.schema.describe_client_quotas.v1.response
-
-    # The kio classes of the versions offered (wire/handlers/__init__.py).
-    DescribeClientQuotasRequest: TypeAlias = (
-        kio.schema.describe_client_quotas.v0.request.DescribeClientQuotasRequest
-        | kio.schema.describe_client_quotas.v1.request.DescribeClientQuotasRequest
-    )
-    DescribeClientQuotasResponse: TypeAlias = (
-        kio.schema.describe_client_quotas.v0.response.DescribeClientQuotasResponse
-        | kio.schema.describe_client_quotas.v1.response.DescribeClientQuotasResponse
-    )
-    AlterClientQuotasRequest: TypeAlias = (
-        kio.schema.alter_client_quotas.v0.request.AlterClientQuotasRequest
-        | kio.schema.alter_client_quotas.v1.request.AlterClientQuotasRequest
-    )
-    AlterClientQuotasEntry: TypeAlias = (
-        kio.schema.alter_client_quotas.v0.request.EntryData
-        | kio.schema.alter_client_quotas.v1.request.EntryData
-    )
-    AlterClientQuotasResponse: TypeAlias = (
-        kio.schema.alter_client_quotas.v0.response.AlterClientQuotasResponse
-        | kio.schema.alter_client_quotas.v1.response.AlterClientQuotasResponse
+    from wire.protocol.kio_types import (
+        AlterClientQuotasEntry,
+        AlterClientQuotasRequest,
+        AlterClientQuotasResponse,
+        DescribeClientQuotasRequest,
+        DescribeClientQuotasResponse,
     )
 
 

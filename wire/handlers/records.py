@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING
 
 from kafkaesque.errors import KafkaesqueError
 from wire.authorize import Operation, check_topic
@@ -11,33 +11,11 @@ from wire.errors import error_code
 from wire.protocol.codec import NO_THROTTLE, Request, build, per_partition, schema_class
 
 if TYPE_CHECKING:
-    import kio.schema.delete_records.v0.request
-    import kio.schema.delete_records.v0.response
-    import kio.schema.delete_records.v1.request
-    import kio.schema.delete_records.v1.response
-    import kio.schema.delete_records.v2.request
-    import kio.schema.delete_records.v2.response
-
-    # The kio classes of the versions offered (wire/handlers/__init__.py).
-    DeleteRecordsRequest: TypeAlias = (
-        kio.schema.delete_records.v0.request.DeleteRecordsRequest
-        | kio.schema.delete_records.v1.request.DeleteRecordsRequest
-        | kio.schema.delete_records.v2.request.DeleteRecordsRequest
-    )
-    DeleteRecordsPartition: TypeAlias = (
-        kio.schema.delete_records.v0.request.DeleteRecordsPartition
-        | kio.schema.delete_records.v1.request.DeleteRecordsPartition
-        | kio.schema.delete_records.v2.request.DeleteRecordsPartition
-    )
-    DeleteRecordsResponse: TypeAlias = (
-        kio.schema.delete_records.v0.response.DeleteRecordsResponse
-        | kio.schema.delete_records.v1.response.DeleteRecordsResponse
-        | kio.schema.delete_records.v2.response.DeleteRecordsResponse
-    )
-    DeleteRecordsPartitionResult: TypeAlias = (
-        kio.schema.delete_records.v0.response.DeleteRecordsPartitionResult
-        | kio.schema.delete_records.v1.response.DeleteRecordsPartitionResult
-        | kio.schema.delete_records.v2.response.DeleteRecordsPartitionResult
+    from wire.protocol.kio_types import (
+        DeleteRecordsPartition,
+        DeleteRecordsPartitionResult,
+        DeleteRecordsRequest,
+        DeleteRecordsResponse,
     )
 
 NO_WATERMARK = -1  # the low watermark a refused partition answers, as Kafka

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -13,35 +13,11 @@ from wire.errors import error_code
 from wire.protocol.codec import Request, build
 
 if TYPE_CHECKING:
-    import kio.schema.sasl_authenticate.v0.request
-    import kio.schema.sasl_authenticate.v0.response
-    import kio.schema.sasl_authenticate.v1.request
-    import kio.schema.sasl_authenticate.v1.response
-    import kio.schema.sasl_authenticate.v2.request
-    import kio.schema.sasl_authenticate.v2.response
-    import kio.schema.sasl_handshake.v0.request
-    import kio.schema.sasl_handshake.v0.response
-    import kio.schema.sasl_handshake.v1.request
-    import kio.schema.sasl_handshake.v1.response
-
-    # The kio classes of the versions offered (wire/handlers/__init__.py).
-    SaslHandshakeRequest: TypeAlias = (
-        kio.schema.sasl_handshake.v0.request.SaslHandshakeRequest
-        | kio.schema.sasl_handshake.v1.request.SaslHandshakeRequest
-    )
-    SaslHandshakeResponse: TypeAlias = (
-        kio.schema.sasl_handshake.v0.response.SaslHandshakeResponse
-        | kio.schema.sasl_handshake.v1.response.SaslHandshakeResponse
-    )
-    SaslAuthenticateRequest: TypeAlias = (
-        kio.schema.sasl_authenticate.v0.request.SaslAuthenticateRequest
-        | kio.schema.sasl_authenticate.v1.request.SaslAuthenticateRequest
-        | kio.schema.sasl_authenticate.v2.request.SaslAuthenticateRequest
-    )
-    SaslAuthenticateResponse: TypeAlias = (
-        kio.schema.sasl_authenticate.v0.response.SaslAuthenticateResponse
-        | kio.schema.sasl_authenticate.v1.response.SaslAuthenticateResponse
-        | kio.schema.sasl_authenticate.v2.response.SaslAuthenticateResponse
+    from wire.protocol.kio_types import (
+        SaslAuthenticateRequest,
+        SaslAuthenticateResponse,
+        SaslHandshakeRequest,
+        SaslHandshakeResponse,
     )
 
 

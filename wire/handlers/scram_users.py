@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -23,31 +23,15 @@ from wire.errors import error_code
 from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
 
 if TYPE_CHECKING:
-    import kio.schema.alter_user_scram_credentials.v0.request
-    import kio.schema.alter_user_scram_credentials.v0.response
-    import kio.schema.describe_user_scram_credentials.v0.request
-    import kio.schema.describe_user_scram_credentials.v0.response
     from typing_extensions import TypeIs
 
-    # The kio classes of the versions offered (wire/handlers/__init__.py).
-    DescribeUserScramCredentialsRequest: TypeAlias = (
-        kio.schema.describe_user_scram_credentials.v0.request.DescribeUserScramCredentialsRequest
-    )
-    DescribeUserScramCredentialsResponse: TypeAlias = (
-        kio.schema.describe_user_scram_credentials.v0.response.DescribeUserScramCredentialsResponse
-    )
-    AlterUserScramCredentialsRequest: TypeAlias = (
-        kio.schema.alter_user_scram_credentials.v0.request.AlterUserScramCredentialsRequest
-    )
-    ScramCredentialUpsertion: TypeAlias = (
-        kio.schema.alter_user_scram_credentials.v0.request.ScramCredentialUpsertion
-    )
-    ScramCredentialChange: TypeAlias = (
-        kio.schema.alter_user_scram_credentials.v0.request.ScramCredentialDeletion
-        | ScramCredentialUpsertion
-    )
-    AlterUserScramCredentialsResponse: TypeAlias = (
-        kio.schema.alter_user_scram_credentials.v0.response.AlterUserScramCredentialsResponse
+    from wire.protocol.kio_types import (
+        AlterUserScramCredentialsRequest,
+        AlterUserScramCredentialsResponse,
+        DescribeUserScramCredentialsRequest,
+        DescribeUserScramCredentialsResponse,
+        ScramCredentialChange,
+        ScramCredentialUpsertion,
     )
 
 

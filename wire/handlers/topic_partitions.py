@@ -17,7 +17,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -34,20 +34,12 @@ from wire.topics import (
 )
 
 if TYPE_CHECKING:
-    import kio.schema.describe_topic_partitions.v0.request
-    import kio.schema.describe_topic_partitions.v0.response
-
-    # The kio classes of the versions offered (wire/handlers/__init__.py).
-    DescribeTopicPartitionsRequest: TypeAlias = (
-        kio.schema.describe_topic_partitions.v0.request.DescribeTopicPartitionsRequest
+    from wire.protocol.kio_types import (
+        Cursor,
+        DescribeTopicPartitionsRequest,
+        DescribeTopicPartitionsResponse,
+        DescribeTopicPartitionsResponseTopic,
     )
-    DescribeTopicPartitionsResponse: TypeAlias = (
-        kio.schema.describe_topic_partitions.v0.response.DescribeTopicPartitionsResponse
-    )
-    ResponseTopic: TypeAlias = (
-        kio.schema.describe_topic_partitions.v0.response.DescribeTopicPartitionsResponseTopic
-    )
-    Cursor: TypeAlias = kio.schema.describe_topic_partitions.v0.response.Cursor
 
 MAX_PARTITIONS = 2000  # Kafka's max.request.partition.size.limit default
 UNAVAILABLE = ErrorCode.leader_not_available  # Redis away, as Metadata says it: retried
@@ -97,7 +89,7 @@ async def _page(
     topic_class: type,
     visible: Callable[[str], bool],
     operations: Callable[[str], int],
-) -> tuple[list[ResponseTopic], Cursor | None]:
+) -> tuple[list[DescribeTopicPartitionsResponseTopic], Cursor | None]:
     """(the page's topics, the next cursor or None); topics not ``visible`` to the
     principal are left out of a listing and refused when named; ``operations`` gives a
     topic's authorized operations."""
@@ -122,7 +114,7 @@ async def _page(
             raise InvalidRequest("the cursor's partition index cannot be negative")
         names = [n for n in names if n >= cursor.topic_name]
     remaining = max(min(MAX_PARTITIONS, body.response_partition_limit), 1)
-    topics: list[ResponseTopic] = []
+    topics: list[DescribeTopicPartitionsResponseTopic] = []
     next_cursor: Cursor | None = None
     for name in names:
         if remaining == 0:  # the page is full: the next one starts at this topic

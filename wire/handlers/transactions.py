@@ -28,8 +28,7 @@ from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema
 if TYPE_CHECKING:
     from typing_extensions import TypeIs
 
-    # The kio classes of the versions offered (wire/handlers/__init__.py).
-    from wire.protocol.txn_schemas import (
+    from wire.protocol.kio_types import (
         AddOffsetsToTxnRequest,
         AddOffsetsToTxnResponse,
         AddPartitionsToTxnPartitionResult,

@@ -1,0 +1,332 @@
+"""Writes wire/protocol/kio_types.py: the type aliases of kio's classes of every API the
+broker offers, at the versions it offers (the ranges of wire/handlers/__init__.py
+``HANDLERS``), that the handlers are typed with.
+
+One alias per API and direction (``CreateTopicsRequest``, ``CreateTopicsResponse``: the
+union of that class over the versions offered), plus the entries of ``EXTRA``: the
+entity classes handlers name, and the narrowed unions of the versions that carry a field
+the others lack, which handlers narrow to on the body's ``__version__``. Everything is
+under ``TYPE_CHECKING``: importing every kio version at run time costs seconds.
+
+    .venv/bin/python scripts/gen_kio_types.py          # rewrite the file
+    .venv/bin/python scripts/gen_kio_types.py --check  # exit 1 if it is not up to date
+
+tests/test_kio_types.py checks the file is this script's output.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from functools import cache
+from pathlib import Path
+from typing import NamedTuple
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import kio.schema  # noqa: E402
+from kio.schema.index import api_key_map  # noqa: E402
+
+from wire.handlers import HANDLERS  # noqa: E402
+
+OUTPUT = REPO / "wire" / "protocol" / "kio_types.py"
+SCHEMA = Path(kio.schema.__file__).parent
+LINE = 100  # ruff's line length: the output is already formatted as ruff formats it
+
+
+class Extra(NamedTuple):
+    """An alias beside the API's own: ``classes`` (each version's that define them) of
+    the API's ``direction`` module, at versions ``since`` to ``until`` of those offered."""
+
+    alias: str
+    api: str
+    direction: str  # "request" or "response"
+    classes: tuple[str, ...]
+    since: int | None = None
+    until: int | None = None
+    why: str = ""
+
+
+EXTRA = (
+    Extra("ApiVersionEntry", "api_versions", "response", ("ApiVersion",)),
+    Extra("DeleteAclsFilter", "delete_acls", "request", ("DeleteAclsFilter",)),
+    Extra("CreatableTopic", "create_topics", "request", ("CreatableTopic",)),
+    Extra(
+        "DeleteTopicsRequestV6",
+        "delete_topics",
+        "request",
+        ("DeleteTopicsRequest",),
+        6,
+        why="v6 names topics by id",
+    ),
+    Extra("DeleteTopicState", "delete_topics", "request", ("DeleteTopicState",)),
+    Extra(
+        "OffsetFetchRequestBatched",
+        "offset_fetch",
+        "request",
+        ("OffsetFetchRequest",),
+        8,
+        why="v8+ ask for several groups at once",
+    ),
+    Extra(
+        "OffsetFetchTopic",
+        "offset_fetch",
+        "request",
+        ("OffsetFetchRequestTopic", "OffsetFetchRequestTopics"),
+    ),
+    Extra("DescribableLogDirTopic", "describe_log_dirs", "request", ("DescribableLogDirTopic",)),
+    Extra(
+        "MetadataRequestV4Plus",
+        "metadata",
+        "request",
+        ("MetadataRequest",),
+        4,
+        why="v4+ say whether to create the topics named",
+    ),
+    Extra("MetadataRequestTopic", "metadata", "request", ("MetadataRequestTopic",)),
+    Extra(
+        "MetadataRequestTopicV12Plus",
+        "metadata",
+        "request",
+        ("MetadataRequestTopic",),
+        12,
+        why="v12+ may name a topic by its id alone",
+    ),
+    Extra(
+        "OffsetForLeaderPartition",
+        "offset_for_leader_epoch",
+        "request",
+        ("OffsetForLeaderPartition",),
+    ),
+    Extra("EpochEndOffset", "offset_for_leader_epoch", "response", ("EpochEndOffset",)),
+    Extra("PartitionResponse", "describe_producers", "response", ("PartitionResponse",)),
+    Extra("AlterClientQuotasEntry", "alter_client_quotas", "request", ("EntryData",)),
+    Extra("DeleteRecordsPartition", "delete_records", "request", ("DeleteRecordsPartition",)),
+    Extra(
+        "DeleteRecordsPartitionResult",
+        "delete_records",
+        "response",
+        ("DeleteRecordsPartitionResult",),
+    ),
+    Extra(
+        "ScramCredentialUpsertion",
+        "alter_user_scram_credentials",
+        "request",
+        ("ScramCredentialUpsertion",),
+    ),
+    Extra(
+        "ScramCredentialChange",
+        "alter_user_scram_credentials",
+        "request",
+        ("ScramCredentialDeletion", "ScramCredentialUpsertion"),
+    ),
+    Extra(
+        "DescribeTopicPartitionsResponseTopic",
+        "describe_topic_partitions",
+        "response",
+        ("DescribeTopicPartitionsResponseTopic",),
+    ),
+    Extra("Cursor", "describe_topic_partitions", "response", ("Cursor",)),
+    Extra(
+        "InitProducerIdRequestV3Plus",
+        "init_producer_id",
+        "request",
+        ("InitProducerIdRequest",),
+        3,
+        why="v3+ may carry the producer's id and epoch (KIP-360)",
+    ),
+    Extra(
+        "AddPartitionsToTxnRequestV3AndBelow",
+        "add_partitions_to_txn",
+        "request",
+        ("AddPartitionsToTxnRequest",),
+        None,
+        3,
+        why="v0-3: one producer's partitions",
+    ),
+    Extra(
+        "AddPartitionsToTxnRequestBatched",
+        "add_partitions_to_txn",
+        "request",
+        ("AddPartitionsToTxnRequest",),
+        4,
+        why="v4+: the brokers' batched form (KIP-890)",
+    ),
+    Extra(
+        "AddPartitionsToTxnTopic", "add_partitions_to_txn", "request", ("AddPartitionsToTxnTopic",)
+    ),
+    Extra(
+        "AddPartitionsToTxnTopicResult",
+        "add_partitions_to_txn",
+        "response",
+        ("AddPartitionsToTxnTopicResult",),
+    ),
+    Extra(
+        "AddPartitionsToTxnPartitionResult",
+        "add_partitions_to_txn",
+        "response",
+        ("AddPartitionsToTxnPartitionResult",),
+    ),
+    Extra(
+        "TxnOffsetCommitRequestV3Plus",
+        "txn_offset_commit",
+        "request",
+        ("TxnOffsetCommitRequest",),
+        3,
+        why="v3+ name the consumer group member (KIP-447)",
+    ),
+    Extra(
+        "TxnOffsetCommitPartition",
+        "txn_offset_commit",
+        "request",
+        ("TxnOffsetCommitRequestPartition",),
+    ),
+    Extra(
+        "TxnOffsetCommitPartitionV2Plus",
+        "txn_offset_commit",
+        "request",
+        ("TxnOffsetCommitRequestPartition",),
+        2,
+        why="v2+ carry the committed offset's leader epoch",
+    ),
+    Extra(
+        "ListTransactionsRequestV1Plus",
+        "list_transactions",
+        "request",
+        ("ListTransactionsRequest",),
+        1,
+        why="v1+ filter by duration",
+    ),
+    Extra(
+        "ListTransactionsRequestV2",
+        "list_transactions",
+        "request",
+        ("ListTransactionsRequest",),
+        2,
+        why="v2 filters by a transactional id pattern",
+    ),
+)
+
+
+@cache
+def _classes(api: str, version: int, direction: str) -> dict[str, str]:
+    """The classes a kio schema module defines -> their ``__type__`` (``request``,
+    ``response``, ``nested``...), read from its source: importing it costs time."""
+    tree = ast.parse((SCHEMA / api / f"v{version}" / f"{direction}.py").read_text())
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            found[node.name] = ""
+            for item in node.body:
+                if (
+                    isinstance(item, ast.AnnAssign)
+                    and isinstance(item.target, ast.Name)
+                    and item.target.id == "__type__"
+                    and isinstance(item.value, ast.Attribute)
+                ):
+                    found[node.name] = item.value.attr
+    return found
+
+
+def _payload_class(api: str, version: int, direction: str) -> str:
+    (name,) = (n for n, kind in _classes(api, version, direction).items() if kind == direction)
+    return name
+
+
+def _alias(name: str, members: list[str]) -> list[str]:
+    """``name: TypeAlias = a | b`` laid out as ruff formats it."""
+    joined = " | ".join(members)
+    if len(f"    {name}: TypeAlias = {joined}") <= LINE:
+        return [f"    {name}: TypeAlias = {joined}"]
+    if len(f"        {joined}") <= LINE:
+        return [f"    {name}: TypeAlias = (", f"        {joined}", "    )"]
+    lines = [f"    {name}: TypeAlias = (", f"        {members[0]}"]
+    lines += [f"        | {m}" for m in members[1:]]
+    return [*lines, "    )"]
+
+
+def _qualified(api: str, version: int, direction: str, cls: str) -> str:
+    return f"kio.schema.{api}.v{version}.{direction}.{cls}"
+
+
+def render() -> str:
+    """The text of wire/protocol/kio_types.py."""
+    # The versions offered that kio defines (Produce is offered from v0, kio parses v3+).
+    offered = {
+        api_key_map[key]: (
+            key,
+            [
+                v
+                for v in range(entry.min_version, entry.max_version + 1)
+                if (SCHEMA / api_key_map[key] / f"v{v}").is_dir()
+            ],
+        )
+        for key, entry in HANDLERS.items()
+    }
+    extras: dict[str, list[Extra]] = {}
+    for extra in EXTRA:
+        extras.setdefault(extra.api, []).append(extra)
+    unknown = set(extras) - set(offered)
+    if unknown:
+        raise SystemExit(f"EXTRA names APIs the broker does not offer: {sorted(unknown)}")
+    modules: set[tuple[str, int, str]] = set()
+    body: list[str] = []
+    for api in sorted(offered):
+        key, versions = offered[api]
+        span = f"v{versions[0]}" + (f"-{versions[-1]}" if len(versions) > 1 else "")
+        body += ["", f"    # {api} (api key {key}), {span}"]
+        for direction in ("request", "response"):
+            members = [
+                _qualified(api, v, direction, _payload_class(api, v, direction)) for v in versions
+            ]
+            body += _alias(_payload_class(api, versions[-1], direction), members)
+            modules.update((api, v, direction) for v in versions)
+        for extra in extras.get(api, []):
+            lo = versions[0] if extra.since is None else extra.since
+            hi = versions[-1] if extra.until is None else extra.until
+            members = [
+                _qualified(api, v, extra.direction, cls)
+                for v in versions
+                if lo <= v <= hi
+                for cls in extra.classes
+                if cls in _classes(api, v, extra.direction)
+            ]
+            if not members:
+                raise SystemExit(f"{extra.alias}: no version offered defines {extra.classes}")
+            if extra.why:
+                body.append(f"    # {extra.why}.")
+            body += _alias(extra.alias, members)
+    imports = [f"    import kio.schema.{a}.v{v}.{d}" for a, v, d in sorted(modules)]
+    head = [
+        '"""The kio classes of every API the broker offers, at the versions it offers',
+        "(wire/handlers/__init__.py HANDLERS), for the type checker: handlers import them",
+        "under ``TYPE_CHECKING``; importing every kio version at run time costs seconds, so",
+        "nothing here is defined at run time.",
+        "",
+        "Generated by scripts/gen_kio_types.py; do not edit, run it again when HANDLERS or its",
+        "EXTRA table changes (tests/test_kio_types.py checks the file is up to date).",
+        '"""',
+        "",
+        "from __future__ import annotations",
+        "",
+        "from typing import TYPE_CHECKING, TypeAlias",
+        "",
+        "if TYPE_CHECKING:",
+    ]
+    return "\n".join([*head, *imports, *body]) + "\n"
+
+
+def main() -> int:
+    text = render()
+    if sys.argv[1:] == ["--check"]:
+        if OUTPUT.read_text() != text:
+            print(f"{OUTPUT.relative_to(REPO)} is not up to date: run {Path(__file__).name}")
+            return 1
+        return 0
+    OUTPUT.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
