@@ -7,14 +7,20 @@
 - ``described_as_classic``: a KIP-848 consumer group as the classic DescribeGroups shows it;
 - ``described_group``: DescribeGroups' entry for a live group of either kind;
 - ``by_topic``: a consumer group's partitions grouped by topic, as its answers list them.
+
+KIP-848 consumer groups and KIP-932 share groups answer their heartbeats and describes
+alike: ``heartbeat_answer``, ``heartbeat_refused``, ``assignment`` (with ``grouped``),
+``described_member`` and ``describe_groups`` (the per-group lookup, errors included).
 """
 
 from __future__ import annotations
 
+import datetime
 import io
 import struct
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, cast
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssignment
 from kio.schema.consumer_protocol_assignment.v0.data import TopicPartition as AssignedTopic
@@ -22,12 +28,19 @@ from kio.schema.consumer_protocol_subscription.v0 import ConsumerProtocolSubscri
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 
-from kafkaesque.errors import StorageUnavailable
+from kafkaesque.errors import GroupAuthorizationFailed, StorageUnavailable
 from kafkaesque.groups.consumer_state import ConsumerGroup, ConsumerMember
 from kafkaesque.types import TopicPartition
-from wire.authorize import NOT_ASKED
+from wire.authorize import NOT_ASKED, Operation, ResourceType, authorized_operations, check_group
 from wire.broker import Broker
-from wire.protocol.codec import Request, build, error_response, schema_class
+from wire.protocol.codec import (
+    NO_THROTTLE,
+    Request,
+    build,
+    error_response,
+    ok_response,
+    schema_class,
+)
 
 if TYPE_CHECKING:
     from kio.schema.types import TopicName
@@ -176,3 +189,132 @@ def described_group(
         ),
         authorized_operations=operations,
     )
+
+
+# -- KIP-848 consumer groups and KIP-932 share groups ---------------------------------------
+
+
+class LiveGroup(Protocol):
+    """What a describe says of a KIP-848 or share group besides its members."""
+
+    @property
+    def state(self) -> str: ...
+
+    epoch: int
+    assignment_epoch: int
+
+
+GroupT = TypeVar("GroupT", bound=LiveGroup)
+
+
+def grouped(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
+    """``partitions`` by topic, in the order given."""
+    out: dict[str, list[int]] = {}
+    for topic, p in partitions:
+        out.setdefault(topic, []).append(p)
+    return out
+
+
+def assignment(
+    schema: type, by_topic: Mapping[str, Sequence[int]], topic_id: Callable[[str], uuid.UUID]
+) -> Any:
+    """The Assignment entry of ``schema``'s version (a heartbeat's answer, a described
+    member): each topic's partitions with its id, and its name where the version has one."""
+    tp_class = schema_class(schema, "TopicPartitions")
+    return build(
+        schema_class(schema, "Assignment"),
+        topic_partitions=tuple(
+            build(tp_class, topic_id=topic_id(t), topic_name=t, partitions=tuple(ps))
+            for t, ps in by_topic.items()
+        ),
+    )
+
+
+def heartbeat_answer(
+    schema: type, member_id: str, epoch: int, interval_ms: int, assigned: Any | None
+) -> Any:
+    """A heartbeat's answer: the member, its epoch, when to beat next and its new
+    ``assigned`` (an ``assignment``; None: unchanged)."""
+    return ok_response(
+        schema,
+        member_id=member_id,
+        member_epoch=epoch,
+        heartbeat_interval=datetime.timedelta(milliseconds=interval_ms),
+        assignment=assigned,
+    )
+
+
+def heartbeat_refused(schema: type, code: ErrorCode, message: str | None) -> Any:
+    """A heartbeat's refusal: ``code``, and epoch -1."""
+    return build(
+        schema,
+        throttle_time=NO_THROTTLE,
+        error_code=code,
+        error_message=message,
+        member_id=None,
+        member_epoch=-1,
+        heartbeat_interval=datetime.timedelta(0),
+    )
+
+
+def described_member(member_class: type, member: Any, assigned: Any, **more: Any) -> Any:
+    """A described member of either kind (``more``: the fields of one kind alone)."""
+    return build(
+        member_class,
+        member_id=member.member_id,
+        rack_id=member.rack_id,
+        member_epoch=member.epoch,
+        client_id=member.client_id,
+        client_host=member.client_host,
+        subscribed_topic_names=tuple(member.topics),
+        assignment=assigned,
+        **more,
+    )
+
+
+async def describe_groups(
+    broker: Broker,
+    request: Request,
+    load: Callable[[str], Awaitable[GroupT | None]],
+    describe: Callable[[GroupT], tuple[str, tuple[Any, ...]]],
+) -> Any:
+    """ConsumerGroupDescribe's or ShareGroupDescribe's answer: each group asked ``load``ed
+    and ``describe``d (its assignor's name, its members), or dead with the error (not
+    found, not authorized, the state out of reach) and no operations told."""
+    schema = request.response_class
+    group_class = schema_class(schema, "DescribedGroup")
+    asked = request.body.include_authorized_operations
+    described = []
+    for group_id in request.body.group_ids:
+        operations = authorized_operations(broker, request, ResourceType.GROUP, group_id, asked)
+        group: GroupT | None = None
+        code, message = ErrorCode.none, None
+        try:
+            check_group(broker, request, Operation.DESCRIBE, group_id)
+            group = await load(group_id)
+            if group is None:
+                code, message = ErrorCode.group_id_not_found, f"Group {group_id} not found."
+        except StorageUnavailable:
+            code = UNAVAILABLE
+        except GroupAuthorizationFailed as exc:
+            code, message = ErrorCode.group_authorization_failed, str(exc)
+        if group is None:  # dead: no epochs, assignor, members or operations
+            state, epochs, assignor, members, operations = "Dead", (-1, -1), "", (), NOT_ASKED
+        else:
+            state, epochs = group.state, (group.epoch, group.assignment_epoch)
+            assignor, members = describe(group)
+        described.append(
+            build(
+                group_class,
+                error_code=code,
+                error_message=message,
+                group_id=group_id,
+                group_state=state,
+                group_epoch=epochs[0],
+                assignment_epoch=epochs[1],
+                assignor_name=assignor,
+                members=members,
+                authorized_operations=operations,
+            )
+        )
+    return build(schema, throttle_time=NO_THROTTLE, groups=tuple(described))

@@ -39,17 +39,33 @@ Acks = dict[TopicPartition, list[tuple[int, int, Sequence[int]]]]
 AckOutcome = tuple[ErrorCode, str | None]  # an acknowledgement's error code and message
 
 
-def _whole(request: Request, code: ErrorCode, message: str | None, lock_ms: int = 0) -> Any:
-    """A response failing the request as a whole."""
+def _answer(
+    request: Request,
+    code: ErrorCode,
+    message: str | None,
+    lock_ms: int = 0,
+    responses: Sequence[Any] = (),
+) -> Any:
+    """A ShareFetch or ShareAcknowledge answer: ``code`` for the request as a whole (with
+    no ``responses`` when it failed) and the group's acquisition lock duration."""
     return build(
         request.response_class,
         throttle_time=NO_THROTTLE,
         error_code=code,
         error_message=message,
         acquisition_lock_timeout=datetime.timedelta(milliseconds=lock_ms),
-        responses=(),
+        responses=tuple(responses),
         node_endpoints=(),
     )
+
+
+def _unauthorized(broker: Broker, request: Request, group_id: str) -> Any | None:
+    """The answer without READ on the group, else None."""
+    try:
+        check_group(broker, request, Operation.READ, group_id)
+    except GroupAuthorizationFailed as exc:
+        return _answer(request, ErrorCode.group_authorization_failed, str(exc))
+    return None
 
 
 class _Topics:
@@ -180,12 +196,10 @@ async def share_fetch(broker: Broker, request: Request) -> Any:
     body = request.body
     schema = request.response_class
     group_id, member_id, epoch = body.group_id or "", body.member_id or "", body.share_session_epoch
-    try:
-        check_group(broker, request, Operation.READ, group_id)
-    except GroupAuthorizationFailed as exc:
-        return _whole(request, ErrorCode.group_authorization_failed, str(exc))
+    if (unauthorized := _unauthorized(broker, request, group_id)) is not None:
+        return unauthorized
     if not group_id or not member_id:
-        return _whole(request, ErrorCode.invalid_request, "GroupId and MemberId are required")
+        return _answer(request, ErrorCode.invalid_request, "GroupId and MemberId are required")
     if (unavailable := await restore_first(broker, request)) is not None:
         return unavailable  # Redis lost its data and the archive is away: retried
     config = await broker.share_groups.group_config(group_id)
@@ -210,7 +224,7 @@ async def share_fetch(broker: Broker, request: Request) -> Any:
     try:
         session = _session(sessions, group_id, member_id, epoch, wanted, forgotten, acks)
     except ShareRefused as refused:
-        return _whole(request, ErrorCode(int(refused.code)), str(refused), lock_ms)
+        return _answer(request, ErrorCode(int(refused.code)), str(refused), lock_ms)
     # The acknowledgements go to Redis first and the fetch's first scripts right behind
     # them, in one round trip (the shared connection keeps their order; were it not kept,
     # a fetch would only see fewer records to acquire).
@@ -262,25 +276,15 @@ async def share_fetch(broker: Broker, request: Request) -> Any:
     for (topic_id, p), code in unknown.items():
         refusal = _partition(schema, Acquired(), code, (code, None), p)
         responses.append(build(topic_class, topic_id=topic_id, partitions=(refusal,)))
-    return build(
-        schema,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        error_message=None,
-        acquisition_lock_timeout=datetime.timedelta(milliseconds=lock_ms),
-        responses=tuple(responses),
-        node_endpoints=(),
-    )
+    return _answer(request, ErrorCode.none, None, lock_ms, responses)
 
 
 async def share_acknowledge(broker: Broker, request: Request) -> Any:
     body = request.body
     schema = request.response_class
     group_id, member_id, epoch = body.group_id or "", body.member_id or "", body.share_session_epoch
-    try:
-        check_group(broker, request, Operation.READ, group_id)
-    except GroupAuthorizationFailed as exc:
-        return _whole(request, ErrorCode.group_authorization_failed, str(exc))
+    if (unauthorized := _unauthorized(broker, request, group_id)) is not None:
+        return unauthorized
     config = await broker.share_groups.group_config(group_id)
     lock_ms = config.record_lock_duration_ms
     sessions = broker.share_fetcher.sessions
@@ -292,7 +296,7 @@ async def share_acknowledge(broker: Broker, request: Request) -> Any:
             )
         session = sessions.find(group_id, member_id, epoch)
     except ShareRefused as refused:
-        return _whole(request, ErrorCode(int(refused.code)), str(refused), lock_ms)
+        return _answer(request, ErrorCode(int(refused.code)), str(refused), lock_ms)
     topics = _Topics(broker)
     unknown: dict[tuple[uuid.UUID, int], ErrorCode] = {}
     acks = await _acks(topics, body.topics, unknown)
@@ -319,14 +323,7 @@ async def share_acknowledge(broker: Broker, request: Request) -> Any:
                 part_class, partition_index=p, error_code=code, current_leader=_leader(schema, -1)
             )
         )
-    return build(
-        schema,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        error_message=None,
-        acquisition_lock_timeout=datetime.timedelta(milliseconds=lock_ms),
-        responses=tuple(
-            build(topic_class, topic_id=t, partitions=tuple(parts)) for t, parts in by_topic.items()
-        ),
-        node_endpoints=(),
-    )
+    responses = [
+        build(topic_class, topic_id=t, partitions=tuple(parts)) for t, parts in by_topic.items()
+    ]
+    return _answer(request, ErrorCode.none, None, lock_ms, responses)

@@ -6,25 +6,25 @@ ShareAcknowledge are wire/handlers/share_fetch.py's."""
 
 from __future__ import annotations
 
-import datetime
 import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.errors import GroupAuthorizationFailed, KafkaesqueError, StorageUnavailable
+from kafkaesque.errors import KafkaesqueError, StorageUnavailable
 from kafkaesque.groups.share.state import ShareGroup, ShareHeartbeat, ShareRefused
-from wire.authorize import (
-    NOT_ASKED,
-    Operation,
-    ResourceType,
-    allowed,
-    authorized_operations,
-    check_group,
-)
+from wire.authorize import Operation, ResourceType, allowed, check_group
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.group_answers import restore_first
+from wire.group_answers import (
+    assignment,
+    describe_groups,
+    described_member,
+    grouped,
+    heartbeat_answer,
+    heartbeat_refused,
+    restore_first,
+)
 from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
 
 NO_ID = uuid.UUID(int=0)
@@ -34,18 +34,6 @@ TOPIC = ResourceType.TOPIC
 def _topic_id(group: ShareGroup, topic: str) -> uuid.UUID:
     entry = group.topics.get(topic)
     return uuid.UUID(bytes=bytes(entry[0])) if entry else NO_ID
-
-
-def _refused(schema: type, code: ErrorCode, message: str | None) -> Any:
-    return build(
-        schema,
-        throttle_time=NO_THROTTLE,
-        error_code=code,
-        error_message=message,
-        member_id=None,
-        member_epoch=-1,
-        heartbeat_interval=datetime.timedelta(0),
-    )
 
 
 async def share_group_heartbeat(broker: Broker, request: Request) -> Any:
@@ -58,7 +46,7 @@ async def share_group_heartbeat(broker: Broker, request: Request) -> Any:
     hidden = [t for t in topics or () if not allowed(broker, request, Operation.DESCRIBE, TOPIC, t)]
     if hidden:  # as Kafka: subscribing needs DESCRIBE on every topic
         message = f"Not authorized to describe topics: {', '.join(sorted(hidden))}"
-        return _refused(schema, ErrorCode.topic_authorization_failed, message)
+        return heartbeat_refused(schema, ErrorCode.topic_authorization_failed, message)
     hb = ShareHeartbeat(
         member_id=body.member_id,
         epoch=body.member_epoch,
@@ -70,115 +58,34 @@ async def share_group_heartbeat(broker: Broker, request: Request) -> Any:
     try:
         result = await broker.share_groups.heartbeat(body.group_id, hb)
     except ShareRefused as refused:
-        return _refused(schema, ErrorCode(int(refused.code)), str(refused))
+        return heartbeat_refused(schema, ErrorCode(int(refused.code)), str(refused))
     except StorageUnavailable:
-        return _refused(schema, ErrorCode.coordinator_not_available, None)
+        return heartbeat_refused(schema, ErrorCode.coordinator_not_available, None)
     config = await broker.share_groups.group_config(body.group_id)
-    assignment = None
+    assigned = None
     if result.assignment is not None:
         group = await broker.share_groups.load(body.group_id)
-        by_topic: dict[str, list[int]] = {}
-        for topic, p in result.assignment:
-            by_topic.setdefault(topic, []).append(p)
-        tp_class = schema_class(schema, "TopicPartitions")
-        assignment = build(
-            schema_class(schema, "Assignment"),
-            topic_partitions=tuple(
-                build(
-                    tp_class,
-                    topic_id=_topic_id(group, t) if group else NO_ID,
-                    partitions=tuple(ps),
-                )
-                for t, ps in by_topic.items()
-            ),
+        assigned = assignment(
+            schema, grouped(result.assignment), lambda t: _topic_id(group, t) if group else NO_ID
         )
-    return ok_response(
-        schema,
-        member_id=result.member_id,
-        member_epoch=result.epoch,
-        heartbeat_interval=datetime.timedelta(milliseconds=config.heartbeat_interval_ms),
-        assignment=assignment,
-    )
+    interval = config.heartbeat_interval_ms
+    return heartbeat_answer(schema, result.member_id, result.epoch, interval, assigned)
 
 
 async def share_group_describe(broker: Broker, request: Request) -> Any:
     schema = request.response_class
-    group_class = schema_class(schema, "DescribedGroup")
     member_class = schema_class(schema, "Member")
-    assignment_class = schema_class(schema, "Assignment")
-    tp_class = schema_class(schema, "TopicPartitions")
-    asked = request.body.include_authorized_operations
-    described = []
-    for group_id in request.body.group_ids:
-        operations = authorized_operations(broker, request, ResourceType.GROUP, group_id, asked)
-        group: ShareGroup | None = None
-        code, message = ErrorCode.none, None
-        try:
-            check_group(broker, request, Operation.DESCRIBE, group_id)
-            group = await broker.share_groups.load(group_id)
-            if group is None:
-                code, message = ErrorCode.group_id_not_found, f"Group {group_id} not found."
-        except StorageUnavailable:
-            code = ErrorCode.coordinator_not_available
-        except GroupAuthorizationFailed as exc:
-            code, message, operations = ErrorCode.group_authorization_failed, str(exc), NOT_ASKED
-        if group is None:
-            described.append(
-                build(
-                    group_class,
-                    error_code=code,
-                    error_message=message,
-                    group_id=group_id,
-                    group_state="Dead",
-                    group_epoch=-1,
-                    assignment_epoch=-1,
-                    assignor_name="",
-                    members=(),
-                    authorized_operations=NOT_ASKED,
-                )
-            )
-            continue
 
-        def assignment(tps: list[tuple[str, int]], g: ShareGroup = group) -> Any:
-            by_topic: dict[str, list[int]] = {}
-            for t, p in tps:
-                by_topic.setdefault(t, []).append(p)
-            return build(
-                assignment_class,
-                topic_partitions=tuple(
-                    build(tp_class, topic_id=_topic_id(g, t), topic_name=t, partitions=tuple(ps))
-                    for t, ps in by_topic.items()
-                ),
-            )
+    def describe(group: ShareGroup) -> tuple[str, tuple[Any, ...]]:
+        def topic_id(topic: str) -> uuid.UUID:
+            return _topic_id(group, topic)
 
-        members = tuple(
-            build(
-                member_class,
-                member_id=m.member_id,
-                rack_id=m.rack_id,
-                member_epoch=m.epoch,
-                client_id=m.client_id,
-                client_host=m.client_host,
-                subscribed_topic_names=tuple(m.topics),
-                assignment=assignment(m.assigned),
-            )
+        return "simple", tuple(
+            described_member(member_class, m, assignment(schema, grouped(m.assigned), topic_id))
             for m in group.members.values()
         )
-        described.append(
-            build(
-                group_class,
-                error_code=ErrorCode.none,
-                error_message=None,
-                group_id=group_id,
-                group_state=group.state,
-                group_epoch=group.epoch,
-                assignment_epoch=group.assignment_epoch,
-                assignor_name="simple",
-                members=members,
-                authorized_operations=operations,
-            )
-        )
-    return build(schema, throttle_time=NO_THROTTLE, groups=tuple(described))
+
+    return await describe_groups(broker, request, broker.share_groups.load, describe)
 
 
 async def _topic_ids(broker: Broker, names: list[str]) -> dict[str, uuid.UUID | None]:
@@ -272,6 +179,17 @@ def _done_in_flight(state: Any) -> int:
     return state.end - state.start - state.acquired - state.available
 
 
+def _refused(schema: type, refused: ShareRefused) -> Any:
+    """Alter/DeleteShareGroupOffsets refused as a whole (another kind of group, members)."""
+    return build(
+        schema,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode(int(refused.code)),
+        error_message=str(refused),
+        responses=(),
+    )
+
+
 async def alter_share_group_offsets(broker: Broker, request: Request) -> Any:
     body = request.body
     schema = request.response_class
@@ -297,13 +215,7 @@ async def alter_share_group_offsets(broker: Broker, request: Request) -> Any:
     try:
         await broker.share_groups.alter_offsets(body.group_id, wanted)
     except ShareRefused as refused:
-        return build(
-            schema,
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode(int(refused.code)),
-            error_message=str(refused),
-            responses=(),
-        )
+        return _refused(schema, refused)
     responses = tuple(
         build(
             topic_class,
@@ -342,13 +254,7 @@ async def delete_share_group_offsets(broker: Broker, request: Request) -> Any:
             body.group_id, [n for n in names if n not in errors]
         )
     except ShareRefused as refused:
-        return build(
-            schema,
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode(int(refused.code)),
-            error_message=str(refused),
-            responses=(),
-        )
+        return _refused(schema, refused)
     responses = tuple(
         build(
             topic_class,
