@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from kafkaesque.cli.base import Context, main, pass_context, pg_dsn_option, run_async
+from kafkaesque.cli.options import number_option
 from kafkaesque.cli.output import echo_table
 from kafkaesque.hot.outage import REDIS
 from kafkaesque.tables import plural
@@ -30,21 +31,19 @@ if TYPE_CHECKING:
     help="Keep archiving, a pass every SECONDS, until interrupted.",
 )
 @click.option("--status", "mode", flag_value="status", help="Show the archive's progress.")
-@click.option(
+@number_option(
     "--idle-close",
-    type=click.FloatRange(min=0),
-    default=60.0,
-    show_default=True,
-    help="Close open pages whose first record is older than SECONDS, so quiet partitions "
+    60.0,
+    "Close open pages whose first record is older than SECONDS, so quiet partitions "
     "are archived too (0: never).",
 )
-@click.option(
+@number_option(
     "--min-insync-replicas",
-    type=click.IntRange(1, 100),
-    default=1,
-    show_default=True,
-    help="As serve's: beyond 1, Redis replicas that must have the pages before they are "
+    1,
+    "As serve's: beyond 1, Redis replicas that must have the pages before they are "
     "archived (WAIT), so a failover never forgets what the archive holds.",
+    low=1,
+    high=100,
 )
 @pass_context
 @run_async

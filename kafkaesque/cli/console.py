@@ -10,6 +10,7 @@ import signal
 import click
 
 from kafkaesque.cli.base import Context, main, one_line_errors, pass_context
+from kafkaesque.cli.options import number_option
 from kafkaesque.cli.serve import host_port
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
@@ -55,12 +56,11 @@ def listen_option(
     help="The output directory of a `kafkaesque spark export` (local; repeatable): the "
     "Archive page shows what it covered.",
 )
-@click.option(
+@number_option(
     "--sample-interval",
-    type=click.FloatRange(min=0.5),
-    default=5.0,
-    show_default=True,
-    help="Seconds between the samples of lag and rates behind the sparklines (120 kept).",
+    5.0,
+    "Seconds between the samples of lag and rates behind the sparklines (120 kept).",
+    low=0.5,
 )
 @pass_context
 def console(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -132,3 +132,29 @@ def option_group(*decorators: Callable[[Command], Command]) -> Callable[[Command
         return command
 
     return apply
+
+
+def number_option(
+    name: str, default: float, help: str | None = None, *, low: float = 0, high: float | None = None
+) -> Callable[[Command], Command]:
+    """A number option within ``low``..``high``, whole when ``default`` is an int; --help
+    shows the default."""
+    kind = click.IntRange if isinstance(default, int) else click.FloatRange
+    return click.option(name, type=kind(low, high), default=default, show_default=True, help=help)
+
+
+def choice_option(
+    *decls: str,
+    choices: Sequence[str],
+    help: str | None,
+    default: str | None = None,
+    case_sensitive: bool = True,
+) -> Callable[[Command], Command]:
+    """An option taking one of ``choices``, by default the first; --help shows the default."""
+    return click.option(
+        *decls,
+        type=click.Choice(choices, case_sensitive=case_sensitive),
+        default=choices[0] if default is None else default,
+        show_default=True,
+        help=help,
+    )

@@ -28,7 +28,7 @@ from kafkaesque.cli.line_consumer import (
     compile_format,
 )
 from kafkaesque.cli.line_producer import BadLine, LineProducer
-from kafkaesque.cli.options import check_partitions, checked_topic
+from kafkaesque.cli.options import check_partitions, checked_topic, choice_option, number_option
 from kafkaesque.cli.output import reader_gone
 from kafkaesque.cli.wire import no_wire_form, wire_client
 from kafkaesque.records.batch import Compression
@@ -62,12 +62,10 @@ def _separator(name: str, value: str | None) -> bytes | None:
 @click.argument("file", type=click.File("rb"), default="-")
 @click.option("--batch-size", type=click.IntRange(1, 1_000_000), default=1024, show_default=True)
 @click.option("--partition", type=click.IntRange(0), help="Send every record to this partition.")
-@click.option(
+@choice_option(
     "--format",
     "fmt",
-    type=click.Choice(["lines", "json"]),
-    default="lines",
-    show_default=True,
+    choices=["lines", "json"],
     help="lines: each line a value (see the options below); json: each line an object "
     '{"key", "value" (null: a tombstone), "headers" ({"k": "v"} or a list of {key, value}), '
     '"partition", "timestamp"}, as consume --format json prints; blank lines are skipped.',
@@ -103,12 +101,7 @@ def _separator(name: str, value: str | None) -> bytes | None:
     help="A key, value or header value that is exactly TEXT is sent as null (a null "
     "value: a tombstone).",
 )
-@click.option(
-    "--compression",
-    type=click.Choice([c.name.lower() for c in Compression]),
-    default="none",
-    show_default=True,
-)
+@choice_option("--compression", choices=[c.name.lower() for c in Compression], help=None)
 @pass_context
 @run_async
 async def produce(
@@ -202,12 +195,8 @@ def _file_size(file: Any) -> int | None:
     help="Also read every topic whose whole name matches this regular expression "
     "(following: topics created later too).",
 )
-@click.option(
-    "--fetch-size",
-    type=click.IntRange(1),
-    default=1024,
-    show_default=True,
-    help="Records per fetch (whole batches: a fetch may return more).",
+@number_option(
+    "--fetch-size", 1024, "Records per fetch (whole batches: a fetch may return more).", low=1
 )
 @click.option("--partition", type=click.IntRange(0), help="Read only this partition.")
 @click.option(
@@ -227,11 +216,9 @@ def _file_size(file: Any) -> int | None:
 )
 @click.option("--follow", "-f", is_flag=True, help="Keep waiting for new records.")
 @click.option("--max-records", type=click.IntRange(1), help="Stop after N records.")
-@click.option(
+@choice_option(
     "--on-truncation",
-    type=click.Choice(["error", "rewind"]),
-    default="error",
-    show_default=True,
+    choices=["error", "rewind"],
     help="When Redis lost records already read (the log was truncated below the position): "
     "stop with an error, or rewind to the truncation point and read the new records there.",
 )
@@ -252,11 +239,9 @@ def _file_size(file: Any) -> int | None:
     "--format-string",
     help="Print each record as this kcat-style string: " + FORMAT_TOKENS + ".",
 )
-@click.option(
+@choice_option(
     "--isolation",
-    type=click.Choice(["read_committed", "read_uncommitted"]),
-    default="read_committed",
-    show_default=True,
+    choices=["read_committed", "read_uncommitted"],
     help="read_committed: only records of committed transactions, up to the last stable "
     "offset; read_uncommitted: every record, up to the log end.",
 )

@@ -15,6 +15,7 @@ import click
 from click.core import ParameterSource
 
 from kafkaesque.cli.base import Context, key_values, main, one_line_errors, pass_context
+from kafkaesque.cli.options import choice_option, number_option
 from kafkaesque.config.broker_settings import WITH_OPTIONS, serve_options
 from kafkaesque.errors import KafkaesqueError
 from kafkaesque.hot.connect import DEFAULT_MAX_CONNECTIONS
@@ -120,19 +121,18 @@ def listeners_option(
     help="Serve Prometheus metrics on [HOST:]PORT (127.0.0.1 unless a host is given; env "
     "KAFKAESQUE_METRICS): per API, per topic, consumer lag, the archive's lag.",
 )
-@click.option(
+@number_option(
     "--request-timeout-ms",
-    type=click.IntRange(1),
-    default=30_000,
-    show_default=True,
-    help="Close a connection that sent part of a request, then nothing for this long.",
+    30_000,
+    "Close a connection that sent part of a request, then nothing for this long.",
+    low=1,
 )
-@click.option(
+@number_option(
     "--redis-max-connections",
-    type=click.IntRange(2, 10_000),
-    default=DEFAULT_MAX_CONNECTIONS,
-    show_default=True,
-    help="Connections to Redis at most; requests beyond wait for a free one.",
+    DEFAULT_MAX_CONNECTIONS,
+    "Connections to Redis at most; requests beyond wait for a free one.",
+    low=2,
+    high=10_000,
 )
 @click.option(
     "--config",
@@ -151,26 +151,16 @@ def listeners_option(
     help="Archive to PostgreSQL (the global --pg-dsn, else a private PostgreSQL under the "
     "data directory) and serve old offsets from it.",
 )
-@click.option(
-    "--archive-interval",
-    type=click.FloatRange(min=0.1),
-    default=10.0,
-    show_default=True,
-    help="Seconds between archiver passes.",
-)
-@click.option(
+@number_option("--archive-interval", 10.0, "Seconds between archiver passes.", low=0.1)
+@number_option(
     "--compaction-interval",
-    type=click.FloatRange(min=0),
-    default=5.0,
-    show_default=True,
-    help="Seconds between compaction passes over topics whose cleanup.policy has compact "
+    5.0,
+    "Seconds between compaction passes over topics whose cleanup.policy has compact "
     "(0: none; then run `kafkaesque compact` from cron).",
 )
-@click.option(
+@choice_option(
     "--authorizer",
-    type=click.Choice(["none", "acl"]),
-    default="none",
-    show_default=True,
+    choices=["none", "acl"],
     help="Kafka's authorizer.class.name: acl checks every request against the ACLs "
     "(`kafkaesque acls`); none lets every client do everything.",
 )

@@ -16,6 +16,7 @@ from kafkaesque.cli.base import (
     pass_context,
     pg_dsn_option,
 )
+from kafkaesque.cli.options import number_option
 
 
 @main.group()
@@ -89,13 +90,7 @@ def export(ctx: Context, pg_dsn: str | None, master: str, partitions: int | None
     type=click.Path(dir_okay=False, writable=True),
     help="Also draw records per topic per hour into this PNG file.",
 )
-@click.option(
-    "--top",
-    type=click.IntRange(min=1),
-    default=10,
-    show_default=True,
-    help="How many top keys to show per topic.",
-)
+@number_option("--top", 10, "How many top keys to show per topic.", low=1)
 @pass_context
 def report(
     ctx: Context,

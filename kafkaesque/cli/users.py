@@ -10,6 +10,7 @@ import sys
 import click
 
 from kafkaesque.cli.base import Context, main, pass_context, run_async
+from kafkaesque.cli.options import choice_option, number_option
 from kafkaesque.cli.output import echo_rows, format_option
 from kafkaesque.cli.wire import wire_security
 from kafkaesque.hot.credentials import CredentialStore, mechanism_named
@@ -50,19 +51,14 @@ def users() -> None:
 
 @users.command("add")
 @click.argument("name")
-@click.option(
+@choice_option(
     "--mechanism",
-    type=MECHANISM_CHOICE,
+    choices=sorted(MECHANISMS),
     default="SCRAM-SHA-512",
-    show_default=True,
+    case_sensitive=False,
     help="The SCRAM mechanism (PLAIN clients are checked against either).",
 )
-@click.option(
-    "--iterations",
-    type=click.IntRange(DEFAULT_ITERATIONS, MAX_ITERATIONS),
-    default=DEFAULT_ITERATIONS,
-    show_default=True,
-)
+@number_option("--iterations", DEFAULT_ITERATIONS, low=DEFAULT_ITERATIONS, high=MAX_ITERATIONS)
 @click.option("--password-stdin", is_flag=True, help="Read the password from stdin's first line.")
 @click.option("--password-env", metavar="VAR", help="Take the password from this variable.")
 @pass_context
