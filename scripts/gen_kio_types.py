@@ -49,6 +49,16 @@ class Extra(NamedTuple):
 
 
 EXTRA = (
+    Extra(
+        "ElectLeadersRequestV1Plus",
+        "elect_leaders",
+        "request",
+        ("ElectLeadersRequest",),
+        1,
+        why="v1+ choose the election type (KIP-460)",
+    ),
+    Extra("DescribeQuorumPartitionData", "describe_quorum", "response", ("PartitionData",)),
+    Extra("DescribeQuorumNode", "describe_quorum", "response", ("Node",)),
     Extra("ApiVersionEntry", "api_versions", "response", ("ApiVersion",)),
     Extra("DeleteAclsFilter", "delete_acls", "request", ("DeleteAclsFilter",)),
     Extra("CreatableTopic", "create_topics", "request", ("CreatableTopic",)),

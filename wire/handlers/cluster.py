@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Awaitable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -21,6 +21,23 @@ from wire.authorize import Operation, check_cluster
 from wire.broker import Broker
 from wire.errors import error_code, error_message
 from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
+
+    from wire.protocol.kio_types import (
+        AlterPartitionReassignmentsRequest,
+        AlterPartitionReassignmentsResponse,
+        DescribeQuorumNode,
+        DescribeQuorumPartitionData,
+        DescribeQuorumRequest,
+        DescribeQuorumResponse,
+        ElectLeadersRequest,
+        ElectLeadersRequestV1Plus,
+        ElectLeadersResponse,
+        ListPartitionReassignmentsRequest,
+        ListPartitionReassignmentsResponse,
+    )
 
 METADATA_TOPIC = "__cluster_metadata"  # the KRaft quorum's log, partition 0
 # The epoch of a quorum whose first (and only) election made this node leader.
@@ -56,7 +73,14 @@ async def _all_partitions(broker: Broker) -> list[tuple[str, list[int]]]:
 # -- ElectLeaders ------------------------------------------------------------------------------
 
 
-async def elect_leaders(broker: Broker, request: Request) -> Any:
+def _chooses_election(body: ElectLeadersRequest) -> TypeIs[ElectLeadersRequestV1Plus]:
+    """v1+ name the election type (KIP-460); v0 elects the preferred leader."""
+    return body.__version__ >= 1
+
+
+async def elect_leaders(
+    broker: Broker, request: Request[ElectLeadersRequest]
+) -> ElectLeadersResponse:
     """Each partition's outcome (while Redis is away KAFKA_STORAGE_ERROR, retried). When
     electing everywhere and the partitions cannot be listed (Redis away), Kafka's error
     response: the code at the top (v1+), no partitions."""
@@ -65,15 +89,16 @@ async def elect_leaders(broker: Broker, request: Request) -> Any:
     schema = request.response_class
     topic_class = schema_class(schema, "ReplicaElectionResult")
     partition_class = schema_class(schema, "PartitionResult")
-    election = body.election_type if version >= 1 else PREFERRED
+    election = body.election_type if _chooses_election(body) else PREFERRED
     if election not in (PREFERRED, UNCLEAN):
         raise InvalidRequest(f"unknown election type {election}")  # top-level, in v1+
-    everything = body.topic_partitions is None
+    asked = body.topic_partitions
+    everything = asked is None
     try:
         wanted = (
             await _all_partitions(broker)
-            if everything
-            else [(t.topic, list(t.partitions)) for t in body.topic_partitions]
+            if asked is None
+            else [(t.topic, list(t.partitions)) for t in asked]
         )
     except StorageUnavailable as exc:
         return build(
@@ -109,7 +134,9 @@ async def elect_leaders(broker: Broker, request: Request) -> Any:
 # -- partition reassignments ------------------------------------------------------------------
 
 
-async def alter_partition_reassignments(broker: Broker, request: Request) -> Any:
+async def alter_partition_reassignments(
+    broker: Broker, request: Request[AlterPartitionReassignmentsRequest]
+) -> AlterPartitionReassignmentsResponse:
     check_cluster(broker, request, Operation.ALTER)
     schema = request.response_class
     topic_class = schema_class(schema, "ReassignableTopicResponse")
@@ -137,7 +164,9 @@ async def alter_partition_reassignments(broker: Broker, request: Request) -> Any
     )
 
 
-async def list_partition_reassignments(broker: Broker, request: Request) -> Any:
+async def list_partition_reassignments(
+    broker: Broker, request: Request[ListPartitionReassignmentsRequest]
+) -> ListPartitionReassignmentsResponse:
     """None is ever in progress; like KRaft, partitions that do not exist are not an
     error here, they have no reassignment either."""
     check_cluster(broker, request, Operation.DESCRIBE)
@@ -150,7 +179,9 @@ async def list_partition_reassignments(broker: Broker, request: Request) -> Any:
 # -- DescribeQuorum ---------------------------------------------------------------------------
 
 
-async def describe_quorum(broker: Broker, request: Request) -> Any:
+async def describe_quorum(
+    broker: Broker, request: Request[DescribeQuorumRequest]
+) -> DescribeQuorumResponse:
     """The quorum of a single KRaft node in combined mode: this node, the only voter,
     leads. kafkaesque keeps its metadata in Redis, not in a replicated log, so the
     metadata log's offsets are 0 (nothing to replicate, no voter lags)."""
@@ -173,7 +204,7 @@ async def describe_quorum(broker: Broker, request: Request) -> Any:
     )
     partition_class = schema_class(schema, "PartitionData")
 
-    def answer(index: int) -> Any:
+    def answer(index: int) -> DescribeQuorumPartitionData:
         if not valid:
             return build(
                 partition_class,
@@ -198,7 +229,7 @@ async def describe_quorum(broker: Broker, request: Request) -> Any:
             observers=(),
         )
 
-    nodes: tuple[Any, ...] = ()
+    nodes: tuple[DescribeQuorumNode, ...] = ()
     if valid and request.api_version >= 2:  # v2 lists the voters' endpoints (KIP-853)
         advertised = config.advertised_listeners or {"PLAINTEXT": (config.host, config.port)}
         listeners = tuple(

@@ -899,6 +899,12 @@ if TYPE_CHECKING:
         | kio.schema.describe_quorum.v1.response.DescribeQuorumResponse
         | kio.schema.describe_quorum.v2.response.DescribeQuorumResponse
     )
+    DescribeQuorumPartitionData: TypeAlias = (
+        kio.schema.describe_quorum.v0.response.PartitionData
+        | kio.schema.describe_quorum.v1.response.PartitionData
+        | kio.schema.describe_quorum.v2.response.PartitionData
+    )
+    DescribeQuorumNode: TypeAlias = kio.schema.describe_quorum.v2.response.Node
 
     # describe_share_group_offsets (api key 90), v0-1
     DescribeShareGroupOffsetsRequest: TypeAlias = (
@@ -948,6 +954,11 @@ if TYPE_CHECKING:
         kio.schema.elect_leaders.v0.response.ElectLeadersResponse
         | kio.schema.elect_leaders.v1.response.ElectLeadersResponse
         | kio.schema.elect_leaders.v2.response.ElectLeadersResponse
+    )
+    # v1+ choose the election type (KIP-460).
+    ElectLeadersRequestV1Plus: TypeAlias = (
+        kio.schema.elect_leaders.v1.request.ElectLeadersRequest
+        | kio.schema.elect_leaders.v2.request.ElectLeadersRequest
     )
 
     # end_txn (api key 26), v0-4
