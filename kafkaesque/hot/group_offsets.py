@@ -53,8 +53,15 @@ class OffsetPastEnd:
     log_end: int
 
 
-def _field(topic: str, partition: int) -> str:
+def partition_field(topic: str, partition: int) -> str:
+    """A partition as a hash field or set member of a group's (offsets, share-partitions)."""
     return f"{topic}\0{partition}"  # topic names have no NUL
+
+
+def field_partition(raw: bytes) -> TopicPartition:
+    """The partition a ``partition_field`` names."""
+    topic, _, partition = raw.decode().rpartition("\0")
+    return topic, int(partition)
 
 
 def _pack(offset: CommittedOffset) -> bytes:
@@ -62,11 +69,7 @@ def _pack(offset: CommittedOffset) -> bytes:
 
 
 def _parse(raw: Mapping[bytes, bytes]) -> dict[TopicPartition, CommittedOffset]:
-    out = {}
-    for k, v in raw.items():
-        topic, _, partition = k.decode().rpartition("\0")
-        out[topic, int(partition)] = CommittedOffset(*msgpack.unpackb(v))
-    return out
+    return {field_partition(k): CommittedOffset(*msgpack.unpackb(v)) for k, v in raw.items()}
 
 
 class OffsetStore:
@@ -75,7 +78,9 @@ class OffsetStore:
         self.keys = keys
 
     async def write(self, group_id: str, offsets: Mapping[TopicPartition, CommittedOffset]) -> None:
-        values: dict[FieldT, EncodableT] = {_field(t, p): _pack(o) for (t, p), o in offsets.items()}
+        values: dict[FieldT, EncodableT] = {
+            partition_field(t, p): _pack(o) for (t, p), o in offsets.items()
+        }
         if values:
             await self.redis.hset(self.keys.group(group_id, ":offsets"), mapping=values)
 
@@ -85,7 +90,7 @@ class OffsetStore:
 
     async def delete(self, group_id: str, partitions: list[TopicPartition]) -> None:
         if partitions:
-            fields = [_field(t, p) for t, p in partitions]
+            fields = [partition_field(t, p) for t, p in partitions]
             await self.redis.hdel(self.keys.group(group_id, ":offsets"), *fields)
 
     async def forget_topic(self, topic: str, group_ids: list[str]) -> int:
@@ -221,7 +226,9 @@ class OffsetStore:
                 if o.offset > end:
                     past_end.append(OffsetPastEnd(group_id, topic, partition, o.offset, end))
                 pipe.hsetnx(
-                    self.keys.group(group_id, ":offsets"), _field(topic, partition), _pack(o)
+                    self.keys.group(group_id, ":offsets"),
+                    partition_field(topic, partition),
+                    _pack(o),
                 )
             if group.members:
                 # Sessions start now (a member without a heartbeat would never expire).

@@ -10,13 +10,15 @@ configs, the index sets (``groups``, ``groups:active``) and a group's deletion. 
 coordinator (groups/coordinator.py, the protocol's rounds) and its offsets and admin side
 (kafkaesque/groups/admin.py) share one ``GroupStore``; a save announces the change on the
 store's ``notifier``, so waiting requests, in this process or another, wake up. The
-KIP-848 consumer groups' store (kafkaesque/hot/consumer_group_store.py) shares
-``GroupRecords``: the lock, heartbeats and configs are one per group id.
+KIP-848 consumer groups' store (kafkaesque/hot/consumer_group_store.py) and the share
+groups' (kafkaesque/hot/share_store.py) share ``GroupRecords``: the lock, heartbeats and
+configs are one per group id; both keep their group's state with ``GroupStates``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar, cast
 
 from redis.asyncio import Redis
 from redis.asyncio.lock import Lock
@@ -98,6 +100,93 @@ class GroupRecords:
                 decoded_configs(next(replies)) if with_configs else {},
             )
             for g in group_ids
+        ]
+
+
+class StoredGroup(Protocol):
+    """A KIP-848 consumer group or a share group, as ``GroupStates`` keeps it."""
+
+    @property
+    def group_id(self) -> str: ...
+
+    @property
+    def members(self) -> Mapping[str, Any]: ...
+
+    def pack(self) -> bytes: ...
+
+
+StateT = TypeVar("StateT", bound=StoredGroup)
+
+
+class ActiveState(NamedTuple, Generic[StateT]):
+    """A group listed active, read in ``GroupStates.active``: None if it is gone."""
+
+    group_id: str
+    group: StateT | None
+    heartbeats: dict[str, int]
+    configs: dict[str, str]
+
+
+class GroupStates(GroupRecords, Generic[StateT]):
+    """One kind of group's state: a msgpack value at ``Keys.group(id, part)``, saved with
+    the group lists (and listed in ``active`` while it has members) in one MULTI
+    (``save_group``), read back with ``unpack``."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        keys: Keys,
+        part: str,
+        active: str,
+        unpack: Callable[[bytes], StateT],
+    ) -> None:
+        super().__init__(redis, keys)
+        self._part, self._active, self._unpack = part, active, unpack
+
+    def state_key(self, group_id: str) -> str:
+        return self.keys.group(group_id, self._part)
+
+    async def load(self, group_id: str) -> StateT | None:
+        # Replies are bytes: the client does not decode them.
+        raw = cast("bytes | None", await self.redis.get(self.state_key(group_id)))
+        return None if raw is None else self._unpack(raw)
+
+    async def load_many(self, group_ids: list[str]) -> dict[str, StateT]:
+        """Of ``group_ids``, the groups of this kind there are."""
+        if not group_ids:
+            return {}
+        keys = [self.state_key(g) for g in group_ids]
+        # Groups are in slots of their own on a cluster: one GET per slot there.
+        mget = self.redis.mget_nonatomic if self.keys.cluster else self.redis.mget  # type: ignore[attr-defined]
+        raws = await mget(keys)
+        return {
+            g: self._unpack(raw) for g, raw in zip(group_ids, raws, strict=True) if raw is not None
+        }
+
+    async def save(self, group: StateT, heartbeat: tuple[str, int] | None = None) -> None:
+        """The group, listed (its offsets archived with the rest), and in the same MULTI
+        ``heartbeat`` (member id, ms) if given."""
+        gid, k = group.group_id, self.keys
+
+        def beat(pipe: Any) -> None:
+            if heartbeat is not None:
+                pipe.hset(k.group(gid, ":heartbeats"), *heartbeat)
+
+        state = (self.state_key(gid), group.pack())
+        await save_group(self.redis, k, gid, state, self._active, bool(group.members), more=beat)
+
+    async def unlist(self, group_id: str) -> None:
+        """No longer list the group as active (it is gone)."""
+        await self.redis.srem(self._active, group_id)
+
+    async def active(self) -> list[ActiveState[StateT]]:
+        """Every group of this kind listed active, with its heartbeats and configs, in one
+        round trip, by id."""
+        return [
+            ActiveState(g, None if raw is None else self._unpack(raw), beats, configs)
+            for g, raw, beats, configs in await self.listed_records(
+                self._active, self._part, with_configs=True
+            )
         ]
 
 

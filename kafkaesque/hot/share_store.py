@@ -20,8 +20,8 @@ from typing import Any, NamedTuple, cast
 from redis.asyncio import Redis
 
 from kafkaesque.groups.share.state import ShareGroup
-from kafkaesque.hot.group_offsets import save_group
-from kafkaesque.hot.group_store import GroupRecords
+from kafkaesque.hot.group_offsets import field_partition, partition_field
+from kafkaesque.hot.group_store import GroupStates
 from kafkaesque.hot.keys import Keys
 from kafkaesque.hot.scripts import Script
 from kafkaesque.hot.tier import HotTier
@@ -82,21 +82,12 @@ class SharePastEnd:
     log_end: int
 
 
-def _member(topic: str, partition: int) -> str:
-    return f"{topic}\0{partition}"  # topic names have no NUL
-
-
-def _split(raw: bytes) -> TopicPartition:
-    topic, _, partition = raw.decode().rpartition("\0")
-    return topic, int(partition)
-
-
-class ShareStore(GroupRecords):
-    """Share groups (``ks:group:{G}:share``) and their share-partitions; the lock,
-    heartbeats and configs are the group id's (``GroupRecords``)."""
+class ShareStore(GroupStates[ShareGroup]):
+    """Share groups (``ks:group:{G}:share``, ``GroupStates``) and their share-partitions;
+    the lock, heartbeats and configs are the group id's (``GroupRecords``)."""
 
     def __init__(self, redis: Redis, keys: Keys) -> None:
-        super().__init__(redis, keys)
+        super().__init__(redis, keys, ":share", keys.share_groups_active, ShareGroup.unpack)
         # Calls go through the client's shared pipelined connection where it has one, as
         # the log's scripts do (kafkaesque/hot/scripts.py).
         pipelines = getattr(redis, "PIPELINES_SCRIPTS", False)
@@ -110,56 +101,13 @@ class ShareStore(GroupRecords):
     share_release: Script
 
     # -- the group ----------------------------------------------------------------------
-    async def load(self, group_id: str) -> ShareGroup | None:
-        raw = cast("bytes | None", await self.redis.get(self.keys.group(group_id, ":share")))
-        return None if raw is None else ShareGroup.unpack(raw)
-
-    async def load_many(self, group_ids: list[str]) -> dict[str, ShareGroup]:
-        """Of ``group_ids``, the share groups there are."""
-        if not group_ids:
-            return {}
-        keys = [self.keys.group(g, ":share") for g in group_ids]
-        mget = self.redis.mget_nonatomic if self.keys.cluster else self.redis.mget  # type: ignore[attr-defined]
-        raws = await mget(keys)
-        return {g: ShareGroup.unpack(raw) for g, raw in zip(group_ids, raws, strict=True) if raw}
-
-    async def save(self, group: ShareGroup, heartbeat: tuple[str, int] | None = None) -> None:
-        """The group, listed, with ``heartbeat`` (member id, ms) in the same MULTI."""
-        gid, k = group.group_id, self.keys
-
-        def beat(pipe: Any) -> None:
-            if heartbeat is not None:
-                pipe.hset(k.group(gid, ":heartbeats"), *heartbeat)
-
-        await save_group(
-            self.redis,
-            k,
-            gid,
-            (k.group(gid, ":share"), group.pack()),
-            k.share_groups_active,
-            bool(group.members),
-            more=beat,
-        )
-
-    async def active(self) -> list[tuple[str, ShareGroup | None, dict[str, int], dict[str, str]]]:
-        """Every share group listed active, with its heartbeats and configs."""
-        return [
-            (g, None if raw is None else ShareGroup.unpack(raw), beats, configs)
-            for g, raw, beats, configs in await self.listed_records(
-                self.keys.share_groups_active, ":share", with_configs=True
-            )
-        ]
-
     async def exists_group(self, group_id: str) -> bool:
-        return bool(await self.redis.exists(self.keys.group(group_id, ":share")))
+        return bool(await self.redis.exists(self.state_key(group_id)))
 
     async def other_kind(self, group_id: str) -> bool:
         """Whether a classic or consumer group has this id."""
         k = self.keys
         return bool(await self.redis.exists(k.group(group_id), k.group(group_id, ":consumer")))
-
-    async def unlist(self, group_id: str) -> None:
-        await self.redis.srem(self.keys.share_groups_active, group_id)
 
     async def delete(self, group_id: str) -> None:
         """Delete the group and every share-partition of it (DeleteGroups); under its lock."""
@@ -168,7 +116,7 @@ class ShareStore(GroupRecords):
         names = [name for tp in tps for name in k.share_partition(group_id, *tp)]
         pipe = self.redis.pipeline(transaction=True)
         pipe.delete(
-            k.group(group_id, ":share"),
+            self.state_key(group_id),
             k.group(group_id, ":sp"),
             k.group(group_id, ":heartbeats"),
             *names,
@@ -185,7 +133,7 @@ class ShareStore(GroupRecords):
     async def partitions(self, group_id: str) -> list[TopicPartition]:
         """The group's share-partitions with state, sorted."""
         raw = cast("set[bytes]", await self.redis.smembers(self.keys.group(group_id, ":sp")))
-        return sorted(_split(m) for m in raw)
+        return sorted(field_partition(m) for m in raw)
 
     def _keys(self, group_id: str, topic: str, partition: int) -> list[str]:
         return list(self.keys.share_partition(group_id, topic, partition))
@@ -205,7 +153,7 @@ class ShareStore(GroupRecords):
         released, and where to read next."""
         keys = [*self._keys(group_id, *tp), self.keys.group(group_id, ":sp")]
         reply = await self.share_prepare(
-            keys, [now_ms, max_delivery, max_locks, init, log_start, log_end, _member(*tp)]
+            keys, [now_ms, max_delivery, max_locks, init, log_start, log_end, partition_field(*tp)]
         )
         return Prepared(*(int(v) for v in reply))
 
@@ -305,7 +253,7 @@ class ShareStore(GroupRecords):
         pipe = self.redis.pipeline(transaction=True)
         pipe.delete(records, locks)
         pipe.hset(state, mapping={"spso": offset, "speo": offset, "avail": 0, "acq": 0})
-        pipe.sadd(self.keys.group(group_id, ":sp"), _member(*tp))
+        pipe.sadd(self.keys.group(group_id, ":sp"), partition_field(*tp))
         await pipe.execute()
 
     async def forget(self, group_id: str, tps: Iterable[TopicPartition]) -> None:
@@ -313,7 +261,7 @@ class ShareStore(GroupRecords):
         pipe = self.redis.pipeline(transaction=True)
         for tp in tps:
             pipe.delete(*self._keys(group_id, *tp))
-            pipe.srem(self.keys.group(group_id, ":sp"), _member(*tp))
+            pipe.srem(self.keys.group(group_id, ":sp"), partition_field(*tp))
         await pipe.execute()
 
     # -- the archive's side -----------------------------------------------------------------
@@ -386,6 +334,6 @@ class ShareStore(GroupRecords):
                 pipe.hset(state_key, mapping=numbers)  # type: ignore[arg-type]
                 if records:
                     pipe.hset(records_key, mapping=records)  # type: ignore[arg-type]
-                pipe.sadd(self.keys.group(group_id, ":sp"), _member(*tp))
+                pipe.sadd(self.keys.group(group_id, ":sp"), partition_field(*tp))
                 await pipe.execute()
         return past_end
