@@ -35,51 +35,52 @@ PARTITION = {
 }
 
 
+class _PartitionKey:
+    """A partition's key named by its attribute: the partition's prefix, then the name (a
+    suffix of PARTITION)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.suffix = name
+
+    def __get__(self, keys: PartitionKeys, owner: type | None = None) -> str:
+        return keys.prefix + self.suffix
+
+
+class _CatalogKey:
+    """A cluster-wide key: the catalog prefix, then ``suffix``. ``where`` says which layout
+    holds it ("cluster" or "single": only that one; "channel": a pub/sub channel, never a
+    key), for ``Keys.patterns``."""
+
+    def __init__(self, suffix: str, where: str = "both") -> None:
+        self.suffix = suffix
+        self.where = where
+
+    def __get__(self, keys: Keys, owner: type | None = None) -> str:
+        return keys.catalog + self.suffix
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionKeys:
     """One partition's keys: its prefix (hash tag included) and the suffixes of PARTITION."""
 
     prefix: str
 
-    @property
-    def meta(self) -> str:
-        return self.prefix + "meta"
+    meta = _PartitionKey()
+    index = _PartitionKey()
+    stats = _PartitionKey()
+    producers = _PartitionKey()
+    producers_seen = _PartitionKey()
+    epochs = _PartitionKey()
 
-    @property
-    def index(self) -> str:
-        return self.prefix + "index"
+    # Open transactions: producer id -> the offset of its first transactional record.
+    txn_open = _PartitionKey()
 
-    @property
-    def stats(self) -> str:
-        return self.prefix + "stats"
+    # Aborted transactions, "pid:first:last" scored by last (the ABORT marker's) offset.
+    txn_aborted = _PartitionKey()
 
-    @property
-    def producers(self) -> str:
-        return self.prefix + "producers"
-
-    @property
-    def producers_seen(self) -> str:
-        return self.prefix + "producers_seen"
-
-    @property
-    def epochs(self) -> str:
-        return self.prefix + "epochs"
-
-    @property
-    def txn_open(self) -> str:
-        """Open transactions: producer id -> the offset of its first transactional record."""
-        return self.prefix + "txn_open"
-
-    @property
-    def txn_aborted(self) -> str:
-        """Aborted transactions, "pid:first:last" scored by last (the ABORT marker's) offset."""
-        return self.prefix + "txn_aborted"
-
-    @property
-    def txn_ended(self) -> str:
-        """Ended transactions: producer id -> the serial number of its last transaction
-        whose marker is written here; a late batch of it is refused."""
-        return self.prefix + "txn_ended"
+    # Ended transactions: producer id -> the serial number of its last transaction
+    # whose marker is written here; a late batch of it is refused.
+    txn_ended = _PartitionKey()
 
     def page(self, number: int) -> str:
         return f"{self.prefix}page:{number}"
@@ -112,45 +113,26 @@ class Keys:
         return cls(ns, is_cluster(client))
 
     # -- cluster-wide ---------------------------------------------------------------
-    @property
-    def topics(self) -> str:
-        return f"{self.catalog}topics"
+    topics = _CatalogKey("topics")
 
     def topic(self, name: str) -> str:
         return f"{self.catalog}topic:{name}"
 
-    @property
-    def gseq(self) -> str:
-        return f"{self.catalog}gseq"
+    gseq = _CatalogKey("gseq", "single")
+    producer_ids = _CatalogKey("producer_ids")
 
-    @property
-    def producer_ids(self) -> str:
-        return f"{self.catalog}producer_ids"
+    # Present while Redis holds its data: a flush or a restart without persistence
+    # removes it, and appends then wait for recovery from the archive.
+    incarnation = _CatalogKey("incarnation")
+    archiving = _CatalogKey("archiving")
+    cluster_id = _CatalogKey("cluster_id")
 
-    @property
-    def incarnation(self) -> str:
-        """Present while Redis holds its data: a flush or a restart without persistence
-        removes it, and appends then wait for recovery from the archive."""
-        return f"{self.catalog}incarnation"
+    # The broker's topic config defaults (``serve --config``), msgpack.
+    topic_defaults = _CatalogKey("topic_defaults")
 
-    @property
-    def archiving(self) -> str:
-        return f"{self.catalog}archiving"
-
-    @property
-    def cluster_id(self) -> str:
-        return f"{self.catalog}cluster_id"
-
-    @property
-    def topic_defaults(self) -> str:
-        """The broker's topic config defaults (``serve --config``), msgpack."""
-        return f"{self.catalog}topic_defaults"
-
-    @property
-    def broker_configs(self) -> str:
-        """Hash: dynamic broker configs (AlterConfigs on a BROKER resource): field "" (the
-        cluster-wide default) or a node id -> msgpack map of config name -> value."""
-        return f"{self.catalog}broker_configs"
+    # Hash: dynamic broker configs (AlterConfigs on a BROKER resource): field "" (the
+    # cluster-wide default) or a node id -> msgpack map of config name -> value.
+    broker_configs = _CatalogKey("broker_configs")
 
     def appended(self, topic: str) -> str:
         """Pub/sub channel: the appended partition's new log end after every append."""
@@ -162,21 +144,15 @@ class Keys:
         slot as the partitions it holds (kafkaesque/hot/slots.py)."""
         return f"{self.ns}:{{{slots.tag(slot)}}}:slot"
 
-    @property
-    def sequence_floor(self) -> str:
-        """The catalog's sequence floor: every new partition's slot counter starts above it."""
-        return f"{self.catalog}sequence_floor"
+    # The catalog's sequence floor: every new partition's slot counter starts above it.
+    sequence_floor = _CatalogKey("sequence_floor", "cluster")
 
-    @property
-    def steps(self) -> str:
-        """Sorted set: the markers below (their key names) of operations done in steps on
-        a cluster, by when they started (ms): what the sweep finishes."""
-        return f"{self.catalog}steps"
+    # Sorted set: the markers below (their key names) of operations done in steps on
+    # a cluster, by when they started (ms): what the sweep finishes.
+    steps = _CatalogKey("steps", "cluster")
 
-    @property
-    def config_versions(self) -> str:
-        """Hash: topic -> its config's version, which each partition records (a cluster)."""
-        return f"{self.catalog}config_versions"
+    # Hash: topic -> its config's version, which each partition records (a cluster).
+    config_versions = _CatalogKey("config_versions", "cluster")
 
     def creating(self, topic: str) -> str:
         """Present while a topic's partitions are being created, one step each."""
@@ -196,19 +172,13 @@ class Keys:
         return PartitionKeys(f"{self.ns}:{{{topic}:{partition}}}:")
 
     # -- consumer groups ----------------------------------------------------------------
-    @property
-    def groups(self) -> str:
-        return f"{self.catalog}groups"
+    groups = _CatalogKey("groups")
 
-    @property
-    def groups_active(self) -> str:
-        """The groups with members: the only ones the periodic expiry tick visits."""
-        return f"{self.catalog}groups:active"
+    # The groups with members: the only ones the periodic expiry tick visits.
+    groups_active = _CatalogKey("groups:active")
 
-    @property
-    def consumer_groups_active(self) -> str:
-        """The consumer-protocol (KIP-848) groups with members, for the expiry tick."""
-        return f"{self.catalog}groups:consumer"
+    # The consumer-protocol (KIP-848) groups with members, for the expiry tick.
+    consumer_groups_active = _CatalogKey("groups:consumer")
 
     def group(self, group_id: str, part: str = "") -> str:
         """A group's state (``part`` ""), or its ":heartbeats", ":offsets", ":lock", or
@@ -221,10 +191,8 @@ class Keys:
         return self.group(group_id, ":configs")
 
     # -- share groups (KIP-932) ---------------------------------------------------------
-    @property
-    def share_groups_active(self) -> str:
-        """The share groups with members, for the expiry tick."""
-        return f"{self.catalog}groups:share"
+    # The share groups with members, for the expiry tick.
+    share_groups_active = _CatalogKey("groups:share")
 
     def share_partition(self, group_id: str, topic: str, partition: int) -> tuple[str, str, str]:
         """A share-partition's keys, in the group's slot: its state hash (``spso``,
@@ -238,39 +206,27 @@ class Keys:
         return f"{self.ns}:groupevents:{group_id}"
 
     # -- client quotas -------------------------------------------------------------------
-    @property
-    def quotas(self) -> str:
-        """Every client quota: field JSON ``[key, [[type, name], ...]]`` -> the value."""
-        return f"{self.catalog}quotas"
+    # Every client quota: field JSON ``[key, [[type, name], ...]]`` -> the value.
+    quotas = _CatalogKey("quotas")
 
-    @property
-    def quotas_version(self) -> str:
-        """Grows with every quota change: brokers re-read ``quotas`` when it moved."""
-        return f"{self.catalog}quotas:version"
+    # Grows with every quota change: brokers re-read ``quotas`` when it moved.
+    quotas_version = _CatalogKey("quotas:version")
 
     # -- ACLs ----------------------------------------------------------------------------
-    @property
-    def acls(self) -> str:
-        """Every ACL binding: field JSON ``[resource type, name, pattern type, principal,
-        host, operation, permission]`` -> ``1``."""
-        return f"{self.catalog}acls"
+    # Every ACL binding: field JSON ``[resource type, name, pattern type, principal,
+    # host, operation, permission]`` -> ``1``.
+    acls = _CatalogKey("acls")
 
-    @property
-    def acls_version(self) -> str:
-        """Grows with every ACL change: brokers re-read ``acls`` when it moved."""
-        return f"{self.catalog}acls:version"
+    # Grows with every ACL change: brokers re-read ``acls`` when it moved.
+    acls_version = _CatalogKey("acls:version")
 
     # -- transactions ---------------------------------------------------------------------
-    @property
-    def transactions(self) -> str:
-        """Every transactional id the coordinator knows."""
-        return f"{self.catalog}txns"
+    # Every transactional id the coordinator knows.
+    transactions = _CatalogKey("txns")
 
-    @property
-    def transactions_due(self) -> str:
-        """Sorted set: transactional id by when the coordinator must act on its own (an
-        open transaction's timeout; a prepared one's markers, at once)."""
-        return f"{self.catalog}txns:due"
+    # Sorted set: transactional id by when the coordinator must act on its own (an
+    # open transaction's timeout; a prepared one's markers, at once).
+    transactions_due = _CatalogKey("txns:due")
 
     def transaction(self, transactional_id: str, part: str = "") -> str:
         """A transactional id's state (hash; ``part`` "") or its ":lock"."""
@@ -281,48 +237,32 @@ class Keys:
         return self.group(group_id, ":txnoffsets")
 
     # -- SCRAM users ---------------------------------------------------------------------
-    @property
-    def scram_credentials(self) -> str:
-        """Every SCRAM credential: field "MECHANISM:user" -> "iterations salt stored_key
-        server_key" (base64); never a password."""
-        return f"{self.catalog}scram"
+    # Every SCRAM credential: field "MECHANISM:user" -> "iterations salt stored_key
+    # server_key" (base64); never a password.
+    scram_credentials = _CatalogKey("scram")
 
-    @property
-    def primary_replid(self) -> str:
-        """The replication id of the primary the partitions' epochs were last brought to
-        (kafkaesque.hot.failover: a Sentinel failover changes it)."""
-        return f"{self.catalog}primary_replid"
+    # The replication id of the primary the partitions' epochs were last brought to
+    # (kafkaesque.hot.failover: a Sentinel failover changes it).
+    primary_replid = _CatalogKey("primary_replid")
 
     # -- brokers -------------------------------------------------------------------------
-    @property
-    def brokers(self) -> str:
-        """Every registered broker: node id -> "token\\naddress\\n" + its msgpack entry."""
-        return f"{self.catalog}brokers"
+    # Every registered broker: node id -> "token\naddress\n" + its msgpack entry.
+    brokers = _CatalogKey("brokers")
 
-    @property
-    def brokers_alive(self) -> str:
-        """Sorted set: registered node id by its session deadline (ms, Redis' clock)."""
-        return f"{self.catalog}brokers:alive"
+    # Sorted set: registered node id by its session deadline (ms, Redis' clock).
+    brokers_alive = _CatalogKey("brokers:alive")
 
-    @property
-    def membership(self) -> str:
-        """Grows with every broker that joins, leaves or expires."""
-        return f"{self.catalog}brokers:membership"
+    # Grows with every broker that joins, leaves or expires.
+    membership = _CatalogKey("brokers:membership")
 
-    @property
-    def brokers_sequence(self) -> str:
-        """The highest record sequence number a broker reported (its appends' floor)."""
-        return f"{self.catalog}brokers:sequence"
+    # The highest record sequence number a broker reported (its appends' floor).
+    brokers_sequence = _CatalogKey("brokers:sequence")
 
-    @property
-    def next_node_id(self) -> str:
-        """The last node id assigned to a broker started without one."""
-        return f"{self.catalog}brokers:next_node_id"
+    # The last node id assigned to a broker started without one.
+    next_node_id = _CatalogKey("brokers:next_node_id")
 
-    @property
-    def membership_channel(self) -> str:
-        """Pub/sub channel: the brokers or the partitions' leaders changed."""
-        return f"{self.catalog}brokers:changed"
+    # Pub/sub channel: the brokers or the partitions' leaders changed.
+    membership_channel = _CatalogKey("brokers:changed", "channel")
 
     # -- the layout, for checking --------------------------------------------------------
     def patterns(self) -> dict[str, re.Pattern[str]]:
@@ -332,43 +272,18 @@ class Keys:
         catalog = re.escape(self.catalog)
         suffix = "|".join(re.escape(s).replace("N", r"\d+") for s in PARTITION)
         cluster_wide = {
-            "topics": "topics",
-            "topic": r"topic:.+",
-            "producer_ids": "producer_ids",
-            "incarnation": "incarnation",
-            "archiving": "archiving",
-            "cluster_id": "cluster_id",
-            "topic_defaults": "topic_defaults",
-            "broker_configs": "broker_configs",
-            "groups": "groups",
-            "groups_active": r"groups:active",
-            "consumer_groups_active": r"groups:consumer",
-            "share_groups_active": r"groups:share",
-            "quotas": "quotas",
-            "quotas_version": r"quotas:version",
-            "acls": "acls",
-            "acls_version": r"acls:version",
-            "transactions": "txns",
-            "transactions_due": r"txns:due",
-            "scram_credentials": "scram",
-            "brokers": "brokers",
-            "brokers_alive": r"brokers:alive",
-            "membership": r"brokers:membership",
-            "brokers_sequence": r"brokers:sequence",
-            "next_node_id": r"brokers:next_node_id",
-            "primary_replid": "primary_replid",
+            name: re.escape(key.suffix)
+            for name, key in vars(Keys).items()
+            if isinstance(key, _CatalogKey)
+            and key.where in ("both", "cluster" if self.cluster else "single")
         }
+        cluster_wide["topic"] = r"topic:.+"
         if self.cluster:
             cluster_wide |= {
-                "sequence_floor": "sequence_floor",
-                "steps": "steps",
-                "config_versions": "config_versions",
                 "creating": r"creating:.+",
                 "configuring": r"configuring:.+",
                 "deleting": r"deleting:.+",
             }
-        else:
-            cluster_wide["gseq"] = "gseq"
         tagged = {
             "partition": rf"\{{.+:\d+\}}:(?:{suffix})",
             "group": r"group:\{.*\}(?::heartbeats|:offsets|:lock|:consumer|:txnoffsets|:configs"
