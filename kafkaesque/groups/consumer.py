@@ -19,7 +19,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from kafkaesque.clock import SYSTEM, Clock
-from kafkaesque.errors import Code, UnknownTopic
+from kafkaesque.errors import Code
 from kafkaesque.groups import topic_regex
 from kafkaesque.groups.assignors import ASSIGNORS
 from kafkaesque.groups.consumer_state import (
@@ -32,15 +32,11 @@ from kafkaesque.groups.consumer_state import (
     HeartbeatResult,
     new_member_id,
 )
-from kafkaesque.groups.types import ExpiryTimers
+from kafkaesque.groups.heartbeat_groups import TOPIC_REFRESH_MS, HeartbeatGroups, topic_entries
 from kafkaesque.hot.consumer_group_store import ConsumerGroupStore
 
 if TYPE_CHECKING:
     from kafkaesque.hot.log import Log
-
-# How often a heartbeat re-reads the subscribed topics (new topics matching a regex, new
-# partitions) when nothing else made it: Kafka's metadata refresh, roughly.
-TOPIC_REFRESH_MS = 1000
 
 
 def validate(hb: Heartbeat, version: int) -> None:
@@ -79,20 +75,17 @@ def check_regex(regex: str) -> None:
         raise HeartbeatRefused(Code.INVALID_REGULAR_EXPRESSION, f"invalid regex {regex!r}: {why}")
 
 
-class ConsumerGroupCoordinator:
+class ConsumerGroupCoordinator(HeartbeatGroups[ConsumerGroup, ConsumerGroupConfig]):
     """ConsumerGroupHeartbeat and ConsumerGroupDescribe over Redis."""
+
+    store: ConsumerGroupStore
 
     def __init__(
         self, log: Log, config: ConsumerGroupConfig | None = None, clock: Clock = SYSTEM
     ) -> None:
-        self.log = log
-        self.clock = clock  # members' sessions are on it
-        self.store = ConsumerGroupStore.of(log)
-        self.config = config or ConsumerGroupConfig()
-        self.timers = ExpiryTimers("consumer group expiry", clock)
-
-    async def load(self, group_id: str) -> ConsumerGroup | None:
-        return await self.store.load(group_id)
+        store = ConsumerGroupStore.of(log)
+        config = config or ConsumerGroupConfig()
+        super().__init__(log, store, config, clock, "consumer group expiry")
 
     async def _save(self, group: ConsumerGroup, heartbeat: str | None = None) -> None:
         """Save the group, with the ``heartbeat`` of that member if it is still one."""
@@ -124,7 +117,7 @@ class ConsumerGroupCoordinator:
             if hb.epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
                 group.leave(hb.member_id, hb.epoch)
                 await self._save(group)
-                self._arm(group_id, group.next_expiry(await self._heartbeats(group_id), config))
+                self._arm(group, await self.store.heartbeats(group_id), config)
                 return HeartbeatResult(hb.member_id, hb.epoch, None, heartbeat_interval_ms=interval)
             epoch = group.epoch
             member, joined = group.update_member(hb)
@@ -153,23 +146,13 @@ class ConsumerGroupCoordinator:
     async def _topics(self, group: ConsumerGroup) -> dict[str, list]:
         """The subscribed topics' [topic id, partition count] from the log."""
         every = await self.log.list_topics() if group.has_regex() else None
-        out: dict[str, list] = {}
-        for name in sorted(group.wanted_topics(every)):
-            try:
-                config = await self.log.topic(name)
-            except UnknownTopic:
-                continue
-            out[name] = [config.topic_id, config.partitions]
-        return out
+        return await topic_entries(self.log, group.wanted_topics(every))
 
-    # -- expiry ---------------------------------------------------------------------------
-    async def group_config(self, group_id: str) -> ConsumerGroupConfig:
-        """The broker's config with the group's own (consumer.session.timeout.ms,
-        consumer.heartbeat.interval.ms: its dynamic group configs)."""
-        return self.config.for_group(await self.store.configs(group_id))
-
-    async def _heartbeats(self, group_id: str) -> dict[str, int]:
-        return await self.store.heartbeats(group_id)
+    # -- expiry (consumer.session.timeout.ms, revocation deadlines) -------------------------
+    def _next_expiry(
+        self, group: ConsumerGroup, heartbeats: dict[str, int], config: ConsumerGroupConfig
+    ) -> int | None:
+        return group.next_expiry(heartbeats, config)
 
     async def _expire(self, group_id: str) -> ConsumerGroup | None:
         """Remove the members whose session expired or that did not revoke in time; under
@@ -178,13 +161,13 @@ class ConsumerGroupCoordinator:
         if group is None:
             await self.store.unlist(group_id)
             return None
-        heartbeats = await self._heartbeats(group_id)
+        heartbeats = await self.store.heartbeats(group_id)
         config = await self.group_config(group_id)
         gone = group.expire(heartbeats, self.clock.now_ms(), config)
         if gone:
             await self.store.forget_heartbeats(group_id, gone)
             await self._save(group)
-        self._arm(group_id, group.next_expiry(heartbeats, config))
+        self._arm(group, heartbeats, config)
         return group
 
     async def tick(self, group_id: str) -> None:
@@ -192,38 +175,7 @@ class ConsumerGroupCoordinator:
         async with self.store.lock(group_id):
             await self._expire(group_id)
 
-    async def tick_all(self) -> None:
-        """Tick the consumer groups with members (``Broker._expire_members``, every 0.5 s):
-        one round trip reads them all, and only a group with a member due is locked and
-        changed; the others get a timer for their next expiry, so a session ends on the
-        millisecond, as Kafka's timers end it, not at the next tick."""
-        active = await self.store.active()
-        now = self.clock.now_ms()
-        for group_id, group, heartbeats, configs in active:
-            if group is None:
-                await self.tick(group_id)  # unlists it
-                continue
-            due = group.next_expiry(heartbeats, self.config.for_group(configs))
-            if due is not None and due <= now:
-                await self.tick(group_id)
-            else:
-                self._arm(group_id, due)
-
-    def _arm(self, group_id: str, due: int | None) -> None:
-        """A timer that ticks the group when its next member is due (ms), if that comes
-        before the next periodic tick would; the earliest timer per group wins."""
-        self.timers.arm(group_id, due, self.tick)
-
-    def close(self) -> None:
-        """Stop the expiry timers (the broker is stopping)."""
-        self.timers.close()
-
     # -- for the classic group APIs ----------------------------------------------------------
-    async def listing(self, group_ids: list[str]) -> dict[str, str]:
-        """Of ``group_ids``, the consumer groups and their states (for ListGroups)."""
-        found = await self.store.load_many(group_ids)
-        return {g: group.state for g, group in found.items()}
-
     async def delete(self, group_id: str) -> Code | None:
         """DeleteGroups of a consumer group (None: it is none): refused with members."""
         async with self.store.lock(group_id):

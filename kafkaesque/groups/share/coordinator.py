@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from kafkaesque.clock import SYSTEM, Clock
-from kafkaesque.errors import UnknownTopic
+from kafkaesque.groups.heartbeat_groups import TOPIC_REFRESH_MS, HeartbeatGroups, topic_entries
 from kafkaesque.groups.share.config import ShareGroupConfig
 from kafkaesque.groups.share.state import (
     JOIN_EPOCH,
@@ -25,15 +25,11 @@ from kafkaesque.groups.share.state import (
     ShareHeartbeatResult,
     ShareRefused,
 )
-from kafkaesque.groups.types import ExpiryTimers
 from kafkaesque.hot.share_store import PartitionState, ShareStore
 from kafkaesque.types import TopicPartition
 
 if TYPE_CHECKING:
     from kafkaesque.hot.log import Log
-
-# How often a heartbeat re-reads the subscribed topics when nothing else made it.
-TOPIC_REFRESH_MS = 1000
 
 
 def validate(group_id: str, hb: ShareHeartbeat) -> None:
@@ -55,28 +51,20 @@ def validate(group_id: str, hb: ShareHeartbeat) -> None:
         raise invalid("MemberEpoch is invalid.")
 
 
-class ShareGroupCoordinator:
-    """Share groups over Redis; ``on_release`` is told when records go back to a group
-    (so waiting share fetches look again)."""
+class ShareGroupCoordinator(HeartbeatGroups[ShareGroup, ShareGroupConfig]):
+    """Share groups over Redis; ``on_departure`` is told when a member is gone (so its
+    share sessions go)."""
+
+    store: ShareStore
 
     def __init__(
         self, log: Log, config: ShareGroupConfig | None = None, clock: Clock = SYSTEM
     ) -> None:
-        self.log = log
-        self.clock = clock
-        self.config = config or ShareGroupConfig()
-        self.store: ShareStore = log.stores.share
-        self.timers = ExpiryTimers("share group expiry", clock)
+        config = config or ShareGroupConfig()
+        super().__init__(log, log.stores.share, config, clock, "share group expiry")
         # Told of each member gone (left or expired), after its records were released:
         # the share fetcher drops its share sessions.
         self.on_departure: Callable[[str, str], None] | None = None
-
-    async def group_config(self, group_id: str) -> ShareGroupConfig:
-        """The broker's share config with the group's own share.* configs."""
-        return self.config.for_group(await self.store.configs(group_id))
-
-    async def load(self, group_id: str) -> ShareGroup | None:
-        return await self.store.load(group_id)
 
     async def exists(self, group_id: str) -> bool:
         """Whether a share group has this id (a classic or consumer group cannot take it)."""
@@ -128,14 +116,7 @@ class ShareGroupCoordinator:
 
     async def _topics(self, group: ShareGroup) -> dict[str, list]:
         """The subscribed topics' [topic id, partition count], those that exist."""
-        out: dict[str, list] = {}
-        for name in sorted(group.subscribed()):
-            try:
-                config = await self.log.topic(name)
-            except UnknownTopic:
-                continue
-            out[name] = [config.topic_id, config.partitions]
-        return out
+        return await topic_entries(self.log, group.subscribed())
 
     async def release(self, group_id: str, member_id: str, config: ShareGroupConfig) -> int:
         """A departed member's acquired records go back to the group."""
@@ -163,32 +144,12 @@ class ShareGroupCoordinator:
                     await self.release(group_id, member_id, config)
             self._arm(group, heartbeats, config)
 
-    async def tick_all(self) -> None:
-        """Tick the share groups with members (``Broker._expire_members``, every 0.5 s);
-        only a group with a member due is locked, the others get a timer."""
-        now = self.clock.now_ms()
-        for group_id, group, heartbeats, configs in await self.store.active():
-            if group is None:
-                await self.tick(group_id)
-                continue
-            due = group.next_expiry(heartbeats, self.config.for_group(configs).session_timeout_ms)
-            if due is not None and due <= now:
-                await self.tick(group_id)
-            else:
-                self.timers.arm(group_id, due, self.tick)
-
-    def _arm(self, group: ShareGroup, heartbeats: dict[str, int], config: ShareGroupConfig) -> None:
-        due = group.next_expiry(heartbeats, config.session_timeout_ms)
-        self.timers.arm(group.group_id, due, self.tick)
-
-    def close(self) -> None:
-        self.timers.close()
+    def _next_expiry(
+        self, group: ShareGroup, heartbeats: dict[str, int], config: ShareGroupConfig
+    ) -> int | None:
+        return group.next_expiry(heartbeats, config.session_timeout_ms)
 
     # -- the classic group APIs and the admin ones -------------------------------------------
-    async def listing(self, group_ids: list[str]) -> dict[str, str]:
-        """Of ``group_ids``, the share groups and their states (ListGroups)."""
-        return {g: group.state for g, group in (await self.store.load_many(group_ids)).items()}
-
     async def delete(self, group_id: str) -> ShareCode | None:
         """DeleteGroups of a share group (None: it is none): refused with members."""
         async with self.store.lock(group_id):
