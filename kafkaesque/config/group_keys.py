@@ -46,85 +46,85 @@ def _share_reset(value: object) -> str | None:
     )
 
 
+def _bounded(
+    name: str,
+    default: int,
+    least: int,
+    low: int | None,
+    high: int,
+    doc: str = "",
+    enforced: bool = True,
+) -> GroupKey:
+    """An int group config whose broker synonym is "group." + ``name`` and whose bounds
+    are the broker's group.KIND.min./max. configs of the rest of the name (Kafka's
+    defaults ``low``, ``high``; ``low`` None: no minimum)."""
+    kind, rest = name.split(".", 1)
+    minimum = None if low is None else (f"group.{kind}.min.{rest}", low)
+    maximum = (f"group.{kind}.max.{rest}", high)
+    broker = f"group.{name}"
+    return GroupKey(
+        name, Kind.INT, str(default), at_least(least), broker, minimum, maximum, enforced, doc
+    )
+
+
 GROUP_CONFIGS: dict[str, GroupKey] = {
     k.name: k
     for k in (
-        GroupKey(
+        _bounded(
             "consumer.session.timeout.ms",
-            Kind.INT,
-            "45000",
-            at_least(1),
-            "group.consumer.session.timeout.ms",
-            ("group.consumer.min.session.timeout.ms", 45000),
-            ("group.consumer.max.session.timeout.ms", 60000),
-            True,
+            45000,
+            1,
+            45000,
+            60000,
             "a consumer-protocol member without heartbeats this long is removed",
         ),
-        GroupKey(
+        _bounded(
             "consumer.heartbeat.interval.ms",
-            Kind.INT,
-            "5000",
-            at_least(1),
-            "group.consumer.heartbeat.interval.ms",
-            ("group.consumer.min.heartbeat.interval.ms", 5000),
-            ("group.consumer.max.heartbeat.interval.ms", 15000),
-            True,
+            5000,
+            1,
+            5000,
+            15000,
             "how often consumer-protocol members are told to heartbeat",
         ),
-        GroupKey(
+        _bounded(
             "share.session.timeout.ms",
-            Kind.INT,
-            "45000",
-            at_least(1),
-            "group.share.session.timeout.ms",
-            ("group.share.min.session.timeout.ms", 45000),
-            ("group.share.max.session.timeout.ms", 60000),
-            enforced=True,
-            doc="a share group member without heartbeats this long is removed",
+            45000,
+            1,
+            45000,
+            60000,
+            "a share group member without heartbeats this long is removed",
         ),
-        GroupKey(
+        _bounded(
             "share.heartbeat.interval.ms",
-            Kind.INT,
-            "5000",
-            at_least(1),
-            "group.share.heartbeat.interval.ms",
-            ("group.share.min.heartbeat.interval.ms", 5000),
-            ("group.share.max.heartbeat.interval.ms", 15000),
-            enforced=True,
-            doc="how often share group members are told to heartbeat",
+            5000,
+            1,
+            5000,
+            15000,
+            "how often share group members are told to heartbeat",
         ),
-        GroupKey(
+        _bounded(
             "share.record.lock.duration.ms",
-            Kind.INT,
-            "30000",
-            at_least(1000),
-            "group.share.record.lock.duration.ms",
-            ("group.share.min.record.lock.duration.ms", 15000),
-            ("group.share.max.record.lock.duration.ms", 60000),
-            enforced=True,
-            doc="how long a member holds a record it acquired before it is delivered again",
+            30000,
+            1000,
+            15000,
+            60000,
+            "how long a member holds a record it acquired before it is delivered again",
         ),
-        GroupKey(
+        _bounded(
             "share.delivery.count.limit",
-            Kind.INT,
-            "5",
-            at_least(2),
-            "group.share.delivery.count.limit",
-            ("group.share.min.delivery.count.limit", 2),
-            ("group.share.max.delivery.count.limit", 10),
-            enforced=True,
-            doc="deliveries of a record before it is archived",
+            5,
+            2,
+            2,
+            10,
+            "deliveries of a record before it is archived",
         ),
-        GroupKey(
+        _bounded(
             "share.partition.max.record.locks",
-            Kind.INT,
-            "2000",
-            at_least(100),
-            "group.share.partition.max.record.locks",
-            ("group.share.min.partition.max.record.locks", 100),
-            ("group.share.max.partition.max.record.locks", 10000),
-            enforced=True,
-            doc="records in flight per share-partition at most",
+            2000,
+            100,
+            100,
+            10000,
+            "records in flight per share-partition at most",
         ),
         GroupKey(
             "share.auto.offset.reset",
@@ -153,24 +153,8 @@ GROUP_CONFIGS: dict[str, GroupKey] = {
             enforced=True,
             doc="whether RENEW acknowledgements (ShareFetch/ShareAcknowledge v2) extend locks",
         ),
-        GroupKey(
-            "streams.session.timeout.ms",
-            Kind.INT,
-            "45000",
-            at_least(1),
-            "group.streams.session.timeout.ms",
-            ("group.streams.min.session.timeout.ms", 45000),
-            ("group.streams.max.session.timeout.ms", 60000),
-        ),
-        GroupKey(
-            "streams.heartbeat.interval.ms",
-            Kind.INT,
-            "5000",
-            at_least(1),
-            "group.streams.heartbeat.interval.ms",
-            ("group.streams.min.heartbeat.interval.ms", 5000),
-            ("group.streams.max.heartbeat.interval.ms", 15000),
-        ),
+        _bounded("streams.session.timeout.ms", 45000, 1, 45000, 60000, enforced=False),
+        _bounded("streams.heartbeat.interval.ms", 5000, 1, 5000, 15000, enforced=False),
         GroupKey(
             "streams.num.standby.replicas",
             Kind.INT,

@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 REFRESH_SECONDS = 0.5  # how stale a broker's copy of the bindings may be
 _CACHE_LIMIT = 65536  # remembered decisions; forgotten all at once beyond
+# A request to authorize: (principal, host, operation, resource type, resource name).
+_Request = tuple[str, str, Operation, ResourceType, str]
 # Kafka's implied operations: an ALLOW of any of these allows the key.
 _IMPLIED: dict[Operation, frozenset[Operation]] = {
     Operation.DESCRIBE: frozenset(
@@ -92,7 +94,7 @@ class Authorizer:
         self.refresh_seconds = refresh_seconds
         self.table = AclTable(())
         self._version: int | None = None
-        self._decisions: dict[tuple[str, str, Operation, ResourceType, str], bool] = {}
+        self._decisions: dict[_Request, bool] = {}
 
     async def refresh(self) -> None:
         """Re-read the bindings if their version moved since the last read."""
@@ -126,20 +128,14 @@ class Authorizer:
         key = (principal, host, operation, resource_type, name)
         decision = self._decisions.get(key)
         if decision is None:
-            decision = self._decide(principal, host, operation, resource_type, name)
+            decision = self._decide(key)
             if len(self._decisions) >= _CACHE_LIMIT:
                 self._decisions = {}
             self._decisions[key] = decision
         return decision
 
-    def _decide(
-        self,
-        principal: str,
-        host: str,
-        operation: Operation,
-        resource_type: ResourceType,
-        name: str,
-    ) -> bool:
+    def _decide(self, request: _Request) -> bool:
+        principal, host, operation, resource_type, name = request
         if principal in self.super_users:
             return True
         bindings = self.table.on(resource_type, name)
