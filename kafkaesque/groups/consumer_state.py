@@ -47,25 +47,30 @@ class MemberState(StrEnum):
     UNRELEASED = "unreleased_partitions"  # waits for other members to give partitions up
 
 
+def session_defaults(kind: str, session_ms: int, heartbeat_ms: int) -> dict[str, str]:
+    """A KIP-848 (``kind`` "consumer") or share group's session timeout and heartbeat
+    interval defaults and their bounds, as ``check_group_configs`` reads them. Kafka's
+    bounds (min session timeout 45 s, max 60 s; heartbeats 5-15 s) are widened to take in
+    this broker's own defaults, which may lie outside them here."""
+    return {
+        f"{kind}.session.timeout.ms": str(session_ms),
+        f"{kind}.heartbeat.interval.ms": str(heartbeat_ms),
+        f"group.{kind}.min.session.timeout.ms": str(min(45_000, session_ms)),
+        f"group.{kind}.max.session.timeout.ms": str(max(60_000, session_ms)),
+        f"group.{kind}.min.heartbeat.interval.ms": str(min(5_000, heartbeat_ms)),
+        f"group.{kind}.max.heartbeat.interval.ms": str(max(15_000, heartbeat_ms)),
+    }
+
+
 @dataclass(slots=True)
 class ConsumerGroupConfig:
     session_timeout_ms: int = 45_000  # Kafka's group.consumer.session.timeout.ms
     heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
 
     def group_defaults(self) -> dict[str, str]:
-        """The broker's defaults of the group configs and their bounds, as
-        ``group_config_keys.check_group_configs`` reads them. Kafka's bounds
-        (group.consumer.min.session.timeout.ms 45 s, max 60 s; heartbeats 5-15 s) are
-        widened to take in this broker's own defaults, which may lie outside them here."""
-        session, heartbeat = self.session_timeout_ms, self.heartbeat_interval_ms
-        return {
-            "consumer.session.timeout.ms": str(session),
-            "consumer.heartbeat.interval.ms": str(heartbeat),
-            "group.consumer.min.session.timeout.ms": str(min(45_000, session)),
-            "group.consumer.max.session.timeout.ms": str(max(60_000, session)),
-            "group.consumer.min.heartbeat.interval.ms": str(min(5_000, heartbeat)),
-            "group.consumer.max.heartbeat.interval.ms": str(max(15_000, heartbeat)),
-        }
+        """The broker's defaults of the group configs and their bounds
+        (``session_defaults``)."""
+        return session_defaults("consumer", self.session_timeout_ms, self.heartbeat_interval_ms)
 
     def for_group(self, configs: Mapping[str, str]) -> ConsumerGroupConfig:
         """This config with a group's own consumer.session.timeout.ms and

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from kafkaesque.groups.consumer_state import session_defaults
+
 
 @dataclass(slots=True)
 class ShareGroupConfig:
@@ -31,17 +33,11 @@ class ShareGroupConfig:
             self.delivery_count_limit,
             self.max_record_locks,
         )
-        session, heartbeat = self.session_timeout_ms, self.heartbeat_interval_ms
         return {
-            "share.session.timeout.ms": str(session),
-            "share.heartbeat.interval.ms": str(heartbeat),
+            **session_defaults("share", self.session_timeout_ms, self.heartbeat_interval_ms),
             "share.record.lock.duration.ms": str(lock),
             "share.delivery.count.limit": str(limit),
             "share.partition.max.record.locks": str(locks),
-            "group.share.min.session.timeout.ms": str(min(45_000, session)),
-            "group.share.max.session.timeout.ms": str(max(60_000, session)),
-            "group.share.min.heartbeat.interval.ms": str(min(5_000, heartbeat)),
-            "group.share.max.heartbeat.interval.ms": str(max(15_000, heartbeat)),
             "group.share.min.record.lock.duration.ms": str(min(15_000, lock)),
             "group.share.max.record.lock.duration.ms": str(max(60_000, lock)),
             "group.share.min.delivery.count.limit": str(min(2, limit)),
