@@ -44,16 +44,31 @@ from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 from wire.topic_configs import SOURCE_CODES, dynamic_broker_configs
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from typing_extensions import TypeIs
+
     from wire.protocol.kio_types import (
         AlterConfigsRequest,
+        AlterConfigsResource,
+        AlterConfigsResourceResponse,
         AlterConfigsResponse,
         DescribeConfigsRequest,
+        DescribeConfigsResource,
         DescribeConfigsResponse,
         IncrementalAlterConfigsRequest,
+        IncrementalAlterConfigsResource,
+        IncrementalAlterConfigsResourceResponse,
         IncrementalAlterConfigsResponse,
     )
 
+    # A resource of either alter API, and its answer.
+    AlterResource: TypeAlias = AlterConfigsResource | IncrementalAlterConfigsResource
+    AlterResult: TypeAlias = AlterConfigsResourceResponse | IncrementalAlterConfigsResourceResponse
+
 TOPIC_RESOURCE, BROKER_RESOURCE, GROUP_RESOURCE = 2, 4, 32
+INCREMENTAL_ALTER_CONFIGS = 44  # its api key
+ALTER_OPS = frozenset(op.value for op in AlterOp)  # IncrementalAlterConfigs' operations
 # The broker configs AlterConfigs may change (Kafka's DynamicLogConfig: the broker names
 # of the topic defaults); every other broker config is read-only here.
 DYNAMIC_BROKER_CONFIGS = frozenset(BROKER_SYNONYMS)
@@ -91,21 +106,28 @@ def _checked_broker_configs(settings: dict[str, str]) -> dict[str, str]:
     return checked
 
 
-def _broker_change(resource: Any, incremental: bool) -> Callable[[dict[str, str]], dict[str, str]]:
+def _incremental(resource: AlterResource) -> TypeIs[IncrementalAlterConfigsResource]:
+    """IncrementalAlterConfigs' resources say an operation per config; AlterConfigs'
+    replace them all."""
+    return resource.__api_key__ == INCREMENTAL_ALTER_CONFIGS
+
+
+def _broker_change(resource: AlterResource) -> Callable[[dict[str, str]], dict[str, str]]:
     """What an (Incremental)AlterConfigs resource does to a broker's dynamic configs."""
     names = [c.name for c in resource.configs]
     if len(set(names)) != len(names):
         raise InvalidRequest("Error due to duplicate config keys")
-    if not incremental:
+    if not _incremental(resource):
         nulls = [c.name for c in resource.configs if c.value is None]
         if nulls:
             raise InvalidRequest(f"Null value not supported for : {', '.join(nulls)}")
-        return lambda _: _checked_broker_configs({c.name: c.value for c in resource.configs})
+        given = {c.name: c.value for c in resource.configs if c.value is not None}  # all
+        return lambda _: _checked_broker_configs(given)
 
     def change(current: dict[str, str]) -> dict[str, str]:
         settings = dict(current)
         for c in resource.configs:
-            if c.config_operation not in iter(AlterOp):
+            if c.config_operation not in ALTER_OPS:
                 raise InvalidRequest(f"Unknown operations type {c.config_operation}")
             op = AlterOp(c.config_operation)
             if op == AlterOp.DELETE:
@@ -132,11 +154,11 @@ def _broker_change(resource: Any, incremental: bool) -> Callable[[dict[str, str]
     return change
 
 
-async def _alter_broker(broker: Broker, resource: Any, incremental: bool, only: bool) -> None:
+async def _alter_broker(broker: Broker, resource: AlterResource, only: bool) -> None:
     """Dynamic broker configs: stored, then applied to every topic (each broker on the
     Redis reads the topic defaults with every topic)."""
     node = _broker_node(broker, resource.resource_name)
-    change = _broker_change(resource, incremental)
+    change = _broker_change(resource)
     cluster, per_broker = await dynamic_broker_configs(broker)
     current = cluster if node is None else per_broker.get(node, {})
     configs = change(current)
@@ -232,13 +254,17 @@ def group_entries(broker: Broker, configs: dict[str, str]) -> list[ConfigEntry]:
     return entries
 
 
-def _resource_error(resource: Any) -> tuple[ErrorCode, str] | None:
+def _resource_error(
+    resource: DescribeConfigsResource | AlterResource,
+) -> tuple[ErrorCode, str] | None:
     if resource.resource_type in (TOPIC_RESOURCE, BROKER_RESOURCE, GROUP_RESOURCE):
         return None
     return ErrorCode.invalid_request, f"Unsupported resource type: {resource.resource_type}"
 
 
-async def _describe_one(broker: Broker, request: Request, resource: Any) -> list[ConfigEntry]:
+async def _describe_one(
+    broker: Broker, request: Request, resource: DescribeConfigsResource
+) -> list[ConfigEntry]:
     """One resource's entries; raises a core error for its refusal."""
     name = resource.resource_name
     if resource.resource_type == TOPIC_RESOURCE:
@@ -303,7 +329,13 @@ async def describe_configs(
     return build(schema, throttle_time=NO_THROTTLE, results=tuple(results))
 
 
-def _result(cls: type, resource: Any, error: ErrorCode, message: str | None, **more: Any) -> Any:
+def _result(
+    cls: type,
+    resource: DescribeConfigsResource | AlterResource,
+    error: ErrorCode,
+    message: str | None,
+    **more: Any,
+) -> Any:
     """One resource's answer, as both describe and alter give it."""
     return build(
         cls,
@@ -316,14 +348,14 @@ def _result(cls: type, resource: Any, error: ErrorCode, message: str | None, **m
 
 
 # -- altering ---------------------------------------------------------------------------------
-async def _alter_group(broker: Broker, resource: Any, incremental: bool, only: bool) -> None:
+async def _alter_group(broker: Broker, resource: AlterResource, only: bool) -> None:
     """A group's dynamic configs: replaced (AlterConfigs) or changed (incrementally), then
     checked as a whole against the broker's bounds."""
     name = resource.resource_name
     if not name:
         raise InvalidRequest("Default group resources are not allowed.")
-    if incremental:
-        if any(c.config_operation not in iter(AlterOp) for c in resource.configs):
+    if _incremental(resource):
+        if any(c.config_operation not in ALTER_OPS for c in resource.configs):
             raise InvalidRequest("config operation must be SET, DELETE, APPEND or SUBTRACT")
         operations = [(AlterOp(c.config_operation), c.name, c.value) for c in resource.configs]
 
@@ -342,12 +374,13 @@ async def _alter_group(broker: Broker, resource: Any, incremental: bool, only: b
     await broker.groups.admin.alter_group_configs(name, change, group_defaults(broker), only)
 
 
-async def _alter(broker: Broker, request: Request, incremental: bool) -> Any:
-    """Both alter APIs: each resource changed atomically, or not at all."""
-    schema = request.response_class
-    result_class = schema_class(schema, "AlterConfigsResourceResponse")
+async def _alter(
+    broker: Broker, request: Request[AlterConfigsRequest | IncrementalAlterConfigsRequest]
+) -> tuple[AlterResult, ...]:
+    """Both alter APIs' answers: each resource changed atomically, or not at all."""
+    result_class = schema_class(request.response_class, "AlterConfigsResourceResponse")
     only = request.body.validate_only
-    results = []
+    results: list[AlterResult] = []
     for resource in request.body.resources:
         error, message = ErrorCode.none, None
         try:
@@ -356,7 +389,7 @@ async def _alter(broker: Broker, request: Request, incremental: bool) -> Any:
                 error, message = problem
             elif resource.resource_type == TOPIC_RESOURCE:
                 check_topic(broker, request, Operation.ALTER_CONFIGS, resource.resource_name)
-                change = _change(resource, incremental)
+                change = _change(resource)
                 if only:
                     change(await broker.log.topic(resource.resource_name)).validate()
                 else:
@@ -365,20 +398,20 @@ async def _alter(broker: Broker, request: Request, incremental: bool) -> Any:
             elif resource.resource_type == GROUP_RESOURCE:
                 if resource.resource_name:
                     check_group(broker, request, Operation.ALTER_CONFIGS, resource.resource_name)
-                await _alter_group(broker, resource, incremental, only)
+                await _alter_group(broker, resource, only)
             else:
                 check_cluster(broker, request, Operation.ALTER_CONFIGS)
-                await _alter_broker(broker, resource, incremental, only)
+                await _alter_broker(broker, resource, only)
         except KafkaesqueError as exc:
             error, message = error_code(exc), str(exc)
         results.append(_result(result_class, resource, error, message))
-    return build(schema, throttle_time=NO_THROTTLE, responses=tuple(results))
+    return tuple(results)
 
 
-def _change(resource: Any, incremental: bool) -> Callable[[TopicConfig], TopicConfig]:
+def _change(resource: AlterResource) -> Callable[[TopicConfig], TopicConfig]:
     """What an (Incremental)AlterConfigs resource does to a topic's config."""
-    if incremental:
-        if any(c.config_operation not in iter(AlterOp) for c in resource.configs):
+    if _incremental(resource):
+        if any(c.config_operation not in ALTER_OPS for c in resource.configs):
             raise InvalidConfig("config operation must be SET, DELETE, APPEND or SUBTRACT")
         operations = [(AlterOp(c.config_operation), c.name, c.value) for c in resource.configs]
         return lambda config: altered(config, operations)
@@ -389,10 +422,12 @@ def _change(resource: Any, incremental: bool) -> Callable[[TopicConfig], TopicCo
 async def alter_configs(
     broker: Broker, request: Request[AlterConfigsRequest]
 ) -> AlterConfigsResponse:
-    return await _alter(broker, request, incremental=False)
+    responses = await _alter(broker, request)
+    return build(request.response_class, throttle_time=NO_THROTTLE, responses=responses)
 
 
 async def incremental_alter_configs(
     broker: Broker, request: Request[IncrementalAlterConfigsRequest]
 ) -> IncrementalAlterConfigsResponse:
-    return await _alter(broker, request, incremental=True)
+    responses = await _alter(broker, request)
+    return build(request.response_class, throttle_time=NO_THROTTLE, responses=responses)

@@ -4,7 +4,7 @@ before v8, a batch of groups from v8) and OffsetDelete."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         OffsetFetchRequest,
         OffsetFetchRequestBatched,
         OffsetFetchResponse,
+        OffsetFetchResponseTopic,
         OffsetFetchTopic,
     )
 
@@ -108,7 +109,7 @@ async def _fetch_group(
     topics: Sequence[OffsetFetchTopic] | None,
     batched: bool,
     require_stable: bool = False,
-) -> tuple[tuple[Any, ...], ErrorCode]:
+) -> tuple[tuple[OffsetFetchResponseTopic, ...], ErrorCode]:
     """One group's committed offsets as response topics, and the group's error code.
     ``topics`` None: every partition the group has committed (v2+). With require_stable
     (v7+) a partition with offsets pending on an open transaction answers

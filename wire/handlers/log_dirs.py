@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         DescribableLogDirTopic,
         DescribeLogDirsRequest,
         DescribeLogDirsResponse,
+        DescribeLogDirsResult,
     )
 
 REDIS_DIR, ARCHIVE_DIR = "redis", "archive"
@@ -119,7 +120,7 @@ async def describe_log_dirs(
 
     async def result(
         name: str, sizes: Callable[[], Awaitable[Sizes]], total: int, usable: int
-    ) -> Any:
+    ) -> DescribeLogDirsResult:
         try:
             found, code = await sizes(), ErrorCode.none
         except StorageUnavailable:  # the dir is offline: Kafka's code for that

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kafkaesque.errors import KafkaesqueError, UnsupportedLookup
 from kafkaesque.partition.layer import (
@@ -23,6 +23,8 @@ from wire.protocol.codec import NO_THROTTLE, Request, build, per_partition, sche
 if TYPE_CHECKING:
     from wire.protocol.kio_types import (
         EpochEndOffset,
+        ListOffsetsPartition,
+        ListOffsetsPartitionResponse,
         ListOffsetsRequest,
         ListOffsetsResponse,
         OffsetForLeaderEpochRequest,
@@ -76,7 +78,7 @@ async def list_offsets(broker: Broker, request: Request[ListOffsetsRequest]) -> 
     found = await broker.partitions.list_offsets(lookups, committed, deadline)
     answers |= {(x.topic, x.partition): f for x, f in zip(lookups, found, strict=True)}
 
-    async def partition(topic: str, p: Any) -> Any:
+    async def partition(topic: str, p: ListOffsetsPartition) -> ListOffsetsPartitionResponse:
         answer = answers[topic, p.partition_index]
         error = answer if isinstance(answer, KafkaesqueError) else None
         found = None if isinstance(answer, KafkaesqueError) else answer

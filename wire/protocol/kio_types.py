@@ -576,6 +576,16 @@ if TYPE_CHECKING:
         | kio.schema.alter_configs.v1.response.AlterConfigsResponse
         | kio.schema.alter_configs.v2.response.AlterConfigsResponse
     )
+    AlterConfigsResource: TypeAlias = (
+        kio.schema.alter_configs.v0.request.AlterConfigsResource
+        | kio.schema.alter_configs.v1.request.AlterConfigsResource
+        | kio.schema.alter_configs.v2.request.AlterConfigsResource
+    )
+    AlterConfigsResourceResponse: TypeAlias = (
+        kio.schema.alter_configs.v0.response.AlterConfigsResourceResponse
+        | kio.schema.alter_configs.v1.response.AlterConfigsResourceResponse
+        | kio.schema.alter_configs.v2.response.AlterConfigsResourceResponse
+    )
 
     # alter_partition_reassignments (api key 45), v0
     AlterPartitionReassignmentsRequest: TypeAlias = (
@@ -840,6 +850,12 @@ if TYPE_CHECKING:
         | kio.schema.describe_configs.v3.response.DescribeConfigsResponse
         | kio.schema.describe_configs.v4.response.DescribeConfigsResponse
     )
+    DescribeConfigsResource: TypeAlias = (
+        kio.schema.describe_configs.v1.request.DescribeConfigsResource
+        | kio.schema.describe_configs.v2.request.DescribeConfigsResource
+        | kio.schema.describe_configs.v3.request.DescribeConfigsResource
+        | kio.schema.describe_configs.v4.request.DescribeConfigsResource
+    )
 
     # describe_groups (api key 15), v0-5
     DescribeGroupsRequest: TypeAlias = (
@@ -871,6 +887,12 @@ if TYPE_CHECKING:
         | kio.schema.describe_log_dirs.v2.response.DescribeLogDirsResponse
         | kio.schema.describe_log_dirs.v3.response.DescribeLogDirsResponse
         | kio.schema.describe_log_dirs.v4.response.DescribeLogDirsResponse
+    )
+    DescribeLogDirsResult: TypeAlias = (
+        kio.schema.describe_log_dirs.v1.response.DescribeLogDirsResult
+        | kio.schema.describe_log_dirs.v2.response.DescribeLogDirsResult
+        | kio.schema.describe_log_dirs.v3.response.DescribeLogDirsResult
+        | kio.schema.describe_log_dirs.v4.response.DescribeLogDirsResult
     )
     DescribableLogDirTopic: TypeAlias = (
         kio.schema.describe_log_dirs.v1.request.DescribableLogDirTopic
@@ -1010,6 +1032,22 @@ if TYPE_CHECKING:
         | kio.schema.fetch.v16.response.FetchResponse
         | kio.schema.fetch.v17.response.FetchResponse
     )
+    FetchPartitionData: TypeAlias = (
+        kio.schema.fetch.v4.response.PartitionData
+        | kio.schema.fetch.v5.response.PartitionData
+        | kio.schema.fetch.v6.response.PartitionData
+        | kio.schema.fetch.v7.response.PartitionData
+        | kio.schema.fetch.v8.response.PartitionData
+        | kio.schema.fetch.v9.response.PartitionData
+        | kio.schema.fetch.v10.response.PartitionData
+        | kio.schema.fetch.v11.response.PartitionData
+        | kio.schema.fetch.v12.response.PartitionData
+        | kio.schema.fetch.v13.response.PartitionData
+        | kio.schema.fetch.v14.response.PartitionData
+        | kio.schema.fetch.v15.response.PartitionData
+        | kio.schema.fetch.v16.response.PartitionData
+        | kio.schema.fetch.v17.response.PartitionData
+    )
 
     # find_coordinator (api key 10), v0-6
     FindCoordinatorRequest: TypeAlias = (
@@ -1055,6 +1093,14 @@ if TYPE_CHECKING:
     IncrementalAlterConfigsResponse: TypeAlias = (
         kio.schema.incremental_alter_configs.v0.response.IncrementalAlterConfigsResponse
         | kio.schema.incremental_alter_configs.v1.response.IncrementalAlterConfigsResponse
+    )
+    IncrementalAlterConfigsResource: TypeAlias = (
+        kio.schema.incremental_alter_configs.v0.request.AlterConfigsResource
+        | kio.schema.incremental_alter_configs.v1.request.AlterConfigsResource
+    )
+    IncrementalAlterConfigsResourceResponse: TypeAlias = (
+        kio.schema.incremental_alter_configs.v0.response.AlterConfigsResourceResponse
+        | kio.schema.incremental_alter_configs.v1.response.AlterConfigsResourceResponse
     )
 
     # init_producer_id (api key 22), v0-5
@@ -1167,6 +1213,30 @@ if TYPE_CHECKING:
         | kio.schema.list_offsets.v8.response.ListOffsetsResponse
         | kio.schema.list_offsets.v9.response.ListOffsetsResponse
         | kio.schema.list_offsets.v10.response.ListOffsetsResponse
+    )
+    ListOffsetsPartition: TypeAlias = (
+        kio.schema.list_offsets.v1.request.ListOffsetsPartition
+        | kio.schema.list_offsets.v2.request.ListOffsetsPartition
+        | kio.schema.list_offsets.v3.request.ListOffsetsPartition
+        | kio.schema.list_offsets.v4.request.ListOffsetsPartition
+        | kio.schema.list_offsets.v5.request.ListOffsetsPartition
+        | kio.schema.list_offsets.v6.request.ListOffsetsPartition
+        | kio.schema.list_offsets.v7.request.ListOffsetsPartition
+        | kio.schema.list_offsets.v8.request.ListOffsetsPartition
+        | kio.schema.list_offsets.v9.request.ListOffsetsPartition
+        | kio.schema.list_offsets.v10.request.ListOffsetsPartition
+    )
+    ListOffsetsPartitionResponse: TypeAlias = (
+        kio.schema.list_offsets.v1.response.ListOffsetsPartitionResponse
+        | kio.schema.list_offsets.v2.response.ListOffsetsPartitionResponse
+        | kio.schema.list_offsets.v3.response.ListOffsetsPartitionResponse
+        | kio.schema.list_offsets.v4.response.ListOffsetsPartitionResponse
+        | kio.schema.list_offsets.v5.response.ListOffsetsPartitionResponse
+        | kio.schema.list_offsets.v6.response.ListOffsetsPartitionResponse
+        | kio.schema.list_offsets.v7.response.ListOffsetsPartitionResponse
+        | kio.schema.list_offsets.v8.response.ListOffsetsPartitionResponse
+        | kio.schema.list_offsets.v9.response.ListOffsetsPartitionResponse
+        | kio.schema.list_offsets.v10.response.ListOffsetsPartitionResponse
     )
 
     # list_partition_reassignments (api key 46), v0
@@ -1307,6 +1377,17 @@ if TYPE_CHECKING:
         | kio.schema.offset_fetch.v7.response.OffsetFetchResponse
         | kio.schema.offset_fetch.v8.response.OffsetFetchResponse
         | kio.schema.offset_fetch.v9.response.OffsetFetchResponse
+    )
+    OffsetFetchResponseTopic: TypeAlias = (
+        kio.schema.offset_fetch.v1.response.OffsetFetchResponseTopic
+        | kio.schema.offset_fetch.v2.response.OffsetFetchResponseTopic
+        | kio.schema.offset_fetch.v3.response.OffsetFetchResponseTopic
+        | kio.schema.offset_fetch.v4.response.OffsetFetchResponseTopic
+        | kio.schema.offset_fetch.v5.response.OffsetFetchResponseTopic
+        | kio.schema.offset_fetch.v6.response.OffsetFetchResponseTopic
+        | kio.schema.offset_fetch.v7.response.OffsetFetchResponseTopic
+        | kio.schema.offset_fetch.v8.response.OffsetFetchResponseTopics
+        | kio.schema.offset_fetch.v9.response.OffsetFetchResponseTopics
     )
     # v8+ ask for several groups at once.
     OffsetFetchRequestBatched: TypeAlias = (
