@@ -98,25 +98,6 @@ class Columns:
             taken += 1
         self.types.extend(repeat(kind, taken))
 
-    def add_rows(
-        self,
-        offsets: tuple[int, ...],
-        stamps: tuple[int | None, ...],
-        keys: tuple[bytes | None, ...],
-        values: tuple[bytes | None, ...],
-        headers: tuple[str, ...],
-        kind: int,
-    ) -> None:
-        """Archive rows, column by column (timestamps in ms; headers as ``record.headers``
-        JSON text)."""
-        self.offsets.extend(offsets)
-        self.timestamps.extend(stamps)
-        self.record_keys.extend(keys)
-        self.values.extend(values)
-        self.types.extend(repeat(kind, len(offsets)))
-        if self.include_headers:
-            self.headers.extend([] if h == NO_HEADERS else _headers(h) for h in headers)
-
     def arrow(self) -> pa.RecordBatch:
         """The rows as a RecordBatch of the source's schema; the columns are emptied."""
         import pyarrow as pa
@@ -148,7 +129,10 @@ def headers_type() -> pa.DataType:
     return pa.list_(pa.field("element", item))
 
 
-def _headers(text: str) -> list[Header]:
+def header_list(text: str) -> list[Header]:
+    """A record's headers from the archive's ``record.headers`` JSON text."""
+    if text == NO_HEADERS:
+        return []
     return [
         (header_key(k), None if v is None else base64.b64decode(v)) for k, v in json.loads(text)
     ]

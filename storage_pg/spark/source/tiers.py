@@ -39,8 +39,20 @@ from kafkaesque.hot.connect import redis_client
 from kafkaesque.hot.log import Log
 from kafkaesque.records.batch import next_offset
 from storage_pg.cold import dropped_ranges
-from storage_pg.spark.source.columns import CREATE_TIME, LOG_APPEND_TIME, Columns
+from storage_pg.spark.source.columns import (
+    CREATE_TIME,
+    LOG_APPEND_TIME,
+    Columns,
+    header_list,
+    headers_type,
+)
 from storage_pg.spark.source.options import DataLoss, SourceOptions
+from storage_pg.spark.source.vectors import (
+    ARCHIVED,
+    ARCHIVED_WITH_HEADERS,
+    archived_rows,
+    log_rows,
+)
 from storage_pg.tiered import Archive
 
 if TYPE_CHECKING:
@@ -48,15 +60,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kafkaesque.spark")
 
-ROWS_PER_BATCH = 32_768  # rows per Arrow batch handed to Spark
+# Each read is one Arrow batch handed to Spark: about 4 MiB either way.
+ARCHIVE_ROWS = 32_768  # rows per query to the archive
 READ_BYTES = 4 << 20  # bytes per read from Redis
-_ARCHIVED = """
-    SELECT "offset", (extract(epoch FROM "timestamp") * 1000)::int8, key, value, headers::text
-    FROM record
-    WHERE topic = $1 AND partition = $2 AND "offset" >= $3 AND "offset" < $4
-    ORDER BY "offset"
-    LIMIT $5
-"""
 _TOPIC_ID = "SELECT topic_id FROM topic WHERE name = $1"
 _DELETED_BELOW = "SELECT log_start FROM partition_state WHERE topic = $1 AND partition = $2"
 
@@ -160,8 +166,6 @@ class RangeReader:
             else:
                 async for batch in self._hot(pos, hot[1]):
                     yield batch
-        if len(self.columns):
-            yield self.columns.arrow()
 
     async def _hot_state(self) -> tuple[bool, int] | None:
         """(compact topic, the offset from which the range is not to be trusted) when the
@@ -219,16 +223,20 @@ class RangeReader:
                             min(end, gap.last_offset + 1),
                             "were dropped by retention before they were archived",
                         )
+            query = ARCHIVED_WITH_HEADERS if self.options.include_headers else ARCHIVED
             while pos < end:
-                rows = await conn.fetch(_ARCHIVED, r.topic, r.partition, pos, end, ROWS_PER_BATCH)
-                if not rows:
+                row = await conn.fetchrow(query, r.topic, r.partition, pos, end, ARCHIVE_ROWS)
+                if not row[0]:
                     break
-                offsets, stamps, keys, values, headers = zip(*rows, strict=True)
-                self.columns.add_rows(offsets, stamps, keys, values, headers, self._kind)
-                pos = offsets[-1] + 1
-                if len(self.columns) >= ROWS_PER_BATCH:
-                    yield self.columns.arrow()
-                if len(rows) < ROWS_PER_BATCH:
+                headers = None
+                if self.options.include_headers:
+                    import pyarrow as pa
+
+                    headers = pa.array([header_list(h) for h in row[7]], headers_type())
+                rows = archived_rows(row, self._kind, headers)
+                yield rows.batch(r.topic, r.partition)
+                pos = int(rows.offsets[-1]) + 1
+                if len(rows) < ARCHIVE_ROWS:
                     break
 
     async def _hot(self, pos: int, trusted: int) -> AsyncIterator[pa.RecordBatch]:
@@ -260,11 +268,16 @@ class RangeReader:
                 return
             if result.skipped_to is not None:
                 await self._gap(pos, min(end, result.skipped_to))
-            for batch in result.batches:
-                self.columns.add_batch(batch, pos, end, result.aborted)
+            rows = log_rows(result.batches, pos, end, result.aborted, self.options.include_headers)
+            if rows is not None:
+                if len(rows):
+                    yield rows.batch(r.topic, r.partition)
+            else:  # out of the common shape: record by record
+                for batch in result.batches:
+                    self.columns.add_batch(batch, pos, end, result.aborted)
+                if len(self.columns):
+                    yield self.columns.arrow()
             pos = next_offset(result.batches[-1])
-            if len(self.columns) >= ROWS_PER_BATCH:
-                yield self.columns.arrow()
 
     async def _gap(self, start: int, end: int) -> None:
         """Offsets the archive skipped: loss where it recorded a gap there, else markers,
