@@ -112,13 +112,10 @@ class Keys:
         """The layout for a client: the cluster one for a Redis Cluster client."""
         return cls(ns, is_cluster(client))
 
-    # -- cluster-wide ---------------------------------------------------------------
+    # -- fixed names: the catalog prefix, then a suffix (what Keys.patterns lists) ------
+
+    # Cluster-wide:
     topics = _CatalogKey("topics")
-
-    def topic(self, name: str) -> str:
-        return f"{self.catalog}topic:{name}"
-
-    gseq = _CatalogKey("gseq", "single")
     producer_ids = _CatalogKey("producer_ids")
 
     # Present while Redis holds its data: a flush or a restart without persistence
@@ -134,44 +131,7 @@ class Keys:
     # cluster-wide default) or a node id -> msgpack map of config name -> value.
     broker_configs = _CatalogKey("broker_configs")
 
-    def appended(self, topic: str) -> str:
-        """Pub/sub channel: the appended partition's new log end after every append."""
-        return f"{self.ns}:appended:{topic}"
-
-    # -- a cluster's own keys (catalog slot, or one slot each) -----------------------------
-    def slot_hash(self, slot: int) -> str:
-        """A cluster slot's hash (field ``seq``: the slot's sequence counter), in the same
-        slot as the partitions it holds (kafkaesque/hot/slots.py)."""
-        return f"{self.ns}:{{{slots.tag(slot)}}}:slot"
-
-    # The catalog's sequence floor: every new partition's slot counter starts above it.
-    sequence_floor = _CatalogKey("sequence_floor", "cluster")
-
-    # Sorted set: the markers below (their key names) of operations done in steps on
-    # a cluster, by when they started (ms): what the sweep finishes.
-    steps = _CatalogKey("steps", "cluster")
-
-    # Hash: topic -> its config's version, which each partition records (a cluster).
-    config_versions = _CatalogKey("config_versions", "cluster")
-
-    def creating(self, topic: str) -> str:
-        """Present while a topic's partitions are being created, one step each."""
-        return f"{self.catalog}creating:{topic}"
-
-    def configuring(self, topic: str) -> str:
-        """Present while a topic's new config is applied to its partitions, one step each."""
-        return f"{self.catalog}configuring:{topic}"
-
-    def deleting(self, topic: str) -> str:
-        """Present while a deleted topic's partitions are deleted, one step each."""
-        return f"{self.catalog}deleting:{topic}"
-
-    # -- partitions -------------------------------------------------------------------
-    def partition(self, topic: str, partition: int) -> PartitionKeys:
-        """A partition's keys; Lua scripts get its ``prefix`` (see ``PARTITION``)."""
-        return PartitionKeys(f"{self.ns}:{{{topic}:{partition}}}:")
-
-    # -- consumer groups ----------------------------------------------------------------
+    # Consumer groups:
     groups = _CatalogKey("groups")
 
     # The groups with members: the only ones the periodic expiry tick visits.
@@ -180,39 +140,18 @@ class Keys:
     # The consumer-protocol (KIP-848) groups with members, for the expiry tick.
     consumer_groups_active = _CatalogKey("groups:consumer")
 
-    def group(self, group_id: str, part: str = "") -> str:
-        """A group's state (``part`` ""), or its ":heartbeats", ":offsets", ":lock", or
-        ":consumer" (a consumer-protocol group's state, instead of the classic one)."""
-        return f"{self.ns}:group:{{{group_id}}}{part}"
-
-    def group_configs(self, group_id: str) -> str:
-        """Hash: the group's dynamic configs (IncrementalAlterConfigs on a GROUP resource),
-        name -> canonical value; kept whether or not the group exists, as Kafka's."""
-        return self.group(group_id, ":configs")
-
-    # -- share groups (KIP-932) ---------------------------------------------------------
+    # Share groups (KIP-932):
     # The share groups with members, for the expiry tick.
     share_groups_active = _CatalogKey("groups:share")
 
-    def share_partition(self, group_id: str, topic: str, partition: int) -> tuple[str, str, str]:
-        """A share-partition's keys, in the group's slot: its state hash (``spso``,
-        ``speo``, counters), its in-flight records (hash: offset -> state) and its
-        acquisition locks (sorted set: "first-last" by deadline ms)."""
-        base = self.group(group_id, f":sp:{topic}:{partition}")
-        return base, base + ":records", base + ":locks"
-
-    def group_events(self, group_id: str) -> str:
-        """Pub/sub channel announcing the group's state changes."""
-        return f"{self.ns}:groupevents:{group_id}"
-
-    # -- client quotas -------------------------------------------------------------------
+    # Client quotas:
     # Every client quota: field JSON ``[key, [[type, name], ...]]`` -> the value.
     quotas = _CatalogKey("quotas")
 
     # Grows with every quota change: brokers re-read ``quotas`` when it moved.
     quotas_version = _CatalogKey("quotas:version")
 
-    # -- ACLs ----------------------------------------------------------------------------
+    # ACLs:
     # Every ACL binding: field JSON ``[resource type, name, pattern type, principal,
     # host, operation, permission]`` -> ``1``.
     acls = _CatalogKey("acls")
@@ -220,7 +159,7 @@ class Keys:
     # Grows with every ACL change: brokers re-read ``acls`` when it moved.
     acls_version = _CatalogKey("acls:version")
 
-    # -- transactions ---------------------------------------------------------------------
+    # Transactions:
     # Every transactional id the coordinator knows.
     transactions = _CatalogKey("txns")
 
@@ -228,15 +167,7 @@ class Keys:
     # open transaction's timeout; a prepared one's markers, at once).
     transactions_due = _CatalogKey("txns:due")
 
-    def transaction(self, transactional_id: str, part: str = "") -> str:
-        """A transactional id's state (hash; ``part`` "") or its ":lock"."""
-        return f"{self.ns}:txn:{{{transactional_id}}}{part}"
-
-    def group_txn_offsets(self, group_id: str) -> str:
-        """A group's offsets pending on open transactions (TxnOffsetCommit)."""
-        return self.group(group_id, ":txnoffsets")
-
-    # -- SCRAM users ---------------------------------------------------------------------
+    # SCRAM users:
     # Every SCRAM credential: field "MECHANISM:user" -> "iterations salt stored_key
     # server_key" (base64); never a password.
     scram_credentials = _CatalogKey("scram")
@@ -245,7 +176,7 @@ class Keys:
     # (kafkaesque.hot.failover: a Sentinel failover changes it).
     primary_replid = _CatalogKey("primary_replid")
 
-    # -- brokers -------------------------------------------------------------------------
+    # Brokers:
     # Every registered broker: node id -> "token\naddress\n" + its msgpack entry.
     brokers = _CatalogKey("brokers")
 
@@ -261,8 +192,87 @@ class Keys:
     # The last node id assigned to a broker started without one.
     next_node_id = _CatalogKey("brokers:next_node_id")
 
+    # Only on a single Redis: the global sequence counter (a cluster has one per slot).
+    gseq = _CatalogKey("gseq", "single")
+
+    # Only on a cluster, its own keys (the catalog slot):
+    # The catalog's sequence floor: every new partition's slot counter starts above it.
+    sequence_floor = _CatalogKey("sequence_floor", "cluster")
+
+    # Sorted set: the markers below (their key names) of operations done in steps on
+    # a cluster, by when they started (ms): what the sweep finishes.
+    steps = _CatalogKey("steps", "cluster")
+
+    # Hash: topic -> its config's version, which each partition records (a cluster).
+    config_versions = _CatalogKey("config_versions", "cluster")
+
     # Pub/sub channel: the brokers or the partitions' leaders changed.
     membership_channel = _CatalogKey("brokers:changed", "channel")
+
+    # -- names built from an argument ----------------------------------------------------
+
+    # Cluster-wide:
+    def topic(self, name: str) -> str:
+        return f"{self.catalog}topic:{name}"
+
+    def appended(self, topic: str) -> str:
+        """Pub/sub channel: the appended partition's new log end after every append."""
+        return f"{self.ns}:appended:{topic}"
+
+    # A cluster's own keys (catalog slot, or one slot each):
+    def slot_hash(self, slot: int) -> str:
+        """A cluster slot's hash (field ``seq``: the slot's sequence counter), in the same
+        slot as the partitions it holds (kafkaesque/hot/slots.py)."""
+        return f"{self.ns}:{{{slots.tag(slot)}}}:slot"
+
+    def creating(self, topic: str) -> str:
+        """Present while a topic's partitions are being created, one step each."""
+        return f"{self.catalog}creating:{topic}"
+
+    def configuring(self, topic: str) -> str:
+        """Present while a topic's new config is applied to its partitions, one step each."""
+        return f"{self.catalog}configuring:{topic}"
+
+    def deleting(self, topic: str) -> str:
+        """Present while a deleted topic's partitions are deleted, one step each."""
+        return f"{self.catalog}deleting:{topic}"
+
+    # Partitions:
+    def partition(self, topic: str, partition: int) -> PartitionKeys:
+        """A partition's keys; Lua scripts get its ``prefix`` (see ``PARTITION``)."""
+        return PartitionKeys(f"{self.ns}:{{{topic}:{partition}}}:")
+
+    # Consumer groups:
+    def group(self, group_id: str, part: str = "") -> str:
+        """A group's state (``part`` ""), or its ":heartbeats", ":offsets", ":lock", or
+        ":consumer" (a consumer-protocol group's state, instead of the classic one)."""
+        return f"{self.ns}:group:{{{group_id}}}{part}"
+
+    def group_configs(self, group_id: str) -> str:
+        """Hash: the group's dynamic configs (IncrementalAlterConfigs on a GROUP resource),
+        name -> canonical value; kept whether or not the group exists, as Kafka's."""
+        return self.group(group_id, ":configs")
+
+    # Share groups (KIP-932):
+    def share_partition(self, group_id: str, topic: str, partition: int) -> tuple[str, str, str]:
+        """A share-partition's keys, in the group's slot: its state hash (``spso``,
+        ``speo``, counters), its in-flight records (hash: offset -> state) and its
+        acquisition locks (sorted set: "first-last" by deadline ms)."""
+        base = self.group(group_id, f":sp:{topic}:{partition}")
+        return base, base + ":records", base + ":locks"
+
+    def group_events(self, group_id: str) -> str:
+        """Pub/sub channel announcing the group's state changes."""
+        return f"{self.ns}:groupevents:{group_id}"
+
+    # Transactions:
+    def transaction(self, transactional_id: str, part: str = "") -> str:
+        """A transactional id's state (hash; ``part`` "") or its ":lock"."""
+        return f"{self.ns}:txn:{{{transactional_id}}}{part}"
+
+    def group_txn_offsets(self, group_id: str) -> str:
+        """A group's offsets pending on open transactions (TxnOffsetCommit)."""
+        return self.group(group_id, ":txnoffsets")
 
     # -- the layout, for checking --------------------------------------------------------
     def patterns(self) -> dict[str, re.Pattern[str]]:
