@@ -291,6 +291,25 @@ def _alias(name: str, members: list[str]) -> list[str]:
     return [*lines, "    )"]
 
 
+def _composed(entries: list[tuple[str, list[str], str]]) -> list[str]:
+    """The aliases of one API, narrower first; a union that holds all of a narrower one's
+    classes names it instead (``MetadataRequest = v0 | ... | v3 | MetadataRequestV4Plus``)."""
+    lines: list[str] = []
+    done: list[tuple[str, set[str]]] = []
+    for alias, members, why in sorted(entries, key=lambda entry: len(entry[1])):
+        remaining = list(members)
+        for name, classes in sorted(done, key=lambda d: -len(d[1])):
+            if classes < set(remaining):
+                at = remaining.index(next(m for m in remaining if m in classes))
+                remaining = [m for m in remaining if m not in classes]
+                remaining.insert(at, name)
+        done.append((alias, set(members)))
+        if why:
+            lines.append(f"    # {why}.")
+        lines += _alias(alias, remaining)
+    return lines
+
+
 def _qualified(api: str, version: int, direction: str, cls: str) -> str:
     return f"kio.schema.{api}.v{version}.{direction}.{cls}"
 
@@ -321,11 +340,13 @@ def render() -> str:
         key, versions = offered[api]
         span = f"v{versions[0]}" + (f"-{versions[-1]}" if len(versions) > 1 else "")
         body += ["", f"    # {api} (api key {key}), {span}"]
+        # (alias, its classes, why): the API's own request and response, then EXTRA's.
+        entries: list[tuple[str, list[str], str]] = []
         for direction in ("request", "response"):
             members = [
                 _qualified(api, v, direction, _payload_class(api, v, direction)) for v in versions
             ]
-            body += _alias(_payload_class(api, versions[-1], direction), members)
+            entries.append((_payload_class(api, versions[-1], direction), members, ""))
             modules.update((api, v, direction) for v in versions)
         for extra in extras.get(api, []):
             lo = versions[0] if extra.since is None else extra.since
@@ -339,9 +360,8 @@ def render() -> str:
             ]
             if not members:
                 raise SystemExit(f"{extra.alias}: no version offered defines {extra.classes}")
-            if extra.why:
-                body.append(f"    # {extra.why}.")
-            body += _alias(extra.alias, members)
+            entries.append((extra.alias, members, extra.why))
+        body += _composed(entries)
     imports = [f"    import kio.schema.{a}.v{v}.{d}" for a, v, d in sorted(modules)]
     head = [
         '"""The kio classes of every API the broker offers, at the versions it offers',

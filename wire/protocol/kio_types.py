@@ -498,21 +498,10 @@ if TYPE_CHECKING:
     )
 
     # add_partitions_to_txn (api key 24), v0-5
-    AddPartitionsToTxnRequest: TypeAlias = (
-        kio.schema.add_partitions_to_txn.v0.request.AddPartitionsToTxnRequest
-        | kio.schema.add_partitions_to_txn.v1.request.AddPartitionsToTxnRequest
-        | kio.schema.add_partitions_to_txn.v2.request.AddPartitionsToTxnRequest
-        | kio.schema.add_partitions_to_txn.v3.request.AddPartitionsToTxnRequest
-        | kio.schema.add_partitions_to_txn.v4.request.AddPartitionsToTxnRequest
+    # v4+: the brokers' batched form (KIP-890).
+    AddPartitionsToTxnRequestBatched: TypeAlias = (
+        kio.schema.add_partitions_to_txn.v4.request.AddPartitionsToTxnRequest
         | kio.schema.add_partitions_to_txn.v5.request.AddPartitionsToTxnRequest
-    )
-    AddPartitionsToTxnResponse: TypeAlias = (
-        kio.schema.add_partitions_to_txn.v0.response.AddPartitionsToTxnResponse
-        | kio.schema.add_partitions_to_txn.v1.response.AddPartitionsToTxnResponse
-        | kio.schema.add_partitions_to_txn.v2.response.AddPartitionsToTxnResponse
-        | kio.schema.add_partitions_to_txn.v3.response.AddPartitionsToTxnResponse
-        | kio.schema.add_partitions_to_txn.v4.response.AddPartitionsToTxnResponse
-        | kio.schema.add_partitions_to_txn.v5.response.AddPartitionsToTxnResponse
     )
     # v0-3: one producer's partitions.
     AddPartitionsToTxnRequestV3AndBelow: TypeAlias = (
@@ -521,10 +510,16 @@ if TYPE_CHECKING:
         | kio.schema.add_partitions_to_txn.v2.request.AddPartitionsToTxnRequest
         | kio.schema.add_partitions_to_txn.v3.request.AddPartitionsToTxnRequest
     )
-    # v4+: the brokers' batched form (KIP-890).
-    AddPartitionsToTxnRequestBatched: TypeAlias = (
-        kio.schema.add_partitions_to_txn.v4.request.AddPartitionsToTxnRequest
-        | kio.schema.add_partitions_to_txn.v5.request.AddPartitionsToTxnRequest
+    AddPartitionsToTxnRequest: TypeAlias = (
+        AddPartitionsToTxnRequestV3AndBelow | AddPartitionsToTxnRequestBatched
+    )
+    AddPartitionsToTxnResponse: TypeAlias = (
+        kio.schema.add_partitions_to_txn.v0.response.AddPartitionsToTxnResponse
+        | kio.schema.add_partitions_to_txn.v1.response.AddPartitionsToTxnResponse
+        | kio.schema.add_partitions_to_txn.v2.response.AddPartitionsToTxnResponse
+        | kio.schema.add_partitions_to_txn.v3.response.AddPartitionsToTxnResponse
+        | kio.schema.add_partitions_to_txn.v4.response.AddPartitionsToTxnResponse
+        | kio.schema.add_partitions_to_txn.v5.response.AddPartitionsToTxnResponse
     )
     AddPartitionsToTxnTopic: TypeAlias = (
         kio.schema.add_partitions_to_txn.v0.request.AddPartitionsToTxnTopic
@@ -625,7 +620,7 @@ if TYPE_CHECKING:
     )
     ScramCredentialChange: TypeAlias = (
         kio.schema.alter_user_scram_credentials.v0.request.ScramCredentialDeletion
-        | kio.schema.alter_user_scram_credentials.v0.request.ScramCredentialUpsertion
+        | ScramCredentialUpsertion
     )
 
     # api_versions (api key 18), v0-4
@@ -783,13 +778,16 @@ if TYPE_CHECKING:
     )
 
     # delete_topics (api key 20), v1-6
+    # v6 names topics by id.
+    DeleteTopicsRequestV6: TypeAlias = kio.schema.delete_topics.v6.request.DeleteTopicsRequest
+    DeleteTopicState: TypeAlias = kio.schema.delete_topics.v6.request.DeleteTopicState
     DeleteTopicsRequest: TypeAlias = (
         kio.schema.delete_topics.v1.request.DeleteTopicsRequest
         | kio.schema.delete_topics.v2.request.DeleteTopicsRequest
         | kio.schema.delete_topics.v3.request.DeleteTopicsRequest
         | kio.schema.delete_topics.v4.request.DeleteTopicsRequest
         | kio.schema.delete_topics.v5.request.DeleteTopicsRequest
-        | kio.schema.delete_topics.v6.request.DeleteTopicsRequest
+        | DeleteTopicsRequestV6
     )
     DeleteTopicsResponse: TypeAlias = (
         kio.schema.delete_topics.v1.response.DeleteTopicsResponse
@@ -799,9 +797,6 @@ if TYPE_CHECKING:
         | kio.schema.delete_topics.v5.response.DeleteTopicsResponse
         | kio.schema.delete_topics.v6.response.DeleteTopicsResponse
     )
-    # v6 names topics by id.
-    DeleteTopicsRequestV6: TypeAlias = kio.schema.delete_topics.v6.request.DeleteTopicsRequest
-    DeleteTopicState: TypeAlias = kio.schema.delete_topics.v6.request.DeleteTopicState
 
     # describe_acls (api key 29), v1-3
     DescribeAclsRequest: TypeAlias = (
@@ -911,6 +906,7 @@ if TYPE_CHECKING:
     PartitionResponse: TypeAlias = kio.schema.describe_producers.v0.response.PartitionResponse
 
     # describe_quorum (api key 55), v0-2
+    DescribeQuorumNode: TypeAlias = kio.schema.describe_quorum.v2.response.Node
     DescribeQuorumRequest: TypeAlias = (
         kio.schema.describe_quorum.v0.request.DescribeQuorumRequest
         | kio.schema.describe_quorum.v1.request.DescribeQuorumRequest
@@ -926,7 +922,6 @@ if TYPE_CHECKING:
         | kio.schema.describe_quorum.v1.response.PartitionData
         | kio.schema.describe_quorum.v2.response.PartitionData
     )
-    DescribeQuorumNode: TypeAlias = kio.schema.describe_quorum.v2.response.Node
 
     # describe_share_group_offsets (api key 90), v0-1
     DescribeShareGroupOffsetsRequest: TypeAlias = (
@@ -967,20 +962,18 @@ if TYPE_CHECKING:
     )
 
     # elect_leaders (api key 43), v0-2
-    ElectLeadersRequest: TypeAlias = (
-        kio.schema.elect_leaders.v0.request.ElectLeadersRequest
-        | kio.schema.elect_leaders.v1.request.ElectLeadersRequest
+    # v1+ choose the election type (KIP-460).
+    ElectLeadersRequestV1Plus: TypeAlias = (
+        kio.schema.elect_leaders.v1.request.ElectLeadersRequest
         | kio.schema.elect_leaders.v2.request.ElectLeadersRequest
+    )
+    ElectLeadersRequest: TypeAlias = (
+        kio.schema.elect_leaders.v0.request.ElectLeadersRequest | ElectLeadersRequestV1Plus
     )
     ElectLeadersResponse: TypeAlias = (
         kio.schema.elect_leaders.v0.response.ElectLeadersResponse
         | kio.schema.elect_leaders.v1.response.ElectLeadersResponse
         | kio.schema.elect_leaders.v2.response.ElectLeadersResponse
-    )
-    # v1+ choose the election type (KIP-460).
-    ElectLeadersRequestV1Plus: TypeAlias = (
-        kio.schema.elect_leaders.v1.request.ElectLeadersRequest
-        | kio.schema.elect_leaders.v2.request.ElectLeadersRequest
     )
 
     # end_txn (api key 26), v0-4
@@ -1104,13 +1097,17 @@ if TYPE_CHECKING:
     )
 
     # init_producer_id (api key 22), v0-5
+    # v3+ may carry the producer's id and epoch (KIP-360).
+    InitProducerIdRequestV3Plus: TypeAlias = (
+        kio.schema.init_producer_id.v3.request.InitProducerIdRequest
+        | kio.schema.init_producer_id.v4.request.InitProducerIdRequest
+        | kio.schema.init_producer_id.v5.request.InitProducerIdRequest
+    )
     InitProducerIdRequest: TypeAlias = (
         kio.schema.init_producer_id.v0.request.InitProducerIdRequest
         | kio.schema.init_producer_id.v1.request.InitProducerIdRequest
         | kio.schema.init_producer_id.v2.request.InitProducerIdRequest
-        | kio.schema.init_producer_id.v3.request.InitProducerIdRequest
-        | kio.schema.init_producer_id.v4.request.InitProducerIdRequest
-        | kio.schema.init_producer_id.v5.request.InitProducerIdRequest
+        | InitProducerIdRequestV3Plus
     )
     InitProducerIdResponse: TypeAlias = (
         kio.schema.init_producer_id.v0.response.InitProducerIdResponse
@@ -1119,12 +1116,6 @@ if TYPE_CHECKING:
         | kio.schema.init_producer_id.v3.response.InitProducerIdResponse
         | kio.schema.init_producer_id.v4.response.InitProducerIdResponse
         | kio.schema.init_producer_id.v5.response.InitProducerIdResponse
-    )
-    # v3+ may carry the producer's id and epoch (KIP-360).
-    InitProducerIdRequestV3Plus: TypeAlias = (
-        kio.schema.init_producer_id.v3.request.InitProducerIdRequest
-        | kio.schema.init_producer_id.v4.request.InitProducerIdRequest
-        | kio.schema.init_producer_id.v5.request.InitProducerIdRequest
     )
 
     # join_group (api key 11), v0-9
@@ -1248,33 +1239,30 @@ if TYPE_CHECKING:
     )
 
     # list_transactions (api key 66), v0-2
+    # v2 filters by a transactional id pattern.
+    ListTransactionsRequestV2: TypeAlias = (
+        kio.schema.list_transactions.v2.request.ListTransactionsRequest
+    )
+    # v1+ filter by duration.
+    ListTransactionsRequestV1Plus: TypeAlias = (
+        kio.schema.list_transactions.v1.request.ListTransactionsRequest | ListTransactionsRequestV2
+    )
     ListTransactionsRequest: TypeAlias = (
         kio.schema.list_transactions.v0.request.ListTransactionsRequest
-        | kio.schema.list_transactions.v1.request.ListTransactionsRequest
-        | kio.schema.list_transactions.v2.request.ListTransactionsRequest
+        | ListTransactionsRequestV1Plus
     )
     ListTransactionsResponse: TypeAlias = (
         kio.schema.list_transactions.v0.response.ListTransactionsResponse
         | kio.schema.list_transactions.v1.response.ListTransactionsResponse
         | kio.schema.list_transactions.v2.response.ListTransactionsResponse
     )
-    # v1+ filter by duration.
-    ListTransactionsRequestV1Plus: TypeAlias = (
-        kio.schema.list_transactions.v1.request.ListTransactionsRequest
-        | kio.schema.list_transactions.v2.request.ListTransactionsRequest
-    )
-    # v2 filters by a transactional id pattern.
-    ListTransactionsRequestV2: TypeAlias = (
-        kio.schema.list_transactions.v2.request.ListTransactionsRequest
-    )
 
     # metadata (api key 3), v0-12
-    MetadataRequest: TypeAlias = (
-        kio.schema.metadata.v0.request.MetadataRequest
-        | kio.schema.metadata.v1.request.MetadataRequest
-        | kio.schema.metadata.v2.request.MetadataRequest
-        | kio.schema.metadata.v3.request.MetadataRequest
-        | kio.schema.metadata.v4.request.MetadataRequest
+    # v12+ may name a topic by its id alone.
+    MetadataRequestTopicV12Plus: TypeAlias = kio.schema.metadata.v12.request.MetadataRequestTopic
+    # v4+ say whether to create the topics named.
+    MetadataRequestV4Plus: TypeAlias = (
+        kio.schema.metadata.v4.request.MetadataRequest
         | kio.schema.metadata.v5.request.MetadataRequest
         | kio.schema.metadata.v6.request.MetadataRequest
         | kio.schema.metadata.v7.request.MetadataRequest
@@ -1283,6 +1271,13 @@ if TYPE_CHECKING:
         | kio.schema.metadata.v10.request.MetadataRequest
         | kio.schema.metadata.v11.request.MetadataRequest
         | kio.schema.metadata.v12.request.MetadataRequest
+    )
+    MetadataRequest: TypeAlias = (
+        kio.schema.metadata.v0.request.MetadataRequest
+        | kio.schema.metadata.v1.request.MetadataRequest
+        | kio.schema.metadata.v2.request.MetadataRequest
+        | kio.schema.metadata.v3.request.MetadataRequest
+        | MetadataRequestV4Plus
     )
     MetadataResponse: TypeAlias = (
         kio.schema.metadata.v0.response.MetadataResponse
@@ -1299,18 +1294,6 @@ if TYPE_CHECKING:
         | kio.schema.metadata.v11.response.MetadataResponse
         | kio.schema.metadata.v12.response.MetadataResponse
     )
-    # v4+ say whether to create the topics named.
-    MetadataRequestV4Plus: TypeAlias = (
-        kio.schema.metadata.v4.request.MetadataRequest
-        | kio.schema.metadata.v5.request.MetadataRequest
-        | kio.schema.metadata.v6.request.MetadataRequest
-        | kio.schema.metadata.v7.request.MetadataRequest
-        | kio.schema.metadata.v8.request.MetadataRequest
-        | kio.schema.metadata.v9.request.MetadataRequest
-        | kio.schema.metadata.v10.request.MetadataRequest
-        | kio.schema.metadata.v11.request.MetadataRequest
-        | kio.schema.metadata.v12.request.MetadataRequest
-    )
     MetadataRequestTopic: TypeAlias = (
         kio.schema.metadata.v0.request.MetadataRequestTopic
         | kio.schema.metadata.v1.request.MetadataRequestTopic
@@ -1324,10 +1307,8 @@ if TYPE_CHECKING:
         | kio.schema.metadata.v9.request.MetadataRequestTopic
         | kio.schema.metadata.v10.request.MetadataRequestTopic
         | kio.schema.metadata.v11.request.MetadataRequestTopic
-        | kio.schema.metadata.v12.request.MetadataRequestTopic
+        | MetadataRequestTopicV12Plus
     )
-    # v12+ may name a topic by its id alone.
-    MetadataRequestTopicV12Plus: TypeAlias = kio.schema.metadata.v12.request.MetadataRequestTopic
 
     # offset_commit (api key 8), v2-9
     OffsetCommitRequest: TypeAlias = (
@@ -1356,6 +1337,11 @@ if TYPE_CHECKING:
     OffsetDeleteResponse: TypeAlias = kio.schema.offset_delete.v0.response.OffsetDeleteResponse
 
     # offset_fetch (api key 9), v1-9
+    # v8+ ask for several groups at once.
+    OffsetFetchRequestBatched: TypeAlias = (
+        kio.schema.offset_fetch.v8.request.OffsetFetchRequest
+        | kio.schema.offset_fetch.v9.request.OffsetFetchRequest
+    )
     OffsetFetchRequest: TypeAlias = (
         kio.schema.offset_fetch.v1.request.OffsetFetchRequest
         | kio.schema.offset_fetch.v2.request.OffsetFetchRequest
@@ -1364,8 +1350,7 @@ if TYPE_CHECKING:
         | kio.schema.offset_fetch.v5.request.OffsetFetchRequest
         | kio.schema.offset_fetch.v6.request.OffsetFetchRequest
         | kio.schema.offset_fetch.v7.request.OffsetFetchRequest
-        | kio.schema.offset_fetch.v8.request.OffsetFetchRequest
-        | kio.schema.offset_fetch.v9.request.OffsetFetchRequest
+        | OffsetFetchRequestBatched
     )
     OffsetFetchResponse: TypeAlias = (
         kio.schema.offset_fetch.v1.response.OffsetFetchResponse
@@ -1388,11 +1373,6 @@ if TYPE_CHECKING:
         | kio.schema.offset_fetch.v7.response.OffsetFetchResponseTopic
         | kio.schema.offset_fetch.v8.response.OffsetFetchResponseTopics
         | kio.schema.offset_fetch.v9.response.OffsetFetchResponseTopics
-    )
-    # v8+ ask for several groups at once.
-    OffsetFetchRequestBatched: TypeAlias = (
-        kio.schema.offset_fetch.v8.request.OffsetFetchRequest
-        | kio.schema.offset_fetch.v9.request.OffsetFetchRequest
     )
     OffsetFetchTopic: TypeAlias = (
         kio.schema.offset_fetch.v1.request.OffsetFetchRequestTopic
@@ -1531,12 +1511,22 @@ if TYPE_CHECKING:
     )
 
     # txn_offset_commit (api key 28), v0-4
+    # v3+ name the consumer group member (KIP-447).
+    TxnOffsetCommitRequestV3Plus: TypeAlias = (
+        kio.schema.txn_offset_commit.v3.request.TxnOffsetCommitRequest
+        | kio.schema.txn_offset_commit.v4.request.TxnOffsetCommitRequest
+    )
+    # v2+ carry the committed offset's leader epoch.
+    TxnOffsetCommitPartitionV2Plus: TypeAlias = (
+        kio.schema.txn_offset_commit.v2.request.TxnOffsetCommitRequestPartition
+        | kio.schema.txn_offset_commit.v3.request.TxnOffsetCommitRequestPartition
+        | kio.schema.txn_offset_commit.v4.request.TxnOffsetCommitRequestPartition
+    )
     TxnOffsetCommitRequest: TypeAlias = (
         kio.schema.txn_offset_commit.v0.request.TxnOffsetCommitRequest
         | kio.schema.txn_offset_commit.v1.request.TxnOffsetCommitRequest
         | kio.schema.txn_offset_commit.v2.request.TxnOffsetCommitRequest
-        | kio.schema.txn_offset_commit.v3.request.TxnOffsetCommitRequest
-        | kio.schema.txn_offset_commit.v4.request.TxnOffsetCommitRequest
+        | TxnOffsetCommitRequestV3Plus
     )
     TxnOffsetCommitResponse: TypeAlias = (
         kio.schema.txn_offset_commit.v0.response.TxnOffsetCommitResponse
@@ -1545,21 +1535,8 @@ if TYPE_CHECKING:
         | kio.schema.txn_offset_commit.v3.response.TxnOffsetCommitResponse
         | kio.schema.txn_offset_commit.v4.response.TxnOffsetCommitResponse
     )
-    # v3+ name the consumer group member (KIP-447).
-    TxnOffsetCommitRequestV3Plus: TypeAlias = (
-        kio.schema.txn_offset_commit.v3.request.TxnOffsetCommitRequest
-        | kio.schema.txn_offset_commit.v4.request.TxnOffsetCommitRequest
-    )
     TxnOffsetCommitPartition: TypeAlias = (
         kio.schema.txn_offset_commit.v0.request.TxnOffsetCommitRequestPartition
         | kio.schema.txn_offset_commit.v1.request.TxnOffsetCommitRequestPartition
-        | kio.schema.txn_offset_commit.v2.request.TxnOffsetCommitRequestPartition
-        | kio.schema.txn_offset_commit.v3.request.TxnOffsetCommitRequestPartition
-        | kio.schema.txn_offset_commit.v4.request.TxnOffsetCommitRequestPartition
-    )
-    # v2+ carry the committed offset's leader epoch.
-    TxnOffsetCommitPartitionV2Plus: TypeAlias = (
-        kio.schema.txn_offset_commit.v2.request.TxnOffsetCommitRequestPartition
-        | kio.schema.txn_offset_commit.v3.request.TxnOffsetCommitRequestPartition
-        | kio.schema.txn_offset_commit.v4.request.TxnOffsetCommitRequestPartition
+        | TxnOffsetCommitPartitionV2Plus
     )
