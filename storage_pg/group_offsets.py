@@ -18,6 +18,9 @@ pass's COPY): they are kept as their UTF-8 bytes in ``bytea`` columns (migration
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import asyncpg
 
 from kafkaesque.hot.group_offsets import CommittedOffset, OffsetsSnapshot
@@ -82,21 +85,34 @@ async def save(conn: asyncpg.Connection, snapshot: OffsetsSnapshot) -> bool:
         for group_id, offsets in snapshot.groups.items()
         for (topic, partition), o in offsets.items()
     ]
+    states = [(group_id.encode(), state) for group_id, state in snapshot.states.items()]
+    return await replace_snapshot(
+        conn,
+        "group_offset_snapshot",
+        snapshot.as_of_ms,
+        [("group_offset", _COLUMNS, rows), ("group_state", ("group_id", "state"), states)],
+    )
+
+
+async def replace_snapshot(
+    conn: asyncpg.Connection,
+    snapshot_table: str,
+    as_of_ms: int,
+    tables: Sequence[tuple[str, Sequence[str], list[tuple[Any, ...]]]],
+) -> bool:
+    """Replace the rows of each of ``tables`` (name, columns, rows) with a snapshot's taken
+    at ``as_of_ms`` (Redis' clock), in one transaction; False, and nothing changed, if
+    ``snapshot_table``'s one row says a snapshot as new is archived."""
     async with conn.transaction():
         # The row lock serialises archivers; the comparison keeps the newest snapshot.
-        as_of = await conn.fetchval("SELECT as_of_ms FROM group_offset_snapshot FOR UPDATE")
-        if as_of >= snapshot.as_of_ms:
+        as_of = await conn.fetchval(f"SELECT as_of_ms FROM {snapshot_table} FOR UPDATE")
+        if as_of >= as_of_ms:
             return False
-        await conn.execute("DELETE FROM group_offset")
-        if rows:
-            await conn.copy_records_to_table("group_offset", records=rows, columns=_COLUMNS)
-        await conn.execute("DELETE FROM group_state")
-        if snapshot.states:
-            states = [(group_id.encode(), state) for group_id, state in snapshot.states.items()]
-            await conn.copy_records_to_table(
-                "group_state", records=states, columns=("group_id", "state")
-            )
-        await conn.execute("UPDATE group_offset_snapshot SET as_of_ms = $1", snapshot.as_of_ms)
+        for table, columns, rows in tables:
+            await conn.execute(f"DELETE FROM {table}")
+            if rows:
+                await conn.copy_records_to_table(table, records=rows, columns=columns)
+        await conn.execute(f"UPDATE {snapshot_table} SET as_of_ms = $1", as_of_ms)
     return True
 
 

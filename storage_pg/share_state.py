@@ -18,6 +18,7 @@ import msgpack
 
 from kafkaesque.hot.share_store import PartitionState, ShareSnapshot
 from kafkaesque.types import TopicPartition
+from storage_pg.group_offsets import replace_snapshot
 
 MIGRATION = """
     CREATE TABLE share_partition_state (
@@ -57,17 +58,8 @@ async def save(conn: asyncpg.Connection, snapshot: ShareSnapshot) -> bool:
         for group_id, partitions in snapshot.groups.items()
         for (topic, partition), s in partitions.items()
     ]
-    async with conn.transaction():
-        as_of = await conn.fetchval("SELECT as_of_ms FROM share_state_snapshot FOR UPDATE")
-        if as_of >= snapshot.as_of_ms:
-            return False
-        await conn.execute("DELETE FROM share_partition_state")
-        if rows:
-            await conn.copy_records_to_table(
-                "share_partition_state", records=rows, columns=_COLUMNS
-            )
-        await conn.execute("UPDATE share_state_snapshot SET as_of_ms = $1", snapshot.as_of_ms)
-    return True
+    tables = [("share_partition_state", _COLUMNS, rows)]
+    return await replace_snapshot(conn, "share_state_snapshot", snapshot.as_of_ms, tables)
 
 
 async def load(conn: asyncpg.Connection) -> dict[str, dict[TopicPartition, PartitionState]]:
