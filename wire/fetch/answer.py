@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -22,14 +22,18 @@ from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema
 from wire.protocol.fast_responses import EncodedTopic, FetchAnswer, fetch_partition
 from wire.topics import broker_entries
 
+if TYPE_CHECKING:
+    from wire.protocol.fetch_request import FetchBody
+    from wire.protocol.kio_types import FetchPartitionData, FetchResponse
+
 LEADER_HINT_VERSION = 16  # current_leader and node_endpoints (KIP-951)
 READ_COMMITTED = 1  # isolation_level (v4+)
 _PARTITION = attrgetter("partition")
 
 
 async def planned_fetch(
-    broker: Broker, request: Request, memo: FetchMemo, plan: Plan, cache: ReadCache
-) -> Any:
+    broker: Broker, request: Request[FetchBody], memo: FetchMemo, plan: Plan, cache: ReadCache
+) -> FetchAnswer | FetchResponse:
     """A sessionless long poll answered from the connection's last answer: only the
     partitions that changed, or may have, are read and encoded (see wire/fetch/memo.py)."""
     body, version = request.body, request.api_version
@@ -109,12 +113,12 @@ Answered = Sequence[tuple[str | None, uuid.UUID | None, Sequence[int], Sequence[
 
 def answer(
     broker: Broker,
-    request: Request,
+    request: Request[FetchBody],
     session_id: int,
     topics: Answered,
     memo: FetchMemo | None = None,
     entries: list[list[bytes]] | None = None,
-) -> Any:
+) -> FetchAnswer | FetchResponse:
     """The response naming these topics' partitions (name, id, partition indexes, and
     their outcomes in the same order). Encoded here, partition by partition (``memo``
     keeps the entries of partitions with nothing new; ``entries`` gets, per topic, each
@@ -147,7 +151,9 @@ def answer(
     return FetchAnswer(version, NO_THROTTLE, ErrorCode.none.value, session_id, tuple(encoded))
 
 
-def entity_answer(broker: Broker, request: Request, session_id: int, topics: Answered) -> Any:
+def entity_answer(
+    broker: Broker, request: Request[FetchBody], session_id: int, topics: Answered
+) -> FetchResponse:
     """The response as kio entities, for answers with tagged fields to write."""
     schema = request.response_class
     topic_class = schema_class(schema, "FetchableTopicResponse")
@@ -155,7 +161,7 @@ def entity_answer(broker: Broker, request: Request, session_id: int, topics: Ans
     leader_hints = request.api_version >= LEADER_HINT_VERSION
     aborted_class = schema_class(schema, "AbortedTransaction")
 
-    def partition(index: int, r: Fetched) -> Any:
+    def partition(index: int, r: Fetched) -> FetchPartitionData:
         tagged: dict[str, Any] = {}
         if r.diverging_epoch is not None:
             epoch, end = r.diverging_epoch
