@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime
 import uuid
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -27,6 +27,14 @@ from wire.group_answers import (
 )
 from wire.protocol.codec import Request, schema_class
 
+if TYPE_CHECKING:
+    from wire.protocol.kio_types import (
+        ConsumerGroupDescribeRequest,
+        ConsumerGroupDescribeResponse,
+        ConsumerGroupHeartbeatRequest,
+        ConsumerGroupHeartbeatResponse,
+    )
+
 CONSUMER_MEMBER = 1  # ConsumerGroupDescribe v1 member_type: a consumer-protocol member
 
 
@@ -38,7 +46,9 @@ def _topic_id(group: ConsumerGroup, topic: str) -> uuid.UUID:
     return uuid.UUID(bytes=bytes(group.topics[topic][0]))
 
 
-async def consumer_group_heartbeat(broker: Broker, request: Request) -> Any:
+async def consumer_group_heartbeat(
+    broker: Broker, request: Request[ConsumerGroupHeartbeatRequest]
+) -> ConsumerGroupHeartbeatResponse:
     body = request.body
     check_group(broker, request, Operation.READ, body.group_id)
     schema = request.response_class
@@ -77,7 +87,9 @@ async def consumer_group_heartbeat(broker: Broker, request: Request) -> Any:
     return heartbeat_answer(schema, result.member_id, result.epoch, interval, assigned)
 
 
-async def consumer_group_describe(broker: Broker, request: Request) -> Any:
+async def consumer_group_describe(
+    broker: Broker, request: Request[ConsumerGroupDescribeRequest]
+) -> ConsumerGroupDescribeResponse:
     schema = request.response_class
 
     def describe(group: ConsumerGroup) -> tuple[str, tuple[Any, ...]]:

@@ -4,7 +4,7 @@ LeaveGroup, Describe/List/DeleteGroups); committed offsets are in group_offsets.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -31,6 +31,49 @@ from wire.protocol.codec import (
     ok_response,
     schema_class,
 )
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    import kio.schema.find_coordinator.v4.request
+    import kio.schema.find_coordinator.v5.request
+    import kio.schema.find_coordinator.v6.request
+    import kio.schema.leave_group.v3.request
+    import kio.schema.leave_group.v4.request
+    import kio.schema.leave_group.v5.request
+    from typing_extensions import TypeIs
+
+    from wire.protocol.kio_types import (
+        DeleteGroupsRequest,
+        DeleteGroupsResponse,
+        DescribeGroupsRequest,
+        DescribeGroupsResponse,
+        FindCoordinatorRequest,
+        FindCoordinatorResponse,
+        HeartbeatRequest,
+        HeartbeatResponse,
+        JoinGroupRequest,
+        JoinGroupResponse,
+        LeaveGroupRequest,
+        LeaveGroupResponse,
+        ListGroupsRequest,
+        ListGroupsResponse,
+        SyncGroupRequest,
+        SyncGroupResponse,
+    )
+
+    # Not in kio_types: the versions that look up several keys at once (KIP-699) and
+    # that name the members leaving (KIP-345).
+    FindCoordinatorRequestBatched: TypeAlias = (
+        kio.schema.find_coordinator.v4.request.FindCoordinatorRequest
+        | kio.schema.find_coordinator.v5.request.FindCoordinatorRequest
+        | kio.schema.find_coordinator.v6.request.FindCoordinatorRequest
+    )
+    LeaveGroupRequestV3Plus: TypeAlias = (
+        kio.schema.leave_group.v3.request.LeaveGroupRequest
+        | kio.schema.leave_group.v4.request.LeaveGroupRequest
+        | kio.schema.leave_group.v5.request.LeaveGroupRequest
+    )
 
 log = logging.getLogger(__name__)
 MEMBERS = LogThrottle(log)  # members joining and leaving, as clients ask
@@ -94,11 +137,18 @@ def _authorized_coordinator(
     return _coordinator(broker, key_type, key, request.connection.listener)
 
 
-async def find_coordinator(broker: Broker, request: Request) -> Any:
+def _batched(body: FindCoordinatorRequest) -> TypeIs[FindCoordinatorRequestBatched]:
+    """v4+ look up a list of keys (coordinator_keys); before, one (key)."""
+    return body.__version__ >= FIRST_BATCHED_LOOKUP
+
+
+async def find_coordinator(
+    broker: Broker, request: Request[FindCoordinatorRequest]
+) -> FindCoordinatorResponse:
     body = request.body
     schema = request.response_class
     key_type = getattr(body, "key_type", GROUP_KEY)  # v1+
-    if request.api_version < FIRST_BATCHED_LOOKUP:
+    if not _batched(body):
         answer = _authorized_coordinator(broker, request, key_type, body.key)
         return build(schema, throttle_time=NO_THROTTLE, **answer)
     coordinator = schema_class(schema, "Coordinator")
@@ -112,7 +162,7 @@ async def find_coordinator(broker: Broker, request: Request) -> Any:
     )
 
 
-async def join_group(broker: Broker, request: Request) -> Any:
+async def join_group(broker: Broker, request: Request[JoinGroupRequest]) -> JoinGroupResponse:
     body = request.body
     check_group(broker, request, Operation.READ, body.group_id)
     reason = getattr(body, "reason", None)  # v8+
@@ -130,7 +180,8 @@ async def join_group(broker: Broker, request: Request) -> Any:
     if (unavailable := await restore_first(broker, request)) is not None:
         return unavailable  # the archive has the group (members included): retried
     if await broker.share_groups.exists(body.group_id):  # an id is one kind of group
-        return error_response(request.response_class, ErrorCode.inconsistent_group_protocol)
+        refusal = error_response(request.response_class, ErrorCode.inconsistent_group_protocol)
+        return cast("JoinGroupResponse", refusal)  # every version has an error_code
     result = await broker.groups.join(
         body.group_id,
         JoinRequest(
@@ -180,7 +231,7 @@ async def _member_checks(broker: Broker, request: Request) -> Any | None:
     return await restore_first(broker, request)
 
 
-async def sync_group(broker: Broker, request: Request) -> Any:
+async def sync_group(broker: Broker, request: Request[SyncGroupRequest]) -> SyncGroupResponse:
     body = request.body
     if (unavailable := await _member_checks(broker, request)) is not None:
         return unavailable
@@ -202,7 +253,7 @@ async def sync_group(broker: Broker, request: Request) -> Any:
     )
 
 
-async def heartbeat(broker: Broker, request: Request) -> Any:
+async def heartbeat(broker: Broker, request: Request[HeartbeatRequest]) -> HeartbeatResponse:
     body = request.body
     if (unavailable := await _member_checks(broker, request)) is not None:
         return unavailable
@@ -212,17 +263,22 @@ async def heartbeat(broker: Broker, request: Request) -> Any:
     return build(request.response_class, throttle_time=NO_THROTTLE, error_code=error_code(error))
 
 
-async def leave_group(broker: Broker, request: Request) -> Any:
+def _names_members(body: LeaveGroupRequest) -> TypeIs[LeaveGroupRequestV3Plus]:
+    """v3+ name the members leaving (a batch, KIP-345); before, the one member asking."""
+    return body.__version__ >= 3
+
+
+async def leave_group(broker: Broker, request: Request[LeaveGroupRequest]) -> LeaveGroupResponse:
     body = request.body
     if (unavailable := await _member_checks(broker, request)) is not None:
         return unavailable  # (left from the empty Redis, the member would come back)
     schema = request.response_class
-    if request.api_version < 3:
+    if not _names_members(body):
         [error] = await broker.groups.leave(body.group_id, [(body.member_id, None)])
         return build(schema, throttle_time=NO_THROTTLE, error_code=error_code(error))
     leaving = [(m.member_id, m.group_instance_id) for m in body.members]
     for m in body.members:
-        if getattr(m, "reason", None):  # v5+
+        if reason := getattr(m, "reason", None):  # v5+
             MEMBERS.client(
                 "leaves",
                 logging.INFO,
@@ -230,7 +286,7 @@ async def leave_group(broker: Broker, request: Request) -> Any:
                 "group %s: member %r leaves: %s",
                 clip(body.group_id),
                 clip(m.member_id),
-                clip(m.reason),
+                clip(reason),
                 logger=log,
             )
     errors = await broker.groups.leave(body.group_id, leaving)
@@ -244,7 +300,9 @@ async def leave_group(broker: Broker, request: Request) -> Any:
     )
 
 
-async def describe_groups(broker: Broker, request: Request) -> Any:
+async def describe_groups(
+    broker: Broker, request: Request[DescribeGroupsRequest]
+) -> DescribeGroupsResponse:
     schema = request.response_class
     group_class = schema_class(schema, "DescribedGroup")
     member_class = schema_class(schema, "DescribedGroupMember")
@@ -298,7 +356,7 @@ async def describe_groups(broker: Broker, request: Request) -> Any:
     return build(schema, throttle_time=NO_THROTTLE, groups=tuple(described))
 
 
-async def list_groups(broker: Broker, request: Request) -> Any:
+async def list_groups(broker: Broker, request: Request[ListGroupsRequest]) -> ListGroupsResponse:
     schema = request.response_class
     listed_class = schema_class(schema, "ListedGroup")
     # As Kafka, the filters (v4+ states, v5+ types) ignore case; empty: no filter.
@@ -330,7 +388,9 @@ async def list_groups(broker: Broker, request: Request) -> Any:
     return build(schema, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=listed)
 
 
-async def delete_groups(broker: Broker, request: Request) -> Any:
+async def delete_groups(
+    broker: Broker, request: Request[DeleteGroupsRequest]
+) -> DeleteGroupsResponse:
     schema = request.response_class
     result_class = schema_class(schema, "DeletableGroupResult")
     results = []

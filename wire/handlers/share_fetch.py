@@ -10,7 +10,7 @@ import dataclasses
 import datetime
 import uuid
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import Records
@@ -31,6 +31,14 @@ from wire.broker import Broker
 from wire.errors import error_code
 from wire.group_answers import restore_first
 from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
+
+if TYPE_CHECKING:
+    from wire.protocol.kio_types import (
+        ShareAcknowledgeRequest,
+        ShareAcknowledgeResponse,
+        ShareFetchRequest,
+        ShareFetchResponse,
+    )
 
 FIRST_RENEW = 2  # the first ShareFetch/ShareAcknowledge version with RENEW acknowledgements
 RECORD_LIMIT = 1  # ShareFetch v2's share_acquire_mode: at most max_records (0: whole batches)
@@ -192,7 +200,7 @@ def _partition(schema: type, got: Acquired, code: ErrorCode, ack: AckOutcome, in
     )
 
 
-async def share_fetch(broker: Broker, request: Request) -> Any:
+async def share_fetch(broker: Broker, request: Request[ShareFetchRequest]) -> ShareFetchResponse:
     body = request.body
     schema = request.response_class
     group_id, member_id, epoch = body.group_id or "", body.member_id or "", body.share_session_epoch
@@ -214,11 +222,11 @@ async def share_fetch(broker: Broker, request: Request) -> Any:
                 unknown[(t.topic_id or NO_ID, p.partition_index)] = ErrorCode.unknown_topic_id
             else:
                 wanted.append((name, p.partition_index))
-    forgotten = []
-    for t in body.forgotten_topics_data:
-        name = await topics.name(t.topic_id)
+    forgotten: list[TopicPartition] = []
+    for f in body.forgotten_topics_data:
+        name = await topics.name(f.topic_id)
         if name is not None:
-            forgotten += [(name, p) for p in t.partitions]
+            forgotten += [(name, index) for index in f.partitions]
     acks = await _acks(topics, body.topics, unknown)
     sessions = broker.share_fetcher.sessions
     try:
@@ -273,13 +281,15 @@ async def share_fetch(broker: Broker, request: Request) -> Any:
         build(topic_class, topic_id=await topics.id_of(topic), partitions=tuple(parts))
         for topic, parts in by_topic.items()
     ]
-    for (topic_id, p), code in unknown.items():
-        refusal = _partition(schema, Acquired(), code, (code, None), p)
+    for (topic_id, index), code in unknown.items():
+        refusal = _partition(schema, Acquired(), code, (code, None), index)
         responses.append(build(topic_class, topic_id=topic_id, partitions=(refusal,)))
     return _answer(request, ErrorCode.none, None, lock_ms, responses)
 
 
-async def share_acknowledge(broker: Broker, request: Request) -> Any:
+async def share_acknowledge(
+    broker: Broker, request: Request[ShareAcknowledgeRequest]
+) -> ShareAcknowledgeResponse:
     body = request.body
     schema = request.response_class
     group_id, member_id, epoch = body.group_id or "", body.member_id or "", body.share_session_epoch

@@ -7,7 +7,8 @@ ShareAcknowledge are wire/handlers/share_fetch.py's."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -27,6 +28,20 @@ from wire.group_answers import (
 )
 from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
 
+if TYPE_CHECKING:
+    from wire.protocol.kio_types import (
+        AlterShareGroupOffsetsRequest,
+        AlterShareGroupOffsetsResponse,
+        DeleteShareGroupOffsetsRequest,
+        DeleteShareGroupOffsetsResponse,
+        DescribeShareGroupOffsetsRequest,
+        DescribeShareGroupOffsetsResponse,
+        ShareGroupDescribeRequest,
+        ShareGroupDescribeResponse,
+        ShareGroupHeartbeatRequest,
+        ShareGroupHeartbeatResponse,
+    )
+
 NO_ID = uuid.UUID(int=0)
 TOPIC = ResourceType.TOPIC
 
@@ -36,7 +51,9 @@ def _topic_id(group: ShareGroup, topic: str) -> uuid.UUID:
     return uuid.UUID(bytes=bytes(entry[0])) if entry else NO_ID
 
 
-async def share_group_heartbeat(broker: Broker, request: Request) -> Any:
+async def share_group_heartbeat(
+    broker: Broker, request: Request[ShareGroupHeartbeatRequest]
+) -> ShareGroupHeartbeatResponse:
     body = request.body
     schema = request.response_class
     check_group(broker, request, Operation.READ, body.group_id)
@@ -72,7 +89,9 @@ async def share_group_heartbeat(broker: Broker, request: Request) -> Any:
     return heartbeat_answer(schema, result.member_id, result.epoch, interval, assigned)
 
 
-async def share_group_describe(broker: Broker, request: Request) -> Any:
+async def share_group_describe(
+    broker: Broker, request: Request[ShareGroupDescribeRequest]
+) -> ShareGroupDescribeResponse:
     schema = request.response_class
     member_class = schema_class(schema, "Member")
 
@@ -88,7 +107,7 @@ async def share_group_describe(broker: Broker, request: Request) -> Any:
     return await describe_groups(broker, request, broker.share_groups.load, describe)
 
 
-async def _topic_ids(broker: Broker, names: list[str]) -> dict[str, uuid.UUID | None]:
+async def _topic_ids(broker: Broker, names: Sequence[str]) -> dict[str, uuid.UUID | None]:
     """Each topic's id, None for a topic that does not exist."""
     out: dict[str, uuid.UUID | None] = {}
     for name in names:
@@ -99,7 +118,9 @@ async def _topic_ids(broker: Broker, names: list[str]) -> dict[str, uuid.UUID | 
     return out
 
 
-async def describe_share_group_offsets(broker: Broker, request: Request) -> Any:
+async def describe_share_group_offsets(
+    broker: Broker, request: Request[DescribeShareGroupOffsetsRequest]
+) -> DescribeShareGroupOffsetsResponse:
     schema = request.response_class
     group_class = schema_class(schema, "DescribeShareGroupOffsetsResponseGroup")
     topic_class = schema_class(schema, "DescribeShareGroupOffsetsResponseTopic")
@@ -110,7 +131,7 @@ async def describe_share_group_offsets(broker: Broker, request: Request) -> Any:
         topics_out: list[Any] = []
         try:
             check_group(broker, request, Operation.DESCRIBE, g.group_id)
-            asked = None
+            asked: dict[str, list[int]] | None = None  # None: every share-partition
             if g.topics is not None:
                 asked = {
                     t.topic_name: list(t.partitions)
@@ -190,7 +211,9 @@ def _refused(schema: type, refused: ShareRefused) -> Any:
     )
 
 
-async def alter_share_group_offsets(broker: Broker, request: Request) -> Any:
+async def alter_share_group_offsets(
+    broker: Broker, request: Request[AlterShareGroupOffsetsRequest]
+) -> AlterShareGroupOffsetsResponse:
     body = request.body
     schema = request.response_class
     topic_class = schema_class(schema, "AlterShareGroupOffsetsResponseTopic")
@@ -236,7 +259,9 @@ async def alter_share_group_offsets(broker: Broker, request: Request) -> Any:
     return ok_response(schema, responses=responses)
 
 
-async def delete_share_group_offsets(broker: Broker, request: Request) -> Any:
+async def delete_share_group_offsets(
+    broker: Broker, request: Request[DeleteShareGroupOffsetsRequest]
+) -> DeleteShareGroupOffsetsResponse:
     body = request.body
     schema = request.response_class
     topic_class = schema_class(schema, "DeleteShareGroupOffsetsResponseTopic")
