@@ -15,20 +15,8 @@ from collections.abc import Mapping
 
 from aiohttp import web
 
+from kafkaesque.console import html
 from kafkaesque.console.context import console, may_see_topic, posted, render, require, session
-from kafkaesque.console.html import (
-    Raw,
-    field,
-    form,
-    join,
-    link,
-    message,
-    path,
-    query,
-    select,
-    tag,
-    when,
-)
 from kafkaesque.console.records import (
     EXPORT_CAP,
     FORMATS,
@@ -54,43 +42,49 @@ async def topic_partitions(request: web.Request) -> tuple[str, int]:
     return name, (await console(request).log.topic(name)).partitions
 
 
-def value_cell(data: bytes | None, wanted: str, whole: bool = False) -> Raw:
+def value_cell(data: bytes | None, wanted: str, whole: bool = False) -> html.Raw:
     kind, text = decode(data, wanted, whole)
     if kind == "null":
-        return tag("span", "null", class_="muted")
-    return join(
+        return html.tag("span", "null", class_="muted")
+    return html.join(
         [
-            tag("span", kind, class_="fmt"),
-            tag("pre", text, class_="value full" if whole else "value"),
+            html.tag("span", kind, class_="fmt"),
+            html.tag("pre", text, class_="value full" if whole else "value"),
         ]
     )
 
 
-def headers_cell(record: Shown, wanted: str) -> Raw:
+def headers_cell(record: Shown, wanted: str) -> html.Raw:
     if not record.headers:
-        return Raw("")
-    return join(
-        tag(
+        return html.Raw("")
+    return html.join(
+        html.tag(
             "div",
-            join([tag("b", name), ": ", decode(value, wanted)[1] if value is not None else "null"]),
+            html.join(
+                [
+                    html.tag("b", name),
+                    ": ",
+                    decode(value, wanted)[1] if value is not None else "null",
+                ]
+            ),
         )
         for name, value in record.headers
     )
 
 
-def record_row(topic: str, record: Shown, wanted: str) -> Raw:
+def record_row(topic: str, record: Shown, wanted: str) -> html.Raw:
     cells = [
-        link(
-            path("topics", topic, "messages", str(record.partition), str(record.offset)),
+        html.link(
+            html.path("topics", topic, "messages", str(record.partition), str(record.offset)),
             f"{record.partition}/{record.offset}",
         ),
-        tag("span", record.tier, class_=f"tier {record.tier}"),
-        when(record.timestamp),
+        html.tag("span", record.tier, class_=f"tier {record.tier}"),
+        html.when(record.timestamp),
         value_cell(record.key, wanted),
         value_cell(record.value, wanted),
         headers_cell(record, wanted),
     ]
-    return tag("tr", join(tag("td", c) for c in cells))
+    return html.tag("tr", html.join(html.tag("td", c) for c in cells))
 
 
 RECORD_HEADERS = ["Partition/offset", "Tier", "Timestamp", "Key", "Value", "Headers"]
@@ -102,19 +96,19 @@ async def browse(request: web.Request) -> web.Response:
     params = request.query
     body: list[object] = [query_form(topic, partitions, params)]
     if "done" in params:
-        body.append(message(params["done"], "ok"))
+        body.append(html.message(params["done"], "ok"))
     try:
         wanted = parse_query(params, partitions)
     except BadInput as exc:
-        body.append(message(str(exc)))
-        return render(request, f"Messages of {topic}", join(body), "/topics", status=400)
+        body.append(html.message(str(exc)))
+        return render(request, f"Messages of {topic}", html.join(body), "/topics", status=400)
     try:
         found = await find(state.layer, topic, partitions, wanted)
     except BadInput as exc:
-        body.append(message(str(exc)))
-        return render(request, f"Messages of {topic}", join(body), "/topics", status=400)
+        body.append(html.message(str(exc)))
+        return render(request, f"Messages of {topic}", html.join(body), "/topics", status=400)
     for note in found.notes:
-        body.append(message(note, "note"))
+        body.append(html.message(note, "note"))
     summary = f"{len(found.records):,} shown"
     if wanted.search:
         summary += f" matching {wanted.search!r} among {found.scanned:,} records read"
@@ -122,21 +116,27 @@ async def browse(request: web.Request) -> web.Response:
             summary += (
                 f" (the scan limit, {wanted.scan:,}, was reached: older records were not searched)"
             )
-    exports = join(
+    exports = html.join(
         [
-            link(query(path("topics", topic, "export"), **{**params, "as": "json"}), "export JSON"),
+            html.link(
+                html.query(html.path("topics", topic, "export"), **{**params, "as": "json"}),
+                "export JSON",
+            ),
             " \u00b7 ",
-            link(query(path("topics", topic, "export"), **{**params, "as": "csv"}), "export CSV"),
+            html.link(
+                html.query(html.path("topics", topic, "export"), **{**params, "as": "csv"}),
+                "export CSV",
+            ),
             " \u00b7 ",
-            link(path("topics", topic, "tail"), "live tail"),
+            html.link(html.path("topics", topic, "tail"), "live tail"),
             " \u00b7 ",
-            link(path("topics", topic), "topic details"),
+            html.link(html.path("topics", topic), "topic details"),
         ]
     )
     body.append(
-        tag(
+        html.tag(
             "div",
-            join([tag("span", summary, id="summary"), tag("span", exports)]),
+            html.join([html.tag("span", summary, id="summary"), html.tag("span", exports)]),
             class_="toolbar",
         )
     )
@@ -144,70 +144,83 @@ async def browse(request: web.Request) -> web.Response:
     body.append(records_table(rows, "messages"))
     body.append(paging(topic, params, wanted, found.records))
     if state.admin:
-        body.append(tag("h2", "Produce a message"))
+        body.append(html.tag("h2", "Produce a message"))
         body.append(produce_form(request, topic, partitions))
-    return render(request, f"Messages of {topic}", join(body), "/topics")
+    return render(request, f"Messages of {topic}", html.join(body), "/topics")
 
 
-def paging(topic: str, params: Mapping[str, str], wanted: Query, shown: list[Shown]) -> Raw:
+def paging(topic: str, params: Mapping[str, str], wanted: Query, shown: list[Shown]) -> html.Raw:
     """On one partition, a link to the records before those shown (newest first) or
     after them (from an offset or a time)."""
     if wanted.partition is None or not shown:
-        return Raw("")
+        return html.Raw("")
     kept = {
         k: v for k, v in params.items() if k in ("partition", "limit", "search", "scan", "format")
     }
-    base = path("topics", topic, "messages")
+    base = html.path("topics", topic, "messages")
     if wanted.start == "newest":
         oldest = min(r.offset for r in shown)
         if oldest == 0:
-            return Raw("")
-        return tag(
+            return html.Raw("")
+        return html.tag(
             "p",
-            link(query(base, **kept, start="newest", before=oldest), "\u2190 older records"),
+            html.link(
+                html.query(base, **kept, start="newest", before=oldest), "\u2190 older records"
+            ),
             id="paging",
         )
     latest = max(r.offset for r in shown)
-    return tag(
+    return html.tag(
         "p",
-        link(query(base, **kept, start="offset", offset=latest + 1), "later records \u2192"),
+        html.link(
+            html.query(base, **kept, start="offset", offset=latest + 1), "later records \u2192"
+        ),
         id="paging",
     )
 
 
-def records_table(rows: list[Raw], table_id: str, empty: str = "no records") -> Raw:
-    head = tag("thead", tag("tr", join(tag("th", h) for h in RECORD_HEADERS)))
+def records_table(rows: list[html.Raw], table_id: str, empty: str = "no records") -> html.Raw:
+    head = html.tag("thead", html.tag("tr", html.join(html.tag("th", h) for h in RECORD_HEADERS)))
     if not rows:
-        rows = [tag("tr", tag("td", empty, colspan=len(RECORD_HEADERS), class_="empty"))]
-    return tag("table", join([head, tag("tbody", join(rows))]), id=table_id, class_="records")
+        rows = [html.tag("tr", html.tag("td", empty, colspan=len(RECORD_HEADERS), class_="empty"))]
+    return html.tag(
+        "table",
+        html.join([head, html.tag("tbody", html.join(rows))]),
+        id=table_id,
+        class_="records",
+    )
 
 
-def query_form(topic: str, partitions: int, params: Mapping[str, str]) -> Raw:
+def query_form(topic: str, partitions: int, params: Mapping[str, str]) -> html.Raw:
     choices = [("all", "all")] + [(str(p), str(p)) for p in range(partitions)]
-    content = join(
+    content = html.join(
         [
-            select("Partition", "partition", choices, params.get("partition", "all")),
-            select(
+            html.select("Partition", "partition", choices, params.get("partition", "all")),
+            html.select(
                 "Start",
                 "start",
                 [("newest", "newest first"), ("offset", "from offset"), ("time", "from time")],
                 params.get("start", "newest"),
             ),
-            field("Offset", "offset", params.get("offset", ""), size=10),
-            field(
+            html.field("Offset", "offset", params.get("offset", ""), size=10),
+            html.field(
                 "Time (ISO 8601, UTC)",
                 "time",
                 params.get("time", ""),
                 size=22,
                 placeholder="2024-05-01T12:00:00Z",
             ),
-            field("Limit", "limit", params.get("limit", "50"), size=5),
-            field("Search key/value/headers", "search", params.get("search", ""), size=18),
-            field("Scan limit", "scan", params.get("scan", "10000"), size=7),
-            select("Show as", "format", [(f, f) for f in FORMATS], params.get("format", "auto")),
+            html.field("Limit", "limit", params.get("limit", "50"), size=5),
+            html.field("Search key/value/headers", "search", params.get("search", ""), size=18),
+            html.field("Scan limit", "scan", params.get("scan", "10000"), size=7),
+            html.select(
+                "Show as", "format", [(f, f) for f in FORMATS], params.get("format", "auto")
+            ),
         ]
     )
-    return form(path("topics", topic, "messages"), content, "Show", method="get", id="query")
+    return html.form(
+        html.path("topics", topic, "messages"), content, "Show", method="get", id="query"
+    )
 
 
 async def one_message(request: web.Request) -> web.Response:
@@ -238,18 +251,18 @@ async def one_message(request: web.Request) -> web.Response:
     wanted = request.query.get("format", "auto")
     if wanted not in FORMATS:
         raise BadInput(f"format must be one of {', '.join(FORMATS)}")
-    body = join(
+    body = html.join(
         [
-            tag(
+            html.tag(
                 "dl",
-                join(
-                    join([tag("dt", k), tag("dd", v)])
+                html.join(
+                    html.join([html.tag("dt", k), html.tag("dd", v)])
                     for k, v in [
-                        ("topic", link(path("topics", topic, "messages"), topic)),
+                        ("topic", html.link(html.path("topics", topic, "messages"), topic)),
                         ("partition", partition),
                         ("offset", f"{offset:,}"),
-                        ("tier", tag("span", record.tier, class_=f"tier {record.tier}")),
-                        ("timestamp", f"{when(record.timestamp)} ({record.timestamp})"),
+                        ("tier", html.tag("span", record.tier, class_=f"tier {record.tier}")),
+                        ("timestamp", f"{html.when(record.timestamp)} ({record.timestamp})"),
                         ("key", value_cell(record.key, wanted, whole=True)),
                         ("value", value_cell(record.value, wanted, whole=True)),
                         ("headers", headers_cell(record, wanted) or "none"),
@@ -258,12 +271,15 @@ async def one_message(request: web.Request) -> web.Response:
                 class_="facts",
                 id="message",
             ),
-            tag(
+            html.tag(
                 "p",
-                join(
+                html.join(
                     x
                     for f in FORMATS
-                    for x in (link(query(request.rel_url.raw_path, format=f), f"show as {f}"), "  ")
+                    for x in (
+                        html.link(html.query(request.rel_url.raw_path, format=f), f"show as {f}"),
+                        "  ",
+                    )
                 ),
             ),
         ]
@@ -318,21 +334,26 @@ def exported(record: Shown) -> dict[str, object]:
     }
 
 
-def produce_form(request: web.Request, topic: str, partitions: int) -> Raw:
+def produce_form(request: web.Request, topic: str, partitions: int) -> html.Raw:
     choices = [("", "by key (or 0)")] + [(str(p), str(p)) for p in range(partitions)]
-    content = join(
+    content = html.join(
         [
-            select("Partition", "partition", choices, ""),
-            field("Key", "key", "", size=16),
-            tag(
+            html.select("Partition", "partition", choices, ""),
+            html.field("Key", "key", "", size=16),
+            html.tag(
                 "label",
-                join([tag("span", "Value"), tag("textarea", "", name="value", rows=3, cols=60)]),
+                html.join(
+                    [
+                        html.tag("span", "Value"),
+                        html.tag("textarea", "", name="value", rows=3, cols=60),
+                    ]
+                ),
             ),
-            field("Headers (name=value, comma separated)", "headers", "", size=30),
+            html.field("Headers (name=value, comma separated)", "headers", "", size=30),
         ]
     )
-    return form(
-        path("topics", topic, "produce"),
+    return html.form(
+        html.path("topics", topic, "produce"),
         content,
         "Produce",
         csrf=session(request).csrf,
@@ -363,4 +384,6 @@ async def produce(request: web.Request) -> web.Response:
     batch = build_batch([data.get("value", "").encode()], [key], headers=[headers])
     appended = await state.layer.append(topic, partition, [batch])
     done = f"produced to partition {partition} at offset {appended.base_offset}"
-    raise web.HTTPSeeOther(query(path("topics", topic, "messages"), partition=partition, done=done))
+    raise web.HTTPSeeOther(
+        html.query(html.path("topics", topic, "messages"), partition=partition, done=done)
+    )

@@ -10,15 +10,7 @@ from aiohttp import web
 
 from kafkaesque.config.topic_config import MAX_PARTITIONS, AlterOp, TopicConfig, altered
 from kafkaesque.config.topic_config import describe as describe_configs
-from kafkaesque.console.context import (
-    console,
-    may_see_group,
-    may_see_topic,
-    posted,
-    render,
-    require,
-    session,
-)
+from kafkaesque.console import context
 from kafkaesque.console.html import (
     Raw,
     facts,
@@ -42,12 +34,12 @@ from kafkaesque.security.acls import Operation, ResourceType
 async def topic_list(request: web.Request) -> web.Response:
     """Every topic the viewer may describe: partitions, records in Redis, log ends,
     retention and cleanup policy; ``q`` filters by name."""
-    state = console(request)
+    state = context.console(request)
     wanted = request.query.get("q", "").strip()
     configs = [
         c
         for c in await state.log.topic_configs()
-        if (wanted.lower() in c.name.lower()) and may_see_topic(request, c.name)
+        if (wanted.lower() in c.name.lower()) and context.may_see_topic(request, c.name)
     ]
     partitions = [(c.name, p) for c in configs for p in range(c.partitions)]
     offsets = await state.log.partition_offsets(partitions) if partitions else []
@@ -100,7 +92,7 @@ async def topic_list(request: web.Request) -> web.Response:
             id="topics",
         )
     )
-    return render(request, f"Topics ({len(rows):,})", join(body), "/topics")
+    return context.render(request, f"Topics ({len(rows):,})", join(body), "/topics")
 
 
 def retention(config: TopicConfig) -> str:
@@ -118,13 +110,15 @@ def create_form(request: web.Request) -> Raw:
             field("Configs (key=value, comma separated)", "configs", "", size=40),
         ]
     )
-    return form("/topics", content, "Create topic", csrf=session(request).csrf, id="create-topic")
+    return form(
+        "/topics", content, "Create topic", csrf=context.session(request).csrf, id="create-topic"
+    )
 
 
 async def topic_page(request: web.Request) -> web.Response:
-    state = console(request)
+    state = context.console(request)
     name = request.match_info["topic"]
-    if not may_see_topic(request, name):
+    if not context.may_see_topic(request, name):
         raise UnknownTopic(f"no such topic: {name}")
     config = await state.log.topic(name)
     body: list[object] = []
@@ -155,13 +149,13 @@ async def topic_page(request: web.Request) -> web.Response:
     if state.admin:
         body.append(tag("h2", "Change"))
         body.append(admin_forms(request, config))
-    return render(request, f"Topic {name}", join(body), "/topics")
+    return context.render(request, f"Topic {name}", join(body), "/topics")
 
 
 async def partition_table(request: web.Request, config: TopicConfig) -> Raw:
     """Per partition: offsets in each tier, the archived watermark, bytes, the leader;
     then the gaps (dropped by retention before archiving)."""
-    state = console(request)
+    state = context.console(request)
     name = config.name
     cold_bytes: dict[int, int] = {}
     gaps: list[tuple[int, int, int]] = []
@@ -218,7 +212,7 @@ async def partition_table(request: web.Request, config: TopicConfig) -> Raw:
 
 async def readers(request: web.Request, topic: str) -> Raw:
     """The groups with offsets of the topic, each with its largest lag."""
-    state = console(request)
+    state = context.console(request)
     ends = {}
     config = await state.log.topic(topic)
     found = await state.log.partition_offsets([(topic, p) for p in range(config.partitions)])
@@ -227,7 +221,7 @@ async def readers(request: web.Request, topic: str) -> Raw:
             ends[p] = entry[1]
     rows = []
     for group in await state.groups.admin.list_groups():
-        if not may_see_group(request, group):
+        if not context.may_see_group(request, group):
             continue
         committed = await state.groups.admin.committed(group)
         lags = [ends[p] - c.offset for (t, p), c in committed.items() if t == topic and p in ends]
@@ -242,7 +236,7 @@ async def readers(request: web.Request, topic: str) -> Raw:
 
 
 def admin_forms(request: web.Request, config: TopicConfig) -> Raw:
-    csrf = session(request).csrf
+    csrf = context.session(request).csrf
     name = config.name
     edit = join(
         [
@@ -287,10 +281,10 @@ def key_values(text: str) -> dict[str, str]:
 
 
 async def create_topic(request: web.Request) -> web.Response:
-    state = console(request)
-    data = await posted(request)
+    state = context.console(request)
+    data = await context.posted(request)
     name = data.get("name", "").strip()
-    require(request, Operation.CREATE, ResourceType.TOPIC, name)
+    context.require(request, Operation.CREATE, ResourceType.TOPIC, name)
     try:
         partitions = int(data.get("partitions", "1") or "1")
     except ValueError:
@@ -308,10 +302,10 @@ async def create_topic(request: web.Request) -> web.Response:
 
 
 async def alter_topic(request: web.Request) -> web.Response:
-    state = console(request)
+    state = context.console(request)
     name = request.match_info["topic"]
-    require(request, Operation.ALTER_CONFIGS, ResourceType.TOPIC, name)
-    data = await posted(request)
+    context.require(request, Operation.ALTER_CONFIGS, ResourceType.TOPIC, name)
+    data = await context.posted(request)
     operations: list[tuple[AlterOp, str, str | None]] = [
         (AlterOp.SET, k, v) for k, v in key_values(data.get("set", "")).items()
     ]
@@ -338,9 +332,9 @@ async def alter_topic(request: web.Request) -> web.Response:
 
 
 async def delete_topic(request: web.Request) -> web.Response:
-    state = console(request)
+    state = context.console(request)
     name = request.match_info["topic"]
-    require(request, Operation.DELETE, ResourceType.TOPIC, name)
+    context.require(request, Operation.DELETE, ResourceType.TOPIC, name)
     await state.log.delete_topic(name)
     await state.groups.admin.forget_topic(name)
     state.layer.forget_config(name)
