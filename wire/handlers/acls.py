@@ -97,10 +97,7 @@ async def describe_acls(
         )
         for (rtype, name, pattern), bindings in by_resource.items()
     )
-    return ok_response(
-        schema,
-        resources=resources,
-    )
+    return ok_response(schema, resources=resources)
 
 
 async def _refresh(authorizer: Authorizer) -> None:

@@ -125,10 +125,7 @@ async def elect_leaders(
             )
         if answers or not everything:
             results.append(build(topic_class, topic=topic, partition_result=tuple(answers)))
-    return ok_response(
-        schema,
-        replica_election_results=tuple(results),
-    )
+    return ok_response(schema, replica_election_results=tuple(results))
 
 
 # -- partition reassignments ------------------------------------------------------------------
@@ -158,10 +155,7 @@ async def alter_partition_reassignments(
                 )
             )
         results.append(build(topic_class, name=topic.name, partitions=tuple(answers)))
-    return ok_response(
-        schema,
-        responses=tuple(results),
-    )
+    return ok_response(schema, responses=tuple(results))
 
 
 async def list_partition_reassignments(
@@ -170,10 +164,7 @@ async def list_partition_reassignments(
     """None is ever in progress; like KRaft, partitions that do not exist are not an
     error here, they have no reassignment either."""
     check_cluster(broker, request, Operation.DESCRIBE)
-    return ok_response(
-        request.response_class,
-        topics=(),
-    )
+    return ok_response(request.response_class, topics=())
 
 
 # -- DescribeQuorum ---------------------------------------------------------------------------

@@ -67,10 +67,7 @@ async def describe_client_quotas(
         )
         for entity, values in describe(await store(broker).read(), wanted).items()
     )
-    return ok_response(
-        schema,
-        entries=entries,
-    )
+    return ok_response(schema, entries=entries)
 
 
 async def alter_client_quotas(

@@ -78,10 +78,7 @@ async def describe_user_scram_credentials(
                 ),
             )
         )
-    return ok_response(
-        schema,
-        results=tuple(results),
-    )
+    return ok_response(schema, results=tuple(results))
 
 
 def _denied(

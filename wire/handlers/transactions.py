@@ -262,10 +262,7 @@ async def add_partitions_to_txn(
                 topic_results=_topic_results(schema, outcome),
             )
         )
-    return ok_response(
-        schema,
-        results_by_transaction=tuple(results),
-    )
+    return ok_response(schema, results_by_transaction=tuple(results))
 
 
 async def add_offsets_to_txn(
