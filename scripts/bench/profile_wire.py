@@ -4,7 +4,8 @@ Starts a private redis-server and a broker (scripts/bench/broker_process.py), th
 phase attaches `py-spy record` to the broker, runs the load with confluent-kafka and
 detaches:
 
-- produce: N records of 100 bytes to partition 0 (acks=1, linger 5 ms, big batches);
+- produce: N records of 100 bytes round-robin over --partitions (default 1; acks=1,
+  linger 5 ms, big batches);
 - consume: the same N records read back from offset 0 (fetch.queue.backoff.ms=50);
 - requests: N / 20 records with linger.ms=0, so nearly one produce request per record
   (the broker's cost per request, what latency at a steady rate is made of).
@@ -14,6 +15,7 @@ on the stack at all (total), as shares of the broker's busy samples (idle waits 
 event loop's selector are not sampled). The raw stacks stay in --out DIR for flame graphs.
 
     python scripts/bench/profile_wire.py [--records N] [--top K] [--out DIR] [--native]
+                                         [--partitions P] [--phases produce,consume,requests]
 
 Needs py-spy (the test extra) and permission to ptrace the broker (same user).
 """
@@ -31,6 +33,7 @@ import time
 from pathlib import Path
 
 from broker_process import FAST_CONSUMER, broker_on_embedded_redis, consume, produce
+from confluent_kafka.admin import AdminClient, NewTopic
 
 
 def py_spy() -> str:
@@ -102,19 +105,26 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--out", type=Path, default=None, help="keep the raw stacks here")
     parser.add_argument("--native", action="store_true", help="sample C frames too")
+    parser.add_argument("--partitions", type=int, default=1, help="of the produce phase's topic")
+    parser.add_argument(
+        "--phases", default="produce,consume,requests", help="comma-separated, in this order"
+    )
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="ks-profile-"))
     out.mkdir(parents=True, exist_ok=True)
     n = args.records
     with broker_on_embedded_redis() as (bootstrap, _):
         pid = broker_pid(int(bootstrap.rsplit(":", 1)[1]))
+        if args.partitions > 1:
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            admin.create_topics([NewTopic("bench", args.partitions)])["bench"].result(30)
         produce(bootstrap, "warm", 10_000)  # imports, caches and the topic before sampling
         consume(bootstrap, "warm", 10_000, FAST_CONSUMER)
         results = {}
-        for phase in ("produce", "consume", "requests"):
+        for phase in args.phases.split(","):
             spy = record(pid, out / f"{phase}.txt", args.native)
             if phase == "produce":
-                seconds = produce(bootstrap, "bench", n)
+                seconds = produce(bootstrap, "bench", n, args.partitions)
             elif phase == "consume":
                 seconds = consume(bootstrap, "bench", n, FAST_CONSUMER)
             else:

@@ -1,3 +1,4 @@
 """Connections: listeners and accepting (``server``), one connection's framing, dispatch and
-in-order answers (``connection``, ``connection_io``), the shared request budget, TLS and
+in-order answers (``connection``, ``connection_io``), the socket's protocol (``stream``:
+received chunks, answers sent once per loop turn), the shared request budget, TLS and
 SASL state. Imports ``protocol``, ``handlers`` and the core."""

@@ -51,6 +51,14 @@ class RequestBudget:
         finally:
             self.waiting -= 1
 
+    def try_reserve(self, size: int) -> bool:
+        """Reserve ``size`` bytes if they fit now with no one waiting (``reserve``
+        without the wait); False if not, nothing reserved."""
+        if self._queue or self.reserved + size > self.capacity:
+            return False
+        self.reserved += size
+        return True
+
     async def admit_large(self) -> None:
         """Wait until no other large request is being received (its body read)."""
         self.waiting += 1

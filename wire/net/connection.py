@@ -22,6 +22,7 @@ from wire.net.connection_io import (
 )
 from wire.net.sasl import MAX_RECEIVE_SIZE
 from wire.net.security import Listener
+from wire.net.stream import ClientStream
 from wire.protocol.codec import (
     PRODUCE,
     ConnectionState,
@@ -39,9 +40,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 API_VERSIONS = 18
-# Responses up to this size are joined and written at once: a write per piece is a send()
-# per piece while the socket keeps up. Larger ones (fetched records) are not copied.
-JOIN_BELOW = 64 << 10
 # Produce requests of one connection in flight at once (Connection._pipelined).
 PIPELINE_DEPTH = 64
 
@@ -56,16 +54,14 @@ class Connection:
         server: Server,
         listener: Listener,
         state: ConnectionState,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        stream: ClientStream,
     ) -> None:
         self.server = server
         self.broker = server.broker
         self.listener = listener
         self.state = state
-        self.reader = reader
-        self.writer = writer
-        self.peer = writer.get_extra_info("peername")
+        self.stream = stream
+        self.peer = stream.get_extra_info("peername")
         ip = self.peer[0] if isinstance(self.peer, tuple) else ""
         self.client_host = f"/{ip}" if ip else ""
         self.supported_apis = supported()
@@ -86,7 +82,7 @@ class Connection:
     async def run(self) -> None:
         """Serve requests until the client leaves, a request is refused with the
         connection, or the server stops; then let pipelined requests finish."""
-        deadline = ReadDeadline(self.reader)
+        deadline = ReadDeadline(self.stream)
         try:
             while not self.server.stopping:
                 if not await self._next(deadline):
@@ -113,17 +109,24 @@ class Connection:
 
     async def _next(self, deadline: ReadDeadline) -> bool:
         """Read, run and answer one request (or start it, pipelined); False to close."""
-        server, reader, config = self.server, self.reader, self.broker.config
+        server, stream, config = self.server, self.stream, self.broker.config
         idle = server.idle
-        idle[self.writer] = not self.tasks
-        self.waiting = True
-        deadline.start(self.max_idle, ConnectionIdle)
-        first = await reader.readexactly(1)
-        self.waiting = False
-        idle[self.writer] = False
-        stall = self.stall
-        deadline.start(stall, self._prefix_stalled)
-        prefix = first + await reader.readexactly(3)
+        budget = server.budget
+        # A request already received whole (pipelined produce requests, mostly) is taken
+        # as it is: no wait, so no deadline and no idle mark.
+        prefix = stream.take_now(4)
+        if prefix is None:
+            idle[stream] = not self.tasks
+            self.waiting = True
+            deadline.start(self.max_idle, ConnectionIdle)
+            first = await stream.readexactly(1)
+            self.waiting = False
+            idle[stream] = False
+            deadline.start(self.stall, self._prefix_stalled)
+            prefix = bytes(first) + bytes(await stream.readexactly(3))
+            deadline.stop()
+        else:
+            idle[stream] = False
         size = int.from_bytes(prefix, "big", signed=True)
         if prefix[:2] == b"\x16\x03" and not self.listener.tls:  # a TLS ClientHello
             raise MalformedRequest(f"TLS handshake on the {self.listener.name} listener")
@@ -138,23 +141,29 @@ class Connection:
                 f"SASL frame of {size} bytes before authentication (at most {MAX_RECEIVE_SIZE})"
             )
         # Back-pressure: the body is read only once its bytes fit in the budget; meanwhile
-        # the socket is read no further than asyncio's buffer (128 KiB), and the client's
-        # sends block. No deadline while waiting for the budget: the client is not late.
-        # Once reading, the whole body must come within the request timeout.
-        deadline.stop()
-        budget = server.budget
-        if size > budget.large_above:
-            frame = await self._read_large(size, deadline)
-        else:
-            await budget.reserve(size)
-            try:
-                frame = await read_body(reader, size, deadline, stall, self.request_timeout)
-            except BaseException:
+        # the socket is read no further than the stream's buffer (128 KiB), and the
+        # client's sends block. No deadline while waiting for the budget: the client is
+        # not late. Once reading, the whole body must come within the request timeout.
+        frame: bytes | memoryview | None = None
+        if size <= budget.large_above and stream.buffered >= size and budget.try_reserve(size):
+            frame = stream.take_now(size)
+            if frame is None:  # the stream failed meanwhile
                 budget.release(size)
-                raise
+        if frame is None:
+            if size > budget.large_above:
+                frame = await self._read_large(size, deadline)
+            else:
+                await budget.reserve(size)
+                try:
+                    frame = await read_body(
+                        stream, size, deadline, self.stall, self.request_timeout
+                    )
+                except BaseException:
+                    budget.release(size)
+                    raise
+            deadline.stop()
         reserved = size
         try:
-            deadline.stop()
             server.metrics.bytes_in.inc(size + 4)
             if self.failures:  # a pipelined request failed (and said so)
                 return False
@@ -185,7 +194,7 @@ class Connection:
             # Over its quota, or Redis short of memory: the next request is not read until
             # the throttle time has passed (KIP-219's muted channel). Nothing is in flight
             # meanwhile.
-            idle[self.writer] = True
+            idle[stream] = True
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(mute_ms / 1000):
                     await server.stopped.wait()
@@ -199,7 +208,7 @@ class Connection:
         await budget.admit_large()
         try:
             frame = await read_body(
-                self.reader, size, deadline, self.stall, self.request_timeout, budget.received
+                self.stream, size, deadline, self.stall, self.request_timeout, budget.received
             )
         except BaseException:
             budget.abandon_large()
@@ -241,8 +250,8 @@ class Connection:
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)
-        if not self.tasks and self.waiting and self.writer in self.server.idle:
-            self.server.idle[self.writer] = True  # nothing in flight: shutdown may close it
+        if not self.tasks and self.waiting and self.stream in self.server.idle:
+            self.server.idle[self.stream] = True  # nothing in flight: shutdown may close it
 
     async def _pipelined(
         self,
@@ -271,27 +280,28 @@ class Connection:
                 appends_written()
             if previous is not None:
                 await previous
-            if response_bytes is not None and not self.failures and not self.writer.is_closing():
+            if response_bytes is not None and not self.failures and not self.stream.is_closing():
                 await self._respond(response_bytes)
         except Exception as exc:
             if not self.failures:
                 self._report(exc)
             self.failures.append(exc)
-            self.writer.transport.abort()
+            self.stream.abort()
         finally:
             written.set_result(None)
 
     async def _respond(self, response_bytes: list[bytes]) -> None:
-        """Write one response (pieces in order) and wait until the socket takes it."""
-        writer = self.writer
-        sent = sum(map(len, response_bytes))
-        if sent <= JOIN_BELOW:  # one send, not one per piece
-            writer.write(b"".join(response_bytes))
-        else:  # a fetch's records go out as the bytes Redis returned, uncopied
-            for piece in response_bytes:
-                writer.write(piece)
+        """Write one response (pieces in order) and wait while the client is behind on
+        reading. Small responses go out together with the others of the same loop turn
+        (one send for a batch of pipelined answers); a fetch's large pieces go out as the
+        bytes Redis returned, uncopied."""
+        stream = self.stream
+        sent = 0
+        for piece in response_bytes:
+            stream.write(piece)
+            sent += len(piece)
         self.server.metrics.bytes_out.inc(sent)
-        await writer.drain()
+        await stream.drain()
 
     async def handle(self, frame: bytes | memoryview) -> tuple[list[bytes] | None, int]:
         """The response frame to one request frame, in pieces to write in order (None for

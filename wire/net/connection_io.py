@@ -9,6 +9,8 @@ import math
 import resource
 from collections.abc import Callable
 
+from wire.net.stream import ClientStream
+
 
 class RequestStalled(Exception):
     """A client sent part of a request, then nothing for the request timeout."""
@@ -35,7 +37,7 @@ class ReadDeadline:
     contexts per request were 7% of a small Produce). Past the deadline the reader gets
     the exception, which its pending or next read raises."""
 
-    def __init__(self, reader: asyncio.StreamReader) -> None:
+    def __init__(self, reader: ClientStream) -> None:
         self._reader = reader
         self._loop = asyncio.get_running_loop()
         self._limit: float | None = None  # None: no read in progress
@@ -92,7 +94,7 @@ class ReadDeadline:
 
 
 async def read_body(
-    reader: asyncio.StreamReader,
+    reader: ClientStream,
     size: int,
     deadline: ReadDeadline,
     stall: float,

@@ -26,6 +26,7 @@ from wire.net.connection import Connection
 from wire.net.connection_io import raise_open_files_limit
 from wire.net.sasl import SaslSettings, SaslState
 from wire.net.security import TLS_HANDSHAKE_TIMEOUT, Listener, distinguished_name
+from wire.net.stream import ClientStream
 from wire.net.throttling import Throttling
 from wire.protocol.codec import ConnectionState
 from wire.topic_metrics import Lag, TrafficCounters
@@ -79,7 +80,7 @@ class Server:
         self.throttling = Throttling(self.quotas)
         self._quota_refresh: asyncio.Task[None] | None = None
         self._servers: list[asyncio.Server] = []
-        self.idle: dict[asyncio.StreamWriter, bool] = {}  # connection -> waiting for a request
+        self.idle: dict[ClientStream, bool] = {}  # connection -> waiting for a request
         self._per_ip: Counter[str] = Counter()
         self.stopping = False
         self.stopped = asyncio.Event()  # set at shutdown: ends the mutes of throttled clients
@@ -91,10 +92,12 @@ class Server:
     async def start(self) -> None:
         await self.broker.start()
         listener = self.listeners[0]
+        loop = asyncio.get_running_loop()
         try:
             for listener in self.listeners:
-                server = await asyncio.start_server(
-                    functools.partial(self._connection, listener),
+                serve = functools.partial(self._connection, listener)
+                server = await loop.create_server(
+                    functools.partial(ClientStream, serve),
                     listener.host,
                     listener.port,
                     backlog=LISTEN_BACKLOG,
@@ -175,7 +178,7 @@ class Server:
             server.close()
         self._servers.clear()
 
-    async def _start_tls(self, writer: asyncio.StreamWriter, peer: object) -> bool:
+    async def _start_tls(self, writer: ClientStream, peer: object) -> bool:
         """The TLS handshake of a new connection on an SSL or SASL_SSL listener; a failed
         one (a plaintext client, a bad or missing client certificate) is one log line."""
         assert self.tls is not None  # __init__ refuses a TLS listener without it
@@ -193,10 +196,9 @@ class Server:
                 logger=log,
             )
             self.metrics.errors.labels("tls").inc()
-            writer.transport.abort()
-            # The stream's closed future holds the same failure: taken here, or asyncio may
-            # log "Future exception was never retrieved" with a traceback when the stream
-            # is collected (a client that connects and leaves, as a port probe does).
+            writer.abort()
+            # Closed before the connection is let go (a client that connects and leaves,
+            # as a port probe does, leaves no socket behind).
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), TLS_HANDSHAKE_TIMEOUT)
             return False
@@ -214,9 +216,7 @@ class Server:
             return "max-connections-per-ip", limit
         return None
 
-    async def _connection(
-        self, listener: Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    async def _connection(self, listener: Listener, writer: ClientStream) -> None:
         peer = writer.get_extra_info("peername")
         ip = peer[0] if isinstance(peer, tuple) else ""
         refusal = self._refusal(ip)
@@ -252,7 +252,7 @@ class Server:
         self.metrics.connections.inc()
         self.metrics.connections_total.inc()
         try:
-            await Connection(self, listener, connection, reader, writer).run()
+            await Connection(self, listener, connection, writer).run()
         finally:
             self.idle.pop(writer, None)
             self._per_ip[ip] -= 1
@@ -263,7 +263,7 @@ class Server:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _over_connection_rate(self, ip: str, writer: asyncio.StreamWriter) -> bool:
+    async def _over_connection_rate(self, ip: str, writer: ClientStream) -> bool:
         """Whether a new connection from ``ip`` is over its connection_creation_rate: it is
         then held, unread, for the throttle time and closed, as Kafka's acceptor does."""
         delay_ms = self.quotas.connection_delay_ms(ip)

@@ -1,0 +1,267 @@
+"""A client connection's socket as one asyncio protocol, in place of a StreamReader and
+StreamWriter pair: received bytes stay the chunks the transport handed over (a request
+within one chunk is a view of it, not copied into a stream buffer and out again), and
+answers written in one event-loop turn go out in one send."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+# Received bytes held before the socket is read no further (asyncio's StreamReader: twice
+# its 64 KiB limit), and the level at which reading resumes.
+HIGH_WATER = 128 << 10
+LOW_WATER = 64 << 10
+# Answer bytes gathered before they are written without waiting for the end of the turn;
+# a piece this large is written as it is, not copied into a join.
+FLUSH_AT = 64 << 10
+
+
+class ClientStream(asyncio.Protocol):
+    """Reads (``read``, ``readexactly``, and ``take_now`` for what is already here) and
+    writes (``write``, ``drain``, ``close``) of one connection. ``serve`` runs as the
+    connection's task once it is made."""
+
+    def __init__(self, serve: Callable[[ClientStream], Coroutine[Any, Any, None]]) -> None:
+        self._serve = serve
+        self._loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]  # connection_made
+        self._task: asyncio.Task[None] | None = None
+        # Reading: the chunks received, ``_offset`` bytes of the first already taken.
+        self._chunks: deque[bytes] = deque()
+        self._offset = 0
+        self.buffered = 0
+        self._eof = False
+        self._exception: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._reading_paused = False
+        # Writing: answers of this turn not yet handed to the transport.
+        self._pending: list[bytes] = []
+        self._pending_size = 0
+        self._flush_scheduled = False
+        self._writing_paused = False
+        self._drain_waiter: asyncio.Future[None] | None = None
+        self._lost = False
+        self._closed: asyncio.Future[None] = self._loop.create_future()
+
+    # The transport's side.
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self._task = self._loop.create_task(self._serve(self))
+
+    def data_received(self, data: bytes) -> None:
+        if not data:
+            return
+        self._chunks.append(data)
+        self.buffered += len(data)
+        self._wake()
+        if self.buffered > HIGH_WATER and not self._reading_paused:
+            try:
+                self.transport.pause_reading()
+            except NotImplementedError:  # a transport that cannot: the buffer just grows
+                return
+            self._reading_paused = True
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        self._wake()
+        # A plain socket stays open to answer what was sent before the client's half-close;
+        # TLS has no half-close.
+        return self.transport.get_extra_info("sslcontext") is None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        if exc is None:
+            self._eof = True
+            self._wake()
+        else:
+            self.set_exception(exc)
+        waiter, self._drain_waiter = self._drain_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(exc or ConnectionResetError("Connection lost"))
+        if not self._closed.done():
+            self._closed.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        waiter, self._drain_waiter = self._drain_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # Reading.
+
+    def set_exception(self, exc: BaseException) -> None:
+        """Fail the pending read and every later one with ``exc``."""
+        self._exception = exc
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(exc)
+
+    def exception(self) -> BaseException | None:
+        return self._exception
+
+    def _wake(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _wait(self) -> None:
+        """Until more bytes, the end of the stream or a failure."""
+        if self._exception is not None:
+            raise self._exception
+        self._waiter = self._loop.create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    def take_now(self, size: int) -> bytes | memoryview | None:
+        """The next ``size`` bytes if they are here (and no failure is), else None."""
+        if self.buffered < size or self._exception is not None:
+            return None
+        return self._take(size)
+
+    async def readexactly(self, size: int) -> bytes | memoryview:
+        """The next ``size`` bytes; IncompleteReadError if the stream ends first."""
+        while self.buffered < size:
+            if self._exception is not None:
+                raise self._exception
+            if self._eof:
+                partial = bytes(self._take(self.buffered)) if self.buffered else b""
+                raise asyncio.IncompleteReadError(partial, size)
+            await self._wait()
+        if self._exception is not None:
+            raise self._exception
+        return self._take(size)
+
+    async def read(self, size: int) -> bytes | memoryview:
+        """At most ``size`` bytes once some are here; empty at the end of the stream."""
+        if self._exception is not None:
+            raise self._exception
+        while not self.buffered:
+            if self._eof:
+                return b""
+            await self._wait()
+        return self._take(min(size, self.buffered))
+
+    def _take(self, size: int) -> bytes | memoryview:
+        """``size`` buffered bytes: the chunk itself, a view of it, or a copy. A view keeps
+        its whole chunk alive, so a request that is a small part of a large chunk is copied:
+        what a request holds stays within a few times its size."""
+        chunks, offset = self._chunks, self._offset
+        first = chunks[0]
+        end = offset + size
+        if end <= len(first):
+            if end == len(first):
+                chunks.popleft()
+                self._offset = 0
+                if not offset:
+                    taken: bytes | memoryview = first
+                elif size * 4 >= len(first):
+                    taken = memoryview(first)[offset:]
+                else:
+                    taken = first[offset:]
+            else:
+                self._offset = end
+                taken = (
+                    memoryview(first)[offset:end] if size * 4 >= len(first) else first[offset:end]
+                )
+        else:  # across chunks: joined
+            parts: list[bytes | memoryview] = []
+            need = size
+            while need:
+                chunk = chunks[0]
+                piece = memoryview(chunk)[offset : offset + need]
+                parts.append(piece)
+                need -= len(piece)
+                if offset + len(piece) == len(chunk):
+                    chunks.popleft()
+                    offset = 0
+                else:
+                    offset += len(piece)
+            self._offset = offset
+            taken = b"".join(parts)
+        self.buffered -= size
+        if self._reading_paused and self.buffered <= LOW_WATER:
+            self._reading_paused = False
+            self.transport.resume_reading()
+        return taken
+
+    # Writing.
+
+    def write(self, data: bytes) -> None:
+        """Queue ``data`` to send: it goes with whatever else this turn writes, at the end
+        of the turn (or at once past FLUSH_AT bytes)."""
+        if len(data) >= FLUSH_AT:
+            self.flush()
+            self.transport.write(data)
+            return
+        self._pending.append(data)
+        self._pending_size += len(data)
+        if self._pending_size >= FLUSH_AT:
+            self.flush()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Hand what was written to the transport: one send for the turn's answers."""
+        self._flush_scheduled = False
+        pending = self._pending
+        if not pending:
+            return
+        data = pending[0] if len(pending) == 1 else b"".join(pending)
+        self._pending = []
+        self._pending_size = 0
+        self.transport.write(data)
+
+    async def drain(self) -> None:
+        """Wait while the transport holds more than its high-water mark of unsent bytes
+        (a client not reading its answers); raises if the connection failed or was lost."""
+        if self._exception is not None:
+            raise self._exception
+        if self._lost:
+            raise ConnectionResetError("Connection lost")
+        if not self._writing_paused:
+            return
+        self.flush()
+        if self._drain_waiter is None:  # one future for every writer waiting
+            self._drain_waiter = self._loop.create_future()
+        await asyncio.shield(self._drain_waiter)
+
+    def is_closing(self) -> bool:
+        return self.transport.is_closing()
+
+    def close(self) -> None:
+        """Close once the answers written are sent."""
+        self.flush()
+        self.transport.close()
+
+    def abort(self) -> None:
+        """Close at once, dropping what is unsent."""
+        self._pending = []
+        self._pending_size = 0
+        self.transport.abort()
+
+    async def wait_closed(self) -> None:
+        await asyncio.shield(self._closed)
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self.transport.get_extra_info(name, default)
+
+    async def start_tls(self, context: Any, ssl_handshake_timeout: float) -> None:
+        """Speak TLS (server side) from here on."""
+        self.flush()
+        self.transport = await self._loop.start_tls(  # type: ignore[assignment]
+            self.transport,
+            self,
+            context,
+            server_side=True,
+            ssl_handshake_timeout=ssl_handshake_timeout,
+        )
