@@ -29,7 +29,7 @@ from kafkaesque.console.context import (
     render,
     session,
 )
-from kafkaesque.console.html import field, form, hidden, join, layout, message, query, tag
+from kafkaesque.console.html import form, hidden, join, layout, message, query, tag, user_password
 from kafkaesque.console.records import BadInput
 from kafkaesque.console.sampler import Sampler
 from kafkaesque.errors import KafkaesqueError, StorageUnavailable, UnknownTopic
@@ -165,15 +165,7 @@ async def login_page(
                 "This broker has SASL users: log in as one (its SCRAM password).",
                 class_="muted",
             ),
-            field("User", "user", "", required=True, autocomplete="username", autofocus=True),
-            field(
-                "Password",
-                "password",
-                "",
-                type="password",
-                required=True,
-                autocomplete="current-password",
-            ),
+            user_password("current-password", autocomplete="username", autofocus=True),
             hidden("next", target),
         ]
     )

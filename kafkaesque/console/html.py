@@ -121,6 +121,24 @@ def field(label: str, name: str, value: object = "", **attributes: object) -> Ra
     )
 
 
+def user_password(autocomplete: str, /, **user: object) -> Raw:
+    """Required user and password inputs (``user``: the user input's further attributes);
+    ``autocomplete`` is the password's: current-password to log in, new-password to set one."""
+    return join(
+        [
+            field("User", "user", "", required=True, **user),
+            field(
+                "Password",
+                "password",
+                "",
+                type="password",
+                required=True,
+                autocomplete=autocomplete,
+            ),
+        ]
+    )
+
+
 def select(label: str, name: str, options: Sequence[tuple[str, str]], chosen: str) -> Raw:
     items = join(
         tag("option", text, value=value, selected=value == chosen) for value, text in options

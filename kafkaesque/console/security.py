@@ -20,32 +20,25 @@ from kafkaesque.console.html import (
     select,
     table,
     tag,
+    user_password,
 )
 from kafkaesque.console.records import BadInput
 from kafkaesque.hot.credentials import mechanism_named
-from kafkaesque.security.acls import (
-    AclBinding,
-    AclFilter,
-    Operation,
-    PatternType,
-    Permission,
-    ResourceType,
-    check_binding,
-)
+from kafkaesque.security import acls
 from kafkaesque.security.scram import DEFAULT_ITERATIONS, MECHANISMS, new_credential
 
 BINDABLE = [
-    ResourceType.TOPIC,
-    ResourceType.GROUP,
-    ResourceType.CLUSTER,
-    ResourceType.TRANSACTIONAL_ID,
+    acls.ResourceType.TOPIC,
+    acls.ResourceType.GROUP,
+    acls.ResourceType.CLUSTER,
+    acls.ResourceType.TRANSACTIONAL_ID,
 ]
-OPERATIONS = [o for o in Operation if o not in (Operation.UNKNOWN, Operation.ANY)]
+OPERATIONS = [o for o in acls.Operation if o not in (acls.Operation.UNKNOWN, acls.Operation.ANY)]
 
 
 async def security_page(request: web.Request) -> web.Response:
     state = console(request)
-    require_cluster(request, Operation.DESCRIBE)
+    require_cluster(request, acls.Operation.DESCRIBE)
     users = await state.log.stores.credentials.users()
     bindings = sorted(await state.log.stores.acls.read())
     csrf = session(request).csrf
@@ -112,7 +105,7 @@ async def security_page(request: web.Request) -> web.Response:
     return render(request, "Security", join(body), "/security")
 
 
-def _fields(binding: AclBinding) -> dict[str, str]:
+def _fields(binding: acls.AclBinding) -> dict[str, str]:
     return {
         "principal": binding.principal,
         "host": binding.host,
@@ -127,15 +120,7 @@ def _fields(binding: AclBinding) -> dict[str, str]:
 def user_form(csrf: str) -> Raw:
     content = join(
         [
-            field("User", "user", "", required=True),
-            field(
-                "Password",
-                "password",
-                "",
-                type="password",
-                required=True,
-                autocomplete="new-password",
-            ),
+            user_password("new-password"),
             select("Mechanism", "mechanism", [(m, m) for m in MECHANISMS], "SCRAM-SHA-256"),
         ]
     )
@@ -162,7 +147,7 @@ def acl_form(csrf: str) -> Raw:
     return form("/security/acls", content, "Add ACL", csrf=csrf, id="add-acl")
 
 
-def _binding(data: dict[str, str]) -> AclBinding:
+def _binding(data: dict[str, str]) -> acls.AclBinding:
     """The form's ACL, checked as Kafka's controller checks one (InvalidRequest)."""
 
     def member(kind: type[enum.IntEnum], name: str) -> int:
@@ -173,19 +158,19 @@ def _binding(data: dict[str, str]) -> AclBinding:
                 f"{name.replace('_', ' ')} {data.get(name, '')!r} is not one of Kafka's"
             ) from None
 
-    return check_binding(
-        member(ResourceType, "resource_type"),
+    return acls.check_binding(
+        member(acls.ResourceType, "resource_type"),
         data.get("name", "").strip(),
-        member(PatternType, "pattern_type"),
+        member(acls.PatternType, "pattern_type"),
         data.get("principal", "").strip(),
         data.get("host", "").strip(),
-        member(Operation, "operation"),
-        member(Permission, "permission"),
+        member(acls.Operation, "operation"),
+        member(acls.Permission, "permission"),
     )
 
 
 async def add_user(request: web.Request) -> web.Response:
-    require_cluster(request, Operation.ALTER)
+    require_cluster(request, acls.Operation.ALTER)
     data = dict(await posted(request))
     user = data.get("user", "").strip()
     credential = new_credential(
@@ -198,7 +183,7 @@ async def add_user(request: web.Request) -> web.Response:
 
 
 async def remove_user(request: web.Request) -> web.Response:
-    require_cluster(request, Operation.ALTER)
+    require_cluster(request, acls.Operation.ALTER)
     user = (await posted(request)).get("user", "")
     store = console(request).log.stores.credentials
     for credential in await store.describe(user):  # CredentialNotFound for no such user
@@ -207,16 +192,16 @@ async def remove_user(request: web.Request) -> web.Response:
 
 
 async def add_acl(request: web.Request) -> web.Response:
-    require_cluster(request, Operation.ALTER)
+    require_cluster(request, acls.Operation.ALTER)
     binding = _binding(dict(await posted(request)))
     await console(request).log.stores.acls.add([binding])
     raise web.HTTPSeeOther(query("/security", done=f"added {binding.describe()}"))
 
 
 async def remove_acl(request: web.Request) -> web.Response:
-    require_cluster(request, Operation.ALTER)
+    require_cluster(request, acls.Operation.ALTER)
     b = _binding(dict(await posted(request)))
-    wanted = AclFilter(
+    wanted = acls.AclFilter(
         b.resource_type, b.name, b.pattern_type, b.principal, b.host, b.operation, b.permission
     )
     removed = await console(request).log.stores.acls.remove([wanted])
