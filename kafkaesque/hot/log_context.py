@@ -33,11 +33,7 @@ class LogContext:
     )
 
     def __init__(
-        self,
-        redis: Redis,
-        namespace: str,
-        cluster: bool,
-        cold: ColdStore | None = None,
+        self, redis: Redis, namespace: str, cluster: bool, cold: ColdStore | None = None
     ) -> None:
         self.redis = redis
         self.ns = namespace

@@ -113,10 +113,7 @@ class Partitions(ReadingPartitions, TransactionMarkers):
     other; without one, a read waits its whole ``max_wait``."""
 
     def __init__(
-        self,
-        log: Log,
-        notifier: Notifier | None = None,
-        max_message_bytes: int = MAX_MESSAGE_BYTES,
+        self, log: Log, notifier: Notifier | None = None, max_message_bytes: int = MAX_MESSAGE_BYTES
     ) -> None:
         self.log = log
         self.notifier = notifier
