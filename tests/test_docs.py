@@ -66,7 +66,9 @@ def _python() -> tuple[dict[str, set[str]], dict[str, set[str]], dict[str, list[
             for node in ast.walk(tree):  # nested functions and methods too
                 names.update(_bound(node))
                 if isinstance(node, ast.ClassDef):
-                    bases[node.name] += [b.id for b in node.bases if isinstance(b, ast.Name)]
+                    # A generic base (``Base[T]``) is its subscripted name.
+                    named = (b.value if isinstance(b, ast.Subscript) else b for b in node.bases)
+                    bases[node.name] += [b.id for b in named if isinstance(b, ast.Name)]
                     for item in ast.walk(node):
                         members[node.name].update(_bound(item))
                         if isinstance(item, ast.Attribute) and isinstance(item.ctx, ast.Store):
