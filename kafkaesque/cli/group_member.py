@@ -7,6 +7,7 @@ import asyncio
 import socket
 import struct
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import KW_ONLY, dataclass, field
 
 import click
 
@@ -45,6 +46,7 @@ class GroupFailure(click.ClickException):
     line and exit code 1."""
 
 
+@dataclass(eq=False)
 class GroupMember:
     """The CLI's consumer as a member of a classic consumer group: joins through the group
     coordinator in this process (the same rounds a broker runs for Kafka clients), with
@@ -56,37 +58,28 @@ class GroupMember:
     epochs) to start newly assigned partitions at: the group's committed offsets, else
     the reset policy (``first``: this is the process's first assignment)."""
 
-    def __init__(
-        self,
-        log: Log,
-        coordinator: GroupCoordinator,
-        group: str,
-        subscription: Callable[[], Awaitable[list[str]]],
-        start_at: Callable[[list[TP], bool], Awaitable[tuple[dict[TP, int], dict[TP, int]]]],
-        *,
-        session_timeout_ms: int = 10_000,
-        rebalance_timeout_ms: int = 30_000,
-        heartbeat_interval: float = 1.0,
-        client_id: str = "kafkaesque-cli",
-    ) -> None:
-        self.log = log
-        self.coordinator = coordinator
-        self.group = group
-        self.subscription = subscription
-        self.start_at = start_at
-        self.session_timeout_ms = session_timeout_ms
-        self.rebalance_timeout_ms = rebalance_timeout_ms
-        self.heartbeat_interval = heartbeat_interval
-        self.client_id = client_id
-        self.member_id = ""
-        self.generation = -1
-        self.needs_join = asyncio.Event()
+    log: Log
+    coordinator: GroupCoordinator
+    group: str
+    subscription: Callable[[], Awaitable[list[str]]]
+    start_at: Callable[[list[TP], bool], Awaitable[tuple[dict[TP, int], dict[TP, int]]]]
+    _: KW_ONLY
+    session_timeout_ms: int = 10_000
+    rebalance_timeout_ms: int = 30_000
+    heartbeat_interval: float = 1.0
+    client_id: str = "kafkaesque-cli"
+    member_id: str = field(default="", init=False)
+    generation: int = field(default=-1, init=False)
+    needs_join: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    failure: BaseException | None = field(default=None, init=False)
+    # topic -> partitions, as last joined
+    subscribed: dict[str, int] = field(default_factory=dict, init=False)
+    joined_before: bool = field(default=False, init=False)
+    joining: bool = field(default=False, init=False)  # heartbeats wait while a join is under way
+    _beating: asyncio.Task | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
         self.needs_join.set()
-        self.failure: BaseException | None = None
-        self.subscribed: dict[str, int] = {}  # topic -> partitions, as last joined
-        self.joined_before = False
-        self.joining = False  # heartbeats wait while a join is under way
-        self._beating: asyncio.Task | None = None
 
     async def _topics(self) -> dict[str, int]:
         out = {}
