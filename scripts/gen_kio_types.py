@@ -46,6 +46,9 @@ class Extra(NamedTuple):
     since: int | None = None
     until: int | None = None
     why: str = ""
+    # The name of a function, generated too, that narrows the API's union (or the
+    # widest alias holding this one) to this alias by the body's ``__version__``.
+    check: str = ""
 
 
 EXTRA = (
@@ -55,7 +58,8 @@ EXTRA = (
         "request",
         ("ElectLeadersRequest",),
         1,
-        why="v1+ choose the election type (KIP-460)",
+        why="v1+ name the election type (KIP-460); v0 elects the preferred leader",
+        check="chooses_election",
     ),
     Extra("DescribeQuorumPartitionData", "describe_quorum", "response", ("PartitionData",)),
     Extra("DescribeQuorumNode", "describe_quorum", "response", ("Node",)),
@@ -103,7 +107,8 @@ EXTRA = (
         "request",
         ("DeleteTopicsRequest",),
         6,
-        why="v6 names topics by id",
+        why="v6 may name a topic by its id",
+        check="deletes_by_id",
     ),
     Extra("DeleteTopicState", "delete_topics", "request", ("DeleteTopicState",)),
     Extra(
@@ -112,7 +117,8 @@ EXTRA = (
         "request",
         ("OffsetFetchRequest",),
         8,
-        why="v8+ ask for several groups at once",
+        why="v8+ ask for several groups' offsets at once; before, for one group's",
+        check="fetches_groups",
     ),
     Extra(
         "OffsetFetchTopic",
@@ -127,7 +133,8 @@ EXTRA = (
         "request",
         ("MetadataRequest",),
         4,
-        why="v4+ say whether to create the topics named",
+        why="v4+ say whether the topics asked for may be created; before, they always may",
+        check="says_auto_create",
     ),
     Extra("MetadataRequestTopic", "metadata", "request", ("MetadataRequestTopic",)),
     Extra(
@@ -180,6 +187,7 @@ EXTRA = (
         ("InitProducerIdRequest",),
         3,
         why="v3+ may carry the producer's id and epoch (KIP-360)",
+        check="names_producer",
     ),
     Extra(
         "AddPartitionsToTxnRequestV3AndBelow",
@@ -196,7 +204,8 @@ EXTRA = (
         "request",
         ("AddPartitionsToTxnRequest",),
         4,
-        why="v4+: the brokers' batched form (KIP-890)",
+        why="v4+: the brokers' batched form (KIP-890); before, one producer's partitions",
+        check="adds_batched",
     ),
     Extra(
         "AddPartitionsToTxnTopic", "add_partitions_to_txn", "request", ("AddPartitionsToTxnTopic",)
@@ -219,7 +228,8 @@ EXTRA = (
         "request",
         ("TxnOffsetCommitRequest",),
         3,
-        why="v3+ name the consumer group member (KIP-447)",
+        why="v3+ name the group member committing (KIP-447), for the group's fencing checks",
+        check="names_member",
     ),
     Extra(
         "TxnOffsetCommitPartition",
@@ -234,6 +244,7 @@ EXTRA = (
         ("TxnOffsetCommitRequestPartition",),
         2,
         why="v2+ carry the committed offset's leader epoch",
+        check="has_leader_epoch",
     ),
     Extra(
         "ListTransactionsRequestV1Plus",
@@ -241,7 +252,8 @@ EXTRA = (
         "request",
         ("ListTransactionsRequest",),
         1,
-        why="v1+ filter by duration",
+        why="v1+ filter by how long a transaction has run",
+        check="filters_duration",
     ),
     Extra(
         "ListTransactionsRequestV2",
@@ -250,6 +262,7 @@ EXTRA = (
         ("ListTransactionsRequest",),
         2,
         why="v2 filters by a transactional id pattern",
+        check="filters_pattern",
     ),
 )
 
@@ -310,6 +323,21 @@ def _composed(entries: list[tuple[str, list[str], str]]) -> list[str]:
     return lines
 
 
+def _check(extra: Extra, wide: str) -> list[str]:
+    """The function that narrows ``wide`` to ``extra.alias`` by the version."""
+    name = "body" if extra.classes[0].endswith(("Request", "Response")) else "entry"
+    if extra.until is None:
+        test = f"{name}.__version__ >= {extra.since}"
+    elif extra.since is None:
+        test = f"{name}.__version__ <= {extra.until}"
+    else:
+        test = f"{extra.since} <= {name}.__version__ <= {extra.until}"
+    head = f"def {extra.check}({name}: {wide}) -> TypeIs[{extra.alias}]:"
+    if len(head) > LINE:
+        head = f"def {extra.check}(\n    {name}: {wide},\n) -> TypeIs[{extra.alias}]:"
+    return ["", "", head, f'    """{extra.why}."""', f"    return {test}"]
+
+
 def _qualified(api: str, version: int, direction: str, cls: str) -> str:
     return f"kio.schema.{api}.v{version}.{direction}.{cls}"
 
@@ -336,6 +364,7 @@ def render() -> str:
         raise SystemExit(f"EXTRA names APIs the broker does not offer: {sorted(unknown)}")
     modules: set[tuple[str, int, str]] = set()
     body: list[str] = []
+    checks: list[str] = []
     for api in sorted(offered):
         key, versions = offered[api]
         span = f"v{versions[0]}" + (f"-{versions[-1]}" if len(versions) > 1 else "")
@@ -362,12 +391,22 @@ def render() -> str:
                 raise SystemExit(f"{extra.alias}: no version offered defines {extra.classes}")
             entries.append((extra.alias, members, extra.why))
         body += _composed(entries)
+        for extra in extras.get(api, []):
+            if extra.check:
+                classes = {alias: set(members) for alias, members, _ in entries}
+                narrow = classes[extra.alias]
+                wide = max(
+                    (a for a in classes if classes[a] > narrow), key=lambda a: len(classes[a])
+                )
+                checks += _check(extra, wide)
     imports = [f"    import kio.schema.{a}.v{v}.{d}" for a, v, d in sorted(modules)]
+    imports.append("    from typing_extensions import TypeIs")
     head = [
         '"""The kio classes of every API the broker offers, at the versions it offers',
         "(wire/handlers/__init__.py HANDLERS), for the type checker: handlers import them",
         "under ``TYPE_CHECKING``; importing every kio version at run time costs seconds, so",
-        "nothing here is defined at run time.",
+        "no alias is defined at run time. The functions at the end narrow a union to the",
+        "versions that carry a field the others lack, by the body's ``__version__``.",
         "",
         "Generated by scripts/gen_kio_types.py; do not edit, run it again when HANDLERS or its",
         "EXTRA table changes (tests/test_kio_types.py checks the file is up to date).",
@@ -379,7 +418,7 @@ def render() -> str:
         "",
         "if TYPE_CHECKING:",
     ]
-    return "\n".join([*head, *imports, *body]) + "\n"
+    return "\n".join([*head, *imports, *body, *checks]) + "\n"
 
 
 def main() -> int:

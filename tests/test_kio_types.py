@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import sys
+from functools import cache
 from pathlib import Path
 from types import ModuleType
 
@@ -13,6 +14,7 @@ REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "gen_kio_types.py"
 
 
+@cache
 def _generator() -> ModuleType:
     spec = importlib.util.spec_from_file_location("gen_kio_types", SCRIPT)
     assert spec is not None and spec.loader is not None
@@ -29,12 +31,9 @@ def test_checked_in_file_is_the_generated_one() -> None:
     )
 
 
-def test_every_api_offered_has_its_request_and_response_at_the_versions_offered() -> None:
-    """Checked against kio's own index, not the generator's reading of kio's sources."""
-    from kio.schema.index import api_key_map, schema_name_map
-
-    from wire.handlers import HANDLERS
-
+def _aliases() -> dict[str, set[str]]:
+    """Each alias of the checked-in file -> the kio classes it names (a narrower alias
+    that a union names, expanded)."""
     tree = ast.parse((REPO / "wire" / "protocol" / "kio_types.py").read_text())
     written = {
         node.target.id: {part.strip() for part in ast.unparse(node.value).split("|")}
@@ -42,10 +41,19 @@ def test_every_api_offered_has_its_request_and_response_at_the_versions_offered(
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
     }
 
-    def classes(alias: str) -> set[str]:  # a narrower alias a union names, expanded
+    def classes(alias: str) -> set[str]:
         return set().union(*(classes(m) if m in written else {m} for m in written[alias]))
 
-    aliases = {alias: classes(alias) for alias in written}
+    return {alias: classes(alias) for alias in written}
+
+
+def test_every_api_offered_has_its_request_and_response_at_the_versions_offered() -> None:
+    """Checked against kio's own index, not the generator's reading of kio's sources."""
+    from kio.schema.index import api_key_map, schema_name_map
+
+    from wire.handlers import HANDLERS
+
+    aliases = _aliases()
     for key, api in HANDLERS.items():
         for version, classes in schema_name_map[api_key_map[key]].items():
             for where in classes.values():  # "kio.schema.fetch.v4.request:FetchRequest"
@@ -67,3 +75,28 @@ def test_nothing_is_defined_at_run_time() -> None:
     assert not hasattr(kio_types, "MetadataRequest")
     after = {name for name in sys.modules if name.startswith("kio.schema.metadata.v")}
     assert after == before
+
+
+def test_each_check_narrows_to_exactly_the_versions_of_its_alias() -> None:
+    """A ``TypeIs`` function is trusted by the checker: its version test must hold for
+    exactly the versions its alias names, of those offered."""
+    from kio.schema.index import api_key_map, schema_name_map
+
+    import wire.protocol.kio_types as kio_types
+    from wire.handlers import HANDLERS
+
+    aliases = _aliases()
+    keys = {name: key for key, name in api_key_map.items()}
+    checked = [extra for extra in _generator().EXTRA if extra.check]
+    assert checked
+    for extra in checked:
+        api = HANDLERS[keys[extra.api]]
+        offered = set(range(api.min_version, api.max_version + 1))
+        named = {int(c.split(f"{extra.api}.v")[1].split(".")[0]) for c in aliases[extra.alias]}
+        assert named and named < offered, extra.alias
+        for version in offered & set(schema_name_map[extra.api]):
+            body = type("Body", (), {"__version__": version})()
+            assert getattr(kio_types, extra.check)(body) == (version in named), (
+                extra.check,
+                version,
+            )

@@ -26,12 +26,11 @@ from wire.authorize import Operation, check_create_topic, check_topic
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
+from wire.protocol.kio_types import deletes_by_id
 from wire.topic_configs import created_configs
 from wire.topics import NO_TOPIC_ID, topic_by_id
 
 if TYPE_CHECKING:
-    from typing_extensions import TypeIs
-
     from wire.protocol.kio_types import (
         CreatableTopic,
         CreatePartitionsRequest,
@@ -39,7 +38,6 @@ if TYPE_CHECKING:
         CreateTopicsRequest,
         CreateTopicsResponse,
         DeleteTopicsRequest,
-        DeleteTopicsRequestV6,
         DeleteTopicsResponse,
         DeleteTopicState,
     )
@@ -202,11 +200,6 @@ async def _deletion_target(
         return name, None
 
 
-def _by_id(body: DeleteTopicsRequest) -> TypeIs[DeleteTopicsRequestV6]:
-    """v6 may name a topic by its id."""
-    return body.__version__ >= 6
-
-
 async def delete_topics(
     broker: Broker, request: Request[DeleteTopicsRequest]
 ) -> DeleteTopicsResponse:
@@ -216,7 +209,7 @@ async def delete_topics(
     result_class = schema_class(schema, "DeletableTopicResult")
     body = request.body
     results = []
-    for entry in body.topics if _by_id(body) else body.topic_names:
+    for entry in body.topics if deletes_by_id(body) else body.topic_names:
         name: str | None
         topic_id: uuid.UUID | None
         name, topic_id = (entry, None) if isinstance(entry, str) else (entry.name, entry.topic_id)

@@ -21,10 +21,9 @@ from wire.authorize import Operation, check_cluster
 from wire.broker import Broker
 from wire.errors import error_code, error_message
 from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
+from wire.protocol.kio_types import chooses_election
 
 if TYPE_CHECKING:
-    from typing_extensions import TypeIs
-
     from wire.protocol.kio_types import (
         AlterPartitionReassignmentsRequest,
         AlterPartitionReassignmentsResponse,
@@ -33,7 +32,6 @@ if TYPE_CHECKING:
         DescribeQuorumRequest,
         DescribeQuorumResponse,
         ElectLeadersRequest,
-        ElectLeadersRequestV1Plus,
         ElectLeadersResponse,
         ListPartitionReassignmentsRequest,
         ListPartitionReassignmentsResponse,
@@ -73,11 +71,6 @@ async def _all_partitions(broker: Broker) -> list[tuple[str, list[int]]]:
 # -- ElectLeaders ------------------------------------------------------------------------------
 
 
-def _chooses_election(body: ElectLeadersRequest) -> TypeIs[ElectLeadersRequestV1Plus]:
-    """v1+ name the election type (KIP-460); v0 elects the preferred leader."""
-    return body.__version__ >= 1
-
-
 async def elect_leaders(
     broker: Broker, request: Request[ElectLeadersRequest]
 ) -> ElectLeadersResponse:
@@ -89,7 +82,7 @@ async def elect_leaders(
     schema = request.response_class
     topic_class = schema_class(schema, "ReplicaElectionResult")
     partition_class = schema_class(schema, "PartitionResult")
-    election = body.election_type if _chooses_election(body) else PREFERRED
+    election = body.election_type if chooses_election(body) else PREFERRED
     if election not in (PREFERRED, UNCLEAN):
         raise InvalidRequest(f"unknown election type {election}")  # top-level, in v1+
     asked = body.topic_partitions

@@ -16,17 +16,15 @@ from wire.broker import Broker
 from wire.errors import error_code
 from wire.group_answers import UNAVAILABLE, restore_first, topic_errors
 from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
+from wire.protocol.kio_types import fetches_groups
 
 if TYPE_CHECKING:
-    from typing_extensions import TypeIs
-
     from wire.protocol.kio_types import (
         OffsetCommitRequest,
         OffsetCommitResponse,
         OffsetDeleteRequest,
         OffsetDeleteResponse,
         OffsetFetchRequest,
-        OffsetFetchRequestBatched,
         OffsetFetchResponse,
         OffsetFetchResponseTopic,
         OffsetFetchTopic,
@@ -168,15 +166,10 @@ async def _fetch_group(
     return tuple(out), ErrorCode.none
 
 
-def _batched(body: OffsetFetchRequest) -> TypeIs[OffsetFetchRequestBatched]:
-    """v8+ ask for several groups' offsets at once; before, for one group's."""
-    return body.__version__ >= 8
-
-
 async def offset_fetch(broker: Broker, request: Request[OffsetFetchRequest]) -> OffsetFetchResponse:
     body = request.body
     schema = request.response_class
-    if not _batched(body):
+    if not fetches_groups(body):
         stable = getattr(body, "require_stable", False)  # v7+ (KIP-447)
         topics, code = await _fetch_group(
             broker, request, body.group_id, body.topics, False, stable

@@ -29,6 +29,7 @@ from wire.protocol.codec import (
     ok_response,
     schema_class,
 )
+from wire.protocol.kio_types import says_auto_create
 from wire.topics import (
     NO_TOPIC_ID,
     broker_entries,
@@ -43,15 +44,12 @@ from wire.topics import (
 if TYPE_CHECKING:
     from typing import TypeGuard
 
-    from typing_extensions import TypeIs
-
     from wire.protocol.kio_types import (
         DescribeClusterRequest,
         DescribeClusterResponse,
         MetadataRequest,
         MetadataRequestTopic,
         MetadataRequestTopicV12Plus,
-        MetadataRequestV4Plus,
         MetadataResponse,
     )
 
@@ -163,11 +161,6 @@ async def _all_topics(
     return [(name, await topic_config(broker, name, False)) for name in names if name in visible]
 
 
-def _says_auto_create(body: MetadataRequest) -> TypeIs[MetadataRequestV4Plus]:
-    """v4+ say whether the topics asked for may be created; before, they always may."""
-    return body.__version__ >= 4
-
-
 async def metadata(broker: Broker, request: Request[MetadataRequest]) -> MetadataResponse:
     body, version = request.body, request.api_version
     schema = request.response_class
@@ -177,7 +170,7 @@ async def metadata(broker: Broker, request: Request[MetadataRequest]) -> Metadat
     if body.topics is None or (version == 0 and not body.topics):
         entries = await _all_topics(broker, request)
     else:
-        auto_create = body.allow_auto_topic_creation if _says_auto_create(body) else True
+        auto_create = body.allow_auto_topic_creation if says_auto_create(body) else True
         entries = [await authorized_topic(broker, request, t, auto_create) for t in body.topics]
     # v8+: the operations the principal may do, when asked (v8-10 for the cluster too).
     topic_operations = getattr(body, "include_topic_authorized_operations", False)

@@ -24,16 +24,21 @@ from wire.broker import Broker
 from wire.errors import error_code
 from wire.group_answers import UNAVAILABLE, topic_errors
 from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
+from wire.protocol.kio_types import (
+    adds_batched,
+    filters_duration,
+    filters_pattern,
+    has_leader_epoch,
+    names_member,
+    names_producer,
+)
 
 if TYPE_CHECKING:
-    from typing_extensions import TypeIs
-
     from wire.protocol.kio_types import (
         AddOffsetsToTxnRequest,
         AddOffsetsToTxnResponse,
         AddPartitionsToTxnPartitionResult,
         AddPartitionsToTxnRequest,
-        AddPartitionsToTxnRequestBatched,
         AddPartitionsToTxnResponse,
         AddPartitionsToTxnTopic,
         AddPartitionsToTxnTopicResult,
@@ -42,23 +47,16 @@ if TYPE_CHECKING:
         EndTxnRequest,
         EndTxnResponse,
         InitProducerIdRequest,
-        InitProducerIdRequestV3Plus,
         InitProducerIdResponse,
         ListTransactionsRequest,
-        ListTransactionsRequestV1Plus,
-        ListTransactionsRequestV2,
         ListTransactionsResponse,
-        TxnOffsetCommitPartition,
-        TxnOffsetCommitPartitionV2Plus,
         TxnOffsetCommitRequest,
-        TxnOffsetCommitRequestV3Plus,
         TxnOffsetCommitResponse,
     )
 
 # The first version of each API whose clients know PRODUCER_FENCED (KIP-588); older ones
 # get INVALID_PRODUCER_EPOCH, as Kafka answers them.
 FENCED_SINCE = {"init": 4, "add_partitions": 2, "add_offsets": 2, "end": 2}
-FIRST_BATCHED_ADD = 4  # AddPartitionsToTxn v4+: the brokers' batched form (KIP-890)
 
 
 # Kafka's authorization of the transactional APIs (KafkaApis): WRITE on the transactional
@@ -80,14 +78,9 @@ def _millis(value: datetime.timedelta | int) -> int:
     return int(value.total_seconds() * 1000) if isinstance(value, datetime.timedelta) else value
 
 
-def _names_producer(body: InitProducerIdRequest) -> TypeIs[InitProducerIdRequestV3Plus]:
-    """v3+ may carry the producer's current id and epoch (KIP-360)."""
-    return body.__version__ >= 3
-
-
 def _current_producer(body: InitProducerIdRequest) -> tuple[int, int]:
     """The producer id and epoch the request carries (v3+); before, none."""
-    if _names_producer(body):
+    if names_producer(body):
         return body.producer_id, body.producer_epoch
     return NO_PRODUCER_ID, NO_PRODUCER_EPOCH
 
@@ -193,11 +186,6 @@ def _add_refusal(
     }
 
 
-def _batched(body: AddPartitionsToTxnRequest) -> TypeIs[AddPartitionsToTxnRequestBatched]:
-    """v4+: the brokers' batched form (KIP-890); before, one producer's partitions."""
-    return body.__version__ >= FIRST_BATCHED_ADD
-
-
 async def add_partitions_to_txn(
     broker: Broker, request: Request[AddPartitionsToTxnRequest]
 ) -> AddPartitionsToTxnResponse:
@@ -209,7 +197,7 @@ async def add_partitions_to_txn(
     schema = request.response_class
     coordinator = broker.transactions
     outcome: Mapping[tuple[str, int], int]  # a Kafka code per partition
-    if not _batched(body):
+    if not adds_batched(body):
         partitions = _partitions(body.v3_and_below_topics)
         refusal = _add_refusal(broker, request, body.v3_and_below_transactional_id, partitions)
         if refusal is not None:
@@ -292,16 +280,6 @@ async def end_txn(broker: Broker, request: Request[EndTxnRequest]) -> EndTxnResp
     return build(request.response_class, throttle_time=NO_THROTTLE, error_code=error_code(code))
 
 
-def _has_epoch(p: TxnOffsetCommitPartition) -> TypeIs[TxnOffsetCommitPartitionV2Plus]:
-    """v2+ carry the committed offset's leader epoch."""
-    return p.__version__ >= 2
-
-
-def _names_member(body: TxnOffsetCommitRequest) -> TypeIs[TxnOffsetCommitRequestV3Plus]:
-    """v3+ name the group member committing (KIP-447), for the group's fencing checks."""
-    return body.__version__ >= 3
-
-
 async def txn_offset_commit(
     broker: Broker, request: Request[TxnOffsetCommitRequest]
 ) -> TxnOffsetCommitResponse:
@@ -311,7 +289,7 @@ async def txn_offset_commit(
         (t.name, p.partition_index): (
             p.committed_offset,
             p.committed_metadata,
-            p.committed_leader_epoch if _has_epoch(p) else -1,
+            p.committed_leader_epoch if has_leader_epoch(p) else -1,
         )
         for t in body.topics
         for p in t.partitions
@@ -327,7 +305,7 @@ async def txn_offset_commit(
         }
         generation, member_id, instance_id = (
             (body.generation_id, body.member_id, body.group_instance_id)
-            if _names_member(body)
+            if names_member(body)
             else (-1, "", None)
         )
         try:
@@ -405,16 +383,6 @@ async def describe_transactions(
     return build(schema, throttle_time=NO_THROTTLE, transaction_states=tuple(states))
 
 
-def _filters_duration(body: ListTransactionsRequest) -> TypeIs[ListTransactionsRequestV1Plus]:
-    """v1+ filter by how long a transaction has run."""
-    return body.__version__ >= 1
-
-
-def _filters_pattern(body: ListTransactionsRequest) -> TypeIs[ListTransactionsRequestV2]:
-    """v2 filters by a transactional id pattern."""
-    return body.__version__ >= 2
-
-
 async def list_transactions(
     broker: Broker, request: Request[ListTransactionsRequest]
 ) -> ListTransactionsResponse:
@@ -424,8 +392,8 @@ async def list_transactions(
     listing = await broker.transactions.listing(
         body.state_filters,
         body.producer_id_filters,
-        body.duration_filter if _filters_duration(body) else -1,
-        body.transactional_id_pattern if _filters_pattern(body) else None,
+        body.duration_filter if filters_duration(body) else -1,
+        body.transactional_id_pattern if filters_pattern(body) else None,
     )
     return build(
         schema,
