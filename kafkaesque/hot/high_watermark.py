@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from redis.crc import key_slot
@@ -44,30 +45,22 @@ log = logging.getLogger(__name__)
 CHUNK = 1000
 
 
+@dataclass(eq=False)
 class HighWatermarks:
-    """Raises the high watermarks of ``target``'s partitions to what ``replicas`` Redis
+    """Raises the high watermarks of ``log``'s partitions to what ``replicas`` Redis
     replicas have; ``attach`` makes the log's reads stop at them."""
 
-    def __init__(
-        self,
-        target: Log,
-        replicas: int,
-        timeout_ms: int = 1_000,
-        sweep_interval: float = 5.0,
-        retry_delay: float = 0.1,
-        failure_delay: float = 1.0,
-        clock: Clock = SYSTEM,
-    ) -> None:
-        self.log = target
-        self.replicas = replicas
-        self.timeout_ms = timeout_ms
-        self.sweep_interval = sweep_interval
-        self.retry_delay = retry_delay  # after a round that found too few replicas
-        self.failure_delay = failure_delay  # after a failed one (Redis away): no busy loop
-        self.clock = clock  # the sweeps' interval and the delays are on it
-        self._dirty: set[TopicPartition] = set()
-        self._wake = asyncio.Event()
-        self._throttle = LogThrottle(log)
+    log: Log
+    replicas: int
+    timeout_ms: int = 1_000
+    sweep_interval: float = 5.0
+    retry_delay: float = 0.1  # after a round that found too few replicas
+    failure_delay: float = 1.0  # after a failed one (Redis away): no busy loop
+    clock: Clock = SYSTEM  # the sweeps' interval and the delays are on it
+    _dirty: set[TopicPartition] = field(default_factory=set, init=False)
+    _wake: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    # Failed rounds' warnings, on this module's logger (the global ``log``, not the field).
+    _throttle: LogThrottle = field(default_factory=lambda: LogThrottle(log), init=False)
 
     def attach(self) -> None:
         """From now on the log's reads stop at the high watermarks, and its appends are
