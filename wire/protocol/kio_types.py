@@ -885,17 +885,17 @@ if TYPE_CHECKING:
         | kio.schema.describe_log_dirs.v3.response.DescribeLogDirsResponse
         | kio.schema.describe_log_dirs.v4.response.DescribeLogDirsResponse
     )
-    DescribeLogDirsResult: TypeAlias = (
-        kio.schema.describe_log_dirs.v1.response.DescribeLogDirsResult
-        | kio.schema.describe_log_dirs.v2.response.DescribeLogDirsResult
-        | kio.schema.describe_log_dirs.v3.response.DescribeLogDirsResult
-        | kio.schema.describe_log_dirs.v4.response.DescribeLogDirsResult
-    )
     DescribableLogDirTopic: TypeAlias = (
         kio.schema.describe_log_dirs.v1.request.DescribableLogDirTopic
         | kio.schema.describe_log_dirs.v2.request.DescribableLogDirTopic
         | kio.schema.describe_log_dirs.v3.request.DescribableLogDirTopic
         | kio.schema.describe_log_dirs.v4.request.DescribableLogDirTopic
+    )
+    DescribeLogDirsResult: TypeAlias = (
+        kio.schema.describe_log_dirs.v1.response.DescribeLogDirsResult
+        | kio.schema.describe_log_dirs.v2.response.DescribeLogDirsResult
+        | kio.schema.describe_log_dirs.v3.response.DescribeLogDirsResult
+        | kio.schema.describe_log_dirs.v4.response.DescribeLogDirsResult
     )
 
     # describe_producers (api key 61), v0
@@ -1365,17 +1365,6 @@ if TYPE_CHECKING:
         | kio.schema.offset_fetch.v8.response.OffsetFetchResponse
         | kio.schema.offset_fetch.v9.response.OffsetFetchResponse
     )
-    OffsetFetchResponseTopic: TypeAlias = (
-        kio.schema.offset_fetch.v1.response.OffsetFetchResponseTopic
-        | kio.schema.offset_fetch.v2.response.OffsetFetchResponseTopic
-        | kio.schema.offset_fetch.v3.response.OffsetFetchResponseTopic
-        | kio.schema.offset_fetch.v4.response.OffsetFetchResponseTopic
-        | kio.schema.offset_fetch.v5.response.OffsetFetchResponseTopic
-        | kio.schema.offset_fetch.v6.response.OffsetFetchResponseTopic
-        | kio.schema.offset_fetch.v7.response.OffsetFetchResponseTopic
-        | kio.schema.offset_fetch.v8.response.OffsetFetchResponseTopics
-        | kio.schema.offset_fetch.v9.response.OffsetFetchResponseTopics
-    )
     OffsetFetchTopic: TypeAlias = (
         kio.schema.offset_fetch.v1.request.OffsetFetchRequestTopic
         | kio.schema.offset_fetch.v2.request.OffsetFetchRequestTopic
@@ -1386,6 +1375,17 @@ if TYPE_CHECKING:
         | kio.schema.offset_fetch.v7.request.OffsetFetchRequestTopic
         | kio.schema.offset_fetch.v8.request.OffsetFetchRequestTopics
         | kio.schema.offset_fetch.v9.request.OffsetFetchRequestTopics
+    )
+    OffsetFetchResponseTopic: TypeAlias = (
+        kio.schema.offset_fetch.v1.response.OffsetFetchResponseTopic
+        | kio.schema.offset_fetch.v2.response.OffsetFetchResponseTopic
+        | kio.schema.offset_fetch.v3.response.OffsetFetchResponseTopic
+        | kio.schema.offset_fetch.v4.response.OffsetFetchResponseTopic
+        | kio.schema.offset_fetch.v5.response.OffsetFetchResponseTopic
+        | kio.schema.offset_fetch.v6.response.OffsetFetchResponseTopic
+        | kio.schema.offset_fetch.v7.response.OffsetFetchResponseTopic
+        | kio.schema.offset_fetch.v8.response.OffsetFetchResponseTopics
+        | kio.schema.offset_fetch.v9.response.OffsetFetchResponseTopics
     )
 
     # offset_for_leader_epoch (api key 23), v2-4
