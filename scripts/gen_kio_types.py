@@ -148,6 +148,15 @@ EXTRA = (
     ),
     Extra("FetchPartitionData", "fetch", "response", ("PartitionData",)),
     Extra(
+        "FindCoordinatorRequestBatched",
+        "find_coordinator",
+        "request",
+        ("FindCoordinatorRequest",),
+        since=4,
+        why="v4+ look up a list of keys (coordinator_keys, KIP-699); before, one (key)",
+        check="finds_batched",
+    ),
+    Extra(
         "IncrementalAlterConfigsResource",
         "incremental_alter_configs",
         "request",
@@ -167,6 +176,15 @@ EXTRA = (
         since=3,
         why="v3+ may carry the producer's id and epoch (KIP-360)",
         check="names_producer",
+    ),
+    Extra(
+        "LeaveGroupRequestV3Plus",
+        "leave_group",
+        "request",
+        ("LeaveGroupRequest",),
+        since=3,
+        why="v3+ name the members leaving (a batch, KIP-345); before, the one member asking",
+        check="names_members",
     ),
     Extra("ListOffsetsPartition", "list_offsets", "request", ("ListOffsetsPartition",)),
     Extra(

@@ -1045,14 +1045,18 @@ if TYPE_CHECKING:
     )
 
     # find_coordinator (api key 10), v0-6
+    # v4+ look up a list of keys (coordinator_keys, KIP-699); before, one (key).
+    FindCoordinatorRequestBatched: TypeAlias = (
+        kio.schema.find_coordinator.v4.request.FindCoordinatorRequest
+        | kio.schema.find_coordinator.v5.request.FindCoordinatorRequest
+        | kio.schema.find_coordinator.v6.request.FindCoordinatorRequest
+    )
     FindCoordinatorRequest: TypeAlias = (
         kio.schema.find_coordinator.v0.request.FindCoordinatorRequest
         | kio.schema.find_coordinator.v1.request.FindCoordinatorRequest
         | kio.schema.find_coordinator.v2.request.FindCoordinatorRequest
         | kio.schema.find_coordinator.v3.request.FindCoordinatorRequest
-        | kio.schema.find_coordinator.v4.request.FindCoordinatorRequest
-        | kio.schema.find_coordinator.v5.request.FindCoordinatorRequest
-        | kio.schema.find_coordinator.v6.request.FindCoordinatorRequest
+        | FindCoordinatorRequestBatched
     )
     FindCoordinatorResponse: TypeAlias = (
         kio.schema.find_coordinator.v0.response.FindCoordinatorResponse
@@ -1147,13 +1151,17 @@ if TYPE_CHECKING:
     )
 
     # leave_group (api key 13), v0-5
+    # v3+ name the members leaving (a batch, KIP-345); before, the one member asking.
+    LeaveGroupRequestV3Plus: TypeAlias = (
+        kio.schema.leave_group.v3.request.LeaveGroupRequest
+        | kio.schema.leave_group.v4.request.LeaveGroupRequest
+        | kio.schema.leave_group.v5.request.LeaveGroupRequest
+    )
     LeaveGroupRequest: TypeAlias = (
         kio.schema.leave_group.v0.request.LeaveGroupRequest
         | kio.schema.leave_group.v1.request.LeaveGroupRequest
         | kio.schema.leave_group.v2.request.LeaveGroupRequest
-        | kio.schema.leave_group.v3.request.LeaveGroupRequest
-        | kio.schema.leave_group.v4.request.LeaveGroupRequest
-        | kio.schema.leave_group.v5.request.LeaveGroupRequest
+        | LeaveGroupRequestV3Plus
     )
     LeaveGroupResponse: TypeAlias = (
         kio.schema.leave_group.v0.response.LeaveGroupResponse
@@ -1559,8 +1567,18 @@ def chooses_election(body: ElectLeadersRequest) -> TypeIs[ElectLeadersRequestV1P
     return body.__version__ >= 1
 
 
+def finds_batched(body: FindCoordinatorRequest) -> TypeIs[FindCoordinatorRequestBatched]:
+    """v4+ look up a list of keys (coordinator_keys, KIP-699); before, one (key)."""
+    return body.__version__ >= 4
+
+
 def names_producer(body: InitProducerIdRequest) -> TypeIs[InitProducerIdRequestV3Plus]:
     """v3+ may carry the producer's id and epoch (KIP-360)."""
+    return body.__version__ >= 3
+
+
+def names_members(body: LeaveGroupRequest) -> TypeIs[LeaveGroupRequestV3Plus]:
+    """v3+ name the members leaving (a batch, KIP-345); before, the one member asking."""
     return body.__version__ >= 3
 
 
