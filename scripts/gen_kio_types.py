@@ -22,14 +22,11 @@ from functools import cache
 from pathlib import Path
 from typing import NamedTuple
 
+import kio.schema
+from kio.schema.index import api_key_map
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-import kio.schema  # noqa: E402
-from kio.schema.index import api_key_map  # noqa: E402
-
-from wire.handlers import HANDLERS  # noqa: E402
-
+TABLE = REPO / "wire" / "handlers" / "__init__.py"
 OUTPUT = REPO / "wire" / "protocol" / "kio_types.py"
 SCHEMA = Path(kio.schema.__file__).parent
 LINE = 100  # ruff's line length: the output is already formatted as ruff formats it
@@ -284,6 +281,25 @@ EXTRA = (
 )
 
 
+def offered_ranges() -> dict[int, tuple[int, int]]:
+    """api key -> (min version, max version) of the ``HANDLERS`` table, read from its
+    source: importing the handlers would need this script's output to exist already."""
+    for node in ast.parse(TABLE.read_text()).body:
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and node.target.id == "HANDLERS"
+            and isinstance(node.value, ast.Dict)
+        ):
+            ranges = {}
+            for key, api in zip(node.value.keys, node.value.values, strict=True):
+                assert isinstance(key, ast.Constant) and isinstance(api, ast.Call), key
+                low, high = (ast.literal_eval(arg) for arg in api.args[:2])
+                ranges[ast.literal_eval(key)] = (low, high)
+            return ranges
+    raise SystemExit(f"no HANDLERS table in {TABLE}")
+
+
 @cache
 def _classes(api: str, version: int, direction: str) -> dict[str, str]:
     """The classes a kio schema module defines -> their ``__type__`` (``request``,
@@ -365,13 +381,9 @@ def render() -> str:
     offered = {
         api_key_map[key]: (
             key,
-            [
-                v
-                for v in range(entry.min_version, entry.max_version + 1)
-                if (SCHEMA / api_key_map[key] / f"v{v}").is_dir()
-            ],
+            [v for v in range(low, high + 1) if (SCHEMA / api_key_map[key] / f"v{v}").is_dir()],
         )
-        for key, entry in HANDLERS.items()
+        for key, (low, high) in offered_ranges().items()
     }
     extras: dict[str, list[Extra]] = {}
     for extra in EXTRA:

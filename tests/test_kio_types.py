@@ -32,6 +32,13 @@ def test_checked_in_file_is_the_generated_one() -> None:
     )
 
 
+def test_the_generator_reads_the_version_ranges_the_broker_offers() -> None:
+    """It reads the HANDLERS table from source (the handlers import its output)."""
+    from wire.handlers import supported
+
+    assert _generator().offered_ranges() == supported()
+
+
 def _aliases() -> dict[str, set[str]]:
     """Each alias of the checked-in file -> the kio classes it names (a narrower alias
     that a union names, expanded)."""
