@@ -23,7 +23,7 @@ from wire.broker import Broker, BrokerConfig
 from wire.metrics import Metrics
 from wire.net.budget import RequestBudget
 from wire.net.connection import Connection
-from wire.net.connection_io import raise_open_files_limit
+from wire.net.connection_io import keep_freed_memory, raise_open_files_limit
 from wire.net.sasl import SaslSettings, SaslState
 from wire.net.security import TLS_HANDSHAKE_TIMEOUT, Listener, distinguished_name
 from wire.net.stream import ClientStream
@@ -302,6 +302,7 @@ async def run(
     awaited after the last request was answered."""
     await log_.stores.ping()
     raise_open_files_limit()
+    keep_freed_memory()
     metrics = Metrics()
     broker = Broker(log_, config)
     server = Server(broker, host, port, metrics, listeners=listeners, tls=tls)
