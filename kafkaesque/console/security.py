@@ -27,12 +27,6 @@ from kafkaesque.hot.credentials import mechanism_named
 from kafkaesque.security import acls
 from kafkaesque.security.scram import DEFAULT_ITERATIONS, MECHANISMS, new_credential
 
-BINDABLE = [
-    acls.ResourceType.TOPIC,
-    acls.ResourceType.GROUP,
-    acls.ResourceType.CLUSTER,
-    acls.ResourceType.TRANSACTIONAL_ID,
-]
 OPERATIONS = [o for o in acls.Operation if o not in (acls.Operation.UNKNOWN, acls.Operation.ANY)]
 
 
@@ -132,7 +126,12 @@ def acl_form(csrf: str) -> Raw:
         [
             field("Principal", "principal", "User:", required=True),
             field("Host", "host", "*"),
-            select("Resource", "resource_type", [(r.name, r.name) for r in BINDABLE], "TOPIC"),
+            select(
+                "Resource",
+                "resource_type",
+                [(r.name, r.name) for r in acls.BINDABLE_TYPES],
+                "TOPIC",
+            ),
             select(
                 "Pattern",
                 "pattern_type",
