@@ -22,7 +22,14 @@ from kafkaesque.security.authorizer import Authorizer
 from wire.authorize import Operation, check_cluster
 from wire.broker import Broker
 from wire.errors import error_code, error_message
-from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
+from wire.protocol.codec import (
+    NO_THROTTLE,
+    Request,
+    build,
+    ok_response,
+    schema_class,
+    schema_classes,
+)
 
 if TYPE_CHECKING:
     from wire.protocol.kio_types import (
@@ -73,8 +80,7 @@ async def describe_acls(
             error_message=str(exc),
             resources=(),
         )
-    resource_class = schema_class(schema, "DescribeAclsResource")
-    acl_class = schema_class(schema, "AclDescription")
+    resource_class, acl_class = schema_classes(schema, "DescribeAclsResource", "AclDescription")
     by_resource: dict[tuple[int, str, int], list[AclBinding]] = {}
     for b in found:
         by_resource.setdefault((b.resource_type, b.name, b.pattern_type), []).append(b)
@@ -154,8 +160,9 @@ async def delete_acls(broker: Broker, request: Request[DeleteAclsRequest]) -> De
     """Every valid filter's matching bindings go, in one transaction. Redis away: none
     goes, and each valid filter answers KAFKA_STORAGE_ERROR (retried), matching none."""
     schema = request.response_class
-    result_class = schema_class(schema, "DeleteAclsFilterResult")
-    matching_class = schema_class(schema, "DeleteAclsMatchingAcl")
+    result_class, matching_class = schema_classes(
+        schema, "DeleteAclsFilterResult", "DeleteAclsMatchingAcl"
+    )
     filters = []
     errors: list[KafkaesqueError | None] = []
     for entry in request.body.filters:

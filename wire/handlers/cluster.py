@@ -20,7 +20,14 @@ from kafkaesque.partition.replicas import PREFERRED, UNCLEAN, Replicas
 from wire.authorize import Operation, check_cluster
 from wire.broker import Broker
 from wire.errors import error_code, error_message
-from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
+from wire.protocol.codec import (
+    NO_THROTTLE,
+    Request,
+    build,
+    ok_response,
+    schema_class,
+    schema_classes,
+)
 from wire.protocol.kio_types import chooses_election
 
 if TYPE_CHECKING:
@@ -80,8 +87,9 @@ async def elect_leaders(
     body, version = request.body, request.api_version
     check_cluster(broker, request, Operation.ALTER)
     schema = request.response_class
-    topic_class = schema_class(schema, "ReplicaElectionResult")
-    partition_class = schema_class(schema, "PartitionResult")
+    topic_class, partition_class = schema_classes(
+        schema, "ReplicaElectionResult", "PartitionResult"
+    )
     election = body.election_type if chooses_election(body) else PREFERRED
     if election not in (PREFERRED, UNCLEAN):
         raise InvalidRequest(f"unknown election type {election}")  # top-level, in v1+
@@ -129,8 +137,9 @@ async def alter_partition_reassignments(
 ) -> AlterPartitionReassignmentsResponse:
     check_cluster(broker, request, Operation.ALTER)
     schema = request.response_class
-    topic_class = schema_class(schema, "ReassignableTopicResponse")
-    partition_class = schema_class(schema, "ReassignablePartitionResponse")
+    topic_class, partition_class = schema_classes(
+        schema, "ReassignableTopicResponse", "ReassignablePartitionResponse"
+    )
     place = replicas(broker)
     results = []
     for topic in request.body.topics:

@@ -18,7 +18,13 @@ from kafkaesque.partition.layer import (
 from wire.authorize import Operation, check_topic
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.protocol.codec import NO_THROTTLE, Request, build, per_partition, schema_class
+from wire.protocol.codec import (
+    NO_THROTTLE,
+    Request,
+    build,
+    per_partition,
+    schema_classes,
+)
 
 if TYPE_CHECKING:
     from wire.protocol.kio_types import (
@@ -42,8 +48,9 @@ READ_COMMITTED = 1  # isolation_level
 
 async def list_offsets(broker: Broker, request: Request[ListOffsetsRequest]) -> ListOffsetsResponse:
     schema = request.response_class
-    topic_class = schema_class(schema, "ListOffsetsTopicResponse")
-    partition_class = schema_class(schema, "ListOffsetsPartitionResponse")
+    topic_class, partition_class = schema_classes(
+        schema, "ListOffsetsTopicResponse", "ListOffsetsPartitionResponse"
+    )
     version = request.api_version
     # v10: the whole request answers within its timeout; a lookup still running then (the
     # archive is slow, say) answers REQUEST_TIMED_OUT. Kafka times only lookups in tiered
@@ -101,8 +108,9 @@ async def offset_for_leader_epoch(
 ) -> OffsetForLeaderEpochResponse:
     """Where each asked-for leader epoch ended, so clients detect truncation (KIP-320)."""
     schema = request.response_class
-    topic_class = schema_class(schema, "OffsetForLeaderTopicResult")
-    partition_class = schema_class(schema, "EpochEndOffset")
+    topic_class, partition_class = schema_classes(
+        schema, "OffsetForLeaderTopicResult", "EpochEndOffset"
+    )
 
     async def partition(topic: str, p: OffsetForLeaderPartition) -> EpochEndOffset:
         error: KafkaesqueError | None = None

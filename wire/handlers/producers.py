@@ -18,7 +18,14 @@ from kafkaesque.errors import KafkaesqueError
 from wire.authorize import Operation, check_topic
 from wire.broker import Broker
 from wire.errors import error_code, error_message
-from wire.protocol.codec import NO_THROTTLE, Request, build, per_partition, schema_class
+from wire.protocol.codec import (
+    NO_THROTTLE,
+    Request,
+    build,
+    per_partition,
+    schema_class,
+    schema_classes,
+)
 
 if TYPE_CHECKING:
     from wire.protocol.kio_types import (
@@ -34,8 +41,7 @@ async def describe_producers(
     broker: Broker, request: Request[DescribeProducersRequest]
 ) -> DescribeProducersResponse:
     schema = request.response_class
-    partition_class = schema_class(schema, "PartitionResponse")
-    state_class = schema_class(schema, "ProducerState")
+    partition_class, state_class = schema_classes(schema, "PartitionResponse", "ProducerState")
 
     async def answer(topic: str, partition: int) -> PartitionResponse:
         try:

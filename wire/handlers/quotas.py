@@ -21,7 +21,13 @@ from kafkaesque.security.quotas import (
 from wire.authorize import Operation, check_cluster, cluster_allowed
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
+from wire.protocol.codec import (
+    NO_THROTTLE,
+    Request,
+    build,
+    ok_response,
+    schema_classes,
+)
 
 if TYPE_CHECKING:
     from wire.protocol.kio_types import (
@@ -56,9 +62,9 @@ async def describe_client_quotas(
             error_message=str(exc),
             entries=None,
         )
-    entry_class = schema_class(schema, "EntryData")
-    entity_class = schema_class(schema, "EntityData")
-    value_class = schema_class(schema, "ValueData")
+    entry_class, entity_class, value_class = schema_classes(
+        schema, "EntryData", "EntityData", "ValueData"
+    )
     entries = tuple(
         build(
             entry_class,
@@ -80,8 +86,7 @@ async def alter_client_quotas(
     # One element type for both versions, which zip below keeps.
     entries: tuple[AlterClientQuotasEntry, ...] = body.entries
     schema = request.response_class
-    entry_class = schema_class(schema, "EntryData")
-    entity_class = schema_class(schema, "EntityData")
+    entry_class, entity_class = schema_classes(schema, "EntryData", "EntityData")
     valid: list[Alteration] = []
     # per entry: (code, message); None for a valid one until it is applied
     outcomes: list[tuple[ErrorCode, str] | None] = []

@@ -20,7 +20,14 @@ from kafkaesque.security.scram import Credential, Mechanism, check_iterations, f
 from wire.authorize import Operation, cluster_allowed
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
+from wire.protocol.codec import (
+    NO_THROTTLE,
+    Request,
+    build,
+    ok_response,
+    schema_class,
+    schema_classes,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import TypeIs
@@ -41,8 +48,9 @@ async def describe_user_scram_credentials(
     """The mechanisms and iterations of the users asked for (null or empty: all); DESCRIBE
     on the cluster, as Kafka checks."""
     schema = request.response_class
-    result_class = schema_class(schema, "DescribeUserScramCredentialsResult")
-    info_class = schema_class(schema, "CredentialInfo")
+    result_class, info_class = schema_classes(
+        schema, "DescribeUserScramCredentialsResult", "CredentialInfo"
+    )
     store: CredentialStore = broker.credentials
     asked = [u.name for u in request.body.users or ()]
     if not cluster_allowed(broker, request, Operation.DESCRIBE):

@@ -26,7 +26,14 @@ from wire.group_answers import (
     heartbeat_refused,
     restore_first,
 )
-from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
+from wire.protocol.codec import (
+    NO_THROTTLE,
+    Request,
+    build,
+    ok_response,
+    schema_class,
+    schema_classes,
+)
 
 if TYPE_CHECKING:
     from wire.protocol.kio_types import (
@@ -122,9 +129,12 @@ async def describe_share_group_offsets(
     broker: Broker, request: Request[DescribeShareGroupOffsetsRequest]
 ) -> DescribeShareGroupOffsetsResponse:
     schema = request.response_class
-    group_class = schema_class(schema, "DescribeShareGroupOffsetsResponseGroup")
-    topic_class = schema_class(schema, "DescribeShareGroupOffsetsResponseTopic")
-    part_class = schema_class(schema, "DescribeShareGroupOffsetsResponsePartition")
+    group_class, topic_class, part_class = schema_classes(
+        schema,
+        "DescribeShareGroupOffsetsResponseGroup",
+        "DescribeShareGroupOffsetsResponseTopic",
+        "DescribeShareGroupOffsetsResponsePartition",
+    )
     groups = []
     for g in request.body.groups:
         code, message = ErrorCode.none, None
@@ -216,8 +226,9 @@ async def alter_share_group_offsets(
 ) -> AlterShareGroupOffsetsResponse:
     body = request.body
     schema = request.response_class
-    topic_class = schema_class(schema, "AlterShareGroupOffsetsResponseTopic")
-    part_class = schema_class(schema, "AlterShareGroupOffsetsResponsePartition")
+    topic_class, part_class = schema_classes(
+        schema, "AlterShareGroupOffsetsResponseTopic", "AlterShareGroupOffsetsResponsePartition"
+    )
     check_group(broker, request, Operation.READ, body.group_id)
     ids = await _topic_ids(broker, [t.topic_name for t in body.topics])
     wanted: dict[tuple[str, int], int] = {}

@@ -23,7 +23,14 @@ from wire.authorize import (
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.group_answers import UNAVAILABLE, topic_errors
-from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
+from wire.protocol.codec import (
+    NO_THROTTLE,
+    Request,
+    build,
+    ok_response,
+    schema_class,
+    schema_classes,
+)
 from wire.protocol.kio_types import (
     adds_batched,
     filters_duration,
@@ -146,8 +153,9 @@ async def init_transactional(
 def _topic_results(
     schema: type, outcome: Mapping[tuple[str, int], int]
 ) -> tuple[AddPartitionsToTxnTopicResult, ...]:
-    topic_class = schema_class(schema, "AddPartitionsToTxnTopicResult")
-    partition_class = schema_class(schema, "AddPartitionsToTxnPartitionResult")
+    topic_class, partition_class = schema_classes(
+        schema, "AddPartitionsToTxnTopicResult", "AddPartitionsToTxnPartitionResult"
+    )
     topics: dict[str, list[AddPartitionsToTxnPartitionResult]] = {}
     for (topic, partition), code in sorted(outcome.items()):
         topics.setdefault(topic, []).append(
@@ -337,8 +345,7 @@ async def describe_transactions(
     broker: Broker, request: Request[DescribeTransactionsRequest]
 ) -> DescribeTransactionsResponse:
     schema = request.response_class
-    state_class = schema_class(schema, "TransactionState")
-    topic_class = schema_class(schema, "TopicData")
+    state_class, topic_class = schema_classes(schema, "TransactionState", "TopicData")
     states = []
     for transactional_id in request.body.transactional_ids:
         visible = _txn_allowed(broker, request, transactional_id, Operation.DESCRIBE)

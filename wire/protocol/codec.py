@@ -344,3 +344,8 @@ def schema_class(schema: type, name: str) -> type:
     import sys
 
     return getattr(sys.modules[schema.__module__], name)
+
+
+def schema_classes(schema: type, *names: str) -> tuple[type, ...]:
+    """The nested entity classes ``names`` of the same version as ``schema``, in order."""
+    return tuple(schema_class(schema, name) for name in names)
