@@ -11,18 +11,9 @@ import click
 
 from kafkaesque.cli.base import Context, main, one_line_errors, pass_context
 from kafkaesque.cli.options import number_option
-from kafkaesque.cli.serve import host_port
+from kafkaesque.cli.serve import loopback_port
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
-
-
-def listen_option(
-    ctx: click.Context, param: click.Parameter, value: str | None
-) -> tuple[str, int] | None:
-    """HOST:PORT; a bare PORT listens on loopback."""
-    if value is not None and value.isdigit():
-        value = f"127.0.0.1:{value}"
-    return host_port(ctx, param, value)
 
 
 @main.command()
@@ -30,7 +21,7 @@ def listen_option(
     "--listen",
     default=DEFAULT_LISTEN,
     show_default=True,
-    callback=listen_option,
+    callback=loopback_port,
     metavar="HOST:PORT",
     help="Where the console serves HTTP (port 0: any free one).",
 )

@@ -39,13 +39,20 @@ def host_port(
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+def loopback_port(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> tuple[str, int] | None:
+    """HOST:PORT; a bare PORT listens on loopback."""
+    if value is not None and value.isdigit():
+        value = f"127.0.0.1:{value}"
+    return host_port(ctx, param, value)
+
+
 def metrics_address(
     ctx: click.Context, param: click.Parameter, value: str | None
 ) -> tuple[str, int] | None:
     """[HOST:]PORT for the metrics endpoint: loopback unless a host is given."""
-    if value is not None and value.isdigit():
-        value = f"127.0.0.1:{value}"
-    address = host_port(ctx, param, value)
+    address = loopback_port(ctx, param, value)
     if address is not None and value is not None and value.startswith(":"):
         return "127.0.0.1", address[1]
     return address
