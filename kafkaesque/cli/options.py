@@ -1,6 +1,7 @@
 """Option and argument checks several commands share: a group id, KEY=VALUE configs, a
-topic name, URLs (Redis, PostgreSQL), the data directory, --pg-dsn, and groups of options
-applied as one decorator. Each checks its value when the command line is parsed, so a
+topic name, URLs (Redis, PostgreSQL), the data directory, --pg-dsn, number and choice
+options (number_option, choice_option: their default shown in --help), and groups of
+options applied as one decorator. Each checks its value when the command line is parsed, so a
 mistake is a usage error (exit 2), not a traceback when the command connects."""
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ def number_option(
 def choice_option(
     *decls: str,
     choices: Sequence[str],
-    help: str | None,
+    help: str | None = None,
     default: str | None = None,
     case_sensitive: bool = True,
 ) -> Callable[[Command], Command]:

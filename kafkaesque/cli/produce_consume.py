@@ -101,7 +101,7 @@ def _separator(name: str, value: str | None) -> bytes | None:
     help="A key, value or header value that is exactly TEXT is sent as null (a null "
     "value: a tombstone).",
 )
-@choice_option("--compression", choices=[c.name.lower() for c in Compression], help=None)
+@choice_option("--compression", choices=[c.name.lower() for c in Compression])
 @pass_context
 @run_async
 async def produce(
