@@ -16,8 +16,10 @@ transaction commits (TxnOffsetCommit) wait in the group's ``txnoffsets`` hash un
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -34,6 +36,8 @@ from kafkaesque.types import TopicPartition
 log = logging.getLogger(__name__)
 
 INVALID_REGULAR_EXPRESSION = 128  # ListTransactions v2's pattern
+# Transactional ids whose state this broker last saved, kept (the oldest dropped beyond).
+SAVED_KEPT = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +73,12 @@ class TransactionCoordinator(TxnOffsetStore):
         self.config = config or TxnConfig()
         self.clock = clock  # transactions time out on it
         self.states = TxnStates.of(log)
+        # The state and version this broker last saved without the lock, per id, as Redis
+        # holds them: the id's next AddPartitionsToTxn or EndTxn starts from it rather
+        # than reading it back (a round trip of three in a transaction). A state someone
+        # else changed meanwhile is refused by the script (its version), and the locked
+        # path reads it. Taken out when used, so a request never shares one.
+        self._saved: OrderedDict[str, tuple[Transaction, int]] = OrderedDict()
         # Markers, pending offsets settled, timeouts: ending what the requests prepared.
         self.completion = TxnCompletion(
             self.states, markers, self._settle_offsets, self.config, clock
@@ -86,6 +96,7 @@ class TransactionCoordinator(TxnOffsetStore):
         error = self.config.timeout_error(timeout_ms)
         if error:
             return InitResult(error)
+        self._saved.pop(transactional_id, None)
         try:
             async with self.states.locked(transactional_id):
                 return await self._init(transactional_id, timeout_ms, expected)
@@ -144,15 +155,25 @@ class TransactionCoordinator(TxnOffsetStore):
 
         if not transactional_id:
             return every(Code.INVALID_REQUEST)
-        unknown = await self._unknown(wanted)
+        versioned: tuple[Transaction | None, int] | None = None
+        if self.states.lock_free:  # the topics' check and the state's read at once
+            unknown, versioned = await asyncio.gather(
+                self._unknown(wanted), self._versioned(transactional_id)
+            )
+        else:
+            unknown = await self._unknown(wanted)
         if unknown:
+            if versioned is not None and versioned[0] is not None:
+                self._keep(versioned[0], versioned[1])
             return {
                 tp: Code.UNKNOWN_TOPIC_OR_PARTITION
                 if tp in unknown
                 else Code.OPERATION_NOT_ATTEMPTED
                 for tp in wanted
             }
-        return every(await self._add(transactional_id, producer_id, producer_epoch, wanted, set()))
+        return every(
+            await self._add(transactional_id, producer_id, producer_epoch, wanted, set(), versioned)
+        )
 
     async def add_offsets(
         self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
@@ -169,9 +190,13 @@ class TransactionCoordinator(TxnOffsetStore):
         producer_epoch: int,
         partitions: set[TopicPartition],
         groups: set[str],
+        versioned: tuple[Transaction | None, int] | None = None,
     ) -> Code:
+        """``versioned``: the id's state and version, if the caller has read them."""
         if self.states.lock_free:
-            txn, version = await self.states.load_versioned(transactional_id)
+            if versioned is None:
+                versioned = await self._versioned(transactional_id)
+            txn, version = versioned
             # Without the lock unless a transaction is to be completed first (settled).
             if txn is not None and txn.state not in PREPARING:
                 state = self.states.saving(txn, version)
@@ -179,8 +204,15 @@ class TransactionCoordinator(TxnOffsetStore):
                 error = txn.add(
                     producer_id, producer_epoch, self.clock.now_ms(), partitions, groups
                 )
-                if error or txn.fields() == before or await self.states.save_if(txn, state):
+                if error:
                     return error
+                if txn.fields() == before:
+                    self._keep(txn, version)
+                    return error
+                if await self.states.save_if(txn, state):
+                    self._keep(txn, version + 1)  # txn_state.lua bumps it by one
+                    return error
+        self._saved.pop(transactional_id, None)
         try:
             async with self.states.locked(transactional_id):
                 txn = await self._load_settled(transactional_id, producer_id, producer_epoch)
@@ -242,7 +274,7 @@ class TransactionCoordinator(TxnOffsetStore):
         if not transactional_id:
             return Code.INVALID_REQUEST
         if self.states.lock_free:
-            txn, version = await self.states.load_versioned(transactional_id)
+            txn, version = await self._versioned(transactional_id)
             # The common case in one script: an open transaction without offsets, whose
             # markers and state need no lock when nobody else changes the state meanwhile.
             if txn is not None and txn.state == TxnState.ONGOING and not txn.groups:
@@ -252,6 +284,7 @@ class TransactionCoordinator(TxnOffsetStore):
                     return error
                 if await self.completion.finish_at_once(txn, state) is not None:
                     return Code.NONE  # (markers that failed are retried by ``tick``)
+        self._saved.pop(transactional_id, None)
         try:
             async with self.states.locked(transactional_id):
                 txn = await self._load_settled(transactional_id, producer_id, producer_epoch)
@@ -265,6 +298,19 @@ class TransactionCoordinator(TxnOffsetStore):
                 return Code.NONE
         except TransactionalIdBusy:
             return Code.CONCURRENT_TRANSACTIONS
+
+    async def _versioned(self, transactional_id: str) -> tuple[Transaction | None, int]:
+        """The id's state and version: as this broker last saved them, else read."""
+        kept = self._saved.pop(transactional_id, None)
+        if kept is not None:
+            return kept
+        return await self.states.load_versioned(transactional_id)
+
+    def _keep(self, txn: Transaction, version: int) -> None:
+        """``txn`` is the id's state in Redis at ``version`` (saved or read by this broker)."""
+        self._saved[txn.transactional_id] = (txn, version)
+        if len(self._saved) > SAVED_KEPT:
+            self._saved.popitem(last=False)
 
     # -- admin ----------------------------------------------------------------------------
     async def describe(self, transactional_id: str) -> Transaction | None:
