@@ -14,7 +14,10 @@ records each saw and the ratio of read_committed's records/s to read_uncommitted
 Also the CPU seconds of the broker, Redis and the client (/proc) per million records and
 per transaction, the round trip of one durable write (a transaction's three requests
 that write, AddPartitionsToTxn, Produce and EndTxn, each wait for one, in turn), and the
-same transactions against librdkafka's in-memory mock cluster: the client's own time.
+same transactions against librdkafka's in-memory mock cluster: the client's own time;
+and the broker's own time per transaction on each of its requests (from its Prometheus
+request latency: arrival to answer queued, Redis' round trips and fsyncs included), which
+tells the broker's share of a transaction from the client's and the network's.
 Defaults: 200,000 records, transactions of 100, none aborted.
 
     python scripts/bench/transactions.py [--records N] [--txn-size S] [--abort-every K]
@@ -24,15 +27,65 @@ Defaults: 200,000 records, transactions of 100, none aborted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import re
+import tempfile
 import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 
-from broker_process import FAST_CONSUMER, VALUE, durable_write_ms, embedded_broker, produce
+from broker_process import (
+    FAST_CONSUMER,
+    VALUE,
+    BrokerOnRedis,
+    durable_write_ms,
+    free_port,
+    produce,
+    start_broker,
+)
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from proc_cpu import measure
 
+from kafkaesque.hot.embedded import EmbeddedRedis
+
 TIMEOUT = 60.0
+# The requests of a transaction, each answered before the next is sent.
+TXN_APIS = ("add_partitions_to_txn", "produce", "end_txn")
+
+
+@contextlib.contextmanager
+def broker_with_metrics() -> Iterator[tuple[BrokerOnRedis, str]]:
+    """A broker on a fresh embedded Redis (appendfsync always), serving Prometheus metrics;
+    yields it and its metrics URL."""
+    with tempfile.TemporaryDirectory(prefix="ks-bench-") as home:
+        server = EmbeddedRedis(Path(home))
+        try:
+            url = server.ensure_started()
+            port, metrics_port = free_port(), free_port()
+            broker = start_broker(url, port, extra=["--metrics", str(metrics_port)])
+            try:
+                running = BrokerOnRedis(f"127.0.0.1:{port}", url, broker.pid, server.pid() or 0)
+                yield running, f"http://127.0.0.1:{metrics_port}/metrics"
+            finally:
+                broker.terminate()
+                broker.wait(10)
+        finally:
+            server.stop()
+
+
+def request_seconds(metrics_url: str) -> dict[str, tuple[float, float]]:
+    """Per API: (requests, seconds) the broker spent on them so far, from a request's
+    arrival to its answer being queued (kafkaesque_request_seconds)."""
+    text = urllib.request.urlopen(metrics_url, timeout=10).read().decode()
+    found: dict[str, list[float]] = {}
+    for kind, api, value in re.findall(
+        r'^kafkaesque_request_seconds_(count|sum)\{api="([^"]+)"\} (\S+)$', text, re.M
+    ):
+        found.setdefault(api, [0.0, 0.0])[kind == "sum"] = float(value)
+    return {api: (count, total) for api, (count, total) in found.items()}
 
 
 def produce_transactions(
@@ -121,7 +174,7 @@ def main() -> None:
     args = parser.parse_args()
     n, size = args.records, args.txn_size
     transactions = -(-n // size)
-    with embedded_broker() as running:
+    with broker_with_metrics() as (running, metrics_url):
         bootstrap = running.bootstrap
         admin = AdminClient({"bootstrap.servers": bootstrap})
         for future in admin.create_topics(
@@ -132,8 +185,10 @@ def main() -> None:
         produce_transactions(bootstrap, "warm-up", 20 * size, size, 0)
         with measure(running.pids()) as idempotent_cpu:
             idempotent_s = produce(bootstrap, "idem", n, acks="all", idempotent=True)
+        before = request_seconds(metrics_url)
         with measure(running.pids()) as txn_cpu:
             txn_s, committed = produce_transactions(bootstrap, "txn", n, size, args.abort_every)
+        after = request_seconds(metrics_url)
         write_ms = durable_write_ms(running.redis_url)
         reads: dict[str, list[tuple[float, int]]] = {"read_uncommitted": [], "read_committed": []}
         for turn in range(args.rounds):
@@ -164,6 +219,25 @@ def main() -> None:
     print(
         f"the same transactions against librdkafka's mock cluster (the client's own):"
         f" {mock_s / transactions * 1000:.2f} ms each"
+    )
+    # Where a transaction's time goes: the broker's own time on each of its requests
+    # (arrival to answer queued: Redis' round trips and fsyncs included), the rest being
+    # the client's and the network's.
+    spent = []
+    for api in TXN_APIS:
+        count = after.get(api, (0.0, 0.0))[0] - before.get(api, (0.0, 0.0))[0]
+        total = after.get(api, (0.0, 0.0))[1] - before.get(api, (0.0, 0.0))[1]
+        spent.append((api, count, total))
+    broker_ms = sum(total for _, _, total in spent) / transactions * 1000
+    each_ms = txn_s / transactions * 1000
+    print(
+        f"in the broker per transaction: {broker_ms:.2f} ms of the {each_ms:.2f}"
+        " ("
+        + ", ".join(
+            f"{api} {count / transactions:.1f} x {total / count * 1000 if count else 0:.2f} ms"
+            for api, count, total in spent
+        )
+        + ")"
     )
     best = {isolation: min(runs) for isolation, runs in reads.items()}
     uncommitted_s, uncommitted_n = best["read_uncommitted"]
