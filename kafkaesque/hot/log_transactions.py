@@ -5,7 +5,6 @@ transactions, and the last stable offset."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Sequence
 from typing import cast
 
@@ -126,9 +125,7 @@ class Transactions(LogPart):
         named in ``droppable`` (LUA_ERRORS names): the transaction is left prepared) and
         each partition's refusal or None."""
         marker = build_control_batch(txn.producer_id, txn.producer_epoch, commit, 0)
-        completed = copy.copy(txn)
-        completed.complete(txn.updated_ms)
-        prepared, done = state.fields(txn), state.fields(completed)
+        prepared, done = state.fields(txn), state.fields(txn.completed())
         deadline = txn.deadline_ms()
         keys = list(state.keys)
         args: list[object] = [*state.read_as, " ".join(droppable)]

@@ -282,8 +282,11 @@ class TransactionCoordinator(TxnOffsetStore):
                 error = txn.end(producer_id, producer_epoch, commit, self.clock.now_ms())
                 if error or txn.state not in PREPARING:
                     return error
-                if await self.completion.finish_at_once(txn, state) is not None:
-                    return Code.NONE  # (markers that failed are retried by ``tick``)
+                done = await self.completion.finish_at_once(txn, state)
+                if done is not None:  # (markers that failed are retried by ``tick``)
+                    if done:  # saved prepared, then complete: two versions on
+                        self._keep(txn.completed(), version + 2)
+                    return Code.NONE
         self._saved.pop(transactional_id, None)
         try:
             async with self.states.locked(transactional_id):

@@ -9,6 +9,7 @@ in as ``now`` (ms).
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -254,6 +255,13 @@ class Transaction:
         if self.state == preparing or self.state == TxnState.PREPARE_EPOCH_FENCE:
             return Code.CONCURRENT_TRANSACTIONS
         return Code.INVALID_TXN_STATE  # Empty, the other Complete*, the other Prepare*
+
+    def completed(self) -> Transaction:
+        """A copy of this prepared transaction as ``complete`` leaves it at its
+        ``updated_ms``: the state EndTxn's one script saves last (txn_end.lua)."""
+        done = copy.copy(self)
+        done.complete(self.updated_ms)
+        return done
 
     def complete(self, now: int) -> None:
         """The markers are written: PrepareCommit -> CompleteCommit, PrepareAbort ->
