@@ -17,7 +17,8 @@ that write, AddPartitionsToTxn, Produce and EndTxn, each wait for one, in turn),
 same transactions against librdkafka's in-memory mock cluster: the client's own time;
 and the broker's own time per transaction on each of its requests (from its Prometheus
 request latency: arrival to answer queued, Redis' round trips and fsyncs included), which
-tells the broker's share of a transaction from the client's and the network's.
+tells the broker's share of a transaction from the client's and the network's; and the
+Redis commands a transaction costs (INFO commandstats).
 Defaults: 200,000 records, transactions of 100, none aborted.
 
     python scripts/bench/transactions.py [--records N] [--txn-size S] [--abort-every K]
@@ -36,6 +37,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import redis
 from broker_process import (
     FAST_CONSUMER,
     VALUE,
@@ -74,6 +76,12 @@ def broker_with_metrics() -> Iterator[tuple[BrokerOnRedis, str]]:
                 broker.wait(10)
         finally:
             server.stop()
+
+
+def redis_commands(redis_url: str) -> dict[str, int]:
+    """Calls per Redis command so far (INFO commandstats)."""
+    stats = redis.Redis.from_url(redis_url).info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
 
 
 def request_seconds(metrics_url: str) -> dict[str, tuple[float, float]]:
@@ -185,10 +193,15 @@ def main() -> None:
         produce_transactions(bootstrap, "warm-up", 20 * size, size, 0)
         with measure(running.pids()) as idempotent_cpu:
             idempotent_s = produce(bootstrap, "idem", n, acks="all", idempotent=True)
-        before = request_seconds(metrics_url)
+        before, commands = request_seconds(metrics_url), redis_commands(running.redis_url)
         with measure(running.pids()) as txn_cpu:
             txn_s, committed = produce_transactions(bootstrap, "txn", n, size, args.abort_every)
         after = request_seconds(metrics_url)
+        commands = {
+            name: calls - commands.get(name, 0)
+            for name, calls in redis_commands(running.redis_url).items()
+            if calls > commands.get(name, 0) and name not in ("info", "ping")
+        }
         write_ms = durable_write_ms(running.redis_url)
         reads: dict[str, list[tuple[float, int]]] = {"read_uncommitted": [], "read_committed": []}
         for turn in range(args.rounds):
@@ -223,6 +236,14 @@ def main() -> None:
     # Where a transaction's time goes: the broker's own time on each of its requests
     # (arrival to answer queued: Redis' round trips and fsyncs included), the rest being
     # the client's and the network's.
+    print(
+        "Redis commands per transaction: "
+        + ", ".join(
+            f"{name} {calls / transactions:.2f}"
+            for name, calls in sorted(commands.items(), key=lambda item: -item[1])
+            if calls / transactions >= 0.01
+        )
+    )
     spent = []
     for api in TXN_APIS:
         count = after.get(api, (0.0, 0.0))[0] - before.get(api, (0.0, 0.0))[0]
