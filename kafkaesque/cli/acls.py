@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from kafkaesque.cli.base import Context, main, option_group, pass_context, run_async
+from kafkaesque.cli.options import choice_option
 from kafkaesque.cli.output import echo_rows, format_option
 from kafkaesque.cli.wire import wire_security
 from kafkaesque.errors import InvalidRequest
@@ -97,11 +98,11 @@ def pattern_option(default: str) -> Callable[..., Any]:
     choices = (
         ["literal", "prefixed"] if default == "literal" else ["any", "match", "literal", "prefixed"]
     )
-    return click.option(
+    return choice_option(
         "--resource-pattern-type",
-        type=click.Choice(choices, case_sensitive=False),
+        choices=choices,
         default=default,
-        show_default=True,
+        case_sensitive=False,
         help="literal names one resource (* every one), prefixed every name starting so; "
         "to find: any (the name as given) or match (every ACL that applies to the name).",
     )

@@ -60,7 +60,7 @@ def _separator(name: str, value: str | None) -> bytes | None:
 @main.command()
 @topic_argument
 @click.argument("file", type=click.File("rb"), default="-")
-@click.option("--batch-size", type=click.IntRange(1, 1_000_000), default=1024, show_default=True)
+@number_option("--batch-size", 1024, low=1, high=1_000_000)
 @click.option("--partition", type=click.IntRange(0), help="Send every record to this partition.")
 @choice_option(
     "--format",

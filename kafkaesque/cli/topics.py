@@ -16,6 +16,7 @@ from kafkaesque.cli.base import (
     run_async,
     topic_argument,
 )
+from kafkaesque.cli.options import number_option
 from kafkaesque.cli.output import JSON, echo_document, echo_rows, format_option, kafka_uuid
 from kafkaesque.cli.wire import wire_client
 from kafkaesque.config.topic_config import (
@@ -57,7 +58,7 @@ config_option = click.option(
 
 @main.command()
 @topic_argument
-@click.option("--partitions", type=click.IntRange(1, MAX_PARTITIONS), default=1, show_default=True)
+@number_option("--partitions", 1, low=1, high=MAX_PARTITIONS)
 @config_option
 @click.option(
     "--page-size",
