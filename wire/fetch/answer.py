@@ -18,14 +18,7 @@ from wire.broker import Broker
 from wire.errors import error_code
 from wire.fetch.memo import FetchMemo, Plan
 from wire.fetch.sessions import INVALID_SESSION_ID
-from wire.protocol.codec import (
-    NO_THROTTLE,
-    Request,
-    build,
-    ok_response,
-    schema_class,
-    schema_classes,
-)
+from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
 from wire.protocol.fast_responses import EncodedTopic, FetchAnswer, fetch_partition
 from wire.topics import broker_entries
 
@@ -163,7 +156,9 @@ def entity_answer(
 ) -> FetchResponse:
     """The response as kio entities, for answers with tagged fields to write."""
     schema = request.response_class
-    topic_class, partition_class = schema_classes(schema, "FetchableTopicResponse", "PartitionData")
+    topic_class, partition_class = request.response_entities(
+        "FetchableTopicResponse", "PartitionData"
+    )
     leader_hints = request.api_version >= LEADER_HINT_VERSION
     aborted_class = schema_class(schema, "AbortedTransaction")
 

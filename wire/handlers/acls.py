@@ -22,14 +22,7 @@ from kafkaesque.security.authorizer import Authorizer
 from wire.authorize import Operation, check_cluster
 from wire.broker import Broker
 from wire.errors import error_code, error_message
-from wire.protocol.codec import (
-    NO_THROTTLE,
-    Request,
-    build,
-    ok_response,
-    schema_class,
-    schema_classes,
-)
+from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
 
 if TYPE_CHECKING:
     from wire.protocol.kio_types import (
@@ -80,7 +73,7 @@ async def describe_acls(
             error_message=str(exc),
             resources=(),
         )
-    resource_class, acl_class = schema_classes(schema, "DescribeAclsResource", "AclDescription")
+    resource_class, acl_class = request.response_entities("DescribeAclsResource", "AclDescription")
     by_resource: dict[tuple[int, str, int], list[AclBinding]] = {}
     for b in found:
         by_resource.setdefault((b.resource_type, b.name, b.pattern_type), []).append(b)
@@ -160,8 +153,8 @@ async def delete_acls(broker: Broker, request: Request[DeleteAclsRequest]) -> De
     """Every valid filter's matching bindings go, in one transaction. Redis away: none
     goes, and each valid filter answers KAFKA_STORAGE_ERROR (retried), matching none."""
     schema = request.response_class
-    result_class, matching_class = schema_classes(
-        schema, "DeleteAclsFilterResult", "DeleteAclsMatchingAcl"
+    result_class, matching_class = request.response_entities(
+        "DeleteAclsFilterResult", "DeleteAclsMatchingAcl"
     )
     filters = []
     errors: list[KafkaesqueError | None] = []

@@ -20,14 +20,7 @@ from kafkaesque.partition.replicas import PREFERRED, UNCLEAN, Replicas
 from wire.authorize import Operation, check_cluster
 from wire.broker import Broker
 from wire.errors import error_code, error_message
-from wire.protocol.codec import (
-    NO_THROTTLE,
-    Request,
-    build,
-    ok_response,
-    schema_class,
-    schema_classes,
-)
+from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
 from wire.protocol.kio_types import chooses_election
 
 if TYPE_CHECKING:
@@ -87,8 +80,8 @@ async def elect_leaders(
     body, version = request.body, request.api_version
     check_cluster(broker, request, Operation.ALTER)
     schema = request.response_class
-    topic_class, partition_class = schema_classes(
-        schema, "ReplicaElectionResult", "PartitionResult"
+    topic_class, partition_class = request.response_entities(
+        "ReplicaElectionResult", "PartitionResult"
     )
     election = body.election_type if chooses_election(body) else PREFERRED
     if election not in (PREFERRED, UNCLEAN):
@@ -137,8 +130,8 @@ async def alter_partition_reassignments(
 ) -> AlterPartitionReassignmentsResponse:
     check_cluster(broker, request, Operation.ALTER)
     schema = request.response_class
-    topic_class, partition_class = schema_classes(
-        schema, "ReassignableTopicResponse", "ReassignablePartitionResponse"
+    topic_class, partition_class = request.response_entities(
+        "ReassignableTopicResponse", "ReassignablePartitionResponse"
     )
     place = replicas(broker)
     results = []

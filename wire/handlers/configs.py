@@ -40,7 +40,7 @@ from kafkaesque.errors import InvalidConfig, InvalidRequest, KafkaesqueError
 from wire.authorize import Operation, check_cluster, check_group, check_topic
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class, schema_classes
+from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 from wire.topic_configs import SOURCE_CODES, dynamic_broker_configs
 
 if TYPE_CHECKING:
@@ -284,8 +284,8 @@ async def describe_configs(
     broker: Broker, request: Request[DescribeConfigsRequest]
 ) -> DescribeConfigsResponse:
     schema = request.response_class
-    result_class, entry_class, synonym_class = schema_classes(
-        schema, "DescribeConfigsResult", "DescribeConfigsResourceResult", "DescribeConfigsSynonym"
+    result_class, entry_class, synonym_class = request.response_entities(
+        "DescribeConfigsResult", "DescribeConfigsResourceResult", "DescribeConfigsSynonym"
     )
     synonyms_wanted = request.body.include_synonyms  # v1+: every version offered
     docs_wanted = getattr(request.body, "include_documentation", False)

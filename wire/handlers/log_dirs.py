@@ -21,7 +21,7 @@ from kio.schema.errors import ErrorCode
 from kafkaesque.errors import StorageUnavailable, UnknownTopic
 from wire.authorize import Operation, cluster_allowed
 from wire.broker import Broker
-from wire.protocol.codec import NO_THROTTLE, Request, build, schema_classes
+from wire.protocol.codec import NO_THROTTLE, Request, build
 
 if TYPE_CHECKING:
     from wire.protocol.kio_types import (
@@ -91,8 +91,8 @@ async def describe_log_dirs(
     broker: Broker, request: Request[DescribeLogDirsRequest]
 ) -> DescribeLogDirsResponse:
     schema = request.response_class
-    result_class, topic_class, partition_class = schema_classes(
-        schema, "DescribeLogDirsResult", "DescribeLogDirsTopic", "DescribeLogDirsPartition"
+    result_class, topic_class, partition_class = request.response_entities(
+        "DescribeLogDirsResult", "DescribeLogDirsTopic", "DescribeLogDirsPartition"
     )
     if not cluster_allowed(broker, request, Operation.DESCRIBE):  # v1-2: no dirs, as Kafka
         code = ErrorCode.cluster_authorization_failed
@@ -175,8 +175,8 @@ async def alter_replica_log_dirs(
     away, KAFKA_STORAGE_ERROR (an offline log dir's code: retried). Needs ALTER on the
     cluster, as Kafka."""
     schema = request.response_class
-    topic_class, partition_class = schema_classes(
-        schema, "AlterReplicaLogDirTopicResult", "AlterReplicaLogDirPartitionResult"
+    topic_class, partition_class = request.response_entities(
+        "AlterReplicaLogDirTopicResult", "AlterReplicaLogDirPartitionResult"
     )
     allowed = cluster_allowed(broker, request, Operation.ALTER)
     outcome: dict[str, dict[int, ErrorCode]] = {}

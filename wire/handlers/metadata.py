@@ -28,7 +28,6 @@ from wire.protocol.codec import (
     error_response,
     ok_response,
     schema_class,
-    schema_classes,
 )
 from wire.protocol.kio_types import says_auto_create
 from wire.topics import (
@@ -165,8 +164,8 @@ async def _all_topics(
 async def metadata(broker: Broker, request: Request[MetadataRequest]) -> MetadataResponse:
     body, version = request.body, request.api_version
     schema = request.response_class
-    topic_class, partition_class = schema_classes(
-        schema, "MetadataResponseTopic", "MetadataResponsePartition"
+    topic_class, partition_class = request.response_entities(
+        "MetadataResponseTopic", "MetadataResponsePartition"
     )
     # Null means all topics; so does an empty list in v0.
     if body.topics is None or (version == 0 and not body.topics):

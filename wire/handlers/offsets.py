@@ -18,13 +18,7 @@ from kafkaesque.partition.layer import (
 from wire.authorize import Operation, check_topic
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.protocol.codec import (
-    NO_THROTTLE,
-    Request,
-    build,
-    per_partition,
-    schema_classes,
-)
+from wire.protocol.codec import NO_THROTTLE, Request, build, per_partition
 
 if TYPE_CHECKING:
     from wire.protocol.kio_types import (
@@ -48,8 +42,8 @@ READ_COMMITTED = 1  # isolation_level
 
 async def list_offsets(broker: Broker, request: Request[ListOffsetsRequest]) -> ListOffsetsResponse:
     schema = request.response_class
-    topic_class, partition_class = schema_classes(
-        schema, "ListOffsetsTopicResponse", "ListOffsetsPartitionResponse"
+    topic_class, partition_class = request.response_entities(
+        "ListOffsetsTopicResponse", "ListOffsetsPartitionResponse"
     )
     version = request.api_version
     # v10: the whole request answers within its timeout; a lookup still running then (the
@@ -108,8 +102,8 @@ async def offset_for_leader_epoch(
 ) -> OffsetForLeaderEpochResponse:
     """Where each asked-for leader epoch ended, so clients detect truncation (KIP-320)."""
     schema = request.response_class
-    topic_class, partition_class = schema_classes(
-        schema, "OffsetForLeaderTopicResult", "EpochEndOffset"
+    topic_class, partition_class = request.response_entities(
+        "OffsetForLeaderTopicResult", "EpochEndOffset"
     )
 
     async def partition(topic: str, p: OffsetForLeaderPartition) -> EpochEndOffset:

@@ -18,14 +18,7 @@ from kafkaesque.errors import KafkaesqueError
 from wire.authorize import Operation, check_topic
 from wire.broker import Broker
 from wire.errors import error_code, error_message
-from wire.protocol.codec import (
-    NO_THROTTLE,
-    Request,
-    build,
-    per_partition,
-    schema_class,
-    schema_classes,
-)
+from wire.protocol.codec import NO_THROTTLE, Request, build, per_partition, schema_class
 
 if TYPE_CHECKING:
     from wire.protocol.kio_types import (
@@ -41,7 +34,7 @@ async def describe_producers(
     broker: Broker, request: Request[DescribeProducersRequest]
 ) -> DescribeProducersResponse:
     schema = request.response_class
-    partition_class, state_class = schema_classes(schema, "PartitionResponse", "ProducerState")
+    partition_class, state_class = request.response_entities("PartitionResponse", "ProducerState")
 
     async def answer(topic: str, partition: int) -> PartitionResponse:
         try:

@@ -21,13 +21,7 @@ from kafkaesque.security.quotas import (
 from wire.authorize import Operation, check_cluster, cluster_allowed
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.protocol.codec import (
-    NO_THROTTLE,
-    Request,
-    build,
-    ok_response,
-    schema_classes,
-)
+from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response
 
 if TYPE_CHECKING:
     from wire.protocol.kio_types import (
@@ -62,8 +56,8 @@ async def describe_client_quotas(
             error_message=str(exc),
             entries=None,
         )
-    entry_class, entity_class, value_class = schema_classes(
-        schema, "EntryData", "EntityData", "ValueData"
+    entry_class, entity_class, value_class = request.response_entities(
+        "EntryData", "EntityData", "ValueData"
     )
     entries = tuple(
         build(
@@ -86,7 +80,7 @@ async def alter_client_quotas(
     # One element type for both versions, which zip below keeps.
     entries: tuple[AlterClientQuotasEntry, ...] = body.entries
     schema = request.response_class
-    entry_class, entity_class = schema_classes(schema, "EntryData", "EntityData")
+    entry_class, entity_class = request.response_entities("EntryData", "EntityData")
     valid: list[Alteration] = []
     # per entry: (code, message); None for a valid one until it is applied
     outcomes: list[tuple[ErrorCode, str] | None] = []

@@ -8,13 +8,7 @@ from kafkaesque.errors import KafkaesqueError
 from wire.authorize import Operation, check_topic
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.protocol.codec import (
-    NO_THROTTLE,
-    Request,
-    build,
-    per_partition,
-    schema_classes,
-)
+from wire.protocol.codec import NO_THROTTLE, Request, build, per_partition
 
 if TYPE_CHECKING:
     from wire.protocol.kio_types import (
@@ -34,8 +28,8 @@ async def delete_records(
     from the archive and from Redis, and the answer is the new low watermark. The request's
     timeout is not used: the answer comes once the records are deleted."""
     schema = request.response_class
-    topic_class, partition_class = schema_classes(
-        schema, "DeleteRecordsTopicResult", "DeleteRecordsPartitionResult"
+    topic_class, partition_class = request.response_entities(
+        "DeleteRecordsTopicResult", "DeleteRecordsPartitionResult"
     )
 
     async def partition(topic: str, p: DeleteRecordsPartition) -> DeleteRecordsPartitionResult:

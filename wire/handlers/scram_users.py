@@ -20,14 +20,7 @@ from kafkaesque.security.scram import Credential, Mechanism, check_iterations, f
 from wire.authorize import Operation, cluster_allowed
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.protocol.codec import (
-    NO_THROTTLE,
-    Request,
-    build,
-    ok_response,
-    schema_class,
-    schema_classes,
-)
+from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
 
 if TYPE_CHECKING:
     from typing_extensions import TypeIs
@@ -48,8 +41,8 @@ async def describe_user_scram_credentials(
     """The mechanisms and iterations of the users asked for (null or empty: all); DESCRIBE
     on the cluster, as Kafka checks."""
     schema = request.response_class
-    result_class, info_class = schema_classes(
-        schema, "DescribeUserScramCredentialsResult", "CredentialInfo"
+    result_class, info_class = request.response_entities(
+        "DescribeUserScramCredentialsResult", "CredentialInfo"
     )
     store: CredentialStore = broker.credentials
     asked = [u.name for u in request.body.users or ()]

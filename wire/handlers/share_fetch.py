@@ -30,7 +30,7 @@ from wire.authorize import Operation, ResourceType, allowed, check_group
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.group_answers import restore_first
-from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class, schema_classes
+from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
 
 if TYPE_CHECKING:
     from wire.protocol.kio_types import (
@@ -314,8 +314,8 @@ async def share_acknowledge(
     if epoch == FINAL_EPOCH:
         sessions.close(session)
         await broker.share_fetcher.release(session)
-    part_class, topic_class = schema_classes(
-        schema, "PartitionData", "ShareAcknowledgeTopicResponse"
+    part_class, topic_class = request.response_entities(
+        "PartitionData", "ShareAcknowledgeTopicResponse"
     )
     by_topic: dict[uuid.UUID, list[Any]] = {}
     for (topic, p), (code, message) in acked.items():

@@ -26,14 +26,7 @@ from wire.group_answers import (
     heartbeat_refused,
     restore_first,
 )
-from wire.protocol.codec import (
-    NO_THROTTLE,
-    Request,
-    build,
-    ok_response,
-    schema_class,
-    schema_classes,
-)
+from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
 
 if TYPE_CHECKING:
     from wire.protocol.kio_types import (
@@ -129,8 +122,7 @@ async def describe_share_group_offsets(
     broker: Broker, request: Request[DescribeShareGroupOffsetsRequest]
 ) -> DescribeShareGroupOffsetsResponse:
     schema = request.response_class
-    group_class, topic_class, part_class = schema_classes(
-        schema,
+    group_class, topic_class, part_class = request.response_entities(
         "DescribeShareGroupOffsetsResponseGroup",
         "DescribeShareGroupOffsetsResponseTopic",
         "DescribeShareGroupOffsetsResponsePartition",
@@ -226,8 +218,8 @@ async def alter_share_group_offsets(
 ) -> AlterShareGroupOffsetsResponse:
     body = request.body
     schema = request.response_class
-    topic_class, part_class = schema_classes(
-        schema, "AlterShareGroupOffsetsResponseTopic", "AlterShareGroupOffsetsResponsePartition"
+    topic_class, part_class = request.response_entities(
+        "AlterShareGroupOffsetsResponseTopic", "AlterShareGroupOffsetsResponsePartition"
     )
     check_group(broker, request, Operation.READ, body.group_id)
     ids = await _topic_ids(broker, [t.topic_name for t in body.topics])

@@ -345,7 +345,7 @@ async def describe_transactions(
     broker: Broker, request: Request[DescribeTransactionsRequest]
 ) -> DescribeTransactionsResponse:
     schema = request.response_class
-    state_class, topic_class = schema_classes(schema, "TransactionState", "TopicData")
+    state_class, topic_class = request.response_entities("TransactionState", "TopicData")
     states = []
     for transactional_id in request.body.transactional_ids:
         visible = _txn_allowed(broker, request, transactional_id, Operation.DESCRIBE)

@@ -107,6 +107,11 @@ class Request(Generic[BodyT_co]):
         """The kio response entity of this request's api key and version."""
         return response_schema(self.api_key, self.api_version)
 
+    def response_entities(self, *names: str) -> tuple[type, ...]:
+        """The response's nested entity classes ``names`` (e.g. MetadataResponseTopic), of
+        this request's version, in order."""
+        return schema_classes(self.response_class, *names)
+
 
 def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
     """api key, api version and correlation id: the part of every header that never changes."""
