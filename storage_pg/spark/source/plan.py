@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from kafkaesque.errors import UnknownTopic
-from kafkaesque.hot.connect import redis_client
 from kafkaesque.hot.log import Log
+from storage_pg.spark.source.connect import close_log, open_log
 from storage_pg.spark.source.options import (
     EARLIEST,
     LATEST,
@@ -26,7 +26,6 @@ from storage_pg.spark.source.options import (
     check_offsets,
 )
 from storage_pg.spark.source.tiers import OffsetRange
-from storage_pg.tiered import Archive
 
 T = TypeVar("T")
 TP = tuple[str, int]
@@ -45,16 +44,11 @@ def run(options: SourceOptions, ask: Callable[[Log], Awaitable[T]]) -> T:
     """``ask(log)`` on a log over the options' Redis and archive (never restoring Redis)."""
 
     async def main() -> T:
-        client = redis_client(options.redis_url, 4)
-        log = Log(client)
-        archive = None if options.pg_dsn is None else Archive(options.pg_dsn, max_connections=2)
-        log.cold = archive
+        log, archive = open_log(options, 4, archive_connections=2)
         try:
             return await ask(log)
         finally:
-            if archive is not None:
-                await archive.close()
-            await client.aclose()
+            await close_log(log, archive)
 
     return asyncio.run(main())
 

@@ -35,8 +35,6 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import InputPartition
 
 from kafkaesque.errors import NeedsRecovery, UnknownTopic
-from kafkaesque.hot.connect import redis_client
-from kafkaesque.hot.log import Log
 from kafkaesque.records.batch import next_offset
 from storage_pg.cold import dropped_ranges
 from storage_pg.spark.source.columns import (
@@ -46,6 +44,7 @@ from storage_pg.spark.source.columns import (
     header_list,
     headers_type,
 )
+from storage_pg.spark.source.connect import close_log, open_log
 from storage_pg.spark.source.options import DataLoss, SourceOptions
 from storage_pg.spark.source.vectors import (
     ARCHIVED,
@@ -53,7 +52,6 @@ from storage_pg.spark.source.vectors import (
     archived_rows,
     log_rows,
 )
-from storage_pg.tiered import Archive
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
@@ -126,20 +124,11 @@ class RangeReader:
     def __init__(self, options: SourceOptions, r: OffsetRange) -> None:
         self.options = options
         self.range = r
-        self.client = redis_client(options.redis_url, 2)
-        self.log = Log(self.client)
-        # The archive as the log's cold store, but not its recovery: a reader never
-        # restores a Redis that lost its data (the broker does that).
-        self.archive = (
-            None if options.pg_dsn is None else Archive(options.pg_dsn, max_connections=1)
-        )
-        self.log.cold = self.archive
+        self.log, self.archive = open_log(options, 2)
         self.columns = Columns(r.topic, r.partition, options.include_headers)
 
     async def close(self) -> None:
-        if self.archive is not None:
-            await self.archive.close()
-        await self.client.aclose()
+        await close_log(self.log, self.archive)
 
     def lost(self, start: int, end: int, why: str) -> None:
         """Offsets start..end-1 of the range are held by neither tier."""

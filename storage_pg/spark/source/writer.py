@@ -26,11 +26,10 @@ from pyspark.sql.datasource import (
 )
 
 from kafkaesque.errors import StorageUnavailable
-from kafkaesque.hot.connect import redis_client
-from kafkaesque.hot.log import Log
 from kafkaesque.partition.layer import Partitions
 from kafkaesque.records.build import build_batch
 from kafkaesque.records.partitioner import partition_for_key
+from storage_pg.spark.source.connect import close_log, open_log
 from storage_pg.spark.source.options import SourceError, SourceOptions
 
 if TYPE_CHECKING:
@@ -163,8 +162,7 @@ class _Producer:
 
 async def _write(options: SourceOptions, batches: Iterator[pa.RecordBatch]) -> int:
     """Append every row of ``batches``; the number of records written."""
-    client = redis_client(options.redis_url, 2)
-    log = Log(client)
+    log, _ = open_log(options, 2, archive_connections=0)
     try:
         producer = _Producer(Partitions(log), await log.new_producer_id())
         for batch in batches:
@@ -191,7 +189,7 @@ async def _write(options: SourceOptions, batches: Iterator[pa.RecordBatch]) -> i
         await producer.flush_all()
         return producer.written
     finally:
-        await client.aclose()
+        await close_log(log, None)
 
 
 def _bytes(value: Any) -> bytes | None:
