@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from typing import TYPE_CHECKING
 
@@ -70,6 +71,10 @@ class Connection:
         self.tasks: set[asyncio.Task[None]] = set()
         self.tail: asyncio.Future[None] | None = None
         self.failures: list[BaseException] = []
+        # The pipelined requests started, and the number of the first that failed: the
+        # ones before it still answer, those after it not.
+        self.started = 0
+        self.failed_from = math.inf
         self.waiting = False  # for the next request's first byte
         config = server.broker.config
         self.max_idle = config.connections_max_idle_ms / 1000
@@ -241,7 +246,8 @@ class Connection:
         loop = asyncio.get_running_loop()
         ready = loop.create_future()
         written = loop.create_future()
-        task = asyncio.create_task(self._pipelined(frame, size, self.tail, ready, written))
+        number, self.started = self.started, self.started + 1
+        task = asyncio.create_task(self._pipelined(frame, size, number, self.tail, ready, written))
         del frame
         self.tasks.add(task)
         task.add_done_callback(self._finished)
@@ -257,6 +263,7 @@ class Connection:
         self,
         frame: bytes | memoryview,
         size: int,
+        number: int,
         previous: asyncio.Future[None] | None,
         ready: asyncio.Future[None],
         written: asyncio.Future[None],
@@ -264,7 +271,8 @@ class Connection:
         """One Produce request handled while the connection reads the next. ``previous``
         is set once the request before answered (None: none in flight), ``ready`` once
         this one's appends are written to Redis (or it finished without any), ``written``
-        once it answered. A failure is reported and closes the connection."""
+        once it answered. A failure is reported and closes the connection once the
+        requests before it have answered."""
 
         def appends_written() -> None:
             if not ready.done():
@@ -280,12 +288,19 @@ class Connection:
                 appends_written()
             if previous is not None:
                 await previous
-            if response_bytes is not None and not self.failures and not self.stream.is_closing():
+            if (
+                response_bytes is not None
+                and number < self.failed_from
+                and not self.stream.is_closing()
+            ):
                 await self._respond(response_bytes)
         except Exception as exc:
             if not self.failures:
                 self._report(exc)
             self.failures.append(exc)
+            self.failed_from = min(self.failed_from, number)
+            if previous is not None:  # the requests read before this one answer first
+                await previous
             self.stream.abort()
         finally:
             written.set_result(None)

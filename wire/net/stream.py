@@ -244,9 +244,9 @@ class ClientStream(asyncio.Protocol):
         self.transport.close()
 
     def abort(self) -> None:
-        """Close at once, dropping what is unsent."""
-        self._pending = []
-        self._pending_size = 0
+        """Close at once: the answers written so far are handed to the kernel first (as
+        a write at once would have), what it does not take is dropped."""
+        self.flush()
         self.transport.abort()
 
     async def wait_closed(self) -> None:
