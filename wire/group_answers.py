@@ -281,8 +281,7 @@ async def describe_groups(
     """ConsumerGroupDescribe's or ShareGroupDescribe's answer: each group asked ``load``ed
     and ``describe``d (its assignor's name, its members), or dead with the error (not
     found, not authorized, the state out of reach) and no operations told."""
-    schema = request.response_class
-    group_class = schema_class(schema, "DescribedGroup")
+    group_class = request.response_entity("DescribedGroup")
     asked = request.body.include_authorized_operations
     described = []
     for group_id in request.body.group_ids:
@@ -317,4 +316,4 @@ async def describe_groups(
                 authorized_operations=operations,
             )
         )
-    return build(schema, throttle_time=NO_THROTTLE, groups=tuple(described))
+    return build(request.response_class, throttle_time=NO_THROTTLE, groups=tuple(described))

@@ -39,7 +39,7 @@ from wire.handlers import (
     topic_partitions,
     transactions,
 )
-from wire.protocol.codec import NO_THROTTLE, Request, build, error_response, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build, error_response
 
 if TYPE_CHECKING:
     from wire.protocol.kio_types import (
@@ -94,13 +94,14 @@ async def handle(broker: Broker, request: Request) -> Any:
 
 async def api_versions(broker: Broker, request: Request[ApiVersionsRequest]) -> ApiVersionsResponse:
     """Every api key this broker answers and its versions (``supported``)."""
-    schema = request.response_class
-    version = schema_class(schema, "ApiVersion")
+    version = request.response_entity("ApiVersion")
     keys: tuple[ApiVersionEntry, ...] = tuple(
         build(version, api_key=key, min_version=lo, max_version=hi)
         for key, (lo, hi) in sorted(supported().items())
     )
-    return build(schema, error_code=ErrorCode.none, api_keys=keys, throttle_time=NO_THROTTLE)
+    return build(
+        request.response_class, error_code=ErrorCode.none, api_keys=keys, throttle_time=NO_THROTTLE
+    )
 
 
 # api key (names: kio.schema.index.api_key_map) -> versions and handler.

@@ -22,7 +22,7 @@ from kafkaesque.security.authorizer import Authorizer
 from wire.authorize import Operation, check_cluster
 from wire.broker import Broker
 from wire.errors import error_code, error_message
-from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response
 
 if TYPE_CHECKING:
     from wire.protocol.kio_types import (
@@ -112,8 +112,7 @@ async def _refresh(authorizer: Authorizer) -> None:
 async def create_acls(broker: Broker, request: Request[CreateAclsRequest]) -> CreateAclsResponse:
     """Each creation checked on its own; the valid ones are added in one transaction.
     Redis away: none is added, and each of them answers KAFKA_STORAGE_ERROR (retried)."""
-    schema = request.response_class
-    result_class = schema_class(schema, "AclCreationResult")
+    result_class = request.response_entity("AclCreationResult")
     valid: list[AclBinding] = []
     errors: list[KafkaesqueError | None] = []
     for c in request.body.creations:
@@ -146,13 +145,12 @@ async def create_acls(broker: Broker, request: Request[CreateAclsRequest]) -> Cr
         build(result_class, error_code=error_code(error), error_message=error_message(error))
         for error in errors
     )
-    return build(schema, throttle_time=NO_THROTTLE, results=results)
+    return build(request.response_class, throttle_time=NO_THROTTLE, results=results)
 
 
 async def delete_acls(broker: Broker, request: Request[DeleteAclsRequest]) -> DeleteAclsResponse:
     """Every valid filter's matching bindings go, in one transaction. Redis away: none
     goes, and each valid filter answers KAFKA_STORAGE_ERROR (retried), matching none."""
-    schema = request.response_class
     result_class, matching_class = request.response_entities(
         "DeleteAclsFilterResult", "DeleteAclsMatchingAcl"
     )
@@ -201,4 +199,4 @@ async def delete_acls(broker: Broker, request: Request[DeleteAclsRequest]) -> De
                 ),
             )
         )
-    return build(schema, throttle_time=NO_THROTTLE, filter_results=tuple(results))
+    return build(request.response_class, throttle_time=NO_THROTTLE, filter_results=tuple(results))

@@ -25,7 +25,7 @@ from kafkaesque.partition.replicas import Replicas, check_replicas
 from wire.authorize import Operation, check_create_topic, check_topic
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build
 from wire.protocol.kio_types import deletes_by_id
 from wire.topic_configs import created_configs
 from wire.topics import NO_TOPIC_ID, topic_by_id
@@ -118,11 +118,10 @@ def replication_factor(broker: Broker, asked: int, assigned: bool) -> int:
 async def create_topics(
     broker: Broker, request: Request[CreateTopicsRequest]
 ) -> CreateTopicsResponse:
-    schema = request.response_class
-    result_class = schema_class(schema, "CreatableTopicResult")
+    result_class = request.response_entity("CreatableTopicResult")
     # v5+ tells the client the new topic's partitions, replication and configs.
     config_class = (
-        schema_class(schema, "CreatableTopicConfigs") if request.api_version >= 5 else None
+        request.response_entity("CreatableTopicConfigs") if request.api_version >= 5 else None
     )
     results = []
     for topic in request.body.topics:
@@ -169,7 +168,7 @@ async def create_topics(
                 configs=configs if config else None,
             )
         )
-    return build(schema, throttle_time=NO_THROTTLE, topics=tuple(results))
+    return build(request.response_class, throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
 async def _deletion_target(
@@ -205,8 +204,7 @@ async def delete_topics(
 ) -> DeleteTopicsResponse:
     """Delete topics by name (v1-v5) or by name or topic id (v6); each result names the
     topic and its id where known."""
-    schema = request.response_class
-    result_class = schema_class(schema, "DeletableTopicResult")
+    result_class = request.response_entity("DeletableTopicResult")
     body = request.body
     results = []
     for entry in body.topics if deletes_by_id(body) else body.topic_names:
@@ -232,14 +230,13 @@ async def delete_topics(
                 error_message=message,
             )
         )
-    return build(schema, throttle_time=NO_THROTTLE, responses=tuple(results))
+    return build(request.response_class, throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
 async def create_partitions(
     broker: Broker, request: Request[CreatePartitionsRequest]
 ) -> CreatePartitionsResponse:
-    schema = request.response_class
-    result_class = schema_class(schema, "CreatePartitionsTopicResult")
+    result_class = request.response_entity("CreatePartitionsTopicResult")
     results = []
     for topic in request.body.topics:
         error, message = ErrorCode.none, None
@@ -272,4 +269,4 @@ async def create_partitions(
         results.append(
             build(result_class, name=topic.name, error_code=error, error_message=message)
         )
-    return build(schema, throttle_time=NO_THROTTLE, results=tuple(results))
+    return build(request.response_class, throttle_time=NO_THROTTLE, results=tuple(results))

@@ -20,7 +20,7 @@ from kafkaesque.partition.replicas import PREFERRED, UNCLEAN, Replicas
 from wire.authorize import Operation, check_cluster
 from wire.broker import Broker
 from wire.errors import error_code, error_message
-from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response
 from wire.protocol.kio_types import chooses_election
 
 if TYPE_CHECKING:
@@ -129,7 +129,6 @@ async def alter_partition_reassignments(
     broker: Broker, request: Request[AlterPartitionReassignmentsRequest]
 ) -> AlterPartitionReassignmentsResponse:
     check_cluster(broker, request, Operation.ALTER)
-    schema = request.response_class
     topic_class, partition_class = request.response_entities(
         "ReassignableTopicResponse", "ReassignablePartitionResponse"
     )
@@ -150,7 +149,7 @@ async def alter_partition_reassignments(
                 )
             )
         results.append(build(topic_class, name=topic.name, partitions=tuple(answers)))
-    return ok_response(schema, responses=tuple(results))
+    return ok_response(request.response_class, responses=tuple(results))
 
 
 async def list_partition_reassignments(
@@ -172,7 +171,6 @@ async def describe_quorum(
     leads. kafkaesque keeps its metadata in Redis, not in a replicated log, so the
     metadata log's offsets are 0 (nothing to replicate, no voter lags)."""
     check_cluster(broker, request, Operation.DESCRIBE)
-    schema = request.response_class
     topics = request.body.topics
     asked = [(t.topic_name, p.partition_index) for t in topics for p in t.partitions]
     # Kafka answers only a request for exactly the metadata partition (KafkaRaftClient).
@@ -180,7 +178,7 @@ async def describe_quorum(
     now = int(time.time() * 1000)
     node, config = broker.config.node_id, broker.config
     voter = build(
-        schema_class(schema, "ReplicaState"),
+        request.response_entity("ReplicaState"),
         replica_id=node,
         replica_directory_id=NO_DIRECTORY,
         log_end_offset=0,
@@ -188,7 +186,7 @@ async def describe_quorum(
         last_fetch_timestamp=now,
         last_caught_up_timestamp=now,
     )
-    partition_class = schema_class(schema, "PartitionData")
+    partition_class = request.response_entity("PartitionData")
 
     def answer(index: int) -> DescribeQuorumPartitionData:
         if not valid:
@@ -219,17 +217,17 @@ async def describe_quorum(
     if valid and request.api_version >= 2:  # v2 lists the voters' endpoints (KIP-853)
         advertised = config.advertised_listeners or {"PLAINTEXT": (config.host, config.port)}
         listeners = tuple(
-            build(schema_class(schema, "Listener"), name=name, host=host, port=port)
+            build(request.response_entity("Listener"), name=name, host=host, port=port)
             for name, (host, port) in advertised.items()
         )
-        nodes = (build(schema_class(schema, "Node"), node_id=node, listeners=listeners),)
+        nodes = (build(request.response_entity("Node"), node_id=node, listeners=listeners),)
     return build(
-        schema,
+        request.response_class,
         error_code=ErrorCode.none,
         error_message=None,
         topics=tuple(
             build(
-                schema_class(schema, "TopicData"),
+                request.response_entity("TopicData"),
                 topic_name=t.topic_name,
                 partitions=tuple(answer(p.partition_index) for p in t.partitions),
             )

@@ -283,7 +283,6 @@ async def _describe_one(
 async def describe_configs(
     broker: Broker, request: Request[DescribeConfigsRequest]
 ) -> DescribeConfigsResponse:
-    schema = request.response_class
     result_class, entry_class, synonym_class = request.response_entities(
         "DescribeConfigsResult", "DescribeConfigsResourceResult", "DescribeConfigsSynonym"
     )
@@ -326,7 +325,7 @@ async def describe_configs(
             if not wanted or e.name in wanted  # as Kafka, no list asks for all
         )
         results.append(_result(result_class, resource, error, message, configs=configs))
-    return build(schema, throttle_time=NO_THROTTLE, results=tuple(results))
+    return build(request.response_class, throttle_time=NO_THROTTLE, results=tuple(results))
 
 
 def _result(

@@ -90,10 +90,8 @@ async def consumer_group_heartbeat(
 async def consumer_group_describe(
     broker: Broker, request: Request[ConsumerGroupDescribeRequest]
 ) -> ConsumerGroupDescribeResponse:
-    schema = request.response_class
-
     def describe(group: ConsumerGroup) -> tuple[str, tuple[Any, ...]]:
-        return group.assignor, _members(schema, group)
+        return group.assignor, _members(request.response_class, group)
 
     return await describe_groups(broker, request, broker.consumer_groups.load, describe)
 

@@ -15,7 +15,7 @@ from wire.authorize import Operation, ResourceType, allowed, topics_allowed
 from wire.broker import Broker
 from wire.errors import error_code
 from wire.group_answers import UNAVAILABLE, restore_first, topic_errors
-from wire.protocol.codec import NO_THROTTLE, Request, build, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build
 from wire.protocol.kio_types import fetches_groups
 
 if TYPE_CHECKING:
@@ -114,7 +114,6 @@ async def _fetch_group(
     UNSTABLE_OFFSET_COMMIT (the client asks again); a classic group's offsets need no
     member id or epoch (v9), as in Kafka. The principal needs READ on the group, and sees
     only the topics it may DESCRIBE."""
-    schema = request.response_class
     if not allowed(broker, request, Operation.READ, ResourceType.GROUP, group_id):
         return (), ErrorCode.group_authorization_failed
     try:
@@ -137,8 +136,8 @@ async def _fetch_group(
     if topics is None:
         wanted = {name: ps for name, ps in wanted.items() if name in visible}
     suffix = "s" if batched else ""  # v8 renamed the response's entities
-    topic_class = schema_class(schema, f"OffsetFetchResponseTopic{suffix}")
-    partition_class = schema_class(schema, f"OffsetFetchResponsePartition{suffix}")
+    topic_class = request.response_entity(f"OffsetFetchResponseTopic{suffix}")
+    partition_class = request.response_entity(f"OffsetFetchResponsePartition{suffix}")
     out = []
     for name, partitions in wanted.items():
         entries = []
@@ -175,7 +174,7 @@ async def offset_fetch(broker: Broker, request: Request[OffsetFetchRequest]) -> 
             broker, request, body.group_id, body.topics, False, stable
         )
         return build(schema, throttle_time=NO_THROTTLE, topics=topics, error_code=code)
-    group_class = schema_class(schema, "OffsetFetchResponseGroup")
+    group_class = request.response_entity("OffsetFetchResponseGroup")
     groups = []
     for g in body.groups:  # each group has its own error
         topics, code = await _fetch_group(

@@ -174,7 +174,6 @@ async def alter_replica_log_dirs(
     REPLICA_NOT_AVAILABLE (Kafka's answer when it hosts no replica of it). While Redis is
     away, KAFKA_STORAGE_ERROR (an offline log dir's code: retried). Needs ALTER on the
     cluster, as Kafka."""
-    schema = request.response_class
     topic_class, partition_class = request.response_entities(
         "AlterReplicaLogDirTopicResult", "AlterReplicaLogDirPartitionResult"
     )
@@ -214,7 +213,7 @@ async def alter_replica_log_dirs(
         )
         for name, codes in outcome.items()
     )
-    return build(schema, throttle_time=NO_THROTTLE, results=results)
+    return build(request.response_class, throttle_time=NO_THROTTLE, results=results)
 
 
 async def _partition_count(broker: Broker, topic: str) -> int | None:

@@ -21,14 +21,7 @@ from wire.authorize import (
 )
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.protocol.codec import (
-    NO_THROTTLE,
-    Request,
-    build,
-    error_response,
-    ok_response,
-    schema_class,
-)
+from wire.protocol.codec import NO_THROTTLE, Request, build, error_response, ok_response
 from wire.protocol.kio_types import says_auto_create
 from wire.topics import (
     NO_TOPIC_ID,
@@ -163,7 +156,6 @@ async def _all_topics(
 
 async def metadata(broker: Broker, request: Request[MetadataRequest]) -> MetadataResponse:
     body, version = request.body, request.api_version
-    schema = request.response_class
     topic_class, partition_class = request.response_entities(
         "MetadataResponseTopic", "MetadataResponsePartition"
     )
@@ -200,10 +192,10 @@ async def metadata(broker: Broker, request: Request[MetadataRequest]) -> Metadat
             )
         )
     return build(
-        schema,
+        request.response_class,
         throttle_time=NO_THROTTLE,
         brokers=broker_entries(
-            broker, schema_class(schema, "MetadataResponseBroker"), request.connection.listener
+            broker, request.response_entity("MetadataResponseBroker"), request.connection.listener
         ),
         cluster_id=broker.cluster_id,
         controller_id=controller_id(broker),
@@ -248,7 +240,7 @@ async def describe_cluster(
         cluster_id=broker.cluster_id,
         controller_id=controller_id(broker),
         brokers=broker_entries(
-            broker, schema_class(schema, "DescribeClusterBroker"), request.connection.listener
+            broker, request.response_entity("DescribeClusterBroker"), request.connection.listener
         ),
         cluster_authorized_operations=cluster_operations(
             broker, request, request.body.include_cluster_authorized_operations

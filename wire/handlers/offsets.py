@@ -41,7 +41,6 @@ READ_COMMITTED = 1  # isolation_level
 
 
 async def list_offsets(broker: Broker, request: Request[ListOffsetsRequest]) -> ListOffsetsResponse:
-    schema = request.response_class
     topic_class, partition_class = request.response_entities(
         "ListOffsetsTopicResponse", "ListOffsetsPartitionResponse"
     )
@@ -94,14 +93,13 @@ async def list_offsets(broker: Broker, request: Request[ListOffsetsRequest]) -> 
         )
 
     topics = await per_partition(topic_class, request.body.topics, partition)
-    return build(schema, throttle_time=NO_THROTTLE, topics=topics)
+    return build(request.response_class, throttle_time=NO_THROTTLE, topics=topics)
 
 
 async def offset_for_leader_epoch(
     broker: Broker, request: Request[OffsetForLeaderEpochRequest]
 ) -> OffsetForLeaderEpochResponse:
     """Where each asked-for leader epoch ended, so clients detect truncation (KIP-320)."""
-    schema = request.response_class
     topic_class, partition_class = request.response_entities(
         "OffsetForLeaderTopicResult", "EpochEndOffset"
     )
@@ -125,4 +123,4 @@ async def offset_for_leader_epoch(
         )
 
     topics = await per_partition(topic_class, request.body.topics, partition, "topic")
-    return build(schema, throttle_time=NO_THROTTLE, topics=topics)
+    return build(request.response_class, throttle_time=NO_THROTTLE, topics=topics)

@@ -18,7 +18,7 @@ from kafkaesque.errors import KafkaesqueError
 from wire.authorize import Operation, check_topic
 from wire.broker import Broker
 from wire.errors import error_code, error_message
-from wire.protocol.codec import NO_THROTTLE, Request, build, per_partition, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build, per_partition
 
 if TYPE_CHECKING:
     from wire.protocol.kio_types import (
@@ -33,7 +33,6 @@ NO_TRANSACTION = -1
 async def describe_producers(
     broker: Broker, request: Request[DescribeProducersRequest]
 ) -> DescribeProducersResponse:
-    schema = request.response_class
     partition_class, state_class = request.response_entities("PartitionResponse", "ProducerState")
 
     async def answer(topic: str, partition: int) -> PartitionResponse:
@@ -69,9 +68,9 @@ async def describe_producers(
             active_producers=producers,
         )
 
-    topic_class = schema_class(schema, "TopicResponse")
+    topic_class = request.response_entity("TopicResponse")
     return build(
-        schema,
+        request.response_class,
         throttle_time=NO_THROTTLE,
         topics=await per_partition(
             topic_class, request.body.topics, answer, partitions_field="partition_indexes"

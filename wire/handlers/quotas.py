@@ -79,7 +79,6 @@ async def alter_client_quotas(
     body = request.body
     # One element type for both versions, which zip below keeps.
     entries: tuple[AlterClientQuotasEntry, ...] = body.entries
-    schema = request.response_class
     entry_class, entity_class = request.response_entities("EntryData", "EntityData")
     valid: list[Alteration] = []
     # per entry: (code, message); None for a valid one until it is applied
@@ -121,4 +120,4 @@ async def alter_client_quotas(
         )
         for entry, outcome in zip(entries, outcomes, strict=True)
     )
-    return build(schema, throttle_time=NO_THROTTLE, entries=results)
+    return build(request.response_class, throttle_time=NO_THROTTLE, entries=results)

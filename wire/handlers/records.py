@@ -27,7 +27,6 @@ async def delete_records(
     """Per partition, the records below the asked-for offset (-1: the high watermark) go,
     from the archive and from Redis, and the answer is the new low watermark. The request's
     timeout is not used: the answer comes once the records are deleted."""
-    schema = request.response_class
     topic_class, partition_class = request.response_entities(
         "DeleteRecordsTopicResult", "DeleteRecordsPartitionResult"
     )
@@ -48,4 +47,4 @@ async def delete_records(
         )
 
     topics = await per_partition(topic_class, request.body.topics, partition)
-    return build(schema, throttle_time=NO_THROTTLE, topics=topics)
+    return build(request.response_class, throttle_time=NO_THROTTLE, topics=topics)

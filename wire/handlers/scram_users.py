@@ -20,7 +20,7 @@ from kafkaesque.security.scram import Credential, Mechanism, check_iterations, f
 from wire.authorize import Operation, cluster_allowed
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response
 
 if TYPE_CHECKING:
     from typing_extensions import TypeIs
@@ -118,8 +118,7 @@ async def alter_user_scram_credentials(
     one is (a (user, mechanism) pair named twice, an unknown mechanism, too few or too
     many iterations, deleting what does not exist). ALTER on the cluster, or every user
     answers CLUSTER_AUTHORIZATION_FAILED."""
-    schema = request.response_class
-    result_class = schema_class(schema, "AlterUserScramCredentialsResult")
+    result_class = request.response_entity("AlterUserScramCredentialsResult")
     store: CredentialStore = broker.credentials
     body = request.body
     changes: dict[str, list[ScramCredentialChange]] = defaultdict(list)
@@ -167,4 +166,4 @@ async def alter_user_scram_credentials(
         except KafkaesqueError as exc:
             code, message = error_code(exc), str(exc)
         results.append(build(result_class, user=user, error_code=code, error_message=message))
-    return build(schema, throttle_time=NO_THROTTLE, results=tuple(results))
+    return build(request.response_class, throttle_time=NO_THROTTLE, results=tuple(results))

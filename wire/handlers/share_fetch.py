@@ -276,7 +276,7 @@ async def share_fetch(broker: Broker, request: Request[ShareFetchRequest]) -> Sh
             code = ErrorCode.topic_authorization_failed
         ack = acked.get(tp, (ErrorCode.none, None))
         by_topic.setdefault(tp[0], []).append(_partition(schema, got, code, ack, tp[1]))
-    topic_class = schema_class(schema, "ShareFetchableTopicResponse")
+    topic_class = request.response_entity("ShareFetchableTopicResponse")
     responses = [
         build(topic_class, topic_id=await topics.id_of(topic), partitions=tuple(parts))
         for topic, parts in by_topic.items()

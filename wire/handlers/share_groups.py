@@ -26,7 +26,7 @@ from wire.group_answers import (
     heartbeat_refused,
     restore_first,
 )
-from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, schema_class
+from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response
 
 if TYPE_CHECKING:
     from wire.protocol.kio_types import (
@@ -92,15 +92,16 @@ async def share_group_heartbeat(
 async def share_group_describe(
     broker: Broker, request: Request[ShareGroupDescribeRequest]
 ) -> ShareGroupDescribeResponse:
-    schema = request.response_class
-    member_class = schema_class(schema, "Member")
+    member_class = request.response_entity("Member")
 
     def describe(group: ShareGroup) -> tuple[str, tuple[Any, ...]]:
         def topic_id(topic: str) -> uuid.UUID:
             return _topic_id(group, topic)
 
         return "simple", tuple(
-            described_member(member_class, m, assignment(schema, grouped(m.assigned), topic_id))
+            described_member(
+                member_class, m, assignment(request.response_class, grouped(m.assigned), topic_id)
+            )
             for m in group.members.values()
         )
 
@@ -121,7 +122,6 @@ async def _topic_ids(broker: Broker, names: Sequence[str]) -> dict[str, uuid.UUI
 async def describe_share_group_offsets(
     broker: Broker, request: Request[DescribeShareGroupOffsetsRequest]
 ) -> DescribeShareGroupOffsetsResponse:
-    schema = request.response_class
     group_class, topic_class, part_class = request.response_entities(
         "DescribeShareGroupOffsetsResponseGroup",
         "DescribeShareGroupOffsetsResponseTopic",
@@ -194,7 +194,7 @@ async def describe_share_group_offsets(
                 error_message=message,
             )
         )
-    return build(schema, throttle_time=NO_THROTTLE, groups=tuple(groups))
+    return build(request.response_class, throttle_time=NO_THROTTLE, groups=tuple(groups))
 
 
 def _done_in_flight(state: Any) -> int:
@@ -267,7 +267,7 @@ async def delete_share_group_offsets(
 ) -> DeleteShareGroupOffsetsResponse:
     body = request.body
     schema = request.response_class
-    topic_class = schema_class(schema, "DeleteShareGroupOffsetsResponseTopic")
+    topic_class = request.response_entity("DeleteShareGroupOffsetsResponseTopic")
     check_group(broker, request, Operation.DELETE, body.group_id)
     names = [t.topic_name for t in body.topics]
     ids = await _topic_ids(broker, names)

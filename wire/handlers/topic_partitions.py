@@ -63,7 +63,7 @@ async def describe_topic_partitions(
     """A page of topics; a bad cursor fails every topic asked for with INVALID_REQUEST
     (the response has no top-level error code), as Kafka's error response does."""
     schema = request.response_class
-    topic_class = schema_class(schema, "DescribeTopicPartitionsResponseTopic")
+    topic_class = request.response_entity("DescribeTopicPartitionsResponseTopic")
     try:
         visible = partial(allowed, broker, request, Operation.DESCRIBE, ResourceType.TOPIC)
 

@@ -28,7 +28,6 @@ from wire.protocol.codec import (
     Request,
     build,
     ok_response,
-    schema_class,
     schema_classes,
 )
 from wire.protocol.kio_types import (
@@ -232,7 +231,7 @@ async def add_partitions_to_txn(
             throttle_time=NO_THROTTLE,
             results_by_topic_v3_and_below=_topic_results(schema, outcome),
         )
-    result_class = schema_class(schema, "AddPartitionsToTxnResult")
+    result_class = request.response_entity("AddPartitionsToTxnResult")
     if not cluster_allowed(broker, request, Operation.CLUSTER_ACTION):
         return build(
             schema,
@@ -394,8 +393,7 @@ async def list_transactions(
     broker: Broker, request: Request[ListTransactionsRequest]
 ) -> ListTransactionsResponse:
     body = request.body
-    schema = request.response_class
-    state_class = schema_class(schema, "TransactionState")
+    state_class = request.response_entity("TransactionState")
     listing = await broker.transactions.listing(
         body.state_filters,
         body.producer_id_filters,
@@ -403,7 +401,7 @@ async def list_transactions(
         body.transactional_id_pattern if filters_pattern(body) else None,
     )
     return build(
-        schema,
+        request.response_class,
         throttle_time=NO_THROTTLE,
         error_code=error_code(listing.error),
         unknown_state_filters=tuple(listing.unknown_states),

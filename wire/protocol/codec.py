@@ -107,6 +107,11 @@ class Request(Generic[BodyT_co]):
         """The kio response entity of this request's api key and version."""
         return response_schema(self.api_key, self.api_version)
 
+    def response_entity(self, name: str) -> type:
+        """The response's nested entity class ``name`` (e.g. MetadataResponseTopic), of this
+        request's version."""
+        return schema_class(self.response_class, name)
+
     def response_entities(self, *names: str) -> tuple[type, ...]:
         """The response's nested entity classes ``names`` (e.g. MetadataResponseTopic), of
         this request's version, in order."""
