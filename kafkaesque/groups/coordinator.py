@@ -222,7 +222,7 @@ class GroupCoordinator:
             await self.store.forget_heartbeats(group_id, expired)
         if group.close_round_if_due(now) or expired:
             await self.store.save(group)
-        self.timers.arm(group_id, group.next_due(heartbeats), self.tick)
+        self.timers.arm(group_id, group.next_due(heartbeats, now), self.tick)
         return group
 
     async def tick_all(self, sweep: bool = False) -> None:
@@ -236,7 +236,7 @@ class GroupCoordinator:
         if active:
             now = self.clock.now_ms()
             for group_id, group, heartbeats in active:
-                due = None if group is None else group.next_due(heartbeats)
+                due = None if group is None else group.next_due(heartbeats, now)
                 if group is None or (due is not None and due <= now):
                     await self.tick(group_id)
                 else:

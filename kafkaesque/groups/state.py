@@ -220,8 +220,17 @@ class Group:
         if now >= self.deadline_ms:
             return True
         return (
-            not self.initial and not self.pending and all(m.joined for m in self.members.values())
+            not self.initial
+            and not self._awaits_pending(now)
+            and all(m.joined for m in self.members.values())
         )
+
+    def _awaits_pending(self, now: int) -> bool:
+        """Whether a member id handed out with MEMBER_ID_REQUIRED may still join the
+        round: as Kafka, a pending member lapses once the session timeout of its JoinGroup
+        has passed, and the round closes then if everyone else has joined (not only at the
+        next JoinGroup, which may never come)."""
+        return any(t > now for t in self.pending.values())
 
     def close_round_if_due(self, now: int) -> bool:
         if not self.round_due(now):
@@ -297,9 +306,10 @@ class Group:
                 errors.append(Code.NONE)
         return errors
 
-    def next_due(self, heartbeats: dict[str, int]) -> int | None:
+    def next_due(self, heartbeats: dict[str, int], now: int) -> int | None:
         """When (ms) ``expire`` or ``close_round_if_due`` next has something to do: a
-        member's session end, or the join round's deadline; None: nothing is pending."""
+        member's session end, the join round's deadline, or the lapse of a member id the
+        round waits for; None: nothing is pending."""
         deadlines = [
             heartbeats[m.member_id] + m.session_timeout_ms + 1
             for m in self.members.values()
@@ -307,6 +317,7 @@ class Group:
         ]
         if self.state == GroupState.PREPARING:
             deadlines.append(self.deadline_ms)
+            deadlines += [t for t in self.pending.values() if t > now]
         return min(deadlines, default=None)
 
     def expire(self, heartbeats: dict[str, int], now: int, config: CoordinatorConfig) -> list[str]:

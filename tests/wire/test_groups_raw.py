@@ -200,3 +200,38 @@ def test_rebalance_generations(broker, topic_name):
             (topic, 0): (-1, "", ErrorCode.none),
             (topic, 1): (-1, "", ErrorCode.none),
         }
+
+
+def test_round_closes_when_a_pending_member_id_lapses(broker, topic_name):
+    """A member id handed out with MEMBER_ID_REQUIRED whose client never comes back holds
+    a round only until the session timeout of the JoinGroup that asked for it, as Kafka's
+    pending members, not until the rebalance timeout: once it lapses, the members that
+    rejoined get the next generation without it."""
+    topic = topic_name()
+    group = f"g-{topic}"
+    create_topic(broker.bootstrap, topic, 2)
+    rebalance_ms = 300_000  # kafka-python's and Kafka's default max.poll.interval.ms
+    with (
+        Connection(broker.bootstrap, timeout=60) as c1,
+        Connection(broker.bootstrap) as lost,
+        Connection(broker.bootstrap, timeout=60) as c3,
+    ):
+        first = c1.join_new_member(group, [topic])
+        gen1, m1 = first.generation_id, first.member_id
+        assert c1.sync_group(group, gen1, m1, {m1: b""}).error_code == ErrorCode.none
+        # A client asks for its id, then dies before joining with it.
+        asked = lost.join_group(group, topics=[topic], session_ms=6000)
+        assert asked.error_code == ErrorCode.member_id_required, asked
+        # A third member starts a round while that id is still pending; the first
+        # member rejoins: every member has joined, only the pending id is missing.
+        m3 = c3.join_group(group, topics=[topic]).member_id
+        third = join_request(group, m3, topics=[topic], rebalance_ms=rebalance_ms)
+        third_id = c3.send_request(third)
+        again = c1.join_group(group, m1, topics=[topic], rebalance_ms=rebalance_ms)
+        assert again.error_code == ErrorCode.none and again.generation_id == gen1 + 1, again
+        assert {m.member_id for m in again.members} == {m1, m3}
+        joined = c3.read_response(third, third_id)
+        assert joined.error_code == ErrorCode.none and joined.generation_id == gen1 + 1, joined
+        # The lapsed id is unknown now.
+        late = lost.join_group(group, asked.member_id, topics=[topic])
+        assert late.error_code == ErrorCode.unknown_member_id, late
