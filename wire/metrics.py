@@ -4,6 +4,7 @@ the request budget."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from functools import partial
 
 from kio.schema.index import api_key_map
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -31,8 +32,7 @@ class Metrics:
                 lambda: 1 - use().fraction,
             ),
         ):
-            gauge = Gauge(f"kafkaesque_redis_memory_{name}", what, registry=self.registry)
-            gauge.set_function(value)
+            self._watch(f"kafkaesque_redis_memory_{name}", what, value)
 
     def watch_fetch_sessions(self, sessions: FetchSessionCache) -> None:
         """The broker's incremental fetch sessions (Kafka's NumIncrementalFetchSessions,
@@ -45,27 +45,26 @@ class Metrics:
                 lambda: sessions.partitions,
             ),
         ):
-            gauge = Gauge(f"kafkaesque_{name}", what, registry=self.registry)
-            gauge.set_function(value)
+            self._watch(f"kafkaesque_{name}", what, value)
         self.registry.register(_FetchSessionCounters(sessions))
 
     def watch_share_groups(self, fetcher: ShareFetcher) -> None:
         """Share groups' records on this broker: acquired, redelivered, acknowledged by
         kind (accepted, released, rejected, gap, renewed), and the share sessions."""
         self.registry.register(_ShareCounters(fetcher))
-        gauge = Gauge("kafkaesque_share_sessions", "Share sessions open", registry=self.registry)
-        gauge.set_function(lambda: len(fetcher.sessions))
+        self._watch(
+            "kafkaesque_share_sessions", "Share sessions open", lambda: len(fetcher.sessions)
+        )
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.requests = Counter(
-            "kafkaesque_requests", "Requests handled", ["api"], registry=self.registry
-        )
-        self.errors = Counter(
+        counter = partial(Counter, registry=self.registry)
+        gauge = partial(Gauge, registry=self.registry)
+        self.requests = counter("kafkaesque_requests", "Requests handled", ["api"])
+        self.errors = counter(
             "kafkaesque_request_failures",
             "Requests that closed the connection (malformed, unsupported, failed)",
             ["reason"],
-            registry=self.registry,
         )
         self.latency = Histogram(
             "kafkaesque_request_seconds",
@@ -74,34 +73,29 @@ class Metrics:
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
             registry=self.registry,
         )
-        self.bytes_in = Counter(
-            "kafkaesque_received_bytes", "Request bytes received", registry=self.registry
+        self.bytes_in = counter("kafkaesque_received_bytes", "Request bytes received")
+        self.bytes_out = counter("kafkaesque_sent_bytes", "Response bytes sent")
+        self.connections = gauge("kafkaesque_connections", "Open client connections")
+        self.connections_total = counter(
+            "kafkaesque_accepted_connections", "Client connections accepted"
         )
-        self.bytes_out = Counter(
-            "kafkaesque_sent_bytes", "Response bytes sent", registry=self.registry
-        )
-        self.connections = Gauge(
-            "kafkaesque_connections", "Open client connections", registry=self.registry
-        )
-        self.connections_total = Counter(
-            "kafkaesque_accepted_connections", "Client connections accepted", registry=self.registry
-        )
-        self.refused_connections = Counter(
+        self.refused_connections = counter(
             "kafkaesque_refused_connections",
             "Client connections closed at accept: --max-connections or --max-connections-per-ip",
             ["limit"],
-            registry=self.registry,
         )
-        self.queued_request_bytes = Gauge(
+        self.queued_request_bytes = gauge(
             "kafkaesque_queued_request_bytes",
             "Bytes of requests being read or handled (see --queued-max-request-bytes)",
-            registry=self.registry,
         )
-        self.waiting_for_memory = Gauge(
+        self.waiting_for_memory = gauge(
             "kafkaesque_connections_waiting_for_memory",
             "Connections whose next request waits for the request budget",
-            registry=self.registry,
         )
+
+    def _watch(self, name: str, what: str, value: Callable[[], float]) -> None:
+        """A gauge that reads ``value()`` at each scrape."""
+        Gauge(name, what, registry=self.registry).set_function(value)
 
     def serve(self, host: str, port: int) -> None:
         """Expose /metrics over HTTP from a background thread."""
