@@ -39,7 +39,7 @@ from wire.protocol.codec import (
     build,
     error_response,
     ok_response,
-    schema_class,
+    schema_classes,
 )
 
 if TYPE_CHECKING:
@@ -72,8 +72,9 @@ def topic_errors(
 ) -> tuple[Any, ...]:
     """The per-topic, per-partition error codes of an OffsetCommit, OffsetDelete or
     TxnOffsetCommit answer, in the request's order."""
-    topic_class = schema_class(schema, f"{api}ResponseTopic")
-    partition_class = schema_class(schema, f"{api}ResponsePartition")
+    topic_class, partition_class = schema_classes(
+        schema, f"{api}ResponseTopic", f"{api}ResponsePartition"
+    )
     return tuple(
         build(
             topic_class,
@@ -220,9 +221,9 @@ def assignment(
 ) -> Any:
     """The Assignment entry of ``schema``'s version (a heartbeat's answer, a described
     member): each topic's partitions with its id, and its name where the version has one."""
-    tp_class = schema_class(schema, "TopicPartitions")
+    assignment_class, tp_class = schema_classes(schema, "Assignment", "TopicPartitions")
     return build(
-        schema_class(schema, "Assignment"),
+        assignment_class,
         topic_partitions=tuple(
             build(tp_class, topic_id=topic_id(t), topic_name=t, partitions=tuple(ps))
             for t, ps in by_topic.items()
