@@ -2,12 +2,16 @@
 real archive: batch reads across both tiers, filters, bad options refused before any
 job, transactions, data loss, streaming (Trigger.AvailableNow) and the writer.
 
-One Redis database and one archive for the module; each test its own topics."""
+One Redis database and one archive for the module; each test its own topics. The tests
+that compare with kcat (a Kafka client reading through the broker) share a second log
+of their own with a broker over it, so the broker's archiver and leadership never touch
+the other tests' topics."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,8 +25,14 @@ from storage_pg.spark.source import register
 from tests.pg import PostgresServer
 from tests.servers import RedisServer
 from tests.spark.live import BASE_MS, LiveLog, as_rows
+from tests.wire.clients import kcat_path
+from tests.wire.clients.kcat import kcat_consume
+from tests.wire.common import Rec
+from tests.wire.conftest import Broker
 
 HALF = 120  # records per partition in each tier
+KCAT_HALF = 600  # the same for the topic kcat reads
+COPIED = 100_002  # records a streaming query writes for kcat to read (3 partitions)
 
 
 @pytest.fixture(scope="module")
@@ -34,14 +44,13 @@ def live(redis_server: RedisServer, pg_server: PostgresServer) -> Iterator[LiveL
 
 @pytest.fixture(scope="module")
 def source(spark: Any, live: LiveLog) -> Any:
-    """A reader factory: ``source(subscribe="t", ...)`` with the connection options."""
+    """A reader factory: ``source(subscribe="t", ...)`` with the connection options (of
+    the module's log, or ``log=``'s)."""
     register(spark)
 
-    def make(stream: bool = False, **options: str) -> Any:
+    def make(stream: bool = False, log: LiveLog = live, **options: str) -> Any:
         reader = spark.readStream if stream else spark.read
-        return reader.format("kafkaesque").options(
-            redisUrl=live.redis_url, pgDsn=live.dsn, **options
-        )
+        return reader.format("kafkaesque").options(redisUrl=log.redis_url, pgDsn=log.dsn, **options)
 
     return make
 
@@ -63,10 +72,55 @@ def tiered(live: LiveLog) -> str:
     return "tiered"
 
 
-def test_batch_read_across_both_tiers_is_what_the_log_holds(
-    source: Any, live: LiveLog, tiered: str
-) -> None:
-    df = source(subscribe=tiered, includeHeaders="true").load()
+@pytest.fixture(scope="module")
+def brokered(
+    tmp_path_factory: pytest.TempPathFactory, pg_server: PostgresServer
+) -> Iterator[tuple[LiveLog, Broker]]:
+    """A log of its own (Redis, archive) and a broker over it for kcat: topic "tiers",
+    3 partitions, offsets 0..KCAT_HALF-1 only in the archive, the rest only in Redis.
+    The broker's archiver passes as it starts (it archives the first half's closed
+    pages), then not for an hour: the second half, produced after, stays in Redis."""
+    if kcat_path() is None:
+        pytest.skip("kcat is not installed (scripts/setup.sh)")
+    directory = tmp_path_factory.mktemp("brokered")
+    server = RedisServer(directory / "redis")
+    try:
+        with pg_server.database() as dsn:
+            log = LiveLog(server.url, dsn)
+            log.create("tiers", 3, page_size=100, max_pages=1)
+            for p in range(3):
+                log.produce("tiers", p, KCAT_HALF, per_batch=50)
+            broker = Broker(server.url, directory / "broker", ["--archive-interval", "3600"], dsn)
+            try:
+                deadline = time.monotonic() + 60
+                while "archived" not in broker.stderr():  # its pass at start is over
+                    assert time.monotonic() < deadline and broker.alive(), broker.stderr()
+                    time.sleep(0.1)
+                log.archive()  # the last pages too
+                for p in range(3):
+                    log.produce("tiers", p, KCAT_HALF, first=KCAT_HALF, per_batch=50)
+                    redis_start, archived, end = log.tiers("tiers", p)
+                    assert KCAT_HALF - 100 <= min(archived, redis_start)
+                    assert archived <= KCAT_HALF and end == 2 * KCAT_HALF
+                yield log, broker
+            finally:
+                assert broker.stop() in (0, -15) and "Traceback" not in broker.stderr()
+    finally:
+        server.stop()
+
+
+def kcat_records(broker: Broker, topic: str) -> list[Rec]:
+    """Every record of ``topic`` as kcat reads it through the broker, from offset 0."""
+    return kcat_consume(broker, topic)
+
+
+def test_batch_read_across_both_tiers_equals_kcat(source: Any, brokered: Any) -> None:
+    """The topic read by Spark, half from the archive and half from Redis, is what kcat
+    reads through the broker from offset 0: the same records (offsets, keys, values,
+    timestamps, headers), in the same order in each partition."""
+    log, broker = brokered
+    read = kcat_records(broker, "tiers")  # first: the broker leads the partitions by now
+    df = source(log=log, subscribe="tiers", includeHeaders="true").load()
     assert df.columns == [
         "key",
         "value",
@@ -77,14 +131,24 @@ def test_batch_read_across_both_tiers_is_what_the_log_holds(
         "timestampType",
         "headers",
     ]
-    rows = df.collect()
-    got = as_rows(rows)
-    expected = live.holds(tiered)
-    assert len(got) == 6 * HALF and got == expected
-    by_offset = {(r["partition"], r["offset"]): r for r in rows}
-    assert [tuple(h) for h in by_offset[0, 3]["headers"]] == [("n", b"3")]  # archive
-    assert [tuple(h) for h in by_offset[2, HALF + 3]["headers"]] == [("n", str(HALF + 3).encode())]
-    assert by_offset[1, 4]["headers"] == [] and by_offset[1, 4]["timestampType"] == 0
+    rows = sorted(df.collect(), key=lambda r: (r["partition"], r["offset"]))
+    got = [
+        Rec(
+            r["partition"],
+            r["offset"],
+            round(r["timestamp"].timestamp() * 1000),
+            None if r["key"] is None else bytes(r["key"]),
+            None if r["value"] is None else bytes(r["value"]),
+            tuple(
+                (h["key"], None if h["value"] is None else bytes(h["value"])) for h in r["headers"]
+            ),
+        )
+        for r in rows
+    ]
+    assert len(read) == 6 * KCAT_HALF and got == read
+    assert {r["timestampType"] for r in rows} == {0} and {r["topic"] for r in rows} == {"tiers"}
+    assert read[3].headers == (("n", b"3"),) and read[4].headers == ()  # from the archive
+    assert [r.offset for r in read if r.partition == 2] == list(range(2 * KCAT_HALF))
 
 
 def test_ending_offsets_and_a_timestamp_filter(source: Any, live: LiveLog, tiered: str) -> None:
@@ -252,28 +316,40 @@ def test_redis_flushed_under_a_running_query(
         assert sorted(r["offset"] for r in got) == list(range(archived))
 
 
-def test_a_streaming_write_is_read_back_exactly(
-    spark: Any, source: Any, live: LiveLog, tiered: str, tmp_path: Path
+def test_a_streaming_write_is_read_back_exactly_by_kcat(
+    spark: Any, source: Any, live: LiveLog, brokered: Any, tmp_path: Path
 ) -> None:
-    live.create("copy", 3)
+    """A streaming query copies COPIED records topic to topic through the writer; kcat,
+    through the broker, reads exactly those records from the copy, in order per
+    partition. Then a batch write with a topic column spreads keyless rows."""
+    log, broker = brokered
+    log.create("copy-in", 3)
+    log.create("copy-out", 3)
+    for p in range(3):
+        log.produce("copy-in", p, COPIED // 3, per_batch=500)
     query = (
-        source(stream=True, subscribe=tiered, startingOffsets="earliest")
+        source(stream=True, log=log, subscribe="copy-in", startingOffsets="earliest")
         .load()
         .selectExpr("key", "value", "partition")
         .writeStream.format("kafkaesque")
-        .options(redisUrl=live.redis_url, topic="copy")
+        .options(redisUrl=log.redis_url, topic="copy-out")
         .option("checkpointLocation", str(tmp_path / "checkpoint"))
         .trigger(availableNow=True)
         .start()
     )
-    query.awaitTermination(120)
+    query.awaitTermination(300)
     assert query.exception() is None
-    copied = [(r[1], r[3], r[4]) for r in live.holds("copy")]
-    assert copied == [(r[1], r[3], r[4]) for r in live.holds(tiered)]
+    copied = kcat_records(broker, "copy-out")
+    expected = log.holds("copy-in")
+    assert len(copied) == len(expected) == COPIED
+    assert [(r.partition, r.offset, r.key, r.value) for r in copied] == [
+        (p, offset, key, value) for _, p, offset, key, value, _ in expected
+    ]
     # a batch write: a topic column, string values, no key: spread over the partitions
+    live.create("copy", 3)
     rows = [("copy", f"batch-{i}") for i in range(30)]
     frame = spark.createDataFrame(rows, "topic string, value string")
     frame.write.format("kafkaesque").mode("append").options(redisUrl=live.redis_url).save()
-    added = [r for r in live.holds("copy") if r[4].startswith(b"batch-")]
+    added = live.holds("copy")
     assert sorted(r[4] for r in added) == sorted(v.encode() for _, v in rows)
     assert {r[1] for r in added} == {0, 1, 2}
