@@ -95,7 +95,8 @@ class Group:
 
     # -- join ---------------------------------------------------------------------------
     def join(self, req: JoinRequest, now: int, config: CoordinatorConfig) -> JoinStep:
-        """A member (re)joins: starts or joins the round in progress."""
+        """A member (re)joins: starts or joins the round in progress, or, a known member
+        with unchanged protocols after the round completed, gets that round's answer."""
         member_id = req.member_id
 
         def refuse(error: Code, changed: bool = False) -> JoinStep:
@@ -147,6 +148,8 @@ class Group:
             return refuse(Code.FENCED_INSTANCE_ID if owner else Code.UNKNOWN_MEMBER_ID)
         elif owner is not None and owner != member_id:
             return refuse(Code.FENCED_INSTANCE_ID)
+        elif self._answers_from_current_generation(member_id, req.protocols):
+            return JoinStep(member_id, self.join_result(member_id), self.generation, False)
         member = self.members.get(member_id)
         if member is None:
             member = Member(member_id, req.instance_id, req.client_id, req.client_host, 0, 0, [])
@@ -168,6 +171,20 @@ class Group:
         member.joined = True
         self.close_round_if_due(now)
         return JoinStep(member_id, None, generation, True)
+
+    def _answers_from_current_generation(
+        self, member_id: str, protocols: list[tuple[str, bytes]]
+    ) -> bool:
+        """Whether a member's JoinGroup is answered at once from the current generation
+        rather than starting a round (Kafka's rule): its protocols are unchanged and the
+        round has completed, so it lost its JoinGroup answer (CompletingRebalance), or the
+        group is stable and it is a follower (it goes on to SyncGroup for its assignment;
+        a leader's JoinGroup still starts a round, its way to ask for a new assignment)."""
+        if self.members[member_id].protocols != protocols:
+            return False
+        if self.state == GroupState.COMPLETING:
+            return True
+        return self.state == GroupState.STABLE and member_id != self.leader
 
     def join_outcome(
         self, member_id: str, generation: int, instance_id: str | None = None

@@ -235,3 +235,71 @@ def test_round_closes_when_a_pending_member_id_lapses(broker, topic_name):
         # The lapsed id is unknown now.
         late = lost.join_group(group, asked.member_id, topics=[topic])
         assert late.error_code == ErrorCode.unknown_member_id, late
+
+
+def test_rejoin_with_the_same_protocols_gets_the_current_generation(broker, topic_name):
+    """As Kafka: a member that joins again with unchanged protocols once the round has
+    completed (a client that lost its JoinGroup answer, or that let it go) gets that
+    generation's answer at once, in CompletingRebalance and, a follower, in Stable, and
+    then its assignment from SyncGroup; no new round disturbs the others. The leader's
+    JoinGroup in a stable group still starts a round (its way to ask for a new
+    assignment)."""
+    topic = topic_name()
+    group = f"g-{topic}"
+    create_topic(broker.bootstrap, topic, 2)
+    slow = 60_000  # a round nobody completes would outlast the connections' timeout
+
+    def join(conn, member_id):
+        return conn.join_group(group, member_id, topics=[topic], rebalance_ms=slow)
+
+    with Connection(broker.bootstrap) as c1, Connection(broker.bootstrap) as c2:
+        m1 = c1.join_new_member(group, [topic]).member_id
+        m2 = c2.join_group(group, topics=[topic]).member_id
+        waiting = join_request(group, m2, topics=[topic], rebalance_ms=slow)
+        waiting_id = c2.send_request(waiting)
+        leader = join(c1, m1)
+        follower = c2.read_response(waiting, waiting_id)
+        gen = leader.generation_id
+        assert follower.generation_id == gen and follower.leader == m1 == leader.leader
+        # CompletingRebalance: both ask again before the leader's SyncGroup.
+        again = join(c2, m2)
+        assert again.error_code == ErrorCode.none, again
+        assert (again.generation_id, again.leader, again.members) == (gen, m1, ()), again
+        again = join(c1, m1)
+        assert again.error_code == ErrorCode.none and again.generation_id == gen, again
+        assert {m.member_id for m in again.members} == {m1, m2}
+        assert c1.describe_group(group).group_state == "CompletingRebalance"
+        assignments = {m1: assignment_bytes({topic: [0]}), m2: assignment_bytes({topic: [1]})}
+        assert c1.sync_group(group, gen, m1, assignments).assignment == assignments[m1]
+        assert c2.sync_group(group, gen, m2, {}).assignment == assignments[m2]
+        # Stable: the follower's JoinGroup is answered from the current generation, and
+        # its SyncGroup gives it its assignment again; the leader is not disturbed.
+        again = join(c2, m2)
+        assert again.error_code == ErrorCode.none, again
+        assert (again.generation_id, again.leader, again.members) == (gen, m1, ()), again
+        assert c1.describe_group(group).group_state == "Stable"
+        synced = c2.sync_group(group, gen, m2, {})
+        assert synced.error_code == ErrorCode.none and synced.assignment == assignments[m2]
+        assert c1.heartbeat(group, gen, m1) == ErrorCode.none
+        # Other protocols (here: another subscription) start a round, as the leader's
+        # JoinGroup in a stable group does.
+        changed = join_request(group, m2, topics=[topic, f"{topic}-more"], rebalance_ms=slow)
+        changed_id = c2.send_request(changed)
+        wait_until(
+            lambda: c1.heartbeat(group, gen, m1) == ErrorCode.rebalance_in_progress,
+            "the leader to hear of the rebalance",
+            timeout=10,
+        )
+        assert join(c1, m1).generation_id == gen + 1
+        assert c2.read_response(changed, changed_id).generation_id == gen + 1
+        assert c1.sync_group(group, gen + 1, m1, assignments).error_code == ErrorCode.none
+        assert c2.sync_group(group, gen + 1, m2, {}).error_code == ErrorCode.none
+        leader_again = join_request(group, m1, topics=[topic], rebalance_ms=slow)
+        leader_id = c1.send_request(leader_again)
+        wait_until(
+            lambda: c2.heartbeat(group, gen + 1, m2) == ErrorCode.rebalance_in_progress,
+            "the follower to hear of the leader's rebalance",
+            timeout=10,
+        )
+        assert join(c2, m2).generation_id == gen + 2
+        assert c1.read_response(leader_again, leader_id).generation_id == gen + 2
