@@ -8,12 +8,15 @@ from __future__ import annotations
 import asyncio
 
 from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.groups.share.config import ShareGroupConfig
 from kafkaesque.groups.share.coordinator import ShareGroupCoordinator
 from kafkaesque.groups.share.state import ShareHeartbeat
 from storage_pg import Archiver, create_pool, recover
 from tests.storage.common import make_log, produce
 
-LOCK, LIMIT, LOCKS = 30_000, 5, 100
+CONFIG = ShareGroupConfig(
+    record_lock_duration_ms=30_000, delivery_count_limit=5, max_record_locks=100
+)
 
 
 def test_share_partitions_come_back_after_redis_loses_its_data(redis_url: str, pg_dsn: str) -> None:
@@ -28,14 +31,14 @@ def test_share_partitions_come_back_after_redis_loses_its_data(redis_url: str, p
         store = coordinator.store
         await coordinator.heartbeat("g", ShareHeartbeat("m", 0, topics=["q"]))
         for p in (0, 1):
-            await store.prepare("g", ("q", p), 0, LIMIT, LOCKS, 0, 0, 8)
-        await store.acquire("g", ("q", 0), "m", 0, LOCK, LIMIT, 8, LOCKS, [(0, 7, True)])
-        await store.acknowledge("g", ("q", 0), "m", 1, LOCK, LIMIT, True, [(0, 3, [1])])
-        await store.acquire("g", ("q", 1), "m", 0, LOCK, LIMIT, 8, LOCKS, [(0, 1, True)])
-        await store.acknowledge("g", ("q", 1), "m", 1, LOCK, LIMIT, True, [(0, 1, [1])])
+            await store.prepare("g", ("q", p), 0, CONFIG, 0, 0, 8)
+        await store.acquire("g", ("q", 0), "m", 0, CONFIG, 8, [(0, 7, True)])
+        await store.acknowledge("g", ("q", 0), "m", 1, CONFIG, [(0, 3, [1])])
+        await store.acquire("g", ("q", 1), "m", 0, CONFIG, 8, [(0, 1, True)])
+        await store.acknowledge("g", ("q", 1), "m", 1, CONFIG, [(0, 1, [1])])
         await Archiver(log, pool, idle_close_ms=0).run_once()
         # After the pass: accepted in Redis only, lost with it (delivered again).
-        await store.acknowledge("g", ("q", 0), "m", 2, LOCK, LIMIT, True, [(4, 4, [1])])
+        await store.acknowledge("g", ("q", 0), "m", 2, CONFIG, [(4, 4, [1])])
 
         await log.redis.flushall()
         assert await recover(log, pool)
@@ -50,7 +53,7 @@ def test_share_partitions_come_back_after_redis_loses_its_data(redis_url: str, p
         assert group is not None and not group.members  # members join again
         # A new member gets the records back, their second delivery.
         await coordinator.heartbeat("g", ShareHeartbeat("n", 0, topics=["q"]))
-        runs = await store.acquire("g", ("q", 0), "n", 5, LOCK, LIMIT, 8, LOCKS, [(4, 7, True)])
+        runs = await store.acquire("g", ("q", 0), "n", 5, CONFIG, 8, [(4, 7, True)])
         assert runs == [(4, 7, 2)]
         await pool.close()
 

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple, cast
 
 from redis.asyncio import Redis
 
+from kafkaesque.groups.share.config import ShareGroupConfig
 from kafkaesque.groups.share.state import ShareGroup
 from kafkaesque.hot.group_offsets import field_partition, partition_field
 from kafkaesque.hot.group_store import GroupStates
@@ -143,8 +144,7 @@ class ShareStore(GroupStates[ShareGroup]):
         group_id: str,
         tp: TopicPartition,
         now_ms: int,
-        max_delivery: int,
-        max_locks: int,
+        config: ShareGroupConfig,
         init: int,
         log_start: int,
         log_end: int,
@@ -152,8 +152,9 @@ class ShareStore(GroupStates[ShareGroup]):
         """share_prepare.lua: the share-partition made if new (at ``init``), expired locks
         released, and where to read next."""
         keys = [*self._keys(group_id, *tp), self.keys.group(group_id, ":sp")]
+        limit, locks = config.delivery_count_limit, config.max_record_locks
         reply = await self.share_prepare(
-            keys, [now_ms, max_delivery, max_locks, init, log_start, log_end, partition_field(*tp)]
+            keys, [now_ms, limit, locks, init, log_start, log_end, partition_field(*tp)]
         )
         return Prepared(*(int(v) for v in reply))
 
@@ -166,17 +167,16 @@ class ShareStore(GroupStates[ShareGroup]):
         tp: TopicPartition,
         member_id: str,
         now_ms: int,
-        lock_ms: int,
-        max_delivery: int,
+        config: ShareGroupConfig,
         max_records: int,
-        max_locks: int,
         batches: Sequence[tuple[int, int, bool]],
         strict: bool = False,
     ) -> list[tuple[int, int, int]]:
         """share_acquire.lua over the batches read, (first, last, acquirable) each;
         returns the acquired runs (first, last, delivery count). ``strict``: never more
         than ``max_records`` (else whole batches)."""
-        args: list[Any] = [member_id, now_ms, lock_ms, max_delivery, max_records, max_locks]
+        lock, limit = config.record_lock_duration_ms, config.delivery_count_limit
+        args: list[Any] = [member_id, now_ms, lock, limit, max_records, config.max_record_locks]
         args.append(1 if strict else 0)
         for first, last, data in batches:
             args += [first, last, 1 if data else 0]
@@ -190,14 +190,13 @@ class ShareStore(GroupStates[ShareGroup]):
         tp: TopicPartition,
         member_id: str,
         now_ms: int,
-        lock_ms: int,
-        max_delivery: int,
-        renew: bool,
+        config: ShareGroupConfig,
         batches: Iterable[tuple[int, int, Sequence[int]]],
     ) -> tuple[int, str, int]:
         """share_ack.lua: (error code, message, records released); nothing changes on an
         error."""
-        args: list[Any] = [member_id, now_ms, lock_ms, max_delivery, 1 if renew else 0]
+        lock, limit = config.record_lock_duration_ms, config.delivery_count_limit
+        args: list[Any] = [member_id, now_ms, lock, limit, 1 if config.renew_acknowledge else 0]
         for first, last, types in batches:
             args += [first, last, ",".join(str(t) for t in types) or "x"]
         reply = await self.share_ack(self._keys(group_id, *tp), args)
@@ -208,14 +207,13 @@ class ShareStore(GroupStates[ShareGroup]):
         return 0, "", int(reply[1])
 
     async def release(
-        self, group_id: str, tps: Iterable[TopicPartition], member_id: str, max_delivery: int
+        self, group_id: str, tps: Iterable[TopicPartition], member_id: str, config: ShareGroupConfig
     ) -> int:
         """share_release.lua on each share-partition: the member's records go back."""
+        args = [member_id, config.delivery_count_limit]
         released = 0
         for tp in tps:
-            released += int(
-                await self.share_release(self._keys(group_id, *tp), [member_id, max_delivery])
-            )
+            released += int(await self.share_release(self._keys(group_id, *tp), args))
         return released
 
     async def states(

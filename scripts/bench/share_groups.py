@@ -39,6 +39,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from kafkaesque.groups.share.config import ShareGroupConfig
 from kafkaesque.hot.keys import Keys
 from kafkaesque.hot.share_store import ShareStore
 
@@ -127,15 +128,14 @@ async def ack_cost(redis_url: str, batch: int, records: int) -> float:
     client = redis.asyncio.Redis.from_url(redis_url)
     store = ShareStore(client, Keys())
     group, tp = f"cost-{batch}", ("cost", 0)
-    await store.prepare(group, tp, 0, 5, 100_000, 0, 0, records)
+    config = ShareGroupConfig(record_lock_duration_ms=60_000, max_record_locks=100_000)
+    await store.prepare(group, tp, 0, config, 0, 0, records)
     ranges = [(i, min(i + batch, records) - 1, True) for i in range(0, records, batch)]
-    await store.acquire(group, tp, "m", 0, 60_000, 5, records, 100_000, ranges)
+    await store.acquire(group, tp, "m", 0, config, records, ranges)
     sync = redis.Redis.from_url(redis_url)
     sync.config_resetstat()
     for first, last, _ in ranges:
-        code, message, _ = await store.acknowledge(
-            group, tp, "m", 1, 60_000, 5, True, [(first, last, [1])]
-        )
+        code, message, _ = await store.acknowledge(group, tp, "m", 1, config, [(first, last, [1])])
         assert code == 0, message
     _, usec = script_usec(sync)["evalsha"]
     await client.aclose()

@@ -13,6 +13,7 @@ from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.groups.consumer import ConsumerGroupCoordinator
 from kafkaesque.groups.consumer_state import Heartbeat
 from kafkaesque.groups.coordinator import CoordinatorConfig, GroupCoordinator
+from kafkaesque.groups.share.config import ShareGroupConfig
 from kafkaesque.groups.share.coordinator import ShareGroupCoordinator
 from kafkaesque.groups.share.state import ShareHeartbeat
 from kafkaesque.groups.state import JoinRequest
@@ -121,8 +122,9 @@ def test_every_key_matches_the_documented_layout(redis_url: str, pg_dsn: str) ->
         # record acquired (its records and locks).
         share = ShareGroupCoordinator(log)
         await share.heartbeat("sg", ShareHeartbeat("m", 0, topics=["t.1"]))
-        await share.store.prepare("sg", ("t.1", 0), 0, 5, 100, 0, 0, 10)
-        await share.store.acquire("sg", ("t.1", 0), "m", 0, 1000, 5, 10, 100, [(0, 0, True)])
+        config = ShareGroupConfig(record_lock_duration_ms=1000, max_record_locks=100)
+        await share.store.prepare("sg", ("t.1", 0), 0, config, 0, 0, 10)
+        await share.store.acquire("sg", ("t.1", 0), "m", 0, config, 10, [(0, 0, True)])
 
         pool = await create_pool(pg_dsn)
         await ensure_schema(pool)

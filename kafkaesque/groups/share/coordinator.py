@@ -121,7 +121,7 @@ class ShareGroupCoordinator(HeartbeatGroups[ShareGroup, ShareGroupConfig]):
     async def release(self, group_id: str, member_id: str, config: ShareGroupConfig) -> int:
         """A departed member's acquired records go back to the group."""
         tps = await self.store.partitions(group_id)
-        released = await self.store.release(group_id, tps, member_id, config.delivery_count_limit)
+        released = await self.store.release(group_id, tps, member_id, config)
         if self.on_departure is not None:
             self.on_departure(group_id, member_id)
         return released

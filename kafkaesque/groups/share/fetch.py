@@ -100,7 +100,7 @@ class ShareFetcher:
         """The member's acquired records on the session's share-partitions go back."""
         config = await self.coordinator.group_config(session.group_id)
         released = await self.store.release(
-            session.group_id, session.partitions, session.member_id, config.delivery_count_limit
+            session.group_id, session.partitions, session.member_id, config
         )
         if released:
             self._wake()
@@ -124,14 +124,7 @@ class ShareFetcher:
         now = self.clock.now_ms()
         for tp, batches in acks.items():
             code, message, _ = await self.store.acknowledge(
-                group_id,
-                tp,
-                member_id,
-                now,
-                config.record_lock_duration_ms,
-                config.delivery_count_limit,
-                config.renew_acknowledge,
-                batches,
+                group_id, tp, member_id, now, config, batches
             )
             if code == 0:
                 # Released records, or room in the in-flight window: fetches waiting here
@@ -229,13 +222,10 @@ class ShareFetcher:
             try:
                 self.partitions.check_leader(*tp)
                 start, end = self._seen.get((group_id, tp), (0, NO_END))
-                limit, locks = config.delivery_count_limit, config.max_record_locks
-                prepared = await self.store.prepare(group_id, tp, now, limit, locks, -1, start, end)
+                prepared = await self.store.prepare(group_id, tp, now, config, -1, start, end)
                 if prepared.start < 0:  # no state yet: share.auto.offset.reset says where
                     init = await self._init_offset(tp, config)
-                    prepared = await self.store.prepare(
-                        group_id, tp, now, limit, locks, init, start, end
-                    )
+                    prepared = await self.store.prepare(group_id, tp, now, config, init, start, end)
             except KafkaesqueError as exc:
                 results[tp] = Acquired(exc)
                 continue
@@ -272,16 +262,7 @@ class ShareFetcher:
                 continue
             ranges = _ranges(fetched.batches, committed, fetched.aborted)
             runs = await self.store.acquire(
-                group_id,
-                tp,
-                member_id,
-                now,
-                config.record_lock_duration_ms,
-                config.delivery_count_limit,
-                remaining,
-                config.max_record_locks,
-                ranges,
-                strict,
+                group_id, tp, member_id, now, config, remaining, ranges, strict
             )
             result.runs = runs
             for first, last, delivered in runs:
