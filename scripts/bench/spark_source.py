@@ -13,11 +13,16 @@ Batch, best of R rounds each, every column into Spark's "noop" sink:
 - jdbc:     the JDBC exporter's read of the archive (storage_pg.spark: watermark cut,
             id-range partitions), the same archived rows;
 - arrow:    a plain read of the same archived rows from PostgreSQL into a pyarrow Table
-            in this process (asyncpg, one connection), the floor of any Python reader.
+            in this process (asyncpg, one connection: rows as Python objects);
+- floor:    a Python data source that only hands Spark ready-made Arrow batches of the
+            same schema and size (N rows in tasks of 50,000, as the source plans them):
+            what Spark itself costs for a Python data source (its JVM taking the
+            batches in, the Python workers sending them), which no reader can beat.
 
-Prints rows/s of each and the ratios source / jdbc and archived / arrow (goal: source
->= 300,000 rows/s). The writer: a streaming query (Trigger.AvailableNow) copies a topic
-of --copy records into another through the data source's writer; the copy is read back
+Prints rows/s of each and the ratios source / jdbc, archived / arrow and source / floor
+(goal: source >= 300,000 rows/s). The writer: a streaming query (Trigger.AvailableNow)
+copies a topic of --copy records into another through the data source's writer; the copy
+is read back
 and must equal its source, partition by partition, in order. Streaming latency: a query
 with a 1 s processing-time trigger while a
 producer appends 1,000 records/s for --seconds; each record's latency is the time from
@@ -41,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # a checkout, not installed
 
@@ -53,6 +59,8 @@ from kafkaesque.records.build import build_batch
 from storage_pg import EmbeddedPostgres
 from storage_pg import spark as job
 from storage_pg.spark.source import register
+from storage_pg.spark.source.columns import schema_ddl
+from storage_pg.spark.source.options import MAX_PER_TASK
 from storage_pg.tiered import Archive, attach
 
 PARTITIONS = 3
@@ -292,12 +300,20 @@ def main() -> None:
                 job.read_cut(spark, target, cut).write.format("noop").mode("overwrite").save()
                 return cut.last - cut.first + 1  # type: ignore[operator]
 
+            def floor_pass() -> int:
+                spark.read.format("arrowfloor").option("rows", str(n)).load().write.format(
+                    "noop"
+                ).mode("overwrite").save()
+                return n
+
+            spark.dataSource.register(ArrowFloor)
             ending = json.dumps({"bench": {str(p): end for p, end in ends.items()}})
             passes = {
                 "source": source_pass,
                 "archived": lambda: source_pass(endingOffsets=ending),
                 "jdbc": jdbc_pass,
                 "arrow": lambda: _arrow(dsn, ends),
+                "floor": floor_pass,
             }
             for run in passes.values():  # warm-up: JIT, workers, PostgreSQL's cache
                 run()
@@ -308,7 +324,8 @@ def main() -> None:
             print(
                 f"source / jdbc {rate['source'] / rate['jdbc']:.2f}   archived / jdbc "
                 f"{rate['archived'] / rate['jdbc']:.2f}   archived / arrow "
-                f"{rate['archived'] / rate['arrow']:.2f}   (goal: source >= 300,000 rows/s)"
+                f"{rate['archived'] / rate['arrow']:.2f}   source / floor "
+                f"{rate['source'] / rate['floor']:.2f}   (goal: source >= 300,000 rows/s)"
             )
             copy_s = write_back(spark, redis_url, dsn, args.copy, home / "copy-checkpoint")
             print(
@@ -326,6 +343,60 @@ def main() -> None:
         finally:
             redis_server.stop()
             pg.stop()
+
+
+class ArrowFloor(DataSource):
+    """``format("arrowfloor")``: ``rows`` rows of the source's schema, in tasks of
+    MAX_PER_TASK, each handing Spark one Arrow batch made from whole buffers (8-byte keys,
+    100-byte values: no Python object per row). Defined in the script, so Spark pickles
+    it by value to its workers."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "arrowfloor"
+
+    def schema(self) -> str:
+        return schema_ddl(False)
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return _FloorReader(int(self.options["rows"]))
+
+
+class _FloorReader(DataSourceReader):
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+    def partitions(self) -> list[InputPartition]:
+        return [
+            InputPartition(min(MAX_PER_TASK, self.rows - low))
+            for low in range(0, self.rows, MAX_PER_TASK)
+        ]
+
+    def read(self, partition: InputPartition) -> Any:
+        import numpy as np
+        import pyarrow as pa
+
+        n = partition.value
+        offsets = np.arange(n, dtype=np.int64)
+
+        def repeated(item: bytes) -> pa.Array:
+            ends = np.arange(n + 1, dtype=np.int32) * len(item)
+            return pa.Array.from_buffers(
+                pa.binary(), n, [None, pa.py_buffer(ends), pa.py_buffer(item * n)]
+            )
+
+        yield pa.RecordBatch.from_arrays(
+            [
+                repeated(b"key-0000"),
+                repeated(VALUE),
+                pa.repeat(pa.scalar("bench"), n),
+                pa.array(np.zeros(n, np.int32)),
+                pa.array(offsets),
+                pa.array(offsets * 1000).cast(pa.timestamp("us", tz="UTC")),
+                pa.array(np.zeros(n, np.int32)),
+            ],
+            names=["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"],
+        )
 
 
 def _arrow(dsn: str, ends: dict[int, int]) -> int:
