@@ -36,8 +36,13 @@ from kafkaesque.types import TopicPartition
 log = logging.getLogger(__name__)
 
 INVALID_REGULAR_EXPRESSION = 128  # ListTransactions v2's pattern
-# Transactional ids whose state this broker last saved, kept (the oldest dropped beyond).
+# Transactional ids whose state this broker last saved, and topics whose partition count
+# it read, kept (the oldest dropped beyond).
 SAVED_KEPT = 10_000
+# How long a topic's partition count read by AddPartitionsToTxn is trusted: a topic deleted
+# meanwhile is still taken for that long (its batches are then refused by Produce, its
+# markers dropped), as a metadata cache would.
+TOPIC_SEEN_MS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +84,7 @@ class TransactionCoordinator(TxnOffsetStore):
         # else changed meanwhile is refused by the script (its version), and the locked
         # path reads it. Taken out when used, so a request never shares one.
         self._saved: OrderedDict[str, tuple[Transaction, int]] = OrderedDict()
+        self._topics: dict[str, tuple[int, int]] = {}  # topic -> (partitions, until, ms)
         # Markers, pending offsets settled, timeouts: ending what the requests prepared.
         self.completion = TxnCompletion(
             self.states, markers, self._settle_offsets, self.config, clock
@@ -130,12 +136,26 @@ class TransactionCoordinator(TxnOffsetStore):
 
     # -- AddPartitionsToTxn, AddOffsetsToTxn --------------------------------------------
     async def _unknown(self, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
+        """The partitions that do not exist. A topic's partition count found is trusted
+        for TOPIC_SEEN_MS (a producer adds its partitions anew in every transaction): a
+        partition past it, or a topic not found, is always read again."""
+        now = self.clock.now_ms()
         counts: dict[str, int] = {}
         for topic in {t for t, _ in partitions}:
+            seen = self._topics.get(topic)
+            wanted = max(p for t, p in partitions if t == topic)
+            if seen is not None and now < seen[1] and wanted < seen[0]:
+                counts[topic] = seen[0]
+                continue
             try:
                 counts[topic] = (await self.log.topic(topic)).partitions
             except UnknownTopic:
                 counts[topic] = 0
+                self._topics.pop(topic, None)
+                continue
+            self._topics[topic] = (counts[topic], now + TOPIC_SEEN_MS)
+            if len(self._topics) > SAVED_KEPT:
+                del self._topics[next(iter(self._topics))]
         return {(t, p) for t, p in partitions if not 0 <= p < counts[t]}
 
     async def add_partitions(
