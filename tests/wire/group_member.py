@@ -22,6 +22,13 @@ from typing import Any
 SESSION_MS = 2000  # group members' session timeout in most tests
 HEARTBEAT_MS = 250
 REQUEST_TIMEOUT_MS = 30_000
+# kafka-python 3.0's poll waits at most this long for a rebalance, then leaves the join
+# in flight; if its leader's join and sync end between two polls, it drops them and,
+# when its own metadata check no longer asks for a rejoin (the leader's assignment
+# refreshed it), never finishes the join: no heartbeats, no partitions, expelled after
+# its session timeout. A poll that outlasts a rebalance leaves no such gap (records end
+# it early; the listener reports assignments at once).
+KAFKA_PYTHON_POLL_MS = 1000
 
 
 def kafka_python_options(
@@ -240,7 +247,7 @@ def _member_kafka_python(o: dict, out: _Out, control: _Control) -> None:
         consumer.subscribe([o["topic"]], listener=Listener())
         out.emit("subscribed")
         while not control.stop.is_set():
-            batch = consumer.poll(timeout_ms=100, max_records=o["max_records"])
+            batch = consumer.poll(timeout_ms=KAFKA_PYTHON_POLL_MS, max_records=o["max_records"])
             if reporter.records(records_of(batch)):
                 commit()
             reporter.assignment()
