@@ -31,11 +31,11 @@ from kafkaesque.records.batch import (
     records_data,
 )
 from kafkaesque.records.body import read_varint
+from storage_pg.spark.source.columns import CREATE_TIME, LOG_APPEND_TIME, headers_type
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
 
-CREATE_TIME, LOG_APPEND_TIME = 0, 1
 NAMES = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
 
 # One aggregate row per call: the count, then each column packed (int8send and
@@ -353,8 +353,6 @@ def _record_starts(data: bytes, count: int) -> np.ndarray | None:
 def empty_headers(n: int) -> pa.Array:
     """``n`` empty header lists."""
     import pyarrow as pa
-
-    from storage_pg.spark.source.columns import headers_type
 
     item = headers_type()
     return pa.ListArray.from_arrays(
