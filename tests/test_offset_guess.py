@@ -14,6 +14,7 @@ from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.hot import log_appends
 from kafkaesque.hot.log import Log
 from kafkaesque.hot.log_appends import PLACE_FROM, OffsetGuesses
+from kafkaesque.hot.pipelined import Pieces, pack
 from kafkaesque.records.batch import base_offset, check_batch, read_header
 from kafkaesque.records.build import build_batch
 
@@ -52,6 +53,22 @@ def test_placed_batches_carry_the_next_offsets_and_epoch() -> None:
     # A pipelined append sent before the reply follows the one before it.
     sent, _ = guesses.place("t", 0, [big_batch(b"d")])
     assert base_offset(sent[0]) == 10 + 3 * BIG + 1
+
+
+def test_placed_as_pieces_packs_the_same_command() -> None:
+    """A batch placed as Pieces (its new first bytes, then a view of the rest: no copy of
+    the batch) is packed into the same command as the placed copy."""
+    copies, pieces = OffsetGuesses(), OffsetGuesses()
+    first = [big_batch(b"a")]
+    for guesses in (copies, pieces):
+        guesses.learn("t", 0, None, [7], first, 2)
+    batches = [big_batch(b"b"), build_batch([b"small"]), big_batch(b"c")]
+    copied, _ = copies.place("t", 0, batches)
+    sent, _ = pieces.place("t", 0, batches, pieces=True)
+    assert isinstance(sent[0], Pieces) and isinstance(sent[2], Pieces)
+    assert sent[1] is batches[1]  # a small batch goes as it is
+    assert [b"".join(b) if isinstance(b, Pieces) else b for b in sent] == list(copied)
+    assert pack(["EVALSHA", 1, *sent]) == pack(["EVALSHA", 1, *copied])
 
 
 def test_a_wrong_guess_corrects_every_append_in_flight_once() -> None:
@@ -105,9 +122,13 @@ def test_steady_appends_are_sent_already_placed(make_log: Callable[[], Log]) -> 
         sent: list[bytes] = []
         real = log.appends._append_call
 
-        def spy(topic: str, partition: int, batches: Sequence[bytes], *rest: Any) -> Any:
-            sent.extend(batches)
-            return real(topic, partition, batches, *rest)
+        def spy(
+            topic: str, partition: int, batches: Sequence[bytes], *rest: Any, **named: Any
+        ) -> Any:
+            # The batches as sent: placed (a Pieces: its new first bytes, then the rest).
+            placed = named.get("sent") or batches
+            sent.extend(b"".join(b) if isinstance(b, Pieces) else b for b in placed)
+            return real(topic, partition, batches, *rest, **named)
 
         log.appends._append_call = spy  # type: ignore[method-assign]
         await log.append("t", 0, [big_batch(b"a"), big_batch(b"b")])

@@ -494,6 +494,28 @@ def test_damaged_bytes_are_corrupt_batches():
             check_client_batch(damaged)
 
 
+def test_split_batches_says_of_a_view_what_it_says_of_the_bytes():
+    """split_batches checks a copy of each batch (one copy of a request's view): whatever
+    the damage, the error is the one check_client_batch gives for the buffer itself."""
+    good = build_batch([b"ok"], timestamp=TS)
+    batch = build_batch([b"hello", b"world"], timestamp=TS)
+    longer = batch[:8] + (len(batch) - 11).to_bytes(4, "big") + batch[12:]
+    shorter = batch[:8] + (40).to_bytes(4, "big") + batch[12:]
+    wrong_magic = batch[:16] + b"\x01" + batch[17:]
+    flipped = batch[:-1] + bytes([batch[-1] ^ 1])
+    for damaged in (batch[:-1], batch[:30], batch[:10], longer, shorter, wrong_magic, flipped):
+        with pytest.raises(InvalidRecord) as direct:
+            check_client_batch(good + damaged, len(good))
+        for buf in (
+            good + damaged,
+            memoryview(good + damaged),
+            memoryview(b"x" + good + damaged)[1:],
+        ):
+            with pytest.raises(InvalidRecord) as split:
+                split_batches(buf)
+            assert (type(split.value), str(split.value)) == (type(direct.value), str(direct.value))
+
+
 @pytest.mark.parametrize(
     "garbage",
     [

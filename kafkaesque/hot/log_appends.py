@@ -23,11 +23,18 @@ from kafkaesque.hot.keys import is_cluster, serving
 from kafkaesque.hot.log_catalog import Catalog
 from kafkaesque.hot.log_context import LogContext, LogPart
 from kafkaesque.hot.log_types import LogAppended
+from kafkaesque.hot.pipelined import Pieces
 from kafkaesque.hot.scripts import source
 from kafkaesque.hot.sequence import clock
 from kafkaesque.hot.slots import slot_of
 from kafkaesque.hot.tier import HotTier
-from kafkaesque.records.batch import offset_count, producer_fields, with_base_offset
+from kafkaesque.records.batch import (
+    PLACED_PREFIX,
+    offset_count,
+    placed_prefix,
+    producer_fields,
+    with_base_offset,
+)
 
 
 class Appends(LogPart):
@@ -42,6 +49,9 @@ class Appends(LogPart):
         self._call = catalog.call
         self._ensure_recovered = catalog.ensure_recovered
         self._durable: DurableAppends | None = None
+        # Placed batches may go as Pieces where the script's calls are packed here
+        # (kafkaesque.hot.pipelined), not by redis-py.
+        self._pieces = self.scripts.shared is not None
 
     async def append(
         self,
@@ -66,9 +76,11 @@ class Appends(LogPart):
         producer was verified in (TransactionCoordinator.verify_for_append); if that
         transaction's marker is already on the partition, TransactionNotOpen, nothing
         written."""
-        placed, guess = self.guesses.place(topic, partition, batches)
+        placed, guess = self.guesses.place(topic, partition, batches, self._pieces)
         replicas = 0 if durability is None else durability.replicas
-        keys, args = self._append_call(topic, partition, placed, transaction, replicas)
+        keys, args = self._append_call(
+            topic, partition, batches, transaction, replicas, sent=placed
+        )
         try:
             if durability is None or not durability.waits:
                 reply = await self._call(self.scripts.append, keys, args)
@@ -148,11 +160,12 @@ class Appends(LogPart):
         a pipeline may not run on the one the waits would be sent on). One result per
         (topic, partition, batches): its LogAppended, or the core error that refused it."""
         placed = [
-            self.guesses.place(topic, partition, batches) for topic, partition, batches in appends
+            self.guesses.place(topic, partition, batches, self._pieces)
+            for topic, partition, batches in appends
         ]
         calls = [
-            self._append_call(topic, partition, batches, transaction)
-            for (topic, partition, _), (batches, _) in zip(appends, placed, strict=True)
+            self._append_call(topic, partition, batches, transaction, sent=sent)
+            for (topic, partition, batches), (sent, _) in zip(appends, placed, strict=True)
         ]
         replies = await self.scripts.append.many(self.redis, calls)
         lost = [i for i, reply in enumerate(replies) if isinstance(reply, NeedsRecovery)]
@@ -196,9 +209,12 @@ class Appends(LogPart):
         batches: Sequence[bytes],
         transaction: int | None = None,
         replicas: int = 0,
+        sent: Sequence[bytes | Pieces] | None = None,
     ) -> tuple[list[str], list[object]]:
         """append.lua's keys and arguments; ``replicas``: how many Redis replicas must be
-        in sync for the append to be made (acks=all's, checked in the script)."""
+        in sync for the append to be made (acks=all's, checked in the script); ``sent``:
+        the batches as placed (OffsetGuesses.place), sent instead of ``batches``, whose
+        fields they share."""
         k = self.keys
         p = k.partition(topic, partition)
         now = _now_ms()
@@ -206,8 +222,8 @@ class Appends(LogPart):
         serial = "" if transaction is None else transaction
         node = self.context.node
         args: list[object] = [p.prefix, k.appended(topic), now, floor, node, serial, replicas]
-        for batch in batches:
-            args += (offset_count(batch), *producer_fields(batch), batch)
+        for batch, placed in zip(batches, batches if sent is None else sent, strict=True):
+            args += (offset_count(batch), *producer_fields(batch), placed)
         keys = [p.meta, p.index, p.stats, sequence, p.producers, marker, p.txn_open, p.txn_ended]
         return keys, args
 
@@ -284,21 +300,27 @@ class OffsetGuesses:
         self._generations = itertools.count(1)
 
     def place(
-        self, topic: str, partition: int, batches: Sequence[bytes]
-    ) -> tuple[Sequence[bytes], Guess | None]:
+        self, topic: str, partition: int, batches: Sequence[bytes], pieces: bool = False
+    ) -> tuple[Sequence[bytes | Pieces], Guess | None]:
         """The batches with their expected offsets and the epoch written in (those of
         PLACE_FROM bytes or more), and the guess to give ``learn`` with the reply; the
-        batches as they are and None before the partition's first reply."""
+        batches as they are and None before the partition's first reply. ``pieces``:
+        a placed batch is its new first bytes and a view of the rest (Pieces, for a
+        command packed by kafkaesque.hot.pipelined), not a copy of the batch."""
         nxt = self._next.get((topic, partition))
         if nxt is None:
             return batches, None
         guess = Guess(nxt.offset, nxt.generation)
-        placed = []
+        placed: list[bytes | Pieces] = []
         offset = nxt.offset
         for batch in batches:
-            if len(batch) >= PLACE_FROM:
-                batch = with_base_offset(batch, offset, nxt.epoch)
-            placed.append(batch)
+            if len(batch) < PLACE_FROM:
+                placed.append(batch)
+            elif pieces:
+                prefix = placed_prefix(batch, offset, nxt.epoch)
+                placed.append(Pieces((prefix, memoryview(batch)[PLACED_PREFIX:])))
+            else:
+                placed.append(with_base_offset(batch, offset, nxt.epoch))
             offset += offset_count(batch)
         nxt.offset = offset  # a pipelined append sent before this one's reply follows it
         return placed, guess

@@ -33,7 +33,16 @@ HIGH_WATER = 4 << 20
 # How long a call whose connection Redis closed waits for a new one to say why (_closed).
 RETRY_TIMEOUT = 2.0
 
-Arg = bytes | str | int | float | memoryview
+
+class Pieces(tuple[bytes | memoryview, ...]):
+    """One argument given as the consecutive pieces it is made of (a batch whose first
+    bytes are replaced: kafkaesque.hot.log_appends), joined only where the command is
+    packed: the argument is not copied once more to be one bytes object first."""
+
+    __slots__ = ()
+
+
+Arg = bytes | str | int | float | memoryview | Pieces
 
 # Called when an ordered command (an append: ``ordered=True``) has been written to the
 # shared connection, in the context that wrote it: the broker's next request on a client
@@ -74,12 +83,18 @@ def add_items(parts: list[bytes | memoryview], args: Sequence[Arg]) -> None:
             append(b"$%d\r\n" % len(arg))  # type: ignore[arg-type]
             append(arg)  # type: ignore[arg-type]
             append(b"\r\n")
+        elif kind is Pieces:
+            append(b"$%d\r\n" % sum(map(len, arg)))  # type: ignore[arg-type]
+            parts.extend(arg)  # type: ignore[arg-type]
+            append(b"\r\n")
         elif isinstance(arg, str):
             append(_bulk(arg.encode()))
         elif isinstance(arg, int):
             append(_bulk(b"%d" % arg))
         elif isinstance(arg, float):
             append(_bulk(repr(arg).encode()))
+        elif isinstance(arg, Pieces):  # a subclass of it
+            append(_bulk(b"".join(arg)))
         else:
             append(_bulk(bytes(arg)))
 

@@ -204,12 +204,29 @@ def check_batch(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
 def split_batches(buf: bytes | memoryview) -> list[bytes]:
     """Split concatenated batches (a produce request's records), checking each as
     `check_client_batch` does."""
-    batches, pos = [], 0
-    while pos < len(buf):
-        header = check_client_batch(buf, pos)
-        batches.append(bytes(buf[pos : pos + header.length]))
-        pos += header.length
+    batches, pos, size = [], 0, len(buf)
+    while pos < size:
+        length = _declared_length(buf, pos)
+        if HEADER_SIZE <= length <= size - pos:
+            # The batch copied once, then checked in the copy: records_data would copy a
+            # view's records area to check them, and the batch was copied again to keep.
+            # The copy holds the same bytes, so the checks say the same of it.
+            batch = bytes(buf[pos : pos + length])
+            check_client_batch(batch)
+        else:  # a length the checks refuse (truncated, too short): said of ``buf``
+            length = check_client_batch(buf, pos).length
+            batch = bytes(buf[pos : pos + length])
+        batches.append(batch)
+        pos += length
     return batches
+
+
+def _declared_length(buf: bytes | memoryview, pos: int) -> int:
+    """The batch length its header declares, the 12-byte prefix included; -1 if the
+    buffer ends before the field."""
+    if len(buf) - pos < _LOG_OVERHEAD:
+        return -1
+    return _INT32.unpack_from(buf, pos + BATCH_LENGTH.start)[0] + _LOG_OVERHEAD
 
 
 def check_client_batch(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
@@ -256,14 +273,22 @@ def with_base_offset(buf: bytes, base_offset: int, leader_epoch: int | None = No
     view = memoryview(buf)
     if leader_epoch is None:
         return b"".join((_INT64.pack(base_offset), view[BASE_OFFSET.stop :]))
-    return b"".join(
-        (
-            _INT64.pack(base_offset),
-            view[BATCH_LENGTH],
-            _INT32.pack(leader_epoch),
-            view[PARTITION_LEADER_EPOCH.stop :],
-        )
-    )
+    return b"".join((placed_prefix(buf, base_offset, leader_epoch), view[PLACED_PREFIX:]))
+
+
+# The bytes ``placed_prefix`` stands for: baseOffset, batchLength, partitionLeaderEpoch.
+PLACED_PREFIX = PARTITION_LEADER_EPOCH.stop
+_PREFIX = struct.Struct(">qii")
+
+
+def placed_prefix(buf: bytes | memoryview, base_offset: int, leader_epoch: int) -> bytes:
+    """The first PLACED_PREFIX bytes of ``with_base_offset(buf, base_offset,
+    leader_epoch)``, for a caller that sends them before the rest of ``buf`` instead of
+    copying the batch (kafkaesque.hot.log_appends)."""
+    if len(buf) < HEADER_SIZE:
+        raise InvalidRecord(f"truncated batch header: {len(buf)} of {HEADER_SIZE} bytes")
+    length = _INT32.unpack_from(buf, BATCH_LENGTH.start)[0]
+    return _PREFIX.pack(base_offset, length, leader_epoch)
 
 
 # --- decoding ----------------------------------------------------------------
