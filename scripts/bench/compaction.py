@@ -27,7 +27,6 @@ from redis_servers import add_server_option, running_server
 
 from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.hot.compaction import Compactor
-from kafkaesque.hot.connect import redis_client
 from kafkaesque.hot.log import Log
 from kafkaesque.records.build import build_batch
 
@@ -72,7 +71,7 @@ async def rewrite_pages(log: Log) -> tuple[float, int]:
 
 
 async def bench(url: str, records: int, keys: int) -> None:
-    log = Log(redis_client(url))
+    log = Log.connect(url)
     appended = await append(log, records, keys)
     print(f"appended {records:,} records ({keys:,} keys) in {appended:.1f}s", flush=True)
     before = await used_memory(log)

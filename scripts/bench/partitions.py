@@ -20,7 +20,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from redis_servers import add_server_option, running_server
 
 from kafkaesque.config.topic_config import TopicConfig
-from kafkaesque.hot.connect import redis_client
 from kafkaesque.hot.log import Log
 from kafkaesque.hot.notify import Notifier
 from kafkaesque.partition.layer import Partitions
@@ -82,7 +81,7 @@ async def fetch(partitions: Partitions, notifier: Notifier, topic: str, n: int, 
 
 
 async def bench(url: str, counts: list[int], rounds: int) -> None:
-    log = Log(redis_client(url))
+    log = Log.connect(url)
     await log.ensure_recovered()
     notifier = Notifier(log.redis, log.channel(""))
     notifier.start()
