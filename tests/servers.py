@@ -62,6 +62,11 @@ def free_port() -> int:
     raise RuntimeError("no free port found")
 
 
+# Seconds a broker or console may take to listen: a few on an idle machine, much more on a
+# loaded one (a server that exits fails at once, not after this).
+START_TIMEOUT = 60.0
+
+
 def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

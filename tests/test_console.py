@@ -318,7 +318,7 @@ def test_the_command_says_where_it_listens_and_why_it_cannot(redis_url: str) -> 
     import subprocess
     import sys
 
-    from tests.servers import free_port, wait_for_port
+    from tests.servers import START_TIMEOUT, free_port, wait_for_port
 
     command = [sys.executable, "-m", "kafkaesque", "--redis-url", redis_url, "console"]
     port = free_port()
@@ -326,7 +326,7 @@ def test_the_command_says_where_it_listens_and_why_it_cannot(redis_url: str) -> 
         [*command, "--listen", f"127.0.0.1:{port}"], stdout=subprocess.PIPE, text=True
     )
     try:
-        wait_for_port(port, console, timeout=20)
+        wait_for_port(port, console, timeout=START_TIMEOUT)
         assert console.stdout is not None
         assert console.stdout.readline().strip() == f"console: http://127.0.0.1:{port}/"
         with socket.create_connection(("127.0.0.1", port)) as probe:

@@ -23,7 +23,7 @@ from selenium.webdriver.chrome.service import Service
 
 from tests.console.data import fill
 from tests.pg import PostgresServer
-from tests.servers import RedisServer, free_port, wait_for_port
+from tests.servers import START_TIMEOUT, RedisServer, free_port, wait_for_port
 from tests.storage.common import bare_env
 from tests.wire.conftest import REPO, Broker
 
@@ -73,8 +73,8 @@ def consoles(store: Store, tmp_path_factory: pytest.TempPathFactory) -> Iterator
             command, cwd=REPO, env=bare_env(directory), stdout=subprocess.DEVNULL, stderr=err
         )
     try:
-        wait_for_port(admin_port, broker.proc, timeout=20)
-        wait_for_port(read_port, console, timeout=20)
+        wait_for_port(admin_port, broker.proc, timeout=START_TIMEOUT)
+        wait_for_port(read_port, console, timeout=START_TIMEOUT)
         yield Consoles(f"http://127.0.0.1:{admin_port}", f"http://127.0.0.1:{read_port}", broker)
     finally:
         console.terminate()

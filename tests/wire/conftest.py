@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.servers import RedisServer, free_port, wait_for_port
+from tests.servers import START_TIMEOUT, RedisServer, free_port, wait_for_port
 from tests.wire.clients import Client, make
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,7 +74,7 @@ class Broker:
                 stderr=err,
             )
         try:
-            wait_for_port(self.port, self.proc, timeout=20.0)
+            wait_for_port(self.port, self.proc, timeout=START_TIMEOUT)
         except RuntimeError as exc:
             self.stop()
             raise RuntimeError(f"{exc}; server stderr:\n{self.stderr()}") from None
