@@ -17,6 +17,7 @@ from kafkaesque.records.batch import (
     ATTR_CONTROL,
     ATTR_LOG_APPEND_TIME,
     ATTR_TRANSACTIONAL,
+    BatchHeader,
     records_data,
 )
 from kafkaesque.records.body import parse_record
@@ -32,6 +33,19 @@ FIELDS = (
 )
 HEADERS_FIELD = "headers array<struct<key:string,value:binary>>"
 CREATE_TIME, LOG_APPEND_TIME = 0, 1
+
+
+def is_data(header: BatchHeader, aborted: list[tuple[int, int, int]]) -> bool:
+    """Whether a stored batch holds records a reader sees: not a control batch (a
+    transaction marker), not one of the ``aborted`` transactions' (producer id, first
+    offset, ABORT marker's offset)."""
+    attributes = header.attributes
+    if attributes & ATTR_CONTROL:
+        return False
+    if aborted and attributes & ATTR_TRANSACTIONAL:
+        pid, base = header.producer_id, header.base_offset
+        return not any(p == pid and first <= base < last for p, first, last in aborted)
+    return True
 
 
 def schema_ddl(include_headers: bool) -> str:
@@ -68,14 +82,9 @@ class Columns:
         control batch (a transaction marker) or one of the ``aborted`` transactions
         (producer id, first offset, ABORT marker's offset)."""
         header, data, pos, end = records_data(batch, 0)
-        attributes = header.attributes
-        if attributes & ATTR_CONTROL:
+        if not is_data(header, aborted):
             return
-        base = header.base_offset
-        if aborted and attributes & ATTR_TRANSACTIONAL:
-            pid = header.producer_id
-            if any(p == pid and first <= base < last for p, first, last in aborted):
-                return
+        attributes, base = header.attributes, header.base_offset
         base_ts, max_delta = header.base_timestamp, header.last_offset_delta
         append_time = header.max_timestamp if attributes & ATTR_LOG_APPEND_TIME else None
         kind = CREATE_TIME if append_time is None else LOG_APPEND_TIME

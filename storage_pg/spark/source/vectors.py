@@ -25,13 +25,11 @@ import numpy as np
 
 from kafkaesque.errors import InvalidRecord
 from kafkaesque.records.batch import (
-    ATTR_CONTROL,
     ATTR_LOG_APPEND_TIME,
-    ATTR_TRANSACTIONAL,
     records_data,
 )
 from kafkaesque.records.body import read_varint
-from storage_pg.spark.source.columns import CREATE_TIME, LOG_APPEND_TIME, headers_type
+from storage_pg.spark.source.columns import CREATE_TIME, LOG_APPEND_TIME, headers_type, is_data
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
@@ -238,14 +236,9 @@ def log_rows(
     size = 0
     for stored in batches:
         header, area, start, end = records_data(stored, 0)
-        attributes = header.attributes
-        if attributes & ATTR_CONTROL:
+        if not is_data(header, aborted):
             continue
-        base = header.base_offset
-        if aborted and attributes & ATTR_TRANSACTIONAL:
-            pid = header.producer_id
-            if any(p == pid and first <= base < last for p, first, last in aborted):
-                continue
+        attributes, base = header.attributes, header.base_offset
         parts.append(memoryview(area)[start:end])
         append_time = header.max_timestamp if attributes & ATTR_LOG_APPEND_TIME else None
         kept.append(
