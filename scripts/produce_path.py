@@ -24,8 +24,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from kafkaesque.config.topic_config import TopicConfig  # noqa: E402
+from kafkaesque.hot.connect import open_log  # noqa: E402
 from kafkaesque.hot.embedded import EmbeddedRedis  # noqa: E402
-from kafkaesque.hot.log import Log  # noqa: E402
 from kafkaesque.records.build import build_batch  # noqa: E402
 from tests.kafka_client import Connection  # noqa: E402
 from wire.broker import Broker, BrokerConfig  # noqa: E402
@@ -50,7 +50,7 @@ def _for_the_request(frame: FrameType | None) -> bool:
 
 
 async def trace_one_produce(url: str) -> list[str]:
-    log = Log.connect(url)
+    log = open_log(url)
     await log.create_topic(TopicConfig("path", 1))
     server = Server(Broker(log, BrokerConfig(port=0)), "127.0.0.1", 0)
     await server.start()

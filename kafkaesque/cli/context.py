@@ -12,7 +12,7 @@ import click
 
 from kafkaesque.cli.wire import WireSettings
 from kafkaesque.groups.coordinator import GroupCoordinator
-from kafkaesque.hot.connect import DEFAULT_MAX_CONNECTIONS
+from kafkaesque.hot.connect import DEFAULT_MAX_CONNECTIONS, open_log
 from kafkaesque.hot.embedded import EmbeddedError, EmbeddedRedis, NoStore, default_home, in_use
 from kafkaesque.hot.log import Log
 
@@ -147,7 +147,7 @@ class Context:
         one); with ``archive``, and an archive configured or set up before, tiered over
         it: old offsets read from it, offsets restored from it if Redis lost its data."""
         password = None if self.embedded_redis() else self.redis_password
-        log = Log.connect(self.url(), max_connections, password)
+        log = open_log(self.url(), max_connections, password)
         dsn = self.archive_dsn(start=False) if archive else None
         if dsn is not None:
             self.attach_archive(log, dsn)

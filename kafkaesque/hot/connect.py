@@ -15,6 +15,7 @@ from __future__ import annotations
 import redis.connection
 from redis.asyncio import BlockingConnectionPool
 
+from kafkaesque.hot.log import Log
 from kafkaesque.hot.tier import DEFAULT_MAX_CONNECTIONS, POOL_TIMEOUT, HotTier
 from kafkaesque.hot.tier_cluster import HotTierCluster, cluster_client, is_cluster_url
 from kafkaesque.hot.tier_sentinel import (
@@ -32,6 +33,7 @@ __all__ = [
     "HotTier",
     "HotTierCluster",
     "SentinelHotTier",
+    "open_log",
     "parse_sentinel_url",
     "redis_client",
 ]
@@ -59,6 +61,14 @@ def redis_client(
         **extra,
     )
     return HotTier.from_pool(pool)
+
+
+def open_log(
+    url: str, max_connections: int = DEFAULT_MAX_CONNECTIONS, password: str | None = None
+) -> Log:
+    """The log on the Redis at ``url`` through ``redis_client``; close it with
+    ``log.stores.close()``."""
+    return Log(redis_client(url, max_connections, password))
 
 
 def check_url(url: str) -> None:

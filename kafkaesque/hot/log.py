@@ -19,7 +19,6 @@ from kafkaesque.errors import (
     UnknownTopic,
 )
 from kafkaesque.hot.archiving import Archiving
-from kafkaesque.hot.connect import redis_client
 from kafkaesque.hot.failover import EpochBump
 from kafkaesque.hot.keys import is_cluster
 from kafkaesque.hot.log_appends import Appends
@@ -38,7 +37,6 @@ from kafkaesque.hot.log_types import (
 from kafkaesque.hot.sequence import EPOCH_MS, SLOT_BITS, STEPS_PER_MS, record_id
 from kafkaesque.hot.slots import slot_of
 from kafkaesque.hot.stores import Stores
-from kafkaesque.hot.tier import DEFAULT_MAX_CONNECTIONS
 from kafkaesque.records.batch import decode_batch, next_offset
 
 # DeleteRecords' offset that stands for the high watermark (Kafka's tool: -1).
@@ -63,14 +61,6 @@ class Log:
     keys take the cluster layout (kafkaesque.hot.keys) and record ids the per-slot clock
     (kafkaesque.hot.sequence).
     """
-
-    @classmethod
-    def connect(
-        cls, url: str, max_connections: int = DEFAULT_MAX_CONNECTIONS, password: str | None = None
-    ) -> Log:
-        """The log on the Redis at ``url`` (single server, Cluster or Sentinel, chosen by
-        the URL), at most ``max_connections`` to it; close with ``log.stores.close()``."""
-        return cls(redis_client(url, max_connections, password))
 
     def __init__(
         self,

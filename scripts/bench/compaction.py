@@ -27,6 +27,7 @@ from redis_servers import add_server_option, running_server
 
 from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.hot.compaction import Compactor
+from kafkaesque.hot.connect import open_log
 from kafkaesque.hot.log import Log
 from kafkaesque.records.build import build_batch
 
@@ -71,7 +72,7 @@ async def rewrite_pages(log: Log) -> tuple[float, int]:
 
 
 async def bench(url: str, records: int, keys: int) -> None:
-    log = Log.connect(url)
+    log = open_log(url)
     appended = await append(log, records, keys)
     print(f"appended {records:,} records ({keys:,} keys) in {appended:.1f}s", flush=True)
     before = await used_memory(log)

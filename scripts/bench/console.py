@@ -39,6 +39,7 @@ from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.console.app import build_app, make_console
 from kafkaesque.console.records import bounds, read_forward
 from kafkaesque.groups.coordinator import GroupCoordinator
+from kafkaesque.hot.connect import open_log
 from kafkaesque.hot.embedded import EmbeddedRedis
 from kafkaesque.hot.log import Log
 from kafkaesque.records.build import build_batch
@@ -92,7 +93,7 @@ async def fill(log: Log, archive: Archive, topics: int) -> None:
 
 
 async def bench(redis_url: str, dsn: str, topics: int, rounds: int) -> None:
-    log = Log.connect(redis_url)
+    log = open_log(redis_url)
     archive = Archive(dsn)
     attach(log, archive)
     await archive.bind()

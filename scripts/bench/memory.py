@@ -21,13 +21,13 @@ import os
 from redis_servers import add_server_option, running_server
 
 from kafkaesque.config.topic_config import TopicConfig
-from kafkaesque.hot.log import Log
+from kafkaesque.hot.connect import open_log
 from kafkaesque.records.build import build_batch
 
 
 async def per_record(url: str, records: int, value: int, batch: int) -> str:
     """One topic's appends on the server at ``url``: the line to print."""
-    log = Log.connect(url)
+    log = open_log(url)
     try:
         topic = "memory"
         await log.create_topic(TopicConfig(topic, 1))

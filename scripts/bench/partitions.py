@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from redis_servers import add_server_option, running_server
 
 from kafkaesque.config.topic_config import TopicConfig
-from kafkaesque.hot.log import Log
+from kafkaesque.hot.connect import open_log
 from kafkaesque.hot.notify import Notifier
 from kafkaesque.partition.layer import Partitions
 from kafkaesque.partition.read_types import FetchRequest, ReadCache
@@ -81,7 +81,7 @@ async def fetch(partitions: Partitions, notifier: Notifier, topic: str, n: int, 
 
 
 async def bench(url: str, counts: list[int], rounds: int) -> None:
-    log = Log.connect(url)
+    log = open_log(url)
     await log.ensure_recovered()
     notifier = Notifier(log.redis, log.channel(""))
     notifier.start()

@@ -33,6 +33,7 @@ import redis
 from redis_servers import add_server_option, running_server
 
 from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.hot.connect import open_log
 from kafkaesque.hot.log import Log
 from kafkaesque.hot.scripts import source
 from kafkaesque.records.batch import offset_count, with_base_offset
@@ -50,7 +51,7 @@ def usec_per_call(r: redis.Redis, command: str, calls: int, send: Callable[[], N
 
 
 async def fill(url: str, batch: bytes) -> None:
-    log = Log.connect(url)
+    log = open_log(url)
     await log.create_topic(TopicConfig("read", 1))
     await log.create_topic(TopicConfig("append", 1))
     for _ in range(BATCHES):
@@ -70,7 +71,7 @@ def main() -> None:
     with running_server(args.server, "scripts-bench-") as url:
         asyncio.run(fill(url, batch))
         r = redis.Redis.from_url(url)
-        log = Log.connect(url)
+        log = open_log(url)
         keys = log.keys
         read_meta = keys.partition("read", 0).meta
         page = f"{keys.partition('read', 0).prefix}page:0"
@@ -131,14 +132,14 @@ def big_appends(
 
     async def create(name: str) -> int:
         """A new topic of one partition; its leader epoch."""
-        log = Log.connect(url)
+        log = open_log(url)
         await log.create_topic(TopicConfig(name, 1))
         epoch = await log.redis.hget(log.keys.partition(name, 0).meta, "epoch")
         await log.redis.aclose()
         return int(epoch or 0)
 
     async def delete(name: str) -> None:
-        log = Log.connect(url)
+        log = open_log(url)
         await log.delete_topic(name)
         await log.redis.aclose()
 

@@ -51,8 +51,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # a checkout, not installed
 
 from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.hot.connect import open_log
 from kafkaesque.hot.embedded import EmbeddedRedis
-from kafkaesque.hot.log import Log
 from kafkaesque.records.batch import decode_batch, next_offset
 from kafkaesque.records.build import build_batch
 from storage_pg import EmbeddedPostgres
@@ -69,7 +69,7 @@ VALUE = bytes(range(100))
 async def fill(redis_url: str, dsn: str, n: int) -> dict[int, int]:
     """The topic, half archived and out of Redis, half only in Redis; returns each
     partition's archived end."""
-    log = Log.connect(redis_url)
+    log = open_log(redis_url)
     archive = Archive(dsn)
     attach(log, archive)
     try:
@@ -176,7 +176,7 @@ def write_back(spark: Any, redis_url: str, dsn: str, n: int, checkpoint: Path) -
 
 
 async def _fill_copy(redis_url: str, n: int) -> None:
-    log = Log.connect(redis_url)
+    log = open_log(redis_url)
     try:
         for topic in ("copy-in", "copy-out"):
             await log.create_topic(TopicConfig(topic, PARTITIONS))
@@ -192,7 +192,7 @@ async def _fill_copy(redis_url: str, n: int) -> None:
 
 async def _records(redis_url: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
     """(partition, key, value) of every record of ``topic``, in offset order per partition."""
-    log = Log.connect(redis_url)
+    log = open_log(redis_url)
     out: list[tuple[int, bytes | None, bytes | None]] = []
     try:
         for p in range(PARTITIONS):
@@ -243,7 +243,7 @@ def latency(spark: Any, redis_url: str, dsn: str, seconds: float, checkpoint: Pa
 
 
 async def _create(redis_url: str, topic: str) -> None:
-    log = Log.connect(redis_url)
+    log = open_log(redis_url)
     try:
         await log.create_topic(TopicConfig(topic, PARTITIONS))
     finally:
@@ -252,7 +252,7 @@ async def _create(redis_url: str, topic: str) -> None:
 
 async def _produce(redis_url: str, seconds: float, stop: threading.Event) -> None:
     """1,000 records/s: 10 records every 10 ms, spread over the partitions."""
-    log = Log.connect(redis_url)
+    log = open_log(redis_url)
     try:
         started = time.monotonic()
         for tick in range(int(seconds * 100)):

@@ -32,7 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # a checkout, not installed
 
 from kafkaesque.config.topic_config import TopicConfig
-from kafkaesque.hot.log import Log
+from kafkaesque.hot.connect import open_log
 from kafkaesque.records.build import build_batch
 from storage_pg.tiered import Archive, attach
 
@@ -149,7 +149,7 @@ async def produce_and_archive(
 ) -> None:
     """Produce ``per_partition`` records into each partition (values "p-offset") at about
     --rate records/s in all, with an archiver pass every half second."""
-    log = Log.connect(args.redis_url)
+    log = open_log(args.redis_url)
     archive = Archive(args.pg_dsn)
     attach(log, archive)
     archiver = await archive.archiver(log, idle_close_ms=0)
@@ -175,7 +175,7 @@ async def produce_and_archive(
 
 
 async def create_topic(args: argparse.Namespace) -> None:
-    log = Log.connect(args.redis_url)
+    log = open_log(args.redis_url)
     try:
         await log.enable_archiving()  # no page leaves Redis unarchived
         # small pages, few kept: archived pages leave Redis while the query runs

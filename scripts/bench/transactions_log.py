@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from redis_servers import add_server_option, running_server
 
 from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.hot.connect import open_log
 from kafkaesque.hot.log import Log
 from kafkaesque.records.batch import next_offset
 from kafkaesque.records.build import build_batch
@@ -82,7 +83,7 @@ async def reads(log: Log, topic: str, committed: bool) -> float:
 
 
 async def bench(url: str, batches: int, per_txn: int) -> None:
-    log = Log.connect(url)
+    log = open_log(url)
     await log.ensure_recovered()
     batches -= batches % 10
     records = batches * 100

@@ -1,10 +1,11 @@
 """The log a planner or a task reads: opened from the options' Redis URL as the command
-line does (``kafkaesque.hot.log.Log.connect``: the hot store's own client, no Redis client
+line does (``kafkaesque.hot.connect.open_log``: the hot store's own client, no Redis client
 of ours), with the archive as its cold store but not its recovery (a reader
 never restores a Redis that lost its data: the broker does that)."""
 
 from __future__ import annotations
 
+from kafkaesque.hot import connect as hot
 from kafkaesque.hot.log import Log
 from storage_pg.spark.source.options import SourceOptions
 from storage_pg.tiered import Archive
@@ -16,7 +17,7 @@ def open_log(
     """The log over the options' Redis (at most ``connections`` to it) and, given a pgDsn
     and ``archive_connections`` > 0, the archive (that many connections) as its cold
     store; close both with ``close_log``."""
-    log = Log.connect(options.redis_url, connections)
+    log = hot.open_log(options.redis_url, connections)
     archive = None
     if archive_connections and options.pg_dsn is not None:
         archive = Archive(options.pg_dsn, max_connections=archive_connections)
