@@ -248,33 +248,15 @@ def test_the_last_entry_of_a_partition_index_wins_its_directory_id() -> None:
     found by the property test above."""
     entry = {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
     directory = uuid.uuid4()
-    req = request(
-        1,
-        17,
-        max_wait=0,
-        min_bytes=0,
-        topics=[
-            {
-                "topic_id": uuid.uuid4(),
-                "partitions": [{**entry, "replica_directory_id": directory}, entry],
-            }
-        ],
-        forgotten_topics_data=[],
-    )
-    (topic,) = parse_request(encode_request(req, 1)[4:], SUPPORTED).body.topics
-    assert [p.replica_directory_id for p in topic.partitions] == [None, None]
-    req = request(
-        1,
-        17,
-        max_wait=0,
-        min_bytes=0,
-        topics=[
-            {
-                "topic_id": uuid.uuid4(),
-                "partitions": [entry, {**entry, "replica_directory_id": directory}],
-            }
-        ],
-        forgotten_topics_data=[],
-    )
-    (topic,) = parse_request(encode_request(req, 1)[4:], SUPPORTED).body.topics
-    assert [p.replica_directory_id for p in topic.partitions] == [directory, directory]
+
+    def directories(partitions: list[dict[str, Any]]) -> list[uuid.UUID | None]:
+        topics = [{"topic_id": uuid.uuid4(), "partitions": partitions}]
+        req = request(1, 17, max_wait=0, min_bytes=0, topics=topics, forgotten_topics_data=[])
+        (topic,) = parse_request(encode_request(req, 1)[4:], SUPPORTED).body.topics
+        return [p.replica_directory_id for p in topic.partitions]
+
+    assert directories([{**entry, "replica_directory_id": directory}, entry]) == [None, None]
+    assert directories([entry, {**entry, "replica_directory_id": directory}]) == [
+        directory,
+        directory,
+    ]
