@@ -155,3 +155,25 @@ async def _reconcile_claims_what_a_leaving_broker_had(redis_url: str) -> None:
     assert await lead_b.hand_over() == len(mine)
     assert all(entry[0] == "1" for entry in await log_a.leaders(mine))
     await client.aclose()
+
+
+def test_a_leader_no_broker_wrote_is_taken_over(redis_url: str) -> None:
+    asyncio.run(_a_leader_no_broker_wrote_is_taken_over(redis_url))
+
+
+async def _a_leader_no_broker_wrote_is_taken_over(redis_url: str) -> None:
+    """``meta.leader`` naming no broker (another program's value: broker ids are numbers)
+    is a leader that is gone: the broker that should lead claims the partition with a new
+    epoch instead of failing to start."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    log_ = Log(client)
+    registry = Registry(log_, _info(0, 9001), session_ms=300)
+    await registry.heartbeat()
+    await log_.create_topic(TopicConfig("odd", 1))
+    await log_.lead([("odd", 0, "", "a-broker")])
+    leadership = Leadership(log_, registry)
+    assert leadership.effective(b"t" * 16, 0, "a-broker", "") == 0
+    await leadership.reconcile()
+    assert leadership.leaders == {("odd", 0): 0}
+    assert [entry[:2] for entry in await log_.leaders([("odd", 0)])] == [("0", 1)]
+    await client.aclose()

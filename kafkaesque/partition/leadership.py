@@ -43,6 +43,12 @@ def partition_key(topic_id: bytes, partition: int) -> bytes:
     return topic_id + partition.to_bytes(4, "big")
 
 
+def node_of(text: str) -> int | None:
+    """The broker id a partition's ``meta.leader`` or preferred leader names; None when
+    it names none: empty, or something no broker wrote (a broker id is a number)."""
+    return int(text) if text.isdigit() else None
+
+
 def coordinator_key(key_type: int, key: str) -> bytes:
     """FindCoordinator's key: 0 a group id, 1 a transactional id."""
     return f"{key_type}:{key}".encode()
@@ -78,8 +84,8 @@ class Leadership:
         """The broker that should lead the partition among ``nodes`` (the live ones):
         its preferred leader (a replica assignment) while it lives, else its winner."""
         nodes = self.registry.live if nodes is None else nodes
-        if preferred != "" and int(preferred) in nodes:
-            return int(preferred)
+        if (node := node_of(preferred)) is not None and node in nodes:
+            return node
         found = winner(partition_key(topic_id, partition), nodes)
         return self.me if found is None else found
 
@@ -87,9 +93,9 @@ class Leadership:
         """The leader clients are told of for a partition whose ``meta.leader`` is
         ``leader``: the one it should have when none is set; None when the leader set is
         not alive (the one it should have is about to take it over)."""
-        if leader == "":
+        node = node_of(leader)
+        if node is None:
             return self.want(topic_id, partition, preferred)
-        node = int(leader)
         return node if node in self.registry.live else None
 
     async def move(self, topic: str, partition: int, seen: str, node: int) -> None:
@@ -147,17 +153,19 @@ class Leadership:
                 continue
             leader, _epoch, preferred = seen
             want = self.want(topic_id, p, preferred, nodes)
-            if leader == "" or (want == self.me and int(leader) != want):
+            node = node_of(leader)
+            if node is None or (want == self.me and node != want):
                 moves.append((topic, p, leader, str(want)))
-            leaders[(topic, p)] = want if leader == "" else int(leader)
+            leaders[(topic, p)] = want if node is None else node
         if moves:
             results = await self.log.lead(moves)
-            for (topic, p, seen_leader, _), result in zip(moves, results, strict=True):
+            for (topic, p, seen_leader, asked), result in zip(moves, results, strict=True):
                 if result is None:
                     leaders.pop((topic, p), None)
                     continue
                 done, leader, epoch = result
-                leaders[(topic, p)] = int(leader)
+                node = node_of(leader)
+                leaders[(topic, p)] = int(asked) if node is None else node
                 if done and seen_leader:
                     log.info(
                         "leading %s[%d] from broker %s, epoch %d", topic, p, seen_leader, epoch

@@ -19,7 +19,7 @@ from kafkaesque.errors import (
     NoReassignmentInProgress,
     UnknownTopic,
 )
-from kafkaesque.partition.leadership import Leadership
+from kafkaesque.partition.leadership import Leadership, node_of
 
 PREFERRED, UNCLEAN = 0, 1  # ElectLeaders' election types
 
@@ -77,7 +77,8 @@ class Replicas:
         leader, _epoch, preferred = seen
         want = self.leadership.want(config.topic_id, partition, preferred)
         # No leader written yet: it is led by the one it should have.
-        live = leader == "" or int(leader) in self.leadership.registry.live
+        node = node_of(leader)
+        live = leader == "" or (node is not None and node in self.leadership.registry.live)
         if leader in ("", str(want)) or (election_type == UNCLEAN and live):
             kind = "preferred" if election_type == PREFERRED else "unclean"
             raise ElectionNotNeeded(

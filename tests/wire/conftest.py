@@ -143,7 +143,10 @@ def check_log(broker: Broker, start: int, what: str) -> None:
 def broker_factory(
     redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Callable[..., Broker]]:
-    """Starts servers with extra ``serve`` options; all stopped at the end of the module."""
+    """Starts servers with extra ``serve`` options, on a Redis emptied when the module
+    began (nothing an earlier module left, such as a registered broker or a partition's
+    leader, reaches these); all stopped at the end of the module."""
+    redis.Redis.from_url(redis_server.url).flushall()
     started: list[Broker] = []
 
     def start(*extra_args: str) -> Broker:
@@ -166,13 +169,11 @@ def broker_factory(
 
 @pytest.fixture(scope="module")
 def module_broker(
-    redis_server: RedisServer,
     broker_factory: Callable[..., Broker],
     request: pytest.FixtureRequest,
 ) -> Broker:
     """One server per test module, on an empty Redis, started with the module's
     ``BROKER_ARGS`` (extra ``serve`` options), if it has any."""
-    redis.Redis.from_url(redis_server.url).flushall()
     return broker_factory(*getattr(request.module, "BROKER_ARGS", ()))
 
 
