@@ -20,7 +20,7 @@ import asyncio
 import logging
 import re
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from kafkaesque.clock import SYSTEM, Clock
@@ -232,30 +232,37 @@ class TransactionCoordinator(TxnOffsetStore):
                 if await self.states.save_if(txn, state):
                     self._keep(txn, version + 1)  # txn_state.lua bumps it by one
                     return error
+
+        async def add(txn: Transaction) -> Code:
+            error = txn.add(producer_id, producer_epoch, self.clock.now_ms(), partitions, groups)
+            if not error:
+                await self.states.save(txn)
+            return error
+
+        return await self._locked(transactional_id, producer_id, producer_epoch, add)
+
+    async def _locked(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        step: Callable[[Transaction], Awaitable[Code]],
+    ) -> Code:
+        """``step`` on the id's transaction under the id's lock, read anew (for the
+        producer's current epoch, an earlier end whose broker died is rolled forward
+        first): INVALID_PRODUCER_ID_MAPPING for an unknown id, CONCURRENT_TRANSACTIONS
+        while another broker holds the lock."""
         self._saved.pop(transactional_id, None)
         try:
             async with self.states.locked(transactional_id):
-                txn = await self._load_settled(transactional_id, producer_id, producer_epoch)
+                txn = await self.states.load(transactional_id)
                 if txn is None:
                     return Code.INVALID_PRODUCER_ID_MAPPING
-                error = txn.add(
-                    producer_id, producer_epoch, self.clock.now_ms(), partitions, groups
-                )
-                if not error:
-                    await self.states.save(txn)
-                return error
+                if txn.producer_error(producer_id, producer_epoch) == Code.NONE:
+                    await self.completion.settle(txn)
+                return await step(txn)
         except TransactionalIdBusy:
             return Code.CONCURRENT_TRANSACTIONS
-
-    async def _load_settled(
-        self, transactional_id: str, producer_id: int, producer_epoch: int
-    ) -> Transaction | None:
-        """The id's transaction (None: unknown; the caller holds the id's lock); for the
-        producer's current epoch, an earlier end whose broker died is rolled forward first."""
-        txn = await self.states.load(transactional_id)
-        if txn is not None and txn.producer_error(producer_id, producer_epoch) == Code.NONE:
-            await self.completion.settle(txn)
-        return txn
 
     async def verify_for_append(
         self,
@@ -307,20 +314,16 @@ class TransactionCoordinator(TxnOffsetStore):
                     if done:  # saved prepared, then complete: two versions on
                         self._keep(txn.completed(), version + 2)
                     return Code.NONE
-        self._saved.pop(transactional_id, None)
-        try:
-            async with self.states.locked(transactional_id):
-                txn = await self._load_settled(transactional_id, producer_id, producer_epoch)
-                if txn is None:
-                    return Code.INVALID_PRODUCER_ID_MAPPING
-                error = txn.end(producer_id, producer_epoch, commit, self.clock.now_ms())
-                if error or txn.state not in PREPARING:
-                    return error
-                await self.states.save(txn)
-                await self.completion.finish(txn)
-                return Code.NONE
-        except TransactionalIdBusy:
-            return Code.CONCURRENT_TRANSACTIONS
+
+        async def end(txn: Transaction) -> Code:
+            error = txn.end(producer_id, producer_epoch, commit, self.clock.now_ms())
+            if error or txn.state not in PREPARING:
+                return error
+            await self.states.save(txn)
+            await self.completion.finish(txn)
+            return Code.NONE
+
+        return await self._locked(transactional_id, producer_id, producer_epoch, end)
 
     async def _versioned(self, transactional_id: str) -> tuple[Transaction | None, int]:
         """The id's state and version: as this broker last saved them, else read."""
