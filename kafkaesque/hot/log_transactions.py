@@ -6,7 +6,7 @@ transactions, and the last stable offset."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import cast
+from typing import NamedTuple, cast
 
 from redis.exceptions import ResponseError
 
@@ -30,6 +30,16 @@ def aborted_entry(entry: bytes) -> tuple[int, int, int]:
     """An aborted index entry "pid:first:last" as (producer id, first, last offset)."""
     pid, first, last = entry.split(b":")
     return int(pid), int(first), int(last)
+
+
+class _Marker(NamedTuple):
+    """A transaction's COMMIT or ABORT marker, the same on every partition it ends."""
+
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    batch: bytes  # the control batch
+    transaction: int | None  # the coordinator's serial number of the transaction
 
 
 class Transactions(LogPart):
@@ -78,10 +88,9 @@ class Transactions(LogPart):
         verified in ``transaction`` (its serial number) are refused here. Returns (log
         start, the marker's offset); raises InvalidProducerEpoch for an epoch older than
         the producer's here, UnknownTopic."""
-        marker = build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch)
-        keys, args = self._marker_call(
-            topic, partition, producer_id, producer_epoch, commit, marker, transaction
-        )
+        batch = build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch)
+        marker = _Marker(producer_id, producer_epoch, commit, batch, transaction)
+        keys, args = self._marker_call(topic, partition, marker)
         start, offset = await self.catalog.call(self.scripts.end_txn, keys, args)
         on_append = self.context.on_append
         if on_append is not None:
@@ -89,14 +98,7 @@ class Transactions(LogPart):
         return start, offset
 
     def _marker_call(
-        self,
-        topic: str,
-        partition: int,
-        producer_id: int,
-        producer_epoch: int,
-        commit: bool,
-        marker: bytes,
-        transaction: int | None,
+        self, topic: str, partition: int, marker: _Marker
     ) -> tuple[list[str], list[object]]:
         """marker.lua's keys and arguments for one partition."""
         k = self.keys
@@ -105,8 +107,9 @@ class Transactions(LogPart):
         sequence, recovery, floor = self.appends.sequencing(topic, partition, now)
         keys = [p.meta, p.index, p.stats, sequence, p.producers, recovery]
         keys += [p.txn_open, p.txn_aborted, p.txn_ended]
-        args: list[object] = [p.prefix, k.appended(topic), now, producer_id, producer_epoch]
-        args += [int(commit), marker, floor, "" if transaction is None else transaction]
+        args: list[object] = [p.prefix, k.appended(topic), now, marker.producer_id]
+        args += [marker.producer_epoch, int(marker.commit), marker.batch, floor]
+        args.append("" if marker.transaction is None else marker.transaction)
         return keys, args
 
     async def end_transactions(
@@ -124,7 +127,8 @@ class Transactions(LogPart):
         else ('done', or 'prepared' when a partition refused its marker with an error not
         named in ``droppable`` (LUA_ERRORS names): the transaction is left prepared) and
         each partition's refusal or None."""
-        marker = build_control_batch(txn.producer_id, txn.producer_epoch, commit, 0)
+        batch = build_control_batch(txn.producer_id, txn.producer_epoch, commit, 0)
+        marker = _Marker(txn.producer_id, txn.producer_epoch, commit, batch, txn.serial)
         prepared, done = state.fields(txn), state.fields(txn.completed())
         deadline = txn.deadline_ms()
         keys = list(state.keys)
@@ -132,9 +136,7 @@ class Transactions(LogPart):
         args += ["" if deadline is None else deadline, len(prepared), *prepared]
         args += [len(done), *done]
         for topic, partition in partitions:
-            marker_keys, marker_args = self._marker_call(
-                topic, partition, txn.producer_id, txn.producer_epoch, commit, marker, txn.serial
-            )
+            marker_keys, marker_args = self._marker_call(topic, partition, marker)
             keys += marker_keys
             args += marker_args
         status, *replies = await self.scripts.txn_end(keys=keys, args=args)
