@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kio.schema.errors import ErrorCode
-
 from kafkaesque.errors import KafkaesqueError
 from wire.authorize import Operation, check_topic
 from wire.broker import Broker
@@ -36,35 +34,32 @@ async def describe_producers(
     partition_class, state_class = request.response_entities("PartitionResponse", "ProducerState")
 
     async def answer(topic: str, partition: int) -> PartitionResponse:
+        error: KafkaesqueError | None = None
+        producers: tuple[object, ...] = ()
         try:
             check_topic(broker, request, Operation.READ, topic)
             states = await broker.log.producers(topic, partition)
             open_txns = dict(await broker.partitions.open_transactions(topic, partition))
         except KafkaesqueError as exc:
-            return build(
-                partition_class,
-                partition_index=partition,
-                error_code=error_code(exc),
-                error_message=error_message(exc),
-                active_producers=(),
+            error = exc
+        else:
+            producers = tuple(
+                build(
+                    state_class,
+                    producer_id=s.producer_id,
+                    producer_epoch=s.epoch,
+                    last_sequence=s.last_sequence,
+                    last_timestamp=s.last_used,
+                    coordinator_epoch=NO_TRANSACTION,
+                    current_txn_start_offset=open_txns.get(s.producer_id, NO_TRANSACTION),
+                )
+                for s in states
             )
-        producers = tuple(
-            build(
-                state_class,
-                producer_id=s.producer_id,
-                producer_epoch=s.epoch,
-                last_sequence=s.last_sequence,
-                last_timestamp=s.last_used,
-                coordinator_epoch=NO_TRANSACTION,
-                current_txn_start_offset=open_txns.get(s.producer_id, NO_TRANSACTION),
-            )
-            for s in states
-        )
         return build(
             partition_class,
             partition_index=partition,
-            error_code=ErrorCode.none,
-            error_message=None,
+            error_code=error_code(error),
+            error_message=error_message(error),
             active_producers=producers,
         )
 
