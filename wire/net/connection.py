@@ -15,15 +15,15 @@ from kafkaesque.hot.pipelined import WRITTEN
 from kafkaesque.log_throttle import clip
 from wire.handlers import handle, supported
 from wire.metrics import api_name
-from wire.net.connection_io import (
+from wire.net.sasl import MAX_RECEIVE_SIZE
+from wire.net.security import Listener
+from wire.net.stream import (
+    ClientStream,
     ConnectionIdle,
     ReadDeadline,
     RequestStalled,
     read_body,
 )
-from wire.net.sasl import MAX_RECEIVE_SIZE
-from wire.net.security import Listener
-from wire.net.stream import ClientStream
 from wire.protocol.codec import (
     PRODUCE,
     ConnectionState,

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
 import functools
 import gc
 import logging
+import resource
 import signal
 import ssl
 import time
@@ -16,14 +19,13 @@ from typing import Any
 
 from kafkaesque.hot.log import Log
 from kafkaesque.log_throttle import LogThrottle, clip
-from kafkaesque.partition.layer import TopicTraffic
+from kafkaesque.partition.appends import TopicTraffic
 from kafkaesque.security.quota_rates import REFRESH_SECONDS, QuotaManager
 from kafkaesque.tasks import cancel_and_wait
 from wire.broker import Broker, BrokerConfig
 from wire.metrics import Metrics
 from wire.net.budget import RequestBudget
 from wire.net.connection import Connection
-from wire.net.connection_io import keep_freed_memory, raise_open_files_limit
 from wire.net.sasl import SaslSettings, SaslState
 from wire.net.security import TLS_HANDSHAKE_TIMEOUT, Listener, distinguished_name
 from wire.net.stream import ClientStream
@@ -37,6 +39,43 @@ SHUTDOWN_GRACE = 10.0  # seconds in-flight requests get to finish on SIGTERM
 # Connections the kernel queues before they are accepted: a burst of clients connecting at
 # once is accepted, not left to retry their handshake a second later (asyncio's 100).
 LISTEN_BACKLOG = 1024
+
+
+def raise_open_files_limit() -> None:
+    """Raise the soft limit of open files to the hard one: every connection is a file, and
+    the usual soft limit (1024) is below what a broker holds."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):  # an unlimited hard limit (macOS)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+# glibc's mallopt parameters.
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+# Buffers up to this size (a produce request of the default 1 MiB, a received chunk of
+# 256 KiB, the Redis command that appends its batches) come from the heap, not from an
+# mmap of their own; and up to TRIM_ABOVE bytes freed at the heap's top stay with it.
+MMAP_ABOVE = 4 << 20
+TRIM_ABOVE = 32 << 20
+
+
+def keep_freed_memory() -> bool:
+    """Have glibc's malloc reuse freed request buffers rather than give their pages back
+    to the kernel and fault in fresh zeroed ones for the next request: with its defaults,
+    every large request and its Redis command was an mmap and munmap (or a trim of the
+    heap), and page faults were 13% of the broker's CPU producing (docs/profile.md).
+    False where the C library is not glibc (nothing changed)."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        mallopt = ctypes.CDLL(name).mallopt
+    except (OSError, AttributeError):  # musl, macOS: no mallopt
+        return False
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_ABOVE)) and bool(
+        mallopt(M_TRIM_THRESHOLD, TRIM_ABOVE)
+    )
 
 
 class Server:

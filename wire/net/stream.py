@@ -1,11 +1,14 @@
 """A client connection's socket as one asyncio protocol, in place of a StreamReader and
 StreamWriter pair: received bytes stay the chunks the transport handed over (a request
 within one chunk is a view of it, not copied into a stream buffer and out again), and
-answers written in one event-loop turn go out in one send."""
+answers written in one event-loop turn go out in one send. Also the limits on a
+connection's reads: one deadline per connection (``ReadDeadline``) and the read of a
+request's body within it (``read_body``)."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -265,3 +268,131 @@ class ClientStream(asyncio.Protocol):
             server_side=True,
             ssl_handshake_timeout=ssl_handshake_timeout,
         )
+
+
+# -- the deadline of a connection's reads -----------------------------------------------
+
+
+class RequestStalled(Exception):
+    """A client sent part of a request, then nothing for the request timeout."""
+
+
+class ConnectionIdle(Exception):
+    """A client sent no request for connections.max.idle.ms."""
+
+
+class ReadDeadline:
+    """The one timer of a connection's reads: a read may wait at most ``limit`` seconds for
+    its next byte (the idle limit between requests, the stall limit within one). A read
+    in time moves the deadline by assigning two numbers; the timer is re-armed only when
+    it fires early or a shorter limit begins, not per request (three asyncio.timeout
+    contexts per request were 7% of a small Produce). Past the deadline the reader gets
+    the exception, which its pending or next read raises."""
+
+    def __init__(self, reader: ClientStream) -> None:
+        self._reader = reader
+        self._loop = asyncio.get_running_loop()
+        self._limit: float | None = None  # None: no read in progress
+        self._since = 0.0  # the loop time of the last byte (or the read's start)
+        self._expiry: Callable[[], Exception] = ConnectionIdle
+        self._timer: asyncio.TimerHandle | None = None
+        self._end = math.inf  # the loop time by which the whole read must be done
+        self.total_expired = False  # what ran out: the whole read's limit, not a byte's
+
+    def start(
+        self, limit: float, expiry: Callable[[], Exception], total: float | None = None
+    ) -> None:
+        """A read begins that may wait ``limit`` s for a byte and, if ``total`` is given,
+        must be done within ``total`` s however bytes trickle in; ``expiry`` makes the
+        error."""
+        self._since = now = self._loop.time()
+        self._limit = limit
+        self._expiry = expiry
+        self._end = math.inf if total is None else now + total
+        due = min(now + limit, self._end)
+        if self._timer is not None and self._timer.when() > due:
+            self._timer.cancel()
+            self._timer = None
+        if self._timer is None:
+            self._timer = self._loop.call_at(due, self._check)
+
+    def progress(self) -> None:
+        """Bytes came: the limit counts from now."""
+        self._since = self._loop.time()
+
+    def stop(self) -> None:
+        """No read in progress (a request is being handled): no deadline."""
+        self._limit = None
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _check(self) -> None:
+        self._timer = None
+        if self._limit is None:
+            return
+        stalled = self._since + self._limit
+        due = min(stalled, self._end)
+        if self._loop.time() >= due:
+            # The whole read's limit ran out while bytes still came (a dribble), rather
+            # than a stall that the whole read's limit merely cut short.
+            self.total_expired = self._end < stalled and self._end - self._since < self._limit / 2
+            self._limit = None
+            self._reader.set_exception(self._expiry())
+        else:  # bytes came since it was armed: wait for the rest of the limit
+            self._timer = self._loop.call_at(due, self._check)
+
+
+async def read_body(
+    reader: ClientStream,
+    size: int,
+    deadline: ReadDeadline,
+    stall: float,
+    total: float | None = None,
+    received: Callable[[int], None] | None = None,
+) -> bytes | memoryview:
+    """The ``size`` bytes of a request's body; RequestStalled when no byte comes for
+    ``stall`` seconds, or the whole body not within ``total`` seconds (a client dribbling
+    a byte now and then must not hold its request's memory for ever). A large body is read
+    into one buffer, not joined from pieces: its memory is its size, not twice that.
+
+    ``received`` (a large request's): told of the bytes as they arrive, and the buffer grows
+    with them rather than being allocated at the announced size, so a client announcing
+    100 MiB and sending nothing holds nothing."""
+    got = 0
+
+    def late() -> RequestStalled:
+        if deadline.total_expired:
+            return RequestStalled(f"request not received within {total:g} s: {got} of {size} bytes")
+        return RequestStalled(
+            f"request stalled: {got} of {size} bytes, then nothing for {stall:g} s"
+        )
+
+    deadline.start(stall, late, total)
+    chunk = await reader.read(size)
+    if len(chunk) == size:  # all there already: the common case
+        return chunk
+    if not chunk:
+        raise asyncio.IncompleteReadError(b"", size)
+    if received is not None:
+        grown = bytearray()
+        while chunk:
+            received(len(chunk))
+            grown += chunk  # realloc: a large buffer grows in place (mremap), not copied
+            got += len(chunk)
+            if got == size:
+                return memoryview(grown).toreadonly()
+            deadline.progress()
+            chunk = await reader.read(size - got)
+        raise asyncio.IncompleteReadError(b"", size)
+    view = memoryview(bytearray(size))
+    while chunk:
+        view[got : got + len(chunk)] = chunk
+        got += len(chunk)
+        if got == size:
+            return view.toreadonly()
+        deadline.progress()
+        chunk = await reader.read(size - got)
+    raise asyncio.IncompleteReadError(b"", size)  # the client closed mid-request
