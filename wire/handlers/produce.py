@@ -15,7 +15,7 @@ from kafkaesque.errors import (
     TransactionalIdAuthorizationFailed,
     TransactionNotOpen,
 )
-from kafkaesque.partition.layer import Appended
+from kafkaesque.partition.appends import Appended
 from kafkaesque.records.batch import (
     ATTR_TRANSACTIONAL,
     BATCH_LENGTH,
