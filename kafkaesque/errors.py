@@ -47,11 +47,23 @@ class Code(IntEnum):
     UNRELEASED_INSTANCE_ID = 111
     UNSUPPORTED_ASSIGNOR = 112
     STALE_MEMBER_EPOCH = 113
+    INVALID_RECORD_STATE = 121
+    SHARE_SESSION_NOT_FOUND = 122
+    INVALID_SHARE_SESSION_EPOCH = 123
     INVALID_REGULAR_EXPRESSION = 128
 
 
 class KafkaesqueError(Exception):
     """A request the core refuses; the message is meant for people."""
+
+
+class Refused(KafkaesqueError):
+    """A coordinator's refusal that carries its own Kafka code (a group heartbeat's, a
+    share session's): the state machine decides the code, not the exception's class."""
+
+    def __init__(self, code: Code, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 # -- topics and their settings -----------------------------------------------------------

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from kafkaesque.errors import Code
+from kafkaesque.errors import Code, Refused
 from kafkaesque.groups import topic_regex
 from kafkaesque.groups.assignors import range_, uniform
 from kafkaesque.groups.consumer import validate
@@ -16,7 +16,6 @@ from kafkaesque.groups.consumer_state import (
     ConsumerGroup,
     ConsumerGroupConfig,
     Heartbeat,
-    HeartbeatRefused,
     MemberState,
 )
 
@@ -104,10 +103,10 @@ def test_epochs_fencing_and_previous_epoch():
     group = ConsumerGroup("g")
     join(group, "m1")
     epoch = group.members["m1"].epoch
-    with pytest.raises(HeartbeatRefused) as refused:
+    with pytest.raises(Refused) as refused:
         group.update_member(Heartbeat("m1", epoch + 1))
     assert refused.value.code == Code.FENCED_MEMBER_EPOCH
-    with pytest.raises(HeartbeatRefused) as refused:
+    with pytest.raises(Refused) as refused:
         group.update_member(Heartbeat("nobody", 1))
     assert refused.value.code == Code.UNKNOWN_MEMBER_ID
     join(group, "m2")
@@ -160,7 +159,7 @@ def test_expiry_revocation_timeout_and_commit_check():
     ],
 )
 def test_validation(hb, version, code):
-    with pytest.raises(HeartbeatRefused) as refused:
+    with pytest.raises(Refused) as refused:
         validate(hb, version)
     assert refused.value.code == code
 

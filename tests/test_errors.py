@@ -15,10 +15,21 @@ from kafkaesque.hot import redis_errors
 from wire.errors import ERROR_CODES, error_code
 
 
-@pytest.mark.parametrize("cls", errors.all_errors(), ids=lambda c: c.__name__)
+TABLED = [cls for cls in errors.all_errors() if not issubclass(cls, errors.Refused)]
+
+
+@pytest.mark.parametrize("cls", TABLED, ids=lambda c: c.__name__)
 def test_every_core_exception_has_its_own_kafka_code(cls: type[errors.KafkaesqueError]) -> None:
     assert cls in ERROR_CODES, f"{cls.__name__} has no entry in wire/errors.py"
     assert error_code(cls("x")) is ERROR_CODES[cls]
+
+
+@pytest.mark.parametrize("code", list(errors.Code), ids=lambda c: c.name)
+def test_a_refusal_answers_the_code_its_coordinator_chose(code: errors.Code) -> None:
+    """Refused carries its code (a heartbeat's, a share session's); each of the core's
+    codes is Kafka's code of the same name."""
+    answered = error_code(errors.Refused(code, "x"))
+    assert answered == int(code) and answered.name.upper() == code.name
 
 
 def test_the_core_exceptions_are_all_found() -> None:

@@ -11,12 +11,13 @@ import redis.asyncio
 
 from kafkaesque.clock import ManualClock
 from kafkaesque.config.topic_config import TopicConfig
+from kafkaesque.errors import Code, Refused
 from kafkaesque.groups.share.assignor import assign
 from kafkaesque.groups.share.config import ShareGroupConfig
 from kafkaesque.groups.share.coordinator import ShareGroupCoordinator
 from kafkaesque.groups.share.fetch import ShareFetcher
 from kafkaesque.groups.share.sessions import ShareSessions
-from kafkaesque.groups.share.state import ShareCode, ShareHeartbeat, ShareRefused
+from kafkaesque.groups.share.state import ShareHeartbeat
 from kafkaesque.hot.log import Log
 from kafkaesque.partition.layer import Partitions
 from kafkaesque.records.build import build_batch
@@ -34,14 +35,14 @@ def test_the_simple_assignor_shares_partitions_among_more_members() -> None:
 
 def test_share_sessions_epochs() -> None:
     sessions = ShareSessions()
-    with pytest.raises(ShareRefused) as missing:
+    with pytest.raises(Refused) as missing:
         sessions.find("g", "m", 1)
-    assert missing.value.code == ShareCode.SHARE_SESSION_NOT_FOUND
+    assert missing.value.code == Code.SHARE_SESSION_NOT_FOUND
     session = sessions.open("g", "m", [("t", 0)])
     assert sessions.find("g", "m", 1) is session
-    with pytest.raises(ShareRefused) as stale:
+    with pytest.raises(Refused) as stale:
         sessions.find("g", "m", 1)  # the epoch moved on to 2
-    assert stale.value.code == ShareCode.INVALID_SHARE_SESSION_EPOCH
+    assert stale.value.code == Code.INVALID_SHARE_SESSION_EPOCH
     session.update([("t", 1)], [("t", 0)])
     assert session.partitions == [("t", 1)]
     assert sessions.find("g", "m", -1) is session  # closing: any state of the epoch
@@ -62,9 +63,9 @@ def test_heartbeats_expiry_and_released_records(redis_url: str) -> None:
         log, coordinator, fetcher = make(redis_url, clock)
         await log.create_topic(TopicConfig("t", 2))
         await log.append("t", 0, [build_batch([b"a", b"b", b"c"])])
-        with pytest.raises(ShareRefused) as empty:
+        with pytest.raises(Refused) as empty:
             await coordinator.heartbeat("g", ShareHeartbeat("a", 0, topics=[]))
-        assert empty.value.code == ShareCode.INVALID_REQUEST
+        assert empty.value.code == Code.INVALID_REQUEST
         a = await coordinator.heartbeat("g", ShareHeartbeat("a", 0, topics=["t"]))
         assert (a.epoch, a.assignment) == (1, [("t", 0), ("t", 1)])
         b = await coordinator.heartbeat("g", ShareHeartbeat("b", 0, topics=["t"]))
@@ -73,19 +74,19 @@ def test_heartbeats_expiry_and_released_records(redis_url: str) -> None:
         assert (again.epoch, again.assignment) == (2, [("t", 0)])  # a new assignment
         quiet = await coordinator.heartbeat("g", ShareHeartbeat("a", 2))
         assert quiet.assignment is None  # unchanged: not sent
-        with pytest.raises(ShareRefused) as fenced:
+        with pytest.raises(Refused) as fenced:
             await coordinator.heartbeat("g", ShareHeartbeat("a", 7))
-        assert fenced.value.code == ShareCode.FENCED_MEMBER_EPOCH
-        with pytest.raises(ShareRefused) as stranger:
+        assert fenced.value.code == Code.FENCED_MEMBER_EPOCH
+        with pytest.raises(Refused) as stranger:
             await coordinator.heartbeat("g", ShareHeartbeat("z", -1))  # leaving, unknown
-        assert stranger.value.code == ShareCode.UNKNOWN_MEMBER_ID
+        assert stranger.value.code == Code.UNKNOWN_MEMBER_ID
         coordinator.config.max_size = 2  # group.share.max.size
-        with pytest.raises(ShareRefused) as full:
+        with pytest.raises(Refused) as full:
             await coordinator.heartbeat("g", ShareHeartbeat("c", 0, topics=["t"]))
-        assert full.value.code == ShareCode.GROUP_MAX_SIZE_REACHED
-        with pytest.raises(ShareRefused) as unknown:
+        assert full.value.code == Code.GROUP_MAX_SIZE_REACHED
+        with pytest.raises(Refused) as unknown:
             await coordinator.heartbeat("g", ShareHeartbeat("z", 2))
-        assert unknown.value.code == ShareCode.UNKNOWN_MEMBER_ID
+        assert unknown.value.code == Code.UNKNOWN_MEMBER_ID
         # Without share.auto.offset.reset=earliest a new share-partition starts at the end.
         latest = await fetcher.fetch("g", "a", [("t", 0)], 0, 1, 1 << 20, 10)
         assert latest[("t", 0)].runs == []

@@ -82,6 +82,8 @@ def error_code(error: BaseException | Code | int | None) -> ErrorCode:
     if isinstance(error, (Code, int)):
         # the group and transaction state machines speak Kafka's codes
         return ErrorCode(int(error))
+    if isinstance(error, core.Refused):
+        return ErrorCode(int(error.code))
     for cls in type(error).__mro__:
         code = ERROR_CODES.get(cls)
         if code is not None:

@@ -12,8 +12,9 @@ from collections.abc import Mapping
 import click
 
 from kafkaesque.cli.group_view import GroupView, MemberView, by_topic
+from kafkaesque.errors import Refused
 from kafkaesque.groups.share.coordinator import ShareGroupCoordinator
-from kafkaesque.groups.share.state import ASSIGNOR, ShareRefused
+from kafkaesque.groups.share.state import ASSIGNOR
 from kafkaesque.hot.group_offsets import CommittedOffset
 from kafkaesque.hot.log import Log
 from kafkaesque.types import TopicPartition
@@ -63,5 +64,5 @@ async def reset_share_offsets(log: Log, group: str, offsets: Mapping[TopicPartit
     while the group has members."""
     try:
         await ShareGroupCoordinator(log).alter_offsets(group, offsets)
-    except ShareRefused as refused:
+    except Refused as refused:
         raise click.ClickException(f"group {group}: {refused} ({refused.code.name})") from None

@@ -19,7 +19,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from kafkaesque.clock import SYSTEM, Clock
-from kafkaesque.errors import Code
+from kafkaesque.errors import Code, Refused
 from kafkaesque.groups import topic_regex
 from kafkaesque.groups.assignors import ASSIGNORS
 from kafkaesque.groups.consumer_state import (
@@ -28,7 +28,6 @@ from kafkaesque.groups.consumer_state import (
     ConsumerGroup,
     ConsumerGroupConfig,
     Heartbeat,
-    HeartbeatRefused,
     HeartbeatResult,
     new_member_id,
 )
@@ -42,8 +41,8 @@ if TYPE_CHECKING:
 def validate(hb: Heartbeat, version: int) -> None:
     """Kafka's request checks, before the group is looked at."""
 
-    def invalid(message: str) -> HeartbeatRefused:
-        return HeartbeatRefused(Code.INVALID_REQUEST, message)
+    def invalid(message: str) -> Refused:
+        return Refused(Code.INVALID_REQUEST, message)
 
     if not hb.member_id and (version >= 1 or hb.epoch != 0):
         raise invalid("MemberId can't be empty.")
@@ -63,7 +62,7 @@ def validate(hb: Heartbeat, version: int) -> None:
         if hb.owned:
             raise invalid("TopicPartitions must be empty when (re-)joining.")
     if hb.assignor is not None and hb.assignor not in ASSIGNORS:
-        raise HeartbeatRefused(Code.UNSUPPORTED_ASSIGNOR, f"unknown assignor {hb.assignor!r}")
+        raise Refused(Code.UNSUPPORTED_ASSIGNOR, f"unknown assignor {hb.assignor!r}")
     if hb.regex:
         check_regex(hb.regex)
 
@@ -72,7 +71,7 @@ def check_regex(regex: str) -> None:
     """INVALID_REGULAR_EXPRESSION for a regex RE2/J refuses or we could not match safely."""
     why = topic_regex.problem(regex)
     if why is not None:
-        raise HeartbeatRefused(Code.INVALID_REGULAR_EXPRESSION, f"invalid regex {regex!r}: {why}")
+        raise Refused(Code.INVALID_REGULAR_EXPRESSION, f"invalid regex {regex!r}: {why}")
 
 
 class ConsumerGroupCoordinator(HeartbeatGroups[ConsumerGroup, ConsumerGroupConfig]):
@@ -97,9 +96,9 @@ class ConsumerGroupCoordinator(HeartbeatGroups[ConsumerGroup, ConsumerGroupConfi
         await self.store.save(group, beat)
 
     async def heartbeat(self, group_id: str, hb: Heartbeat, version: int) -> HeartbeatResult:
-        """One ConsumerGroupHeartbeat; raises HeartbeatRefused with the error to answer."""
+        """One ConsumerGroupHeartbeat; raises Refused with the error to answer."""
         if not group_id:
-            raise HeartbeatRefused(Code.INVALID_REQUEST, "GroupId can't be empty.")
+            raise Refused(Code.INVALID_REQUEST, "GroupId can't be empty.")
         validate(hb, version)
         if not hb.member_id:  # v0: the coordinator names new members
             hb = dataclasses.replace(hb, member_id=new_member_id())
@@ -109,7 +108,7 @@ class ConsumerGroupCoordinator(HeartbeatGroups[ConsumerGroup, ConsumerGroupConfi
             now = self.clock.now_ms()
             if group is None:
                 if hb.epoch != 0:
-                    raise HeartbeatRefused(Code.GROUP_ID_NOT_FOUND, f"group {group_id} not found")
+                    raise Refused(Code.GROUP_ID_NOT_FOUND, f"group {group_id} not found")
                 await self._take_over_classic(group_id)
                 group = ConsumerGroup(group_id)
             before = group.pack()
@@ -138,9 +137,7 @@ class ConsumerGroupCoordinator(HeartbeatGroups[ConsumerGroup, ConsumerGroupConfi
         if classic is None:
             return
         if classic.members:
-            raise HeartbeatRefused(
-                Code.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
-            )
+            raise Refused(Code.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
         await self.store.drop_classic(group_id)
 
     async def _topics(self, group: ConsumerGroup) -> dict[str, list]:

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from kafkaesque.errors import Code
+from kafkaesque.errors import Code, Refused
 from kafkaesque.groups import topic_regex
 from kafkaesque.groups.assignors import ASSIGNORS, DEFAULT_ASSIGNOR
 from kafkaesque.groups.packing import pack_group, unpack_group
@@ -31,14 +31,6 @@ from kafkaesque.types import TopicPartition
 
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2  # a static member that will come back under its instance id
-
-
-class HeartbeatRefused(Exception):
-    """A heartbeat's error: its code and the message the response carries."""
-
-    def __init__(self, code: Code, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class MemberState(StrEnum):
@@ -222,14 +214,14 @@ class ConsumerGroup:
         if hb.epoch == 0:
             member = self._join(hb, member, owner)
         elif member is None:
-            raise HeartbeatRefused(Code.UNKNOWN_MEMBER_ID, f"{hb.member_id} is not a member")
+            raise Refused(Code.UNKNOWN_MEMBER_ID, f"{hb.member_id} is not a member")
         elif hb.epoch != member.epoch and not (
             hb.epoch == member.previous_epoch
             and (owned := self.resolve(hb.owned)) is not None
             and owned <= set(member.assigned)
         ):
             # An older epoch is fine only from a member that missed our last answer.
-            raise HeartbeatRefused(
+            raise Refused(
                 Code.FENCED_MEMBER_EPOCH,
                 f"epoch {hb.epoch} is not the member's epoch {member.epoch}",
             )
@@ -259,7 +251,7 @@ class ConsumerGroup:
     ) -> ConsumerMember:
         if owner is not None and owner.member_id != hb.member_id:
             if owner.epoch != STATIC_LEAVE_EPOCH:
-                raise HeartbeatRefused(
+                raise Refused(
                     Code.UNRELEASED_INSTANCE_ID,
                     f"instance {hb.instance_id} is still used by member {owner.member_id}",
                 )
@@ -289,7 +281,7 @@ class ConsumerGroup:
         partitions stay its own until it comes back or its session expires)."""
         member = self.members.get(member_id)
         if member is None:
-            raise HeartbeatRefused(Code.UNKNOWN_MEMBER_ID, f"{member_id} unknown")
+            raise Refused(Code.UNKNOWN_MEMBER_ID, f"{member_id} unknown")
         if epoch == STATIC_LEAVE_EPOCH and member.instance_id is not None:
             member.previous_epoch, member.epoch = member.epoch, STATIC_LEAVE_EPOCH
         else:

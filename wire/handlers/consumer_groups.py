@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.errors import StorageUnavailable
-from kafkaesque.groups.consumer_state import ConsumerGroup, Heartbeat, HeartbeatRefused
+from kafkaesque.errors import Refused, StorageUnavailable
+from kafkaesque.groups.consumer_state import ConsumerGroup, Heartbeat
 from kafkaesque.types import TopicPartition
 from wire.authorize import Operation, check_group
 from wire.broker import Broker
+from wire.errors import error_code
 from wire.group_answers import (
     assignment,
     by_topic,
@@ -73,8 +74,8 @@ async def consumer_group_heartbeat(
         return heartbeat_refused(schema, ErrorCode.group_id_not_found, message)
     try:
         result = await broker.consumer_groups.heartbeat(body.group_id, hb, request.api_version)
-    except HeartbeatRefused as refused:
-        return heartbeat_refused(schema, ErrorCode(int(refused.code)), str(refused))
+    except Refused as refused:
+        return heartbeat_refused(schema, error_code(refused), str(refused))
     except StorageUnavailable:
         return heartbeat_refused(schema, ErrorCode.coordinator_not_available, None)
     assigned = None

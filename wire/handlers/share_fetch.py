@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import Records
 
-from kafkaesque.errors import GroupAuthorizationFailed
+from kafkaesque.errors import Code, GroupAuthorizationFailed, Refused
 from kafkaesque.groups.share.config import ShareGroupConfig
 from kafkaesque.groups.share.fetch import Acquired
 from kafkaesque.groups.share.sessions import (
@@ -24,7 +24,6 @@ from kafkaesque.groups.share.sessions import (
     ShareSession,
     ShareSessions,
 )
-from kafkaesque.groups.share.state import ShareCode, ShareRefused
 from kafkaesque.types import TopicPartition
 from wire.authorize import Operation, ResourceType, allowed, check_group
 from wire.broker import Broker
@@ -159,16 +158,16 @@ def _session(
     acks: Acks,
 ) -> ShareSession:
     """The share session a ShareFetch opens (epoch 0), continues or closes (-1), as
-    Kafka's SharePartitionManager.newContext; raises ShareRefused."""
+    Kafka's SharePartitionManager.newContext; raises Refused."""
     if epoch == INITIAL_EPOCH:
         if acks:
-            raise ShareRefused(
-                ShareCode.INVALID_REQUEST, "acknowledgements in a share fetch opening a session"
+            raise Refused(
+                Code.INVALID_REQUEST, "acknowledgements in a share fetch opening a session"
             )
         return sessions.open(group_id, member_id, wanted)
     if epoch == FINAL_EPOCH and wanted and not acks:
-        raise ShareRefused(
-            ShareCode.INVALID_REQUEST, "partitions to fetch in a share fetch closing its session"
+        raise Refused(
+            Code.INVALID_REQUEST, "partitions to fetch in a share fetch closing its session"
         )
     session = sessions.find(group_id, member_id, epoch)
     if epoch != FINAL_EPOCH:
@@ -231,8 +230,8 @@ async def share_fetch(broker: Broker, request: Request[ShareFetchRequest]) -> Sh
     sessions = broker.share_fetcher.sessions
     try:
         session = _session(sessions, group_id, member_id, epoch, wanted, forgotten, acks)
-    except ShareRefused as refused:
-        return _answer(request, ErrorCode(int(refused.code)), str(refused), lock_ms)
+    except Refused as refused:
+        return _answer(request, error_code(refused), str(refused), lock_ms)
     # The acknowledgements go to Redis first and the fetch's first scripts right behind
     # them, in one round trip (the shared connection keeps their order; were it not kept,
     # a fetch would only see fewer records to acquire).
@@ -300,13 +299,13 @@ async def share_acknowledge(
     sessions = broker.share_fetcher.sessions
     try:
         if epoch == INITIAL_EPOCH:
-            raise ShareRefused(
-                ShareCode.INVALID_SHARE_SESSION_EPOCH,
+            raise Refused(
+                Code.INVALID_SHARE_SESSION_EPOCH,
                 "a share acknowledgement cannot open a share session",
             )
         session = sessions.find(group_id, member_id, epoch)
-    except ShareRefused as refused:
-        return _answer(request, ErrorCode(int(refused.code)), str(refused), lock_ms)
+    except Refused as refused:
+        return _answer(request, error_code(refused), str(refused), lock_ms)
     topics = _Topics(broker)
     unknown: dict[tuple[uuid.UUID, int], ErrorCode] = {}
     acks = await _acks(topics, body.topics, unknown)

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from kafkaesque.errors import KafkaesqueError, StorageUnavailable
-from kafkaesque.groups.share.state import ShareGroup, ShareHeartbeat, ShareRefused
+from kafkaesque.errors import KafkaesqueError, Refused, StorageUnavailable
+from kafkaesque.groups.share.state import ShareGroup, ShareHeartbeat
 from wire.authorize import Operation, ResourceType, allowed, check_group
 from wire.broker import Broker
 from wire.errors import error_code
@@ -74,8 +74,8 @@ async def share_group_heartbeat(
     )
     try:
         result = await broker.share_groups.heartbeat(body.group_id, hb)
-    except ShareRefused as refused:
-        return heartbeat_refused(schema, ErrorCode(int(refused.code)), str(refused))
+    except Refused as refused:
+        return heartbeat_refused(schema, error_code(refused), str(refused))
     except StorageUnavailable:
         return heartbeat_refused(schema, ErrorCode.coordinator_not_available, None)
     config = await broker.share_groups.group_config(body.group_id)
@@ -181,9 +181,7 @@ async def describe_share_group_offsets(
                         partitions=tuple(parts),
                     )
                 )
-        except ShareRefused as refused:
-            code, message = ErrorCode(int(refused.code)), str(refused)
-        except KafkaesqueError as exc:
+        except KafkaesqueError as exc:  # a Refused among them: its own code
             code, message = error_code(exc), str(exc)
         groups.append(
             build(
@@ -202,12 +200,12 @@ def _done_in_flight(state: Any) -> int:
     return state.end - state.start - state.acquired - state.available
 
 
-def _refused(schema: type, refused: ShareRefused) -> Any:
+def _refused(schema: type, refused: Refused) -> Any:
     """Alter/DeleteShareGroupOffsets refused as a whole (another kind of group, members)."""
     return build(
         schema,
         throttle_time=NO_THROTTLE,
-        error_code=ErrorCode(int(refused.code)),
+        error_code=error_code(refused),
         error_message=str(refused),
         responses=(),
     )
@@ -240,7 +238,7 @@ async def alter_share_group_offsets(
                 wanted[tp] = p.start_offset
     try:
         await broker.share_groups.alter_offsets(body.group_id, wanted)
-    except ShareRefused as refused:
+    except Refused as refused:
         return _refused(schema, refused)
     responses = tuple(
         build(
@@ -281,7 +279,7 @@ async def delete_share_group_offsets(
         await broker.share_groups.delete_offsets(
             body.group_id, [n for n in names if n not in errors]
         )
-    except ShareRefused as refused:
+    except Refused as refused:
         return _refused(schema, refused)
     responses = tuple(
         build(

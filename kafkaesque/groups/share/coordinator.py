@@ -14,16 +14,15 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from kafkaesque.clock import SYSTEM, Clock
+from kafkaesque.errors import Code, Refused
 from kafkaesque.groups.heartbeat_groups import TOPIC_REFRESH_MS, HeartbeatGroups, topic_entries
 from kafkaesque.groups.share.config import ShareGroupConfig
 from kafkaesque.groups.share.state import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
-    ShareCode,
     ShareGroup,
     ShareHeartbeat,
     ShareHeartbeatResult,
-    ShareRefused,
 )
 from kafkaesque.hot.share_store import PartitionState, ShareStore
 from kafkaesque.types import TopicPartition
@@ -35,8 +34,8 @@ if TYPE_CHECKING:
 def validate(group_id: str, hb: ShareHeartbeat) -> None:
     """Kafka's request checks, before the group is looked at."""
 
-    def invalid(message: str) -> ShareRefused:
-        return ShareRefused(ShareCode.INVALID_REQUEST, message)
+    def invalid(message: str) -> Refused:
+        return Refused(Code.INVALID_REQUEST, message)
 
     if not group_id:
         raise invalid("GroupId can't be empty.")
@@ -71,7 +70,7 @@ class ShareGroupCoordinator(HeartbeatGroups[ShareGroup, ShareGroupConfig]):
         return await self.store.exists_group(group_id)
 
     async def heartbeat(self, group_id: str, hb: ShareHeartbeat) -> ShareHeartbeatResult:
-        """One ShareGroupHeartbeat; raises ShareRefused with the error to answer."""
+        """One ShareGroupHeartbeat; raises Refused with the error to answer."""
         validate(group_id, hb)
         async with self.store.lock(group_id):
             group = await self.store.load(group_id)
@@ -79,15 +78,13 @@ class ShareGroupCoordinator(HeartbeatGroups[ShareGroup, ShareGroupConfig]):
             now = self.clock.now_ms()
             if group is None:
                 if hb.epoch != JOIN_EPOCH:
-                    raise ShareRefused(
-                        ShareCode.UNKNOWN_MEMBER_ID, f"Group {group_id} has no such member."
-                    )
+                    raise Refused(Code.UNKNOWN_MEMBER_ID, f"Group {group_id} has no such member.")
                 await self._check_kind(group_id)
                 group = ShareGroup(group_id)
             if hb.epoch == LEAVE_EPOCH:
                 if not group.leave(hb.member_id):
-                    raise ShareRefused(
-                        ShareCode.UNKNOWN_MEMBER_ID,
+                    raise Refused(
+                        Code.UNKNOWN_MEMBER_ID,
                         f"Member {hb.member_id} is not a member of group {group_id}.",
                     )
                 await self.store.save(group)
@@ -110,9 +107,7 @@ class ShareGroupCoordinator(HeartbeatGroups[ShareGroup, ShareGroupConfig]):
         """A share group cannot take an id a classic or consumer group has (Kafka:
         GROUP_ID_NOT_FOUND, "not a share group")."""
         if await self.store.other_kind(group_id):
-            raise ShareRefused(
-                ShareCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group."
-            )
+            raise Refused(Code.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.")
 
     async def _topics(self, group: ShareGroup) -> dict[str, list]:
         """The subscribed topics' [topic id, partition count], those that exist."""
@@ -150,22 +145,22 @@ class ShareGroupCoordinator(HeartbeatGroups[ShareGroup, ShareGroupConfig]):
         return group.next_expiry(heartbeats, config.session_timeout_ms)
 
     # -- the classic group APIs and the admin ones -------------------------------------------
-    async def delete(self, group_id: str) -> ShareCode | None:
+    async def delete(self, group_id: str) -> Code | None:
         """DeleteGroups of a share group (None: it is none): refused with members."""
         async with self.store.lock(group_id):
             group = await self.store.load(group_id)
             if group is None:
                 return None
             if group.members:
-                return ShareCode.NON_EMPTY_GROUP
+                return Code.NON_EMPTY_GROUP
             await self.store.delete(group_id)
-        return ShareCode.NONE
+        return Code.NONE
 
     async def offsets(
         self, group_id: str, topics: Mapping[str, list[int]] | None
     ) -> dict[TopicPartition, PartitionState | None]:
         """DescribeShareGroupOffsets: the share-partitions asked (``topics`` None: every
-        one with state), each with its state or None (not initialized). Raises ShareRefused
+        one with state), each with its state or None (not initialized). Raises Refused
         GROUP_ID_NOT_FOUND for an id that is another kind of group."""
         await self._check_kind(group_id)
         if topics is None:
@@ -182,8 +177,8 @@ class ShareGroupCoordinator(HeartbeatGroups[ShareGroup, ShareGroupConfig]):
         async with self.store.lock(group_id):
             group = await self.store.load(group_id)
             if group is not None and group.members:
-                raise ShareRefused(
-                    ShareCode.NON_EMPTY_GROUP,
+                raise Refused(
+                    Code.NON_EMPTY_GROUP,
                     "The group has active members; offsets can be altered only when it is empty.",
                 )
             if group is None:  # Kafka creates the group, empty
@@ -205,12 +200,10 @@ class ShareGroupCoordinator(HeartbeatGroups[ShareGroup, ShareGroupConfig]):
         async with self.store.lock(group_id):
             group = await self.store.load(group_id)
             if group is None:
-                raise ShareRefused(
-                    ShareCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group."
-                )
+                raise Refused(Code.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.")
             if group.members:
-                raise ShareRefused(
-                    ShareCode.NON_EMPTY_GROUP,
+                raise Refused(
+                    Code.NON_EMPTY_GROUP,
                     "The group has active members; offsets can be deleted only when it is empty.",
                 )
             wanted = set(topics)

@@ -11,7 +11,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from kafkaesque.groups.share.state import ShareCode, ShareRefused
+from kafkaesque.errors import Code, Refused
 from kafkaesque.types import TopicPartition
 
 INITIAL_EPOCH, FINAL_EPOCH = 0, -1
@@ -67,18 +67,18 @@ class ShareSessions:
 
     def find(self, group_id: str, member_id: str, epoch: int) -> ShareSession:
         """The session a request at ``epoch`` (not 0) continues; its epoch moves on unless
-        the request closes it (-1). Raises ShareRefused."""
+        the request closes it (-1). Raises Refused."""
         session = self._sessions.get((group_id, member_id))
         if session is None:
-            raise ShareRefused(
-                ShareCode.SHARE_SESSION_NOT_FOUND,
+            raise Refused(
+                Code.SHARE_SESSION_NOT_FOUND,
                 f"no share session for member {member_id} of group {group_id}",
             )
         if epoch == FINAL_EPOCH:
             return session
         if epoch != session.epoch:
-            raise ShareRefused(
-                ShareCode.INVALID_SHARE_SESSION_EPOCH,
+            raise Refused(
+                Code.INVALID_SHARE_SESSION_EPOCH,
                 f"share session epoch {epoch}, expected {session.epoch}",
             )
         session.advance()

@@ -12,38 +12,15 @@ UNKNOWN_MEMBER_ID.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import IntEnum
 from typing import Any
 
 import msgpack
 
+from kafkaesque.errors import Code, Refused
 from kafkaesque.groups.share.assignor import assign
 
 JOIN_EPOCH, LEAVE_EPOCH = 0, -1
 ASSIGNOR = "simple"
-
-
-class ShareCode(IntEnum):
-    """The Kafka error codes share-group requests answer (per item, or as a whole)."""
-
-    NONE = 0
-    UNKNOWN_MEMBER_ID = 25
-    INVALID_REQUEST = 42
-    NON_EMPTY_GROUP = 68
-    GROUP_ID_NOT_FOUND = 69
-    GROUP_MAX_SIZE_REACHED = 81
-    FENCED_MEMBER_EPOCH = 110
-    INVALID_RECORD_STATE = 121
-    SHARE_SESSION_NOT_FOUND = 122
-    INVALID_SHARE_SESSION_EPOCH = 123
-
-
-class ShareRefused(Exception):
-    """A share-group request refused with ``code`` (and this message)."""
-
-    def __init__(self, code: ShareCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,12 +94,12 @@ class ShareGroup:
         whether the members or subscriptions changed (the caller then re-reads the topics
         and calls ``set_topics``, which bumps the epoch once, then ``answer``). A new
         member beyond ``max_size`` (group.share.max.size) is refused. Raises
-        ShareRefused."""
+        Refused."""
         member = self.members.get(hb.member_id)
         if hb.epoch == JOIN_EPOCH:
             if member is None and len(self.members) >= max_size:
-                raise ShareRefused(
-                    ShareCode.GROUP_MAX_SIZE_REACHED,
+                raise Refused(
+                    Code.GROUP_MAX_SIZE_REACHED,
                     f"The share group has reached its maximum capacity of {max_size} members.",
                 )
             if member is None:
@@ -131,13 +108,13 @@ class ShareGroup:
                 )
                 self.members[hb.member_id] = member
         elif member is None:
-            raise ShareRefused(
-                ShareCode.UNKNOWN_MEMBER_ID,
+            raise Refused(
+                Code.UNKNOWN_MEMBER_ID,
                 f"Member {hb.member_id} is not a member of group {self.group_id}.",
             )
         elif hb.epoch != member.epoch and hb.epoch != member.previous_epoch:
-            raise ShareRefused(
-                ShareCode.FENCED_MEMBER_EPOCH,
+            raise Refused(
+                Code.FENCED_MEMBER_EPOCH,
                 f"The share group member has epoch {hb.epoch}, the coordinator "
                 f"{member.epoch}. The member must abandon all its partitions and rejoin.",
             )
