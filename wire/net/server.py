@@ -24,12 +24,11 @@ from kafkaesque.security.quota_rates import REFRESH_SECONDS, QuotaManager
 from kafkaesque.tasks import cancel_and_wait
 from wire.broker import Broker, BrokerConfig
 from wire.metrics import Metrics
-from wire.net.budget import RequestBudget
 from wire.net.connection import Connection
 from wire.net.sasl import SaslSettings, SaslState
 from wire.net.security import TLS_HANDSHAKE_TIMEOUT, Listener, distinguished_name
 from wire.net.stream import ClientStream
-from wire.net.throttling import Throttling
+from wire.net.throttling import RequestBudget, Throttling
 from wire.protocol.codec import ConnectionState
 from wire.topic_metrics import Lag, TrafficCounters
 
