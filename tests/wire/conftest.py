@@ -26,6 +26,8 @@ from tests.wire.clients import Client, make
 
 REPO = Path(__file__).resolve().parents[2]
 CLI_TIMEOUT = 120.0  # seconds for one CLI command
+# How a serve option or --config sets group.initial.rebalance.delay.ms.
+INITIAL_DELAY = ("--group-initial-rebalance-delay-ms", "group.initial.rebalance.delay.ms")
 
 
 class Broker:
@@ -57,6 +59,10 @@ class Broker:
             # Brokers of one test module share its Redis with other options each: one
             # node id keeps each answering for itself instead of forming a cluster.
             command += ["--node-id", "0"]
+        if not any(a.startswith(INITIAL_DELAY) for a in extra_args):
+            # A new group waits 0.2 s for more members, not Kafka's 3 s: a test's members
+            # start together (tests/test_groups.py checks the delay itself).
+            command += [INITIAL_DELAY[0], "200"]
         command += extra_args
         self.command = command
         self.start()
