@@ -29,6 +29,7 @@ import pytest
 import redis
 
 from tests.storage.test_served import archived_to, archiving_broker, wait_until  # noqa: F401
+from tests.wire.common import FAST_GROUP_ARGS
 from tests.wire.conftest import Broker
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -37,6 +38,9 @@ aiokafka = pytest.importorskip("aiokafka")
 
 ARCHIVED = 1050
 TIMEOUT = 60.0
+# Members heartbeat every HEARTBEAT_MS within 6 s sessions (aiokafka heartbeats only while
+# it polls, and the test stops polling for a few seconds while it archives).
+HEARTBEAT_MS = 200
 
 
 class Seen:
@@ -68,7 +72,7 @@ class Confluent:
                 "enable.auto.commit": False,
                 "auto.offset.reset": "error",
                 "session.timeout.ms": 6000,
-                "heartbeat.interval.ms": 500,
+                "heartbeat.interval.ms": HEARTBEAT_MS,
                 "logger": logging.getLogger("librdkafka"),
             }
         )
@@ -107,7 +111,7 @@ class KafkaPython:
             enable_auto_commit=False,
             auto_offset_reset="none",
             session_timeout_ms=6000,
-            heartbeat_interval_ms=500,
+            heartbeat_interval_ms=HEARTBEAT_MS,
         )
 
     def poll(self) -> None:
@@ -145,7 +149,7 @@ class AioKafka:
                 enable_auto_commit=False,
                 auto_offset_reset="none",
                 session_timeout_ms=6000,
-                heartbeat_interval_ms=500,
+                heartbeat_interval_ms=HEARTBEAT_MS,
             )
             await self.consumer.start()
 
@@ -237,12 +241,12 @@ SCENARIOS = [("running", 200), ("lagging", 200), ("restarted", 10), ("restarted"
 def test_group_consumer_is_told_when_offsets_it_read_were_lost(
     redis_url: str,
     pg_dsn: str,
-    archiving_broker: Callable[[], Broker],  # noqa: F811 (the fixture imported above)
+    archiving_broker: Callable[..., Broker],  # noqa: F811 (the fixture imported above)
     client_name: str,
     mode: str,
     fresh: int,
 ) -> None:
-    broker = archiving_broker()
+    broker = archiving_broker(*FAST_GROUP_ARGS)  # groups form in 0.2 s, not 3
     topic, group = f"lost-{client_name}", f"g-{client_name}"
     broker.cli("create", topic, "--page-size", "200")
     old = [b"old-%04d" % i for i in range(ARCHIVED + 50)]
@@ -280,7 +284,8 @@ def test_group_consumer_is_told_when_offsets_it_read_were_lost(
         if client is None:  # a new member of the group
             client = CLIENTS[client_name](broker.bootstrap, topic, group, seen)
         else:
-            poll_until(client, seen, lambda: False, timeout=3)  # heartbeats, 6 at least
+            # Heartbeats, 6 at least.
+            poll_until(client, seen, lambda: False, timeout=6 * HEARTBEAT_MS / 1000)
             client.pause(False)
         last = ARCHIVED + fresh - 1
         poll_until(
