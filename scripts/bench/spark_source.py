@@ -15,12 +15,16 @@ Batch, best of R rounds each, every column into Spark's "noop" sink:
 - arrow:    a plain read of the same archived rows from PostgreSQL into a pyarrow Table
             in this process (asyncpg, one connection: rows as Python objects);
 - floor:    a Python data source that only hands Spark ready-made Arrow batches of the
-            same schema and size (N rows in tasks of 50,000, as the source plans them):
+            same schema and size (N rows in one task per core, as the source plans
+            them, a batch per 32,768 rows):
             what Spark itself costs for a Python data source (its JVM taking the
             batches in, the Python workers sending them), which no reader can beat.
 
 Prints rows/s of each and the ratios source / jdbc, archived / arrow and source / floor
-(goal: source >= 300,000 rows/s). The writer: a streaming query (Trigger.AvailableNow)
+(goal: source >= 300,000 rows/s), and beside each the CPU seconds per million rows that
+the processes a read runs in spent (median over the rounds, from /proc): Spark's JVM,
+its Python workers, PostgreSQL, Redis and this driver process (the arrow pass runs
+here). On a loaded machine the CPU is steadier than the time. The writer: a streaming query (Trigger.AvailableNow)
 copies a topic of --copy records into another through the data source's writer; the copy
 is read back
 and must equal its source, partition by partition, in order. Streaming latency: a query
@@ -37,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -57,9 +62,9 @@ from kafkaesque.records.batch import decode_batch, next_offset
 from kafkaesque.records.build import build_batch
 from storage_pg import EmbeddedPostgres
 from storage_pg import spark as job
+from storage_pg.embedded import postmaster
 from storage_pg.spark.source import register
 from storage_pg.spark.source.columns import schema_ddl
-from storage_pg.spark.source.options import MAX_PER_TASK
 from storage_pg.tiered import Archive, attach
 
 PARTITIONS = 3
@@ -134,18 +139,87 @@ async def arrow_read(dsn: str, ends: dict[int, int]) -> tuple[int, float]:
         await conn.close()
 
 
-def best_of(rounds: int, passes: dict[str, Any]) -> dict[str, tuple[int, float]]:
-    """Each pass's rows and best time over ``rounds`` (alternating order)."""
+TICKS = os.sysconf("SC_CLK_TCK")
+CPU_PARTS = ("jvm", "python", "postgres", "redis", "driver")
+
+
+def _stats() -> dict[int, tuple[int, str, float, float]]:
+    """Every process: pid -> (parent, name, CPU seconds of it and its reaped children,
+    CPU seconds of it alone), from /proc."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text.rsplit(")", 1)[1].split()
+        own = (int(fields[11]) + int(fields[12])) / TICKS
+        found[int(entry)] = (int(fields[1]), name, own + sum(map(int, fields[13:15])) / TICKS, own)
+    return found
+
+
+def _below(root: int, stats: dict[int, tuple[int, str, float, float]]) -> list[int]:
+    """``root``'s descendants."""
+    children: dict[int, list[int]] = {}
+    for pid, (parent, *_) in stats.items():
+        children.setdefault(parent, []).append(pid)
+    out, todo = [], list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo += children.get(pid, [])
+    return out
+
+
+def cpu_now(servers: dict[str, int]) -> dict[str, float]:
+    """CPU seconds so far of Spark's JVM (this process' java child), its Python workers
+    (the JVM's descendants, with the workers they reaped), PostgreSQL (the postmaster and
+    its backends), Redis and this driver process: the processes a read runs in."""
+    stats = _stats()
+    me = os.getpid()
+    times = os.times()
+    out = dict.fromkeys(CPU_PARTS, 0.0)
+    out["driver"] = times.user + times.system
+    for pid, (parent, name, _, own) in stats.items():
+        if parent == me and name == "java":
+            out["jvm"] += own
+            out["python"] += sum(stats[p][2] for p in _below(pid, stats))
+    postmaster = stats.get(servers["postgres"])
+    if postmaster is not None:
+        out["postgres"] = postmaster[2] + sum(
+            stats[p][2] for p in _below(servers["postgres"], stats)
+        )
+    if servers["redis"] in stats:
+        out["redis"] = stats[servers["redis"]][3]
+    return out
+
+
+def best_of(
+    rounds: int, passes: dict[str, Any], servers: dict[str, int]
+) -> tuple[dict[str, tuple[int, float]], dict[str, dict[str, float]]]:
+    """Each pass's rows and best time over ``rounds`` (alternating order), and its median
+    CPU seconds per process kind over the rounds."""
     best: dict[str, tuple[int, float]] = {}
+    cpu: dict[str, list[dict[str, float]]] = {}
     names = list(passes)
     for r in range(rounds):
         for name in names if r % 2 == 0 else names[::-1]:
+            before = cpu_now(servers)
             started = time.perf_counter()
             rows = passes[name]()
             seconds = time.perf_counter() - started
+            after = cpu_now(servers)
+            cpu.setdefault(name, []).append({k: after[k] - before[k] for k in CPU_PARTS})
             if name not in best or seconds < best[name][1]:
                 best[name] = (rows, seconds)
-    return best
+    medians = {
+        name: {k: statistics.median(run[k] for run in runs) for k in CPU_PARTS}
+        for name, runs in cpu.items()
+    }
+    return best, medians
 
 
 def write_back(spark: Any, redis_url: str, dsn: str, n: int, checkpoint: Path) -> float:
@@ -284,6 +358,7 @@ def main() -> None:
             ends = asyncio.run(fill(redis_url, dsn, n))
             spark = register(job.spark_session(args.master, "kafkaesque bench"))
             print(f"Spark {spark.version} on {args.master}")
+            cores = spark.sparkContext.defaultParallelism
             target = job.jdbc_target(dsn)
             cut = job.archive_cut(spark, target, 0)
             archived = sum(ends.values())
@@ -300,9 +375,9 @@ def main() -> None:
                 return cut.last - cut.first + 1  # type: ignore[operator]
 
             def floor_pass() -> int:
-                spark.read.format("arrowfloor").option("rows", str(n)).load().write.format(
-                    "noop"
-                ).mode("overwrite").save()
+                spark.read.format("arrowfloor").options(
+                    rows=str(n), tasks=str(cores)
+                ).load().write.format("noop").mode("overwrite").save()
                 return n
 
             spark.dataSource.register(ArrowFloor)
@@ -316,10 +391,17 @@ def main() -> None:
             }
             for run in passes.values():  # warm-up: JIT, workers, PostgreSQL's cache
                 run()
-            best = best_of(args.rounds, passes)
+            servers = {"postgres": postmaster(pg.data)[0], "redis": redis_server.pid()}
+            best, cpu = best_of(args.rounds, passes, servers)
             rate = {name: rows / seconds for name, (rows, seconds) in best.items()}
+            print(f"load average {os.getloadavg()[0]:.1f}; CPU: s per million rows, median")
             for name, (rows, seconds) in best.items():
-                print(f"{name:9} {rate[name]:12,.0f} rows/s  ({rows:,} rows in {seconds:.2f}s)")
+                per = {k: v / rows * 1e6 for k, v in cpu[name].items()}
+                parts = " ".join(f"{k} {v:.2f}" for k, v in per.items() if v >= 0.005)
+                print(
+                    f"{name:9} {rate[name]:12,.0f} rows/s  ({rows:,} rows in {seconds:.2f}s)"
+                    f"  CPU {sum(per.values()):.2f}: {parts}"
+                )
             print(
                 f"source / jdbc {rate['source'] / rate['jdbc']:.2f}   archived / jdbc "
                 f"{rate['archived'] / rate['jdbc']:.2f}   archived / arrow "
@@ -345,10 +427,10 @@ def main() -> None:
 
 
 class ArrowFloor(DataSource):
-    """``format("arrowfloor")``: ``rows`` rows of the source's schema, in tasks of
-    MAX_PER_TASK, each handing Spark one Arrow batch made from whole buffers (8-byte keys,
-    100-byte values: no Python object per row). Defined in the script, so Spark pickles
-    it by value to its workers."""
+    """``format("arrowfloor")``: ``rows`` rows of the source's schema in ``tasks`` tasks,
+    each handing Spark Arrow batches of BATCH rows made from whole buffers (8-byte keys,
+    100-byte values: no Python object per row), as the source's batches are about as
+    large. Defined in the script, so Spark pickles it by value to its workers."""
 
     @classmethod
     def name(cls) -> str:
@@ -358,24 +440,29 @@ class ArrowFloor(DataSource):
         return schema_ddl(False)
 
     def reader(self, schema: Any) -> DataSourceReader:
-        return _FloorReader(int(self.options["rows"]))
+        return _FloorReader(int(self.options["rows"]), int(self.options["tasks"]))
+
+
+BATCH = 32_768
 
 
 class _FloorReader(DataSourceReader):
-    def __init__(self, rows: int) -> None:
-        self.rows = rows
+    def __init__(self, rows: int, tasks: int) -> None:
+        self.rows, self.tasks = rows, tasks
 
     def partitions(self) -> list[InputPartition]:
-        return [
-            InputPartition(min(MAX_PER_TASK, self.rows - low))
-            for low in range(0, self.rows, MAX_PER_TASK)
-        ]
+        each = -(-self.rows // self.tasks)
+        return [InputPartition(min(each, self.rows - low)) for low in range(0, self.rows, each)]
 
     def read(self, partition: InputPartition) -> Any:
+        for low in range(0, partition.value, BATCH):
+            yield self.batch(min(BATCH, partition.value - low))
+
+    @staticmethod
+    def batch(n: int) -> Any:
         import numpy as np
         import pyarrow as pa
 
-        n = partition.value
         offsets = np.arange(n, dtype=np.int64)
 
         def repeated(item: bytes) -> pa.Array:
@@ -384,7 +471,7 @@ class _FloorReader(DataSourceReader):
                 pa.binary(), n, [None, pa.py_buffer(ends), pa.py_buffer(item * n)]
             )
 
-        yield pa.RecordBatch.from_arrays(
+        return pa.RecordBatch.from_arrays(
             [
                 repeated(b"key-0000"),
                 repeated(VALUE),

@@ -20,8 +20,11 @@ from typing import Any
 import pytest
 import redis
 from pyspark.errors import StreamingQueryException
+from pyspark.sql.datasource import EqualTo
 
 from storage_pg.spark.source import register
+from storage_pg.spark.source.batch import BatchReader
+from storage_pg.spark.source.options import read_options
 from tests.pg import PostgresServer
 from tests.servers import RedisServer
 from tests.spark.live import BASE_MS, LiveLog, as_rows
@@ -164,9 +167,15 @@ def test_ending_offsets_and_a_timestamp_filter(source: Any, live: LiveLog, tiere
         source(subscribe=tiered).load().where("offset >= 100 AND offset < 130").collect()
     )
     assert exact == [r for r in live.holds(tiered) if 100 <= r[2] < 130]
-    # pushed down: a partition filter plans that partition's range only
-    assert source(subscribe=tiered).load().where("partition = 1").rdd.getNumPartitions() == 1
-    assert source(subscribe=tiered).load().rdd.getNumPartitions() == 3
+    # pushed down: a partition filter plans that partition's ranges only
+    reader = BatchReader(
+        read_options({"redisUrl": live.redis_url, "pgDsn": live.dsn, "subscribe": tiered})
+    )
+    assert list(reader.pushFilters([EqualTo(("partition",), 1)])) == []
+    planned = [r for task in reader.partitions() for r in task.ranges]
+    assert {r.partition for r in planned} == {1} and sum(
+        r.end - r.start for r in planned
+    ) == 2 * HALF
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ from kafkaesque.records.compression import Compression
 from storage_pg.spark.source.columns import Columns, headers_type
 from storage_pg.spark.source.filters import Bounds
 from storage_pg.spark.source.options import DataLoss, SourceError, read_options, write_options
-from storage_pg.spark.source.plan import PartitionNow, ranges, share
+from storage_pg.spark.source.plan import MIN_PIECE, PartitionNow, ranges, share, spread, tasks
 from storage_pg.spark.source.tiers import OffsetRange, read_range
 from storage_pg.spark.source.vectors import archived_rows, log_rows
 from tests.spark.live import LiveLog
@@ -93,6 +93,39 @@ def test_min_partitions_splits_ranges_in_proportion() -> None:
         {("t", 0): 5, ("t", 1): 0}, {("t", 0): 1000, ("t", 1): 10}, now, None, None, 400
     )
     assert [(r.start, r.end) for r in capped] == [(5, 337), (337, 669), (669, 1000), (0, 10)]
+
+
+def test_a_read_is_spread_over_the_cores_with_both_tiers_in_each_task() -> None:
+    """By default a read is one task per core, each with an equal piece of every
+    partition's archived part and of its Redis part; a range too small to cut goes to
+    the least loaded task; each offset is planned once."""
+    now = {("t", p): PartitionNow("id", 3, 10**6) for p in range(3)}
+    size = 8 * MIN_PIECE
+    ends = {("t", 0): size, ("t", 1): size, ("t", 2): 10}
+    planned = ranges(dict.fromkeys(ends, 0), ends, now)
+    marks = {("t", 0): size // 2, ("t", 1): 0}  # partition 1 only in Redis, 2 unknown
+    two = spread(planned, 2, marks)
+    assert [[(r.partition, r.start, r.end) for r in task.ranges] for task in two] == [
+        [(0, 0, size // 4), (0, size // 2, 3 * size // 4), (1, 0, size // 2), (2, 0, 10)],
+        [(0, size // 4, size // 2), (0, 3 * size // 4, size), (1, size // 2, size)],
+    ]
+    assert {r.epoch for task in two for r in task.ranges} == {3}
+    # one task: a partition's pieces end to end are one range again
+    [one] = spread(planned, 1, marks)
+    assert [(r.partition, r.start, r.end) for r in one.ranges] == [
+        (0, 0, size),
+        (1, 0, size),
+        (2, 0, 10),
+    ]
+    # a stream's ranges are dealt whole: each partition read by one task, in order
+    whole = spread(planned, 2, marks, cut=False)
+    assert [[(r.partition, r.start, r.end) for r in task.ranges] for task in whole] == [
+        [(0, 0, size), (2, 0, 10)],
+        [(1, 0, size)],
+    ]
+    # asked for (maxRecordsPerPartition, minPartitions): each range a task of its own
+    options = read_options({**URL, "subscribe": "t", "maxRecordsPerPartition": str(size)})
+    assert [len(task) for task in tasks(planned, options, marks)] == [size, size, 10]
 
 
 def test_pushed_filters_cut_ranges() -> None:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from storage_pg.spark.source.batch import NAME, KafkaesqueSource
 from storage_pg.spark.source.options import DataLoss, SourceError
+from storage_pg.spark.source.plan import CORES_ENV
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -33,7 +34,10 @@ __all__ = ["NAME", "DataLoss", "KafkaesqueSource", "SourceError", "register"]
 
 
 def register(spark: SparkSession) -> SparkSession:
-    """Make ``format("kafkaesque")`` known to ``spark``; returns it."""
+    """Make ``format("kafkaesque")`` known to ``spark``; returns it. The planner learns the
+    session's cores from here (a read is one task per core)."""
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    # The Python workers Spark starts from now on (the planner's among them) get these.
+    spark.sparkContext.environment[CORES_ENV] = str(spark.sparkContext.defaultParallelism)
     spark.dataSource.register(KafkaesqueSource)
     return spark

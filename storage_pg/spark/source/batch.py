@@ -31,13 +31,15 @@ from storage_pg.spark.source.options import (
     write_options,
 )
 from storage_pg.spark.source.plan import (
+    archived_marks,
     offset_at_time,
     partitions_now,
     ranges,
     resolve,
     run,
+    tasks,
 )
-from storage_pg.spark.source.tiers import OffsetRange, read_range
+from storage_pg.spark.source.tiers import RangeSet, read_ranges
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
@@ -103,7 +105,7 @@ class BatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         options, bounds = self.options, self.bounds
 
-        async def plan(log: Log) -> list[OffsetRange]:
+        async def plan(log: Log) -> list[RangeSet]:
             now = await partitions_now(log, options)
             starts = await resolve(
                 log, "startingOffsets", options.starting, now, options.starting_timestamp
@@ -121,15 +123,13 @@ class BatchReader(DataSourceReader):
                 if bounds.since_ms is not None and starts[tp] < ends[tp]:
                     found = await offset_at_time(log, tp, bounds.since_ms, ends[tp])
                     starts[tp] = max(starts[tp], found)
-            return ranges(
+            planned = ranges(
                 starts, ends, kept, options.min_partitions, max_per_task=options.max_per_task
             )
+            return tasks(planned, options, await archived_marks(log, planned))
 
-        planned = run(options, plan)
         # Spark wants at least one partition to plan a scan; an empty one reads nothing.
-        return planned or [OffsetRange("", 0, 0, 0, "", 0)]
+        return run(options, plan) or [RangeSet([])]
 
-    def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        if partition.end <= partition.start:
-            return iter(())
-        return read_range(self.options, partition)
+    def read(self, partition: RangeSet) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        return read_ranges(self.options, partition.ranges)

@@ -17,9 +17,6 @@ from dataclasses import dataclass
 from storage_pg.spark.errors import SparkJobError
 
 EARLIEST, LATEST = -2, -1  # as in Spark's per-partition JSON
-# Offsets one task reads at most, unless told: a batch over a few large partitions still
-# spreads over every core (and each task holds less in memory).
-MAX_PER_TASK = 50_000
 
 
 class SourceError(SparkJobError):
@@ -39,7 +36,7 @@ READ_OPTIONS = {
     "startingtimestamp": "ms: start at each partition's first record at or after it",
     "maxoffsetspertrigger": "offsets per micro-batch, shared by backlog",
     "minpartitions": "split offset ranges into at least this many tasks",
-    "maxrecordsperpartition": "offsets per task at most (default 50000)",
+    "maxrecordsperpartition": "offsets per task at most (default: one task per core)",
     "failondataloss": "true: planned offsets neither tier holds fail the query",
     "includeheaders": "true: a headers column",
     "kafka.isolation.level": "read_committed (default) or read_uncommitted",
@@ -71,7 +68,7 @@ class SourceOptions:
     starting_timestamp: int | None = None
     max_offsets_per_trigger: int | None = None
     min_partitions: int | None = None
-    max_per_task: int = MAX_PER_TASK
+    max_per_task: int | None = None  # None: the read is spread over the cores
     fail_on_data_loss: bool = True
     include_headers: bool = False
     committed: bool = True
@@ -117,8 +114,7 @@ def read_options(options: Mapping[str, str], streaming: bool = False) -> SourceO
         starting_timestamp=_integer(given, "startingtimestamp", "startingTimestamp", 0),
         max_offsets_per_trigger=_integer(given, "maxoffsetspertrigger", "maxOffsetsPerTrigger"),
         min_partitions=_integer(given, "minpartitions", "minPartitions"),
-        max_per_task=_integer(given, "maxrecordsperpartition", "maxRecordsPerPartition")
-        or MAX_PER_TASK,
+        max_per_task=_integer(given, "maxrecordsperpartition", "maxRecordsPerPartition"),
         fail_on_data_loss=_boolean(given, "failondataloss", "failOnDataLoss", True),
         include_headers=_boolean(given, "includeheaders", "includeHeaders", False),
         committed=level == "read_committed",

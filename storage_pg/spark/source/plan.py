@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -25,10 +26,17 @@ from storage_pg.spark.source.options import (
     SourceOptions,
     check_offsets,
 )
-from storage_pg.spark.source.tiers import OffsetRange
+from storage_pg.spark.source.tiers import OffsetRange, RangeSet
 
 T = TypeVar("T")
 TP = tuple[str, int]
+
+# The session's cores, as register() hands them to the planner (SparkContext.environment):
+# a read is spread over that many tasks.
+CORES_ENV = "KAFKAESQUE_SPARK_CORES"
+# A tier's part of a range is cut into one piece per task only while the pieces keep at
+# least this many offsets: below that a piece's own queries cost more than it balances.
+MIN_PIECE = 4_096
 
 
 @dataclass(frozen=True)
@@ -180,6 +188,79 @@ def ranges(
             for low in range(r.start, r.end, step)
         ]
     return split
+
+
+def cores() -> int:
+    """The session's cores (``CORES_ENV``); 2 where register() did not say."""
+    try:
+        return max(1, int(os.environ.get(CORES_ENV, "2")))
+    except ValueError:
+        return 2
+
+
+def tasks(
+    planned: list[OffsetRange],
+    options: SourceOptions,
+    marks: dict[TP, int] | None = None,
+    cut: bool = True,
+) -> list[RangeSet]:
+    """The Spark tasks that read ``planned`` (as ``ranges`` planned it with the options'
+    minPartitions and maxRecordsPerPartition). Given either, each range is a task of its
+    own, as the options ask. Else the read is spread over ``cores()`` tasks: a task's
+    fixed cost (Spark's task and Python worker, the connections) is paid once per core,
+    not once per range, and each task gets an equal piece of every partition's archived
+    part (below its mark in ``marks``) and of its Redis part, so the cores share both
+    tiers' work. Without ``cut`` the ranges are dealt whole (a stream's: each
+    partition's records of a micro-batch in one task, in order, for a writer that copies
+    them to a topic)."""
+    if options.min_partitions or options.max_per_task:
+        return [RangeSet([r]) for r in planned]
+    return spread(planned, cores(), marks or {}, cut)
+
+
+def spread(
+    planned: list[OffsetRange], count: int, marks: dict[TP, int], cut: bool = True
+) -> list[RangeSet]:
+    """``planned`` over at most ``count`` tasks (see ``tasks``), each piece dealt to the
+    task with the fewest offsets so far: with ``cut``, each range's parts below and above
+    its partition's mark in ``marks`` cut into up to ``count`` pieces of at least
+    MIN_PIECE offsets, else each range whole. Pieces of a partition that a task gets end
+    to end are one range."""
+    dealt: list[list[OffsetRange]] = [[] for _ in range(count)]
+    loads = [0] * count  # offsets dealt to each task
+    for r in planned:
+        parts = [(r.start, r.end)]
+        if cut:
+            mark = min(max(marks.get((r.topic, r.partition), r.start), r.start), r.end)
+            parts = [(low, high) for low, high in ((r.start, mark), (mark, r.end)) if high > low]
+        for low, high in parts:
+            pieces = max(1, min(count, (high - low) // MIN_PIECE)) if cut else 1
+            step = math.ceil((high - low) / pieces)
+            for first in range(low, high, step):
+                last = min(high, first + step)
+                i = min(range(count), key=loads.__getitem__)  # the least loaded task
+                loads[i] += last - first
+                task = dealt[i]
+                if task and task[-1].end == first and task[-1].value[:2] == r.value[:2]:
+                    first = task.pop().start  # the task's previous piece: one range
+                task.append(
+                    OffsetRange(
+                        r.topic, r.partition, first, last, r.topic_id, r.epoch, r.start_epoch
+                    )
+                )
+    return [RangeSet(task) for task in dealt if task]
+
+
+async def archived_marks(log: Log, planned: list[OffsetRange]) -> dict[TP, int]:
+    """Each planned partition's archived mark (offsets below it are read from the
+    archive), for ``tasks`` to spread both tiers; none without an archive."""
+    archive = log.cold
+    if archive is None:
+        return {}
+    return {
+        (r.topic, r.partition): await archive.archived_through(r.topic, r.partition)
+        for r in {(r.topic, r.partition): r for r in planned}.values()
+    }
 
 
 def share(starts: dict[TP, int], latest: dict[TP, int], limit: int) -> dict[TP, int]:

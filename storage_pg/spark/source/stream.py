@@ -12,7 +12,8 @@ let the read tell whether the offsets still mean the same records.
   maxOffsetsPerTrigger past the start in all (shared by backlog), never past the target
   of Trigger.AvailableNow. A partition that appears (a new one, or a topic matching the
   pattern) joins at its earliest offset, read from the next batch on.
-- ``partitions``: one range per partition that moved.
+- ``partitions``: one range per partition that moved (cut at STREAM_PIECE offsets),
+  dealt whole to one task per core (storage_pg.spark.source.plan ``tasks``).
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ from storage_pg.spark.source.plan import (
     resolve,
     run,
     share,
+    tasks,
 )
-from storage_pg.spark.source.tiers import OffsetRange, read_range
+from storage_pg.spark.source.tiers import RangeSet, read_ranges
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
@@ -49,6 +51,10 @@ if TYPE_CHECKING:
     from kafkaesque.hot.log import Log
 
 log = logging.getLogger("kafkaesque.spark")
+
+# A partition's offsets in one micro-batch are cut into ranges of at most this many (each
+# read by one task), unless maxRecordsPerPartition says otherwise.
+STREAM_PIECE = 50_000
 
 
 class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -137,10 +143,20 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if start.get("ids", {}).get(tp[0]) == now.get(tp, _NO).topic_id
         }
         options = self.options
-        return ranges(same, ends, now, options.min_partitions, start_epochs, options.max_per_task)
+        planned = ranges(
+            same,
+            ends,
+            now,
+            options.min_partitions,
+            start_epochs,
+            options.max_per_task or STREAM_PIECE,
+        )
+        # Ranges dealt whole over the cores: a partition's offsets of a micro-batch (up
+        # to STREAM_PIECE) are read by one task, in order.
+        return tasks(planned, options, cut=False)
 
-    def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        return read_range(self.options, partition)
+    def read(self, partition: RangeSet) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        return read_ranges(self.options, partition.ranges)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: the position is Spark's checkpoint, not a consumer group's."""

@@ -1,8 +1,9 @@
 """One planned offset range read on an executor, tier by tier.
 
 ``OffsetRange`` is what the driver plans: (topic, partition, from, until) plus what the
-partition was when planned (its topic id, its leader epoch at both ends). ``read_range``
-opens its own connections (executors are separate processes) and reads:
+partition was when planned (its topic id, its leader epoch at both ends); a task
+(``RangeSet``) reads several. ``read_ranges`` opens the task's connections (executors are
+separate processes) and reads each range:
 
 1. below the partition's archived mark (``archive_progress.archived_through``: every
    offset under it is archived, or was a transaction marker, an aborted or compacted
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import InputPartition
@@ -55,6 +56,9 @@ from storage_pg.spark.source.vectors import (
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
+
+    from kafkaesque.hot.log import Log
+    from storage_pg.tiered import Archive
 
 log = logging.getLogger("kafkaesque.spark")
 
@@ -99,36 +103,65 @@ class OffsetRange(InputPartition):
         return f"{self.topic}[{self.partition}] offsets {first}..{last}"
 
 
+class RangeSet(InputPartition):
+    """One Spark task: offset ranges read one after another, on one set of connections
+    (the planner gives each task a share of every partition's archived and Redis part,
+    so the cores divide both tiers' work). Plain values only, pickled to the executor."""
+
+    def __init__(self, ranges: Sequence[OffsetRange]) -> None:
+        self.ranges = tuple(ranges)
+        super().__init__(tuple(r.value for r in self.ranges))
+
+    def __repr__(self) -> str:
+        return f"RangeSet({', '.join(map(repr, self.ranges))})"
+
+    def __len__(self) -> int:
+        """The offsets the task reads."""
+        return sum(r.end - r.start for r in self.ranges)
+
+
 def read_range(options: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]:
-    """The range's rows as Arrow batches, read on a private event loop (the executor's
-    Python worker has none)."""
+    """The range's rows as Arrow batches (``read_ranges`` of one range)."""
+    return read_ranges(options, [r])
+
+
+def read_ranges(options: SourceOptions, ranges: Sequence[OffsetRange]) -> Iterator[pa.RecordBatch]:
+    """The ranges' rows as Arrow batches, range after range, on one log and archive
+    connection opened for them all, on a private event loop (the executor's Python
+    worker has none)."""
+    ranges = [r for r in ranges if r.end > r.start]
+    if not ranges:
+        return
     loop = asyncio.new_event_loop()
-    reader = RangeReader(options, r)
-    batches = reader.batches()
+    hot, archive = open_log(options, 2)
     try:
-        while True:
+        for r in ranges:
+            batches = RangeReader(options, r, hot, archive).batches()
             try:
-                batch = loop.run_until_complete(batches.__anext__())
-            except StopAsyncIteration:
-                break
-            yield batch
+                while True:
+                    try:
+                        batch = loop.run_until_complete(batches.__anext__())
+                    except StopAsyncIteration:
+                        break
+                    yield batch
+            finally:
+                loop.run_until_complete(batches.aclose())
     finally:
-        loop.run_until_complete(batches.aclose())
-        loop.run_until_complete(reader.close())
+        loop.run_until_complete(close_log(hot, archive))
         loop.close()
 
 
 class RangeReader:
-    """Reads one OffsetRange (see the module's docstring)."""
+    """Reads one OffsetRange (see the module's docstring) through an open log and its
+    archive (None: no archive)."""
 
-    def __init__(self, options: SourceOptions, r: OffsetRange) -> None:
+    def __init__(
+        self, options: SourceOptions, r: OffsetRange, hot: Log, archive: Archive | None
+    ) -> None:
         self.options = options
         self.range = r
-        self.log, self.archive = open_log(options, 2)
+        self.log, self.archive = hot, archive
         self.columns = Columns(r.topic, r.partition, options.include_headers)
-
-    async def close(self) -> None:
-        await close_log(self.log, self.archive)
 
     def lost(self, start: int, end: int, why: str) -> None:
         """Offsets start..end-1 of the range are held by neither tier."""
