@@ -6,7 +6,6 @@ the servers it started; a broker whose embedded Valkey was stopped stops too; a 
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -22,6 +21,7 @@ import pytest
 
 from kafkaesque.hot.embedded import EmbeddedRedis, default_home
 from storage_pg.embedded import EmbeddedPostgres
+from tests.cli_in_turn import CommandsInTurn
 from tests.servers import free_port, wait_for_port
 
 
@@ -44,6 +44,12 @@ def run(
         cwd=cwd,
         timeout=120,
     )
+
+
+def text(result: subprocess.CompletedProcess[bytes]) -> subprocess.CompletedProcess[str]:
+    """``result`` with its output decoded (as ``run`` returns it)."""
+    stdout, stderr = result.stdout.decode(), result.stderr.decode()
+    return subprocess.CompletedProcess(result.args, result.returncode, stdout, stderr)
 
 
 @pytest.fixture
@@ -137,62 +143,9 @@ READS = [
 ]
 
 
-# A CLI process that runs the commands it reads from stdin, one JSON list of arguments a
-# line, as `python -m kafkaesque ARGS` would (click's main, standalone: its own error
-# lines and exit codes), and answers each with a JSON line: exit code, stdout, stderr.
-# One Python start instead of one a command; the caller looks around between commands.
-COMMANDS_IN_TURN = """
-import contextlib, io, json, logging, sys
-from kafkaesque.cli import main
-answers = sys.stdout
-for line in sys.stdin:
-    out, err = io.StringIO(), io.StringIO()
-    logging.root.handlers.clear()  # each command's logging goes to its own stderr
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(json.loads(line), prog_name="python -m kafkaesque")
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    answers.write(json.dumps([code, out.getvalue(), err.getvalue()]) + "\\n")
-    answers.flush()
-"""
-
-
-class CommandsInTurn:
-    """One ``COMMANDS_IN_TURN`` process: ``run`` gives it a command and returns its exit
-    code, stdout and stderr."""
-
-    def __init__(self, env: dict[str, str], cwd: Path) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", COMMANDS_IN_TURN],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-            cwd=cwd,
-        )
-
-    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps(args) + "\n")
-        self.proc.stdin.flush()
-        answer = self.proc.stdout.readline()
-        if not answer:
-            _, stderr = self.proc.communicate(timeout=120)
-            raise AssertionError(f"the CLI process exited with {self.proc.returncode}: {stderr}")
-        code, stdout, stderr = json.loads(answer)
-        return subprocess.CompletedProcess(list(args), code, stdout, stderr)
-
-    def close(self) -> None:
-        _, stderr = self.proc.communicate(timeout=120)
-        assert self.proc.returncode == 0 and stderr == "", stderr
-
-
 @pytest.mark.parametrize("exists", [False, True], ids=["missing", "empty"])
 def test_a_read_without_a_store_creates_and_starts_nothing(short_dir: Path, exists: bool) -> None:
-    """Each read in turn, by one CLI process (see ``COMMANDS_IN_TURN``), checked for what it
+    """Each read in turn, by one CLI process (tests/cli_in_turn.py), checked for what it
     created and started before the next; the first also by `python -m kafkaesque`."""
     home = short_dir / "nothing"
     if exists:
@@ -201,7 +154,7 @@ def test_a_read_without_a_store_creates_and_starts_nothing(short_dir: Path, exis
     first = run("--home", str(home), *READS[0], env=env, cwd=short_dir)
     cli = CommandsInTurn(env, short_dir)
     for args in READS:
-        result = cli.run("--home", str(home), *args)
+        result = text(cli.run("--home", str(home), *args))
         assert (first.returncode, first.stderr) == (result.returncode, result.stderr)
         assert result.returncode == 1, (args, result.stderr)
         assert result.stderr == (
@@ -332,11 +285,11 @@ def test_a_wrong_redis_url_is_one_error_line(short_dir: Path) -> None:
 
 
 def test_usage_errors_exit_2_other_failures_1(short_dir: Path) -> None:
-    """By one CLI process (``CommandsInTurn``), the first also by `python -m kafkaesque`."""
+    """By one CLI process (tests/cli_in_turn.py), the first also by `python -m kafkaesque`."""
     env = environment(KAFKAESQUE_HOME=str(short_dir / "ks"))
     first = run("stop", "--nonsense", env=env)
     cli = CommandsInTurn(env, short_dir)
-    assert (first.returncode, first.stderr) == (2, cli.run("stop", "--nonsense").stderr)
+    assert (first.returncode, first.stderr) == (2, text(cli.run("stop", "--nonsense")).stderr)
     for args in (
         ["stop", "--nonsense"],
         ["serve", "--listen", "nowhere"],
@@ -344,11 +297,11 @@ def test_usage_errors_exit_2_other_failures_1(short_dir: Path) -> None:
         ["archive", "--once", "--interval", "1"],
         ["--redis-url", "redis://127.0.0.1:1/0", "archive", "--once"],
     ):
-        result = cli.run(*args)
+        result = text(cli.run(*args))
         assert result.returncode == 2, (args, result.stderr)
         assert len(result.stderr.splitlines()) == 1, (args, result.stderr)
     assert processes_under(short_dir) == []
-    help_text = cli.run("--help").stdout
+    help_text = text(cli.run("--help")).stdout
     assert "Valkey" in help_text and "redis-server" not in help_text
     cli.close()
 
