@@ -24,7 +24,12 @@ from kafkaesque.clock import now_ms
 from kafkaesque.records.batch import decode_batch, read_header, split_batches
 from storage_pg.recovery import restore_epoch_floor
 from tests.kafka_client import Connection
-from tests.storage.test_served import archived_to, archiving_broker, wait_until  # noqa: F401
+from tests.storage.test_served import (  # noqa: F401
+    archive_pass,
+    archived_through,
+    archiving_broker,
+    wait_until,
+)
 from tests.wire.common import stored_batches
 from tests.wire.conftest import Broker
 
@@ -186,19 +191,22 @@ def poll_until(client: Any, seen: Seen, done: Callable[[], bool]) -> None:
 @pytest.fixture
 def before_the_loss(
     redis_url: str,
-    archiving_broker: Callable[[], Broker],  # noqa: F811 (the fixture imported above)
+    pg_dsn: str,
+    archiving_broker: Callable[..., Broker],  # noqa: F811 (the fixture imported above)
 ) -> Iterator[tuple[Broker, str]]:
-    """A broker and a topic holding 1,050 archived records and 30 only in Redis."""
-    broker = archiving_broker()
+    """A broker and a topic holding 1,050 archived records and 30 only in Redis. The
+    broker's own archiver passes as it starts, then not for an hour: `archive --once`
+    archives, never skipping the partition for a pass of the broker's under way, and no
+    pass of the broker's idle-closes the 30 records' page."""
+    broker = archiving_broker(interval=3600)
     topic = "lost"
     broker.cli("create", topic, "--page-size", "200")
     produce(broker.bootstrap, topic, OLD[:ARCHIVED])
 
     # Close and archive the half-full page too, so exactly 1,050 records are archived (a
-    # pass skips the partition while the broker's own archiver is at it: again, then).
+    # pass skips the partition while another archiver is at it: again, then).
     def archive_all() -> bool:
-        broker.cli("archive", "--once", "--idle-close", "0.001")
-        return archived_to(broker, topic) == ARCHIVED
+        return archive_pass(redis_url, pg_dsn, topic) == ARCHIVED
 
     wait_until(archive_all, "1,050 records archived", TIMEOUT)
     produce(broker.bootstrap, topic, OLD[ARCHIVED:])
@@ -277,7 +285,8 @@ ERROR_TEXT = ("Partition log truncation detected", "LogTruncationError", "Offset
 
 def test_idempotent_producer_goes_on_across_the_loss(
     redis_url: str,
-    archiving_broker: Callable[[], Broker],  # noqa: F811 (the fixture imported above)
+    pg_dsn: str,
+    archiving_broker: Callable[..., Broker],  # noqa: F811 (the fixture imported above)
 ) -> None:
     """An idempotent producer producing all along while Redis is flushed: the partition's
     producer state is gone, its next batches get UNKNOWN_PRODUCER_ID, and librdkafka
@@ -321,7 +330,7 @@ def test_idempotent_producer_goes_on_across_the_loss(
     thread.start()
     try:
         # Some of it archived, some not: the loss takes those not archived yet.
-        wait_until(lambda: archived_to(broker, topic) >= 2000, "2,000 archived", TIMEOUT)
+        wait_until(lambda: archived_through(pg_dsn, topic) >= 2000, "2,000 archived", TIMEOUT)
         redis.Redis.from_url(redis_url).flushall()
         count_at_flush = len(delivered)
         wait_until(lambda: len(delivered) >= count_at_flush + 3000, "3,000 more", TIMEOUT)

@@ -4,6 +4,7 @@ running broker, and a broker whose PostgreSQL went away."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -14,6 +15,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from kafkaesque.hot.connect import open_log
+from tests.cli_in_turn import CommandsInTurn
 from tests.pg import PostgresServer
 from tests.servers import free_port
 from tests.storage.common import bare_env
@@ -48,10 +51,21 @@ def ok(result: subprocess.CompletedProcess[bytes]) -> str:
 def test_archive_command_and_consume_below_redis(
     redis_url: str, pg_dsn: str, tmp_path: Path
 ) -> None:
-    def run(*args: str, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-        return cli(redis_url, tmp_path, *args, input=input, pg_dsn=pg_dsn)
+    """The first command by `python -m kafkaesque`, the others in turn by one CLI process
+    (tests/cli_in_turn.py): each command its own Redis and archive connections."""
+    with CommandsInTurn(bare_env(tmp_path), REPO) as turn:
+        commands_below_redis(redis_url, pg_dsn, tmp_path, turn)
 
-    ok(run("create", "words", "--page-size", "100", "--max-pages", "1"))
+
+def commands_below_redis(redis_url: str, pg_dsn: str, tmp_path: Path, turn: CommandsInTurn) -> None:
+    def run(*args: str, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+        return turn.run("--redis-url", redis_url, "--pg-dsn", pg_dsn, *args, input=input)
+
+    def unreachable_run(*args: str) -> subprocess.CompletedProcess[bytes]:
+        return turn.run("--redis-url", redis_url, "--pg-dsn", unreachable, *args)
+
+    create = ("create", "words", "--page-size", "100", "--max-pages", "1")
+    ok(cli(redis_url, tmp_path, *create, pg_dsn=pg_dsn))  # a CLI process of its own
     lines = b"\n".join(WORDS) + b"\n"
     ok(run("produce", "--batch-size", "100", "words", input=lines))
     archived = run("archive")
@@ -84,11 +98,11 @@ def test_archive_command_and_consume_below_redis(
 
     # An unreachable archive is an error, not a consume that quietly starts at Redis' start.
     unreachable = f"postgresql://kafkaesque@127.0.0.1:{free_port()}/kafkaesque"
-    failed = cli(redis_url, tmp_path, "consume", "words", pg_dsn=unreachable)
+    failed = unreachable_run("consume", "words")
     assert failed.returncode == 1 and failed.stdout == b""
     (message,) = failed.stderr.decode().strip().splitlines()  # one line, no warnings
     assert "the archive is unreachable" in message
-    failed = cli(redis_url, tmp_path, "create", "typo", pg_dsn=unreachable)
+    failed = unreachable_run("create", "typo")
     assert failed.returncode == 1 and b"unreachable" in failed.stderr
     assert ok(run("topics")) == "words\n"  # nothing was created
 
@@ -100,7 +114,7 @@ def test_archive_command_and_consume_below_redis(
     assert ok(run("consume", "words")).encode() == lines + b"late\n" * 200 + b"after\n"
 
     # Deleting a topic deletes its archived records too; not at all if the archive is away.
-    failed = cli(redis_url, tmp_path, "delete", "words", pg_dsn=unreachable)
+    failed = unreachable_run("delete", "words")
     assert failed.returncode == 1 and b"words was not deleted" in failed.stderr
     assert ok(run("topics")) == "words\n"
     ok(run("delete", "words"))
@@ -253,6 +267,44 @@ def test_broker_serves_hot_data_while_postgres_is_down(
     # Back: the archiver catches up with what was produced meanwhile (all but the open
     # page, which stays in Redis until it fills or idles).
     wait_until(lambda: archived_to(broker, "hot") >= 900, "the archive caught up")
+
+
+def archive_pass(redis_url: str, pg_dsn: str, topic: str) -> int:
+    """One archiver pass as `archive --once --idle-close 0.001` makes it (open pages
+    close), in this process rather than a CLI's; then ``archived_through``."""
+    from storage_pg.archiver import Archiver
+    from storage_pg.pool import create_pool
+
+    async def run() -> None:
+        log = open_log(redis_url)
+        pool = await create_pool(pg_dsn, max_size=4)
+        try:
+            summary = await Archiver(log, pool, idle_close_ms=1).run_once()
+            assert not summary.problems, summary.problems
+        finally:
+            await pool.close()
+            await log.stores.close()
+
+    asyncio.run(run())
+    return archived_through(pg_dsn, topic)
+
+
+def archived_through(pg_dsn: str, topic: str) -> int:
+    """The next offset to archive of ``topic``'s partition 0, as `archive --status` shows
+    it (read in this process rather than by a CLI)."""
+    from storage_pg.cold import status
+    from storage_pg.pool import create_pool
+
+    async def run() -> int:
+        pool = await create_pool(pg_dsn, max_size=1)
+        try:
+            state = await status(pool)
+        finally:
+            await pool.close()
+        found = (p for p in state.partitions if (p.topic, p.partition) == (topic, 0))
+        return next((p.archived_through for p in found), 0)
+
+    return asyncio.run(run())
 
 
 def archived_to(broker: Broker, topic: str) -> int:
