@@ -1,9 +1,13 @@
 """Fuzzing the wire protocol: Hypothesis cases (tests/fuzz/strategies.py) sent to a broker
 process over real sockets, checked by tests/fuzz/harness.py; then a normal client must
-still be served. The examples are derandomized, so every run sends the same 4,500 cases
-(about a minute and a half); scripts/fuzz.py runs the same strategies for as long as asked."""
+still be served. The examples are derandomized, so every run sends the same cases: each
+test's share of 4,500 times ``KAFKAESQUE_FUZZ_SCALE`` (default 0.5: 2,250 cases, under a
+minute; 1 or more for a longer run); scripts/fuzz.py runs the same strategies for as long
+as asked."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,6 +20,14 @@ from tests.wire.conftest import Broker
 from wire.handlers import supported
 
 BROKER_ARGS = harness.BROKER_ARGS
+# The share of each test's examples the suite sends (see the module's docstring).
+SCALE = float(os.environ.get("KAFKAESQUE_FUZZ_SCALE", "0.5"))
+
+
+def examples(full: int) -> int:
+    """``full`` examples scaled by ``SCALE``, at least one."""
+    return max(1, round(full * SCALE))
+
 
 FUZZ = settings(
     deadline=None,
@@ -54,43 +66,43 @@ def test_the_versions_fuzzed_are_those_advertised(broker: Broker) -> None:
     assert fuzzed == set(advertised)
 
 
-@settings(FUZZ, max_examples=1200)
+@settings(FUZZ, max_examples=examples(1200))
 @given(case=strategies.requests())
 def test_generated_requests(broker: Broker, target: Target, case: strategies.Case) -> None:
     check(target, case)
 
 
-@settings(FUZZ, max_examples=1500)
+@settings(FUZZ, max_examples=examples(1500))
 @given(case=strategies.mutated_frames())
 def test_mutated_frames(broker: Broker, target: Target, case: strategies.Case) -> None:
     check(target, case)
 
 
-@settings(FUZZ, max_examples=800)
+@settings(FUZZ, max_examples=examples(800))
 @given(case=strategies.mutated_batches())
 def test_mutated_batches(broker: Broker, target: Target, case: strategies.Case) -> None:
     check(target, case)
 
 
-@settings(FUZZ, max_examples=250)
+@settings(FUZZ, max_examples=examples(250))
 @given(session=strategies.group_sessions())
 def test_group_sessions(broker: Broker, target: Target, session: strategies.Session) -> None:
     check(target, session)
 
 
-@settings(FUZZ, max_examples=500)
+@settings(FUZZ, max_examples=examples(500))
 @given(case=strategies.odd_names())
 def test_odd_names(broker: Broker, target: Target, case: strategies.Case) -> None:
     check(target, case)
 
 
-@settings(FUZZ, max_examples=150)
+@settings(FUZZ, max_examples=examples(150))
 @given(case=strategies.announced_sizes())
 def test_announced_sizes(broker: Broker, target: Target, case: strategies.Case) -> None:
     check(target, case)
 
 
-@settings(FUZZ, max_examples=100)
+@settings(FUZZ, max_examples=examples(100))
 @given(case=strategies.dribbled())
 def test_dribbled_requests(broker: Broker, target: Target, case: strategies.Case) -> None:
     check(target, case)
