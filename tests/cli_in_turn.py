@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import base64
 import json
+import select
 import subprocess
 import sys
 from pathlib import Path
+
+TIMEOUT = 120.0  # seconds one command may take
 
 # The commands come on stdin, the answers go to the descriptor stdout had (fd 1 then
 # points at /dev/null, so that nothing else writes between the answers).
@@ -60,12 +63,20 @@ class CommandsInTurn:
             cwd=cwd,
         )
 
-    def run(self, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-        """Exit code, stdout and stderr of ``python -m kafkaesque ARGS``, in this process."""
+    def run(
+        self, *args: str, input: bytes | None = None, timeout: float = TIMEOUT
+    ) -> subprocess.CompletedProcess[bytes]:
+        """Exit code, stdout and stderr of ``python -m kafkaesque ARGS``, run by the
+        process; a command that takes longer than ``timeout`` seconds fails the test."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         request = {"args": list(args), "input": base64.b64encode(input or b"").decode()}
         self.proc.stdin.write(json.dumps(request).encode() + b"\n")
         self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            self.proc.kill()
+            _, stderr = self.proc.communicate()
+            raise AssertionError(f"{args} took over {timeout} s: {stderr!r}")
         answer = self.proc.stdout.readline()
         if not answer:
             _, stderr = self.proc.communicate(timeout=120)

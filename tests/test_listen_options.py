@@ -2,17 +2,49 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
 import pytest
 
 from kafkaesque.cli.serve import listeners_option, metrics_address
+from tests.cli_in_turn import CommandsInTurn
 from wire.net.security import parse_listener
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def cli() -> Iterator[CommandsInTurn]:
+    """One CLI process for the module's refusals (tests/cli_in_turn.py): `python -m
+    kafkaesque serve` as users run it, without a Python start for each."""
+    with CommandsInTurn(dict(os.environ), REPO) as process:
+        yield process
+
+
+def test_a_refusal_is_the_same_by_a_process_of_its_own(cli: CommandsInTurn) -> None:
+    args = [
+        "--redis-url",
+        "redis://127.0.0.1:1/0",
+        "serve",
+        "--no-archive",
+        "--listen",
+        "FOO://h:1",
+    ]
+    alone = subprocess.run(
+        [sys.executable, "-m", "kafkaesque", *args],
+        cwd=REPO,
+        capture_output=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    in_turn = cli.run(*args)
+    assert (alone.returncode, alone.stderr) == (in_turn.returncode, in_turn.stderr)
+    assert alone.returncode != 0 and b"unknown security protocol 'FOO'" in alone.stderr
 
 
 def test_listeners() -> None:
@@ -62,15 +94,8 @@ def test_metrics_bind_to_loopback_unless_a_host_is_given() -> None:
         ),
     ],
 )
-def test_refusals(args: list[str], message: str) -> None:
-    command = [sys.executable, "-m", "kafkaesque", "--redis-url", "redis://127.0.0.1:1/0"]
-    result = subprocess.run(
-        [*command, "serve", "--no-archive", *args],
-        cwd=REPO,
-        capture_output=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
+def test_refusals(cli: CommandsInTurn, args: list[str], message: str) -> None:
+    result = cli.run("--redis-url", "redis://127.0.0.1:1/0", "serve", "--no-archive", *args)
     err = result.stderr.decode()
     assert result.returncode != 0 and message in err, err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
