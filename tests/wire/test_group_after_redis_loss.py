@@ -20,15 +20,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import asyncpg
 import pytest
 import redis
 
-from tests.storage.test_served import archived_to, archiving_broker, wait_until  # noqa: F401
+from tests.storage.test_served import (  # noqa: F401
+    archive_pass,
+    archiving_broker,
+    wait_until,
+)
 from tests.wire.common import FAST_GROUP_ARGS
 from tests.wire.conftest import Broker
 
@@ -38,9 +43,10 @@ aiokafka = pytest.importorskip("aiokafka")
 
 ARCHIVED = 1050
 TIMEOUT = 60.0
-# Members heartbeat every HEARTBEAT_MS within 6 s sessions (aiokafka heartbeats only while
-# it polls, and the test stops polling for a few seconds while it archives).
-HEARTBEAT_MS = 200
+# Members heartbeat every HEARTBEAT_MS (all in threads of their own, aiokafka too) within
+# SESSION_MS sessions. A member that left before the loss comes back with its group, so a
+# new member's join waits until its session ends.
+SESSION_MS, HEARTBEAT_MS = 3000, 200
 
 
 class Seen:
@@ -71,7 +77,7 @@ class Confluent:
                 "group.id": group,
                 "enable.auto.commit": False,
                 "auto.offset.reset": "error",
-                "session.timeout.ms": 6000,
+                "session.timeout.ms": SESSION_MS,
                 "heartbeat.interval.ms": HEARTBEAT_MS,
                 "logger": logging.getLogger("librdkafka"),
             }
@@ -110,7 +116,7 @@ class KafkaPython:
             group_id=group,
             enable_auto_commit=False,
             auto_offset_reset="none",
-            session_timeout_ms=6000,
+            session_timeout_ms=SESSION_MS,
             heartbeat_interval_ms=HEARTBEAT_MS,
         )
 
@@ -135,29 +141,38 @@ class KafkaPython:
 
 
 class AioKafka:
-    """aiokafka in a group: subscribe, auto_offset_reset=none, commits synchronously."""
+    """aiokafka in a group: subscribe, auto_offset_reset=none, commits synchronously. Its
+    event loop runs in a thread of its own, as in an application, so that it heartbeats
+    between polls too."""
 
     def __init__(self, bootstrap: str, topic: str, group: str, seen: Seen) -> None:
         self.seen = seen
         self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
 
-        async def start() -> None:
-            self.consumer = aiokafka.AIOKafkaConsumer(
+        async def start() -> Any:
+            consumer = aiokafka.AIOKafkaConsumer(
                 topic,
                 bootstrap_servers=bootstrap,
                 group_id=group,
                 enable_auto_commit=False,
                 auto_offset_reset="none",
-                session_timeout_ms=6000,
+                session_timeout_ms=SESSION_MS,
                 heartbeat_interval_ms=HEARTBEAT_MS,
             )
-            await self.consumer.start()
+            await consumer.start()
+            return consumer
 
-        self.loop.run_until_complete(start())
+        self.consumer = self.run(start())
+
+    def run(self, step: Coroutine[Any, Any, Any]) -> Any:
+        """Run ``step`` on the client's loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(step, self.loop).result(TIMEOUT)
 
     def poll(self) -> None:
         try:
-            batches = self.loop.run_until_complete(self.consumer.getmany(timeout_ms=200))
+            batches = self.run(self.consumer.getmany(timeout_ms=200))
         except aiokafka.errors.KafkaError as exc:
             self.seen.errors.append(f"error: {exc!r}")
             return
@@ -165,18 +180,22 @@ class AioKafka:
             self.seen.records += [(r.offset, r.value) for r in records]
 
     def commit(self) -> None:
-        self.loop.run_until_complete(self.consumer.commit())
+        self.run(self.consumer.commit())
 
     def pause(self, paused: bool) -> None:
         async def switch() -> None:  # aiokafka wants its loop running
             change = self.consumer.pause if paused else self.consumer.resume
             change(*self.consumer.assignment())
 
-        self.loop.run_until_complete(switch())
+        self.run(switch())
 
     def close(self) -> None:
-        self.loop.run_until_complete(self.consumer.stop())
-        self.loop.close()
+        try:
+            self.run(self.consumer.stop())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join()
+            self.loop.close()
 
 
 CLIENTS: dict[str, Callable[[str, str, str, Seen], Any]] = {
@@ -253,8 +272,7 @@ def test_group_consumer_is_told_when_offsets_it_read_were_lost(
     produce(broker.bootstrap, topic, old[:1040])
 
     def archive_all() -> bool:
-        broker.cli("archive", "--once", "--idle-close", "0.001")
-        return archived_to(broker, topic) == ARCHIVED
+        return archive_pass(redis_url, pg_dsn, topic) == ARCHIVED
 
     start_at_zero(broker.bootstrap, topic, group)  # the clients raise rather than reset
     seen = Seen()
