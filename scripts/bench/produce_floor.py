@@ -15,13 +15,20 @@ each request, the copies of the bytes, and asyncio. ApiVersions and Metadata (a 
 run) are answered with kio, every topic with --partitions partitions led by node 0.
 
 The bench starts a fresh redis-server (appendfsync always, as the embedded server and
-durability.py), a `kafkaesque serve` broker and the floor on it, and produces N records
-of 100 bytes over P partitions with durability.py's producer (confluent-kafka, acks=1,
-linger 5 ms, 1 MB batches) through each in turn, R rounds; CPU seconds per million
-records of the front end (broker or floor), Redis and the client from /proc, per round
-and as medians. The goal of the broker's CPU is half of Redis' own in the broker's rounds
-(the issue's "<= 0.5 x Redis'"); the floor's share of that says what any asyncio front
-end would need at least.
+durability.py), a `kafkaesque serve` broker and the floor on it, then, R rounds each,
+the two taking turns:
+
+- the same client: N records of 100 bytes over P partitions produced with durability.py's
+  producer (confluent-kafka, acks=1, linger 5 ms, 1 MB batches) through each. librdkafka
+  sizes its requests by how soon they are answered, so the two get different requests
+  (printed: the Produce requests it sent);
+- the same requests: the requests of one such run through the floor, written down by it,
+  sent as they are to each by a small client of its own (5 in flight).
+
+Per round and as medians: CPU seconds per million records of the front end (broker or
+floor), Redis and the client, from /proc. The goal of the broker's CPU is half of Redis'
+own in the broker's rounds (the issue's "<= 0.5 x Redis'"); the floor's share of that
+says what any asyncio front end would need at least.
 
     PYTHONPATH=. python scripts/bench/produce_floor.py [--records N] [--partitions P]
                                                        [--rounds R]
@@ -40,11 +47,12 @@ import statistics
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 REPO = Path(__file__).resolve().parents[2]
 # The repository's packages, ahead of this directory (its wire.py is not the package).
@@ -65,6 +73,8 @@ PRODUCE, METADATA, API_VERSIONS = 0, 3, 18
 ADVERTISED = supported()
 SUPPORTED = {key: ADVERTISED[key] for key in (PRODUCE, METADATA, API_VERSIONS)}
 NODE = 0
+CAPTURED = "replayed"  # the topic whose requests the floor writes down, to replay
+REPLAY_IN_FLIGHT = 5  # requests the replaying client keeps in flight
 STORE = b"""
 local out = {}
 for i = 1, #KEYS do out[i] = redis.call('RPUSH', KEYS[i], ARGV[i]) end
@@ -157,7 +167,7 @@ class FloorConnection(asyncio.Protocol):
         if request.api_key == PRODUCE:
             if request.body.acks != 0:
                 self.answers.append(slot)
-            self.floor.store(request, lambda pieces: self.answered(slot, pieces))
+            self.floor.store(request, frame, lambda pieces: self.answered(slot, pieces))
             return
         self.answers.append(slot)
         if request.api_key == METADATA:
@@ -181,16 +191,29 @@ class FloorConnection(asyncio.Protocol):
 
 
 class Floor:
-    def __init__(self, redis: RedisLink, sha: bytes, host: str, port: int, partitions: int):
+    def __init__(
+        self,
+        redis: RedisLink,
+        sha: bytes,
+        host: str,
+        port: int,
+        partitions: int,
+        capture: BinaryIO | None = None,
+    ):
         self.redis = redis
         self.sha = sha
         self.host, self.port = host, port
         self.partitions = partitions
         self.offsets: dict[tuple[str, int], int] = {}
+        self.capture = capture  # where the requests to CAPTURED are written, size-prefixed
 
-    def store(self, request: Any, answer: Any) -> None:
+    def store(self, request: Any, frame: memoryview, answer: Any) -> None:
         """Every partition's records in one EVALSHA; the answer once Redis replied."""
         body = request.body
+        if self.capture is not None and body.topic_data[0][0] == CAPTURED:
+            self.capture.write(len(frame).to_bytes(4, "big"))
+            self.capture.write(frame)
+            self.capture.flush()
         keys: list[bytes] = []
         values: list[memoryview] = []
         for topic, partitions in body.topic_data:
@@ -277,14 +300,15 @@ class Floor:
         )
 
 
-async def serve(port: int, redis_path: str, partitions: int) -> None:
+async def serve(port: int, redis_path: str, partitions: int, capture: str | None) -> None:
     """The floor server, until killed."""
     import redis as redis_py
 
     sha = redis_py.Redis(unix_socket_path=redis_path).script_load(STORE).encode()
     loop = asyncio.get_running_loop()
     _, link = await loop.create_unix_connection(RedisLink, redis_path)
-    floor = Floor(link, sha, "127.0.0.1", port, partitions)
+    out = None if capture is None else open(capture, "wb")  # open till killed
+    floor = Floor(link, sha, "127.0.0.1", port, partitions, out)
     server = await loop.create_server(lambda: FloorConnection(floor), "127.0.0.1", port)
     gc.freeze()  # as the broker, once listening
     async with server:
@@ -294,9 +318,9 @@ async def serve(port: int, redis_path: str, partitions: int) -> None:
 # -- the bench --------------------------------------------------------------------------
 
 
-def start_floor(redis_url: str, port: int, partitions: int) -> subprocess.Popen:
+def start_floor(redis_url: str, port: int, partitions: int, capture: str) -> subprocess.Popen:
     command = [sys.executable, __file__, "--serve", str(port), "--redis-url", redis_url]
-    proc = subprocess.Popen([*command, "--partitions", str(partitions)])
+    proc = subprocess.Popen([*command, "--partitions", str(partitions), "--capture", capture])
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -310,6 +334,31 @@ def start_floor(redis_url: str, port: int, partitions: int) -> subprocess.Popen:
     raise RuntimeError("the floor server did not start")
 
 
+def replay(port: int, path: str) -> None:
+    """Send the requests written down in ``path`` to ``port``, REPLAY_IN_FLIGHT at a time,
+    and read every answer (a client costing next to nothing, in a process of its own)."""
+    data = Path(path).read_bytes()
+    frames, pos = [], 0
+    while pos < len(data):
+        size = int.from_bytes(data[pos : pos + 4], "big")
+        frames.append(data[pos : pos + 4 + size])
+        pos += 4 + size
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        received, sent, answered = bytearray(), 0, 0
+        while answered < len(frames):
+            while sent < len(frames) and sent - answered < REPLAY_IN_FLIGHT:
+                sock.sendall(frames[sent])
+                sent += 1
+            chunk = sock.recv(1 << 16)
+            if not chunk:
+                raise SystemExit(f"closed after {answered} answers")
+            received += chunk
+            while len(received) >= 4 and len(received) >= 4 + int.from_bytes(received[:4]):
+                del received[: 4 + int.from_bytes(received[:4])]
+                answered += 1
+
+
 def bench(records: int, partitions: int, rounds: int) -> None:
     import redis as redis_py
     from broker_process import VALUE, embedded_broker, free_port, produce
@@ -320,32 +369,35 @@ def bench(records: int, partitions: int, rounds: int) -> None:
         f"{records} records of {len(VALUE)} bytes over {partitions} partitions, acks=1, "
         f"{rounds} rounds of each front end taking turns (cpus: {os.cpu_count()})"
     )
-    cpu: dict[str, list[dict[str, float]]] = {"broker": [], "floor": []}
-    with embedded_broker() as running:
+    live: dict[str, list[dict[str, float]]] = {"broker": [], "floor": []}
+    replayed: dict[str, list[dict[str, float]]] = {"broker": [], "floor": []}
+    with embedded_broker() as running, tempfile.TemporaryDirectory() as home:
         port = free_port()
-        floor = start_floor(running.redis_url, port, partitions)
+        captured = str(Path(home) / "requests")
+        floor = start_floor(running.redis_url, port, partitions, captured)
         client = redis_py.Redis.from_url(running.redis_url)
         try:
             fronts = {
-                "broker": (running.bootstrap, running.broker_pid),
-                "floor": (f"127.0.0.1:{port}", floor.pid),
+                "broker": (running.bootstrap, running.broker_pid, running.bootstrap),
+                "floor": (f"127.0.0.1:{port}", floor.pid, f"127.0.0.1:{port}"),
             }
             admin = AdminClient({"bootstrap.servers": running.bootstrap})
-            topics = ["warm-up", *(f"b{r}" for r in range(rounds))]
+            topics = ["warm-up", CAPTURED, *(f"b{r}" for r in range(rounds))]
             for future in admin.create_topics([NewTopic(t, partitions) for t in topics]).values():
                 future.result(30)
-            for bootstrap, _ in fronts.values():
+            for bootstrap, _, _ in fronts.values():
                 produce(bootstrap, "warm-up", 10_000, partitions)
+            print("the same client (durability.py's producer), through each:")
             for r in range(rounds):
                 for name in ("broker", "floor") if r % 2 == 0 else ("floor", "broker"):
-                    bootstrap, pid = fronts[name]
+                    bootstrap, pid, _ = fronts[name]
                     pids = {"front": pid, "redis": running.redis_pid, "client": None}
                     stats: list[str] = []  # librdkafka's, for the requests it sent
                     config = {"statistics.interval.ms": 100, "stats_cb": stats.append}
                     with measure(pids) as phase:
                         seconds = produce(bootstrap, f"b{r}", records, partitions, config=config)
                     used = phase.per_million(records)
-                    cpu[name].append(used)
+                    live[name].append(used)
                     sent = sum(
                         b["req"].get("Produce", 0)
                         for b in json.loads(stats[-1])["brokers"].values()
@@ -358,36 +410,55 @@ def bench(records: int, partitions: int, rounds: int) -> None:
                     )
                     if name == "floor":  # its lists are not the log: not kept
                         client.delete(*(f"floor:b{r}:{p}" for p in range(partitions)))
+            # The requests the client sent the floor, written down, then sent to each
+            # front end as they are: the same bytes, the same number of requests.
+            produce(fronts["floor"][0], CAPTURED, records, partitions)
+            client.delete(*(f"floor:{CAPTURED}:{p}" for p in range(partitions)))
+            count = Path(captured).stat().st_size
+            print(f"the same {count:,} bytes of produce requests, replayed to each:")
+            for r in range(rounds):
+                for name in ("broker", "floor") if r % 2 == 0 else ("floor", "broker"):
+                    _, pid, address = fronts[name]
+                    command = [sys.executable, __file__, "--replay-to", address.split(":")[1]]
+                    with measure({"front": pid, "redis": running.redis_pid}) as phase:
+                        subprocess.run([*command, "--capture", captured], check=True)
+                    used = phase.per_million(records)
+                    replayed[name].append(used)
+                    print(
+                        f"  round {r + 1} {name + ':':<8}front {used['front']:.2f}"
+                        f"  redis {used['redis']:.2f} s of CPU per million records"
+                    )
+                    if name == "floor":
+                        client.delete(*(f"floor:{CAPTURED}:{p}" for p in range(partitions)))
         finally:
             floor.terminate()
             floor.wait(10)
+    summary("the same client", live)
+    summary("the same requests", replayed)
+
+
+def summary(title: str, cpu: dict[str, list[dict[str, float]]]) -> None:
+    """Medians of the rounds, and the ratios taken within each round."""
 
     def median(name: str, who: str) -> float:
         return statistics.median(c[who] for c in cpu[name])
 
-    broker, floor_cpu, redis = median("broker", "front"), median("floor", "front"), None
-    redis = median("broker", "redis")
-    to_redis = [b["front"] / b["redis"] for b in cpu["broker"]]
-    floor_to_redis = [
-        f["front"] / b["redis"] for f, b in zip(cpu["floor"], cpu["broker"], strict=True)
-    ]
-    to_floor = [b["front"] / f["front"] for b, f in zip(cpu["broker"], cpu["floor"], strict=True)]
-    print("medians, s of CPU per million records:")
+    def ratios(values: list[float]) -> str:
+        return (
+            f"{statistics.median(values):.2f} x (per round {', '.join(f'{x:.2f}' for x in values)})"
+        )
+
+    pairs = list(zip(cpu["broker"], cpu["floor"], strict=True))
+    print(f"{title}, medians, s of CPU per million records:")
     print(
-        f"  broker {broker:.2f}, Redis (in the broker's rounds) {redis:.2f}, floor {floor_cpu:.2f}"
+        f"  broker {median('broker', 'front'):.2f}, Redis (in the broker's rounds)"
+        f" {median('broker', 'redis'):.2f}, floor {median('floor', 'front'):.2f}"
     )
     print(
-        f"  broker / Redis' {statistics.median(to_redis):.2f} x"
-        f" (per round {', '.join(f'{x:.2f}' for x in to_redis)}); the goal <= 0.50 x"
+        f"  broker / Redis' {ratios([b['front'] / b['redis'] for b, _ in pairs])}; goal <= 0.50 x"
     )
-    print(
-        f"  floor / Redis' {statistics.median(floor_to_redis):.2f} x"
-        f" (per round {', '.join(f'{x:.2f}' for x in floor_to_redis)})"
-    )
-    print(
-        f"  broker / floor {statistics.median(to_floor):.2f} x"
-        f" (per round {', '.join(f'{x:.2f}' for x in to_floor)})"
-    )
+    print(f"  floor / Redis'  {ratios([f['front'] / b['redis'] for b, f in pairs])}")
+    print(f"  broker / floor  {ratios([b['front'] / f['front'] for b, f in pairs])}")
 
 
 def main() -> None:
@@ -397,10 +468,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # the floor server
     parser.add_argument("--redis-url", help=argparse.SUPPRESS)
+    parser.add_argument("--capture", help=argparse.SUPPRESS)  # the requests written down
+    parser.add_argument("--replay-to", type=int, help=argparse.SUPPRESS)  # a port
     args = parser.parse_args()
     if args.serve is not None:
         keep_freed_memory()
-        asyncio.run(serve(args.serve, args.redis_url.removeprefix("unix://"), args.partitions))
+        redis_path = args.redis_url.removeprefix("unix://")
+        asyncio.run(serve(args.serve, redis_path, args.partitions, args.capture))
+    elif args.replay_to is not None:
+        replay(args.replay_to, args.capture)
     else:
         bench(args.records, args.partitions, args.rounds)
 
