@@ -216,7 +216,7 @@ def redis_start(redis_url: str, topic: str) -> int:
 
 
 def test_client_reads_archived_offsets_and_offsets_survive_a_flush(
-    redis_url: str, archiving_broker: Callable[[], Broker]
+    redis_url: str, pg_dsn: str, archiving_broker: Callable[[], Broker]
 ) -> None:
     broker = archiving_broker()
     ok_result = broker.cli("create", "t", "--page-size", "100", "--max-pages", "1")
@@ -230,7 +230,7 @@ def test_client_reads_archived_offsets_and_offsets_survive_a_flush(
 
     # Redis loses everything: the next append restores the offsets from the archive and
     # continues after the archived ones, at a higher leader epoch; nothing is reused.
-    through = archived_to(broker, "t")
+    through = archived_through(pg_dsn, "t")
     redis.Redis.from_url(redis_url).flushall()
     produce(broker.bootstrap, "t", [b"after"])
     meta = redis.Redis.from_url(redis_url).hgetall("ks:{t:0}:meta")
@@ -242,7 +242,7 @@ def test_client_reads_archived_offsets_and_offsets_survive_a_flush(
 
 
 def test_broker_serves_hot_data_while_postgres_is_down(
-    redis_url: str, pg_server: PostgresServer, archiving_broker: Callable[[], Broker]
+    redis_url: str, pg_dsn: str, pg_server: PostgresServer, archiving_broker: Callable[[], Broker]
 ) -> None:
     broker = archiving_broker()
     assert broker.cli("create", "hot", "--page-size", "100").returncode == 0
@@ -266,7 +266,7 @@ def test_broker_serves_hot_data_while_postgres_is_down(
         pg_server.start()
     # Back: the archiver catches up with what was produced meanwhile (all but the open
     # page, which stays in Redis until it fills or idles).
-    wait_until(lambda: archived_to(broker, "hot") >= 900, "the archive caught up")
+    wait_until(lambda: archived_through(pg_dsn, "hot") >= 900, "the archive caught up")
 
 
 def archive_pass(redis_url: str, pg_dsn: str, topic: str) -> int:
@@ -305,12 +305,3 @@ def archived_through(pg_dsn: str, topic: str) -> int:
         return next((p.archived_through for p in found), 0)
 
     return asyncio.run(run())
-
-
-def archived_to(broker: Broker, topic: str) -> int:
-    """The next offset to archive of ``topic``'s partition 0, from `archive --status`."""
-    for line in broker.cli("archive", "--status").stdout.decode().splitlines():
-        cells = line.split()
-        if cells[:2] == [topic, "0"]:
-            return int(cells[2])
-    return 0

@@ -7,10 +7,19 @@ line, exit 1. Also the wire mode's usage errors and an unreachable broker."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.wire.cli_wire import as_json, json_lines, ok, one_line_error, values, wire
+from tests.wire.cli_wire import (
+    as_json,
+    json_lines,
+    ok,
+    one_line_error,
+    values,
+    wire,
+    write_config,
+)
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
@@ -32,8 +41,11 @@ def mock_topic(bootstrap: str, name: str) -> str:
     return name
 
 
-def test_produce_consume_topics_and_group_on_the_mock(mock_bootstrap: str) -> None:
+def test_produce_consume_topics_and_group_on_the_mock(mock_bootstrap: str, tmp_path: Path) -> None:
     topic, group = mock_topic(mock_bootstrap, "mock-topic"), "mock-group"
+    # The mock keeps a member that left for its session: the second read's join would
+    # wait out the first's (the CLI's 10 s), 3 s with this.
+    short = write_config(tmp_path / "short.properties", {"session.timeout.ms": "3000"})
     lines = b"".join(b"k%d\tv%d\n" % (i, i) for i in range(20))
     ok(wire(mock_bootstrap, "produce", topic, "--key-separator", "\t", input=lines))
     assert topic in ok(wire(mock_bootstrap, "topics")).split()
@@ -41,11 +53,15 @@ def test_produce_consume_topics_and_group_on_the_mock(mock_bootstrap: str) -> No
     partitions = next(t["partitions"] for t in listed if t["name"] == topic)
     assert partitions >= 1
     records = json_lines(
-        ok(wire(mock_bootstrap, "consume", topic, "--group", group, "--format", "json"))
+        ok(
+            wire(
+                mock_bootstrap, "consume", topic, "--group", group, "--format", "json", config=short
+            )
+        )
     )
     assert values(records) == sorted(f"v{i}" for i in range(20))
     # the group read everything: a second read of it prints nothing
-    assert ok(wire(mock_bootstrap, "consume", topic, "--group", group)) == ""
+    assert ok(wire(mock_bootstrap, "consume", topic, "--group", group, config=short)) == ""
     described = wire(mock_bootstrap, "group", group, "--format", "json")
     document = as_json(described)
     assert document["group"] == group

@@ -12,7 +12,7 @@ import asyncpg
 import redis
 
 from tests.kafka_client import Connection
-from tests.storage.test_served import archived_to, archiving_broker, wait_until  # noqa: F401
+from tests.storage.test_served import archived_through, archiving_broker, wait_until  # noqa: F401
 from tests.wire.common import produce_numbered
 from tests.wire.conftest import Broker
 from tests.wire.test_share_raw import (
@@ -59,7 +59,7 @@ def test_share_partitions_come_back_after_a_redis_flush(
         got = only_partition(share_fetch(conn, group, member, 0, tid))
         assert [(r.first_offset, r.last_offset) for r in got.acquired_records] == [(0, 19)]
         assert only_partition(share_ack(conn, group, member, 1, tid, [(0, 9, [1])])).error_code == 0
-    wait_until(lambda: archived_to(broker, topic) >= 20, "the records archived")
+    wait_until(lambda: archived_through(pg_dsn, topic) >= 20, "the records archived")
     wait_until(lambda: (group, 10) in archived_starts(pg_dsn), "the share-partition archived")
     redis.Redis.from_url(redis_url).flushall()  # Redis loses everything
     with Connection(broker.bootstrap) as conn:
