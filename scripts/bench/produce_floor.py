@@ -15,8 +15,8 @@ each request, the copies of the bytes, and asyncio. ApiVersions and Metadata (a 
 run) are answered with kio, every topic with --partitions partitions led by node 0.
 
 The bench starts a fresh redis-server (appendfsync always, as the embedded server and
-durability.py), a `kafkaesque serve` broker and the floor on it, then, R rounds each,
-the two taking turns:
+durability.py; no AOF rewrites during the run), a `kafkaesque serve` broker and the
+floor on it, then, R rounds each, the two taking turns:
 
 - the same client: N records of 100 bytes over P partitions produced with durability.py's
   producer (confluent-kafka, acks=1, linger 5 ms, 1 MB batches) through each. librdkafka
@@ -376,6 +376,11 @@ def bench(records: int, partitions: int, rounds: int) -> None:
         captured = str(Path(home) / "requests")
         floor = start_floor(running.redis_url, port, partitions, captured)
         client = redis_py.Redis.from_url(running.redis_url)
+        # No AOF rewrites: the data of the rounds (~70 MB each) doubled the AOF every
+        # round, and each rewrite forked Redis and wrote all of it out while the next
+        # round ran; CPU per record of every process rose round after round (5x by the
+        # 8th). A rewrite's cost is Redis' housekeeping, not a front end's.
+        client.config_set("auto-aof-rewrite-percentage", 0)
         try:
             fronts = {
                 "broker": (running.bootstrap, running.broker_pid, running.bootstrap),
