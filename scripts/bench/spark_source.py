@@ -24,14 +24,14 @@ Prints rows/s of each and the ratios source / jdbc, archived / arrow and source 
 (goal: source >= 300,000 rows/s), and beside each the CPU seconds per million rows that
 the processes a read runs in spent (median over the rounds, from /proc): Spark's JVM,
 its Python workers, PostgreSQL, Redis and this driver process (the arrow pass runs
-here). On a loaded machine the CPU is steadier than the time. The writer: a streaming query (Trigger.AvailableNow)
-copies a topic of --copy records into another through the data source's writer; the copy
-is read back
-and must equal its source, partition by partition, in order. Streaming latency: a query
-with a 1 s processing-time trigger while a
-producer appends 1,000 records/s for --seconds; each record's latency is the time from
-its append (its timestamp) to its arrival in the query's foreachBatch; prints the median,
-p99 and max.
+here). On a loaded machine the CPU is steadier than the time.
+
+The writer: a streaming query (Trigger.AvailableNow) copies a topic of --copy records
+into another through the data source's writer; the copy is read back and must equal its
+source, partition by partition, in order. Streaming latency: a query with a 1 s
+processing-time trigger while a producer appends 1,000 records/s for --seconds; each
+record's latency is the time from its append (its timestamp) to its arrival in the
+query's foreachBatch; prints the median, p99 and max.
 
     python scripts/bench/spark_source.py [--records 300000] [--rounds 3] [--copy 100000]
 """
@@ -65,6 +65,7 @@ from storage_pg import spark as job
 from storage_pg.embedded import postmaster
 from storage_pg.spark.source import register
 from storage_pg.spark.source.columns import schema_ddl
+from storage_pg.spark.source.connect import settle_worker
 from storage_pg.tiered import Archive, attach
 
 PARTITIONS = 3
@@ -430,13 +431,16 @@ class ArrowFloor(DataSource):
     """``format("arrowfloor")``: ``rows`` rows of the source's schema in ``tasks`` tasks,
     each handing Spark Arrow batches of BATCH rows made from whole buffers (8-byte keys,
     100-byte values: no Python object per row), as the source's batches are about as
-    large. Defined in the script, so Spark pickles it by value to its workers."""
+    large, its workers' imports frozen out of the collector as the source's are
+    (settle_worker). Defined in the script, so Spark pickles it by value to its
+    workers."""
 
     @classmethod
     def name(cls) -> str:
         return "arrowfloor"
 
     def schema(self) -> str:
+        settle_worker()  # as the source does (any Python data source can)
         return schema_ddl(False)
 
     def reader(self, schema: Any) -> DataSourceReader:
@@ -451,10 +455,12 @@ class _FloorReader(DataSourceReader):
         self.rows, self.tasks = rows, tasks
 
     def partitions(self) -> list[InputPartition]:
+        settle_worker()
         each = -(-self.rows // self.tasks)
         return [InputPartition(min(each, self.rows - low)) for low in range(0, self.rows, each)]
 
     def read(self, partition: InputPartition) -> Any:
+        settle_worker()
         for low in range(0, partition.value, BATCH):
             yield self.batch(min(BATCH, partition.value - low))
 

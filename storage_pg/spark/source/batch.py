@@ -22,6 +22,7 @@ from pyspark.sql.datasource import (
 )
 
 from storage_pg.spark.source.columns import schema_ddl
+from storage_pg.spark.source.connect import settle_worker
 from storage_pg.spark.source.filters import Bounds
 from storage_pg.spark.source.options import (
     WRITE_OPTIONS,
@@ -65,6 +66,7 @@ class KafkaesqueSource(DataSource):
         # checked, and so is any unknown one.)
         if any(str(k).lower() not in (*WRITE_OPTIONS, "path") for k in self.options):
             read_options(self.options, streaming=False)
+        settle_worker()  # Spark's Python worker, which imported this package to get here
         include_headers = str(self.options.get("includeHeaders", "false")).lower() == "true"
         return schema_ddl(include_headers)
 

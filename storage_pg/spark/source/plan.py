@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from kafkaesque.errors import UnknownTopic
 from kafkaesque.hot.log import Log
-from storage_pg.spark.source.connect import close_log, open_log
+from storage_pg.spark.source.connect import close_log, open_log, settle_worker
 from storage_pg.spark.source.options import (
     EARLIEST,
     LATEST,
@@ -50,6 +50,7 @@ class PartitionNow:
 
 def run(options: SourceOptions, ask: Callable[[Log], Awaitable[T]]) -> T:
     """``ask(log)`` on a log over the options' Redis and archive (never restoring Redis)."""
+    settle_worker()
 
     async def main() -> T:
         log, archive = open_log(options, 4, archive_connections=2)

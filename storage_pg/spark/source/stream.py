@@ -30,6 +30,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from storage_pg.spark.source.connect import settle_worker
 from storage_pg.spark.source.options import DataLoss, SourceOptions
 from storage_pg.spark.source.plan import (
     TP,
@@ -130,6 +131,7 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log.warning("%s: reading the new topic from its earliest offset", message)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        settle_worker()
         starts, ends = from_topics(start["offsets"]), from_topics(end["offsets"])
         start_epochs = from_topics(start.get("epochs", {}))
         now = {

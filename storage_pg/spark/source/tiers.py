@@ -45,7 +45,7 @@ from storage_pg.spark.source.columns import (
     header_list,
     headers_type,
 )
-from storage_pg.spark.source.connect import close_log, open_log
+from storage_pg.spark.source.connect import close_log, open_log, settle_worker
 from storage_pg.spark.source.options import DataLoss, SourceOptions
 from storage_pg.spark.source.vectors import (
     ARCHIVED,
@@ -129,6 +129,7 @@ def read_ranges(options: SourceOptions, ranges: Sequence[OffsetRange]) -> Iterat
     """The ranges' rows as Arrow batches, range after range, on one log and archive
     connection opened for them all, on a private event loop (the executor's Python
     worker has none)."""
+    settle_worker()
     ranges = [r for r in ranges if r.end > r.start]
     if not ranges:
         return
