@@ -73,7 +73,7 @@ PRODUCE, METADATA, API_VERSIONS = 0, 3, 18
 ADVERTISED = supported()
 SUPPORTED = {key: ADVERTISED[key] for key in (PRODUCE, METADATA, API_VERSIONS)}
 NODE = 0
-CAPTURED = "replayed"  # the topic whose requests the floor writes down, to replay
+CAPTURED = "captured"  # the topic whose requests the floor writes down, to replay
 REPLAY_IN_FLIGHT = 5  # requests the replaying client keeps in flight
 STORE = b"""
 local out = {}
@@ -334,14 +334,15 @@ def start_floor(redis_url: str, port: int, partitions: int, capture: str) -> sub
     raise RuntimeError("the floor server did not start")
 
 
-def replay(port: int, path: str) -> None:
+def replay(port: int, path: str, topic: str) -> None:
     """Send the requests written down in ``path`` to ``port``, REPLAY_IN_FLIGHT at a time,
-    and read every answer (a client costing next to nothing, in a process of its own)."""
+    and read every answer (a client costing next to nothing, in a process of its own);
+    to ``topic`` (as long a name as CAPTURED) instead of CAPTURED."""
     data = Path(path).read_bytes()
     frames, pos = [], 0
     while pos < len(data):
         size = int.from_bytes(data[pos : pos + 4], "big")
-        frames.append(data[pos : pos + 4 + size])
+        frames.append(data[pos : pos + 4 + size].replace(CAPTURED.encode(), topic.encode(), 1))
         pos += 4 + size
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -387,7 +388,10 @@ def bench(records: int, partitions: int, rounds: int) -> None:
                 "floor": (f"127.0.0.1:{port}", floor.pid, f"127.0.0.1:{port}"),
             }
             admin = AdminClient({"bootstrap.servers": running.bootstrap})
-            topics = ["warm-up", CAPTURED, *(f"b{r}" for r in range(rounds))]
+            # A topic per round and front end, as in the live rounds: a partition the
+            # rounds all appended to grew, and every process' CPU per record with it.
+            replay_topics = [f"replay{r}{name[0]}" for r in range(rounds) for name in fronts]
+            topics = ["warm-up", CAPTURED, *(f"b{r}" for r in range(rounds)), *replay_topics]
             for future in admin.create_topics([NewTopic(t, partitions) for t in topics]).values():
                 future.result(30)
             for bootstrap, _, _ in fronts.values():
@@ -424,9 +428,11 @@ def bench(records: int, partitions: int, rounds: int) -> None:
             for r in range(rounds):
                 for name in ("broker", "floor") if r % 2 == 0 else ("floor", "broker"):
                     _, pid, address = fronts[name]
+                    topic = f"replay{r}{name[0]}"
                     command = [sys.executable, __file__, "--replay-to", address.split(":")[1]]
+                    command += ["--capture", captured, "--topic", topic]
                     with measure({"front": pid, "redis": running.redis_pid}) as phase:
-                        subprocess.run([*command, "--capture", captured], check=True)
+                        subprocess.run(command, check=True)
                     used = phase.per_million(records)
                     replayed[name].append(used)
                     print(
@@ -434,7 +440,7 @@ def bench(records: int, partitions: int, rounds: int) -> None:
                         f"  redis {used['redis']:.2f} s of CPU per million records"
                     )
                     if name == "floor":
-                        client.delete(*(f"floor:{CAPTURED}:{p}" for p in range(partitions)))
+                        client.delete(*(f"floor:{topic}:{p}" for p in range(partitions)))
         finally:
             floor.terminate()
             floor.wait(10)
@@ -470,18 +476,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=600_000)
     parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=4, choices=range(1, 11))
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # the floor server
     parser.add_argument("--redis-url", help=argparse.SUPPRESS)
     parser.add_argument("--capture", help=argparse.SUPPRESS)  # the requests written down
     parser.add_argument("--replay-to", type=int, help=argparse.SUPPRESS)  # a port
+    parser.add_argument("--topic", help=argparse.SUPPRESS)  # the replay's
     args = parser.parse_args()
     if args.serve is not None:
         keep_freed_memory()
         redis_path = args.redis_url.removeprefix("unix://")
         asyncio.run(serve(args.serve, redis_path, args.partitions, args.capture))
     elif args.replay_to is not None:
-        replay(args.replay_to, args.capture)
+        replay(args.replay_to, args.capture, args.topic)
     else:
         bench(args.records, args.partitions, args.rounds)
 
