@@ -24,6 +24,8 @@ from kafkaesque.clock import now_ms
 from kafkaesque.records.batch import decode_batch, read_header, split_batches
 from storage_pg.recovery import restore_epoch_floor
 from tests.kafka_client import Connection
+from tests.pg import PostgresServer
+from tests.servers import RedisServer
 from tests.storage.test_served import (  # noqa: F401
     archive_pass,
     archived_through,
@@ -31,7 +33,7 @@ from tests.storage.test_served import (  # noqa: F401
     wait_until,
 )
 from tests.wire.common import stored_batches
-from tests.wire.conftest import Broker
+from tests.wire.conftest import Broker, check_log
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
@@ -188,37 +190,58 @@ def poll_until(client: Any, seen: Seen, done: Callable[[], bool]) -> None:
         client.poll()
 
 
+@pytest.fixture(scope="module")
+def loss_broker(
+    pg_server: PostgresServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Broker, str]]:
+    """One archiving broker for the consumer tests, on a redis-server and an archive
+    database of their own (each test its own topic, and Redis flushed under the broker
+    again and again), and its archive's DSN. Its own archiver passes as it starts, then
+    not for an hour: `archive_pass` archives, never skipping a partition for a pass of
+    the broker's under way, and no pass of the broker's idle-closes a page."""
+    directory = tmp_path_factory.mktemp("loss")
+    server = RedisServer(directory / "redis")
+    try:
+        with pg_server.database() as dsn:
+            broker = Broker(server.url, directory / "broker", ["--archive-interval", "3600"], dsn)
+            try:
+                yield broker, dsn
+            finally:
+                status = broker.stop()
+                assert "Traceback" not in broker.stderr(), broker.stderr()
+                assert status in (0, -15), f"exit status {status} on SIGTERM"
+    finally:
+        server.stop()
+
+
 @pytest.fixture
 def before_the_loss(
-    redis_url: str,
-    pg_dsn: str,
-    archiving_broker: Callable[..., Broker],  # noqa: F811 (the fixture imported above)
-) -> Iterator[tuple[Broker, str]]:
-    """A broker and a topic holding 1,050 archived records and 30 only in Redis. The
-    broker's own archiver passes as it starts, then not for an hour: `archive --once`
-    archives, never skipping the partition for a pass of the broker's under way, and no
-    pass of the broker's idle-closes the 30 records' page."""
-    broker = archiving_broker(interval=3600)
-    topic = "lost"
+    loss_broker: tuple[Broker, str], request: pytest.FixtureRequest
+) -> tuple[Broker, str]:
+    """The module's broker and a topic of this test's holding 1,050 archived records and
+    30 only in Redis."""
+    broker, dsn = loss_broker
+    topic = "lost-" + request.node.callspec.id
     broker.cli("create", topic, "--page-size", "200")
     produce(broker.bootstrap, topic, OLD[:ARCHIVED])
 
     # Close and archive the half-full page too, so exactly 1,050 records are archived (a
     # pass skips the partition while another archiver is at it: again, then).
     def archive_all() -> bool:
-        return archive_pass(redis_url, pg_dsn, topic) == ARCHIVED
+        return archive_pass(broker.redis_url, dsn, topic) == ARCHIVED
 
     wait_until(archive_all, "1,050 records archived", TIMEOUT)
     produce(broker.bootstrap, topic, OLD[ARCHIVED:])
-    yield broker, topic
+    return broker, topic
 
 
 @pytest.mark.parametrize("client_name", list(CLIENTS))
 @pytest.mark.parametrize("reset", ["earliest", "latest", "error"])
 def test_consumer_is_told_when_offsets_it_read_were_lost(
-    redis_url: str, before_the_loss: tuple[Broker, str], client_name: str, reset: str
+    before_the_loss: tuple[Broker, str], client_name: str, reset: str
 ) -> None:
     broker, topic = before_the_loss
+    logged = broker.stderr_size()
     seen = Seen()
     setting = ERROR_RESET[client_name] if reset == "error" else reset
     client = CLIENTS[client_name](broker.bootstrap, topic, setting, seen)
@@ -228,7 +251,7 @@ def test_consumer_is_told_when_offsets_it_read_were_lost(
         read_before, logs_before = len(seen.records), len(seen.logs)
 
         floor = restore_epoch_floor(now_ms())
-        redis.Redis.from_url(redis_url).flushall()
+        redis.Redis.from_url(broker.redis_url).flushall()
         produce(broker.bootstrap, topic, FRESH)
         # The restore raised the epoch (from 0 to above the minutes since 2020) and the new
         # records, in Redis from 1050 on, carry it.
@@ -262,6 +285,7 @@ def test_consumer_is_told_when_offsets_it_read_were_lost(
         assert any(phrase in seen.errors[0] for phrase in ERROR_TEXT), seen.errors
     elif expected < ARCHIVED:  # the reset is logged (the rewind to the divergence point is not)
         assert told(), seen.logs[logs_before:]
+    check_log(broker, logged, topic)
 
 
 # The first offset each consumer reads after the loss (None: it raises / reports an error).

@@ -22,20 +22,18 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 import asyncpg
 import pytest
 import redis
 
-from tests.storage.test_served import (  # noqa: F401
-    archive_pass,
-    archiving_broker,
-    wait_until,
-)
+from tests.pg import PostgresServer
+from tests.servers import RedisServer
+from tests.storage.test_served import archive_pass, wait_until
 from tests.wire.common import FAST_GROUP_ARGS
-from tests.wire.conftest import Broker
+from tests.wire.conftest import Broker, check_log
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
@@ -255,18 +253,42 @@ def archived_commit(pg_dsn: str, group: str) -> int | None:
 SCENARIOS = [("running", 200), ("lagging", 200), ("restarted", 10), ("restarted", 200)]
 
 
+@pytest.fixture(scope="module")
+def loss_broker(
+    pg_server: PostgresServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Broker, str]]:
+    """One broker archiving every 0.2 s, whose groups form in 0.2 s (not 3), on a
+    redis-server and an archive database of their own: each test its own topic and group,
+    and Redis flushed under the broker again and again. With its archive's DSN."""
+    directory = tmp_path_factory.mktemp("loss")
+    server = RedisServer(directory / "redis")
+    try:
+        with pg_server.database() as dsn:
+            options = ["--archive-interval", "0.2", *FAST_GROUP_ARGS]
+            broker = Broker(server.url, directory / "broker", options, dsn)
+            try:
+                yield broker, dsn
+            finally:
+                status = broker.stop()
+                assert "Traceback" not in broker.stderr(), broker.stderr()
+                assert status in (0, -15), f"exit status {status} on SIGTERM"
+    finally:
+        server.stop()
+
+
 @pytest.mark.parametrize(("mode", "fresh"), SCENARIOS, ids=[f"{m}-{n}" for m, n in SCENARIOS])
 @pytest.mark.parametrize("client_name", list(CLIENTS))
 def test_group_consumer_is_told_when_offsets_it_read_were_lost(
-    redis_url: str,
-    pg_dsn: str,
-    archiving_broker: Callable[..., Broker],  # noqa: F811 (the fixture imported above)
+    loss_broker: tuple[Broker, str],
+    request: pytest.FixtureRequest,
     client_name: str,
     mode: str,
     fresh: int,
 ) -> None:
-    broker = archiving_broker(*FAST_GROUP_ARGS)  # groups form in 0.2 s, not 3
-    topic, group = f"lost-{client_name}", f"g-{client_name}"
+    broker, pg_dsn = loss_broker
+    redis_url, logged = broker.redis_url, broker.stderr_size()
+    case = request.node.callspec.id
+    topic, group = f"lost-{case}", f"g-{case}"
     broker.cli("create", topic, "--page-size", "200")
     old = [b"old-%04d" % i for i in range(ARCHIVED + 50)]
     produce(broker.bootstrap, topic, old[:1040])
@@ -321,3 +343,4 @@ def test_group_consumer_is_told_when_offsets_it_read_were_lost(
     after = seen.records[len(old) :]
     print(f"{client_name} {mode} {fresh}: read {after[:2]}..{after[-1:]}; told {seen.errors[:1]}")
     assert seen.errors or not changed, f"read again, silently, changed offsets {changed[:5]}.."
+    check_log(broker, logged, case)
