@@ -310,7 +310,7 @@ ERROR_TEXT = ("Partition log truncation detected", "LogTruncationError", "Offset
 def test_idempotent_producer_goes_on_across_the_loss(
     redis_url: str,
     pg_dsn: str,
-    archiving_broker: Callable[..., Broker],  # noqa: F811 (the fixture imported above)
+    archiving_broker: Callable[[], Broker],  # noqa: F811 (the fixture imported above)
 ) -> None:
     """An idempotent producer producing all along while Redis is flushed: the partition's
     producer state is gone, its next batches get UNKNOWN_PRODUCER_ID, and librdkafka

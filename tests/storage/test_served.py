@@ -152,17 +152,15 @@ def test_archive_status_before_the_first_pass_explains_itself(
 
 
 @pytest.fixture
-def archiving_broker(
-    redis_url: str, pg_dsn: str, tmp_path: Path
-) -> Iterator[Callable[..., Broker]]:
-    """Starts brokers archiving every ``interval`` seconds (0.2 unless given) to the test's
-    database, with any further ``serve`` options given; all stopped after the test, with
-    no Traceback logged."""
+def archiving_broker(redis_url: str, pg_dsn: str, tmp_path: Path) -> Iterator[Callable[[], Broker]]:
+    """Starts brokers archiving every 0.2 s to the test's database; all stopped after the
+    test, with no Traceback logged."""
     started: list[Broker] = []
 
-    def start_archiving(*extra_args: str, interval: float = 0.2) -> Broker:
-        options = ["--archive-interval", str(interval), *extra_args]
-        broker = Broker(redis_url, tmp_path / f"b{len(started)}", options, pg_dsn)
+    def start_archiving() -> Broker:
+        broker = Broker(
+            redis_url, tmp_path / f"b{len(started)}", ["--archive-interval", "0.2"], pg_dsn
+        )
         started.append(broker)
         return broker
 
