@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
+import pytest
 import redis
 
 from kafkaesque.cli.base import Context
 from kafkaesque.hot.embedded import EmbeddedRedis
+from tests.cli_in_turn import CommandsInTurn
 from tests.servers import free_port
-from tests.storage.test_served import cli, ok
+from tests.storage.common import bare_env
+from tests.storage.test_served import REPO, cli, ok
 
 MISMATCH = "belong to different clusters; refusing to join them"
 
@@ -52,18 +56,30 @@ def one_error_line(result: subprocess.CompletedProcess[bytes], fragment: str) ->
     assert line.startswith("Error: ") and fragment in line, line
 
 
-def test_a_redis_of_another_cluster_is_refused(redis_url: str, pg_dsn: str, tmp_path: Path) -> None:
+@pytest.fixture
+def turn(tmp_path: Path) -> Iterator[CommandsInTurn]:
+    """One CLI process for the test's commands but the first (tests/cli_in_turn.py)."""
+    with CommandsInTurn(bare_env(tmp_path), REPO) as process:
+        yield process
+
+
+def test_a_redis_of_another_cluster_is_refused(
+    redis_url: str, pg_dsn: str, tmp_path: Path, turn: CommandsInTurn
+) -> None:
     def paired(*args: str, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-        return cli(redis_url, tmp_path, *args, input=input, pg_dsn=pg_dsn)
+        return turn.run("--redis-url", redis_url, "--pg-dsn", pg_dsn, *args, input=input)
+
+    def alone(*args: str, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+        return turn.run("--redis-url", redis_url, *args, input=input)
 
     # Cluster A: a topic archived into the database.
-    ok(paired("create", "a-topic", "--page-size", "10"))
+    ok(cli(redis_url, tmp_path, "create", "a-topic", "--page-size", "10", pg_dsn=pg_dsn))
     ok(paired("produce", "a-topic", input=b"a\n" * 25))
     ok(paired("archive", "--once"))
     # The same Redis, emptied and used afresh without the archive: another cluster.
     redis.Redis.from_url(redis_url).flushall()
-    ok(cli(redis_url, tmp_path, "create", "b-topic", "--page-size", "10"))
-    ok(cli(redis_url, tmp_path, "produce", "b-topic", input=b"b\n" * 25))
+    ok(alone("create", "b-topic", "--page-size", "10"))
+    ok(alone("produce", "b-topic", input=b"b\n" * 25))
     archive_before = archive_snapshot(pg_dsn)
     redis_before = redis_snapshot(redis_url)
 
@@ -85,24 +101,28 @@ def test_a_redis_of_another_cluster_is_refused(redis_url: str, pg_dsn: str, tmp_
     after.pop(b"ks:cluster_id")
     assert after == redis_before
     # Alone, each side still works.
-    assert ok(cli(redis_url, tmp_path, "consume", "b-topic")) == "b\n" * 25
+    assert ok(alone("consume", "b-topic")) == "b\n" * 25
 
 
 def test_an_empty_redis_takes_the_archive_it_is_given(
-    redis_url: str, pg_dsn: str, tmp_path: Path
+    redis_url: str, pg_dsn: str, tmp_path: Path, turn: CommandsInTurn
 ) -> None:
     """Redis without data (new, or it lost its data) given an archive explicitly: restored
     from it, with its cluster id, so the pair is one cluster again."""
+
+    def paired(*args: str, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+        return turn.run("--redis-url", redis_url, "--pg-dsn", pg_dsn, *args, input=input)
+
     ok(cli(redis_url, tmp_path, "create", "t", "--page-size", "5", pg_dsn=pg_dsn))
-    ok(cli(redis_url, tmp_path, "produce", "t", input=b"x\n" * 12, pg_dsn=pg_dsn))
-    ok(cli(redis_url, tmp_path, "archive", pg_dsn=pg_dsn))
+    ok(paired("produce", "t", input=b"x\n" * 12))
+    ok(paired("archive"))
     (cluster,) = archive_snapshot(pg_dsn)[-1]
     client = redis.Redis.from_url(redis_url)
     client.flushall()
     client.set("ks:cluster_id", "set-by-a-broker-meanwhile")  # no data: not a cluster yet
-    assert ok(cli(redis_url, tmp_path, "topics", pg_dsn=pg_dsn)) == "t\n"
+    assert ok(paired("topics")) == "t\n"
     assert client.get("ks:cluster_id").decode() == cluster[0]
-    ok(cli(redis_url, tmp_path, "archive", pg_dsn=pg_dsn))
+    ok(paired("archive"))
 
 
 def test_an_explicit_redis_never_takes_the_embedded_archive(redis_url: str, tmp_path: Path) -> None:
