@@ -1,4 +1,4 @@
-"""The topic configs every append obeys (kafkaesque.partition.append_policy), through Partitions on
+"""The topic configs every append obeys (kafkaesque.partition.appends), through Partitions on
 fakeredis: max.message.bytes, cleanup.policy=compact, message.timestamp.type,
 message.timestamp.before/after.max.ms and compression.type; and the config cache."""
 
