@@ -441,11 +441,28 @@ def bench(records: int, partitions: int, rounds: int) -> None:
                     )
                     if name == "floor":
                         client.delete(*(f"floor:{topic}:{p}" for p in range(partitions)))
+                    else:  # the replay reads no answer's codes: the log says what it took
+                        stored = stored_records(running.bootstrap, topic, partitions)
+                        assert stored == records, f"{stored} of {records} records stored"
         finally:
             floor.terminate()
             floor.wait(10)
     summary("the same client", live)
     summary("the same requests", replayed)
+
+
+def stored_records(bootstrap: str, topic: str, partitions: int) -> int:
+    """The records in ``topic`` (the sum of its partitions' end offsets) on the broker."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "produce-floor"})
+    try:
+        ends = [
+            consumer.get_watermark_offsets(TopicPartition(topic, p), 30) for p in range(partitions)
+        ]
+        return sum(high for _, high in ends)
+    finally:
+        consumer.close()
 
 
 def summary(title: str, cpu: dict[str, list[dict[str, float]]]) -> None:
