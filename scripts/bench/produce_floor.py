@@ -377,10 +377,9 @@ def bench(records: int, partitions: int, rounds: int) -> None:
         captured = str(Path(home) / "requests")
         floor = start_floor(running.redis_url, port, partitions, captured)
         client = redis_py.Redis.from_url(running.redis_url)
-        # No AOF rewrites: the data of the rounds (~70 MB each) doubled the AOF every
-        # round, and each rewrite forked Redis and wrote all of it out while the next
-        # round ran; CPU per record of every process rose round after round (5x by the
-        # 8th). A rewrite's cost is Redis' housekeeping, not a front end's.
+        # No AOF rewrites: the data of the rounds (~70 MB each) doubled the AOF about
+        # every round, and each rewrite forked Redis and wrote all of it out while a round
+        # ran (18 in one run): Redis' housekeeping, not a front end's cost.
         client.config_set("auto-aof-rewrite-percentage", 0)
         try:
             fronts = {
