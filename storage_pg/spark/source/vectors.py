@@ -26,6 +26,9 @@ import numpy as np
 from kafkaesque.errors import InvalidRecord
 from kafkaesque.records.batch import (
     ATTR_LOG_APPEND_TIME,
+    HEADER_SIZE,
+    base_offset,
+    next_offset,
     records_data,
 )
 from kafkaesque.records.body import read_varint
@@ -235,6 +238,12 @@ def log_rows(
     kept: list[_Batch] = []
     size = 0
     for stored in batches:
+        # A batch wholly outside the range (a read runs past a range's end) is neither
+        # checked nor decoded; a short one is left to records_data's error.
+        if len(stored) >= HEADER_SIZE and (
+            base_offset(stored) >= high or next_offset(stored) <= low
+        ):
+            continue
         header, area, start, end = records_data(stored, 0)
         if not is_data(header, aborted):
             continue
