@@ -24,11 +24,20 @@ from kio.schema.errors import ErrorCode
 from kafkaesque.records.build import build_batch
 from tests.kafka_client import Connection, decode_response, request
 from tests.wire.clients import JS, requires
-from tests.wire.common import TIMEOUT, create_topic, produce_numbered, value_of, wait_until
+from tests.wire.common import (
+    FAST_GROUP_ARGS,
+    TIMEOUT,
+    create_topic,
+    produce_numbered,
+    value_of,
+    wait_until,
+)
 from tests.wire.test_transactions_fetch import latest
 
-# Timed-out transactions are looked for every 0.2 s (Kafka: every 10 s).
+# Timed-out transactions are looked for every 0.2 s (Kafka: every 10 s); group members may
+# ask for sessions from 1 s (the processor's are 3 s: a killed run's member is gone sooner).
 BROKER_ARGS = (
+    *FAST_GROUP_ARGS,
     "--config",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms=200",
 )

@@ -39,7 +39,7 @@ def main(bootstrap: str, source: str, sink: str, group: str, transactional_id: s
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "isolation.level": "read_committed",
-            "session.timeout.ms": 6000,  # a killed run's member leaves the group sooner
+            "session.timeout.ms": 3000,  # a killed run's member leaves the group sooner
         }
     )
     consumer.subscribe([source])
