@@ -199,15 +199,17 @@ def cpu_now(servers: dict[str, int]) -> dict[str, float]:
 
 
 def best_of(
-    rounds: int, passes: dict[str, Any], servers: dict[str, int]
+    rounds: int, passes: dict[str, Any], servers: dict[str, int], collect: Any
 ) -> tuple[dict[str, tuple[int, float]], dict[str, dict[str, float]]]:
     """Each pass's rows and best time over ``rounds`` (alternating order), and its median
-    CPU seconds per process kind over the rounds."""
+    CPU seconds per process kind over the rounds; ``collect()`` runs before each pass,
+    unmeasured (the JVM's garbage collection, so a pass does not pay for the last's)."""
     best: dict[str, tuple[int, float]] = {}
     cpu: dict[str, list[dict[str, float]]] = {}
     names = list(passes)
     for r in range(rounds):
         for name in names if r % 2 == 0 else names[::-1]:
+            collect()
             before = cpu_now(servers)
             started = time.perf_counter()
             rows = passes[name]()
@@ -393,7 +395,13 @@ def main() -> None:
             for run in passes.values():  # warm-up: JIT, workers, PostgreSQL's cache
                 run()
             servers = {"postgres": postmaster(pg.data)[0], "redis": redis_server.pid()}
-            best, cpu = best_of(args.rounds, passes, servers)
+            jvm = spark.sparkContext._jvm
+
+            def collect() -> None:
+                jvm.java.lang.System.gc()
+                time.sleep(0.2)
+
+            best, cpu = best_of(args.rounds, passes, servers, collect)
             rate = {name: rows / seconds for name, (rows, seconds) in best.items()}
             print(f"load average {os.getloadavg()[0]:.1f}; CPU: s per million rows, median")
             for name, (rows, seconds) in best.items():
