@@ -14,7 +14,6 @@ from kafkaesque.errors import Code
 from kafkaesque.hot import redis_errors
 from wire.errors import ERROR_CODES, error_code
 
-
 TABLED = [cls for cls in errors.all_errors() if not issubclass(cls, errors.Refused)]
 
 
