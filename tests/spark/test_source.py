@@ -154,7 +154,9 @@ def test_batch_read_across_both_tiers_equals_kcat(source: Any, brokered: Any) ->
     assert [r.offset for r in read if r.partition == 2] == list(range(2 * KCAT_HALF))
 
 
-def test_ending_offsets_and_a_timestamp_filter(source: Any, live: LiveLog, tiered: str) -> None:
+def test_ending_offsets_and_a_timestamp_filter(
+    spark: Any, source: Any, live: LiveLog, tiered: str
+) -> None:
     ending = json.dumps({tiered: {"0": 50, "1": HALF + 30, "2": -1}})
     since = BASE_MS + 1000 * 40  # offsets >= 40 (timestamp = BASE_MS + 1000 * offset)
     df = source(subscribe=tiered, endingOffsets=ending).load()
@@ -173,9 +175,11 @@ def test_ending_offsets_and_a_timestamp_filter(source: Any, live: LiveLog, tiere
     )
     assert list(reader.pushFilters([EqualTo(("partition",), 1)])) == []
     planned = [r for task in reader.partitions() for r in task.ranges]
-    assert {r.partition for r in planned} == {1} and sum(
-        r.end - r.start for r in planned
-    ) == 2 * HALF
+    assert {r.partition for r in planned} == {1}
+    assert sum(r.end - r.start for r in planned) == 2 * HALF
+    # the whole topic (3 partitions, 2 tiers each): one task per core of the session
+    tasks = source(subscribe=tiered).load().rdd.getNumPartitions()
+    assert tasks == spark.sparkContext.defaultParallelism == 2
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,15 @@ from kafkaesque.records.compression import Compression
 from storage_pg.spark.source.columns import Columns, headers_type
 from storage_pg.spark.source.filters import Bounds
 from storage_pg.spark.source.options import DataLoss, SourceError, read_options, write_options
-from storage_pg.spark.source.plan import MIN_PIECE, PartitionNow, ranges, share, spread, tasks
+from storage_pg.spark.source.plan import (
+    CORES_ENV,
+    MIN_PIECE,
+    PartitionNow,
+    ranges,
+    share,
+    spread,
+    tasks,
+)
 from storage_pg.spark.source.tiers import OffsetRange, read_range
 from storage_pg.spark.source.vectors import archived_rows, log_rows
 from tests.spark.live import LiveLog
@@ -95,7 +103,9 @@ def test_min_partitions_splits_ranges_in_proportion() -> None:
     assert [(r.start, r.end) for r in capped] == [(5, 337), (337, 669), (669, 1000), (0, 10)]
 
 
-def test_a_read_is_spread_over_the_cores_with_both_tiers_in_each_task() -> None:
+def test_a_read_is_spread_over_the_cores_with_both_tiers_in_each_task(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """By default a read is one task per core, each with an equal piece of every
     partition's archived part and of its Redis part; a range too small to cut goes to
     the least loaded task; each offset is planned once."""
@@ -123,6 +133,9 @@ def test_a_read_is_spread_over_the_cores_with_both_tiers_in_each_task() -> None:
         [(0, 0, size), (2, 0, 10)],
         [(1, 0, size)],
     ]
+    # as many tasks as register() found cores
+    monkeypatch.setenv(CORES_ENV, "3")
+    assert len(tasks(planned, read_options({**URL, "subscribe": "t"}), marks)) == 3
     # asked for (maxRecordsPerPartition, minPartitions): each range a task of its own
     options = read_options({**URL, "subscribe": "t", "maxRecordsPerPartition": str(size)})
     assert [len(task) for task in tasks(planned, options, marks)] == [size, size, 10]

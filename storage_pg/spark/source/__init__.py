@@ -38,6 +38,9 @@ def register(spark: SparkSession) -> SparkSession:
     session's cores from here (a read is one task per core)."""
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     # The Python workers Spark starts from now on (the planner's among them) get these.
-    spark.sparkContext.environment[CORES_ENV] = str(spark.sparkContext.defaultParallelism)
+    # (A Spark Connect session has no SparkContext: its reads plan for 2 cores.)
+    context = getattr(spark, "sparkContext", None)
+    if context is not None:
+        context.environment[CORES_ENV] = str(context.defaultParallelism)
     spark.dataSource.register(KafkaesqueSource)
     return spark
