@@ -257,6 +257,13 @@ def test_rejoin_with_the_same_protocols_gets_the_current_generation(broker, topi
         m2 = c2.join_group(group, topics=[topic]).member_id
         waiting = join_request(group, m2, topics=[topic], rebalance_ms=slow)
         waiting_id = c2.send_request(waiting)
+        # m2's JoinGroup must reach the group first: m1's, before it, would be answered
+        # from the round m1 already completed alone.
+        wait_until(
+            lambda: c1.describe_group(group).group_state == "PreparingRebalance",
+            "the second member's JoinGroup to start a round",
+            timeout=10,
+        )
         leader = join(c1, m1)
         follower = c2.read_response(waiting, waiting_id)
         gen = leader.generation_id
