@@ -55,6 +55,7 @@ SOURCES = {
     ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG: "broker default",
     ConfigSource.STATIC_BROKER_CONFIG: "broker default",
 }
+DOWN_GRACE = 0.5  # seconds a refused login's error may follow the brokers' disconnect
 # librdkafka's errors that say no broker answered (yet)
 UNREACHABLE = {"_TRANSPORT", "_ALL_BROKERS_DOWN", "_SSL", "_RESOLVE", "_TIMED_OUT"}
 # "sasl_ssl://127.0.0.1:9093/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection
@@ -143,6 +144,9 @@ class WireClient:
             self.logger.setLevel(logging.CRITICAL + 1)  # librdkafka's lines stay off stderr
         self.failure: str | None = None  # what ends this command: unreachable, refused
         self._transport: str | None = None
+        # Every broker down, and since when: it ends the command only after DOWN_GRACE,
+        # as librdkafka may report a refused login (the reason) just after the disconnect.
+        self._down: tuple[str, float] | None = None
         self.config: dict[str, Any] = {
             "log.connection.close": False,
             # Looking a topic up must not create it (a producer's Metadata would).
@@ -163,14 +167,17 @@ class WireClient:
         if name in ("_TRANSPORT", "_SSL", "_RESOLVE"):
             self._transport = describe_error(err, self.bootstrap)
         elif name == "_ALL_BROKERS_DOWN":
-            if not self.tolerate_down:
-                self.failure = self._transport or describe_error(err, self.bootstrap)
+            if not self.tolerate_down and self._down is None:
+                why = self._transport or describe_error(err, self.bootstrap)
+                self._down = (why, time.monotonic())
         elif name == "_AUTHENTICATION" or err.fatal():
             self.failure = describe_error(err, self.bootstrap)
 
     def check(self) -> None:
         if self.failure is not None:
             raise WireFailure(self.failure)
+        if self._down is not None and time.monotonic() - self._down[1] >= DOWN_GRACE:
+            raise WireFailure(self._down[0])
 
     def failed(self, exc: KafkaException) -> WireFailure:
         """The one line for a client exception (a failure seen meanwhile first)."""
@@ -179,8 +186,8 @@ class WireClient:
         err = exc.args[0] if exc.args else None
         if not isinstance(err, KafkaError):
             return WireFailure(str(exc))
-        if err.name() in UNREACHABLE and self._transport is not None:
-            return WireFailure(self._transport)
+        if err.name() in UNREACHABLE and (self._down or self._transport):
+            return WireFailure(self._down[0] if self._down else str(self._transport))
         return WireFailure(describe_error(err, self.bootstrap))
 
     # -- admin -----------------------------------------------------------------------------
