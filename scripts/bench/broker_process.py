@@ -37,8 +37,13 @@ def start_broker(
     command += ["--pg-dsn", pg_dsn, "serve", "--archive-interval", "3600"] if pg_dsn else ["serve"]
     command += ["--listen", f"127.0.0.1:{port}"] + ([] if pg_dsn else ["--no-archive"])
     command += extra
-    proc = subprocess.Popen(command, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60  # a loaded machine imports slowly
+    return wait_listening(subprocess.Popen(command, stderr=subprocess.DEVNULL), port, "broker")
+
+
+def wait_listening(proc: subprocess.Popen, port: int, what: str) -> subprocess.Popen:
+    """``proc`` once it listens on 127.0.0.1:``port``; killed, and RuntimeError naming
+    ``what``, if it exits first or takes over a minute (a loaded machine imports slowly)."""
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
@@ -48,7 +53,7 @@ def start_broker(
                 break
             time.sleep(0.02)
     proc.kill()
-    raise RuntimeError("broker did not start")
+    raise RuntimeError(f"the {what} did not start")
 
 
 @contextlib.contextmanager

@@ -48,7 +48,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections import deque
 from pathlib import Path
@@ -320,18 +319,10 @@ async def serve(port: int, redis_path: str, partitions: int, capture: str | None
 
 def start_floor(redis_url: str, port: int, partitions: int, capture: str) -> subprocess.Popen:
     command = [sys.executable, __file__, "--serve", str(port), "--redis-url", redis_url]
+    from broker_process import wait_listening
+
     proc = subprocess.Popen([*command, "--partitions", str(partitions), "--capture", capture])
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-            return proc
-        except OSError:
-            if proc.poll() is not None:
-                break
-            time.sleep(0.02)
-    proc.kill()
-    raise RuntimeError("the floor server did not start")
+    return wait_listening(proc, port, "floor server")
 
 
 def replay(port: int, path: str, topic: str) -> None:
