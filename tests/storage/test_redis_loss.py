@@ -25,7 +25,6 @@ from kafkaesque.records.batch import decode_batch, read_header, split_batches
 from storage_pg.recovery import restore_epoch_floor
 from tests.kafka_client import Connection
 from tests.pg import PostgresServer
-from tests.servers import RedisServer
 from tests.storage.test_served import (  # noqa: F401
     archive_pass,
     archived_through,
@@ -33,7 +32,7 @@ from tests.storage.test_served import (  # noqa: F401
     wait_until,
 )
 from tests.wire.common import stored_batches
-from tests.wire.conftest import Broker, check_log
+from tests.wire.conftest import Broker, broker_of_its_own, check_log
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
@@ -199,19 +198,9 @@ def loss_broker(
     again and again), and its archive's DSN. Its own archiver passes as it starts, then
     not for an hour: `archive_pass` archives, never skipping a partition for a pass of
     the broker's under way, and no pass of the broker's idle-closes a page."""
-    directory = tmp_path_factory.mktemp("loss")
-    server = RedisServer(directory / "redis")
-    try:
-        with pg_server.database() as dsn:
-            broker = Broker(server.url, directory / "broker", ["--archive-interval", "3600"], dsn)
-            try:
-                yield broker, dsn
-            finally:
-                status = broker.stop()
-                assert "Traceback" not in broker.stderr(), broker.stderr()
-                assert status in (0, -15), f"exit status {status} on SIGTERM"
-    finally:
-        server.stop()
+    options = ["--archive-interval", "3600"]
+    with broker_of_its_own(tmp_path_factory.mktemp("loss"), pg_server, options) as both:
+        yield both
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ their topics unique with ``topic_name``.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.pg import PostgresServer
 from tests.servers import START_TIMEOUT, RedisServer, free_port, wait_for_port
 from tests.wire.clients import Client, make
 
@@ -131,6 +133,27 @@ class Broker:
                 f"{result.stderr.decode(errors='replace')}"
             )
         return result
+
+
+@contextlib.contextmanager
+def broker_of_its_own(
+    directory: Path, pg_server: PostgresServer, options: Sequence[str]
+) -> Iterator[tuple[Broker, str]]:
+    """An archiving broker with ``options`` on a redis-server and an archive database of
+    its own (for tests that flush Redis under it), with the archive's DSN; it must stop
+    on SIGTERM without a Traceback."""
+    server = RedisServer(directory / "redis")
+    try:
+        with pg_server.database() as dsn:
+            broker = Broker(server.url, directory / "broker", options, dsn)
+            try:
+                yield broker, dsn
+            finally:
+                status = broker.stop()
+                assert "Traceback" not in broker.stderr(), broker.stderr()
+                assert status in (0, -signal.SIGTERM), f"exit status {status} on SIGTERM"
+    finally:
+        server.stop()
 
 
 def check_log(broker: Broker, start: int, what: str) -> None:

@@ -30,10 +30,9 @@ import pytest
 import redis
 
 from tests.pg import PostgresServer
-from tests.servers import RedisServer
 from tests.storage.test_served import archive_pass, wait_until
 from tests.wire.common import FAST_GROUP_ARGS
-from tests.wire.conftest import Broker, check_log
+from tests.wire.conftest import Broker, broker_of_its_own, check_log
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
@@ -260,20 +259,9 @@ def loss_broker(
     """One broker archiving every 0.2 s, whose groups form in 0.2 s (not 3), on a
     redis-server and an archive database of their own: each test its own topic and group,
     and Redis flushed under the broker again and again. With its archive's DSN."""
-    directory = tmp_path_factory.mktemp("loss")
-    server = RedisServer(directory / "redis")
-    try:
-        with pg_server.database() as dsn:
-            options = ["--archive-interval", "0.2", *FAST_GROUP_ARGS]
-            broker = Broker(server.url, directory / "broker", options, dsn)
-            try:
-                yield broker, dsn
-            finally:
-                status = broker.stop()
-                assert "Traceback" not in broker.stderr(), broker.stderr()
-                assert status in (0, -15), f"exit status {status} on SIGTERM"
-    finally:
-        server.stop()
+    options = ["--archive-interval", "0.2", *FAST_GROUP_ARGS]
+    with broker_of_its_own(tmp_path_factory.mktemp("loss"), pg_server, options) as both:
+        yield both
 
 
 @pytest.mark.parametrize(("mode", "fresh"), SCENARIOS, ids=[f"{m}-{n}" for m, n in SCENARIOS])
