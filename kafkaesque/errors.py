@@ -65,6 +65,11 @@ class Refused(KafkaesqueError):
         super().__init__(message)
         self.code = code
 
+    @classmethod
+    def invalid(cls, message: str) -> Refused:
+        """INVALID_REQUEST: a request that fails Kafka's own checks of its fields."""
+        return cls(Code.INVALID_REQUEST, message)
+
 
 # -- topics and their settings -----------------------------------------------------------
 class InvalidTopic(KafkaesqueError):

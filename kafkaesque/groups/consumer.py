@@ -40,27 +40,23 @@ if TYPE_CHECKING:
 
 def validate(hb: Heartbeat, version: int) -> None:
     """Kafka's request checks, before the group is looked at."""
-
-    def invalid(message: str) -> Refused:
-        return Refused(Code.INVALID_REQUEST, message)
-
     if not hb.member_id and (version >= 1 or hb.epoch != 0):
-        raise invalid("MemberId can't be empty.")
+        raise Refused.invalid("MemberId can't be empty.")
     if hb.instance_id is not None and not hb.instance_id:
-        raise invalid("InstanceId can't be empty.")
+        raise Refused.invalid("InstanceId can't be empty.")
     if hb.epoch == STATIC_LEAVE_EPOCH and hb.instance_id is None:
-        raise invalid("InstanceId can't be null.")
+        raise Refused.invalid("InstanceId can't be null.")
     if hb.epoch < STATIC_LEAVE_EPOCH:
-        raise invalid(f"MemberEpoch {hb.epoch} is invalid.")
+        raise Refused.invalid(f"MemberEpoch {hb.epoch} is invalid.")
     if hb.epoch == 0:
         if hb.rebalance_timeout_ms == -1:
-            raise invalid("RebalanceTimeoutMs must be provided in first request.")
+            raise Refused.invalid("RebalanceTimeoutMs must be provided in first request.")
         if hb.topics is None and hb.regex is None:
-            raise invalid(
+            raise Refused.invalid(
                 "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
             )
         if hb.owned:
-            raise invalid("TopicPartitions must be empty when (re-)joining.")
+            raise Refused.invalid("TopicPartitions must be empty when (re-)joining.")
     if hb.assignor is not None and hb.assignor not in ASSIGNORS:
         raise Refused(Code.UNSUPPORTED_ASSIGNOR, f"unknown assignor {hb.assignor!r}")
     if hb.regex:
@@ -98,7 +94,7 @@ class ConsumerGroupCoordinator(HeartbeatGroups[ConsumerGroup, ConsumerGroupConfi
     async def heartbeat(self, group_id: str, hb: Heartbeat, version: int) -> HeartbeatResult:
         """One ConsumerGroupHeartbeat; raises Refused with the error to answer."""
         if not group_id:
-            raise Refused(Code.INVALID_REQUEST, "GroupId can't be empty.")
+            raise Refused.invalid("GroupId can't be empty.")
         validate(hb, version)
         if not hb.member_id:  # v0: the coordinator names new members
             hb = dataclasses.replace(hb, member_id=new_member_id())

@@ -161,14 +161,10 @@ def _session(
     Kafka's SharePartitionManager.newContext; raises Refused."""
     if epoch == INITIAL_EPOCH:
         if acks:
-            raise Refused(
-                Code.INVALID_REQUEST, "acknowledgements in a share fetch opening a session"
-            )
+            raise Refused.invalid("acknowledgements in a share fetch opening a session")
         return sessions.open(group_id, member_id, wanted)
     if epoch == FINAL_EPOCH and wanted and not acks:
-        raise Refused(
-            Code.INVALID_REQUEST, "partitions to fetch in a share fetch closing its session"
-        )
+        raise Refused.invalid("partitions to fetch in a share fetch closing its session")
     session = sessions.find(group_id, member_id, epoch)
     if epoch != FINAL_EPOCH:
         session.update(wanted, forgotten)

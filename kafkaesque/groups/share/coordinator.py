@@ -33,21 +33,17 @@ if TYPE_CHECKING:
 
 def validate(group_id: str, hb: ShareHeartbeat) -> None:
     """Kafka's request checks, before the group is looked at."""
-
-    def invalid(message: str) -> Refused:
-        return Refused(Code.INVALID_REQUEST, message)
-
     if not group_id:
-        raise invalid("GroupId can't be empty.")
+        raise Refused.invalid("GroupId can't be empty.")
     if hb.rack_id is not None and not hb.rack_id:
-        raise invalid("RackId can't be empty.")
+        raise Refused.invalid("RackId can't be empty.")
     if not hb.member_id:
-        raise invalid("MemberId can't be empty.")
+        raise Refused.invalid("MemberId can't be empty.")
     if hb.epoch == JOIN_EPOCH:
         if not hb.topics:
-            raise invalid("SubscribedTopicNames must be set in first request.")
+            raise Refused.invalid("SubscribedTopicNames must be set in first request.")
     elif hb.epoch < LEAVE_EPOCH:
-        raise invalid("MemberEpoch is invalid.")
+        raise Refused.invalid("MemberEpoch is invalid.")
 
 
 class ShareGroupCoordinator(HeartbeatGroups[ShareGroup, ShareGroupConfig]):
