@@ -31,8 +31,6 @@ from wire.protocol.codec import DropConnection, Request
 from wire.protocol.fast_responses import PartitionAnswer, ProduceAnswer
 from wire.protocol.produce_request import ProduceBody
 
-NO_ERROR = ErrorCode.none
-
 # Each partition's records as sent: a view of the request's frame, None if sent as null
 # (refused by the partition layer: CORRUPT_MESSAGE).
 Records = dict[TopicPartition, memoryview | None]
@@ -168,11 +166,7 @@ async def produce(broker: Broker, request: Request[ProduceBody]) -> ProduceAnswe
             transaction=transaction,
         )
         results.update(denied)
-        # A partition appended is NONE; only a refusal needs the table (wire/errors.py).
-        codes = {
-            key: (NO_ERROR if r.error is None else error_code(r.error), r)
-            for key, r in results.items()
-        }
+        codes = {key: (error_code(r.error), r) for key, r in results.items()}
     # Redis short of memory: producers hold back while the archiver drains. As Kafka's
     # quotas since KIP-219, the answer goes at once and says so in throttle_time; the
     # connection then reads nothing for that long (wire/net/connection.py). An answer held
@@ -202,7 +196,7 @@ async def produce(broker: Broker, request: Request[ProduceBody]) -> ProduceAnswe
             max(result.log_append_time, -1),  # -1: CreateTime
             result.log_start,
             record_errors(error) if with_errors and error is not None else (),
-            None if error is None else error_message(error),
+            error_message(error),
         )
 
     return ProduceAnswer(
