@@ -169,17 +169,10 @@ class ConsumerGroupCoordinator(HeartbeatGroups[ConsumerGroup, ConsumerGroupConfi
             await self._expire(group_id)
 
     # -- for the classic group APIs ----------------------------------------------------------
-    async def delete(self, group_id: str) -> Code | None:
-        """DeleteGroups of a consumer group (None: it is none): refused with members."""
-        async with self.store.lock(group_id):
-            # Members whose session ended are gone by now, as Kafka's timers remove them.
-            group = await self._expire(group_id)
-            if group is None:
-                return None
-            if group.members:
-                return Code.NON_EMPTY_GROUP
-            await self.store.delete(group_id)
-        return Code.NONE
+    async def _current(self, group_id: str) -> ConsumerGroup | None:
+        """For DeleteGroups: members whose session ended are gone by now, as Kafka's timers
+        remove them."""
+        return await self._expire(group_id)
 
 
 # -- hooks of the classic coordinator (groups/coordinator.py), called under the group's lock --

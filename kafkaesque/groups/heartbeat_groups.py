@@ -4,7 +4,8 @@ coordinator.py), whose members only heartbeat, each group one value in Redis
 (kafkaesque/hot/group_store.py ``GroupStates``) with its members' heartbeats beside it.
 
 ``HeartbeatGroups`` is their common base: the group's effective config, the expiry sweep
-and its timers, the listing; ``topic_entries`` reads the subscribed topics' ids and sizes.
+and its timers, the listing, DeleteGroups; ``topic_entries`` reads the subscribed topics'
+ids and sizes.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Generic, Protocol, Self, TypeVar
 
 from kafkaesque.clock import Clock
-from kafkaesque.errors import UnknownTopic
+from kafkaesque.errors import Code, UnknownTopic
 from kafkaesque.groups.types import ExpiryTimers
 from kafkaesque.hot.group_store import GroupStates, StoredGroup
 
@@ -63,6 +64,21 @@ class HeartbeatGroups(Generic[GroupT, ConfigT]):
     async def listing(self, group_ids: list[str]) -> dict[str, str]:
         """Of ``group_ids``, the groups of this kind and their states (for ListGroups)."""
         return {g: group.state for g, group in (await self.store.load_many(group_ids)).items()}
+
+    async def delete(self, group_id: str) -> Code | None:
+        """DeleteGroups of a group of this kind (None: it is none): refused with members."""
+        async with self.store.lock(group_id):
+            group = await self._current(group_id)
+            if group is None:
+                return None
+            if group.members:
+                return Code.NON_EMPTY_GROUP
+            await self.store.delete(group_id)
+        return Code.NONE
+
+    async def _current(self, group_id: str) -> GroupT | None:
+        """The group as DeleteGroups judges it; under the group's lock."""
+        return await self.store.load(group_id)
 
     # -- expiry ---------------------------------------------------------------------------
     async def tick(self, group_id: str) -> None:

@@ -175,6 +175,11 @@ class GroupStates(GroupRecords, Generic[StateT]):
         state = (self.state_key(gid), group.pack())
         await save_group(self.redis, k, gid, state, self._active, bool(group.members), more=beat)
 
+    async def delete(self, group_id: str) -> None:
+        """Delete the group and what its kind keeps beside its state (DeleteGroups); under
+        its lock."""
+        raise NotImplementedError
+
     async def unlist(self, group_id: str) -> None:
         """No longer list the group as active (it is gone)."""
         await self.redis.srem(self._active, group_id)

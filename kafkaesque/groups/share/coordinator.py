@@ -141,17 +141,6 @@ class ShareGroupCoordinator(HeartbeatGroups[ShareGroup, ShareGroupConfig]):
         return group.next_expiry(heartbeats, config.session_timeout_ms)
 
     # -- the classic group APIs and the admin ones -------------------------------------------
-    async def delete(self, group_id: str) -> Code | None:
-        """DeleteGroups of a share group (None: it is none): refused with members."""
-        async with self.store.lock(group_id):
-            group = await self.store.load(group_id)
-            if group is None:
-                return None
-            if group.members:
-                return Code.NON_EMPTY_GROUP
-            await self.store.delete(group_id)
-        return Code.NONE
-
     async def offsets(
         self, group_id: str, topics: Mapping[str, list[int]] | None
     ) -> dict[TopicPartition, PartitionState | None]:
