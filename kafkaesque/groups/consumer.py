@@ -16,7 +16,6 @@ Unlike the classic protocol nothing waits here: members learn of changes by hear
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
 from kafkaesque.clock import SYSTEM, Clock
 from kafkaesque.errors import Code, Refused
@@ -33,9 +32,7 @@ from kafkaesque.groups.consumer_state import (
 )
 from kafkaesque.groups.heartbeat_groups import TOPIC_REFRESH_MS, HeartbeatGroups, topic_entries
 from kafkaesque.hot.consumer_group_store import ConsumerGroupStore
-
-if TYPE_CHECKING:
-    from kafkaesque.hot.log import Log
+from kafkaesque.hot.log import Log
 
 
 def validate(hb: Heartbeat, version: int) -> None:

@@ -11,7 +11,6 @@ as Kafka's share-partitions release a departed member's records.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
 
 from kafkaesque.clock import SYSTEM, Clock
 from kafkaesque.errors import Code, Refused
@@ -24,11 +23,9 @@ from kafkaesque.groups.share.state import (
     ShareHeartbeat,
     ShareHeartbeatResult,
 )
+from kafkaesque.hot.log import Log
 from kafkaesque.hot.share_store import PartitionState, ShareStore
 from kafkaesque.types import TopicPartition
-
-if TYPE_CHECKING:
-    from kafkaesque.hot.log import Log
 
 
 def validate(group_id: str, hb: ShareHeartbeat) -> None:
