@@ -40,6 +40,7 @@ from kafkaesque.records.batch import (
     read_header,
 )
 from kafkaesque.records.build import COMMIT, build_batch
+from kafkaesque.txn.transaction import TxnMarker
 
 OLD = 1_600_000_000_000  # a CreateTime long past, ms
 HOUR = 3_600_000
@@ -402,7 +403,9 @@ def test_control_batches_are_left_as_sent_and_transactional_ones_keep_their_bit(
         with pytest.raises(InvalidRecord, match="broker only"):
             await partitions.append("t", 0, [data, marker])
         await partitions.append("t", 0, [data])
-        assert await partitions.write_markers([("t", 0)], 3, 0, commit=True) == {("t", 0): None}
+        assert await partitions.write_markers([("t", 0)], TxnMarker(3, 0, commit=True)) == {
+            ("t", 0): None
+        }
         kept_data, kept_marker = await stored(log, "t")
         assert check_batch(kept_marker).attributes == ATTR_TRANSACTIONAL | ATTR_CONTROL
         assert control_type(kept_marker) == COMMIT

@@ -23,7 +23,7 @@ from kafkaesque.hot.log import Log
 from kafkaesque.partition.layer import Partitions
 from kafkaesque.records.build import build_batch
 from kafkaesque.txn.coordinator import TransactionCoordinator
-from kafkaesque.txn.transaction import MAX_EPOCH, Transaction, TxnConfig, TxnState
+from kafkaesque.txn.transaction import MAX_EPOCH, Transaction, TxnConfig, TxnMarker, TxnState
 
 
 # -- the state machine ------------------------------------------------------------------------
@@ -84,14 +84,10 @@ class Markers:
     async def write_markers(
         self,
         partitions: Iterable[tuple[str, int]],
-        producer_id: int,
-        producer_epoch: int,
-        commit: bool,
-        coordinator_epoch: int = 0,
-        transaction: int | None = None,
+        marker: TxnMarker,
     ) -> dict[tuple[str, int], KafkaesqueError | None]:
         wanted = list(partitions)
-        self.calls.append((wanted, producer_id, producer_epoch, commit))
+        self.calls.append((wanted, marker.producer_id, marker.producer_epoch, marker.commit))
         error = HotTierUnavailable("down") if self.fail else None
         newer = InvalidProducerEpoch("marker epoch older than the producer epoch")
         return {tp: newer if tp in self.newer else error for tp in wanted}

@@ -16,6 +16,7 @@ from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.hot.log import Log
 from kafkaesque.partition.layer import Partitions
 from kafkaesque.records.build import build_batch
+from kafkaesque.txn.transaction import TxnMarker
 
 A, B, C = 11, 12, 13
 
@@ -49,8 +50,8 @@ def setup(redis_url: str) -> None:
         await log.append("t", 0, [txn([b"a0", b"a1"], A)])
         await log.append("t", 0, [txn([b"b0"], B)])
         await log.append("t", 0, [build_batch([b"p1"])])
-        await parts.write_markers([("t", 0)], A, 0, commit=False)
-        await parts.write_markers([("t", 0)], B, 0, commit=True)
+        await parts.write_markers([("t", 0)], TxnMarker(A, 0, commit=False))
+        await parts.write_markers([("t", 0)], TxnMarker(B, 0, commit=True))
         await log.append("t", 0, [build_batch([b"p2"])])
         await log.append("t", 0, [txn([b"c0"], C)])
         await log.append("t", 0, [build_batch([b"p3"])])

@@ -28,6 +28,7 @@ from kafkaesque.records.batch import (
     split_batches,
 )
 from kafkaesque.records.build import ABORT, COMMIT, build_batch, build_control_batch
+from kafkaesque.txn.transaction import TxnMarker
 
 PID, OTHER = 1000, 2000
 TXN = {"producer_id": PID, "producer_epoch": 0, "base_sequence": 0, "transactional": True}
@@ -109,7 +110,7 @@ def test_commit_and_abort_move_the_last_stable_offset(make_log: Callable[[], Log
         assert (await parts.list_offset("t", 0, LATEST)).offset == 6  # type: ignore[union-attr]
 
         # PID aborts (marker at 6): OTHER's transaction at 3 now holds the LSO.
-        outcome = await parts.write_markers([("t", 0)], PID, 0, commit=False)
+        outcome = await parts.write_markers([("t", 0)], TxnMarker(PID, 0, commit=False))
         assert outcome == {("t", 0): None}
         assert await log.last_stable_offset("t", 0) == 3
         assert await log.aborted_transactions("t", 0) == [(PID, 1, 6)]
@@ -118,7 +119,9 @@ def test_commit_and_abort_move_the_last_stable_offset(make_log: Callable[[], Log
         assert await committed_values(log, "t") == [b"p0"]  # a0, a1 dropped; b0 pending
 
         # OTHER commits (marker at 7): everything is stable.
-        assert await parts.write_markers([("t", 0)], OTHER, 0, commit=True) == {("t", 0): None}
+        assert await parts.write_markers([("t", 0)], TxnMarker(OTHER, 0, commit=True)) == {
+            ("t", 0): None
+        }
         assert await log.last_stable_offset("t", 0) == 8 == (await log.state("t", 0)).log_end
         assert await parts.open_transactions("t", 0) == []
         assert await committed_values(log, "t") == [b"p0", b"b0", b"p1"]
@@ -154,7 +157,7 @@ def test_committed_lookups_by_time_stop_at_the_last_stable_offset(
                 for ts in (500, 1500, 2500, MAX_TIMESTAMP)
             ]
             assert [f and f.offset for f in found] == expected, committed
-        await parts.write_markers([("t", 0)], PID, 0, commit=True)  # 3
+        await parts.write_markers([("t", 0)], TxnMarker(PID, 0, commit=True))  # 3
         found = await parts.list_offset("t", 0, 2500, committed=True)
         assert found is not None and found.offset == 2
 
@@ -194,7 +197,7 @@ def test_committed_reads_stop_before_a_straddling_batch(make_log: Callable[[], L
         assert at_lso.batches == [] and not at_lso.past_end and at_lso.last_stable == 2
         # min_one does not override the LSO: the first batch is past it.
         assert (await log.read("t", 0, 2, max_bytes=1, committed=True)).batches == []
-        await Partitions(log).write_markers([("t", 0)], PID, 0, commit=True)
+        await Partitions(log).write_markers([("t", 0)], TxnMarker(PID, 0, commit=True))
         assert await committed_values(log, "t", 2) == [b"t0", b"t1", b"c"]
 
     asyncio.run(scenario())
@@ -207,12 +210,12 @@ def test_markers_fence_older_epochs(make_log: Callable[[], Log]) -> None:
         parts = Partitions(log)
         await log.append("t", 0, [txn([b"x"], epoch=3)])
         # A marker of an older epoch is refused and writes nothing.
-        outcome = await parts.write_markers([("t", 0)], PID, 2, commit=True)
+        outcome = await parts.write_markers([("t", 0)], TxnMarker(PID, 2, commit=True))
         assert isinstance(outcome["t", 0], InvalidProducerEpoch)
         assert (await log.state("t", 0)).log_end == 1
         assert await log.open_transactions("t", 0) == [(PID, 0)]
         # The coordinator bumped the epoch (a timeout): its abort marker fences epoch 3.
-        outcome = await parts.write_markers([("t", 0), ("t", 1)], PID, 4, commit=False)
+        outcome = await parts.write_markers([("t", 0), ("t", 1)], TxnMarker(PID, 4, commit=False))
         assert outcome == {("t", 0): None, ("t", 1): None}  # partition 1: no txn, marker anyway
         assert (await log.state("t", 1)).log_end == 1
         assert await log.aborted_transactions("t", 1) == []  # nothing to abort there
@@ -222,7 +225,7 @@ def test_markers_fence_older_epochs(make_log: Callable[[], Log]) -> None:
         await log.append("t", 0, [txn([b"y"], epoch=4)])
         assert await log.open_transactions("t", 0) == [(PID, 2)]
         # Unknown partitions and topics are errors per partition.
-        outcome = await parts.write_markers([("t", 5), ("nope", 0)], PID, 4, commit=True)
+        outcome = await parts.write_markers([("t", 5), ("nope", 0)], TxnMarker(PID, 4, commit=True))
         assert all(isinstance(e, UnknownTopic) for e in outcome.values())
         with pytest.raises(UnknownTopic):
             await log.open_transactions("t", 9)
@@ -240,7 +243,7 @@ def test_transactional_retries_are_deduplicated(make_log: Callable[[], Log]) -> 
         await log.append("t", 0, [txn([b"c"], seq=2)])
         assert (await log.state("t", 0)).log_end == 3
         assert await log.open_transactions("t", 0) == [(PID, 0)]
-        await Partitions(log).write_markers([("t", 0)], PID, 0, commit=True)
+        await Partitions(log).write_markers([("t", 0)], TxnMarker(PID, 0, commit=True))
         # The next transaction of the same producer opens at its first batch.
         await log.append("t", 0, [txn([b"d"], seq=3)])
         assert await log.open_transactions("t", 0) == [(PID, 4)]
@@ -256,11 +259,11 @@ def test_aborted_index_is_trimmed_with_the_log(make_log: Callable[[], Log]) -> N
         await log.create_topic(TopicConfig("t", 1, page_size=2, max_pages=1))
         parts = Partitions(log)
         await log.append("t", 0, [txn([b"a"])])  # 0
-        await parts.write_markers([("t", 0)], PID, 0, commit=False)  # 1
+        await parts.write_markers([("t", 0)], TxnMarker(PID, 0, commit=False))  # 1
         assert await log.aborted_transactions("t", 0) == [(PID, 0, 1)]
         for i in range(3):
             await log.append("t", 0, [txn([b"b"], seq=1 + i)])
-            await parts.write_markers([("t", 0)], PID, 0, commit=False)
+            await parts.write_markers([("t", 0)], TxnMarker(PID, 0, commit=False))
         assert (await log.state("t", 0)).log_start > 1
         kept = await log.aborted_transactions("t", 0)
         assert (PID, 0, 1) not in kept and kept[-1] == (PID, 6, 7)
@@ -305,8 +308,8 @@ def test_compaction_drops_aborted_and_keeps_open_transactions(
         await log.append("c", 0, [keyed(b"a", b"a2", PID, 0)])  # 1: aborted below
         await log.append("c", 0, [keyed(b"b", b"b1", OTHER, 0)])  # 2: committed below
         await log.append("c", 0, [keyed(b"b", b"b2")])  # 3 (page 0 closes)
-        await parts.write_markers([("c", 0)], PID, 0, commit=False)  # 4
-        await parts.write_markers([("c", 0)], OTHER, 0, commit=True)  # 5
+        await parts.write_markers([("c", 0)], TxnMarker(PID, 0, commit=False))  # 4
+        await parts.write_markers([("c", 0)], TxnMarker(OTHER, 0, commit=True))  # 5
         await log.append("c", 0, [keyed(b"a", b"a3", 3000, 0)])  # 6: stays open
         await log.append("c", 0, [keyed(b"c", b"c1")])  # 7 (page 1 closes)
         await log.append("c", 0, [keyed(b"d", b"d1")])  # 8, the open page
@@ -347,7 +350,7 @@ def test_following_consumer_waits_for_the_commit(make_log: Callable[[], Log]) ->
         idle_reads = len(reads)
         await asyncio.sleep(1.2)  # a safety-net wakeup: partition 0's LSO did not move
         assert len(reads) == idle_reads
-        await Partitions(log).write_markers([("t", 0)], PID, 0, commit=True)
+        await Partitions(log).write_markers([("t", 0)], TxnMarker(PID, 0, commit=True))
         for _ in range(100):
             if out.getvalue().endswith(b"p0\n"):
                 break

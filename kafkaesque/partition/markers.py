@@ -11,7 +11,7 @@ from kafkaesque.errors import KafkaesqueError
 from kafkaesque.hot.log import Log
 from kafkaesque.hot.notify import Notifier
 from kafkaesque.hot.txn_states import StateWrite
-from kafkaesque.txn.transaction import Transaction
+from kafkaesque.txn.transaction import Transaction, TxnMarker
 from kafkaesque.types import TopicPartition
 
 
@@ -24,17 +24,14 @@ class TransactionMarkers:
     async def write_markers(
         self,
         partitions: Iterable[TopicPartition],
-        producer_id: int,
-        producer_epoch: int,
-        commit: bool,
-        coordinator_epoch: int = 0,
-        transaction: int | None = None,
+        marker: TxnMarker,
     ) -> dict[TopicPartition, KafkaesqueError | None]:
-        """Append a COMMIT or ABORT control batch for the producer's transaction (serial
-        number ``transaction``, if the coordinator's: see Log.end_transaction) to each
-        partition (atomic per partition), ending it there: its last stable offset moves
-        past it, an abort is recorded in its aborted-transaction index. A partition where
-        the producer has no open transaction still gets the marker (as in Kafka). Per
+        """Append the marker's COMMIT or ABORT control batch for the producer's transaction
+        (serial number ``marker.transaction``, if the coordinator's: see
+        Log.end_transaction) to each partition (atomic per partition), ending it there:
+        its last stable offset moves past it, an abort is recorded in its
+        aborted-transaction index. A partition where the producer has no open transaction
+        still gets the marker (as in Kafka). Per
         partition: None, or the error (UnknownTopic, InvalidProducerEpoch for a marker
         epoch older than the producer's there, StorageUnavailable...)."""
         targets = list(dict.fromkeys(partitions))
@@ -44,11 +41,11 @@ class TransactionMarkers:
                 await self.log.end_transaction(
                     topic,
                     partition,
-                    producer_id,
-                    producer_epoch,
-                    commit,
-                    coordinator_epoch,
-                    transaction,
+                    marker.producer_id,
+                    marker.producer_epoch,
+                    marker.commit,
+                    marker.coordinator_epoch,
+                    marker.transaction,
                 )
             except KafkaesqueError as exc:
                 return exc

@@ -29,7 +29,7 @@ from kafkaesque.errors import (
 )
 from kafkaesque.hot.outage import REDIS, REDIS_CONNECTION_ERRORS
 from kafkaesque.hot.txn_states import StateWrite, TxnStates
-from kafkaesque.txn.transaction import PREPARING, Transaction, TxnConfig, TxnState
+from kafkaesque.txn.transaction import PREPARING, Transaction, TxnConfig, TxnMarker, TxnState
 from kafkaesque.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -42,11 +42,7 @@ class MarkerWriter(Protocol):
     async def write_markers(
         self,
         partitions: Iterable[TopicPartition],
-        producer_id: int,
-        producer_epoch: int,
-        commit: bool,
-        coordinator_epoch: int = 0,
-        transaction: int | None = None,
+        marker: TxnMarker,
     ) -> dict[TopicPartition, KafkaesqueError | None]: ...
 
 
@@ -90,13 +86,8 @@ class TxnCompletion:
         complete. False (state left prepared, retried later) if a partition failed."""
         commit = txn.state == TxnState.PREPARE_COMMIT
         if txn.partitions:
-            results = await self.markers.write_markers(
-                sorted(txn.partitions),
-                txn.producer_id,
-                txn.producer_epoch,
-                commit,
-                transaction=txn.serial,
-            )
+            marker = TxnMarker(txn.producer_id, txn.producer_epoch, commit, transaction=txn.serial)
+            results = await self.markers.write_markers(sorted(txn.partitions), marker)
             if not self._written(txn, results):
                 return False
         for group_id in sorted(txn.groups):

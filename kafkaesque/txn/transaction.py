@@ -62,6 +62,19 @@ def epoch_exhausted(epoch: int) -> bool:
     return epoch >= MAX_EPOCH - 1
 
 
+@dataclass(frozen=True, slots=True)
+class TxnMarker:
+    """What a COMMIT or ABORT marker ends: the producer's transaction (by id and epoch) and,
+    when the coordinator writes it, the coordinator's epoch and the transaction's serial
+    number (``Transaction.serial``; None: not the coordinator's)."""
+
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    coordinator_epoch: int = 0
+    transaction: int | None = None
+
+
 @dataclass(slots=True)
 class Transaction:
     """One transactional id: its producer, and the transaction it has open (if any)."""

@@ -12,6 +12,7 @@ from kafkaesque.cli import main
 from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.partition.layer import Partitions
 from kafkaesque.records.build import build_batch
+from kafkaesque.txn.transaction import TxnMarker
 from storage_pg import Archiver, create_pool, ensure_schema, watermark
 from tests.storage.common import archived_rows, make_log
 
@@ -43,10 +44,10 @@ def test_archiver_waits_for_transactions_and_skips_aborted(redis_url: str, pg_ds
         assert await archived_rows(pg_dsn) == []
         assert await watermark(pool) < first_id
 
-        await parts.write_markers([("t", 0)], A, 0, commit=False)  # 6
+        await parts.write_markers([("t", 0)], TxnMarker(A, 0, commit=False))  # 6
         await log.append("t", 0, [build_batch([b"p4"])])  # 7
         await log.append("t", 0, [txn(b"b0", B, 0)])  # 8
-        await parts.write_markers([("t", 0)], B, 0, commit=True)  # 9: pages closed
+        await parts.write_markers([("t", 0)], TxnMarker(B, 0, commit=True))  # 9: pages closed
         await archiver.run_once()
         rows = await archived_rows(pg_dsn)
         assert [(r.offset, r.value) for r in rows] == [

@@ -26,6 +26,7 @@ from kafkaesque.partition.layer import Partitions
 from kafkaesque.partition.read_types import Fetched
 from kafkaesque.records.batch import decode_batch, is_control, read_header
 from kafkaesque.records.build import build_batch
+from kafkaesque.txn.transaction import TxnMarker
 from tests.kafka_client import Connection, create_topics_request, request
 from tests.servers import free_port
 from tests.wire.common import TIMEOUT, produce_numbered, value_of, wait_until
@@ -197,7 +198,7 @@ def test_high_watermark_last_stable_and_log_start_changes_are_answered(broker, t
             await parts.log.append(topic, 0, [batch])
 
         async def commit(parts: Partitions) -> None:
-            assert await parts.write_markers([(topic, 0)], pid, 0, commit=True) == {
+            assert await parts.write_markers([(topic, 0)], TxnMarker(pid, 0, commit=True)) == {
                 (topic, 0): None
             }
 

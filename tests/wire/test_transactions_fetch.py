@@ -19,6 +19,7 @@ from kafkaesque.hot.log import Log
 from kafkaesque.partition.layer import Partitions
 from kafkaesque.records.batch import decode_batch, is_control, read_header, split_batches
 from kafkaesque.records.build import build_batch, build_control_batch
+from kafkaesque.txn.transaction import TxnMarker
 from tests.kafka_client import Connection, list_offsets_request, request
 from tests.wire.common import TIMEOUT
 
@@ -49,8 +50,12 @@ def setup(broker: Any, topic: str) -> None:
         await log.append(topic, 0, [txn([b"a0", b"a1"], A)])
         await log.append(topic, 0, [txn([b"b0"], B)])
         await log.append(topic, 0, [build_batch([b"p1"])])
-        assert await parts.write_markers([(topic, 0)], A, 0, commit=False) == {(topic, 0): None}
-        assert await parts.write_markers([(topic, 0)], B, 0, commit=True) == {(topic, 0): None}
+        assert await parts.write_markers([(topic, 0)], TxnMarker(A, 0, commit=False)) == {
+            (topic, 0): None
+        }
+        assert await parts.write_markers([(topic, 0)], TxnMarker(B, 0, commit=True)) == {
+            (topic, 0): None
+        }
         await log.append(topic, 0, [build_batch([b"p2"])])
         await log.append(topic, 0, [txn([b"c0"], C)])
         await log.append(topic, 0, [build_batch([b"p3"])])
@@ -165,7 +170,10 @@ def test_read_committed_long_poll_wakes_on_the_marker(broker, topic_name):
             on_log(broker.redis_url, lambda p: p.log.append(topic, 0, [build_batch([b"p4"])]))
         )
         outcome = asyncio.run(
-            on_log(broker.redis_url, lambda p: p.write_markers([(topic, 0)], C, 0, commit=True))
+            on_log(
+                broker.redis_url,
+                lambda p: p.write_markers([(topic, 0)], TxnMarker(C, 0, commit=True)),
+            )
         )
         assert outcome == {(topic, 0): None}
         [t] = conn.read_response(req, correlation).responses
