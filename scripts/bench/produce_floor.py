@@ -14,6 +14,13 @@ deadlines, offsets or metrics: what is left is the interpreter and the kernel ar
 each request, the copies of the bytes, and asyncio. ApiVersions and Metadata (a few per
 run) are answered with kio, every topic with --partitions partitions led by node 0.
 
+The checked floor (--serve with --checked) is the floor plus the one piece of the broker's
+per-record work that no design may drop: every batch cut out and checked by the broker's
+own `split_batches` (header, CRC, attributes, each record's layout and offset delta), as
+`Partitions.append_many` does before anything is written. What the broker spends beyond
+it is offsets, idempotence, transactions, topics, ACLs, quotas, metrics and the layers'
+glue; if the checked floor alone is near the goal, the goal leaves no room for them.
+
 The bench starts a fresh redis-server (appendfsync always, as the embedded server and
 durability.py; no AOF rewrites during the run), a `kafkaesque serve` broker and the
 floor on it, then, R rounds each, the two taking turns:
@@ -60,6 +67,7 @@ sys.path.insert(0, str(REPO))
 import hiredis  # noqa: E402
 from kio.schema.errors import ErrorCode  # noqa: E402
 
+from kafkaesque.records.batch import split_batches  # noqa: E402
 from wire.handlers import supported  # noqa: E402
 from wire.net.server import keep_freed_memory  # noqa: E402
 from wire.protocol.codec import build, parse_request, response_pieces  # noqa: E402
@@ -198,8 +206,10 @@ class Floor:
         port: int,
         partitions: int,
         capture: BinaryIO | None = None,
+        checked: bool = False,
     ):
         self.redis = redis
+        self.checked = checked  # each batch checked as the broker checks a client's
         self.sha = sha
         self.host, self.port = host, port
         self.partitions = partitions
@@ -217,8 +227,11 @@ class Floor:
         values: list[memoryview] = []
         for topic, partitions in body.topic_data:
             for index, records in partitions:
+                if self.checked:  # the copies it makes are what the broker stores
+                    values.append(b"".join(split_batches(records)))
+                else:
+                    values.append(records)
                 keys.append(f"floor:{topic}:{index}".encode())
-                values.append(records)
         parts: list[bytes | memoryview] = [
             b"*%d\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n" % (3 + 2 * len(keys), self.sha),
             *_bulk(b"%d" % len(keys)),
@@ -299,7 +312,9 @@ class Floor:
         )
 
 
-async def serve(port: int, redis_path: str, partitions: int, capture: str | None) -> None:
+async def serve(
+    port: int, redis_path: str, partitions: int, capture: str | None, checked: bool
+) -> None:
     """The floor server, until killed."""
     import redis as redis_py
 
@@ -307,7 +322,7 @@ async def serve(port: int, redis_path: str, partitions: int, capture: str | None
     loop = asyncio.get_running_loop()
     _, link = await loop.create_unix_connection(RedisLink, redis_path)
     out = None if capture is None else open(capture, "wb")  # open till killed
-    floor = Floor(link, sha, "127.0.0.1", port, partitions, out)
+    floor = Floor(link, sha, "127.0.0.1", port, partitions, out, checked)
     server = await loop.create_server(lambda: FloorConnection(floor), "127.0.0.1", port)
     gc.freeze()  # as the broker, once listening
     async with server:
@@ -317,11 +332,14 @@ async def serve(port: int, redis_path: str, partitions: int, capture: str | None
 # -- the bench --------------------------------------------------------------------------
 
 
-def start_floor(redis_url: str, port: int, partitions: int, capture: str) -> subprocess.Popen:
+def start_floor(
+    redis_url: str, port: int, partitions: int, capture: str, checked: bool = False
+) -> subprocess.Popen:
     command = [sys.executable, __file__, "--serve", str(port), "--redis-url", redis_url]
+    command += ["--partitions", str(partitions), "--capture", capture]
     from broker_process import wait_listening
 
-    proc = subprocess.Popen([*command, "--partitions", str(partitions), "--capture", capture])
+    proc = subprocess.Popen([*command, "--checked"] if checked else command)
     return wait_listening(proc, port, "floor server")
 
 
@@ -362,11 +380,16 @@ def bench(records: int, partitions: int, rounds: int) -> None:
         f"{rounds} rounds of each front end taking turns (cpus: {os.cpu_count()})"
     )
     live: dict[str, list[dict[str, float]]] = {"broker": [], "floor": []}
-    replayed: dict[str, list[dict[str, float]]] = {"broker": [], "floor": []}
+    replayed: dict[str, list[dict[str, float]]] = {"broker": [], "floor": [], "checked": []}
     with embedded_broker() as running, tempfile.TemporaryDirectory() as home:
         port = free_port()
         captured = str(Path(home) / "requests")
         floor = start_floor(running.redis_url, port, partitions, captured)
+        checked_port = free_port()
+        # Its capture file is never written (no request to CAPTURED reaches it).
+        checked = start_floor(
+            running.redis_url, checked_port, partitions, f"{captured}-unused", checked=True
+        )
         client = redis_py.Redis.from_url(running.redis_url)
         # No AOF rewrites: the data of the rounds (~70 MB each) doubled the AOF about
         # every round, and each rewrite forked Redis and wrote all of it out while a round
@@ -377,10 +400,14 @@ def bench(records: int, partitions: int, rounds: int) -> None:
                 "broker": (running.bootstrap, running.broker_pid, running.bootstrap),
                 "floor": (f"127.0.0.1:{port}", floor.pid, f"127.0.0.1:{port}"),
             }
+            checked_address = f"127.0.0.1:{checked_port}"
+            replayed_fronts = {**fronts, "checked": (checked_address, checked.pid, checked_address)}
             admin = AdminClient({"bootstrap.servers": running.bootstrap})
             # A topic per round and front end, as in the live rounds: a partition the
             # rounds all appended to grew, and every process' CPU per record with it.
-            replay_topics = [f"replay{r}{name[0]}" for r in range(rounds) for name in fronts]
+            replay_topics = [
+                f"replay{r}{name[0]}" for r in range(rounds) for name in replayed_fronts
+            ]
             topics = ["warm-up", CAPTURED, *(f"b{r}" for r in range(rounds)), *replay_topics]
             for future in admin.create_topics([NewTopic(t, partitions) for t in topics]).values():
                 future.result(30)
@@ -415,9 +442,10 @@ def bench(records: int, partitions: int, rounds: int) -> None:
             client.delete(*(f"floor:{CAPTURED}:{p}" for p in range(partitions)))
             count = Path(captured).stat().st_size
             print(f"the same {count:,} bytes of produce requests, replayed to each:")
+            order = list(replayed_fronts)
             for r in range(rounds):
-                for name in ("broker", "floor") if r % 2 == 0 else ("floor", "broker"):
-                    _, pid, address = fronts[name]
+                for name in order[r % 3 :] + order[: r % 3]:  # each goes first in turn
+                    _, pid, address = replayed_fronts[name]
                     topic = f"replay{r}{name[0]}"
                     command = [sys.executable, __file__, "--replay-to", address.split(":")[1]]
                     command += ["--capture", captured, "--topic", topic]
@@ -429,14 +457,15 @@ def bench(records: int, partitions: int, rounds: int) -> None:
                         f"  round {r + 1} {name + ':':<8}front {used['front']:.2f}"
                         f"  redis {used['redis']:.2f} s of CPU per million records"
                     )
-                    if name == "floor":
+                    if name != "broker":
                         client.delete(*(f"floor:{topic}:{p}" for p in range(partitions)))
                     else:  # the replay reads no answer's codes: the log says what it took
                         stored = stored_records(running.bootstrap, topic, partitions)
                         assert stored == records, f"{stored} of {records} records stored"
         finally:
-            floor.terminate()
-            floor.wait(10)
+            for proc in (floor, checked):
+                proc.terminate()
+                proc.wait(10)
     summary("the same client", live)
     summary("the same requests", replayed)
 
@@ -467,15 +496,22 @@ def summary(title: str, cpu: dict[str, list[dict[str, float]]]) -> None:
         )
 
     pairs = list(zip(cpu["broker"], cpu["floor"], strict=True))
+    checked = cpu.get("checked", [])
     print(f"{title}, medians, s of CPU per million records:")
     print(
         f"  broker {median('broker', 'front'):.2f}, Redis (in the broker's rounds)"
         f" {median('broker', 'redis'):.2f}, floor {median('floor', 'front'):.2f}"
+        + (f", checked floor {median('checked', 'front'):.2f}" if checked else "")
     )
     print(
         f"  broker / Redis' {ratios([b['front'] / b['redis'] for b, _ in pairs])}; goal <= 0.50 x"
     )
     print(f"  floor / Redis'  {ratios([f['front'] / b['redis'] for b, f in pairs])}")
+    if checked:
+        print(
+            "  checked floor / Redis' "
+            + ratios([c["front"] / b["redis"] for b, c in zip(cpu["broker"], checked, strict=True)])
+        )
     print(f"  broker / floor  {ratios([b['front'] / f['front'] for b, f in pairs])}")
 
 
@@ -487,13 +523,14 @@ def main() -> None:
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # the floor server
     parser.add_argument("--redis-url", help=argparse.SUPPRESS)
     parser.add_argument("--capture", help=argparse.SUPPRESS)  # the requests written down
+    parser.add_argument("--checked", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--replay-to", type=int, help=argparse.SUPPRESS)  # a port
     parser.add_argument("--topic", help=argparse.SUPPRESS)  # the replay's
     args = parser.parse_args()
     if args.serve is not None:
         keep_freed_memory()
         redis_path = args.redis_url.removeprefix("unix://")
-        asyncio.run(serve(args.serve, redis_path, args.partitions, args.capture))
+        asyncio.run(serve(args.serve, redis_path, args.partitions, args.capture, args.checked))
     elif args.replay_to is not None:
         replay(args.replay_to, args.capture, args.topic)
     else:
