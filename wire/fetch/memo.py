@@ -30,12 +30,13 @@ MOST_CHANGED = 64
 
 def make_request(name: str, lay: Layout, raw: tuple[int, ...]) -> FetchRequest:
     """A partition entry as unpacked from the wire, as the partition layer asks it."""
-    at_e, at_l = lay.current_leader_epoch, lay.last_fetched_epoch
+    at = lay.at
+    at_e, at_l = at.current_leader_epoch, at.last_fetched_epoch
     return FetchRequest(
         name,
-        raw[lay.partition],
-        raw[lay.fetch_offset],
-        raw[lay.partition_max_bytes],
+        raw[at.partition],
+        raw[at.fetch_offset],
+        raw[at.partition_max_bytes],
         -1 if at_e < 0 else raw[at_e],
         -1 if at_l < 0 else raw[at_l],
     )
@@ -229,7 +230,7 @@ class FetchMemo:
                 return None
             shift, changed = found
             p = Planned(m, t.block, shift, changed)
-            at_p = t.layout.partition
+            at_p = t.layout.at.partition
             for i in changed:
                 raw = t.layout.entry.unpack_from(t.block, i * size)
                 if raw[at_p] != p.requests[i].partition:

@@ -53,39 +53,36 @@ class FetchPartition(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class Layout:
     """Where a version's partition entry keeps each field: the struct of an entry as it is
-    on the wire and, per field, its position in the unpacked tuple (-1: not in this
-    version, read as -1)."""
+    on the wire and ``at``, each field's position in the unpacked tuple (-1: not in this
+    version, read as -1; the directory id is never in the fixed-size entry)."""
 
     entry: struct.Struct
-    partition: int
-    current_leader_epoch: int
-    fetch_offset: int
-    last_fetched_epoch: int
-    log_start_offset: int
-    partition_max_bytes: int
+    at: FetchPartition
 
     def normal(self, raw: tuple[int, ...]) -> FetchPartition:
-        def at(i: int) -> int:
+        at = self.at
+
+        def get(i: int) -> int:
             return -1 if i < 0 else raw[i]
 
         return FetchPartition(
-            raw[self.partition],
-            at(self.current_leader_epoch),
-            raw[self.fetch_offset],
-            at(self.last_fetched_epoch),
-            at(self.log_start_offset),
-            raw[self.partition_max_bytes],
+            raw[at.partition],
+            get(at.current_leader_epoch),
+            raw[at.fetch_offset],
+            get(at.last_fetched_epoch),
+            get(at.log_start_offset),
+            raw[at.partition_max_bytes],
         )
 
 
 def layout(version: int) -> Layout:
     if version >= FLEXIBLE_VERSION:  # the last byte: the count of tagged fields, 0
-        return Layout(struct.Struct(">iiqiqiB"), 0, 1, 2, 3, 4, 5)
+        return Layout(struct.Struct(">iiqiqiB"), FetchPartition(0, 1, 2, 3, 4, 5))
     if version >= 9:
-        return Layout(struct.Struct(">iiqqi"), 0, 1, 2, -1, 3, 4)
+        return Layout(struct.Struct(">iiqqi"), FetchPartition(0, 1, 2, -1, 3, 4))
     if version >= 5:
-        return Layout(struct.Struct(">iqqi"), 0, -1, 1, -1, 2, 3)
-    return Layout(struct.Struct(">iqi"), 0, -1, 1, -1, -1, 2)
+        return Layout(struct.Struct(">iqqi"), FetchPartition(0, -1, 1, -1, 2, 3))
+    return Layout(struct.Struct(">iqi"), FetchPartition(0, -1, 1, -1, -1, 2))
 
 
 LAYOUTS = {v: layout(v) for v in range(4, 18)}
