@@ -26,7 +26,20 @@ import asyncpg
 from kafkaesque.hot.group_offsets import CommittedOffset, OffsetsSnapshot
 from kafkaesque.types import TopicPartition
 
-MIGRATION = """
+
+def snapshot_table(name: str) -> str:
+    """The SQL creating ``replace_snapshot``'s table ``name``: one row, the Redis clock
+    (ms) of the snapshot archived, 0 before the first."""
+    return f"""
+    CREATE TABLE {name} (
+        as_of_ms bigint NOT NULL
+    );
+    CREATE UNIQUE INDEX {name}_single_row ON {name} ((true));
+    INSERT INTO {name} (as_of_ms) VALUES (0);
+"""
+
+
+MIGRATION = f"""
     CREATE TABLE group_offset (
         group_id text COLLATE "C" NOT NULL,
         topic text COLLATE "C" NOT NULL,
@@ -37,11 +50,7 @@ MIGRATION = """
         leader_epoch int NOT NULL,
         PRIMARY KEY (group_id, topic, partition)
     );
-    CREATE TABLE group_offset_snapshot (
-        as_of_ms bigint NOT NULL
-    );
-    CREATE UNIQUE INDEX group_offset_snapshot_single_row ON group_offset_snapshot ((true));
-    INSERT INTO group_offset_snapshot (as_of_ms) VALUES (0);
+    {snapshot_table("group_offset_snapshot")}
     COMMENT ON TABLE group_offset IS
         'committed consumer group offsets as of group_offset_snapshot.as_of_ms (Redis clock)';
 """

@@ -18,9 +18,9 @@ import msgpack
 
 from kafkaesque.hot.share_store import PartitionState, ShareSnapshot
 from kafkaesque.types import TopicPartition
-from storage_pg.group_offsets import replace_snapshot
+from storage_pg.group_offsets import replace_snapshot, snapshot_table
 
-MIGRATION = """
+MIGRATION = f"""
     CREATE TABLE share_partition_state (
         group_id bytea NOT NULL,
         topic text COLLATE "C" NOT NULL,
@@ -30,14 +30,10 @@ MIGRATION = """
         state bytea NOT NULL,
         PRIMARY KEY (group_id, topic, partition)
     );
-    CREATE TABLE share_state_snapshot (
-        as_of_ms bigint NOT NULL
-    );
-    CREATE UNIQUE INDEX share_state_snapshot_single_row ON share_state_snapshot ((true));
-    INSERT INTO share_state_snapshot (as_of_ms) VALUES (0);
+    {snapshot_table("share_state_snapshot")}
     COMMENT ON TABLE share_partition_state IS
         'share groups'' share-partitions (KIP-932) as of share_state_snapshot.as_of_ms: start '
-        'and end offsets; state is msgpack [totals, {offset: in-flight record state}]';
+        'and end offsets; state is msgpack [totals, {{offset: in-flight record state}}]';
 """
 
 _COLUMNS = ("group_id", "topic", "partition", "start_offset", "end_offset", "state")
