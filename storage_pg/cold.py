@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import datetime
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -286,6 +287,16 @@ class DroppedRange:
     last_offset: int
     first_id: int  # the dropped records' ids all lie in first_id..last_id
     last_id: int
+
+    def row(self, span: Callable[[int, int], str]) -> list[object]:
+        """The gap as the CLI and the console list it: topic, partition, its offsets and
+        its record ids, each range as ``span`` (first, last) writes it."""
+        return [
+            self.topic,
+            self.partition,
+            span(self.first_offset, self.last_offset),
+            span(self.first_id, self.last_id),
+        ]
 
 
 @dataclass(frozen=True, slots=True)

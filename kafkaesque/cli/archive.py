@@ -144,6 +144,10 @@ NOTHING_YET = (
 )
 
 
+def _span(first: int, last: int) -> str:
+    return f"{first}..{last}"
+
+
 def show_status(state: ArchiveStatus) -> None:
     if state.schema_version == 0:
         click.echo(NO_ARCHIVE)
@@ -180,18 +184,7 @@ def show_status(state: ArchiveStatus) -> None:
     if state.dropped:
         click.echo()
         click.echo("gaps (offsets dropped by retention before archiving; their ids lie in IDS):")
-        echo_table(
-            ["TOPIC", "PARTITION", "OFFSETS", "IDS"],
-            [
-                [
-                    g.topic,
-                    g.partition,
-                    f"{g.first_offset}..{g.last_offset}",
-                    f"{g.first_id}..{g.last_id}",
-                ]
-                for g in state.dropped
-            ],
-        )
+        echo_table(["TOPIC", "PARTITION", "OFFSETS", "IDS"], [g.row(_span) for g in state.dropped])
     if state.lost:
         click.echo()
         click.echo("lost with Redis (ids above the watermark when Redis lost its data; those")
@@ -200,7 +193,7 @@ def show_status(state: ArchiveStatus) -> None:
             ["IDS", "RECOVERED"],
             [
                 [
-                    f"{r.first_id}..{r.last_id}",
+                    _span(r.first_id, r.last_id),
                     r.recovered.isoformat(" ", "seconds") if r.recovered else None,
                 ]
                 for r in state.lost

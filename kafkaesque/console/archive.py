@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from storage_pg.archive_passes import ArchivePass
 
 
+def _span(first: int, last: int) -> str:
+    return f"{first:,}\u2013{last:,}"
+
+
 async def archive_page(request: web.Request) -> web.Response:
     state = console(request)
     if state.archive is None:
@@ -102,16 +106,7 @@ async def archive_page(request: web.Request) -> web.Response:
         tag("h2", "Dropped before archiving"),
         table(
             ["Topic", "Partition", "Offsets", "Record ids"],
-            [
-                [
-                    g.topic,
-                    g.partition,
-                    f"{g.first_offset:,}\u2013{g.last_offset:,}",
-                    f"{g.first_id:,}\u2013{g.last_id:,}",
-                ]
-                for g in found.dropped
-                if may_see_topic(request, g.topic)
-            ],
+            [g.row(_span) for g in found.dropped if may_see_topic(request, g.topic)],
             numeric=[1],
             empty="no gaps: retention never dropped a record before the archive held it",
         ),
@@ -122,7 +117,7 @@ async def archive_page(request: web.Request) -> web.Response:
             ["Record ids", "Recovered"],
             [
                 [
-                    f"{r.first_id:,}\u2013{r.last_id:,}",
+                    _span(r.first_id, r.last_id),
                     r.recovered.isoformat(" ", "seconds") if r.recovered else None,
                 ]
                 for r in found.lost
@@ -190,7 +185,7 @@ def spark_exports(directories: tuple[str, ...], watermark: int) -> Raw:
             [
                 directory,
                 f"{to_id:,}",
-                f"{first:,}\u2013{to_id:,} ({count:,} rows)",
+                f"{_span(first, to_id)} ({count:,} rows)",
                 last.get("committed_at"),
                 f"{max(0, watermark - to_id):,}",
             ]
