@@ -196,9 +196,9 @@ def test_a_leader_epoch_change_under_a_range_is_checked(redis_url: str) -> None:
 
     topic_id, epoch = live.run_hot(setup)
     options = read_options({"redisUrl": redis_url, "subscribe": "e"})
-    planned = OffsetRange("e", 0, 0, 10, topic_id, epoch)
+    planned = OffsetRange("e", 0, 0, 10, topic_id, epoch, epoch)
     assert sum(b.num_rows for b in read_range(options, planned)) == 10  # no loss there
-    beyond = OffsetRange("e", 0, 5, 15, topic_id, epoch)
+    beyond = OffsetRange("e", 0, 5, 15, topic_id, epoch, epoch)
     with pytest.raises(DataLoss, match=r"data loss: e\[0\] offsets 10\.\.14 may hold other"):
         list(read_range(options, beyond))
 

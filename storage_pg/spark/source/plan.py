@@ -163,7 +163,7 @@ def ranges(
             ends[tp],
             now[tp].topic_id,
             now[tp].epoch,
-            None if start_epochs is None else start_epochs.get(tp),
+            now[tp].epoch if start_epochs is None else start_epochs.get(tp, now[tp].epoch),
         )
         for tp in sorted(ends)
         if tp in now and tp in starts and ends[tp] > starts[tp]

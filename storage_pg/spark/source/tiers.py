@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import InputPartition
@@ -69,29 +70,23 @@ _TOPIC_ID = "SELECT topic_id FROM topic WHERE name = $1"
 _DELETED_BELOW = "SELECT log_start FROM partition_state WHERE topic = $1 AND partition = $2"
 
 
+@dataclass(eq=False)
 class OffsetRange(InputPartition):
     """One Spark task: offsets ``start``..``end``-1 of a partition, planned while it had
     ``topic_id`` and leader epoch ``epoch`` (``start_epoch`` where ``start`` was planned,
-    in an earlier micro-batch). Plain values only, pickled to the executor."""
+    in an earlier micro-batch, else ``epoch``). Plain values only, pickled to the
+    executor."""
 
-    def __init__(
-        self,
-        topic: str,
-        partition: int,
-        start: int,
-        end: int,
-        topic_id: str,
-        epoch: int,
-        start_epoch: int | None = None,
-    ) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.start = start
-        self.end = end
-        self.topic_id = topic_id  # hex
-        self.epoch = epoch
-        self.start_epoch = epoch if start_epoch is None else start_epoch
-        super().__init__((topic, partition, start, end))
+    topic: str
+    partition: int
+    start: int
+    end: int
+    topic_id: str  # hex
+    epoch: int
+    start_epoch: int
+
+    def __post_init__(self) -> None:
+        super().__init__((self.topic, self.partition, self.start, self.end))
 
     def __repr__(self) -> str:
         return f"OffsetRange({self.topic}[{self.partition}] {self.start}..{self.end})"
