@@ -22,7 +22,7 @@ from kafkaesque.security.authorizer import Authorizer
 from wire.authorize import Operation, check_cluster
 from wire.broker import Broker
 from wire.errors import error_code, error_message
-from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response
+from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, refused_response
 
 if TYPE_CHECKING:
     from wire.protocol.kio_types import (
@@ -66,13 +66,7 @@ async def describe_acls(
         authorizer = _authorizer(broker)
         found = await authorizer.store.describe(_filter(request.body))
     except (SecurityDisabled, InvalidRequest) as exc:
-        return build(
-            schema,
-            throttle_time=NO_THROTTLE,
-            error_code=error_code(exc),
-            error_message=str(exc),
-            resources=(),
-        )
+        return refused_response(schema, error_code(exc), str(exc), resources=())
     resource_class, acl_class = request.response_entities("DescribeAclsResource", "AclDescription")
     by_resource: dict[tuple[int, str, int], list[AclBinding]] = {}
     for b in found:

@@ -21,7 +21,7 @@ from kafkaesque.security.quotas import (
 from wire.authorize import Operation, check_cluster, cluster_allowed
 from wire.broker import Broker
 from wire.errors import error_code
-from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response
+from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, refused_response
 
 if TYPE_CHECKING:
     from wire.protocol.kio_types import (
@@ -49,13 +49,8 @@ async def describe_client_quotas(
         )
     except InvalidQuota as exc:
         unsupported = isinstance(exc, UnsupportedEntityType)
-        return build(
-            schema,
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.unsupported_version if unsupported else ErrorCode.invalid_request,
-            error_message=str(exc),
-            entries=None,
-        )
+        code = ErrorCode.unsupported_version if unsupported else ErrorCode.invalid_request
+        return refused_response(schema, code, str(exc), entries=None)
     entry_class, entity_class, value_class = request.response_entities(
         "EntryData", "EntityData", "ValueData"
     )

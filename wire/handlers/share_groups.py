@@ -26,7 +26,7 @@ from wire.group_answers import (
     heartbeat_refused,
     restore_first,
 )
-from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response
+from wire.protocol.codec import NO_THROTTLE, Request, build, ok_response, refused_response
 
 if TYPE_CHECKING:
     from wire.protocol.kio_types import (
@@ -202,13 +202,7 @@ def _done_in_flight(state: Any) -> int:
 
 def _refused(schema: type, refused: Refused) -> Any:
     """Alter/DeleteShareGroupOffsets refused as a whole (another kind of group, members)."""
-    return build(
-        schema,
-        throttle_time=NO_THROTTLE,
-        error_code=error_code(refused),
-        error_message=str(refused),
-        responses=(),
-    )
+    return refused_response(schema, error_code(refused), str(refused), responses=())
 
 
 async def alter_share_group_offsets(

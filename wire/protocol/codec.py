@@ -283,6 +283,14 @@ def ok_response(schema: type, **values: Any) -> Any:
     )
 
 
+def refused_response(schema: type, code: Any, message: str, **values: Any) -> Any:
+    """A response of ``schema`` for a request refused as a whole: no throttle, ``code`` and
+    ``message`` in its top-level error fields, and ``values`` (its lists, empty)."""
+    return build(
+        schema, throttle_time=NO_THROTTLE, error_code=code, error_message=message, **values
+    )
+
+
 def error_response(schema: type, code: Any) -> Any | None:
     """A response of ``schema`` that says only ``code`` in its top-level error_code (every
     other field blank: -1, empty, none), for a request that failed as a whole; None when
