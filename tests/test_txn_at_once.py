@@ -60,14 +60,10 @@ def test_end_in_one_call_refused_while_locked_or_changed(make_log) -> None:
         ends = await log.log_ends("a", [0, 1])
         lock = log.keys.transaction("t", ":lock")
         await log.redis.set(lock, "another broker")
-        assert await parts.end_transactions(
-            [("a", 0), ("a", 1)], txn, state, True, DROPPED_MARKER_ERRORS
-        ) == ("busy", {})
+        assert await parts.end_transactions(txn, state, DROPPED_MARKER_ERRORS) == ("busy", {})
         await log.redis.delete(lock)
         await c.states.save(await c.states.load("t"))  # another broker saved it
-        assert await parts.end_transactions(
-            [("a", 0), ("a", 1)], txn, state, True, DROPPED_MARKER_ERRORS
-        ) == ("changed", {})
+        assert await parts.end_transactions(txn, state, DROPPED_MARKER_ERRORS) == ("changed", {})
         assert await log.log_ends("a", [0, 1]) == ends
         assert (await c.states.load("t")).state == TxnState.ONGOING
         assert await log.last_stable_offsets("a", [0, 1]) == [0, 0]
@@ -101,9 +97,7 @@ def test_end_in_one_call_drops_a_deleted_topic_and_keeps_a_failure_prepared(make
         state = c.states.saving(txn, version)
         assert txn.end(pid, epoch, True, now=1) == Code.NONE
         await log.redis.delete(log.keys.incarnation)  # as if Redis had lost its data
-        status, results = await parts.end_transactions(
-            [("a", 0)], txn, state, True, DROPPED_MARKER_ERRORS
-        )
+        status, results = await parts.end_transactions(txn, state, DROPPED_MARKER_ERRORS)
         assert status == "prepared" and results[("a", 0)] is not None
         assert not isinstance(results[("a", 0)], UnknownTopic)
         assert (await c.states.load("t")).state == TxnState.PREPARE_COMMIT

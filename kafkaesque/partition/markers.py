@@ -5,7 +5,7 @@ the coordinator's state in one call, and the readers waiting for them woken."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from kafkaesque.errors import KafkaesqueError
 from kafkaesque.hot.log import Log
@@ -56,15 +56,13 @@ class TransactionMarkers:
         return dict(zip(targets, outcomes, strict=True))
 
     async def end_transactions(
-        self,
-        partitions: Sequence[TopicPartition],
-        txn: Transaction,
-        state: StateWrite,
-        commit: bool,
-        droppable: Iterable[str],
+        self, txn: Transaction, state: StateWrite, droppable: Iterable[str]
     ) -> tuple[str, dict[TopicPartition, KafkaesqueError | None]]:
-        """``write_markers`` and the coordinator's state in one call (Log.end_transactions)."""
-        status, results = await self.log.end_transactions(partitions, txn, state, commit, droppable)
+        """``write_markers`` for the prepared transaction's partitions and its outcome, and
+        the coordinator's state, in one call (Log.end_transactions)."""
+        status, results = await self.log.end_transactions(
+            sorted(txn.partitions), txn, state, txn.commits, droppable
+        )
         self._marked([tp for tp, error in results.items() if error is None])
         return status, results
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -52,12 +52,7 @@ class StatefulMarkerWriter(MarkerWriter, Protocol):
     call (kafkaesque/partition/markers.py ``TransactionMarkers.end_transactions``)."""
 
     async def end_transactions(
-        self,
-        partitions: Sequence[TopicPartition],
-        txn: Transaction,
-        state: StateWrite,
-        commit: bool,
-        droppable: Iterable[str],
+        self, txn: Transaction, state: StateWrite, droppable: Iterable[str]
     ) -> tuple[str, dict[TopicPartition, KafkaesqueError | None]]: ...
 
 
@@ -84,7 +79,7 @@ class TxnCompletion:
     async def finish(self, txn: Transaction) -> bool:
         """Write the prepared transaction's markers, settle its pending offsets, save it
         complete. False (state left prepared, retried later) if a partition failed."""
-        commit = txn.state == TxnState.PREPARE_COMMIT
+        commit = txn.commits
         if txn.partitions:
             marker = TxnMarker(txn.producer_id, txn.producer_epoch, commit, transaction=txn.serial)
             results = await self.markers.write_markers(sorted(txn.partitions), marker)
@@ -103,13 +98,7 @@ class TxnCompletion:
         None when it was not tried or nothing was written (the caller takes the lock)."""
         if not isinstance(self.markers, StatefulMarkerWriter) or txn.groups:
             return None
-        status, results = await self.markers.end_transactions(
-            sorted(txn.partitions),
-            txn,
-            state,
-            txn.state == TxnState.PREPARE_COMMIT,
-            DROPPED_MARKER_ERRORS,
-        )
+        status, results = await self.markers.end_transactions(txn, state, DROPPED_MARKER_ERRORS)
         if status in ("busy", "changed"):
             return None
         self._written(txn, results)  # logs what was dropped or is left to retry

@@ -269,6 +269,11 @@ class Transaction:
             return Code.CONCURRENT_TRANSACTIONS
         return Code.INVALID_TXN_STATE  # Empty, the other Complete*, the other Prepare*
 
+    @property
+    def commits(self) -> bool:
+        """Whether the prepared transaction ends in a commit (PrepareCommit), else an abort."""
+        return self.state == TxnState.PREPARE_COMMIT
+
     def completed(self) -> Transaction:
         """A copy of this prepared transaction as ``complete`` leaves it at its
         ``updated_ms``: the state EndTxn's one script saves last (txn_end.lua)."""
@@ -279,8 +284,7 @@ class Transaction:
     def complete(self, now: int) -> None:
         """The markers are written: PrepareCommit -> CompleteCommit, PrepareAbort ->
         CompleteAbort; the transaction's partitions and groups are forgotten."""
-        commit = self.state == TxnState.PREPARE_COMMIT
-        self.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        self.state = TxnState.COMPLETE_COMMIT if self.commits else TxnState.COMPLETE_ABORT
         self.partitions, self.groups = set(), set()
         self.start_ms, self.updated_ms = -1, now
 
