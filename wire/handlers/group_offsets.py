@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from kafkaesque.errors import Code, StorageUnavailable, UnknownTopic
 from kafkaesque.groups.types import MAX_METADATA
+from kafkaesque.partition.read_types import NO_EPOCH
 from kafkaesque.types import TopicPartition
 from wire.authorize import Operation, ResourceType, allowed, topics_allowed
 from wire.broker import Broker
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
         OffsetFetchResponseTopic,
         OffsetFetchTopic,
     )
-
-NO_EPOCH = -1
 
 
 async def _commit(
