@@ -297,15 +297,6 @@ def legacy_configs(page_size: int, ttl: int, max_pages: int) -> dict[str, str]:
 
 
 # -- describing and altering ----------------------------------------------------------------
-class AlterOp(IntEnum):
-    """IncrementalAlterConfigs' operations."""
-
-    SET = 0
-    DELETE = 1
-    APPEND = 2
-    SUBTRACT = 3
-
-
 @dataclass(frozen=True, slots=True)
 class ConfigEntry:
     """One config as DescribeConfigs reports it; synonyms most specific first."""
@@ -342,6 +333,15 @@ def describe(config: TopicConfig) -> list[ConfigEntry]:
             )
         )
     return entries
+
+
+class AlterOp(IntEnum):
+    """IncrementalAlterConfigs' operations."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
 
 
 def altered(
