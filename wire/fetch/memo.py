@@ -30,13 +30,12 @@ MOST_CHANGED = 64
 
 def make_request(name: str, lay: Layout, raw: tuple[int, ...]) -> FetchRequest:
     """A partition entry as unpacked from the wire, as the partition layer asks it."""
-    at = lay.at
-    at_e, at_l = at.current_leader_epoch, at.last_fetched_epoch
+    at_p, at_e, at_o, at_l, _, at_m = lay.at  # FetchPartition's field order
     return FetchRequest(
         name,
-        raw[at.partition],
-        raw[at.fetch_offset],
-        raw[at.partition_max_bytes],
+        raw[at_p],
+        raw[at_o],
+        raw[at_m],
         -1 if at_e < 0 else raw[at_e],
         -1 if at_l < 0 else raw[at_l],
     )
@@ -230,7 +229,7 @@ class FetchMemo:
                 return None
             shift, changed = found
             p = Planned(m, t.block, shift, changed)
-            at_p = t.layout.at.partition
+            at_p = t.layout.partition
             for i in changed:
                 raw = t.layout.entry.unpack_from(t.block, i * size)
                 if raw[at_p] != p.requests[i].partition:

@@ -204,7 +204,8 @@ async def full_fetch(
     answers = iter(results)
     grouped = []
     for name, t in zip(names, body.topics, strict=True):
-        indexes = [raw[t.layout.at.partition] for raw in t.entries]
+        at_p = t.layout.partition
+        indexes = [raw[at_p] for raw in t.entries]
         grouped.append((name, t.topic_id, indexes, [next(answers) for _ in indexes]))
     return answer(broker, request, session_id, grouped)
 

@@ -53,36 +53,38 @@ class FetchPartition(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class Layout:
     """Where a version's partition entry keeps each field: the struct of an entry as it is
-    on the wire and ``at``, each field's position in the unpacked tuple (-1: not in this
-    version, read as -1; the directory id is never in the fixed-size entry)."""
+    on the wire and ``at``, in ``FetchPartition``'s field order (the directory id aside,
+    never in the fixed-size entry), each field's position in the unpacked tuple (-1: not in
+    this version, read as -1). A plain tuple: unpacked per partition, on the hot path."""
 
     entry: struct.Struct
-    at: FetchPartition
+    at: tuple[int, int, int, int, int, int]
+
+    @property
+    def partition(self) -> int:
+        """Where the partition index is."""
+        return self.at[0]
 
     def normal(self, raw: tuple[int, ...]) -> FetchPartition:
-        at = self.at
-
-        def get(i: int) -> int:
-            return -1 if i < 0 else raw[i]
-
+        partition, epoch, offset, last_epoch, log_start, max_bytes = self.at
         return FetchPartition(
-            raw[at.partition],
-            get(at.current_leader_epoch),
-            raw[at.fetch_offset],
-            get(at.last_fetched_epoch),
-            get(at.log_start_offset),
-            raw[at.partition_max_bytes],
+            raw[partition],
+            -1 if epoch < 0 else raw[epoch],
+            raw[offset],
+            -1 if last_epoch < 0 else raw[last_epoch],
+            -1 if log_start < 0 else raw[log_start],
+            raw[max_bytes],
         )
 
 
 def layout(version: int) -> Layout:
     if version >= FLEXIBLE_VERSION:  # the last byte: the count of tagged fields, 0
-        return Layout(struct.Struct(">iiqiqiB"), FetchPartition(0, 1, 2, 3, 4, 5))
+        return Layout(struct.Struct(">iiqiqiB"), (0, 1, 2, 3, 4, 5))
     if version >= 9:
-        return Layout(struct.Struct(">iiqqi"), FetchPartition(0, 1, 2, -1, 3, 4))
+        return Layout(struct.Struct(">iiqqi"), (0, 1, 2, -1, 3, 4))
     if version >= 5:
-        return Layout(struct.Struct(">iqqi"), FetchPartition(0, -1, 1, -1, 2, 3))
-    return Layout(struct.Struct(">iqi"), FetchPartition(0, -1, 1, -1, -1, 2))
+        return Layout(struct.Struct(">iqqi"), (0, -1, 1, -1, 2, 3))
+    return Layout(struct.Struct(">iqi"), (0, -1, 1, -1, -1, 2))
 
 
 LAYOUTS = {v: layout(v) for v in range(4, 18)}
