@@ -10,6 +10,7 @@ ids and sizes.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Generic, Protocol, Self, TypeVar
 
@@ -41,7 +42,7 @@ GroupT = TypeVar("GroupT", bound=LiveGroup)
 ConfigT = TypeVar("ConfigT", bound=KindConfig)
 
 
-class HeartbeatGroups(Generic[GroupT, ConfigT]):
+class HeartbeatGroups(abc.ABC, Generic[GroupT, ConfigT]):
     """A coordinator of one kind of heartbeat-driven group over ``store``; subclasses say
     how a group expires (``tick``, ``_next_expiry``)."""
 
@@ -81,15 +82,15 @@ class HeartbeatGroups(Generic[GroupT, ConfigT]):
         return await self.store.load(group_id)
 
     # -- expiry ---------------------------------------------------------------------------
+    @abc.abstractmethod
     async def tick(self, group_id: str) -> None:
         """Remove the members that are due; under the group's lock."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _next_expiry(
         self, group: GroupT, heartbeats: dict[str, int], config: ConfigT
     ) -> int | None:
         """When (ms) the group's next member is due to be removed; None: none is."""
-        raise NotImplementedError
 
     async def tick_all(self) -> None:
         """Tick the groups with members (``Broker._expire_members``, every 0.5 s): one

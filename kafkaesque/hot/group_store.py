@@ -17,6 +17,7 @@ configs are one per group id; both keep their group's state with ``GroupStates``
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar, cast
 
@@ -127,7 +128,7 @@ class ActiveState(NamedTuple, Generic[StateT]):
     configs: dict[str, str]
 
 
-class GroupStates(GroupRecords, Generic[StateT]):
+class GroupStates(GroupRecords, abc.ABC, Generic[StateT]):
     """One kind of group's state: a msgpack value at ``Keys.group(id, part)``, saved with
     the group lists (and listed in ``active`` while it has members) in one MULTI
     (``save_group``), read back with ``unpack``."""
@@ -175,10 +176,10 @@ class GroupStates(GroupRecords, Generic[StateT]):
         state = (self.state_key(gid), group.pack())
         await save_group(self.redis, k, gid, state, self._active, bool(group.members), more=beat)
 
+    @abc.abstractmethod
     async def delete(self, group_id: str) -> None:
         """Delete the group and what its kind keeps beside its state (DeleteGroups); under
         its lock."""
-        raise NotImplementedError
 
     async def unlist(self, group_id: str) -> None:
         """No longer list the group as active (it is gone)."""
