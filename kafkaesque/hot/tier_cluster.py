@@ -22,7 +22,13 @@ from urllib.parse import parse_qs, unquote
 
 from redis._parsers.commands import AsyncCommandsParser
 from redis.asyncio import BlockingConnectionPool
-from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
+from redis.asyncio.cluster import (
+    AbstractStrategy,
+    ClusterNode,
+    ClusterPipeline,
+    RedisCluster,
+    TransactionStrategy,
+)
 from redis.event import EventDispatcherInterface
 from redis.exceptions import (
     AskError,
@@ -129,13 +135,51 @@ class _CommandsParser(AsyncCommandsParser):
         raise failure
 
 
+class _TransactionInThisLoop(TransactionStrategy):
+    """redis-py's transaction strategy without its thread. redis-py runs each command
+    queued in a cluster transaction in a new thread through ``asyncio.run`` (its queueing
+    is synchronous, its slot lookup and slot map refresh are not); right after a reset
+    that other event loop read the slot map, and the connections it opened or took were
+    left to the client's own loop, where they failed the next commands ("Event loop is
+    closed", or a lock bound to another loop). Here a queued command is only queued, its
+    slot and any refresh of the slot map come at ``execute``, and a command that runs at
+    once (WATCH, or any while watching) is a coroutine of the caller's loop."""
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        if (self._watching or args[0] in self.IMMEDIATE_EXECUTE_COMMANDS) and not (
+            self._explicit_transaction
+        ):
+            return self._at_once(*args, **kwargs)
+        return AbstractStrategy.execute_command(self, *args, **kwargs)
+
+    async def _at_once(self, *args: Any, **kwargs: Any) -> Any:
+        # Past any slot map refresh and the slot's checks, it returns the coroutine that
+        # sends the command.
+        return await (await self._execute_command(*args, **kwargs))
+
+    async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> Any:
+        client = self._pipe.cluster_client
+        if client._initialize:
+            await client.initialize()
+        for command in self._command_queue:
+            if command.args[0] not in self.NO_SLOTS_COMMANDS:
+                self._pipeline_slots.add(await client._determine_slot(*command.args))
+        return await super().execute(raise_on_error, allow_redirections)
+
+
 class _ClusterPipeline(ClusterPipeline):
-    """redis-py's cluster pipeline with the client's translation of failures, and its
-    resets of the client (``aclose`` when a node fails) taken as such."""
+    """redis-py's cluster pipeline with the client's translation of failures, its resets
+    of the client (``aclose`` when a node fails) taken as such, and transactions in the
+    caller's event loop (``_TransactionInThisLoop``)."""
 
     # A declaration only: redis-py's CommandsProtocol, a base of ClusterPipeline, declares
     # it without a value, which the checker takes as abstract (a pipeline never sets it).
     _event_dispatcher: EventDispatcherInterface
+
+    def __init__(self, client: RedisCluster, transaction: bool | None = None) -> None:
+        super().__init__(client, transaction)
+        if transaction:
+            self._execution_strategy = _TransactionInThisLoop(self)
 
     async def execute(self, *args: Any, **kwargs: Any) -> Any:
         with _in_command():

@@ -125,3 +125,36 @@ def test_a_connection_closed_under_a_command_is_retried(
         assert results[0].log_end == 1  # appended once
 
     asyncio.run(scenario())
+
+
+def test_a_transaction_after_a_reset_stays_in_the_callers_event_loop(
+    empty_cluster: ClusterServers,
+) -> None:
+    """redis-py's cluster pipeline ran each command queued in a transaction in a thread
+    with an event loop of its own; right after a reset (a node failed: the slot map is to
+    be read again) that loop read the slot map, and the connections it made or took
+    failed the next commands of the client's own loop ("Event loop is closed", seen in
+    a broker's log after a primary was killed)."""
+
+    async def main() -> None:
+        client = redis_client(empty_cluster.cluster_url)
+        assert isinstance(client, HotTierCluster)
+        try:
+            keys = [f"loop-{i}" for i in range(24)]  # on every shard
+            for key in keys:
+                await client.set(key, key)
+            for _ in range(3):
+                client._initialize = True  # what HotTierCluster.aclose does on a reset
+                pipe = client.pipeline(transaction=True)
+                pipe.set("{loop}a", "1")
+                pipe.get("{loop}a")
+                assert await pipe.execute() == [True, b"1"]
+                for key in keys:  # each node's connections, from this loop
+                    assert await client.get(key) == key.encode()
+                    plain = client.pipeline(transaction=False)
+                    plain.get(key)
+                    assert await plain.execute() == [key.encode()]
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
