@@ -12,6 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from kafkaesque.records.batch import decode_values, split_batches
 from kafkaesque.records.build import build_batch
+from tests.cluster_servers import wait_until
 from tests.kafka_client import Connection
 from tests.servers import RedisServer
 from tests.wire.conftest import Broker
@@ -62,7 +63,12 @@ def test_a_broker_that_loses_redis_logs_it_once_and_serves_again(tmp_path: Path)
         produce(broker.bootstrap, "outage", after)
         assert consume_all(broker.bootstrap, "outage", 20) == before + after
         assert broker.alive()
-        logged = broker.stderr(mark)
+
+        def recovery_told() -> str | None:  # once a second has passed without a failure
+            text = broker.stderr(mark)
+            return text if "available again" in text else None
+
+        logged = wait_until(recovery_told, 15, "the recovery's log line")
         assert "Traceback" not in logged
         lines = logged.splitlines()
         assert len(lines) <= 4, logged
