@@ -15,36 +15,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
-from contextvars import ContextVar
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
 from redis._parsers.commands import AsyncCommandsParser
 from redis.asyncio import BlockingConnectionPool
-from redis.asyncio.cluster import (
-    AbstractStrategy,
-    ClusterNode,
-    ClusterPipeline,
-    RedisCluster,
-    TransactionStrategy,
-)
-from redis.event import EventDispatcherInterface
-from redis.exceptions import (
-    AskError,
-    ClusterDownError,
-    ClusterError,
-    MaxConnectionsError,
-    MovedError,
-    RedisClusterException,
-    RedisError,
-    SlotNotCoveredError,
-    TryAgainError,
-)
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import MaxConnectionsError, RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from kafkaesque.errors import HotTierUnavailable
+from kafkaesque.hot.cluster_commands import (
+    IN_COMMAND,
+    ClusterPipelineHere,
+    closed_under_command,
+    in_command,
+    translated_cluster,
+)
 from kafkaesque.hot.cluster_switches import SWITCHING, ClusterSwitchHook, PrimarySwitches
 from kafkaesque.hot.outage import REDIS
 from kafkaesque.hot.slots import SLOTS
@@ -52,7 +41,6 @@ from kafkaesque.hot.tier import (
     DEFAULT_MAX_CONNECTIONS,
     POOL_TIMEOUT,
     HotTier,
-    _translated,
 )
 
 log = logging.getLogger(__name__)
@@ -60,11 +48,6 @@ log = logging.getLogger(__name__)
 # -- Redis Cluster (docs/scale-out.md 2.4) --------------------------------------------------
 
 CLUSTER_SCHEME = "redis+cluster://"
-
-# Set while a command or pipeline of the client runs: an ``aclose()`` redis-py calls from
-# there (after CLUSTERDOWN, a MOVED storm, a pipeline's connection error) is its way of
-# asking for a new slot map, not the owner closing the client.
-_IN_COMMAND: ContextVar[bool] = ContextVar("kafkaesque_cluster_command", default=False)
 
 
 class _NodePool(BlockingConnectionPool):
@@ -135,57 +118,6 @@ class _CommandsParser(AsyncCommandsParser):
         raise failure
 
 
-class _TransactionInThisLoop(TransactionStrategy):
-    """redis-py's transaction strategy without its thread. redis-py runs each command
-    queued in a cluster transaction in a new thread through ``asyncio.run`` (its queueing
-    is synchronous, its slot lookup and slot map refresh are not); right after a reset
-    that other event loop read the slot map, and the connections it opened or took were
-    left to the client's own loop, where they failed the next commands ("Event loop is
-    closed", or a lock bound to another loop). Here a queued command is only queued, its
-    slot and any refresh of the slot map come at ``execute``, and a command that runs at
-    once (WATCH, or any while watching) is a coroutine of the caller's loop."""
-
-    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        if (self._watching or args[0] in self.IMMEDIATE_EXECUTE_COMMANDS) and not (
-            self._explicit_transaction
-        ):
-            return self._at_once(*args, **kwargs)
-        return AbstractStrategy.execute_command(self, *args, **kwargs)
-
-    async def _at_once(self, *args: Any, **kwargs: Any) -> Any:
-        # Past any slot map refresh and the slot's checks, it returns the coroutine that
-        # sends the command.
-        return await (await self._execute_command(*args, **kwargs))
-
-    async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> Any:
-        client = self._pipe.cluster_client
-        if client._initialize:
-            await client.initialize()
-        for command in self._command_queue:
-            if command.args[0] not in self.NO_SLOTS_COMMANDS:
-                self._pipeline_slots.add(await client._determine_slot(*command.args))
-        return await super().execute(raise_on_error, allow_redirections)
-
-
-class _ClusterPipeline(ClusterPipeline):
-    """redis-py's cluster pipeline with the client's translation of failures, its resets
-    of the client (``aclose`` when a node fails) taken as such, and transactions in the
-    caller's event loop (``_TransactionInThisLoop``)."""
-
-    # A declaration only: redis-py's CommandsProtocol, a base of ClusterPipeline, declares
-    # it without a value, which the checker takes as abstract (a pipeline never sets it).
-    _event_dispatcher: EventDispatcherInterface
-
-    def __init__(self, client: RedisCluster, transaction: bool | None = None) -> None:
-        super().__init__(client, transaction)
-        if transaction:
-            self._execution_strategy = _TransactionInThisLoop(self)
-
-    async def execute(self, *args: Any, **kwargs: Any) -> Any:
-        with _in_command():
-            return await super().execute(*args, **kwargs)
-
-
 class HotTierCluster(RedisCluster):
     """The hot tier as a Redis Cluster: redis-py's cluster client with ``HotTier``'s
     translation of "not now" failures (CLUSTERDOWN, TRYAGAIN or MOVED after redis-py's own
@@ -218,7 +150,7 @@ class HotTierCluster(RedisCluster):
 
     # -- commands ----------------------------------------------------------------------
     async def execute_command(self, *args: Any, **options: Any) -> Any:
-        with _in_command():
+        with in_command():
             result = await super().execute_command(*args, **options)
         if REDIS.since is not None:
             REDIS.recovered()
@@ -239,7 +171,7 @@ class HotTierCluster(RedisCluster):
         except AttributeError as exc:
             if exc.obj is not None:
                 raise
-            raise _closed_under_command(exc, target_node.name) from exc
+            raise closed_under_command(exc, target_node.name) from exc
         self._away.discard(target_node.name)
         return result
 
@@ -274,13 +206,13 @@ class HotTierCluster(RedisCluster):
     def pipeline(self, transaction: Any | None = None, shard_hint: Any | None = None) -> Any:
         if shard_hint:
             raise RedisClusterException("shard_hint is deprecated in cluster mode")
-        return _ClusterPipeline(self, transaction)
+        return ClusterPipelineHere(self, transaction)
 
     async def initialize(self, *args: Any, **kwargs: Any) -> HotTierCluster:
         try:
             await super().initialize(*args, **kwargs)
         except (RedisError, RedisClusterException) as exc:
-            error = _translated_cluster(exc)
+            error = translated_cluster(exc)
             if error is exc:
                 raise
             raise error from exc
@@ -323,7 +255,7 @@ class HotTierCluster(RedisCluster):
         try:
             node = self.get_node_from_key(key)
         except RedisClusterException as exc:  # its slot is not served now
-            raise _translated_cluster(exc) from exc
+            raise translated_cluster(exc) from exc
         assert node is not None  # None only when asked for a replica
         self.switches.note_new_primaries()
         if node.name in self.switches.unconfirmed:
@@ -336,7 +268,7 @@ class HotTierCluster(RedisCluster):
         try:
             await self.nodes_manager.initialize()
         except (RedisError, RedisClusterException) as exc:
-            error = _translated_cluster(exc)
+            error = translated_cluster(exc)
             if error is exc:
                 raise
             raise error from exc
@@ -363,7 +295,7 @@ class HotTierCluster(RedisCluster):
 
     # -- closing -------------------------------------------------------------------------
     async def aclose(self) -> None:
-        if _IN_COMMAND.get():
+        if IN_COMMAND.get():
             # redis-py resetting after a node failed: the next command reads the slot map
             # again. Closing every connection here (redis-py's way) would cut the
             # commands in flight on the healthy nodes and the node clients in use.
@@ -395,60 +327,6 @@ _NODE_CONNECTION_KWARGS = frozenset(
         "ssl_check_hostname",
     }
 )
-
-
-def _closed_under_command(exc: AttributeError, node: str) -> Exception:
-    """redis-py's failure when another task closed the connection a command had taken
-    (a slot map refresh drops a node's connections, in use or not): its stream is None.
-    Before the command was written (``writelines``) it is a connection error that
-    redis-py retries; after, the command may have run, so the caller gets a retriable
-    "not now" and decides (an idempotent producer's retry is deduplicated)."""
-    if exc.name in ("writelines", "drain"):
-        return RedisConnectionError(f"{node}: connection closed before the command was sent")
-    error = HotTierUnavailable(f"{node}: connection closed under a command")
-    REDIS.failed(error)
-    return error
-
-
-@contextlib.contextmanager
-def _in_command() -> Iterator[None]:
-    """A command of the client's own (``aclose`` inside it is redis-py resetting after a
-    node failed), its failures raised as the core's errors."""
-    token = _IN_COMMAND.set(True)
-    try:
-        yield
-    except (RedisError, RedisClusterException) as exc:
-        error = _translated_cluster(exc)
-        if error is exc:
-            raise
-        raise error from exc
-    finally:
-        _IN_COMMAND.reset(token)
-
-
-def _translated_cluster(exc: Exception) -> Exception:
-    """A cluster's "not now" (the slots moving or uncovered, a node away) as the core's
-    retriable error; the rest as ``_translated``."""
-    if isinstance(exc, ClusterDownError | TryAgainError | MovedError | AskError | ClusterError):
-        error = HotTierUnavailable(f"the Redis Cluster is not serving the keys now: {exc}")
-        REDIS.failed(error)
-        return error
-    if isinstance(exc, RedisClusterException):
-        # An uncovered slot, or no node answering the slot map; other ones (keys of
-        # several slots in one command) are mistakes, raised as they are.
-        text = str(exc)
-        if (
-            isinstance(exc, SlotNotCoveredError)
-            or "not covered" in text
-            or "cannot be connected" in text
-        ):
-            error = HotTierUnavailable(f"the Redis Cluster is not serving the keys now: {text}")
-            REDIS.failed(error)
-            return error
-        return exc
-    if isinstance(exc, RedisError):
-        return _translated(exc)
-    return exc
 
 
 def cluster_client(
