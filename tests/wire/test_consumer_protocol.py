@@ -406,7 +406,7 @@ def test_classic_group_apis_list_describe_and_delete_consumer_groups(broker, top
 # -- librdkafka with group.protocol=consumer ------------------------------------------------
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka import Consumer, TopicPartition  # noqa: E402
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition  # noqa: E402
 
 from tests.wire.clients.confluent import Logs  # noqa: E402
 
@@ -426,6 +426,21 @@ def consumer(bootstrap: str, group: str, logs: Logs) -> Consumer:
             "logger": logs,
         }
     )
+
+
+def commit_sync(c: Consumer, offsets: list[TopicPartition]) -> None:
+    """A synchronous commit. STALE_MEMBER_EPOCH, which Kafka's broker answers too when a
+    rebalance bumped the member's epoch and its heartbeat has not brought the new one back
+    yet, is retried once it has (as Kafka's Java consumer does; librdkafka hands it to
+    the application)."""
+    for attempt in range(50):
+        try:
+            c.commit(offsets=offsets, asynchronous=False)
+            return
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.STALE_MEMBER_EPOCH or attempt == 49:
+                raise
+            time.sleep(0.1)
 
 
 def test_confluent_consumers_share_partitions_and_take_over(broker, topic_name):
@@ -451,10 +466,7 @@ def test_confluent_consumers_share_partitions_and_take_over(broker, topic_name):
                 last: dict[int, int] = {}
                 for m in got:
                     last[m.partition()] = m.offset() + 1
-                c.commit(
-                    offsets=[TopicPartition(topic, p, o) for p, o in last.items()],
-                    asynchronous=False,
-                )
+                commit_sync(c, [TopicPartition(topic, p, o) for p, o in last.items()])
 
     def assignments(indexes: list[int]) -> list[set[int]]:
         return [{tp.partition for tp in consumers[i].assignment()} for i in indexes]
