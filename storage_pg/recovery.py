@@ -168,6 +168,17 @@ async def recover(log: Log, pool: asyncpg.Pool) -> bool:
         # data, so an id it got since (a broker started on it) is the archive's again.
         await log.stores.set_cluster_id(archived_id)
     await log.restore(topics, sequence_floor, producer_id_floor)
+    # Record the epochs the restore gave the partitions, so a second loss bumps past them.
+    rows: list[tuple[str, int, int]] = []
+    for topic in topics:
+        name = topic.config.name
+        epochs = await log.leader_epochs(name, range(topic.config.partitions))
+        rows += [(name, partition, epoch) for partition, epoch in enumerate(epochs)]
+    if rows:
+        async with pool.acquire() as conn:
+            await conn.executemany(_EPOCH, rows)
+    # The groups last: their members' sessions start as they are restored, and must not
+    # run out before the recovery ends and their heartbeats are answered again.
     log_ends = {
         (topic.config.name, p): restored.log_end
         for topic in topics
@@ -196,11 +207,4 @@ async def recover(log: Log, pool: asyncpg.Pool) -> bool:
             past.start,
             past.log_end,
         )
-    # Record the epochs the restore gave the partitions, so a second loss bumps past them.
-    async with pool.acquire() as conn:
-        for topic in topics:
-            name = topic.config.name
-            epochs = await log.leader_epochs(name, range(topic.config.partitions))
-            for partition, epoch in enumerate(epochs):
-                await conn.execute(_EPOCH, name, partition, epoch)
     return True

@@ -565,6 +565,35 @@ def test_lost_redis_waits_for_recovery_and_restores_offsets(make_log: Callable[[
     asyncio.run(scenario())
 
 
+def test_requests_meeting_a_loss_of_redis_at_once_share_one_recovery(
+    make_log: Callable[[], Log],
+) -> None:
+    """Every request that finds Redis' data lost waits for one recovery rather than run
+    its own beside the others: one at a time, each recovery read the whole archive, and a
+    group's members, whose sessions the first one had started, expired while the others
+    ran (a consumer then joined again and read, silently, offsets it had read before)."""
+
+    async def scenario() -> None:
+        log = make_log()
+        await log.create_topic(TopicConfig("once", 1, page_size=2))
+        config = await log.topic("once")
+        await log.redis.flushall()
+        calls = []
+
+        async def recover(restoring: Log) -> None:
+            calls.append(1)
+            await asyncio.sleep(0.05)  # the archive's reads
+            await restoring.restore([RestoredTopic(config, [RestoredPartition(5, 0)])], 5, 1000)
+
+        log.recover = recover
+        await asyncio.gather(*(log.ensure_recovered() for _ in range(5)))
+        assert calls == [1]
+        assert not await log.needs_recovery()
+        assert (await log.state("once", 0)).log_end == 5
+
+    asyncio.run(scenario())
+
+
 def test_switching_archiving_on_takes_back_the_ttl_of_unarchived_pages(
     make_log: Callable[[], Log],
 ) -> None:

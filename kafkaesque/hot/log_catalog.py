@@ -4,6 +4,7 @@ when Redis lost its data."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any, cast
 
@@ -11,11 +12,16 @@ import msgpack
 
 from kafkaesque.config.topic_config import TopicConfig
 from kafkaesque.errors import NeedsRecovery, UnknownTopic
-from kafkaesque.hot.log_context import LogPart
+from kafkaesque.hot.log_context import LogContext, LogPart
 
 
 class Catalog(LogPart):
     """The topics as kafkaesque.hot.log.Log finds them, and its recovery."""
+
+    def __init__(self, context: LogContext) -> None:
+        super().__init__(context)
+        # One recovery at a time: the requests that meet the loss meanwhile wait for it.
+        self._recovering = asyncio.Lock()
 
     async def call(self, script: Any, keys: list[str], args: list[Any]) -> Any:
         """Run a script that refuses to write while Redis has lost its data: recover first
@@ -39,8 +45,15 @@ class Catalog(LogPart):
         return not await self.redis.exists(self.keys.incarnation)
 
     async def ensure_recovered(self) -> None:
-        """If Redis lost its data, restore offsets (through ``recover``) before appends."""
-        if await self.needs_recovery():
+        """If Redis lost its data, restore offsets (through ``recover``) before appends.
+        The requests that meet the loss together share one recovery: each run of it reads
+        the whole archive, and the group members' sessions it starts must not run out
+        while others run theirs."""
+        if not await self.needs_recovery():
+            return
+        async with self._recovering:
+            if not await self.needs_recovery():  # recovered while this one waited
+                return
             recover = self.context.recover
             if recover is not None:
                 await recover()
