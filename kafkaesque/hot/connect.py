@@ -16,7 +16,7 @@ import redis.connection
 from redis.asyncio import BlockingConnectionPool
 
 from kafkaesque.hot.log import Log
-from kafkaesque.hot.tier import DEFAULT_MAX_CONNECTIONS, POOL_TIMEOUT, HotTier
+from kafkaesque.hot.tier import DEFAULT_MAX_CONNECTIONS, POOL_OPTIONS, POOL_TIMEOUT, HotTier
 from kafkaesque.hot.tier_cluster import HotTierCluster, cluster_client, is_cluster_url
 from kafkaesque.hot.tier_sentinel import (
     SENTINEL_FORM,
@@ -58,6 +58,7 @@ def redis_client(
         max_connections=max_connections,
         timeout=POOL_TIMEOUT,
         socket_connect_timeout=5,
+        **POOL_OPTIONS,
         **extra,
     )
     return HotTier.from_pool(pool)

@@ -12,6 +12,7 @@ from redis.asyncio.client import Pipeline
 from redis.exceptions import (
     RedisError,
 )
+from redis.maint_notifications import MaintNotificationsConfig
 
 from kafkaesque.errors import HotTierFull
 from kafkaesque.hot.outage import REDIS
@@ -23,6 +24,14 @@ from kafkaesque.hot.redis_errors import from_redis
 DEFAULT_MAX_CONNECTIONS = 128
 # How long a request waits for a free connection before it fails (as a Kafka error).
 POOL_TIMEOUT = 30.0
+# Every pool of the hot tier is built with these options. With redis-py's default
+# maintenance notifications ("auto", on RESP3) a pool skips its check of an idle
+# connection when handing it out, so after Redis restarted each idle connection failed
+# its next command ("Connection closed by server"): a Kafka error for a request long after
+# the outage. Maintenance notifications are Redis Enterprise's; no server here sends them.
+POOL_OPTIONS: dict[str, Any] = {
+    "maint_notifications_config": MaintNotificationsConfig(enabled=False)
+}
 
 
 def _translated(exc: RedisError) -> Exception:

@@ -39,6 +39,7 @@ from kafkaesque.hot.outage import REDIS
 from kafkaesque.hot.slots import SLOTS
 from kafkaesque.hot.tier import (
     DEFAULT_MAX_CONNECTIONS,
+    POOL_OPTIONS,
     POOL_TIMEOUT,
     HotTier,
 )
@@ -234,6 +235,7 @@ class HotTierCluster(RedisCluster):
                 port=port,
                 max_connections=DEFAULT_MAX_CONNECTIONS,
                 timeout=POOL_TIMEOUT,
+                **POOL_OPTIONS,
                 **kwargs,
             )
             pool.on_failure = self._node_away

@@ -20,6 +20,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from kafkaesque.hot.redis_errors import describe_redis_error
 from kafkaesque.hot.tier import (
     DEFAULT_MAX_CONNECTIONS,
+    POOL_OPTIONS,
     POOL_TIMEOUT,
     HotTier,
     _translated,
@@ -253,6 +254,7 @@ def sentinel_client(
         timeout=POOL_TIMEOUT,
         db=url.db,
         **timeouts,
+        **POOL_OPTIONS,
         **extra,
     )
     return SentinelHotTier.from_pool(pool)
