@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import AskError, MovedError, RedisClusterException, RedisError
 
 from kafkaesque.errors import HotTierUnavailable
 from kafkaesque.hot.slots import SLOTS
@@ -155,7 +155,13 @@ class PrimarySwitches:
         cluster = self.cluster
         if cluster._initialize:
             await cluster.initialize()
-        answer = await cluster.execute_command("CLUSTER SLOTS")
+        # Not held back by a primary whose hooks fail: this answer is what mends the map
+        # when they fail because it is wrong (the default node is such a primary too).
+        token = SWITCHING.set(True)
+        try:
+            answer = await cluster.execute_command("CLUSTER SLOTS")
+        finally:
+            SWITCHING.reset(token)
         theirs = {
             (int(first), int(last)): f"{v['primary'][0]}:{v['primary'][1]}"
             for (first, last), v in answer.items()
@@ -175,11 +181,13 @@ class PrimarySwitches:
             for hook in self.hooks:
                 result = await hook(client, ranges, self.cluster)
                 bumped += result if isinstance(result, int) else 0
-        except HotTierUnavailable as exc:
-            raise HotTierUnavailable(
-                f"{name}, the primary of slots {_ranges_text(ranges)}, is not ready: {exc}"
-            ) from exc
-        except (RedisError, RedisClusterException) as exc:
+        except (HotTierUnavailable, RedisError, RedisClusterException) as exc:
+            if _redirected(exc):
+                # The node no longer serves a slot the map gives it (a migration or a
+                # failover the map was read in the middle of): read the map again before
+                # the next command, else every command for the node waits on these hooks,
+                # failing the same way, and no command ever reaches a node to be moved.
+                self.cluster.slot_map_outdated()
             raise HotTierUnavailable(
                 f"{name}, the primary of slots {_ranges_text(ranges)}, is not ready: {exc}"
             ) from exc
@@ -224,6 +232,15 @@ def _split(
                 parts.append((start, slot - 1))
                 start = None
     return parts
+
+
+def _redirected(exc: BaseException | None) -> bool:
+    """Whether ``exc``, or an error it was raised from, is a MOVED or an ASK."""
+    while exc is not None:
+        if isinstance(exc, MovedError | AskError):
+            return True
+        exc = exc.__cause__
+    return False
 
 
 def _ranges_text(ranges: Sequence[tuple[int, int]]) -> str:

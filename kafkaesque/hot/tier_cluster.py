@@ -245,6 +245,11 @@ class HotTierCluster(RedisCluster):
     def _node_away(self) -> None:
         self._refresh_wanted = True
 
+    def slot_map_outdated(self) -> None:
+        """A node answered MOVED or ASK for a slot the map gives it: the next command
+        reads the slot map again first (as after redis-py's own resets)."""
+        self._initialize = True
+
     async def for_key(self, key: str) -> HotTier:
         """A plain client of the primary serving ``key``'s slot (redis-py's slot map, read
         again when a node client found its node away: it may have failed over), once the

@@ -158,3 +158,53 @@ def test_a_transaction_after_a_reset_stays_in_the_callers_event_loop(
             await client.aclose()
 
     asyncio.run(main())
+
+
+def test_a_slot_map_naming_a_node_that_moved_the_slot_on_mends_itself(
+    make_log: Callable[[], Log],
+) -> None:
+    """A slot map read while a slot migrated names its old owner, which answers MOVED. Its
+    switch hooks fail there, and every command for that node waited on them, CLUSTER
+    SLOTS too when it is the default node: nothing read the map again, and a partition
+    stayed unwritable for minutes. Now a MOVED in the hooks, or the watch's look at the
+    map, mends it: a few retriable failures at most."""
+    from kafkaesque.errors import HotTierUnavailable
+    from kafkaesque.hot.failover import FailoverWatch
+
+    async def scenario() -> None:
+        log = make_log()
+        cluster = log.redis
+        assert isinstance(cluster, HotTierCluster)
+        await cluster.initialize()
+        default = cluster.get_default_node()
+        topic = next(
+            f"m{n}"
+            for n in range(200)
+            if cluster.nodes_manager.slots_cache[slot_of(f"m{n}", 0)][0] is not default
+        )
+        await log.create_topic(TopicConfig(topic, 1))
+        await log.append(topic, 0, [build_batch([b"before"])])
+        await FailoverWatch(log).check()  # the hooks ran on every primary
+        stale = dict(cluster.nodes_manager.slots_cache)  # a new map, as a re-read makes
+        stale[slot_of(topic, 0)] = [default]
+        cluster.nodes_manager.slots_cache = stale
+
+        async def retried(step: Callable[[], object]) -> int:
+            for failures in range(3):
+                try:
+                    await step()  # type: ignore[misc]
+                    return failures
+                except HotTierUnavailable:
+                    continue
+            raise AssertionError("still failing after 3 tries")
+
+        assert await retried(lambda: FailoverWatch(log).check()) <= 1
+        stale = dict(cluster.nodes_manager.slots_cache)
+        stale[slot_of(topic, 0)] = [default]
+        cluster.nodes_manager.slots_cache = stale
+        assert await retried(lambda: log.append(topic, 0, [build_batch([b"after"])])) <= 1
+        results = await log.read_many([FetchRequest(topic, 0, 0, 1 << 20)], max_bytes=1 << 20)
+        assert results[0].log_end == 2
+        await cluster.aclose()
+
+    asyncio.run(scenario())
