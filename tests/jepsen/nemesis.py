@@ -15,6 +15,8 @@ Faults (each on a random target where there are several):
 - ``primary-kill`` / ``primary-pause`` (sentinel, cluster): a Redis primary (the replica
   is promoted; a killed one is replaced by a new replica), ``failover`` (sentinel: SENTINEL
   FAILOVER).
+- ``slot-migrate`` (cluster): a partition's slot moves whole to another primary (Valkey 9's
+  atomic CLUSTER MIGRATESLOTS) while it is written.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ FAULTS = {
     "brokers3": (*COMMON, "redis-kill", "redis-pause", "partition-drop", "partition-hold"),
     "single-volatile": (*COMMON, "redis-kill", "redis-pause", "partition-drop", "partition-hold"),
     "sentinel": (*COMMON, "primary-kill", "primary-pause", "failover"),
-    "cluster": (*COMMON, "primary-kill", "primary-pause"),
+    "cluster": (*COMMON, "primary-kill", "primary-pause", "slot-migrate"),
 }
 DOWN_SECONDS = (0.0, 2.0)  # a killed process stays down this long
 PAUSE_SECONDS = (4.0, 7.0)  # longer than the clients' request timeout (3 s)
@@ -125,7 +127,7 @@ class Nemesis(threading.Thread):
                     t.brokers[i].proc.kill()
                     t.brokers[i].proc.wait()
                     self.down()
-                    t.brokers[i].start()
+                    t.restart_broker(i)
             case "broker-pause":
                 i = self.rng.randrange(len(t.brokers))
                 with self.fault(kind, f"broker{i}"):
@@ -177,6 +179,11 @@ class Nemesis(threading.Thread):
                 self.kill_primary(kind)
             case "primary-pause":
                 self.pause_primary(kind)
+            case "slot-migrate":
+                assert isinstance(t, Cluster)
+                slot, target = t.migration(self.rng)
+                with self.fault(kind, f"slot {slot} to {target.port}"):
+                    t.servers.migrate_slots(slot, slot, target, timeout=60)
             case "failover":
                 assert isinstance(t, Sentinel)
                 t.ready()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import subprocess
 import sys
 import threading
@@ -29,6 +30,7 @@ from pathlib import Path
 
 import redis
 
+from kafkaesque.hot.slots import slot_of
 from tests.cluster_servers import (
     HOST,
     ClusterNode,
@@ -191,6 +193,14 @@ class Topology:
 
     def broker_redis_url(self, i: int) -> str:
         return self.redis_url()
+
+    def restart_broker(self, i: int) -> None:
+        """Start broker ``i`` again after a kill, pointed at Redis as it is now (a
+        cluster's seeds change as killed nodes are replaced, as an operator's would)."""
+        broker = self.brokers[i]
+        url = self.broker_redis_url(i)
+        broker.command[broker.command.index("--redis-url") + 1] = url
+        broker.start()
 
     def stop_redis(self) -> None:
         raise NotImplementedError
@@ -381,6 +391,13 @@ class Cluster(Topology):
                 break
         return [n for n in self.servers.nodes() if n.node_id in owners and n.process.running()]
 
+    def migration(self, rng: random.Random) -> tuple[int, ClusterNode]:
+        """The slot of a random partition of the workload's topic and a live primary that
+        does not serve it: where a ``slot-migrate`` moves it."""
+        slot = slot_of(TOPIC, rng.randrange(self.partitions))
+        owner = self.servers.owner(slot)
+        return slot, rng.choice([n for n in self.live_primaries() if n is not owner])
+
     def replace_node(self, dead: ClusterNode) -> None:
         """A new node, replica of the primary that took over ``dead``'s slots (what an
         operator does after a crash without persistence)."""
@@ -422,6 +439,9 @@ class Cluster(Topology):
         )
         process.client().execute_command("CLUSTER", "REPLICATE", primary.node_id)
         self.servers.replicas.append(node)
+        if primary in self.servers.replicas:  # the promoted replica: a primary now
+            self.servers.replicas.remove(primary)
+            self.servers.primaries.append(primary)
         # Forget the dead node everywhere, so the cluster does not wait for it.
         for other in self.servers.nodes():
             if other.process.running() and other.node_id != dead.node_id:
