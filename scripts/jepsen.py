@@ -123,6 +123,11 @@ def main() -> int:
     parser.add_argument(
         "--gap", default="2,5", help="seconds between faults, MIN,MAX (default 2,5)"
     )
+    parser.add_argument(
+        "--client-debug",
+        default="",
+        help="librdkafka debug contexts for the consumers (e.g. fetch), into clients.log",
+    )
     parser.add_argument("--allow", default="", help="anomaly kinds that do not fail a run")
     parser.add_argument("--check", type=Path, help="only check this history.jsonl")
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -157,7 +162,10 @@ def main() -> int:
             allowed=allowed,
             gap=gap,
             workload=WorkloadSettings(
-                partitions=args.partitions, senders=args.senders, txn_workers=args.txn_workers
+                partitions=args.partitions,
+                senders=args.senders,
+                txn_workers=args.txn_workers,
+                client_debug=args.client_debug,
             ),
         )
         row: dict = {"n": n, "topology": args.topology, "seed": seed, "result": None}

@@ -45,7 +45,7 @@ def run(directory: Path, settings: RunSettings, progress: Progress = lambda line
     client_log = logging.FileHandler(directory / "clients.log")
     client_log.setFormatter(logging.Formatter("%(asctime)s %(threadName)s %(message)s"))
     CLIENT_LOG.addHandler(client_log)
-    CLIENT_LOG.setLevel(logging.INFO)
+    CLIENT_LOG.setLevel(logging.DEBUG if settings.workload.client_debug else logging.INFO)
     CLIENT_LOG.propagate = False
     try:
         return _run(directory, settings, progress)

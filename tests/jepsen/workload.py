@@ -69,6 +69,9 @@ class WorkloadSettings:
     message_timeout_ms: int = 30000  # a send's outcome is unknown after this
     txn_timeout_ms: int = 10000
     poll_seconds: float = 0.3
+    # librdkafka debug contexts for the consumers (e.g. "fetch"), logged to clients.log:
+    # what a consumer fetched and dropped, to tell a broker's answer from the client's doing.
+    client_debug: str = ""
 
 
 def client_config(bootstrap: str, settings: WorkloadSettings) -> dict[str, Any]:
@@ -263,14 +266,18 @@ def read_messages(messages: list[Message]) -> tuple[dict[int, list[list[int]]], 
 
 
 def consumer_config(bootstrap: str, settings: WorkloadSettings, group: str) -> dict[str, Any]:
-    return client_config(bootstrap, settings) | {
-        "group.id": group,
-        "isolation.level": "read_committed",
-        "auto.offset.reset": "earliest",
-        "enable.auto.commit": False,
-        "fetch.wait.max.ms": 100,
-        "session.timeout.ms": 6000,
-    }
+    return (
+        client_config(bootstrap, settings)
+        | {
+            "group.id": group,
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 100,
+            "session.timeout.ms": 6000,
+        }
+        | ({"debug": settings.client_debug} if settings.client_debug else {})
+    )
 
 
 class TxnWorker(Worker):
