@@ -423,7 +423,9 @@ class Cluster(Topology):
                 (
                     n
                     for n in self.live_primaries()
-                    if n.node_id != dead.node_id and not self._has_replica(n)
+                    if n.node_id != dead.node_id
+                    and self._is_primary(n)
+                    and not self._has_replica(n)
                 ),
                 None,
             ),
@@ -451,6 +453,15 @@ class Cluster(Topology):
             self.servers.primaries.remove(dead)
         if dead in self.servers.replicas:
             self.servers.replicas.remove(dead)
+
+    @staticmethod
+    def _is_primary(node: ClusterNode) -> bool:
+        """The node says it is a primary itself: another node's view of the slots can lag
+        a failover (CLUSTER REPLICATE of a demoted one fails: "I can only replicate a
+        master")."""
+        with contextlib.suppress(redis.RedisError):
+            return node.client().execute_command("ROLE")[0] in (b"master", "master")
+        return False
 
     def _has_replica(self, primary: ClusterNode) -> bool:
         text = primary.client().execute_command("CLUSTER", "NODES").decode()
